@@ -1,0 +1,328 @@
+// Package sqlite is leasehold's embedded default store: one SQLite file,
+// through a pure-Go driver (no cgo), in WAL mode, shared safely by every
+// process on one host that opens the same file.
+//
+// Expiry is judged on the host's boot-time clock (CLOCK_BOOTTIME), which all
+// processes share, which keeps running during suspend, and which wall-clock
+// jumps do not move. Each row also records the boot id
+// (/proc/sys/kernel/random/boot_id); after a reboot every lease of the
+// previous boot is known to be free. Fencing counters live in the file and
+// are committed with synchronous=FULL, so tokens keep increasing across
+// restarts, crashes and reboots.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/internal/leasestate"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+var (
+	_ leasehold.Store   = (*Store)(nil)
+	_ leasehold.Watcher = (*Store)(nil)
+)
+
+const schema = `
+CREATE TABLE IF NOT EXISTS leasehold_leases (
+	name        TEXT PRIMARY KEY,
+	owner       TEXT NOT NULL,
+	request_id  TEXT NOT NULL,
+	token       INTEGER NOT NULL,
+	data        BLOB,
+	ttl_ns      INTEGER NOT NULL,
+	expires_ns  INTEGER NOT NULL,
+	boot_id     TEXT NOT NULL,
+	held        INTEGER NOT NULL,
+	acquired_ns INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS leasehold_meta (
+	key   TEXT PRIMARY KEY,
+	value TEXT NOT NULL
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO leasehold_meta(key, value) VALUES ('schema_version', '1');
+`
+
+// Store is a lease store in one SQLite file. It is safe for concurrent use
+// by many goroutines and by several processes on one host.
+type Store struct {
+	db     *sql.DB
+	path   string
+	clock  clock.Clock
+	bootID string
+
+	writeMu sync.Mutex // one writer per process; other processes wait on SQLite's lock
+
+	watch watchHub
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock sets the clock whose Boot reading judges expiry. Default:
+// clock.Real(). Every process sharing a file must use the host's clock.
+func WithClock(c clock.Clock) Option { return func(s *Store) { s.clock = c } }
+
+// WithBootID overrides the boot id read from the kernel (for tests that
+// simulate a reboot).
+func WithBootID(id string) Option { return func(s *Store) { s.bootID = id } }
+
+// Open opens (creating if needed) the store file at path, and its parent
+// directory.
+func Open(path string, opts ...Option) (*Store, error) {
+	if path == "" {
+		return nil, &leasehold.InvalidError{Field: "path", Reason: "must not be empty"}
+	}
+	if strings.ContainsAny(path, "?#\x00") {
+		return nil, &leasehold.InvalidError{Field: "path", Reason: fmt.Sprintf("%q must not contain '?', '#' or NUL", path)}
+	}
+	s := &Store{path: path, clock: clock.Real()}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.bootID == "" {
+		s.bootID = readBootID()
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("sqlite: create directory: %w", err)
+		}
+	}
+	q := url.Values{}
+	q.Add("_txlock", "immediate")
+	q.Add("_pragma", "busy_timeout(30000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(4)
+	db.SetMaxIdleConns(4)
+	db.SetConnMaxIdleTime(0)
+	if _, err := db.Exec(schema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: create schema in %s: %w", path, err)
+	}
+	s.db = db
+	s.watch.init(s)
+	return s, nil
+}
+
+// Path returns the file the store uses.
+func (s *Store) Path() string { return s.path }
+
+func readBootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func (s *Store) now() int64 { return int64(s.clock.Boot()) }
+
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+const selectRow = `SELECT name, owner, request_id, token, data, ttl_ns, expires_ns, boot_id, held, acquired_ns
+	FROM leasehold_leases WHERE name = ?`
+
+// load reads a row; a row from another boot is treated as expired.
+func (s *Store) load(ctx context.Context, q queryer, name string) (*leasestate.Row, error) {
+	var r leasestate.Row
+	var token, ttl, acquired int64
+	var bootID string
+	var held int
+	err := q.QueryRowContext(ctx, selectRow, name).Scan(&r.Name, &r.Owner, &r.RequestID, &token, &r.Data,
+		&ttl, &r.Expires, &bootID, &held, &acquired)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, translate(err)
+	}
+	r.Token, r.TTL, r.Held, r.Acquired = uint64(token), time.Duration(ttl), held != 0, time.Unix(0, acquired)
+	if bootID != s.bootID {
+		r.Expires = math.MinInt64
+	}
+	return &r, nil
+}
+
+const upsertRow = `INSERT INTO leasehold_leases
+	(name, owner, request_id, token, data, ttl_ns, expires_ns, boot_id, held, acquired_ns)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT(name) DO UPDATE SET owner = excluded.owner, request_id = excluded.request_id,
+	token = excluded.token, data = excluded.data, ttl_ns = excluded.ttl_ns,
+	expires_ns = excluded.expires_ns, boot_id = excluded.boot_id, held = excluded.held,
+	acquired_ns = excluded.acquired_ns`
+
+func (s *Store) save(ctx context.Context, tx *sql.Tx, r leasestate.Row) error {
+	held := 0
+	if r.Held {
+		held = 1
+	}
+	data := r.Data
+	if data == nil {
+		data = []byte{}
+	}
+	_, err := tx.ExecContext(ctx, upsertRow, r.Name, r.Owner, r.RequestID, int64(r.Token), data,
+		int64(r.TTL), r.Expires, s.bootID, held, r.Acquired.UnixNano())
+	return translate(err)
+}
+
+// update runs fn on the named row inside one write transaction and stores
+// the row fn returns, if any.
+func (s *Store) update(ctx context.Context, name string, fn func(cur *leasestate.Row, now int64) (*leasestate.Row, error)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return translate(err)
+	}
+	defer tx.Rollback()
+	cur, err := s.load(ctx, tx, name)
+	if err != nil {
+		return err
+	}
+	next, err := fn(cur, s.now())
+	if err != nil || next == nil {
+		return err
+	}
+	if err := s.save(ctx, tx, *next); err != nil {
+		return err
+	}
+	return translate(tx.Commit())
+}
+
+// TryAcquire implements leasehold.Store.
+func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
+	if err := req.Validate(); err != nil {
+		return leasehold.Record{}, err
+	}
+	var rec leasehold.Record
+	err := s.update(ctx, req.Name, func(cur *leasestate.Row, now int64) (*leasestate.Row, error) {
+		next, r, err := leasestate.Acquire(cur, req, now, time.Now())
+		rec = r
+		return &next, err
+	})
+	return rec, err
+}
+
+// Renew implements leasehold.Store.
+func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
+	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+		return err
+	}
+	if err := leasehold.ValidateTTL(ttl); err != nil {
+		return err
+	}
+	return s.update(ctx, name, func(cur *leasestate.Row, now int64) (*leasestate.Row, error) {
+		next, err := leasestate.Renew(cur, owner, token, ttl, now)
+		return &next, err
+	})
+}
+
+// Release implements leasehold.Store.
+func (s *Store) Release(ctx context.Context, name, owner string, token uint64) error {
+	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+		return err
+	}
+	changed := false
+	err := s.update(ctx, name, func(cur *leasestate.Row, now int64) (*leasestate.Row, error) {
+		next, ch, err := leasestate.Release(cur, owner, token)
+		if err != nil || !ch {
+			return nil, err
+		}
+		changed = true
+		return &next, nil
+	})
+	if err == nil && changed {
+		s.watch.notify(name)
+	}
+	return err
+}
+
+// Get implements leasehold.Store.
+func (s *Store) Get(ctx context.Context, name string) (leasehold.Record, error) {
+	if err := leasehold.ValidateName(name); err != nil {
+		return leasehold.Record{}, err
+	}
+	r, err := s.load(ctx, s.db, name)
+	if err != nil {
+		return leasehold.Record{}, err
+	}
+	now := s.now()
+	if !r.Live(now) {
+		return leasehold.Record{}, leasehold.ErrNotFound
+	}
+	return r.Record(now), nil
+}
+
+// List implements leasehold.Store.
+func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
+	if err := leasehold.ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	// Prefix match on bytes: names in [prefix, prefix+U+10FFFF...) is awkward
+	// in SQL, so filter in Go after a range scan that starts at prefix.
+	rows, err := s.db.QueryContext(ctx, `SELECT name, owner, token, data, ttl_ns, expires_ns, acquired_ns
+		FROM leasehold_leases WHERE held = 1 AND boot_id = ? AND expires_ns > ? AND name >= ? ORDER BY name`,
+		s.bootID, now, prefix)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []leasehold.Record
+	for rows.Next() {
+		var r leasehold.Record
+		var token, ttl, expires, acquired int64
+		if err := rows.Scan(&r.Name, &r.Owner, &token, &r.Data, &ttl, &expires, &acquired); err != nil {
+			return nil, translate(err)
+		}
+		if !strings.HasPrefix(r.Name, prefix) {
+			break
+		}
+		r.Token, r.TTL, r.Remaining, r.Acquired = uint64(token), time.Duration(ttl), time.Duration(expires-now), time.Unix(0, acquired)
+		if len(r.Data) == 0 {
+			r.Data = nil
+		}
+		out = append(out, r)
+	}
+	return out, translate(rows.Err())
+}
+
+// Close stops the store's watchers and closes the database.
+func (s *Store) Close() error {
+	s.watch.close()
+	return s.db.Close()
+}
+
+// translate maps driver errors to leasehold's; context errors pass through.
+func translate(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if errors.Is(err, sql.ErrConnDone) || strings.Contains(err.Error(), "database is closed") {
+		return leasehold.ErrClosed
+	}
+	return fmt.Errorf("sqlite: %s", err.Error())
+}

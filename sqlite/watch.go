@@ -1,0 +1,170 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold"
+)
+
+// pollInterval is how often the watch goroutine asks SQLite whether another
+// connection (in this process or another) committed. It runs only while
+// someone watches, and reads a counter from the shared WAL index: no disk
+// I/O and no write.
+const pollInterval = 2 * time.Millisecond
+
+// watchHub delivers Watch notifications: at once for releases made through
+// this Store, and within pollInterval for releases and expiries made by
+// other processes sharing the file (PRAGMA data_version changes, then the
+// watched names are re-read and the free ones notified).
+type watchHub struct {
+	s        *Store
+	mu       sync.Mutex
+	watchers map[string]map[chan struct{}]struct{}
+	running  bool
+	stop     chan struct{}
+	stopped  chan struct{}
+	closed   bool
+}
+
+func (h *watchHub) init(s *Store) {
+	h.s = s
+	h.watchers = map[string]map[chan struct{}]struct{}{}
+}
+
+// Watch implements leasehold.Watcher.
+func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
+	if err := leasehold.ValidateName(name); err != nil {
+		return nil, err
+	}
+	h := &s.watch
+	ch := make(chan struct{}, 1)
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, leasehold.ErrClosed
+	}
+	if h.watchers[name] == nil {
+		h.watchers[name] = map[chan struct{}]struct{}{}
+	}
+	h.watchers[name][ch] = struct{}{}
+	if !h.running {
+		h.running = true
+		h.stop, h.stopped = make(chan struct{}), make(chan struct{})
+		go h.poll(h.stop, h.stopped)
+	}
+	h.mu.Unlock()
+	go func() {
+		<-ctx.Done()
+		h.mu.Lock()
+		delete(h.watchers[name], ch)
+		if len(h.watchers[name]) == 0 {
+			delete(h.watchers, name)
+		}
+		h.mu.Unlock()
+		close(ch)
+	}()
+	return ch, nil
+}
+
+func (h *watchHub) notify(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.watchers[name] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (h *watchHub) names() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.watchers))
+	for n := range h.watchers {
+		out = append(out, n)
+	}
+	return out
+}
+
+// poll runs while there are watchers. It holds one connection of its own,
+// since data_version is per connection.
+func (h *watchHub) poll(stop, stopped chan struct{}) {
+	defer close(stopped)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	conn, err := h.s.db.Conn(ctx)
+	if err != nil {
+		h.mu.Lock()
+		h.running = false
+		h.mu.Unlock()
+		return
+	}
+	defer conn.Close()
+	var last int64 = -1
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		names := h.names()
+		if len(names) == 0 {
+			h.mu.Lock()
+			if len(h.watchers) == 0 {
+				h.running = false
+				h.mu.Unlock()
+				return
+			}
+			h.mu.Unlock()
+			continue
+		}
+		var v int64
+		if err := conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&v); err != nil {
+			continue
+		}
+		if v == last {
+			continue
+		}
+		last = v
+		h.notifyFree(ctx, conn, names)
+	}
+}
+
+// notifyFree notifies the watched names that are not live.
+func (h *watchHub) notifyFree(ctx context.Context, conn *sql.Conn, names []string) {
+	now := h.s.now()
+	for _, n := range names {
+		r, err := h.s.load(ctx, conn, n)
+		if err != nil {
+			return
+		}
+		if !r.Live(now) {
+			h.notify(n)
+		}
+	}
+}
+
+func (h *watchHub) close() {
+	h.mu.Lock()
+	h.closed = true
+	running, stop, stopped := h.running, h.stop, h.stopped
+	h.running = false
+	h.mu.Unlock()
+	if running {
+		close(stop)
+		<-stopped
+	}
+}

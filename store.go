@@ -1,0 +1,80 @@
+package leasehold
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the seam between leasehold's recipes and an engine. Each method
+// is one atomic, conditional operation on the engine (one round trip on a
+// networked engine). Expiry is judged by the store's own clock, never the
+// caller's. Every store in this module passes the conformance suite in
+// package storetest.
+//
+// Stores validate their arguments (see AcquireRequest.Validate and
+// ValidateHolder) and return an *InvalidError without changing anything when
+// they are bad. Errors from the engine are translated at the store boundary;
+// no engine type leaks through this interface.
+type Store interface {
+	// TryAcquire grants the lease to req.Owner if it is free, expired, or
+	// already granted to the same owner by the same non-empty
+	// req.RequestID (a retried acquire, which gets the same token back and
+	// its expiry refreshed). A new grant's token is strictly greater than
+	// every earlier token for that name. If someone else holds the lease it
+	// returns a *HeldError and changes nothing.
+	TryAcquire(ctx context.Context, req AcquireRequest) (Record, error)
+	// Renew extends the lease to ttl from now if owner and token still hold
+	// it and it has not expired; otherwise it returns ErrNotHeld and changes
+	// nothing.
+	Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error
+	// Release frees the lease if owner and token match its latest grant.
+	// Releasing an already released (or expired, not yet retaken) grant of
+	// one's own again returns nil. A release by anyone else returns
+	// ErrNotHeld and changes nothing.
+	Release(ctx context.Context, name, owner string, token uint64) error
+	// Get returns the live lease with that name, or ErrNotFound.
+	Get(ctx context.Context, name string) (Record, error)
+	// List returns the live leases whose names start with prefix, sorted by
+	// name. An empty prefix lists all.
+	List(ctx context.Context, prefix string) ([]Record, error)
+	// Close releases the store's resources (not its leases).
+	Close() error
+}
+
+// Watcher is implemented by stores that can push a notification when a
+// lease may have become free. Waiters use it instead of polling.
+type Watcher interface {
+	// Watch returns a channel that receives a value (without blocking the
+	// store) whenever the named lease is released or may have become free.
+	// Notifications coalesce; a receiver must re-check with TryAcquire. The
+	// channel is closed after ctx ends.
+	Watch(ctx context.Context, name string) (<-chan struct{}, error)
+}
+
+// AcquireRequest is the argument of Store.TryAcquire.
+type AcquireRequest struct {
+	Name  string
+	Owner string
+	// RequestID identifies one logical acquire. A retry carrying the same id
+	// (after a lost reply) gets its own grant back instead of waiting
+	// behind itself. Empty disables that recognition.
+	RequestID string
+	TTL       time.Duration
+	Data      []byte
+}
+
+// Record describes a lease as a store sees it.
+type Record struct {
+	Name  string
+	Owner string
+	// Token is the fencing token of this grant.
+	Token uint64
+	Data  []byte
+	// TTL is the lease's time to live, renewed from each renewal.
+	TTL time.Duration
+	// Remaining is the time left before expiry by the store's clock when
+	// the record was read.
+	Remaining time.Duration
+	// Acquired is the wall-clock time of the grant, for display only.
+	Acquired time.Time
+}
