@@ -1,0 +1,15 @@
+// Command leasehold takes leases from the command line: it runs commands
+// while holding a lease, lists live leases and demonstrates turn-taking.
+// See "leasehold --help".
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/leasehold/leasehold/internal/cli"
+)
+
+func main() {
+	os.Exit(cli.Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}

@@ -1,0 +1,281 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold"
+)
+
+// runOptions are the flags and arguments of "run", validated.
+type runOptions struct {
+	store   string
+	ttl     time.Duration
+	wait    time.Duration
+	noWait  bool
+	owner   string
+	grace   time.Duration
+	data    string
+	name    string
+	command []string
+}
+
+const runLong = `Run takes the lease NAME, runs CMD with ARGS while holding it, and releases
+it when CMD exits. It is a lock around a command: two "leasehold run" with
+the same NAME and store never run their commands at the same time (while
+each keeps its lease alive).
+
+By default run waits for the lease as long as it takes; --wait bounds the
+wait and --no-wait makes one attempt. While waiting it shows who holds the
+lease (a status line updated in place when stderr is a terminal, else one
+line).
+
+CMD runs with stdin, stdout and stderr inherited and these variables added:
+
+  LEASEHOLD_NAME    the lease name
+  LEASEHOLD_OWNER   the owner identity the lease was granted to
+  LEASEHOLD_TOKEN   the fencing token (decimal): strictly greater than the
+                    token of every earlier holder of NAME; pass it to the
+                    resources you write so they can reject stale writers
+
+The lease is renewed in the background every TTL/3. If no renewal has been
+confirmed by GRACE before the lease's local deadline, CMD gets SIGTERM, and
+SIGKILL if it is still running at the deadline. If the store refuses a
+renewal (the lease expired or was released by someone else), CMD gets
+SIGTERM at once and SIGKILL min(GRACE, time left to the deadline) later; if
+that happens after the SIGTERM for the grace window, SIGKILL follows at
+once. Run then exits 76.
+
+SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to leasehold are
+forwarded to CMD, which stays in leasehold's process group. A SIGINT or
+SIGQUIT typed at the terminal that leasehold runs in the foreground of
+already reaches CMD from the terminal, so it is not sent a second time. A
+signal received while waiting for the lease ends the wait (exit 128+N).
+
+Exit codes:
+  (CMD's)  CMD's exit status; 128+N if CMD died from signal N
+  64       usage error: bad flags or arguments, invalid name, owner,
+           TTL, grace or store URL (nothing is written to the store)
+  70       store or internal error
+  75       lease not acquired: --no-wait found it held, or --wait timed out
+  76       lease lost (or not renewed in time) while CMD ran; CMD was
+           terminated
+  126, 127 CMD could not be started, or was not found
+  128+N    a signal N ended the wait for the lease`
+
+const runExample = `  # Run the nightly backup unless another host is already running it.
+  leasehold run --store sqlite:///var/lib/leasehold/leases.db --no-wait \
+      backup/nightly -- /usr/local/bin/backup.sh --full
+
+  # Wait up to 10 minutes for the lease; keep it alive with a 30s TTL.
+  leasehold run --wait 10m --ttl 30s deploy/prod -- make deploy
+
+  # Use the fencing token in the child.
+  leasehold run jobs/report -- sh -c 'generate-report --fence "$LEASEHOLD_TOKEN"'`
+
+func newRunCmd(e *env) *cobra.Command {
+	o := &runOptions{}
+	cmd := &cobra.Command{
+		Use:     "run [flags] NAME -- CMD [ARGS...]",
+		Short:   "Run a command while holding a lease",
+		Long:    runLong,
+		Example: runExample,
+		RunE: wrapRun(func(cmd *cobra.Command, args []string) error {
+			if err := o.parse(cmd, args); err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), e)
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.store, "store", "", "store URL (default $LEASEHOLD_STORE, else the default SQLite file)")
+	f.DurationVar(&o.ttl, "ttl", leasehold.DefaultTTL, "lease time to live; renewed every TTL/3 while CMD runs")
+	f.DurationVar(&o.wait, "wait", 0, "longest time to wait for the lease (0: wait forever)")
+	f.BoolVar(&o.noWait, "no-wait", false, "try once; exit 75 at once if the lease is held")
+	f.StringVar(&o.owner, "owner", "", "owner identity (default HOSTNAME/PID/RANDOM)")
+	f.DurationVar(&o.grace, "grace", 0, "SIGTERM CMD this long before the lease's deadline if no renewal was confirmed (default TTL/3; must be < TTL*2/3)")
+	f.StringVar(&o.data, "data", "", "data to attach to the lease (shown by status --json)")
+	return cmd
+}
+
+// parse checks the flags and arguments without touching the store.
+func (o *runOptions) parse(cmd *cobra.Command, args []string) error {
+	dash := cmd.ArgsLenAtDash()
+	switch {
+	case dash < 0 && len(args) == 0:
+		return usagef("run: missing NAME and -- CMD")
+	case dash < 0:
+		return usagef("run: missing -- before the command (leasehold run NAME -- CMD [ARGS...])")
+	case dash == 0:
+		return usagef("run: missing NAME before --")
+	case dash > 1:
+		return usagef("run: expected one NAME before --, got %d arguments", dash)
+	case len(args) == dash:
+		return usagef("run: missing command after --")
+	}
+	o.name, o.command = args[0], args[1:]
+	if err := leasehold.ValidateName(o.name); err != nil {
+		return usagef("run: %v", err)
+	}
+	if err := leasehold.ValidateTTL(o.ttl); err != nil {
+		return usagef("run: --ttl: %v", err)
+	}
+	if o.wait < 0 {
+		return usagef("run: --wait %s must not be negative", o.wait)
+	}
+	if o.noWait && cmd.Flags().Changed("wait") {
+		return usagef("run: --wait and --no-wait exclude each other")
+	}
+	if cmd.Flags().Changed("owner") {
+		if err := leasehold.ValidateOwner(o.owner); err != nil {
+			return usagef("run: --owner: %v", err)
+		}
+	}
+	if !cmd.Flags().Changed("grace") {
+		o.grace = o.ttl / 3
+	}
+	if o.grace <= 0 || o.grace >= o.ttl*2/3 {
+		return usagef("run: --grace %s must be more than 0 and less than TTL*2/3 (%s)", o.grace, o.ttl*2/3)
+	}
+	if err := leasehold.ValidateData([]byte(o.data)); err != nil {
+		return usagef("run: --data: %v", err)
+	}
+	if _, err := exec.LookPath(o.command[0]); err != nil {
+		return startError(o.command[0], err)
+	}
+	return nil
+}
+
+// startError maps a failure to find or start the command to 127 or 126.
+func startError(name string, err error) error {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return exitf(ExitNotFound, "run: command %q not found", name)
+	}
+	return exitf(ExitCannotExec, "run: cannot run %q: %v", name, err)
+}
+
+// run acquires the lease, supervises the command and releases the lease.
+func (o *runOptions) run(ctx context.Context, e *env) error {
+	// Catch the forwarded signals from now on: while waiting they end the
+	// wait, while the command runs they are forwarded to it, and while the
+	// lease is released they do not cut the release short.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwardedSignals...)
+	defer signal.Stop(sigs)
+
+	store, err := openStore(ctx, o.store)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	var opts []leasehold.Option
+	if o.owner != "" {
+		opts = append(opts, leasehold.WithOwner(o.owner))
+	}
+	client, err := leasehold.New(store, opts...)
+	if err != nil {
+		return classify(err, "run")
+	}
+	lease, err := o.acquire(ctx, e, client, sigs)
+	if err != nil {
+		return err
+	}
+	return o.supervise(ctx, e, lease, sigs)
+}
+
+// acquire takes the lease as the flags say. A signal from sigs ends the
+// wait.
+func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Client, sigs <-chan os.Signal) (*leasehold.Lease, error) {
+	aopts := []leasehold.AcquireOption{leasehold.TTL(o.ttl)}
+	if o.data != "" {
+		aopts = append(aopts, leasehold.Data([]byte(o.data)))
+	}
+	if o.noWait {
+		l, err := client.TryAcquire(ctx, o.name, aopts...)
+		var held *leasehold.HeldError
+		if errors.As(err, &held) {
+			return nil, exitf(ExitNotAcquired, "%s is held by %s (token %d, expires in %s)",
+				o.name, held.Owner, held.Token, roundDuration(held.Remaining))
+		}
+		if err != nil {
+			return nil, classify(err, "acquire %s", o.name)
+		}
+		return l, nil
+	}
+
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if o.wait > 0 {
+		var stop context.CancelFunc
+		wctx, stop = context.WithTimeoutCause(wctx, o.wait, errWaitTimeout)
+		defer stop()
+	}
+	ws := newWaitStatus(e.stderr, o.name)
+	defer ws.stop()
+	aopts = append(aopts, leasehold.OnWait(ws.update))
+
+	// A signal ends the wait. The goroutine hands the signal back so that
+	// it is not lost if the lease was granted at the same moment.
+	stopSigs, caught := make(chan struct{}), make(chan os.Signal, 1)
+	go func() {
+		defer close(caught)
+		select {
+		case sig := <-sigs:
+			caught <- sig
+			cancel(&signalError{sig})
+		case <-stopSigs:
+		}
+	}()
+
+	l, err := client.Acquire(wctx, o.name, aopts...)
+	close(stopSigs)
+	ws.stop()
+	if sig, ok := <-caught; ok {
+		if err == nil {
+			if rerr := releaseLease(l); rerr != nil {
+				fmt.Fprintf(e.stderr, "leasehold: %v\n", rerr)
+			}
+		}
+		return nil, exitf(signalExitCode(sig), "%s while waiting for %s", sig, o.name)
+	}
+	if err == nil {
+		return l, nil
+	}
+	cause := context.Cause(wctx)
+	switch {
+	case ctx.Err() != nil:
+		return nil, exitf(ExitInternal, "run: cancelled while waiting for %s", o.name)
+	case errors.Is(cause, errWaitTimeout):
+		if held := ws.last(); held != nil {
+			return nil, exitf(ExitNotAcquired, "gave up waiting for %s after %s: held by %s (token %d)",
+				o.name, o.wait, held.Owner, held.Token)
+		}
+		return nil, exitf(ExitNotAcquired, "gave up waiting for %s after %s", o.name, o.wait)
+	}
+	return nil, classify(err, "acquire %s", o.name)
+}
+
+var errWaitTimeout = errors.New("--wait timed out")
+
+// signalError is the cause of a wait ended by a signal.
+type signalError struct{ sig os.Signal }
+
+func (s *signalError) Error() string { return fmt.Sprintf("received %s", s.sig) }
+
+// roundDuration rounds d for display: to 100ms under a minute, else to
+// seconds.
+func roundDuration(d time.Duration) time.Duration {
+	if d < time.Minute {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
+}
