@@ -1,0 +1,262 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/leasehold/leasehold"
+)
+
+// HistoryConfig shapes the randomized histories of CheckHistories.
+type HistoryConfig struct {
+	Histories    int             // independent histories, one lease name each (default 200)
+	Clients      int             // clients per history (default 4)
+	OpsPerClient int             // operations per client (default 12)
+	Parallel     int             // histories run at once (default 8)
+	TTLs         []time.Duration // TTLs drawn per acquire (default 30ms and 80ms)
+	Prefix       string          // lease name prefix (default "linear/")
+	Seed         uint64          // 0 = random
+	Timeout      time.Duration   // checker time per history (default 10s)
+}
+
+func (c *HistoryConfig) defaults() {
+	if c.Histories == 0 {
+		c.Histories = 200
+	}
+	if c.Clients == 0 {
+		c.Clients = 4
+	}
+	if c.OpsPerClient == 0 {
+		c.OpsPerClient = 12
+	}
+	if c.Parallel == 0 {
+		c.Parallel = 8
+	}
+	if len(c.TTLs) == 0 {
+		c.TTLs = []time.Duration{30 * time.Millisecond, 80 * time.Millisecond}
+	}
+	if c.Prefix == "" {
+		c.Prefix = "linear/"
+	}
+	if c.Seed == 0 {
+		c.Seed = rand.Uint64()
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Second
+	}
+}
+
+// HistoryResult counts what the checker said.
+type HistoryResult struct {
+	Seed       uint64
+	Histories  int
+	Operations int
+	Grants     int // successful acquires recorded
+	Takeovers  int // grants made while the previous grant was unreleased (expiry)
+	Unknown    int // indeterminate operations recorded
+	Ok         int // histories the checker found linearizable
+	Illegal    int // histories it proved not linearizable
+	Undecided  int // histories it could not decide in time (never a pass)
+	FirstBad   string
+}
+
+// Passed reports whether every history was checked and found linearizable.
+func (r HistoryResult) Passed() bool { return r.Ok == r.Histories && r.Histories > 0 }
+
+func (r HistoryResult) String() string {
+	return fmt.Sprintf("seed %d: %d histories, %d ops (%d grants, %d expiry takeovers, %d indeterminate): %d ok, %d illegal, %d undecided",
+		r.Seed, r.Histories, r.Operations, r.Grants, r.Takeovers, r.Unknown, r.Ok, r.Illegal, r.Undecided)
+}
+
+// CheckHistories runs randomized concurrent workloads against store, one
+// lease name per history, records every operation, and checks each history
+// with porcupine against LeaseModel. Operations go straight to the Store so
+// that every answer is recorded as the store gave it.
+func CheckHistories(ctx context.Context, store leasehold.Store, cfg HistoryConfig) HistoryResult {
+	cfg.defaults()
+	res := HistoryResult{Seed: cfg.Seed, Histories: cfg.Histories}
+	start := time.Now()
+	var mu sync.Mutex
+	sem := make(chan struct{}, cfg.Parallel)
+	var wg sync.WaitGroup
+	for h := 0; h < cfg.Histories; h++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(h int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			name := fmt.Sprintf("%s%d-%d", cfg.Prefix, cfg.Seed%100000, h)
+			ops := runHistory(ctx, store, name, cfg, start, rand.New(rand.NewPCG(cfg.Seed, uint64(h))))
+			result := porcupine.CheckOperationsTimeout(LeaseModel(), ops, cfg.Timeout)
+			mu.Lock()
+			defer mu.Unlock()
+			res.Operations += len(ops)
+			countOps(&res, ops)
+			switch result {
+			case porcupine.Ok:
+				res.Ok++
+			case porcupine.Illegal:
+				res.Illegal++
+				if res.FirstBad == "" {
+					res.FirstBad = describe(name, ops)
+				}
+			default:
+				res.Undecided++
+			}
+		}(h)
+	}
+	wg.Wait()
+	return res
+}
+
+func countOps(res *HistoryResult, ops []porcupine.Operation) {
+	for _, op := range ops {
+		i, o := op.Input.(opInput), op.Output.(opOutput)
+		if o.Unknown {
+			res.Unknown++
+		}
+		if i.Kind == opAcquire && o.OK {
+			res.Grants++
+		}
+	}
+	// Takeovers: a grant whose token follows a grant never released.
+	released := map[uint64]bool{}
+	for _, op := range ops {
+		if i, o := op.Input.(opInput), op.Output.(opOutput); i.Kind == opRelease && o.OK {
+			released[i.Token] = true
+		}
+	}
+	for _, op := range ops {
+		if i, o := op.Input.(opInput), op.Output.(opOutput); i.Kind == opAcquire && o.OK && o.Token > 1 && !released[o.Token-1] {
+			res.Takeovers++
+		}
+	}
+}
+
+func describe(name string, ops []porcupine.Operation) string {
+	m := LeaseModel()
+	s := fmt.Sprintf("history of %q (%d ops):", name, len(ops))
+	for _, op := range ops {
+		s += fmt.Sprintf("\n  [%8.3fms %8.3fms] %s", float64(op.Call)/1e6, float64(op.Return)/1e6, m.DescribeOperation(op.Input, op.Output))
+	}
+	return s
+}
+
+// runHistory drives cfg.Clients clients against one name and records their
+// operations.
+func runHistory(ctx context.Context, store leasehold.Store, name string, cfg HistoryConfig, start time.Time, rng *rand.Rand) []porcupine.Operation {
+	var mu sync.Mutex
+	var ops []porcupine.Operation
+	seeds := make([]uint64, cfg.Clients)
+	for i := range seeds {
+		seeds[i] = rng.Uint64()
+	}
+	var wg sync.WaitGroup
+	for c := 0; c < cfg.Clients; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(seeds[c], 7))
+			mine := runClient(ctx, store, name, fmt.Sprintf("c%d", c), c, cfg, start, r)
+			mu.Lock()
+			ops = append(ops, mine...)
+			mu.Unlock()
+		}(c)
+	}
+	wg.Wait()
+	return ops
+}
+
+func runClient(ctx context.Context, store leasehold.Store, name, owner string, id int, cfg HistoryConfig, start time.Time, r *rand.Rand) []porcupine.Operation {
+	now := func() int64 { return int64(time.Since(start)) }
+	var ops []porcupine.Operation
+	var held uint64      // token this client believes it holds
+	var heldReq string   // its request id
+	var seen uint64      // a token seen held by someone else
+	var lastTTL = cfg.TTLs[0]
+	for n := 0; n < cfg.OpsPerClient; n++ {
+		if ctx.Err() != nil {
+			break
+		}
+		in := opInput{Owner: owner}
+		p := r.IntN(100)
+		switch {
+		case held != 0 && p < 35:
+			in.Kind, in.Token, in.TTL = opRenew, held, int64(lastTTL)
+		case held != 0 && p < 75:
+			in.Kind, in.Token = opRelease, held
+		case held != 0 && p < 90:
+			in.Kind, in.RequestID, in.TTL = opAcquire, heldReq, int64(lastTTL) // a retried acquire
+		case held == 0 && seen != 0 && p < 10:
+			in.Kind, in.Token = opRelease, seen // someone else's token
+		case held == 0 && seen != 0 && p < 20:
+			in.Kind, in.Token, in.TTL = opRenew, seen, int64(lastTTL)
+		default:
+			lastTTL = cfg.TTLs[r.IntN(len(cfg.TTLs))]
+			in.Kind, in.RequestID, in.TTL = opAcquire, fmt.Sprintf("%s-%d", owner, n), int64(lastTTL)
+		}
+		var out opOutput
+		in.Call = now()
+		var err error
+		switch in.Kind {
+		case opAcquire:
+			var rec leasehold.Record
+			rec, err = store.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: owner, RequestID: in.RequestID, TTL: time.Duration(in.TTL)})
+			var he *leasehold.HeldError
+			switch {
+			case err == nil:
+				out.OK, out.Token = true, rec.Token
+				if rec.Token != held {
+					held, heldReq = rec.Token, in.RequestID
+				}
+			case errors.As(err, &he):
+				out.Token, out.HolderOwner = he.Token, he.Owner
+				seen, err = he.Token, nil
+				if he.Owner == owner && he.Token == held {
+					// our own earlier grant, retried with a new request id
+				} else {
+					held = 0
+				}
+			}
+		case opRenew:
+			err = store.Renew(ctx, name, owner, in.Token, time.Duration(in.TTL))
+			if err == nil {
+				out.OK = true
+			} else if errors.Is(err, leasehold.ErrNotHeld) {
+				err = nil
+				if in.Token == held {
+					held = 0
+				}
+			}
+		case opRelease:
+			err = store.Release(ctx, name, owner, in.Token)
+			if err == nil {
+				out.OK = true
+				if in.Token == held {
+					held = 0
+				}
+			} else if errors.Is(err, leasehold.ErrNotHeld) {
+				err = nil
+				if in.Token == held {
+					held = 0
+				}
+			}
+		}
+		out.Return = now()
+		if err != nil {
+			// Indeterminate: the operation may or may not have taken effect.
+			// The client is retired, as Jepsen does.
+			out.Unknown, out.Return = true, int64(1)<<62
+			ops = append(ops, porcupine.Operation{ClientId: id, Input: in, Call: in.Call, Output: out, Return: out.Return})
+			break
+		}
+		ops = append(ops, porcupine.Operation{ClientId: id, Input: in, Call: in.Call, Output: out, Return: out.Return})
+		time.Sleep(time.Duration(r.Int64N(int64(lastTTL) / 2)))
+	}
+	return ops
+}

@@ -1,0 +1,194 @@
+package storetest
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// The lease-aware fenced-mutex model that histories are checked against.
+// Times are nanoseconds on the test's monotonic clock, which runs at the
+// store clock's rate up to Rho. An operation took effect at some instant
+// within [Call, Return]; the model keeps the window of the last grant or
+// renewal, [lo, hi], and judges expiry against it:
+//
+//   - the lease may have expired at t if t >= lo + TTL*(1-Rho) - Slack;
+//   - it may still be alive at t if t < hi + TTL*(1+Rho) + Slack.
+//
+// A grant is legal if the lease is free or may have expired, and its token
+// is strictly greater than every earlier token; a retried acquire (same
+// owner and request id as the holder) may get the holder's token back while
+// the lease may be alive. A "held" answer must name the current holder and
+// token while the lease may be alive. Renew needs owner and token of a lease
+// that may be alive; release needs owner and token of the latest grant.
+// An indeterminate operation may or may not have taken effect.
+
+// Rho is the clock-rate error the model allows between the test's clock and
+// the store's.
+const Rho = 0.01
+
+// Slack is the fixed timing tolerance the model allows.
+const Slack = time.Millisecond
+
+type opKind int
+
+const (
+	opAcquire opKind = iota
+	opRenew
+	opRelease
+)
+
+func (k opKind) String() string {
+	return [...]string{"acquire", "renew", "release"}[k]
+}
+
+// opInput is what a client asked.
+type opInput struct {
+	Kind      opKind
+	Owner     string
+	RequestID string
+	Token     uint64 // renew, release
+	TTL       int64
+	Call      int64
+}
+
+// opOutput is what it got back.
+type opOutput struct {
+	OK          bool   // granted / renewed / released
+	Token       uint64 // acquire: granted token, or the holder's token when held
+	HolderOwner string // acquire when held
+	Unknown     bool   // indeterminate: no definite answer
+	Return      int64
+}
+
+type modelState struct {
+	Token      uint64 // latest grant (a lower bound if TokenLower)
+	TokenLower bool
+	Owner      string
+	RequestID  string
+	Held       bool
+	Lo, Hi     int64
+	TTL        int64
+}
+
+func mayBeExpired(s modelState, t int64) bool {
+	return !s.Held || t >= s.Lo+int64(float64(s.TTL)*(1-Rho))-int64(Slack)
+}
+
+func mayBeAlive(s modelState, t int64) bool {
+	return s.Held && t < s.Hi+int64(float64(s.TTL)*(1+Rho))+int64(Slack)
+}
+
+func tokenAbove(s modelState, t uint64) bool { return t > s.Token }
+
+func stepModel(st, in, out interface{}) []interface{} {
+	s, i, o := st.(modelState), in.(opInput), out.(opOutput)
+	if o.Unknown {
+		res := []interface{}{s}
+		if next, ok := unknownEffect(s, i); ok {
+			res = append(res, next)
+		}
+		return res
+	}
+	switch i.Kind {
+	case opAcquire:
+		if o.OK {
+			retry := s.Held && s.Owner == i.Owner && s.RequestID == i.RequestID && i.RequestID != "" &&
+				o.Token == s.Token && !s.TokenLower && mayBeAlive(s, i.Call)
+			fresh := tokenAbove(s, o.Token) && mayBeExpired(s, o.Return)
+			if !retry && !fresh {
+				return nil
+			}
+			return []interface{}{modelState{Token: o.Token, Owner: i.Owner, RequestID: i.RequestID, Held: true, Lo: i.Call, Hi: o.Return, TTL: i.TTL}}
+		}
+		sameHolder := o.HolderOwner == s.Owner && (o.Token == s.Token || s.TokenLower)
+		if !sameHolder || !mayBeAlive(s, i.Call) {
+			return nil
+		}
+		return []interface{}{s}
+	case opRenew:
+		mine := s.Held && s.Owner == i.Owner && s.Token == i.Token && !s.TokenLower
+		if o.OK {
+			if !mine || !mayBeAlive(s, i.Call) {
+				return nil
+			}
+			n := s
+			n.Lo, n.Hi, n.TTL = i.Call, o.Return, i.TTL
+			return []interface{}{n}
+		}
+		if mine && !mayBeExpired(s, o.Return) {
+			return nil
+		}
+		return []interface{}{s}
+	case opRelease:
+		latest := s.Owner == i.Owner && s.Token == i.Token && !s.TokenLower
+		if o.OK != latest {
+			return nil
+		}
+		if o.OK {
+			n := s
+			n.Held = false
+			return []interface{}{n}
+		}
+		return []interface{}{s}
+	}
+	return nil
+}
+
+// unknownEffect is the state after an indeterminate operation that did
+// take effect.
+func unknownEffect(s modelState, i opInput) (modelState, bool) {
+	const never = int64(1) << 62
+	switch i.Kind {
+	case opAcquire:
+		if !mayBeExpired(s, never) {
+			return s, false
+		}
+		return modelState{Token: s.Token + 1, TokenLower: true, Owner: i.Owner, RequestID: i.RequestID, Held: true, Lo: i.Call, Hi: never, TTL: i.TTL}, true
+	case opRenew:
+		if s.Held && s.Owner == i.Owner && s.Token == i.Token {
+			n := s
+			n.Hi, n.TTL = never, i.TTL
+			return n, true
+		}
+	case opRelease:
+		if s.Owner == i.Owner && s.Token == i.Token {
+			n := s
+			n.Held = false
+			return n, true
+		}
+	}
+	return s, false
+}
+
+// LeaseModel is the porcupine model of one lease name.
+func LeaseModel() porcupine.Model {
+	nm := porcupine.NondeterministicModel{
+		Init: func() []interface{} { return []interface{}{modelState{}} },
+		Step: stepModel,
+		Equal: func(a, b interface{}) bool {
+			return a.(modelState) == b.(modelState)
+		},
+		DescribeOperation: func(in, out interface{}) string {
+			i, o := in.(opInput), out.(opOutput)
+			res := "ok"
+			switch {
+			case o.Unknown:
+				res = "unknown"
+			case !o.OK && i.Kind == opAcquire:
+				res = fmt.Sprintf("held by %s/%d", o.HolderOwner, o.Token)
+			case !o.OK:
+				res = "not held"
+			case i.Kind == opAcquire:
+				res = fmt.Sprintf("token %d", o.Token)
+			}
+			return fmt.Sprintf("%s %s tok=%d ttl=%s -> %s", i.Owner, i.Kind, i.Token, time.Duration(i.TTL), res)
+		},
+		DescribeState: func(st interface{}) string {
+			s := st.(modelState)
+			return fmt.Sprintf("token=%d owner=%s held=%v", s.Token, s.Owner, s.Held)
+		},
+	}
+	return nm.ToModel()
+}
