@@ -175,9 +175,9 @@ func runHistory(ctx context.Context, store leasehold.Store, name string, cfg His
 func runClient(ctx context.Context, store leasehold.Store, name, owner string, id int, cfg HistoryConfig, start time.Time, r *rand.Rand) []porcupine.Operation {
 	now := func() int64 { return int64(time.Since(start)) }
 	var ops []porcupine.Operation
-	var held uint64      // token this client believes it holds
-	var heldReq string   // its request id
-	var seen uint64      // a token seen held by someone else
+	var held uint64    // token this client believes it holds
+	var heldReq string // its request id
+	var seen uint64    // a token seen held by someone else
 	var lastTTL = cfg.TTLs[0]
 	for n := 0; n < cfg.OpsPerClient; n++ {
 		if ctx.Err() != nil {
