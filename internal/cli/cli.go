@@ -80,14 +80,21 @@ func classify(err error, format string, args ...any) error {
 type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
+	// open opens a store from a URL; stores.Open unless a test says
+	// otherwise.
+	open func(ctx context.Context, url string) (leasehold.Store, error)
 }
 
 // Main runs the leasehold command with args (without the program name),
 // writing to stdout and stderr, and returns the process exit code. The
 // child of "run" reads os.Stdin.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	e := &env{stdin: os.Stdin, stdout: stdout, stderr: stderr}
-	root := newRoot(ctx, e)
+	e := &env{stdin: os.Stdin, stdout: stdout, stderr: stderr, open: stores.Open}
+	return e.main(ctx, args)
+}
+
+func (e *env) main(ctx context.Context, args []string) int {
+	root := newRoot(e)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
@@ -100,9 +107,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		ee = &exitError{code: ExitUsage, msg: err.Error()}
 	}
 	if ee.msg != "" {
-		fmt.Fprintf(stderr, "leasehold: %s\n", ee.msg)
+		fmt.Fprintf(e.stderr, "leasehold: %s\n", ee.msg)
 		if ee.code == ExitUsage {
-			fmt.Fprintln(stderr, "Run 'leasehold --help' for usage.")
+			fmt.Fprintln(e.stderr, "Run 'leasehold --help' for usage.")
 		}
 	}
 	return ee.code
@@ -121,7 +128,7 @@ func wrapRun(f func(cmd *cobra.Command, args []string) error) func(*cobra.Comman
 	}
 }
 
-func newRoot(ctx context.Context, e *env) *cobra.Command {
+func newRoot(e *env) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "leasehold",
 		Short: "Distributed leases and locks from the command line",
@@ -174,8 +181,8 @@ func defaultPathHint() string {
 }
 
 // openStore opens the store named by the --store flag (empty: the default).
-func openStore(ctx context.Context, url string) (leasehold.Store, error) {
-	s, err := stores.Open(ctx, url)
+func (e *env) openStore(ctx context.Context, url string) (leasehold.Store, error) {
+	s, err := e.open(ctx, url)
 	if err != nil {
 		return nil, classify(err, "open store")
 	}

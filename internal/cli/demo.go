@@ -49,7 +49,7 @@ func newDemoCmd(e *env) *cobra.Command {
 			if workers < 1 || workers > 100 {
 				return usagef("demo: --workers %d must be in [1, 100]", workers)
 			}
-			s, cleanup, err := demoStore(cmd, store)
+			s, cleanup, err := e.demoStore(cmd, store)
 			if err != nil {
 				return err
 			}
@@ -64,9 +64,9 @@ func newDemoCmd(e *env) *cobra.Command {
 }
 
 // demoStore opens the --store URL, or a temporary SQLite file.
-func demoStore(cmd *cobra.Command, url string) (leasehold.Store, func(), error) {
+func (e *env) demoStore(cmd *cobra.Command, url string) (leasehold.Store, func(), error) {
 	if cmd.Flags().Changed("store") {
-		s, err := openStore(cmd.Context(), url)
+		s, err := e.openStore(cmd.Context(), url)
 		if err != nil {
 			return nil, nil, err
 		}

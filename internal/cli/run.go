@@ -171,7 +171,7 @@ func (o *runOptions) run(ctx context.Context, e *env) error {
 	signal.Notify(sigs, forwardedSignals...)
 	defer signal.Stop(sigs)
 
-	store, err := openStore(ctx, o.store)
+	store, err := e.openStore(ctx, o.store)
 	if err != nil {
 		return err
 	}

@@ -54,7 +54,7 @@ func newStatusCmd(e *env) *cobra.Command {
 			if err := leasehold.ValidatePrefix(prefix); err != nil {
 				return usagef("status: %v", err)
 			}
-			s, err := openStore(cmd.Context(), store)
+			s, err := e.openStore(cmd.Context(), store)
 			if err != nil {
 				return err
 			}
