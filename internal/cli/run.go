@@ -52,7 +52,10 @@ SIGKILL if it is still running at the deadline. If the store refuses a
 renewal (the lease expired or was released by someone else), CMD gets
 SIGTERM at once and SIGKILL min(GRACE, time left to the deadline) later; if
 that happens after the SIGTERM for the grace window, SIGKILL follows at
-once. Run then exits 76.
+once. Run then exits 76. Renewals are sent every TTL/3 and the deadline
+is about TTL after the last one was sent, so GRACE must leave time for a
+renewal round trip: a GRACE close to TTL*2/3 gets CMD terminated although
+the lease is healthy.
 
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to leasehold are
 forwarded to CMD, which stays in leasehold's process group. A SIGINT or
@@ -199,17 +202,19 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 	if o.data != "" {
 		aopts = append(aopts, leasehold.Data([]byte(o.data)))
 	}
-	if o.noWait {
-		l, err := client.TryAcquire(ctx, o.name, aopts...)
-		var held *leasehold.HeldError
-		if errors.As(err, &held) {
-			return nil, exitf(ExitNotAcquired, "%s is held by %s (token %d, expires in %s)",
-				o.name, held.Owner, held.Token, roundDuration(held.Remaining))
-		}
-		if err != nil {
-			return nil, classify(err, "acquire %s", o.name)
-		}
+	// One attempt first, also when waiting: Acquire retries every store
+	// error but invalid arguments for as long as it waits, so a store
+	// that fails outright is reported here instead of waited on silently.
+	l, err := client.TryAcquire(ctx, o.name, aopts...)
+	var held *leasehold.HeldError
+	switch {
+	case err == nil:
 		return l, nil
+	case !errors.As(err, &held):
+		return nil, classify(err, "acquire %s", o.name)
+	case o.noWait:
+		return nil, exitf(ExitNotAcquired, "%s is held by %s (token %d, expires in %s)",
+			o.name, held.Owner, held.Token, roundDuration(held.Remaining))
 	}
 
 	wctx, cancel := context.WithCancelCause(ctx)
@@ -221,6 +226,7 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 	}
 	ws := newWaitStatus(e.stderr, o.name)
 	defer ws.stop()
+	ws.update(held)
 	aopts = append(aopts, leasehold.OnWait(ws.update))
 
 	// A signal ends the wait. The goroutine hands the signal back so that
@@ -236,7 +242,7 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 		}
 	}()
 
-	l, err := client.Acquire(wctx, o.name, aopts...)
+	l, err = client.Acquire(wctx, o.name, aopts...)
 	close(stopSigs)
 	ws.stop()
 	if sig, ok := <-caught; ok {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -17,26 +16,45 @@ import (
 	"github.com/leasehold/leasehold/stores"
 )
 
-// faultStore wraps a store and replaces its Renew.
+// faultStore wraps a store and replaces its TryAcquire or Renew by the
+// functions that are set.
 type faultStore struct {
 	leasehold.Store
-	renew  func(ctx context.Context) error
-	renews atomic.Int32
+	try   func(ctx context.Context) error
+	renew func(ctx context.Context) error
+}
+
+func (f *faultStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
+	if f.try != nil {
+		return leasehold.Record{}, f.try(ctx)
+	}
+	return f.Store.TryAcquire(ctx, req)
 }
 
 func (f *faultStore) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	f.renews.Add(1)
-	return f.renew(ctx)
+	if f.renew != nil {
+		return f.renew(ctx)
+	}
+	return f.Store.Renew(ctx, name, owner, token, ttl)
 }
 
-// withFaultyRenew makes every store the harness opens use renew.
-func (h *harness) withFaultyRenew(renew func(ctx context.Context) error) {
+// withFaults makes every store the harness opens a faultStore.
+func (h *harness) withFaults(try, renew func(ctx context.Context) error) {
 	h.open = func(ctx context.Context, url string) (leasehold.Store, error) {
 		s, err := stores.Open(ctx, url)
 		if err != nil {
 			return nil, err
 		}
-		return &faultStore{Store: s, renew: renew}, nil
+		return &faultStore{Store: s, try: try, renew: renew}, nil
+	}
+}
+
+func TestRunStoreFailure(t *testing.T) {
+	h := newHarness(t)
+	h.withFaults(func(context.Context) error { return errors.New("disk on fire") }, nil)
+	r := h.run("run", "--store", h.url, "--wait", "10s", "t/fail", "--", "true")
+	if r.code != ExitInternal || !strings.Contains(r.stderr, "leasehold: acquire t/fail: disk on fire") {
+		t.Errorf("code %d (want %d), stderr %q", r.code, ExitInternal, r.stderr)
 	}
 }
 
@@ -163,7 +181,7 @@ func TestRunGraceWindowTerminates(t *testing.T) {
 	// Renewals never complete: the watchdog sends SIGTERM grace before the
 	// local deadline and the child exits on it.
 	h := newHarness(t)
-	h.withFaultyRenew(hang)
+	h.withFaults(nil, hang)
 	r := h.run("run", "--store", h.url, "--ttl", "1s", "--grace", "300ms", "t/grace", "--", "sh", "-c", termChild)
 	if r.code != ExitLost {
 		t.Errorf("code %d, want %d", r.code, ExitLost)
@@ -185,7 +203,7 @@ func TestRunDeadlineKills(t *testing.T) {
 	// Renewals never complete and the child ignores SIGTERM: it is killed
 	// at the deadline.
 	h := newHarness(t)
-	h.withFaultyRenew(hang)
+	h.withFaults(nil, hang)
 	r := h.run("run", "--store", h.url, "--ttl", "1s", "--grace", "300ms", "t/kill", "--", "sh", "-c", stubbornChild)
 	if r.code != ExitLost {
 		t.Errorf("code %d, want %d", r.code, ExitLost)
@@ -209,7 +227,7 @@ func TestRunRefusedRenewal(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
-			h.withFaultyRenew(refuse)
+			h.withFaults(nil, refuse)
 			r := h.run("run", "--store", h.url, "--ttl", "3s", "--grace", "500ms", "t/refused", "--", "sh", "-c", tc.child)
 			if r.code != ExitLost {
 				t.Errorf("code %d, want %d", r.code, ExitLost)
