@@ -199,10 +199,17 @@ func (l *Lease) renewOnce(ctx context.Context) error {
 	switch {
 	case err == nil:
 		l.mu.Lock()
-		lost := l.err != nil
+		lost, late := l.err != nil, l.pastDeadlineLocked()
 		l.mu.Unlock()
 		if lost {
 			return l.Err()
+		}
+		if late {
+			// Confirmed only after the local deadline: for a while nobody
+			// could prove it held, so it counts as lost.
+			lerr := fmt.Errorf("%w: renew %q (token %d) confirmed after the local deadline", ErrLost, l.name, l.token)
+			l.finish(lerr)
+			return lerr
 		}
 		l.extend(t0, b0, ttl)
 		return nil
@@ -230,33 +237,30 @@ func (l *Lease) run(keepalive bool, renewAt time.Time) {
 			return
 		}
 		now := k.Now()
-		wake := deadline
-		if keepalive && renewAt.Before(wake) {
-			wake = renewAt
-		}
-		t := k.NewTimer(min(wake.Sub(now), maxSleep))
-		select {
-		case <-l.stop:
-			t.Stop()
-			return
-		case <-l.done:
-			t.Stop()
-			return
-		case <-t.C():
-		}
-		if !keepalive || k.Now().Before(renewAt) {
-			continue
-		}
-		// The attempt is abandoned at the local deadline (an unknown outcome
-		// counts as lost) or when Release stops the keepalive.
-		ctx, cancel := context.WithCancel(context.Background())
-		dt := k.NewTimer(deadline.Sub(k.Now()))
-		go func() {
-			defer dt.Stop()
+		if !keepalive || now.Before(renewAt) {
+			wake := deadline
+			if keepalive && renewAt.Before(wake) {
+				wake = renewAt
+			}
+			t := k.NewTimer(min(wake.Sub(now), maxSleep))
 			select {
 			case <-l.stop:
-				cancel()
-			case <-dt.C():
+				t.Stop()
+				return
+			case <-l.done:
+				t.Stop()
+				return
+			case <-t.C():
+			}
+			continue // re-check the deadline on both clocks before renewing
+		}
+		// The attempt is abandoned at the local deadline (an unknown outcome
+		// counts as lost) or when Release stops the keepalive. The timeout is
+		// measured in real time; with the real clock that is the deadline.
+		ctx, cancel := context.WithTimeout(context.Background(), max(deadline.Sub(k.Now()), time.Millisecond))
+		go func() {
+			select {
+			case <-l.stop:
 				cancel()
 			case <-ctx.Done():
 			}
