@@ -43,9 +43,22 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// newStore returns the URL and path of a fresh SQLite store file.
+// newStore creates a fresh SQLite store file and returns its URL and path.
+//
+// The file is created here, before any leasehold process opens it: two
+// processes that open a new file at the same moment can fail with
+// SQLITE_BUSY (sqlite.Open switches the new file to WAL mode, and that
+// does not wait on busy_timeout), which is a store bug, not what these
+// tests are about.
 func newStore(t *testing.T) (url, path string) {
 	path = filepath.Join(t.TempDir(), "x.db")
+	s, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
 	return "sqlite://" + path, path
 }
 
@@ -86,7 +99,11 @@ func status(t *testing.T, store, prefix string) []leaseJSON {
 	defer cancel()
 	out, err := leasehold(ctx, "status", "--json", "--store", store, prefix).Output()
 	if err != nil {
-		t.Fatalf("status: %v", err)
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("status: %v\n%s", err, stderr)
 	}
 	var ls []leaseJSON
 	if err := json.Unmarshal(out, &ls); err != nil {
