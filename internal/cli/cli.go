@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
@@ -20,7 +21,9 @@ import (
 )
 
 // Version is the version printed by "leasehold version". Release builds set
-// it with -ldflags "-X github.com/leasehold/leasehold/internal/cli.Version=v1.2.3".
+// it with -ldflags "-X github.com/leasehold/leasehold/internal/cli.Version=v1.2.3";
+// left at "dev", the module version recorded by "go install" is printed
+// instead when there is one.
 var Version = "dev"
 
 // Exit codes of the leasehold command. "run" otherwise exits with its
@@ -166,10 +169,22 @@ func newVersionCmd(e *env) *cobra.Command {
 		Short: "Print the version of leasehold",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, err := fmt.Fprintf(e.stdout, "leasehold %s\n", Version)
+			_, err := fmt.Fprintf(e.stdout, "leasehold %s\n", version())
 			return err
 		},
 	}
+}
+
+// version returns Version, or when that was not set at build time, the
+// module version "go install" recorded, if any.
+func version() string {
+	if Version != "dev" {
+		return Version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return Version
 }
 
 func defaultPathHint() string {

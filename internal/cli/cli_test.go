@@ -243,7 +243,7 @@ func TestStatus(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	r := newHarness(t).run("version")
-	if r.code != 0 || r.stdout != "leasehold "+Version+"\n" {
+	if r.code != 0 || r.stdout != "leasehold "+version()+"\n" {
 		t.Errorf("version: code %d, stdout %q", r.code, r.stdout)
 	}
 }
