@@ -51,6 +51,20 @@ func WithClock(k clock.Clock) Option {
 	}
 }
 
+// Defaults of WithDrift.
+const (
+	DefaultDriftRate   = 0.01
+	DefaultDriftMargin = 5 * time.Millisecond
+)
+
+// RenewalWindow is how long a lease with this TTL, renewed every TTL/3 by
+// its keepalive with the default drift settings, has between sending a
+// renewal and its local deadline: TTL*(1-rho) - eps - TTL/3. A supervisor
+// that acts "grace before the deadline" needs grace below this.
+func RenewalWindow(ttl time.Duration) time.Duration {
+	return ttl - time.Duration(float64(ttl)*DefaultDriftRate) - DefaultDriftMargin - ttl/3
+}
+
 // WithDrift sets the clock-rate error rho (default 0.01, i.e. 1 %) and the
 // fixed margin eps (default 5ms) taken off every local deadline: a holder
 // believes it holds a lease until t0 + TTL*(1-rho) - eps, where t0 is the
@@ -87,7 +101,7 @@ func New(store Store, opts ...Option) (*Client, error) {
 		return nil, invalid("store", "must not be nil")
 	}
 	c := &Client{
-		store: store, clock: clock.Real(), rho: 0.01, eps: 5 * time.Millisecond,
+		store: store, clock: clock.Real(), rho: DefaultDriftRate, eps: DefaultDriftMargin,
 		backoffMin: 2 * time.Millisecond, backoffMax: 250 * time.Millisecond,
 	}
 	for _, o := range opts {
@@ -125,6 +139,7 @@ type acquireConfig struct {
 	data      []byte
 	requestID string
 	onWait    func(*HeldError)
+	onError   func(error)
 	keepalive bool
 }
 
@@ -144,6 +159,11 @@ func RequestID(id string) AcquireOption { return func(a *acquireConfig) { a.requ
 // OnWait is called by Acquire each time it finds the lease held, before it
 // waits, with the holder's details. It must not block.
 func OnWait(f func(*HeldError)) AcquireOption { return func(a *acquireConfig) { a.onWait = f } }
+
+// OnError is called by Acquire with each transient store error (one that
+// is neither ErrHeld nor ErrInvalid) before it retries. It must not block.
+// Acquire keeps retrying until ctx ends; cancel ctx from here to give up.
+func OnError(f func(error)) AcquireOption { return func(a *acquireConfig) { a.onError = f } }
 
 // NoKeepalive turns automatic renewal off: the lease expires after its TTL
 // unless the caller calls Renew. Done still closes at the local deadline.
@@ -247,6 +267,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
 			return nil, err
 		default:
+			if cfg.onError != nil {
+				cfg.onError(err)
+			}
 			wait = bo.next() // transient: retry with the same request id
 		}
 		t := c.clock.NewTimer(max(wait, 0))

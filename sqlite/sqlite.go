@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -113,13 +114,35 @@ func Open(path string, opts ...Option) (*Store, error) {
 	db.SetMaxOpenConns(4)
 	db.SetMaxIdleConns(4)
 	db.SetConnMaxIdleTime(0)
-	if _, err := db.Exec(schema); err != nil {
+	if err := createSchema(db); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: create schema in %s: %w", path, err)
 	}
 	s.db = db
 	s.watch.init(s)
 	return s, nil
+}
+
+// createSchema applies the pragmas (on the first connection) and the
+// schema. Several processes opening a new file at once can find it locked
+// while one of them switches it to WAL, which SQLite does not wait for
+// (busy_timeout does not apply): retry with jittered backoff for up to 30s.
+func createSchema(db *sql.DB) error {
+	deadline := time.Now().Add(30 * time.Second)
+	wait := 2 * time.Millisecond
+	for {
+		_, err := db.Exec(schema)
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(wait/2 + time.Duration(rand.Int64N(int64(wait))))
+		wait = min(wait*2, 200*time.Millisecond)
+	}
+}
+
+func isBusy(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked")
 }
 
 // Path returns the file the store uses.

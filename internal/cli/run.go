@@ -52,10 +52,10 @@ SIGKILL if it is still running at the deadline. If the store refuses a
 renewal (the lease expired or was released by someone else), CMD gets
 SIGTERM at once and SIGKILL min(GRACE, time left to the deadline) later; if
 that happens after the SIGTERM for the grace window, SIGKILL follows at
-once. Run then exits 76. Renewals are sent every TTL/3 and the deadline
-is about TTL after the last one was sent, so GRACE must leave time for a
-renewal round trip: a GRACE close to TTL*2/3 gets CMD terminated although
-the lease is healthy.
+once. Run then exits 76. Renewals are sent every TTL/3 and the local
+deadline is TTL*0.99 - 5ms after the last one was sent, so GRACE must be
+below the renewal window TTL*0.99 - 5ms - TTL/3 (about 0.66*TTL), and
+should leave time for a renewal round trip.
 
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to leasehold are
 forwarded to CMD, which stays in leasehold's process group. A SIGINT or
@@ -104,7 +104,7 @@ func newRunCmd(e *env) *cobra.Command {
 	f.DurationVar(&o.wait, "wait", 0, "longest time to wait for the lease (0: wait forever)")
 	f.BoolVar(&o.noWait, "no-wait", false, "try once; exit 75 at once if the lease is held")
 	f.StringVar(&o.owner, "owner", "", "owner identity (default HOSTNAME/PID/RANDOM)")
-	f.DurationVar(&o.grace, "grace", 0, "SIGTERM CMD this long before the lease's deadline if no renewal was confirmed (default TTL/3; must be < TTL*2/3)")
+	f.DurationVar(&o.grace, "grace", 0, "SIGTERM CMD this long before the lease's deadline if no renewal was confirmed (default TTL/3; must be < TTL*0.99 - 5ms - TTL/3)")
 	f.StringVar(&o.data, "data", "", "data to attach to the lease (shown by status --json)")
 	return cmd
 }
@@ -145,8 +145,8 @@ func (o *runOptions) parse(cmd *cobra.Command, args []string) error {
 	if !cmd.Flags().Changed("grace") {
 		o.grace = o.ttl / 3
 	}
-	if o.grace <= 0 || o.grace >= o.ttl*2/3 {
-		return usagef("run: --grace %s must be more than 0 and less than TTL*2/3 (%s)", o.grace, o.ttl*2/3)
+	if w := leasehold.RenewalWindow(o.ttl); o.grace <= 0 || o.grace >= w {
+		return usagef("run: --grace %s must be more than 0 and less than the renewal window TTL*0.99 - 5ms - TTL/3 (%s)", o.grace, w)
 	}
 	if err := leasehold.ValidateData([]byte(o.data)); err != nil {
 		return usagef("run: --data: %v", err)
