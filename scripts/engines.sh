@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Throwaway engines for the tests, on free loopback ports in temp directories.
+#
+#   eval "$(scripts/engines.sh start)"   installs what is missing, starts
+#                                        PostgreSQL and Redis, prints exports
+#   scripts/engines.sh stop              stops them by PID, removes their files
+#
+# Exports: LEASEHOLD_TEST_POSTGRES and LEASEHOLD_TEST_REDIS (URLs for the
+# shared test servers), LEASEHOLD_TEST_PG_BIN and LEASEHOLD_TEST_REDIS_SERVER
+# (binaries, for tests that start, kill and restart private instances).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+STATE=${LEASEHOLD_ENGINES_DIR:-$ROOT/.engines}
+
+log() { echo "engines: $*" >&2; }
+
+as_root() { [ "$(id -u)" = 0 ]; }
+
+apt_install() {
+	if ! as_root; then
+		log "need $* but not root: install it yourself"
+		return 1
+	fi
+	if [ ! -e "$STATE/.apt-updated" ]; then
+		mkdir -p "$STATE"
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 && touch "$STATE/.apt-updated"
+	fi
+	# policy-rc.d keeps the packages from starting system services of their own.
+	local made=0
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && made=1
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
+	[ "$made" = 1 ] && rm -f /usr/sbin/policy-rc.d
+	return 0
+}
+
+pg_bin() {
+	for d in /usr/lib/postgresql/*/bin; do
+		[ -x "$d/initdb" ] && { echo "$d"; return; }
+	done
+	return 1
+}
+
+free_port() {
+	local p
+	for _ in $(seq 1 200); do
+		p=$((20000 + RANDOM % 40000))
+		if ! (echo > /dev/tcp/127.0.0.1/$p) 2>/dev/null; then
+			echo "$p"
+			return
+		fi
+	done
+	log "no free port found"
+	return 1
+}
+
+install() {
+	command -v redis-server >/dev/null || apt_install redis-server
+	pg_bin >/dev/null || apt_install postgresql
+}
+
+start_postgres() {
+	local bin port dir
+	bin=$(pg_bin)
+	port=$(free_port)
+	dir=$(mktemp -d /tmp/leasehold-pg.XXXXXX)
+	local run=()
+	if as_root; then
+		chown postgres "$dir"
+		run=(runuser -u postgres --)
+	fi
+	"${run[@]}" "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 >"$dir/initdb.log" 2>&1 ||
+		{ cat "$dir/initdb.log" >&2; return 1; }
+	"${run[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+		-o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=200" \
+		start >/dev/null || { cat "$dir/server.log" >&2; return 1; }
+	echo "$dir" > "$STATE/pg.dir"
+	echo "export LEASEHOLD_TEST_POSTGRES='postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable'"
+	echo "export LEASEHOLD_TEST_PG_BIN='$bin'"
+	log "PostgreSQL on 127.0.0.1:$port ($dir)"
+}
+
+start_redis() {
+	local port dir
+	port=$(free_port)
+	dir=$(mktemp -d /tmp/leasehold-redis.XXXXXX)
+	redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
+		--daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" >/dev/null
+	for _ in $(seq 1 100); do
+		[ -s "$dir/redis.pid" ] && redis-cli -p "$port" ping >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	redis-cli -p "$port" ping >/dev/null || { cat "$dir/redis.log" >&2; return 1; }
+	echo "$dir" > "$STATE/redis.dir"
+	echo "export LEASEHOLD_TEST_REDIS='redis://127.0.0.1:$port/0'"
+	echo "export LEASEHOLD_TEST_REDIS_SERVER='$(command -v redis-server)'"
+	log "Redis on 127.0.0.1:$port ($dir)"
+}
+
+stop() {
+	if [ -f "$STATE/pg.dir" ]; then
+		local dir bin
+		dir=$(cat "$STATE/pg.dir")
+		bin=$(pg_bin || true)
+		if [ -n "$bin" ] && [ -d "$dir/data" ]; then
+			if as_root; then
+				runuser -u postgres -- "$bin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
+			else
+				"$bin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
+			fi
+		fi
+		rm -rf "$dir" "$STATE/pg.dir"
+	fi
+	if [ -f "$STATE/redis.dir" ]; then
+		local dir
+		dir=$(cat "$STATE/redis.dir")
+		[ -s "$dir/redis.pid" ] && kill "$(cat "$dir/redis.pid")" 2>/dev/null || true
+		rm -rf "$dir" "$STATE/redis.dir"
+	fi
+}
+
+case "${1:-}" in
+start)
+	mkdir -p "$STATE"
+	stop
+	install
+	start_postgres
+	start_redis
+	;;
+stop) stop ;;
+*)
+	echo "usage: $0 start|stop" >&2
+	exit 64
+	;;
+esac
