@@ -75,6 +75,9 @@ func Run(t *testing.T, h Harness) {
 		{"Watch", testWatch},
 		{"Keepalive", testKeepalive},
 		{"Linearizable", testLinearizable},
+		{"Semaphore", testSemaphore},
+		{"SemaphoreExpiry", testSemaphoreExpiry},
+		{"Election", testElection},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })

@@ -1,0 +1,212 @@
+package leasehold
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrNoPermit reports that every permit of a semaphore is held.
+var ErrNoPermit = errors.New("all permits are held")
+
+// MaxPermits is the largest N a Semaphore accepts.
+const MaxPermits = 1024
+
+// permitSep separates a semaphore's name from a permit's index in the
+// permit's lease name: NAME/permit/INDEX.
+const permitSep = "/permit/"
+
+// Semaphore hands out at most N permits of one name at once. Each permit is
+// a lease of its own, named NAME/permit/I for I in [0, N), with its own
+// fencing token, keepalive and loss signal: a crashed holder's permit comes
+// back by itself when its lease expires, so permits never leak.
+//
+// N is a parameter of each Semaphore value, not stored: every user of a
+// name should use the same N. A user with a larger N may take permits up to
+// its own N. Lowering N is safe: permits at indexes at or above the new N
+// are no longer handed out, so once their holders release, at most the new
+// N are held. A Semaphore is safe for concurrent use.
+type Semaphore struct {
+	c    *Client
+	name string
+	n    int
+}
+
+// Semaphore returns the semaphore NAME with n permits. The name must leave
+// room for the permit suffix within MaxNameLen.
+func (c *Client) Semaphore(name string, n int) (*Semaphore, error) {
+	if n < 1 || n > MaxPermits {
+		return nil, invalid("permits", "%d must be in [1, %d]", n, MaxPermits)
+	}
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	if err := ValidateName(permitName(name, n-1)); err != nil {
+		return nil, invalid("name", "%q is too long to carry a permit suffix", name)
+	}
+	return &Semaphore{c: c, name: name, n: n}, nil
+}
+
+func permitName(name string, i int) string { return name + permitSep + strconv.Itoa(i) }
+
+// PermitIndex returns the permit index encoded in a permit lease's name,
+// and whether the name is a permit of the semaphore name.
+func PermitIndex(semaphore, leaseName string) (int, bool) {
+	rest, ok := strings.CutPrefix(leaseName, semaphore+permitSep)
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(rest)
+	return i, err == nil && i >= 0 && strconv.Itoa(i) == rest
+}
+
+// Name returns the semaphore's name.
+func (s *Semaphore) Name() string { return s.name }
+
+// Permits returns N.
+func (s *Semaphore) Permits() int { return s.n }
+
+// Holders returns the live permits (of any index, also those at or above
+// N), sorted by lease name.
+func (s *Semaphore) Holders(ctx context.Context) ([]Record, error) {
+	recs, err := s.c.store.List(ctx, s.name+permitSep)
+	if err != nil {
+		return nil, err
+	}
+	out := recs[:0]
+	for _, r := range recs {
+		if _, ok := PermitIndex(s.name, r.Name); ok {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// TryAcquire takes one free permit, or returns ErrNoPermit. The lease it
+// returns is the permit's (Name is NAME/permit/I).
+func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
+	_, cfg, err := s.c.config(permitName(s.name, 0), opts)
+	if err != nil {
+		return nil, err
+	}
+	l, _, err := s.try(ctx, cfg)
+	return l, err
+}
+
+// try makes one pass over the free permits; on ErrNoPermit it also returns
+// the shortest remaining time among the holders.
+func (s *Semaphore) try(ctx context.Context, cfg acquireConfig) (*Lease, time.Duration, error) {
+	holders, err := s.Holders(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	held := make(map[int]bool, len(holders))
+	soonest := time.Duration(-1)
+	for _, h := range holders {
+		i, _ := PermitIndex(s.name, h.Name)
+		held[i] = true
+		if i < s.n && (soonest < 0 || h.Remaining < soonest) {
+			soonest = h.Remaining
+		}
+	}
+	free := make([]int, 0, s.n)
+	for i := 0; i < s.n; i++ {
+		if !held[i] {
+			free = append(free, i)
+		}
+	}
+	rand.Shuffle(len(free), func(a, b int) { free[a], free[b] = free[b], free[a] })
+	for _, i := range free {
+		req := AcquireRequest{Name: permitName(s.name, i), Owner: s.c.owner, RequestID: cfg.requestID, TTL: cfg.ttl, Data: cfg.data}
+		l, err := s.c.try(ctx, req, cfg)
+		if err == nil {
+			return l, 0, nil
+		}
+		var he *HeldError
+		if !errors.As(err, &he) {
+			return nil, 0, err
+		}
+		if soonest < 0 || he.Remaining < soonest {
+			soonest = he.Remaining
+		}
+	}
+	return nil, max(soonest, 0), fmt.Errorf("semaphore %q (%d permits): %w", s.name, s.n, ErrNoPermit)
+}
+
+// Acquire takes one permit, waiting until one is free or ctx ends. It waits
+// on the store's push notifications for every permit where the store has
+// them (and N is at most 64), else polls with jittered backoff; it never
+// sleeps past the earliest expiry among the holders.
+func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
+	_, cfg, err := s.c.config(permitName(s.name, 0), opts)
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	notify := s.watchAll(wctx)
+	bo := newBackoff(s.c.backoffMin, s.c.backoffMax)
+	for {
+		l, soonest, err := s.try(ctx, cfg)
+		if err == nil {
+			return l, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var wait time.Duration
+		switch {
+		case errors.Is(err, ErrNoPermit):
+			if notify != nil {
+				wait = soonest + time.Millisecond
+			} else {
+				wait = min(bo.next(), soonest+time.Millisecond)
+			}
+		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
+			return nil, err
+		default:
+			if cfg.onError != nil {
+				cfg.onError(err)
+			}
+			wait = bo.next()
+		}
+		t := s.c.clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-notify:
+			t.Stop()
+		case <-t.C():
+		}
+	}
+}
+
+// watchAll merges the store's notifications for every permit, or returns
+// nil when the store cannot push or N is large.
+func (s *Semaphore) watchAll(ctx context.Context) <-chan struct{} {
+	w, ok := s.c.store.(Watcher)
+	if !ok || s.n > 64 {
+		return nil
+	}
+	out := make(chan struct{}, 1)
+	for i := 0; i < s.n; i++ {
+		ch, err := w.Watch(ctx, permitName(s.name, i))
+		if err != nil {
+			return nil
+		}
+		go func() {
+			for range ch {
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	}
+	return out
+}
