@@ -86,8 +86,10 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Record, error) {
 	return out, nil
 }
 
-// TryAcquire takes one free permit, or returns ErrNoPermit. The lease it
-// returns is the permit's (Name is NAME/permit/I).
+// TryAcquire takes one free permit. When all are held it returns an error
+// matching ErrNoPermit that also wraps the *HeldError of the permit that
+// expires first (errors.As). The lease it returns is the permit's (Name is
+// NAME/permit/I).
 func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
 	_, cfg, err := s.c.config(permitName(s.name, 0), opts)
 	if err != nil {
@@ -98,19 +100,24 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 }
 
 // try makes one pass over the free permits; on ErrNoPermit it also returns
-// the shortest remaining time among the holders.
-func (s *Semaphore) try(ctx context.Context, cfg acquireConfig) (*Lease, time.Duration, error) {
+// the holder whose permit expires first.
+func (s *Semaphore) try(ctx context.Context, cfg acquireConfig) (*Lease, *HeldError, error) {
 	holders, err := s.Holders(ctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	held := make(map[int]bool, len(holders))
-	soonest := time.Duration(-1)
+	var soonest *HeldError
+	note := func(h *HeldError) {
+		if soonest == nil || h.Remaining < soonest.Remaining {
+			soonest = h
+		}
+	}
 	for _, h := range holders {
 		i, _ := PermitIndex(s.name, h.Name)
 		held[i] = true
-		if i < s.n && (soonest < 0 || h.Remaining < soonest) {
-			soonest = h.Remaining
+		if i < s.n {
+			note(&HeldError{Name: h.Name, Owner: h.Owner, Token: h.Token, Remaining: h.Remaining, Acquired: h.Acquired})
 		}
 	}
 	free := make([]int, 0, s.n)
@@ -124,20 +131,22 @@ func (s *Semaphore) try(ctx context.Context, cfg acquireConfig) (*Lease, time.Du
 		req := AcquireRequest{Name: permitName(s.name, i), Owner: s.c.owner, RequestID: cfg.requestID, TTL: cfg.ttl, Data: cfg.data}
 		l, err := s.c.try(ctx, req, cfg)
 		if err == nil {
-			return l, 0, nil
+			return l, nil, nil
 		}
 		var he *HeldError
 		if !errors.As(err, &he) {
-			return nil, 0, err
+			return nil, nil, err
 		}
-		if soonest < 0 || he.Remaining < soonest {
-			soonest = he.Remaining
-		}
+		note(he)
 	}
-	return nil, max(soonest, 0), fmt.Errorf("semaphore %q (%d permits): %w", s.name, s.n, ErrNoPermit)
+	if soonest == nil { // every permit at or above N: none of ours expires first
+		soonest = &HeldError{Name: s.name, Remaining: s.c.backoffMax}
+	}
+	return nil, soonest, fmt.Errorf("semaphore %q (%d permits): %w; the next to expire: %w", s.name, s.n, ErrNoPermit, soonest)
 }
 
-// Acquire takes one permit, waiting until one is free or ctx ends. It waits
+// Acquire takes one permit, waiting until one is free or ctx ends; OnWait
+// is called with the permit that expires first each time all are held. It waits
 // on the store's push notifications for every permit where the store has
 // them (and N is at most 64), else polls with jittered backoff; it never
 // sleeps past the earliest expiry among the holders.
@@ -161,10 +170,13 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease,
 		var wait time.Duration
 		switch {
 		case errors.Is(err, ErrNoPermit):
+			if cfg.onWait != nil {
+				cfg.onWait(soonest)
+			}
 			if notify != nil {
-				wait = soonest + time.Millisecond
+				wait = soonest.Remaining + time.Millisecond
 			} else {
-				wait = min(bo.next(), soonest+time.Millisecond)
+				wait = min(bo.next(), soonest.Remaining+time.Millisecond)
 			}
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
 			return nil, err

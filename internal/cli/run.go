@@ -17,6 +17,10 @@ import (
 
 // runOptions are the flags and arguments of "run", validated.
 type runOptions struct {
+	verb    string // "run" or "elect", for messages
+	permits int    // > 0: take one of this many permits (a semaphore)
+	elect   bool   // leader election: LEASEHOLD_TERM, --on-lost
+	onLost  string // elect: "exit" or "restart"
 	store   string
 	ttl     time.Duration
 	wait    time.Duration
@@ -32,6 +36,10 @@ const runLong = `Run takes the lease NAME, runs CMD with ARGS while holding it, 
 it when CMD exits. It is a lock around a command: two "leasehold run" with
 the same NAME and store never run their commands at the same time (while
 each keeps its lease alive).
+
+With --permits N, run takes one of N permits of NAME instead (a
+semaphore: at most N commands run at once); each permit is a lease of its
+own, named NAME/permit/I, passed to CMD in LEASEHOLD_PERMIT.
 
 By default run waits for the lease as long as it takes; --wait bounds the
 wait and --no-wait makes one attempt. While waiting it shows who holds the
@@ -85,7 +93,7 @@ const runExample = `  # Run the nightly backup unless another host is already ru
   leasehold run jobs/report -- sh -c 'generate-report --fence "$LEASEHOLD_TOKEN"'`
 
 func newRunCmd(e *env) *cobra.Command {
-	o := &runOptions{}
+	o := &runOptions{verb: "run"}
 	cmd := &cobra.Command{
 		Use:     "run [flags] NAME -- CMD [ARGS...]",
 		Short:   "Run a command while holding a lease",
@@ -106,6 +114,7 @@ func newRunCmd(e *env) *cobra.Command {
 	f.StringVar(&o.owner, "owner", "", "owner identity (default HOSTNAME/PID/RANDOM)")
 	f.DurationVar(&o.grace, "grace", 0, "SIGTERM CMD this long before the lease's deadline if no renewal was confirmed (default TTL/3; must be < TTL*0.99 - 5ms - TTL/3)")
 	f.StringVar(&o.data, "data", "", "data to attach to the lease (shown by status --json)")
+	f.IntVar(&o.permits, "permits", 0, "take one of N permits of NAME instead of NAME itself: at most N commands run at once (a semaphore)")
 	return cmd
 }
 
@@ -114,42 +123,45 @@ func (o *runOptions) parse(cmd *cobra.Command, args []string) error {
 	dash := cmd.ArgsLenAtDash()
 	switch {
 	case dash < 0 && len(args) == 0:
-		return usagef("run: missing NAME and -- CMD")
+		return usagef("%s: missing NAME and -- CMD", o.verb)
 	case dash < 0:
-		return usagef("run: missing -- before the command (leasehold run NAME -- CMD [ARGS...])")
+		return usagef("%s: missing -- before the command (leasehold %s NAME -- CMD [ARGS...])", o.verb, o.verb)
 	case dash == 0:
-		return usagef("run: missing NAME before --")
+		return usagef("%s: missing NAME before --", o.verb)
 	case dash > 1:
-		return usagef("run: expected one NAME before --, got %d arguments", dash)
+		return usagef("%s: expected one NAME before --, got %d arguments", o.verb, dash)
 	case len(args) == dash:
-		return usagef("run: missing command after --")
+		return usagef("%s: missing command after --", o.verb)
 	}
 	o.name, o.command = args[0], args[1:]
 	if err := leasehold.ValidateName(o.name); err != nil {
-		return usagef("run: %v", err)
+		return usagef("%s: %v", o.verb, err)
 	}
 	if err := leasehold.ValidateTTL(o.ttl); err != nil {
-		return usagef("run: --ttl: %v", err)
+		return usagef("%s: --ttl: %v", o.verb, err)
 	}
 	if o.wait < 0 {
-		return usagef("run: --wait %s must not be negative", o.wait)
+		return usagef("%s: --wait %s must not be negative", o.verb, o.wait)
 	}
 	if o.noWait && cmd.Flags().Changed("wait") {
-		return usagef("run: --wait and --no-wait exclude each other")
+		return usagef("%s: --wait and --no-wait exclude each other", o.verb)
 	}
 	if cmd.Flags().Changed("owner") {
 		if err := leasehold.ValidateOwner(o.owner); err != nil {
-			return usagef("run: --owner: %v", err)
+			return usagef("%s: --owner: %v", o.verb, err)
 		}
 	}
 	if !cmd.Flags().Changed("grace") {
 		o.grace = o.ttl / 3
 	}
 	if w := leasehold.RenewalWindow(o.ttl); o.grace <= 0 || o.grace >= w {
-		return usagef("run: --grace %s must be more than 0 and less than the renewal window TTL*0.99 - 5ms - TTL/3 (%s)", o.grace, w)
+		return usagef("%s: --grace %s must be more than 0 and less than the renewal window TTL*0.99 - 5ms - TTL/3 (%s)", o.verb, o.grace, w)
+	}
+	if cmd.Flags().Changed("permits") && (o.permits < 1 || o.permits > leasehold.MaxPermits) {
+		return usagef("%s: --permits %d must be in [1, %d]", o.verb, o.permits, leasehold.MaxPermits)
 	}
 	if err := leasehold.ValidateData([]byte(o.data)); err != nil {
-		return usagef("run: --data: %v", err)
+		return usagef("%s: --data: %v", o.verb, err)
 	}
 	if _, err := exec.LookPath(o.command[0]); err != nil {
 		return startError(o.command[0], err)
@@ -202,10 +214,23 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 	if o.data != "" {
 		aopts = append(aopts, leasehold.Data([]byte(o.data)))
 	}
+	try := func(ctx context.Context, opts ...leasehold.AcquireOption) (*leasehold.Lease, error) {
+		return client.TryAcquire(ctx, o.name, opts...)
+	}
+	wait := func(ctx context.Context, opts ...leasehold.AcquireOption) (*leasehold.Lease, error) {
+		return client.Acquire(ctx, o.name, opts...)
+	}
+	if o.permits > 0 {
+		sem, err := client.Semaphore(o.name, o.permits)
+		if err != nil {
+			return nil, classify(err, "%s --permits", o.verb)
+		}
+		try, wait = sem.TryAcquire, sem.Acquire
+	}
 	// One attempt first, also when waiting: Acquire retries every store
 	// error but invalid arguments for as long as it waits, so a store
 	// that fails outright is reported here instead of waited on silently.
-	l, err := client.TryAcquire(ctx, o.name, aopts...)
+	l, err := try(ctx, aopts...)
 	var held *leasehold.HeldError
 	switch {
 	case err == nil:
@@ -242,7 +267,7 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 		}
 	}()
 
-	l, err = client.Acquire(wctx, o.name, aopts...)
+	l, err = wait(wctx, aopts...)
 	close(stopSigs)
 	ws.stop()
 	if sig, ok := <-caught; ok {
@@ -259,7 +284,7 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 	cause := context.Cause(wctx)
 	switch {
 	case ctx.Err() != nil:
-		return nil, exitf(ExitInternal, "run: cancelled while waiting for %s", o.name)
+		return nil, exitf(ExitInternal, "%s: cancelled while waiting for %s", o.verb, o.name)
 	case errors.Is(cause, errWaitTimeout):
 		if held := ws.last(); held != nil {
 			return nil, exitf(ExitNotAcquired, "gave up waiting for %s after %s: held by %s (token %d)",

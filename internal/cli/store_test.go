@@ -26,3 +26,35 @@ func TestStoreInit(t *testing.T) {
 		t.Errorf("store without subcommand: exit %d", r.code)
 	}
 }
+
+func TestElectAndPermitsUsageErrors(t *testing.T) {
+	h := newHarness(t)
+	for _, args := range [][]string{
+		{"elect", "--store", h.url, "--on-lost", "sometimes", "svc", "--", "true"},
+		{"elect", "--store", h.url, "svc"},
+		{"elect", "--store", h.url, "--ttl", "1ms", "svc", "--", "true"},
+		{"run", "--store", h.url, "--permits", "0", "pool", "--", "true"},
+		{"run", "--store", h.url, "--permits", "5000", "pool", "--", "true"},
+	} {
+		if r := h.run(args...); r.code != ExitUsage {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", args, r.code, ExitUsage, r.stderr)
+		}
+	}
+	if _, err := os.Stat(h.path); err == nil {
+		t.Error("a usage error created the store file")
+	}
+}
+
+func TestRunPermitsNoWait(t *testing.T) {
+	h := newHarness(t)
+	a := h.run("run", "--store", h.url, "--permits", "1", "pool", "--", "true")
+	if a.code != ExitOK {
+		t.Fatalf("first run: exit %d %q", a.code, a.stderr)
+	}
+	sem := h.hold("pool/permit/0", "someone")
+	defer sem.Release(t.Context())
+	r := h.run("run", "--store", h.url, "--permits", "1", "--no-wait", "pool", "--", "true")
+	if r.code != ExitNotAcquired {
+		t.Fatalf("all permits held, --no-wait: exit %d, want %d (stderr %q)", r.code, ExitNotAcquired, r.stderr)
+	}
+}

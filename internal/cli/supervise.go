@@ -23,10 +23,17 @@ const releaseTimeout = 5 * time.Second
 func (o *runOptions) supervise(ctx context.Context, e *env, lease *leasehold.Lease, sigs <-chan os.Signal) error {
 	cmd := exec.Command(o.command[0], o.command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
+	token := strconv.FormatUint(lease.Token(), 10)
 	cmd.Env = append(os.Environ(),
-		"LEASEHOLD_NAME="+lease.Name(),
+		"LEASEHOLD_NAME="+o.name,
 		"LEASEHOLD_OWNER="+lease.Owner(),
-		"LEASEHOLD_TOKEN="+strconv.FormatUint(lease.Token(), 10))
+		"LEASEHOLD_TOKEN="+token)
+	if o.permits > 0 {
+		cmd.Env = append(cmd.Env, "LEASEHOLD_PERMIT="+lease.Name())
+	}
+	if o.elect {
+		cmd.Env = append(cmd.Env, "LEASEHOLD_TERM="+token)
+	}
 	// Only matters when stdout or stderr is not a file (tests): do not wait
 	// for a background grandchild that keeps the pipe open.
 	cmd.WaitDelay = time.Second

@@ -1,0 +1,126 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// readLines returns the non-empty lines of a file (missing: none).
+func readLines(path string) []string {
+	b, _ := os.ReadFile(path)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestElectFailover starts two "leasehold elect" instances; the leader's
+// child writes its owner and term. Killing the leader (SIGKILL, process
+// group) makes the standby take over within TTL + 1.5s, in a greater term.
+func TestElectFailover(t *testing.T) {
+	store, _ := newStore(t)
+	log := t.TempDir() + "/leaders"
+	const ttl = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var cmds []*struct {
+		owner string
+		pid   int
+	}
+	for _, owner := range []string{"node-a", "node-b"} {
+		cmd := leasehold(ctx, "elect", "--store", store, "--ttl", ttl.String(), "--owner", owner, "svc/primary", "--",
+			"sh", "-c", `echo "$LEASEHOLD_OWNER $LEASEHOLD_TERM" >> `+log+`; exec sleep 60`)
+		startGroup(t, cmd)
+		cmds = append(cmds, &struct {
+			owner string
+			pid   int
+		}{owner, cmd.Process.Pid})
+		go cmd.Wait()
+	}
+	var first []string
+	for deadline := time.Now().Add(20 * time.Second); len(first) == 0; time.Sleep(10 * time.Millisecond) {
+		if first = readLines(log); time.Now().After(deadline) {
+			t.Fatal("no leader within 20s")
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(readLines(log)); n != 1 {
+		t.Fatalf("%d leaders started while both were alive: %v", n, readLines(log))
+	}
+	leader := strings.Fields(first[0])
+	for _, c := range cmds {
+		if c.owner == leader[0] {
+			_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+		}
+	}
+	killed := time.Now()
+	var lines []string
+	for deadline := time.Now().Add(20 * time.Second); len(lines) < 2; time.Sleep(10 * time.Millisecond) {
+		if lines = readLines(log); time.Now().After(deadline) {
+			t.Fatalf("no takeover within 20s of killing the leader: %v", lines)
+		}
+	}
+	took := time.Since(killed)
+	next := strings.Fields(lines[1])
+	t.Logf("failover after SIGKILL of the leader: %s (TTL %s); terms %s -> %s", took.Round(time.Millisecond), ttl, leader[1], next[1])
+	t1, _ := strconv.ParseUint(leader[1], 10, 64)
+	t2, _ := strconv.ParseUint(next[1], 10, 64)
+	if next[0] == leader[0] || t2 <= t1 {
+		t.Errorf("takeover by %v after %v: want the other node in a greater term", next, leader)
+	}
+	if took > ttl+1500*time.Millisecond {
+		t.Errorf("failover took %s, want within TTL + 1.5s", took)
+	}
+}
+
+// TestRunPermits runs 6 "leasehold run --permits 2" at once; the children
+// log start and end; never more than 2 run at the same time.
+func TestRunPermits(t *testing.T) {
+	store, _ := newStore(t)
+	log := t.TempDir() + "/log"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	codes := make([]int, 6)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := leasehold(ctx, "run", "--store", store, "--permits", "2", "pool", "--",
+				"sh", "-c", `echo "+ $LEASEHOLD_PERMIT" >> `+log+`; sleep 0.2; echo "- $LEASEHOLD_PERMIT" >> `+log)
+			codes[i] = exitCode(cmd.Run())
+		}()
+	}
+	wg.Wait()
+	for i, c := range codes {
+		if c != 0 {
+			t.Errorf("worker %d exited %d", i, c)
+		}
+	}
+	cur, peak := 0, 0
+	lines := readLines(log)
+	for _, l := range lines {
+		if strings.HasPrefix(l, "+ pool/permit/") {
+			cur++
+		} else if strings.HasPrefix(l, "- pool/permit/") {
+			cur--
+		} else {
+			t.Errorf("unexpected line %q", l)
+		}
+		peak = max(peak, cur)
+	}
+	if len(lines) != 12 || peak > 2 || peak < 1 {
+		t.Errorf("%d lines, at most %d at once; want 12 lines and at most 2", len(lines), peak)
+	}
+}
