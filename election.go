@@ -122,8 +122,11 @@ type Callbacks struct {
 	// leader; ctx is cancelled (with cause ErrLost or ErrReleased) when
 	// leadership ends. Run waits for it to return before campaigning again.
 	OnStartedLeading func(ctx context.Context, lease *Lease)
-	// OnStoppedLeading is called when leadership ends.
-	OnStoppedLeading func(err error)
+	// OnStoppedLeading is called when leadership ends, with why: an error
+	// matching ErrLost, or ctx's error when Run was stopped. It runs before
+	// Run resigns, so after a graceful stop no other candidate leads until
+	// it has returned.
+	OnStoppedLeading func(why error)
 	// OnNewLeader is called when an observed leader (this client or
 	// another) is new.
 	OnNewLeader func(Leader)
@@ -170,16 +173,18 @@ func (e *Election) Run(ctx context.Context, cb Callbacks) error {
 		}
 		cancel()
 		<-done
+		// Tell the caller before resigning, so that nobody else leads
+		// before OnStoppedLeading has returned (unless the lease was lost).
+		why := lease.Err()
+		if why == nil {
+			why = ctx.Err()
+		}
+		if cb.OnStoppedLeading != nil {
+			cb.OnStoppedLeading(why)
+		}
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_ = lease.Release(rctx)
 		rcancel()
-		if cb.OnStoppedLeading != nil {
-			err := lease.Err()
-			if ctx.Err() != nil && errors.Is(err, ErrReleased) {
-				err = ctx.Err()
-			}
-			cb.OnStoppedLeading(err)
-		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

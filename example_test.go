@@ -75,3 +75,47 @@ func ExampleClient_Acquire() {
 	second.Release(ctx)
 	// Output: b holds deploy with token 2
 }
+
+func ExampleSemaphore() {
+	ctx := context.Background()
+	store := memory.New()
+	client, _ := leasehold.New(store, leasehold.WithOwner("encoder-1"))
+	// At most 2 encodes at once across every process sharing the store.
+	sem, _ := client.Semaphore("jobs/encode", 2)
+
+	a, _ := sem.TryAcquire(ctx, leasehold.TTL(time.Minute))
+	b, _ := sem.TryAcquire(ctx, leasehold.TTL(time.Minute))
+	_, err := sem.TryAcquire(ctx, leasehold.TTL(time.Minute))
+	fmt.Println("third permit refused:", errors.Is(err, leasehold.ErrNoPermit))
+
+	a.Release(ctx)
+	c, _ := sem.TryAcquire(ctx, leasehold.TTL(time.Minute))
+	holders, _ := sem.Holders(ctx)
+	fmt.Println("holders:", len(holders))
+	b.Release(ctx)
+	c.Release(ctx)
+	// Output:
+	// third permit refused: true
+	// holders: 2
+}
+
+func ExampleElection() {
+	ctx := context.Background()
+	store := memory.New()
+	primary, _ := leasehold.New(store, leasehold.WithOwner("node-a"))
+	standby, _ := leasehold.New(store, leasehold.WithOwner("node-b"))
+	ea, _ := primary.Election("payments/primary", leasehold.TTL(10*time.Second), leasehold.Data([]byte("10.0.0.1:8443")))
+	eb, _ := standby.Election("payments/primary", leasehold.TTL(10*time.Second), leasehold.Data([]byte("10.0.0.2:8443")))
+
+	lead, _ := ea.Campaign(ctx) // node-a leads; node-b would block here
+	leader, _ := eb.Leader(ctx)
+	fmt.Printf("leader %s at %s, term %d\n", leader.Identity, leader.Data, leader.Term)
+
+	lead.Release(ctx)           // resign: a standby takes over at once
+	next, _ := eb.Campaign(ctx) // returns immediately now
+	fmt.Println("new term", next.Token(), "for", next.Owner())
+	next.Release(ctx)
+	// Output:
+	// leader node-a at 10.0.0.1:8443, term 1
+	// new term 2 for node-b
+}
