@@ -5,9 +5,12 @@
 #                                        PostgreSQL and Redis, prints exports
 #   scripts/engines.sh stop              stops them by PID, removes their files
 #
-# Exports: LEASEHOLD_TEST_POSTGRES and LEASEHOLD_TEST_REDIS (URLs for the
-# shared test servers), LEASEHOLD_TEST_PG_BIN and LEASEHOLD_TEST_REDIS_SERVER
-# (binaries, for tests that start, kill and restart private instances).
+# Exports: LEASEHOLD_TEST_POSTGRES, LEASEHOLD_TEST_REDIS,
+# LEASEHOLD_TEST_DYNAMODB (a dynalite endpoint) and LEASEHOLD_TEST_ETCD (URLs
+# of the shared test servers), and LEASEHOLD_TEST_PG_BIN,
+# LEASEHOLD_TEST_REDIS_SERVER, LEASEHOLD_TEST_DYNALITE and
+# LEASEHOLD_TEST_ETCD_BIN (programs, for tests that start, kill and restart
+# private instances).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STATE=${LEASEHOLD_ENGINES_DIR:-$ROOT/.engines}
@@ -56,8 +59,59 @@ free_port() {
 }
 
 install() {
-	command -v redis-server >/dev/null || apt_install redis-server
-	pg_bin >/dev/null || apt_install postgresql
+	local need=()
+	command -v redis-server >/dev/null || need+=(redis-server)
+	pg_bin >/dev/null || need+=(postgresql)
+	command -v etcd >/dev/null || need+=(etcd-server)
+	command -v node >/dev/null || need+=(nodejs npm)
+	[ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
+	# dynalite (MIT), a DynamoDB API on LevelDB/memory, from the npm registry.
+	if [ ! -f "$NPM_DIR/node_modules/dynalite/cli.js" ]; then
+		mkdir -p "$NPM_DIR"
+		(cd "$NPM_DIR" && npm install --no-audit --no-fund --loglevel=error dynalite@4 >&2)
+	fi
+}
+
+NPM_DIR=${LEASEHOLD_NPM_DIR:-$STATE/npm}
+
+wait_port() {
+	for _ in $(seq 1 200); do
+		(echo > /dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
+		sleep 0.05
+	done
+	return 1
+}
+
+start_dynalite() {
+	local port dir
+	port=$(free_port)
+	dir=$(mktemp -d /tmp/leasehold-dynalite.XXXXXX)
+	nohup node "$NPM_DIR/node_modules/dynalite/cli.js" --port "$port" --host 127.0.0.1 \
+		>"$dir/dynalite.log" 2>&1 &
+	echo $! > "$dir/pid"
+	wait_port "$port" || { cat "$dir/dynalite.log" >&2; return 1; }
+	echo "$dir" > "$STATE/dynalite.dir"
+	echo "export LEASEHOLD_TEST_DYNAMODB='dynamodb://leasehold_test?endpoint=http://127.0.0.1:$port&region=us-east-1'"
+	echo "export LEASEHOLD_TEST_DYNALITE='$NPM_DIR/node_modules/dynalite/cli.js'"
+	echo "export AWS_ACCESS_KEY_ID=\${AWS_ACCESS_KEY_ID:-test} AWS_SECRET_ACCESS_KEY=\${AWS_SECRET_ACCESS_KEY:-test}"
+	log "dynalite (DynamoDB API) on 127.0.0.1:$port ($dir)"
+}
+
+start_etcd() {
+	local port peer dir
+	port=$(free_port)
+	peer=$(free_port)
+	dir=$(mktemp -d /tmp/leasehold-etcd.XXXXXX)
+	nohup etcd --name leasehold-test --data-dir "$dir/data" \
+		--listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
+		--listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+		--initial-cluster "leasehold-test=http://127.0.0.1:$peer" >"$dir/etcd.log" 2>&1 &
+	echo $! > "$dir/pid"
+	wait_port "$port" || { cat "$dir/etcd.log" >&2; return 1; }
+	echo "$dir" > "$STATE/etcd.dir"
+	echo "export LEASEHOLD_TEST_ETCD='etcd://127.0.0.1:$port'"
+	echo "export LEASEHOLD_TEST_ETCD_BIN='$(command -v etcd)'"
+	log "etcd on 127.0.0.1:$port ($dir)"
 }
 
 start_postgres() {
@@ -112,6 +166,14 @@ stop() {
 		fi
 		rm -rf "$dir" "$STATE/pg.dir"
 	fi
+	for e in dynalite etcd; do
+		if [ -f "$STATE/$e.dir" ]; then
+			local d
+			d=$(cat "$STATE/$e.dir")
+			[ -s "$d/pid" ] && kill "$(cat "$d/pid")" 2>/dev/null || true
+			rm -rf "$d" "$STATE/$e.dir"
+		fi
+	done
 	if [ -f "$STATE/redis.dir" ]; then
 		local dir
 		dir=$(cat "$STATE/redis.dir")
@@ -127,6 +189,8 @@ start)
 	install
 	start_postgres
 	start_redis
+	start_dynalite
+	start_etcd
 	;;
 stop) stop ;;
 *)

@@ -191,3 +191,61 @@ func (s *Server) pgReady(bin string) bool {
 func (s *Server) PostgresURL() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.Port)
 }
+
+// DynamoDBURL returns the shared test DynamoDB (dynalite) store URL, or
+// skips the test.
+func DynamoDBURL(t testing.TB) string {
+	return envOrSkip(t, "LEASEHOLD_TEST_DYNAMODB", "DynamoDB (dynalite)")
+}
+
+// EtcdURL returns the shared test etcd store URL, or skips the test.
+func EtcdURL(t testing.TB) string {
+	return envOrSkip(t, "LEASEHOLD_TEST_ETCD", "etcd")
+}
+
+// StartDynalite starts a private dynalite (in memory: a restart loses its
+// data). Skips when dynalite or node is not installed.
+func StartDynalite(t testing.TB) *Server {
+	t.Helper()
+	cli := os.Getenv("LEASEHOLD_TEST_DYNALITE")
+	node, err := exec.LookPath("node")
+	if cli == "" || err != nil {
+		t.Skipf("dynalite not found ($LEASEHOLD_TEST_DYNALITE empty or no node): %s", howTo)
+	}
+	s := &Server{t: t, Port: FreePort(t), Dir: t.TempDir()}
+	s.argv = []string{node, cli, "--port", strconv.Itoa(s.Port), "--host", "127.0.0.1"}
+	s.wait = s.portOpen
+	s.Start()
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// DynamoDBEndpoint returns the HTTP endpoint of a private dynalite.
+func (s *Server) DynamoDBEndpoint() string { return fmt.Sprintf("http://127.0.0.1:%d", s.Port) }
+
+// StartEtcd starts a private single-member etcd with its data in a
+// directory that survives Restart. Skips when etcd is not installed.
+func StartEtcd(t testing.TB) *Server {
+	t.Helper()
+	bin := os.Getenv("LEASEHOLD_TEST_ETCD_BIN")
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("etcd"); err != nil {
+			t.Skipf("etcd not found: %s", howTo)
+		}
+	}
+	s := &Server{t: t, Port: FreePort(t), Dir: t.TempDir()}
+	peer := FreePort(t)
+	client, peerURL := fmt.Sprintf("http://127.0.0.1:%d", s.Port), fmt.Sprintf("http://127.0.0.1:%d", peer)
+	s.argv = []string{bin, "--name", "t", "--data-dir", filepath.Join(s.Dir, "data"),
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "t=" + peerURL}
+	s.wait = s.portOpen
+	s.Start()
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// EtcdURL returns the store URL of a private etcd.
+func (s *Server) EtcdURL() string { return fmt.Sprintf("etcd://127.0.0.1:%d", s.Port) }

@@ -12,6 +12,8 @@ func TestPrivateServersRestart(t *testing.T) {
 	for _, start := range []func(testing.TB, ...string) *enginetest.Server{
 		enginetest.StartRedis,
 		func(t testing.TB, _ ...string) *enginetest.Server { return enginetest.StartPostgres(t) },
+		func(t testing.TB, _ ...string) *enginetest.Server { return enginetest.StartEtcd(t) },
+		func(t testing.TB, _ ...string) *enginetest.Server { return enginetest.StartDynalite(t) },
 	} {
 		s := start(t)
 		s.Restart()
