@@ -1,0 +1,268 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold"
+)
+
+// Every operation is one statement: one round trip, one implicit
+// transaction, decided by the database with the rules of
+// internal/leasestate written in SQL. A row is live when it is held and
+// expires_at is after now(), the start of the statement's transaction: one
+// instant for the whole statement, so its WHERE and SET clauses cannot
+// disagree about whether the lease is live.
+
+// live is the lease-is-live predicate on the conflicting row l.
+const live = `l.held AND l.expires_at > now()`
+
+// acquireSQL grants the lease when its row is free, expired or missing (the
+// token goes up by one; a new row starts at 1), or re-grants it to a retry
+// of the acquire that holds it (same owner and non-empty request id: same
+// token, fresh expiry). When it refuses, h reads the holder in the same
+// statement. h is a locking read on purpose: a plain read would see the
+// statement's snapshot, which under READ COMMITTED may be older than the row
+// version ON CONFLICT locked and judged; a locking read follows the row to
+// its latest version (the one this statement has locked, so it cannot
+// change). Only a row inserted after the snapshot stays invisible to h; the
+// statement then returns no row and is run again.
+const acquireSQL = `WITH g AS (
+	INSERT INTO %[1]s AS l (name, owner, request_id, token, data, ttl_us, expires_at, held, acquired_at)
+	VALUES ($1::text, $2::text, $3::text, 1, $4::bytea, $5::bigint,
+		now() + $5::bigint * interval '1 microsecond', true, now())
+	ON CONFLICT (name) DO UPDATE SET
+		token = CASE WHEN ` + live + ` THEN l.token ELSE l.token + 1 END,
+		acquired_at = CASE WHEN ` + live + ` THEN l.acquired_at ELSE now() END,
+		owner = excluded.owner, request_id = excluded.request_id, data = excluded.data,
+		ttl_us = excluded.ttl_us, expires_at = excluded.expires_at, held = true
+	WHERE NOT (` + live + `) OR ($3::text <> '' AND l.owner = $2::text AND l.request_id = $3::text)
+	RETURNING l.token, l.owner, l.expires_at, l.acquired_at, l.ttl_us, l.held
+), h AS (
+	SELECT token, owner, expires_at, acquired_at, ttl_us, held FROM %[1]s
+	WHERE name = $1::text AND NOT EXISTS (SELECT FROM g)
+	FOR SHARE
+)
+SELECT true, token, owner, expires_at, acquired_at, ttl_us, held, now() FROM g
+UNION ALL
+SELECT false, token, owner, expires_at, acquired_at, ttl_us, held, now() FROM h`
+
+// renewSQL extends a live lease of that owner and token.
+const renewSQL = `UPDATE %s SET ttl_us = $4::bigint, expires_at = now() + $4::bigint * interval '1 microsecond'
+	WHERE name = $1::text AND owner = $2::text AND token = $3::bigint AND held AND expires_at > now()`
+
+// releaseSQL frees the latest grant of that owner and token, held or
+// already released (so a repeated release succeeds), and notifies the
+// table's channel with the name; the notification is delivered when the
+// statement commits.
+const releaseSQL = `WITH u AS (
+	UPDATE %s SET held = false WHERE name = $1::text AND owner = $2::text AND token = $3::bigint RETURNING name
+) SELECT pg_notify($4::text, name) FROM u`
+
+const getSQL = `SELECT owner, token, data, ttl_us, expires_at, acquired_at, now() FROM %s
+	WHERE name = $1::text AND held AND expires_at > now()`
+
+// listSQL: the range [$1, $2) on the "C"-collated primary key bounds the
+// scan ($2 is NULL when the prefix has no upper bound); starts_with, exact
+// for any prefix (no pattern characters, unlike LIKE), decides.
+const listSQL = `SELECT name, owner, token, data, ttl_us, expires_at, acquired_at, now() FROM %s
+	WHERE held AND expires_at > now()
+		AND name >= $1::text COLLATE "C" AND ($2::text IS NULL OR name < $2::text COLLATE "C")
+		AND starts_with(name, $1::text)
+	ORDER BY name`
+
+type queries struct{ acquire, renew, release, get, list string }
+
+func buildQueries(table string) queries {
+	return queries{
+		acquire: fmt.Sprintf(acquireSQL, table),
+		renew:   fmt.Sprintf(renewSQL, table),
+		release: fmt.Sprintf(releaseSQL, table),
+		get:     fmt.Sprintf(getSQL, table),
+		list:    fmt.Sprintf(listSQL, table),
+	}
+}
+
+// acquireAttempts bounds the re-runs of acquireSQL when the holder it
+// refused for was inserted after the statement's snapshot.
+const acquireAttempts = 4
+
+// TryAcquire implements leasehold.Store.
+func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
+	if err := req.Validate(); err != nil {
+		return leasehold.Record{}, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return leasehold.Record{}, err
+	}
+	data := req.Data
+	if data == nil {
+		data = []byte{}
+	}
+	for attempt := 1; attempt <= acquireAttempts; attempt++ {
+		var granted, held bool
+		var token, ttl int64
+		var owner string
+		var expires, acquired, now time.Time
+		err := s.pool.QueryRow(ctx, s.q.acquire, req.Name, req.Owner, req.RequestID, data, micros(req.TTL)).
+			Scan(&granted, &token, &owner, &expires, &acquired, &ttl, &held, &now)
+		switch {
+		case err == nil && granted:
+			return leasehold.Record{
+				Name: req.Name, Owner: req.Owner, Token: uint64(token), Data: req.Data,
+				TTL: time.Duration(ttl) * time.Microsecond, Remaining: expires.Sub(now), Acquired: acquired,
+			}, nil
+		case err == nil && held && expires.After(now):
+			return leasehold.Record{}, &leasehold.HeldError{
+				Name: req.Name, Owner: owner, Token: uint64(token), Remaining: expires.Sub(now), Acquired: acquired,
+			}
+		case err != nil && !errors.Is(err, pgx.ErrNoRows):
+			return leasehold.Record{}, s.fail(ctx, err)
+		}
+	}
+	return leasehold.Record{}, fmt.Errorf("postgres: acquire %q: refused %d times, each time for a holder inserted concurrently; not granted, try again",
+		req.Name, acquireAttempts)
+}
+
+// Renew implements leasehold.Store.
+func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
+	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+		return err
+	}
+	if err := leasehold.ValidateTTL(ttl); err != nil {
+		return err
+	}
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	if token > 1<<63-1 {
+		return leasehold.ErrNotHeld // never granted
+	}
+	tag, err := s.pool.Exec(ctx, s.q.renew, name, owner, int64(token), micros(ttl))
+	if err != nil {
+		return s.fail(ctx, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return leasehold.ErrNotHeld
+	}
+	return nil
+}
+
+// Release implements leasehold.Store. Watchers of the name, in every
+// process, are notified through NOTIFY when the release commits, and at once
+// in this process.
+func (s *Store) Release(ctx context.Context, name, owner string, token uint64) error {
+	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+		return err
+	}
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	if token > 1<<63-1 {
+		return leasehold.ErrNotHeld
+	}
+	tag, err := s.pool.Exec(ctx, s.q.release, name, owner, int64(token), s.watch.channel)
+	if err != nil {
+		return s.fail(ctx, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return leasehold.ErrNotHeld
+	}
+	s.watch.notify(name)
+	return nil
+}
+
+// Get implements leasehold.Store.
+func (s *Store) Get(ctx context.Context, name string) (leasehold.Record, error) {
+	if err := leasehold.ValidateName(name); err != nil {
+		return leasehold.Record{}, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return leasehold.Record{}, err
+	}
+	r := leasehold.Record{Name: name}
+	var token, ttl int64
+	var expires, now time.Time
+	err := s.pool.QueryRow(ctx, s.q.get, name).Scan(&r.Owner, &token, &r.Data, &ttl, &expires, &r.Acquired, &now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return leasehold.Record{}, leasehold.ErrNotFound
+	}
+	if err != nil {
+		return leasehold.Record{}, s.fail(ctx, err)
+	}
+	fill(&r, token, ttl, expires, now)
+	return r, nil
+}
+
+// List implements leasehold.Store. Names are ordered byte for byte, as Go
+// compares strings.
+func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
+	if err := leasehold.ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	var end any // NULL: no upper bound
+	if e, ok := prefixEnd(prefix); ok {
+		end = e
+	}
+	rows, err := s.pool.Query(ctx, s.q.list, prefix, end)
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	defer rows.Close()
+	var out []leasehold.Record
+	for rows.Next() {
+		var r leasehold.Record
+		var token, ttl int64
+		var expires, now time.Time
+		if err := rows.Scan(&r.Name, &r.Owner, &token, &r.Data, &ttl, &expires, &r.Acquired, &now); err != nil {
+			return nil, s.fail(ctx, err)
+		}
+		fill(&r, token, ttl, expires, now)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	return out, nil
+}
+
+func fill(r *leasehold.Record, token, ttl int64, expires, now time.Time) {
+	r.Token, r.TTL, r.Remaining = uint64(token), time.Duration(ttl)*time.Microsecond, expires.Sub(now)
+	if len(r.Data) == 0 {
+		r.Data = nil
+	}
+}
+
+// micros converts a TTL to the table's microseconds, rounding up so that the
+// server never expires a lease before the TTL its holder asked for.
+func micros(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / time.Microsecond) }
+
+// prefixEnd returns the least string greater than every string that starts
+// with prefix: prefix with its last rune below U+10FFFF incremented (U+D7FF
+// steps over the surrogates to U+E000) and what follows it dropped. In
+// UTF-8, byte order is code point order, so [prefix, end) under the "C"
+// collation holds exactly the names with that prefix. ok is false when
+// there is no such string (empty prefix, or all U+10FFFF).
+func prefixEnd(prefix string) (end string, ok bool) {
+	r := []rune(prefix)
+	for i := len(r) - 1; i >= 0; i-- {
+		switch r[i] {
+		case utf8.MaxRune:
+			continue
+		case 0xD7FF:
+			r[i] = 0xE000
+		default:
+			r[i]++
+		}
+		return string(r[:i+1]), true
+	}
+	return "", false
+}

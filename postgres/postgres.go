@@ -1,0 +1,252 @@
+// Package postgres is a leasehold.Store in a PostgreSQL table, shared by
+// every process that can reach the database.
+//
+// Each lease operation is one SQL statement (one round trip, one implicit
+// transaction) whose WHERE clause carries the lease rules, so the database
+// decides atomically. Expiry is judged by the server's clock: every
+// statement compares expires_at with now(), the start time of the
+// statement's transaction, which is one instant shared by all parts of the
+// statement. A name's row is never deleted, so its fencing counter (token)
+// only ever goes up, across releases, expiry, restarts and reconnects.
+//
+// Waiting uses LISTEN/NOTIFY: Release notifies a channel derived from the
+// table, and Watch listens on one dedicated connection.
+//
+// See docs/stores/postgres.md for the schema, the statements, the
+// guarantees and what an operator has to provide (synchronous replication
+// for failover, a slewed server clock).
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold/leasehold"
+)
+
+var (
+	_ leasehold.Store   = (*Store)(nil)
+	_ leasehold.Watcher = (*Store)(nil)
+)
+
+// DefaultTable is the table a Store uses unless WithTable or the URL
+// parameter table= names another.
+const DefaultTable = "leasehold_leases"
+
+// Store is a lease store in one PostgreSQL table. It is safe for concurrent
+// use by many goroutines, and any number of Stores in any number of
+// processes may share one table.
+type Store struct {
+	pool    *pgxpool.Pool
+	ownPool bool   // Close closes the pool (Open made it)
+	table   string // resolved, schema-qualified and quoted
+	display string // schema.table, for messages
+	q       queries
+	closed  atomic.Bool
+	watch   hub
+}
+
+type config struct {
+	table   string
+	migrate bool
+}
+
+// Option configures a Store. Options given to Open override the URL's
+// parameters.
+type Option func(*config)
+
+// WithTable sets the lease table: a lowercase SQL identifier of at most 63
+// bytes ([a-z_][a-z0-9_]*), optionally qualified by a schema ("locks.leases").
+// The schema must exist. Default: DefaultTable in the first schema of the
+// connection's search_path. A bad name makes Open and New return an
+// *leasehold.InvalidError.
+func WithTable(name string) Option { return func(c *config) { c.table = name } }
+
+// WithoutMigrate makes Open and New leave the schema alone: they only check
+// that the table exists with the schema version this package writes, and
+// fail otherwise. Use it when the role the store runs as may not create
+// tables; create the table once with Init (`leasehold store init`).
+func WithoutMigrate() Option { return func(c *config) { c.migrate = false } }
+
+// Open connects to the database named by a postgres:// or postgresql:// URL
+// and returns a Store with a pool of its own (pgxpool, whose pool_* URL
+// parameters apply). Besides pgx's parameters the URL may carry leasehold's
+// own, which are removed before pgx sees it:
+//
+//	table=NAME     the lease table (see WithTable)
+//	migrate=false  do not create the table (see WithoutMigrate)
+//
+// Unless migration is off, Open creates the table if it is missing. A bad
+// URL or parameter returns an *leasehold.InvalidError before anything is
+// sent; an unreachable server returns an error once ctx ends or the
+// connection attempt fails.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
+	connString, urlOpts, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := buildConfig(append(urlOpts, opts...))
+	if err != nil {
+		return nil, err
+	}
+	pcfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, &leasehold.InvalidError{Field: "postgres URL", Reason: err.Error()}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %s", err.Error())
+	}
+	s, err := newStore(ctx, pool, cfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.ownPool = true
+	return s, nil
+}
+
+// New returns a Store that uses pool, which the caller keeps: Close does not
+// close it. Like Open it creates the table unless WithoutMigrate is given,
+// so it takes a context for that round trip (a deliberate addition to the
+// pool-only signature: no network call without a context). The listener
+// behind Watch dials its own connection with pool's connection settings.
+func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+	if pool == nil {
+		return nil, &leasehold.InvalidError{Field: "pool", Reason: "must not be nil"}
+	}
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newStore(ctx, pool, cfg)
+}
+
+func buildConfig(opts []Option) (config, error) {
+	cfg := config{table: DefaultTable, migrate: true}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if _, err := parseTable(cfg.table); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func newStore(ctx context.Context, pool *pgxpool.Pool, cfg config) (*Store, error) {
+	t, err := prepareTable(ctx, pool, cfg.table, cfg.migrate)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{pool: pool, table: t.ident(), display: t.String()}
+	s.q = buildQueries(s.table)
+	s.watch.init(pool.Config().ConnConfig, t.channel())
+	return s, nil
+}
+
+// Table returns the resolved, schema-qualified name of the lease table
+// (for example "public.leasehold_leases").
+func (s *Store) Table() string { return s.display }
+
+// Close stops the Watch listener and waits for it, then closes the pool if
+// Open created it. Later calls return leasehold.ErrClosed. Leases are not
+// released: they expire after their TTL. Close is idempotent.
+func (s *Store) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	s.watch.close()
+	if s.ownPool {
+		s.pool.Close()
+	}
+	return nil
+}
+
+// parseURL checks the scheme and takes leasehold's own parameters out of the
+// query string, leaving the rest of the URL byte for byte as given (pgx
+// parses it, including forms net/url rejects, such as several hosts).
+func parseURL(raw string) (string, []Option, error) {
+	bad := func(format string, args ...any) (string, []Option, error) {
+		return "", nil, &leasehold.InvalidError{Field: "postgres URL", Reason: fmt.Sprintf(format, args...)}
+	}
+	if !strings.HasPrefix(raw, "postgres://") && !strings.HasPrefix(raw, "postgresql://") {
+		return bad("want postgres://[user[:password]@]host[:port]/database[?param=value&...]")
+	}
+	base, query, _ := strings.Cut(raw, "?")
+	if strings.Contains(query, "#") {
+		return bad("a fragment (#...) is not allowed")
+	}
+	values, err := url.ParseQuery(query)
+	if err != nil {
+		return bad("query: %s", err.Error())
+	}
+	var opts []Option
+	if v, ok := values["table"]; ok {
+		if len(v) != 1 {
+			return bad("table= given %d times", len(v))
+		}
+		if _, err := parseTable(v[0]); err != nil {
+			return "", nil, err
+		}
+		opts = append(opts, WithTable(v[0]))
+		delete(values, "table")
+	}
+	if v, ok := values["migrate"]; ok {
+		switch {
+		case len(v) != 1:
+			return bad("migrate= given %d times", len(v))
+		case v[0] == "false":
+			opts = append(opts, WithoutMigrate())
+		case v[0] != "true":
+			return bad("migrate=%q: want true or false", v[0])
+		}
+		delete(values, "migrate")
+	}
+	if len(values) > 0 {
+		base += "?" + values.Encode()
+	}
+	return base, opts, nil
+}
+
+// fail translates an error at the store boundary: context errors pass
+// through, use after Close is leasehold.ErrClosed, and everything else
+// becomes a plain error carrying the message (no pgx type leaks).
+func (s *Store) fail(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case s.closed.Load():
+		return leasehold.ErrClosed
+	}
+	return pgError(err)
+}
+
+func pgError(err error) error { return errors.New("postgres: " + pgMessage(err)) }
+
+// pgMessage is the message of a driver error, with the SQLSTATE of a server
+// error.
+func pgMessage(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return fmt.Sprintf("%s (SQLSTATE %s)", pe.Message, pe.Code)
+	}
+	return err.Error()
+}
+
+// begin is the common prologue of every operation: after Close it returns
+// leasehold.ErrClosed, and with a context that has ended, its error.
+func (s *Store) begin(ctx context.Context) error {
+	if s.closed.Load() {
+		return leasehold.ErrClosed
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,334 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/postgres"
+	"github.com/leasehold/leasehold/stores"
+	"github.com/leasehold/leasehold/storetest"
+)
+
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// freshTable returns a table name of its own for this test, dropped (with
+// its schema, if qualified) when the test ends.
+func freshTable(t testing.TB, base, prefix string) string {
+	table := prefix + suffix()
+	t.Cleanup(func() { exec(t, base, "DROP TABLE IF EXISTS "+table) })
+	return table
+}
+
+// exec runs one statement on base through a short-lived pool.
+func exec(t testing.TB, base, sql string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, base)
+	if err != nil {
+		t.Errorf("connect: %v", err)
+		return
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, sql); err != nil {
+		t.Errorf("%s: %v", sql, err)
+	}
+}
+
+func suffix() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func withParam(u, key, value string) string {
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	return u + sep + key + "=" + value
+}
+
+func open(t testing.TB, u string, opts ...postgres.Option) *postgres.Store {
+	t.Helper()
+	s, err := postgres.Open(ctxFor(t, time.Minute), u, opts...)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	base := enginetest.PostgresURL(t)
+	u := withParam(base, "table", freshTable(t, base, "lh_test_"))
+	storetest.Run(t, storetest.Harness{
+		Open: func(t testing.TB) leasehold.Store { return open(t, u) },
+		Reopen: func(t testing.TB, s leasehold.Store) leasehold.Store {
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			return open(t, u)
+		},
+	})
+}
+
+// TestOpenRejectsBadInput needs no server: everything here is refused
+// before anything is dialled (port 1 would refuse the connection, which is
+// not ErrInvalid).
+func TestOpenRejectsBadInput(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	for _, u := range []string{
+		"", "mysql://127.0.0.1:1/db", "127.0.0.1:1", "postgres://127.0.0.1:1/db?table=Leases",
+		"postgres://127.0.0.1:1/db?table=a.b.c", "postgres://127.0.0.1:1/db?table=x;drop%20table%20y",
+		"postgres://127.0.0.1:1/db?migrate=maybe", "postgres://127.0.0.1:1/db?table=",
+		"postgres://127.0.0.1:1:2/db", "postgres://127.0.0.1:1/db?sslmode=sometimes",
+		"postgres://127.0.0.1:1/db?pool_max_conns=zero",
+	} {
+		if s, err := postgres.Open(ctx, u); !errors.Is(err, leasehold.ErrInvalid) {
+			t.Errorf("Open(%q): %v, want ErrInvalid", u, err)
+			if s != nil {
+				s.Close()
+			}
+		}
+		if strings.HasPrefix(u, "postgres://") {
+			if _, err := stores.Open(ctx, u); !errors.Is(err, leasehold.ErrInvalid) {
+				t.Errorf("stores.Open(%q): %v, want ErrInvalid", u, err)
+			}
+		}
+	}
+	if _, err := postgres.Open(ctx, "postgres://127.0.0.1:1/db", postgres.WithTable("no-dashes")); !errors.Is(err, leasehold.ErrInvalid) {
+		t.Errorf("Open with a bad WithTable: %v, want ErrInvalid", err)
+	}
+	if _, err := postgres.New(ctx, nil); !errors.Is(err, leasehold.ErrInvalid) {
+		t.Errorf("New(nil pool): %v, want ErrInvalid", err)
+	}
+	if err := postgres.Init(ctx, "postgres://127.0.0.1:1/db?table=BAD"); !errors.Is(err, leasehold.ErrInvalid) {
+		t.Errorf("Init with a bad table: %v, want ErrInvalid", err)
+	}
+	// A good URL to a closed port is an error, but not an invalid argument.
+	if _, err := postgres.Open(ctx, "postgres://127.0.0.1:1/db?connect_timeout=5"); err == nil || errors.Is(err, leasehold.ErrInvalid) {
+		t.Errorf("Open of an unreachable server: %v, want a connection error", err)
+	}
+}
+
+// TestListPrefixExact checks List against Go's strings.HasPrefix and byte
+// order, with LIKE's pattern characters, backslashes, and code points at
+// the edges of UTF-8 in names and prefixes.
+func TestListPrefixExact(t *testing.T) {
+	base := enginetest.PostgresURL(t)
+	s := open(t, withParam(base, "table", freshTable(t, base, "lh_test_list_")))
+	defer s.Close()
+	ctx := ctxFor(t, time.Minute)
+	names := []string{"%", "%a", "_", "_a", "a", "a%", "a%b", "a_b", "ab", "a\\", "a\\b", "\\", "\\%",
+		"é", "é/x", "e\u0301", "e", "\u00ff", "\u0100", "\ud7ff", "\ud7ffx", "\ue000", "\U0010ffff",
+		"\U0010ffffa", "\U0010ffff\U0010ffff", "~", " ", "a b", "Z", "z", "日本", "日本語"}
+	for _, n := range names {
+		if _, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: n, Owner: "o", TTL: time.Minute}); err != nil {
+			t.Fatalf("acquire %q: %v", n, err)
+		}
+	}
+	prefixes := []string{"", "%%", "a\\%", "x", "\U0010ffff\U0010ffff\U0010ffff"}
+	for _, n := range names {
+		for i := range n {
+			if i > 0 {
+				prefixes = append(prefixes, n[:i])
+			}
+		}
+		prefixes = append(prefixes, n)
+	}
+	for _, p := range prefixes {
+		var want []string
+		for _, n := range names {
+			if strings.HasPrefix(n, p) {
+				want = append(want, n)
+			}
+		}
+		slices.Sort(want)
+		recs, err := s.List(ctx, p)
+		if err != nil {
+			t.Fatalf("List(%q): %v", p, err)
+		}
+		var got []string
+		for _, r := range recs {
+			got = append(got, r.Name)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("List(%q) = %q, want %q", p, got, want)
+		}
+	}
+}
+
+func TestMigrate(t *testing.T) {
+	base := enginetest.PostgresURL(t)
+	ctx := ctxFor(t, 2*time.Minute)
+
+	// Concurrent openers of a new table all succeed.
+	table := freshTable(t, base, "lh_test_mig_")
+	u := withParam(base, "table", table)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := postgres.Open(ctx, u)
+			if err == nil {
+				err = s.Close()
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("concurrent Open of a new table: %v", err)
+		}
+	}
+	s := open(t, u, postgres.WithoutMigrate())
+	if s.Table() != "public."+table {
+		t.Errorf("Table() = %q, want public.%s", s.Table(), table)
+	}
+	s.Close()
+
+	// Without migration a missing table is an error, not created.
+	missing := freshTable(t, base, "lh_test_missing_")
+	if _, err := postgres.Open(ctx, withParam(withParam(base, "table", missing), "migrate", "false")); err == nil ||
+		!strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("Open without migration of a missing table: %v", err)
+	}
+	// Init creates it even when the URL says migrate=false.
+	if err := postgres.Init(ctx, withParam(withParam(base, "migrate", "false"), "table", missing)); err != nil {
+		t.Fatalf("Init: %v", err)
+	}
+	open(t, withParam(base, "table", missing), postgres.WithoutMigrate()).Close()
+	// So does stores.Init, through the registered initializer.
+	viaStores := freshTable(t, base, "lh_test_init_")
+	if err := stores.Init(ctx, strings.Replace(withParam(base, "table", viaStores), "postgres://", "postgresql://", 1)); err != nil {
+		t.Fatalf("stores.Init: %v", err)
+	}
+	st, err := stores.Open(ctx, withParam(withParam(base, "table", viaStores), "migrate", "false"))
+	if err != nil {
+		t.Fatalf("stores.Open: %v", err)
+	}
+	if _, ok := st.(*postgres.Store); !ok {
+		t.Errorf("stores.Open opened %T", st)
+	}
+	st.Close()
+
+	// A table that is not ours, or from a newer schema, is refused.
+	foreign := freshTable(t, base, "lh_test_foreign_")
+	exec(t, base, "CREATE TABLE "+foreign+" (id int)")
+	if _, err := postgres.Open(ctx, withParam(base, "table", foreign)); err == nil || !strings.Contains(err.Error(), "not a leasehold") {
+		t.Errorf("Open of a foreign table: %v", err)
+	}
+	newer := freshTable(t, base, "lh_test_newer_")
+	open(t, withParam(base, "table", newer)).Close()
+	exec(t, base, "COMMENT ON TABLE "+newer+" IS 'leasehold lease table; schema version 99'")
+	if _, err := postgres.Open(ctx, withParam(base, "table", newer)); err == nil || !strings.Contains(err.Error(), "version 99") {
+		t.Errorf("Open of a newer schema: %v", err)
+	}
+
+	// Schema-qualified names; Migrate on a pool of the caller's.
+	schema := "lh_test_schema_" + suffix()
+	exec(t, base, "CREATE SCHEMA "+schema)
+	t.Cleanup(func() { exec(t, base, "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
+	pool, err := pgxpool.New(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := postgres.Migrate(ctx, pool, schema+".leases"); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	q, err := postgres.New(ctx, pool, postgres.WithTable(schema+".leases"), postgres.WithoutMigrate())
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if q.Table() != schema+".leases" {
+		t.Errorf("Table() = %q", q.Table())
+	}
+	if _, err := q.TryAcquire(ctx, leasehold.AcquireRequest{Name: "n", Owner: "o", TTL: time.Minute}); err != nil {
+		t.Errorf("TryAcquire on a schema-qualified table: %v", err)
+	}
+	q.Close()
+	if err := pool.Ping(ctx); err != nil {
+		t.Errorf("Close of a Store made with New closed the caller's pool: %v", err)
+	}
+}
+
+// TestWatchAcrossStores: a release through one Store wakes a watcher of
+// another (another process, as far as the server can tell).
+func TestWatchAcrossStores(t *testing.T) {
+	base := enginetest.PostgresURL(t)
+	u := withParam(base, "table", freshTable(t, base, "lh_test_watch_"))
+	a, b := open(t, u), open(t, u)
+	defer a.Close()
+	defer b.Close()
+	ctx := ctxFor(t, time.Minute)
+	ch, err := a.Watch(ctx, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, func() bool { return postgres.Listens(a) >= 1 })
+	drain(ch)
+	for i := 0; i < 3; i++ {
+		rec, err := b.TryAcquire(ctx, leasehold.AcquireRequest{Name: "w", Owner: "b", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Release(ctx, "w", "b", rec.Token); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("release %d through another Store: no notification within 10s", i)
+		}
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Watch(ctx, "w"); !errors.Is(err, leasehold.ErrClosed) {
+		t.Errorf("Watch after Close: %v, want ErrClosed", err)
+	}
+	if _, err := a.Get(ctx, "w"); !errors.Is(err, leasehold.ErrClosed) {
+		t.Errorf("Get after Close: %v, want ErrClosed", err)
+	}
+}
+
+func drain(ch <-chan struct{}) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
+}
+
+func waitFor(t testing.TB, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,213 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold/leasehold"
+)
+
+// SchemaVersion is the version of the table layout this package creates
+// and uses. It is recorded as the table's comment.
+const SchemaVersion = 1
+
+const versionPrefix = "leasehold lease table; schema version "
+
+// createSQL is the table. name sorts and compares with the "C" collation:
+// byte for byte, which for UTF-8 is code point order, the same as Go's
+// string comparison. Rows are updated in place far more often than inserted,
+// so pages keep room for HOT updates.
+const createSQL = `CREATE TABLE IF NOT EXISTS %s (
+	name        text COLLATE "C" PRIMARY KEY,
+	owner       text NOT NULL,
+	request_id  text NOT NULL,
+	token       bigint NOT NULL CHECK (token > 0),
+	data        bytea NOT NULL,
+	ttl_us      bigint NOT NULL CHECK (ttl_us > 0),
+	expires_at  timestamptz NOT NULL,
+	held        boolean NOT NULL,
+	acquired_at timestamptz NOT NULL
+) WITH (fillfactor = 70)`
+
+// migrateLockKey is the advisory lock every leasehold migration takes, so
+// that concurrent openers create the table one at a time ("leasehol" in
+// ASCII).
+const migrateLockKey int64 = 0x6c65617365686f6c
+
+// lookupSQL resolves $1 (a quoted, possibly unqualified name) through the
+// search_path. created is true when the table was created by the current
+// transaction: age(xmin) is 0 only for the transaction's own xid.
+const lookupSQL = `SELECT coalesce(n.nspname, ''), coalesce(c.relname, ''),
+	coalesce(obj_description(c.oid, 'pg_class'), ''), coalesce(age(c.xmin) = 0, false),
+	current_setting('server_encoding')
+	FROM (SELECT to_regclass($1) AS oid) r
+	LEFT JOIN pg_class c ON c.oid = r.oid
+	LEFT JOIN pg_namespace n ON n.oid = c.relnamespace`
+
+var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// tableName is a validated table name; schema is empty when unqualified.
+type tableName struct{ schema, name string }
+
+func parseTable(s string) (tableName, error) {
+	bad := func(reason string) (tableName, error) {
+		return tableName{}, &leasehold.InvalidError{Field: "table", Reason: fmt.Sprintf("%q %s", s, reason)}
+	}
+	parts := strings.Split(s, ".")
+	if len(parts) > 2 {
+		return bad("has more than one dot; want table or schema.table")
+	}
+	for _, p := range parts {
+		if !identRE.MatchString(p) {
+			return bad("is not a lowercase SQL identifier of at most 63 bytes ([a-z_][a-z0-9_]*, optionally schema.table)")
+		}
+	}
+	if len(parts) == 2 {
+		return tableName{schema: parts[0], name: parts[1]}, nil
+	}
+	return tableName{name: parts[0]}, nil
+}
+
+func (t tableName) ident() string {
+	if t.schema == "" {
+		return pgx.Identifier{t.name}.Sanitize()
+	}
+	return pgx.Identifier{t.schema, t.name}.Sanitize()
+}
+
+func (t tableName) String() string {
+	if t.schema == "" {
+		return t.name
+	}
+	return t.schema + "." + t.name
+}
+
+// channel is the LISTEN/NOTIFY channel of a resolved table: readable when
+// it fits PostgreSQL's 63-byte limit on names, else a hash.
+func (t tableName) channel() string {
+	c := "leasehold:" + t.String()
+	if len(c) > 63 {
+		sum := sha256.Sum256([]byte(t.String()))
+		c = "leasehold:" + hex.EncodeToString(sum[:16])
+	}
+	return c
+}
+
+type tableInfo struct {
+	resolved tableName
+	comment  string
+	created  bool
+	encoding string
+}
+
+type queryRower interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func lookup(ctx context.Context, q queryRower, t tableName) (tableInfo, error) {
+	var i tableInfo
+	err := q.QueryRow(ctx, lookupSQL, t.ident()).Scan(&i.resolved.schema, &i.resolved.name, &i.comment, &i.created, &i.encoding)
+	return i, err
+}
+
+func (i tableInfo) check(t tableName) error {
+	switch {
+	case i.encoding != "UTF8":
+		return fmt.Errorf("postgres: the database encoding is %s; leasehold needs a UTF8 database", i.encoding)
+	case i.resolved.name == "":
+		return fmt.Errorf("postgres: table %s does not exist; create it with `leasehold store init` (postgres.Init) or open without migrate=false", t)
+	case i.comment == versionPrefix+strconv.Itoa(SchemaVersion):
+		return nil
+	case strings.HasPrefix(i.comment, versionPrefix):
+		return fmt.Errorf("postgres: table %s has schema version %s; this leasehold uses version %d",
+			i.resolved, strings.TrimPrefix(i.comment, versionPrefix), SchemaVersion)
+	}
+	return fmt.Errorf("postgres: table %s exists but is not a leasehold lease table (its comment is %q)", i.resolved, i.comment)
+}
+
+// prepareTable resolves the table and checks its schema version, creating
+// it first when migrate is set and it is missing. The fast path is one
+// read; creation runs in a transaction under an advisory lock, so that
+// concurrent openers do not race, and needs the CREATE privilege.
+func prepareTable(ctx context.Context, pool *pgxpool.Pool, name string, migrate bool) (tableName, error) {
+	t, err := parseTable(name)
+	if err != nil {
+		return tableName{}, err
+	}
+	info, err := lookup(ctx, pool, t)
+	if err != nil {
+		return tableName{}, boundary(ctx, "look up table "+t.String(), err)
+	}
+	if info.resolved.name != "" || !migrate || info.encoding != "UTF8" {
+		return info.resolved, info.check(t)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return tableName{}, boundary(ctx, "migrate", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
+		return tableName{}, boundary(ctx, "migrate: lock", err)
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf(createSQL, t.ident())); err != nil {
+		return tableName{}, boundary(ctx, "migrate: create table "+t.String(), err)
+	}
+	if info, err = lookup(ctx, tx, t); err != nil {
+		return tableName{}, boundary(ctx, "migrate: look up table "+t.String(), err)
+	}
+	if info.created {
+		info.comment = versionPrefix + strconv.Itoa(SchemaVersion)
+		if _, err := tx.Exec(ctx, fmt.Sprintf("COMMENT ON TABLE %s IS '%s'", info.resolved.ident(), info.comment)); err != nil {
+			return tableName{}, boundary(ctx, "migrate: comment", err)
+		}
+	}
+	if err := info.check(t); err != nil {
+		return tableName{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return tableName{}, boundary(ctx, "migrate: commit", err)
+	}
+	return info.resolved, nil
+}
+
+// boundary translates an error outside a Store (opening, migrating):
+// context errors pass through, others keep only their message.
+func boundary(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("postgres: %s: %s", what, pgMessage(err))
+}
+
+// Migrate creates the lease table (DefaultTable when table is empty) in
+// pool's database if it does not exist, and checks the schema version of an
+// existing one. It is safe to run concurrently from many processes: creation
+// is serialised by a transaction-scoped advisory lock. It needs the CREATE
+// privilege on the schema only when the table is missing.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	if table == "" {
+		table = DefaultTable
+	}
+	_, err := prepareTable(ctx, pool, table, true)
+	return err
+}
+
+// Init connects to the database named by rawURL (as Open does, honouring
+// table=), creates the lease table if it is missing, checks its schema
+// version, and disconnects. It is what `leasehold store init` runs; a
+// migrate=false parameter is ignored, since creating is the point.
+func Init(ctx context.Context, rawURL string) error {
+	s, err := Open(ctx, rawURL, func(c *config) { c.migrate = true })
+	if err != nil {
+		return err
+	}
+	return s.Close()
+}

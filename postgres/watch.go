@@ -1,0 +1,199 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold"
+)
+
+// Listener timing. The listener reconnects with jittered exponential
+// backoff between listenBackoffMin and listenBackoffMax; a connection that
+// has been silent for listenIdle is pinged (with listenPingTimeout) so that
+// a peer that vanished without closing the socket is noticed.
+const (
+	listenBackoffMin  = 50 * time.Millisecond
+	listenBackoffMax  = 5 * time.Second
+	listenIdle        = 15 * time.Second
+	listenPingTimeout = 5 * time.Second
+	listenDialTimeout = 10 * time.Second
+)
+
+// hub delivers Watch notifications. Its listener goroutine starts on the
+// first Watch and runs until Close, which stops it and waits for it. It
+// holds one connection of its own (not from the pool) with LISTEN on the
+// table's channel; each notification carries a released name.
+type hub struct {
+	connCfg *pgx.ConnConfig
+	channel string
+
+	mu       sync.Mutex
+	watchers map[string]map[chan struct{}]struct{}
+	running  bool
+	closed   bool
+	stop     chan struct{} // closed by close
+	done     chan struct{} // closed when the listener goroutine returns
+	listens  int           // LISTENs established so far (for tests)
+}
+
+func (h *hub) init(cfg *pgx.ConnConfig, channel string) {
+	h.connCfg, h.channel = cfg, channel
+	h.watchers = map[string]map[chan struct{}]struct{}{}
+	h.stop, h.done = make(chan struct{}), make(chan struct{})
+}
+
+// Watch implements leasehold.Watcher. The channel receives (without
+// blocking the store) when the named lease is released, by any process
+// using the same table, and also after the listener (re)connects, since a
+// release may have been missed while it was not listening. Expiry sends
+// nothing: waiters wake at the holder's remaining time instead. The channel
+// is closed after ctx ends.
+func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
+	if err := leasehold.ValidateName(name); err != nil {
+		return nil, err
+	}
+	h := &s.watch
+	ch := make(chan struct{}, 1)
+	h.mu.Lock()
+	if h.closed || s.closed.Load() {
+		h.mu.Unlock()
+		return nil, leasehold.ErrClosed
+	}
+	if h.watchers[name] == nil {
+		h.watchers[name] = map[chan struct{}]struct{}{}
+	}
+	h.watchers[name][ch] = struct{}{}
+	if !h.running {
+		h.running = true
+		go h.run()
+	}
+	h.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		h.mu.Lock()
+		delete(h.watchers[name], ch)
+		if len(h.watchers[name]) == 0 {
+			delete(h.watchers, name)
+		}
+		h.mu.Unlock()
+		close(ch)
+	})
+	return ch, nil
+}
+
+func send(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (h *hub) notify(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.watchers[name] {
+		send(ch)
+	}
+}
+
+func (h *hub) notifyAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, chans := range h.watchers {
+		for ch := range chans {
+			send(ch)
+		}
+	}
+}
+
+// close stops the listener and waits for it to return.
+func (h *hub) close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	running := h.running
+	close(h.stop)
+	h.mu.Unlock()
+	if running {
+		<-h.done
+	}
+}
+
+// run is the listener goroutine: connect, LISTEN, dispatch, and on any
+// failure reconnect with backoff, until close.
+func (h *hub) run() {
+	defer close(h.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-h.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	wait := listenBackoffMin
+	for ctx.Err() == nil {
+		if h.listen(ctx) {
+			wait = listenBackoffMin
+		}
+		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		wait = min(2*wait, listenBackoffMax)
+	}
+}
+
+// listen runs one connection until it fails or ctx ends. It reports whether
+// LISTEN was established. After LISTEN it wakes every watcher: a release
+// may have committed while nobody listened.
+func (h *hub) listen(ctx context.Context) bool {
+	dctx, cancel := context.WithTimeout(ctx, listenDialTimeout)
+	conn, err := pgx.ConnectConfig(dctx, h.connCfg.Copy())
+	cancel()
+	if err != nil {
+		return false
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		conn.Close(cctx)
+		cancel()
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{h.channel}.Sanitize()); err != nil {
+		return false
+	}
+	h.mu.Lock()
+	h.listens++
+	h.mu.Unlock()
+	h.notifyAll()
+	for {
+		wctx, cancel := context.WithTimeout(ctx, listenIdle)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			h.notify(n.Payload)
+		case ctx.Err() != nil:
+			return true
+		case errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed():
+			pctx, cancel := context.WithTimeout(ctx, listenPingTimeout)
+			err := conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				return true
+			}
+		default:
+			return true
+		}
+	}
+}
