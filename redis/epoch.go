@@ -1,0 +1,211 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold"
+)
+
+// Restart detection. The server a connection reaches can only change when
+// a connection is dialled, so the store counts dials (a go-redis dial hook)
+// and re-checks the marker before the next TryAcquire after any dial. The
+// check is INFO (run_id, uptime, role), CONFIG GET appendonly/appendfsync
+// (ignored if refused) in one pipeline, then epoch.lua, which compares the
+// run_id with the marker and writes a new marker if it changed. Between
+// dials the cached result is used: no extra round trip per operation.
+//
+// A TryAcquire reads the cache before its script is sent, and go-redis may
+// dial a new connection (to a restarted server) while sending it. So after
+// a grant, if a dial happened since the cache was read, the store re-checks
+// and undoes the grant if it fell inside a hold-back or below a floor it
+// did not know of when it sent the script.
+
+// epoch is what TryAcquire passes to acquire.lua.
+type epoch struct {
+	holdUntil int64  // server ms before which no grant is made (0: none)
+	floor     int64  // tokens granted are at least this
+	dials     uint64 // dial count when the cache was valid for it
+}
+
+type epochCache struct {
+	dials   atomic.Uint64
+	checkMu sync.Mutex // one check at a time
+
+	mu        sync.Mutex
+	valid     bool
+	checkedAt uint64 // dial count before the last successful check
+	cur       epoch
+	runID     string
+	durable   bool
+}
+
+// dialCounter is a go-redis hook that counts new connections.
+type dialCounter struct{ n *atomic.Uint64 }
+
+func (d dialCounter) DialHook(next goredis.DialHook) goredis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err == nil {
+			d.n.Add(1)
+		}
+		return c, err
+	}
+}
+
+func (d dialCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+
+func (d dialCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+// epoch returns the cached epoch, checking the server first if no check
+// has been made since the last dial.
+func (s *Store) epoch(ctx context.Context) (epoch, error) {
+	d := s.ep.dials.Load()
+	s.ep.mu.Lock()
+	if s.ep.valid && s.ep.checkedAt == d {
+		e := s.ep.cur
+		s.ep.mu.Unlock()
+		return e, nil
+	}
+	s.ep.mu.Unlock()
+
+	s.ep.checkMu.Lock()
+	defer s.ep.checkMu.Unlock()
+	d = s.ep.dials.Load()
+	s.ep.mu.Lock()
+	if s.ep.valid && s.ep.checkedAt == d {
+		e := s.ep.cur
+		s.ep.mu.Unlock()
+		return e, nil
+	}
+	s.ep.mu.Unlock()
+	e, runID, durable, err := s.check(ctx)
+	if err != nil {
+		return epoch{}, s.translate(ctx, "restart check", err)
+	}
+	e.dials = d
+	s.ep.mu.Lock()
+	s.ep.valid, s.ep.checkedAt, s.ep.cur, s.ep.runID, s.ep.durable = true, d, e, runID, durable
+	s.ep.mu.Unlock()
+	return e, nil
+}
+
+// ServerState describes what the store last learnt about its Redis server.
+type ServerState struct {
+	RunID string // the server's run_id
+	// Durable reports appendonly yes, appendfsync always, on a master
+	// that is not a freshly promoted replica; the store then holds back
+	// nothing after a restart.
+	Durable bool
+	// HoldbackUntil is the server-clock time before which TryAcquire
+	// grants nothing (zero: no hold-back).
+	HoldbackUntil time.Time
+	// TokenFloor is the least token a new grant gets.
+	TokenFloor uint64
+}
+
+// ServerState checks the server (if a connection was dialled since the
+// last check) and reports the restart-detection state, for operators and
+// tests.
+func (s *Store) ServerState(ctx context.Context) (ServerState, error) {
+	if s.closed.Load() {
+		return ServerState{}, leasehold.ErrClosed
+	}
+	e, err := s.epoch(ctx)
+	if err != nil {
+		return ServerState{}, err
+	}
+	s.ep.mu.Lock()
+	defer s.ep.mu.Unlock()
+	st := ServerState{RunID: s.ep.runID, Durable: s.ep.durable, TokenFloor: uint64(e.floor)}
+	if e.holdUntil > 0 {
+		st.HoldbackUntil = time.UnixMilli(e.holdUntil)
+	}
+	return st, nil
+}
+
+// infoClient is where the restart check runs: the server itself, or on a
+// cluster the master that holds the marker key.
+func (s *Store) infoClient(ctx context.Context) (goredis.Cmdable, error) {
+	if cc, ok := s.rdb.(*goredis.ClusterClient); ok {
+		return cc.MasterForKey(ctx, s.epochKey)
+	}
+	return s.rdb, nil
+}
+
+func (s *Store) check(ctx context.Context) (e epoch, runID string, durable bool, err error) {
+	c, err := s.infoClient(ctx)
+	if err != nil {
+		return e, "", false, err
+	}
+	pipe := c.Pipeline()
+	srv := pipe.Info(ctx, "server")
+	repl := pipe.Info(ctx, "replication")
+	aof := pipe.ConfigGet(ctx, "appendonly")
+	fsync := pipe.ConfigGet(ctx, "appendfsync")
+	_, _ = pipe.Exec(ctx) // CONFIG may be refused (ACL, renamed); judged per command
+	if err := srv.Err(); err != nil {
+		return e, "", false, err
+	}
+	info := parseInfo(srv.Val())
+	runID = info["run_id"]
+	uptime, uerr := strconv.ParseInt(info["uptime_in_seconds"], 10, 64)
+	if runID == "" || uerr != nil {
+		return e, "", false, fmt.Errorf("INFO server has no run_id or uptime_in_seconds")
+	}
+	if repl.Err() == nil && aof.Err() == nil && fsync.Err() == nil {
+		r := parseInfo(repl.Val())
+		durable = aof.Val()["appendonly"] == "yes" && fsync.Val()["appendfsync"] == "always" &&
+			r["role"] == "master" && r["second_repl_offset"] == "-1"
+	}
+	holdback := s.holdback
+	if durable {
+		holdback = 0
+	}
+	res, err := epochScript.Run(ctx, s.rdb, []string{s.epochKey}, runID, uptime, holdback.Milliseconds()).Slice()
+	if err != nil {
+		return e, "", false, err
+	}
+	if len(res) != 5 {
+		return e, "", false, fmt.Errorf("epoch script: unexpected reply %v", res)
+	}
+	since, _ := toInt(res[0])
+	e.floor, _ = toInt(res[2])
+	if since > 0 && holdback > 0 {
+		e.holdUntil = since + holdback.Milliseconds()
+	}
+	return e, runID, durable, nil
+}
+
+func parseInfo(s string) map[string]string {
+	m := map[string]string{}
+	for _, line := range strings.Split(s, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && !strings.HasPrefix(k, "#") {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// toInt reads an integer reply element, which RESP may give as an integer
+// or as a decimal string.
+func toInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return x, true
+	case string:
+		n, err := strconv.ParseInt(x, 10, 64)
+		return n, err == nil
+	}
+	return 0, false
+}

@@ -1,0 +1,34 @@
+-- epoch.lua: compare the server's run id with the store's marker and, if
+-- the server restarted (or failed over) since the marker was written,
+-- write a new one. Atomic, so concurrent clients agree on one marker.
+-- KEYS[1] marker hash
+-- ARGV[1] the server's run_id, ARGV[2] its uptime in seconds,
+-- ARGV[3] the caller's hold-back in ms.
+-- Reply: {since_ms, holdback_until_ms, floor_us, now_ms, written}
+--   since_ms: when the restart was noticed (server ms), 0 if none was
+--   floor_us: every token granted from now on is at least this
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = math.floor(now_us / 1000)
+local m = redis.call('HMGET', KEYS[1], 'run_id', 'since_ms', 'holdback_until_ms', 'floor_us')
+if m[1] == ARGV[1] then
+  return {m[2], m[3], m[4], now_ms, 0}
+end
+local holdback = tonumber(ARGV[3])
+local since = now_ms
+if not m[1] and tonumber(ARGV[2]) * 1000 >= holdback then
+  -- No marker on a server up for longer than the hold-back: a first use,
+  -- not a restart that could have lost leases still believed held.
+  since = 0
+end
+local until_ms = 0
+if since > 0 then
+  until_ms = now_ms + holdback
+end
+local s_since = string.format('%.0f', since)
+local s_until = string.format('%.0f', until_ms)
+local s_floor = string.format('%.0f', now_us)
+redis.call('HSET', KEYS[1], 'run_id', ARGV[1], 'since_ms', s_since, 'holdback_until_ms', s_until,
+  'floor_us', s_floor, 'prev_run_id', m[1] or '')
+return {s_since, s_until, s_floor, now_ms, 1}

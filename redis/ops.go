@@ -1,0 +1,319 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold"
+)
+
+// The scripts. goredis.Script.Run sends EVALSHA and falls back to EVAL
+// when the server does not have the script cached (NOSCRIPT).
+var (
+	//go:embed acquire.lua
+	acquireSrc string
+	//go:embed renew.lua
+	renewSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed get.lua
+	getSrc string
+	//go:embed epoch.lua
+	epochSrc string
+
+	acquireScript = goredis.NewScript(acquireSrc)
+	renewScript   = goredis.NewScript(renewSrc)
+	releaseScript = goredis.NewScript(releaseSrc)
+	getScript     = goredis.NewScript(getSrc)
+	epochScript   = goredis.NewScript(epochSrc)
+)
+
+// usable reports a done context or a closed store before any round trip.
+func (s *Store) usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return leasehold.ErrClosed
+	}
+	return nil
+}
+
+// TryAcquire implements leasehold.Store. While the store holds back after
+// a restart of Redis it returns a *leasehold.HeldError whose Owner is
+// HoldbackOwner. A new grant's token is at least the server's clock in
+// microseconds at the name's first grant (see docs/stores/redis.md).
+func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
+	if err := req.Validate(); err != nil {
+		return leasehold.Record{}, err
+	}
+	if err := s.usable(ctx); err != nil {
+		return leasehold.Record{}, err
+	}
+	e, err := s.epoch(ctx)
+	if err != nil {
+		return leasehold.Record{}, err
+	}
+	lease, fence := s.keys(req.Name)
+	res, err := acquireScript.Run(ctx, s.rdb, []string{lease, fence}, req.Owner, req.RequestID,
+		string(req.Data), int64(req.TTL), req.TTL.Milliseconds(), e.holdUntil, e.floor).Slice()
+	if err != nil {
+		return leasehold.Record{}, s.translate(ctx, "acquire", err)
+	}
+	code, _ := toInt(res[0])
+	switch {
+	case (code == 0 || code == 3) && len(res) == 4:
+		token, _ := strconv.ParseUint(fmt.Sprint(res[1]), 10, 64)
+		acq, _ := toInt(res[2])
+		now, _ := toInt(res[3])
+		if s.ep.dials.Load() != e.dials {
+			if err := s.confirm(ctx, req, token, now); err != nil {
+				return leasehold.Record{}, err
+			}
+		}
+		return leasehold.Record{
+			Name: req.Name, Owner: req.Owner, Token: token, Data: clone(req.Data),
+			TTL: req.TTL, Remaining: req.TTL, Acquired: time.UnixMicro(acq),
+		}, nil
+	case code == 1 && len(res) == 5:
+		token, _ := strconv.ParseUint(fmt.Sprint(res[2]), 10, 64)
+		pttl, _ := toInt(res[3])
+		acq, _ := toInt(res[4])
+		return leasehold.Record{}, &leasehold.HeldError{
+			Name: req.Name, Owner: fmt.Sprint(res[1]), Token: token,
+			Remaining: max(time.Duration(pttl)*time.Millisecond, 0), Acquired: time.UnixMicro(acq),
+		}
+	case code == 2 && len(res) == 2:
+		rem, _ := toInt(res[1])
+		return leasehold.Record{}, &leasehold.HeldError{
+			Name: req.Name, Owner: HoldbackOwner, Remaining: time.Duration(rem) * time.Millisecond,
+		}
+	}
+	return leasehold.Record{}, fmt.Errorf("redis acquire: unexpected reply %v", res)
+}
+
+// confirm re-checks a grant made while a connection was dialled: if the
+// check finds a restart whose hold-back or floor the script did not know,
+// the grant is undone and reported as held back.
+func (s *Store) confirm(ctx context.Context, req leasehold.AcquireRequest, token uint64, nowMs int64) error {
+	e, err := s.epoch(ctx)
+	if err == nil && nowMs >= e.holdUntil && int64(token) >= e.floor {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	_ = s.Release(rctx, req.Name, req.Owner, token)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("redis acquire: a grant made across a reconnect could not be confirmed and was undone: %w", err)
+	}
+	return &leasehold.HeldError{
+		Name: req.Name, Owner: HoldbackOwner,
+		Remaining: max(time.Duration(e.holdUntil-nowMs)*time.Millisecond, time.Millisecond),
+	}
+}
+
+// Renew implements leasehold.Store.
+func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
+	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+		return err
+	}
+	if err := leasehold.ValidateTTL(ttl); err != nil {
+		return err
+	}
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	lease, _ := s.keys(name)
+	n, err := renewScript.Run(ctx, s.rdb, []string{lease}, owner, strconv.FormatUint(token, 10),
+		int64(ttl), ttl.Milliseconds()).Int64()
+	if err != nil {
+		return s.translate(ctx, "renew", err)
+	}
+	if n != 1 {
+		return leasehold.ErrNotHeld
+	}
+	return nil
+}
+
+// Release implements leasehold.Store. A release that frees the lease
+// publishes the name on the store's channel, which wakes watchers.
+func (s *Store) Release(ctx context.Context, name, owner string, token uint64) error {
+	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+		return err
+	}
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	lease, fence := s.keys(name)
+	n, err := releaseScript.Run(ctx, s.rdb, []string{lease, fence}, owner, strconv.FormatUint(token, 10),
+		s.channel, name).Int64()
+	if err != nil {
+		return s.translate(ctx, "release", err)
+	}
+	if n == 0 {
+		return leasehold.ErrNotHeld
+	}
+	return nil
+}
+
+// Get implements leasehold.Store.
+func (s *Store) Get(ctx context.Context, name string) (leasehold.Record, error) {
+	if err := leasehold.ValidateName(name); err != nil {
+		return leasehold.Record{}, err
+	}
+	if err := s.usable(ctx); err != nil {
+		return leasehold.Record{}, err
+	}
+	lease, _ := s.keys(name)
+	res, err := getScript.Run(ctx, s.rdb, []string{lease}).Slice()
+	if errors.Is(err, goredis.Nil) {
+		return leasehold.Record{}, leasehold.ErrNotFound
+	}
+	if err != nil {
+		return leasehold.Record{}, s.translate(ctx, "get", err)
+	}
+	rec, ok := record(name, res)
+	if !ok {
+		return leasehold.Record{}, leasehold.ErrNotFound
+	}
+	return rec, nil
+}
+
+// record builds a Record from get.lua's reply; false if it is not live.
+func record(name string, res []any) (leasehold.Record, bool) {
+	if len(res) != 6 {
+		return leasehold.Record{}, false
+	}
+	token, _ := strconv.ParseUint(fmt.Sprint(res[1]), 10, 64)
+	ttl, _ := toInt(res[3])
+	acq, _ := toInt(res[4])
+	pttl, _ := toInt(res[5])
+	if pttl <= 0 {
+		return leasehold.Record{}, false
+	}
+	rec := leasehold.Record{
+		Name: name, Owner: fmt.Sprint(res[0]), Token: token, TTL: time.Duration(ttl),
+		Remaining: time.Duration(pttl) * time.Millisecond, Acquired: time.UnixMicro(acq),
+	}
+	if d, _ := res[2].(string); d != "" {
+		rec.Data = []byte(d)
+	}
+	return rec, true
+}
+
+// listBatch is how many leases List reads per pipeline.
+const listBatch = 256
+
+// List implements leasehold.Store. It runs SCAN over the whole keyspace
+// (on every master of a cluster) with a MATCH pattern for the prefix, then
+// reads the matching leases in pipelines: O(keys in the database), meant
+// for operators and tools, not for hot paths.
+func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
+	if err := leasehold.ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	match := globReplacer.Replace(s.prefix) + "{" + globReplacer.Replace(tagReplacer.Replace(prefix)) + "*}"
+	keys, err := s.scan(ctx, match)
+	if err != nil {
+		return nil, s.translate(ctx, "list", err)
+	}
+	var out []leasehold.Record
+	for len(keys) > 0 {
+		batch := keys[:min(len(keys), listBatch)]
+		keys = keys[len(batch):]
+		recs, err := s.readBatch(ctx, batch)
+		if err != nil {
+			return nil, s.translate(ctx, "list", err)
+		}
+		out = append(out, recs...)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (s *Store) scan(ctx context.Context, match string) ([]string, error) {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	one := func(ctx context.Context, c goredis.Cmdable) error {
+		var cursor uint64
+		for {
+			ks, next, err := c.Scan(ctx, cursor, match, 1000).Result()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			for _, k := range ks {
+				seen[k] = true
+			}
+			mu.Unlock()
+			if cursor = next; cursor == 0 {
+				return nil
+			}
+		}
+	}
+	var err error
+	if cc, ok := s.rdb.(*goredis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return one(ctx, c) })
+	} else {
+		err = one(ctx, s.rdb)
+	}
+	keys := make([]string, 0, len(seen))
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	return keys, err
+}
+
+// readBatch reads leases with get.lua in one pipeline, loading the script
+// first if the server does not have it.
+func (s *Store) readBatch(ctx context.Context, keys []string) ([]leasehold.Record, error) {
+	for attempt := 0; ; attempt++ {
+		cmds, err := s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for _, k := range keys {
+				p.EvalSha(ctx, getScript.Hash(), []string{k})
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			if attempt == 0 && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				if err := getScript.Load(ctx, s.rdb).Err(); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			return nil, err
+		}
+		var out []leasehold.Record
+		for i, c := range cmds {
+			res, err := c.(*goredis.Cmd).Slice()
+			if err != nil {
+				continue // gone since the scan
+			}
+			if name, ok := s.nameOf(keys[i]); ok {
+				if rec, ok := record(name, res); ok {
+					out = append(out, rec)
+				}
+			}
+		}
+		return out, nil
+	}
+}
+
+func clone(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}

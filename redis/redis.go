@@ -1,0 +1,292 @@
+// Package redis is a leasehold.Store on Redis (5.0 or later; tested on 7).
+//
+// Each operation is one Lua script run with EVALSHA: one round trip, atomic
+// on the server. Expiry is judged by Redis's clock (PEXPIRE, PTTL, TIME).
+// Per lease name there are two keys in one hash slot, so the store also
+// works on Redis Cluster:
+//
+//	<prefix>{<tag>}     the lease hash (owner, token, req, data, ttl, acq); expires with the lease
+//	<prefix>{<tag>}:f   the fence hash (n = latest token, o = its owner); never expires
+//
+// Redis can lose data (no persistence, RDB snapshots, failover to an
+// asynchronous replica). The store notices a restart by the server's run_id
+// (kept in the marker hash <prefix>epoch), holds back new grants for a
+// while after it so that holders of lost leases have stopped believing
+// they hold them, and keeps tokens increasing with a floor taken from the
+// server clock. See docs/stores/redis.md for what is and is not guaranteed.
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold"
+)
+
+var (
+	_ leasehold.Store   = (*Store)(nil)
+	_ leasehold.Watcher = (*Store)(nil)
+)
+
+// Defaults of the options.
+const (
+	// DefaultKeyPrefix starts every key and the release channel.
+	DefaultKeyPrefix = "leasehold:"
+	// DefaultHoldback is how long new grants wait after a restart of Redis
+	// was noticed. It must be at least the longest TTL any client of the
+	// store uses (leasehold.DefaultTTL is 15s).
+	DefaultHoldback = 30 * time.Second
+	// MaxHoldback is the longest hold-back accepted.
+	MaxHoldback = 2 * leasehold.MaxTTL
+)
+
+// HoldbackOwner is the Owner of the *leasehold.HeldError that TryAcquire
+// returns while it holds back grants after a restart of Redis. Its
+// Remaining is the time left of the hold-back and its Token is 0.
+const HoldbackOwner = "(redis restarted: holding back)"
+
+// Store is a lease store on Redis. It is safe for concurrent use. Make it
+// with Open or New.
+type Store struct {
+	rdb      goredis.UniversalClient
+	own      bool // Close closes rdb (Open made it)
+	prefix   string
+	epochKey string
+	channel  string
+	holdback time.Duration
+	closed   atomic.Bool
+
+	ep epochCache
+	w  watchState
+}
+
+// Option configures a Store. A bad value makes Open or New return an
+// *leasehold.InvalidError.
+type Option func(*config) error
+
+type config struct {
+	prefix   string
+	holdback time.Duration
+}
+
+// WithKeyPrefix sets the prefix of every key the store uses and of its
+// release channel (default DefaultKeyPrefix). Stores with different prefixes
+// on one Redis are independent. It must be 1 to 128 bytes without '{', '}'
+// or control characters.
+func WithKeyPrefix(p string) Option {
+	return func(c *config) error {
+		if p == "" || len(p) > 128 {
+			return &leasehold.InvalidError{Field: "key prefix", Reason: fmt.Sprintf("%d bytes; want 1 to 128", len(p))}
+		}
+		for _, r := range p {
+			if r == '{' || r == '}' || r < 0x20 || r == 0x7f {
+				return &leasehold.InvalidError{Field: "key prefix", Reason: fmt.Sprintf("%q contains %q", p, r)}
+			}
+		}
+		c.prefix = p
+		return nil
+	}
+}
+
+// WithHoldback sets how long TryAcquire refuses new grants after it notices
+// that Redis restarted or failed over (default DefaultHoldback; URL
+// parameter holdback=). Set it to at least the longest TTL any client of
+// the store uses, and the same in every client. 0 disables the hold-back,
+// which is safe only when Redis does not lose acknowledged writes; the
+// store skips the hold-back by itself when the server reports appendonly
+// yes with appendfsync always and is not a freshly promoted replica.
+func WithHoldback(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 || d > MaxHoldback {
+			return &leasehold.InvalidError{Field: "holdback", Reason: fmt.Sprintf("%s is outside [0, %s]", d, MaxHoldback)}
+		}
+		c.holdback = d
+		return nil
+	}
+}
+
+// Open connects to the Redis named by rawURL and checks it (one round trip
+// for the restart marker). URL forms are those of go-redis ParseURL:
+//
+//	redis://[[user]:password@]host[:port][/db][?options]
+//	rediss://...     the same over TLS
+//	unix://[[user]:password@]/path/to/redis.sock[?db=N]
+//
+// plus leasehold's own query parameters, which override opts:
+// holdback=<duration> (WithHoldback) and prefix=<key prefix>
+// (WithKeyPrefix). A malformed URL or parameter is an
+// *leasehold.InvalidError. Close closes the connection pool.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, &leasehold.InvalidError{Field: "store URL", Reason: redactErr(err, rawURL)}
+	}
+	q := u.Query()
+	if v, ok := q["holdback"]; ok {
+		d, err := time.ParseDuration(v[len(v)-1])
+		if err != nil {
+			return nil, &leasehold.InvalidError{Field: "holdback", Reason: fmt.Sprintf("%q is not a duration such as 30s", v[len(v)-1])}
+		}
+		opts = append(opts, WithHoldback(d))
+		q.Del("holdback")
+	}
+	if v, ok := q["prefix"]; ok {
+		opts = append(opts, WithKeyPrefix(v[len(v)-1]))
+		q.Del("prefix")
+	}
+	u.RawQuery = q.Encode()
+	cfg, err := configure(opts)
+	if err != nil {
+		return nil, err
+	}
+	o, err := goredis.ParseURL(u.String())
+	if err != nil {
+		return nil, &leasehold.InvalidError{Field: "store URL", Reason: redactErr(err, rawURL)}
+	}
+	o.ContextTimeoutEnabled = true
+	s := newStore(goredis.NewClient(o), true, cfg)
+	if _, err := s.epoch(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// New returns a Store on an existing go-redis client: a *goredis.Client
+// (also from NewFailoverClient, for Sentinel) or a *goredis.ClusterClient;
+// a *goredis.Ring is refused. New adds a dial hook to client, by which the
+// store notices reconnections (the hook stays after Close). It does not
+// contact Redis; the first TryAcquire does. Close does not close client.
+// Set ContextTimeoutEnabled on the client so that a Lease's keepalive can
+// abandon a renewal at its deadline.
+func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, &leasehold.InvalidError{Field: "client", Reason: "must not be nil"}
+	}
+	if _, ok := client.(*goredis.Ring); ok {
+		return nil, &leasehold.InvalidError{Field: "client", Reason: "a Ring has no single server whose restarts the store could track; use a Client or ClusterClient"}
+	}
+	cfg, err := configure(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newStore(client, false, cfg), nil
+}
+
+func configure(opts []Option) (config, error) {
+	cfg := config{prefix: DefaultKeyPrefix, holdback: DefaultHoldback}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+func newStore(client goredis.UniversalClient, own bool, cfg config) *Store {
+	s := &Store{
+		rdb: client, own: own, prefix: cfg.prefix, holdback: cfg.holdback,
+		epochKey: cfg.prefix + "epoch", channel: cfg.prefix + "released",
+	}
+	client.AddHook(dialCounter{&s.ep.dials})
+	return s
+}
+
+// KeyPrefix returns the prefix of the store's keys.
+func (s *Store) KeyPrefix() string { return s.prefix }
+
+// Holdback returns the store's hold-back after a restart.
+func (s *Store) Holdback() time.Duration { return s.holdback }
+
+// Close stops the store's pub/sub subscriber and waits for it, and closes
+// the client if Open made it. Later calls return leasehold.ErrClosed. It
+// does not release leases.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.stopWatching()
+	if s.own {
+		return s.rdb.Close()
+	}
+	return nil
+}
+
+// keys returns the lease and fence keys of a name. The hash tag is the
+// name with '{' and '}' replaced by the control bytes 0x01 and 0x02, which
+// names cannot contain: the mapping is one-to-one and keeps prefixes, so
+// both keys share a slot and List can match name prefixes with SCAN.
+func (s *Store) keys(name string) (lease, fence string) {
+	k := s.prefix + "{" + tagReplacer.Replace(name) + "}"
+	return k, k + ":f"
+}
+
+var (
+	tagReplacer   = strings.NewReplacer("{", "\x01", "}", "\x02")
+	untagReplacer = strings.NewReplacer("\x01", "{", "\x02", "}")
+	globReplacer  = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
+)
+
+// nameOf returns the lease name of a lease key, or false if key is not one.
+func (s *Store) nameOf(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, s.prefix+"{")
+	if !ok || !strings.HasSuffix(rest, "}") || len(rest) < 2 {
+		return "", false
+	}
+	return untagReplacer.Replace(rest[:len(rest)-1]), true
+}
+
+// translate turns an error from go-redis into one of leasehold's, or an
+// opaque error that names the operation. Context errors pass through.
+func (s *Store) translate(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	if s.closed.Load() || err == goredis.ErrClosed {
+		return leasehold.ErrClosed
+	}
+	for _, c := range []error{context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(err, c) {
+			return fmt.Errorf("redis %s: %w", op, c)
+		}
+	}
+	return fmt.Errorf("redis %s: %s", op, err.Error())
+}
+
+// redactErr returns err's message with any credentials of rawURL hidden.
+func redactErr(err error, rawURL string) string {
+	msg := err.Error()
+	if i := strings.Index(rawURL, "://"); i >= 0 {
+		if j := strings.LastIndex(rawURL, "@"); j > i {
+			msg = strings.ReplaceAll(msg, rawURL, rawURL[:i+3]+"xxxxx"+rawURL[j:])
+		}
+	}
+	if u, perr := url.Parse(rawURL); perr == nil && u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			msg = strings.ReplaceAll(msg, p, "xxxxx")
+		}
+	}
+	return msg
+}
+
+// watchState is the pub/sub subscriber and its watchers (see watch.go).
+type watchState struct {
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	ps       *goredis.PubSub
+	ready    chan struct{} // closed on the first subscription
+	done     chan struct{} // closed when the subscriber goroutine exits
+	watchers map[string]map[chan struct{}]struct{}
+}
