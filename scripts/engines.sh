@@ -65,10 +65,13 @@ install() {
 	command -v etcd >/dev/null || need+=(etcd-server)
 	command -v node >/dev/null || need+=(nodejs npm)
 	[ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
-	# dynalite (MIT), a DynamoDB API on LevelDB/memory, from the npm registry.
-	if [ ! -f "$NPM_DIR/node_modules/dynalite/cli.js" ]; then
+	# From the npm registry: dynalite (MIT), a DynamoDB API on LevelDB or
+	# memory; asl-validator and jsonata (the reference implementation), to
+	# check the state machines that "leasehold sfn" writes.
+	if [ ! -f "$NPM_DIR/node_modules/dynalite/cli.js" ] || [ ! -d "$NPM_DIR/node_modules/asl-validator" ] ||
+		[ ! -d "$NPM_DIR/node_modules/jsonata" ]; then
 		mkdir -p "$NPM_DIR"
-		(cd "$NPM_DIR" && npm install --no-audit --no-fund --loglevel=error dynalite@4 >&2)
+		(cd "$NPM_DIR" && npm install --no-audit --no-fund --loglevel=error dynalite@4 asl-validator@4 jsonata@2 >&2)
 	fi
 }
 
@@ -93,6 +96,7 @@ start_dynalite() {
 	echo "$dir" > "$STATE/dynalite.dir"
 	echo "export LEASEHOLD_TEST_DYNAMODB='dynamodb://leasehold_test?endpoint=http://127.0.0.1:$port&region=us-east-1'"
 	echo "export LEASEHOLD_TEST_DYNALITE='$NPM_DIR/node_modules/dynalite/cli.js'"
+	echo "export LEASEHOLD_TEST_NODE_MODULES='$NPM_DIR/node_modules'"
 	echo "export AWS_ACCESS_KEY_ID=\${AWS_ACCESS_KEY_ID:-test} AWS_SECRET_ACCESS_KEY=\${AWS_SECRET_ACCESS_KEY:-test}"
 	log "dynalite (DynamoDB API) on 127.0.0.1:$port ($dir)"
 }

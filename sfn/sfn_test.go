@@ -1,0 +1,265 @@
+package sfn
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// node runs one of the testdata scripts with the npm packages that
+// scripts/engines.sh installs (asl-validator, jsonata).
+func node(t *testing.T, script string, args ...string) []byte {
+	t.Helper()
+	mods := os.Getenv("LEASEHOLD_TEST_NODE_MODULES")
+	nodeBin, err := exec.LookPath("node")
+	if mods == "" || err != nil {
+		t.Skip("node and the npm packages are not configured ($LEASEHOLD_TEST_NODE_MODULES): start the engines with: eval \"$(scripts/engines.sh start)\"")
+	}
+	cmd := exec.Command(nodeBin, append([]string{filepath.Join("testdata", script)}, args...)...)
+	cmd.Env = append(os.Environ(), "NODE_PATH="+mods)
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("node %s: %v\n%s", script, err, stderr)
+	}
+	return out
+}
+
+func writeJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), fmt.Sprintf("f%d.json", time.Now().UnixNano()))
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func generate(t *testing.T, c Config) (string, map[string]any) {
+	t.Helper()
+	def, err := Generate(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(def, &m); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "machine.json")
+	if err := os.WriteFile(p, def, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p, m
+}
+
+var lambdaConfig = Config{
+	Table: "leasehold", Lock: "nightly-import",
+	LambdaARN: "arn:aws:lambda:eu-west-1:123456789012:function:import",
+	TTL:       time.Hour, MaxClockSkew: 2 * time.Second, MaxAttempts: 50, MaxDelay: 20 * time.Second,
+}
+
+var taskConfig = Config{
+	Table: "leasehold", Lock: "batch",
+	Task: json.RawMessage(`{"Type": "Task", "Resource": "arn:aws:states:::ecs:runTask.sync",
+		"Arguments": {"Cluster": "c", "TaskDefinition": "t", "LaunchType": "FARGATE"}, "End": true}`),
+	TTL: 30 * time.Minute,
+}
+
+type validation struct {
+	IsValid bool  `json:"isValid"`
+	Errors  []any `json:"errors"`
+}
+
+func TestGeneratedMachinesAreValid(t *testing.T) {
+	for _, c := range []Config{lambdaConfig, taskConfig} {
+		p, _ := generate(t, c)
+		var v validation
+		if err := json.Unmarshal(node(t, "validate.js", p), &v); err != nil {
+			t.Fatal(err)
+		}
+		if !v.IsValid {
+			t.Errorf("asl-validator rejects the machine for %q: %v", c.Lock, v.Errors)
+		}
+	}
+	// The validator is not a check that cannot fail: a machine with a
+	// dangling transition is rejected.
+	_, m := generate(t, lambdaConfig)
+	m["States"].(map[string]any)[StateAcquire].(map[string]any)["Next"] = "Nowhere"
+	var v validation
+	if err := json.Unmarshal(node(t, "validate.js", writeJSON(t, m)), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.IsValid {
+		t.Error("asl-validator accepts a machine whose Acquire goes to a missing state")
+	}
+}
+
+// eval evaluates the JSONata expressions of one state.
+func eval(t *testing.T, machine string, scenario map[string]any) map[string]any {
+	t.Helper()
+	var out map[string]any
+	if err := json.Unmarshal(node(t, "eval.js", machine, writeJSON(t, scenario)), &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func dig(v any, path ...string) any {
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[p]
+	}
+	return v
+}
+
+func TestExpressionsEvaluate(t *testing.T) {
+	p, _ := generate(t, lambdaConfig)
+	entered := "2026-11-29T10:00:00.250Z"
+	enteredMs := time.Date(2026, 11, 29, 10, 0, 0, 250e6, time.UTC).UnixMilli()
+	exec := "arn:aws:states:eu-west-1:123456789012:execution:m:run-1"
+	ctx := map[string]any{"Execution": map[string]any{"Id": exec}, "State": map[string]any{"EnteredTime": entered}}
+	input := map[string]any{"file": "s3://bucket/key"}
+
+	init := eval(t, p, map[string]any{"state": StateInit, "input": input, "context": ctx})
+	if got := dig(init, "Assign", "lh_input", "file"); got != "s3://bucket/key" {
+		t.Errorf("Init assigns lh_input.file = %v", got)
+	}
+
+	acq := eval(t, p, map[string]any{"state": StateAcquire, "input": input, "context": ctx,
+		"result": map[string]any{"Attributes": map[string]any{"Token": map[string]any{"N": "42"}}},
+		"vars":   map[string]any{"lh_input": input, "lh_attempt": 0}})
+	vals := dig(acq, "Arguments", "ExpressionAttributeValues").(map[string]any)
+	want := map[string]string{
+		":me": exec, ":now": strconv.FormatInt(enteredMs, 10),
+		":expires": strconv.FormatInt(enteredMs+time.Hour.Milliseconds(), 10),
+		":stale":   strconv.FormatInt(enteredMs-2000, 10),
+	}
+	for k, w := range want {
+		v := vals[k].(map[string]any)
+		got := v["S"]
+		if got == nil {
+			got = v["N"]
+		}
+		if got != w {
+			t.Errorf("Acquire %s = %v, want %s", k, got, w)
+		}
+	}
+	if got := dig(acq, "Assign", "lh_token"); got != "42" {
+		t.Errorf("Acquire assigns lh_token = %v, want \"42\"", got)
+	}
+	if got := dig(acq, "Output", "file"); got != "s3://bucket/key" {
+		t.Errorf("Acquire's output passes the input on: %v", got)
+	}
+
+	for attempt := 0; attempt < 8; attempt++ {
+		for i := 0; i < 5; i++ {
+			w := eval(t, p, map[string]any{"state": StateWaitForLock, "context": ctx, "vars": map[string]any{"lh_attempt": attempt}})
+			secs, _ := w["Seconds"].(float64)
+			limit := min(20, 1<<attempt)
+			if secs < 1 || secs > float64(max(limit, 1)) || secs != float64(int(secs)) {
+				t.Errorf("attempt %d: Wait %v seconds, want an integer in [1, %d]", attempt, w["Seconds"], limit)
+			}
+			if got := dig(w, "Assign", "lh_attempt"); got != float64(attempt+1) {
+				t.Errorf("Wait assigns lh_attempt = %v", got)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		attempt int
+		retry   bool
+	}{{0, true}, {49, true}, {50, false}} {
+		c := eval(t, p, map[string]any{"state": StateCanRetry, "vars": map[string]any{"lh_attempt": tc.attempt}})
+		got := dig(c, "Choices").([]any)[0].(map[string]any)["Condition"]
+		if got != tc.retry {
+			t.Errorf("CanRetry at attempt %d: %v, want %v", tc.attempt, got, tc.retry)
+		}
+	}
+
+	task := eval(t, p, map[string]any{"state": StateTask, "input": input, "context": ctx,
+		"result": map[string]any{"Payload": map[string]any{"done": true}},
+		"errorOutput": map[string]any{"Error": "Boom", "Cause": "it broke"},
+		"vars":        map[string]any{"lh_token": "42"}})
+	payload := dig(task, "Arguments", "Payload")
+	if dig(payload, "file") != "s3://bucket/key" || dig(payload, "leasehold", "token") != float64(42) ||
+		dig(payload, "leasehold", "owner") != exec || dig(payload, "leasehold", "lock") != "nightly-import" {
+		t.Errorf("task payload = %v", payload)
+	}
+	if dig(task, "Output", "done") != true {
+		t.Errorf("task output = %v", task["Output"])
+	}
+	if got := dig(task, "Catch").([]any)[0].(map[string]any)["Assign"].(map[string]any)["lh_error"]; dig(got, "Error") != "Boom" {
+		t.Errorf("Catch assigns lh_error = %v", got)
+	}
+	if task["TimeoutSeconds"] != float64(3540) {
+		t.Errorf("task timeout %v, want 3540 (TTL 1h minus 1m)", task["TimeoutSeconds"])
+	}
+	// A non-object input is passed as it is.
+	task = eval(t, p, map[string]any{"state": StateTask, "input": "plain", "context": ctx, "vars": map[string]any{"lh_token": "7"}})
+	if got := dig(task, "Arguments", "Payload"); got != "plain" {
+		t.Errorf("payload for a string input = %v", got)
+	}
+
+	rel := eval(t, p, map[string]any{"state": StateRelease, "input": map[string]any{"done": true}, "context": ctx,
+		"vars": map[string]any{"lh_token": "42"}})
+	rv := dig(rel, "Arguments", "ExpressionAttributeValues").(map[string]any)
+	if dig(rv, ":token", "N") != "42" || dig(rv, ":me", "S") != exec || dig(rel, "Output", "done") != true {
+		t.Errorf("Release evaluates to %v", rel)
+	}
+	fail := eval(t, p, map[string]any{"state": StateTaskFailed, "vars": map[string]any{"lh_error": map[string]any{"Error": "Boom", "Cause": "it broke"}}})
+	if fail["Error"] != "Boom" || fail["Cause"] != "it broke" {
+		t.Errorf("TaskFailed = %v", fail)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	bad := []func(c *Config){
+		func(c *Config) { c.Table = "x" },
+		func(c *Config) { c.Table = "bad table" },
+		func(c *Config) { c.Lock = "" },
+		func(c *Config) { c.Lock = "a\nb" },
+		func(c *Config) { c.LambdaARN = "" },
+		func(c *Config) { c.Task = json.RawMessage(`{"Type":"Task","Resource":"x"}`) },
+		func(c *Config) { c.LambdaARN = "arn:aws:s3:::bucket" },
+		func(c *Config) { c.TTL = time.Second },
+		func(c *Config) { c.MaxAttempts = 100000 },
+		func(c *Config) { c.MaxDelay = time.Millisecond },
+		func(c *Config) { c.Margin = 2 * time.Hour },
+		func(c *Config) {
+			c.LambdaARN = ""
+			c.Task = json.RawMessage(`{"Type":"Pass"}`)
+		},
+		func(c *Config) {
+			c.LambdaARN = ""
+			c.Task = json.RawMessage(`{"Type":"Task","Resource":"r","Catch":[]}`)
+		},
+		func(c *Config) {
+			c.LambdaARN = ""
+			c.Task = json.RawMessage(`{"Type":"Task","Resource":"r","QueryLanguage":"JSONPath"}`)
+		},
+		func(c *Config) { c.LambdaARN, c.Task = "", json.RawMessage(`not json`) },
+	}
+	for i, mutate := range bad {
+		c := lambdaConfig
+		mutate(&c)
+		if _, err := Generate(c); err == nil {
+			t.Errorf("case %d: bad config accepted", i)
+		} else if strings.TrimSpace(err.Error()) == "" {
+			t.Errorf("case %d: empty error", i)
+		}
+	}
+}
