@@ -113,7 +113,7 @@ func (c *Config) acquireState() obj {
 			"Key":       c.key(),
 			"UpdateExpression": "SET #owner = :me, RequestId = :me, Held = :true, TtlMs = :ttl, " +
 				"ExpiresAtMs = :expires, AcquiredAtMs = :now ADD #token :one",
-			"ConditionExpression": "attribute_not_exists(LockKey) OR Held = :false OR ExpiresAtMs < :stale OR #owner = :me",
+			"ConditionExpression":      "attribute_not_exists(LockKey) OR Held = :false OR ExpiresAtMs < :stale OR #owner = :me",
 			"ExpressionAttributeNames": obj{"#owner": "Owner", "#token": "Token"},
 			"ExpressionAttributeValues": obj{
 				":me":      obj{"S": js(exprMe)},

@@ -191,7 +191,7 @@ func TestExpressionsEvaluate(t *testing.T) {
 	}
 
 	task := eval(t, p, map[string]any{"state": StateTask, "input": input, "context": ctx,
-		"result": map[string]any{"Payload": map[string]any{"done": true}},
+		"result":      map[string]any{"Payload": map[string]any{"done": true}},
 		"errorOutput": map[string]any{"Error": "Boom", "Cause": "it broke"},
 		"vars":        map[string]any{"lh_token": "42"}})
 	payload := dig(task, "Arguments", "Payload")
