@@ -2,6 +2,7 @@ package cli
 
 import (
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -56,5 +57,22 @@ func TestRunPermitsNoWait(t *testing.T) {
 	r := h.run("run", "--store", h.url, "--permits", "1", "--no-wait", "pool", "--", "true")
 	if r.code != ExitNotAcquired {
 		t.Fatalf("all permits held, --no-wait: exit %d, want %d (stderr %q)", r.code, ExitNotAcquired, r.stderr)
+	}
+}
+
+func TestSfnCommand(t *testing.T) {
+	h := newHarness(t)
+	r := h.run("sfn", "--table", "leasehold", "--lock", "nightly", "--lambda", "arn:aws:lambda:eu-west-1:123456789012:function:f")
+	if r.code != ExitOK || !strings.Contains(r.stdout, `"QueryLanguage": "JSONata"`) {
+		t.Fatalf("sfn: exit %d, stdout %.200q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	for _, args := range [][]string{
+		{"sfn", "--table", "leasehold", "--lock", "nightly"},
+		{"sfn", "--table", "x", "--lock", "nightly", "--lambda", "arn:aws:lambda:eu-west-1:123456789012:function:f"},
+		{"sfn", "--table", "leasehold", "--lock", "nightly", "--task", "/nonexistent.json"},
+	} {
+		if r := h.run(args...); r.code != ExitUsage {
+			t.Errorf("%v: exit %d, want %d", args, r.code, ExitUsage)
+		}
 	}
 }
