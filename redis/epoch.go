@@ -31,7 +31,7 @@ import (
 
 // epoch is what TryAcquire passes to acquire.lua.
 type epoch struct {
-	holdUntil int64  // server ms before which no grant is made (0: none)
+	holdUntil int64  // server ms before which no grant is made (0: none; usually past)
 	floor     int64  // tokens granted are at least this
 	dials     uint64 // dial count when the cache was valid for it
 }
@@ -108,7 +108,9 @@ type ServerState struct {
 	// nothing after a restart.
 	Durable bool
 	// HoldbackUntil is the server-clock time before which TryAcquire
-	// grants nothing (zero: no hold-back).
+	// grants nothing: the moment the server may have lost data plus the
+	// store's hold-back. Zero when there is no hold-back (durable server,
+	// or WithHoldback(0)); usually in the past.
 	HoldbackUntil time.Time
 	// TokenFloor is the least token a new grant gets.
 	TokenFloor uint64
@@ -181,8 +183,8 @@ func (s *Store) check(ctx context.Context) (e epoch, runID string, durable bool,
 	}
 	since, _ := toInt(res[0])
 	e.floor, _ = toInt(res[2])
-	if since > 0 && holdback > 0 {
-		e.holdUntil = since + holdback.Milliseconds()
+	if holdback > 0 {
+		e.holdUntil = since + holdback.Milliseconds() // in the past on a server up for long
 	}
 	return e, runID, durable, nil
 }

@@ -3,9 +3,11 @@
 -- write a new one. Atomic, so concurrent clients agree on one marker.
 -- KEYS[1] marker hash
 -- ARGV[1] the server's run_id, ARGV[2] its uptime in seconds,
--- ARGV[3] the caller's hold-back in ms.
+-- ARGV[3] the caller's hold-back in ms (recorded for operators only; each
+-- client holds back by its own setting from since_ms).
 -- Reply: {since_ms, holdback_until_ms, floor_us, now_ms, written}
---   since_ms: when the restart was noticed (server ms), 0 if none was
+--   since_ms: when the server may have lost data (server ms): its start if
+--             the marker was missing, else when the new run id was noticed
 --   floor_us: every token granted from now on is at least this
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
@@ -15,19 +17,17 @@ local m = redis.call('HMGET', KEYS[1], 'run_id', 'since_ms', 'holdback_until_ms'
 if m[1] == ARGV[1] then
   return {m[2], m[3], m[4], now_ms, 0}
 end
-local holdback = tonumber(ARGV[3])
 local since = now_ms
-if not m[1] and tonumber(ARGV[2]) * 1000 >= holdback then
-  -- No marker on a server up for longer than the hold-back: a first use,
-  -- not a restart that could have lost leases still believed held.
-  since = 0
+if not m[1] then
+  -- No marker: a first use, or a restart that lost everything. Data can
+  -- only have been lost when the server started (at the latest uptime
+  -- seconds ago); on a server up for long this hold-back is over already.
+  since = now_ms - tonumber(ARGV[2]) * 1000
 end
-local until_ms = 0
-if since > 0 then
-  until_ms = now_ms + holdback
-end
+-- A different run id: a restart or a failover, at an unknown moment before
+-- now.
 local s_since = string.format('%.0f', since)
-local s_until = string.format('%.0f', until_ms)
+local s_until = string.format('%.0f', since + tonumber(ARGV[3]))
 local s_floor = string.format('%.0f', now_us)
 redis.call('HSET', KEYS[1], 'run_id', ARGV[1], 'since_ms', s_since, 'holdback_until_ms', s_until,
   'floor_us', s_floor, 'prev_run_id', m[1] or '')

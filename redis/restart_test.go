@@ -1,0 +1,266 @@
+package redis_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/redis"
+)
+
+// eventually retries f until it returns nil or 30s pass (a restarted
+// server refuses connections, then answers LOADING, for a moment).
+func eventually(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still failing after 30s: %v", what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestHoldback: a server that was just started (no marker, uptime shorter
+// than the hold-back) may have lost leases, so the first grants wait.
+func TestHoldback(t *testing.T) {
+	srv := enginetest.StartRedis(t)
+	const holdback = 1500 * time.Millisecond
+	s := open(t, srv.RedisURL(), redis.WithKeyPrefix(uniquePrefix(t)), redis.WithHoldback(holdback))
+	defer s.Close()
+	ctx := ctxT(t, time.Minute)
+	req := leasehold.AcquireRequest{Name: "hb", Owner: "a", TTL: time.Second}
+	_, err := s.TryAcquire(ctx, req)
+	var he *leasehold.HeldError
+	if !errors.As(err, &he) || he.Owner != redis.HoldbackOwner {
+		t.Fatalf("first TryAcquire on a fresh server = %v, want a HeldError from %q", err, redis.HoldbackOwner)
+	}
+	if he.Remaining <= 0 || he.Remaining > holdback || he.Token != 0 {
+		t.Errorf("hold-back HeldError %+v: want 0 < Remaining <= %s and token 0", he, holdback)
+	}
+	st, err := s.ServerState(ctx)
+	if err != nil || st.HoldbackUntil.IsZero() || st.Durable || st.TokenFloor == 0 || st.RunID == "" {
+		t.Errorf("ServerState = %+v, %v", st, err)
+	}
+	time.Sleep(he.Remaining + 10*time.Millisecond)
+	rec, err := s.TryAcquire(ctx, req)
+	if err != nil {
+		t.Fatalf("TryAcquire after the hold-back: %v", err)
+	}
+	if rec.Token < st.TokenFloor {
+		t.Errorf("token %d below the floor %d", rec.Token, st.TokenFloor)
+	}
+	// The Client waits through a hold-back like any other holder.
+	c, _ := leasehold.New(s, leasehold.WithOwner("b"))
+	if _, err := c.TryAcquire(ctx, "hb"); !errors.Is(err, leasehold.ErrHeld) {
+		t.Errorf("b while a holds: %v", err)
+	}
+}
+
+// TestRestartLosesData: Redis without persistence is killed and started
+// again while a Client holds a lease with keepalive and another waits in
+// Acquire. The holder finds its lease gone (ErrLost); the waiter gets the
+// lease only after the hold-back, so never while the old holder could
+// still believe it held it; the new token is above every earlier one.
+func TestRestartLosesData(t *testing.T) {
+	srv := enginetest.StartRedis(t)
+	const ttl, holdback = 2 * time.Second, 3 * time.Second
+	prefix := uniquePrefix(t)
+	s1 := open(t, srv.RedisURL(), redis.WithKeyPrefix(prefix), redis.WithHoldback(holdback))
+	defer s1.Close()
+	s2 := open(t, srv.RedisURL(), redis.WithKeyPrefix(prefix), redis.WithHoldback(holdback))
+	defer s2.Close()
+	ctx := ctxT(t, 2*time.Minute)
+	holder, _ := leasehold.New(s1, leasehold.WithOwner("holder"))
+	waiter, _ := leasehold.New(s2, leasehold.WithOwner("waiter"))
+
+	// Some history first (Acquire waits out the fresh server's hold-back).
+	var maxToken uint64
+	for i := 0; i < 5; i++ {
+		l, err := holder.Acquire(ctx, "job", leasehold.TTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		maxToken = max(maxToken, l.Token())
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l1, err := holder.Acquire(ctx, "job", leasehold.TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	maxToken = max(maxToken, l1.Token())
+
+	var mu sync.Mutex
+	var waits []*leasehold.HeldError
+	waiting := make(chan struct{}, 1)
+	type result struct {
+		l   *leasehold.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, "job", leasehold.TTL(ttl), leasehold.OnWait(func(he *leasehold.HeldError) {
+			mu.Lock()
+			waits = append(waits, he)
+			mu.Unlock()
+			select {
+			case waiting <- struct{}{}:
+			default:
+			}
+		}))
+		got <- result{l, err}
+	}()
+	select {
+	case <-waiting:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter never found the lease held")
+	}
+
+	srv.Restart()
+
+	select {
+	case <-l1.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the holder did not notice that its lease was gone")
+	}
+	if !errors.Is(l1.Err(), leasehold.ErrLost) {
+		t.Errorf("holder's Err = %v, want ErrLost", l1.Err())
+	}
+	believed := l1.Deadline().Round(0) // the holder's last local deadline, as wall time
+
+	var r result
+	select {
+	case r = <-got:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the waiter did not get the lease within 60s of the restart")
+	}
+	if r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	defer r.l.Release(ctx)
+	t.Logf("old holder believed until %s; new grant at %s (server clock), token %d (max before %d); waits: %v",
+		believed.Format(time.StampMicro), r.l.Acquired().Format(time.StampMicro), r.l.Token(), maxToken, describeWaits(waits))
+	if !r.l.Acquired().After(believed) {
+		t.Errorf("new grant at %s (server clock), while the old holder believed it held the lease until %s",
+			r.l.Acquired().Format(time.StampMicro), believed.Format(time.StampMicro))
+	}
+	if r.l.Token() <= maxToken {
+		t.Errorf("token after the restart %d, want > %d", r.l.Token(), maxToken)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	heldBack := false
+	for _, he := range waits {
+		heldBack = heldBack || he.Owner == redis.HoldbackOwner
+	}
+	if !heldBack {
+		t.Errorf("the waiter was never told of the hold-back; waits: %v", describeWaits(waits))
+	}
+}
+
+func describeWaits(ws []*leasehold.HeldError) []string {
+	var out []string
+	for _, w := range ws {
+		out = append(out, fmt.Sprintf("%s/%d/%s", w.Owner, w.Token, w.Remaining))
+	}
+	return out
+}
+
+// TestDurableRestart: with appendonly yes and appendfsync always nothing
+// acknowledged is lost, so leases and counters survive a restart and the
+// store does not hold back.
+func TestDurableRestart(t *testing.T) {
+	srv := enginetest.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+	prefix := uniquePrefix(t)
+	s := open(t, srv.RedisURL(), redis.WithKeyPrefix(prefix)) // default hold-back
+	defer s.Close()
+	ctx := ctxT(t, 2*time.Minute)
+	st, err := s.ServerState(ctx)
+	if err != nil || !st.Durable || !st.HoldbackUntil.IsZero() {
+		t.Fatalf("ServerState of a durable server = %+v, %v; want Durable and no hold-back", st, err)
+	}
+	var last uint64
+	for i := 0; i < 5; i++ {
+		rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "counter", Owner: "a", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = rec.Token
+		if err := s.Release(ctx, "counter", "a", rec.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "held", Owner: "h", TTL: time.Minute, Data: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	srv.Restart()
+
+	eventually(t, "renew after restart", func() error { return s.Renew(ctx, "held", "h", held.Token, time.Minute) })
+	got, err := s.Get(ctx, "held")
+	if err != nil || got.Owner != "h" || got.Token != held.Token || string(got.Data) != "x" {
+		t.Errorf("held lease after a durable restart = %+v, %v", got, err)
+	}
+	rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "counter", Owner: "b", TTL: time.Minute})
+	if err != nil {
+		t.Fatalf("TryAcquire after a durable restart: %v (want no hold-back)", err)
+	}
+	if rec.Token <= last {
+		t.Errorf("counter token after restart %d, want > %d", rec.Token, last)
+	}
+	st2, err := s.ServerState(ctx)
+	if err != nil || st2.RunID == st.RunID || !st2.Durable {
+		t.Errorf("ServerState after restart = %+v, %v; want a new run id, durable", st2, err)
+	}
+	if _, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "held", Owner: "other", TTL: time.Minute}); !errors.Is(err, leasehold.ErrHeld) {
+		t.Errorf("another owner after restart: %v, want ErrHeld", err)
+	}
+}
+
+// TestWatchAcrossRestart: when the subscription comes back after a lost
+// connection every watcher is woken (a release may have been missed), and
+// releases are delivered again afterwards.
+func TestWatchAcrossRestart(t *testing.T) {
+	srv := enginetest.StartRedis(t)
+	s := open(t, srv.RedisURL(), redis.WithKeyPrefix(uniquePrefix(t)), redis.WithHoldback(0))
+	defer s.Close()
+	ctx := ctxT(t, 2*time.Minute)
+	ch, err := s.Watch(ctx, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no notification within 30s of the subscription coming back")
+	}
+	var rec leasehold.Record
+	eventually(t, "acquire after restart", func() (err error) {
+		rec, err = s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "w", Owner: "a", TTL: time.Minute})
+		return err
+	})
+	select { // drop a notification that may be pending from the reconnect
+	case <-ch:
+	default:
+	}
+	if err := s.Release(ctx, "w", "a", rec.Token); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification of a release after the restart")
+	}
+}
