@@ -7,3 +7,7 @@ func Listens(s *Store) int {
 	defer s.watch.mu.Unlock()
 	return s.watch.listens
 }
+
+// LostConnections reports how many operations met a lost connection (and
+// were retried where that is safe).
+func LostConnections(s *Store) int64 { return s.lost.Load() }

@@ -104,6 +104,9 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 	if data == nil {
 		data = []byte{}
 	}
+	// A retry after a lost connection is safe only with a request id: if the
+	// lost attempt was granted, the retry gets that grant back.
+	retried := req.RequestID == ""
 	for attempt := 1; attempt <= acquireAttempts; attempt++ {
 		var granted, held bool
 		var token, ttl int64
@@ -122,7 +125,10 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 				Name: req.Name, Owner: owner, Token: uint64(token), Remaining: expires.Sub(now), Acquired: acquired,
 			}
 		case err != nil && !errors.Is(err, pgx.ErrNoRows):
-			return leasehold.Record{}, s.fail(ctx, err)
+			if !s.again(ctx, err) || retried {
+				return leasehold.Record{}, s.fail(ctx, err)
+			}
+			retried = true
 		}
 	}
 	return leasehold.Record{}, fmt.Errorf("postgres: acquire %q: refused %d times, each time for a holder inserted concurrently; not granted, try again",
@@ -143,7 +149,12 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 	if token > 1<<63-1 {
 		return leasehold.ErrNotHeld // never granted
 	}
+	// Repeating a renewal is harmless: a lost one that was applied is
+	// applied again from a later instant.
 	tag, err := s.pool.Exec(ctx, s.q.renew, name, owner, int64(token), micros(ttl))
+	if s.again(ctx, err) {
+		tag, err = s.pool.Exec(ctx, s.q.renew, name, owner, int64(token), micros(ttl))
+	}
 	if err != nil {
 		return s.fail(ctx, err)
 	}
@@ -167,6 +178,15 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 		return leasehold.ErrNotHeld
 	}
 	tag, err := s.pool.Exec(ctx, s.q.release, name, owner, int64(token), s.watch.channel)
+	if first := err; s.again(ctx, err) {
+		// Releasing twice is harmless, but if the lost attempt released it
+		// and someone took it over since, the retry is refused: that
+		// refusal would be wrong, so the outcome is reported unknown.
+		tag, err = s.pool.Exec(ctx, s.q.release, name, owner, int64(token), s.watch.channel)
+		if err == nil && tag.RowsAffected() != 1 {
+			return s.fail(ctx, first)
+		}
+	}
 	if err != nil {
 		return s.fail(ctx, err)
 	}
@@ -189,6 +209,9 @@ func (s *Store) Get(ctx context.Context, name string) (leasehold.Record, error) 
 	var token, ttl int64
 	var expires, now time.Time
 	err := s.pool.QueryRow(ctx, s.q.get, name).Scan(&r.Owner, &token, &r.Data, &ttl, &expires, &r.Acquired, &now)
+	if s.again(ctx, err) {
+		err = s.pool.QueryRow(ctx, s.q.get, name).Scan(&r.Owner, &token, &r.Data, &ttl, &expires, &r.Acquired, &now)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return leasehold.Record{}, leasehold.ErrNotFound
 	}
@@ -212,9 +235,20 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, er
 	if e, ok := prefixEnd(prefix); ok {
 		end = e
 	}
-	rows, err := s.pool.Query(ctx, s.q.list, prefix, end)
+	out, err := s.list(ctx, prefix, end)
+	if s.again(ctx, err) {
+		out, err = s.list(ctx, prefix, end)
+	}
 	if err != nil {
 		return nil, s.fail(ctx, err)
+	}
+	return out, nil
+}
+
+func (s *Store) list(ctx context.Context, prefix string, end any) ([]leasehold.Record, error) {
+	rows, err := s.pool.Query(ctx, s.q.list, prefix, end)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var out []leasehold.Record
@@ -223,15 +257,12 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, er
 		var token, ttl int64
 		var expires, now time.Time
 		if err := rows.Scan(&r.Name, &r.Owner, &token, &r.Data, &ttl, &expires, &r.Acquired, &now); err != nil {
-			return nil, s.fail(ctx, err)
+			return nil, err
 		}
 		fill(&r, token, ttl, expires, now)
 		out = append(out, r)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, s.fail(ctx, err)
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 func fill(r *leasehold.Record, token, ttl int64, expires, now time.Time) {

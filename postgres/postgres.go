@@ -24,7 +24,9 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -51,6 +53,9 @@ type Store struct {
 	q       queries
 	closed  atomic.Bool
 	watch   hub
+
+	lastReset atomic.Int64 // unix ns of the last pool reset after a lost connection
+	lost      atomic.Int64 // operations that met a lost connection (for tests)
 }
 
 type config struct {
@@ -240,6 +245,38 @@ func pgMessage(err error) string {
 		return fmt.Sprintf("%s (SQLSTATE %s)", pe.Message, pe.Code)
 	}
 	return err.Error()
+}
+
+// lostConnection reports whether err says the connection failed rather
+// than the statement: any driver error that is not from the server, or a
+// server error of class 08 (connection exception) or 57P (the server is
+// shutting down, crashed or starting up).
+func lostConnection(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P")
+	}
+	return !errors.Is(err, pgx.ErrNoRows) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// again decides whether to run a statement once more after err. After a
+// server restart or failover every pooled connection is dead, and each
+// would fail one operation; so on a lost connection the Store resets its
+// own pool (at most once a second; a pool passed to New is left alone) and
+// the caller retries once, on a fresh connection. Callers only retry
+// statements whose repetition is harmless (see docs/stores/postgres.md).
+func (s *Store) again(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil || s.closed.Load() || !lostConnection(err) {
+		return false
+	}
+	s.lost.Add(1)
+	if s.ownPool {
+		now, last := time.Now().UnixNano(), s.lastReset.Load()
+		if now-last > int64(time.Second) && s.lastReset.CompareAndSwap(last, now) {
+			s.pool.Reset()
+		}
+	}
+	return true
 }
 
 // begin is the common prologue of every operation: after Close it returns
