@@ -1,0 +1,159 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/enginetest"
+)
+
+// Run with:
+//
+//	eval "$(scripts/engines.sh start)"
+//	go test -run '^$' -bench . -benchtime 3000x ./postgres/
+//
+// Each sub-benchmark of BenchmarkAcquireRelease reports the median and p99
+// of one acquire+release pair beside ns/op. "store" calls the Store,
+// "client" goes through Client.TryAcquire and Lease.Release, and "raw" is
+// the reference: a bare conditional INSERT ... ON CONFLICT DO UPDATE that
+// takes a free or expired lock and an owner-checked DELETE, on a pgxpool of
+// the same server. BenchmarkAcquireReleaseParallel reports pairs/s with 32
+// goroutines on distinct names.
+
+type pairFunc func(ctx context.Context) error
+
+func benchPairs(b *testing.B, pair pairFunc) {
+	ctx := context.Background()
+	for i := 0; i < 50; i++ { // warm the pool and its statement caches
+		if err := pair(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if err := pair(ctx); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
+}
+
+func benchStore(b *testing.B, base string, params ...string) leasehold.Store {
+	u := withParam(base, "table", freshTable(b, base, "lh_bench_"))
+	for i := 0; i+1 < len(params); i += 2 {
+		u = withParam(u, params[i], params[i+1])
+	}
+	s := open(b, u)
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+func storePair(s leasehold.Store, name string) pairFunc {
+	return func(ctx context.Context) error {
+		rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "me", TTL: 10 * time.Second})
+		if err != nil {
+			return err
+		}
+		return s.Release(ctx, name, "me", rec.Token)
+	}
+}
+
+// rawTable creates the reference's table.
+func rawTable(b *testing.B, pool *pgxpool.Pool, base string) string {
+	table := freshTable(b, base, "lh_bench_raw_")
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE `+table+
+		` (name text PRIMARY KEY, owner text NOT NULL, expires_at timestamptz NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	return table
+}
+
+// rawPair is the reference pair.
+func rawPair(pool *pgxpool.Pool, table, name string) pairFunc {
+	insert := `INSERT INTO ` + table + ` AS l (name, owner, expires_at) VALUES ($1, $2, now() + interval '10 seconds')
+		ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+		WHERE l.expires_at < now()`
+	del := `DELETE FROM ` + table + ` WHERE name = $1 AND owner = $2`
+	return func(ctx context.Context) error {
+		tag, err := pool.Exec(ctx, insert, name, "me")
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("raw lock %q not taken", name)
+		}
+		_, err = pool.Exec(ctx, del, name, "me")
+		return err
+	}
+}
+
+func benchPool(b *testing.B, base string, maxConns int) *pgxpool.Pool {
+	pool, err := pgxpool.New(context.Background(), withParam(base, "pool_max_conns", fmt.Sprint(maxConns)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	return pool
+}
+
+func BenchmarkAcquireRelease(b *testing.B) {
+	base := enginetest.PostgresURL(b)
+	b.Run("raw", func(b *testing.B) {
+		pool := benchPool(b, base, 4)
+		benchPairs(b, rawPair(pool, rawTable(b, pool, base), "bench/lock"))
+	})
+	b.Run("store", func(b *testing.B) { benchPairs(b, storePair(benchStore(b, base), "bench/lock")) })
+	b.Run("client", func(b *testing.B) {
+		c, err := leasehold.New(benchStore(b, base), leasehold.WithOwner("me"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchPairs(b, func(ctx context.Context) error {
+			l, err := c.TryAcquire(ctx, "bench/lock", leasehold.TTL(10*time.Second))
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		})
+	})
+}
+
+func BenchmarkAcquireReleaseParallel(b *testing.B) {
+	base := enginetest.PostgresURL(b)
+	run := func(b *testing.B, pair func(name string) pairFunc) {
+		var id atomic.Int64
+		b.SetParallelism(16) // 2 cores × 16 = 32 goroutines
+		b.RunParallel(func(pb *testing.PB) {
+			p := pair(fmt.Sprintf("bench/p%d", id.Add(1)))
+			for pb.Next() {
+				if err := p(context.Background()); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+	}
+	b.Run("raw", func(b *testing.B) {
+		pool := benchPool(b, base, 32)
+		table := rawTable(b, pool, base)
+		run(b, func(name string) pairFunc { return rawPair(pool, table, name) })
+	})
+	b.Run("store", func(b *testing.B) {
+		s := benchStore(b, base, "pool_max_conns", "32")
+		run(b, func(name string) pairFunc { return storePair(s, name) })
+	})
+}
