@@ -1,0 +1,394 @@
+// Package dynamodb is a leasehold.Store in an Amazon DynamoDB table, shared
+// by every process (and every Step Functions state machine written by
+// package sfn) that can reach the table.
+//
+// Each lease is one item, keyed by the lease name (LockKey). Every lease
+// operation is one conditional UpdateItem whose ConditionExpression carries
+// the lease rules, so DynamoDB decides atomically; an acquire that finds the
+// lease held reads the item once more (consistently) to report the holder.
+// The item is never deleted by the store, so a name's fencing counter
+// (Token) only ever goes up.
+//
+// DynamoDB has no server clock usable in an expression, so expiry is written
+// from the writer's clock (ExpiresAtMs, epoch milliseconds) and a lease is
+// taken over only when ExpiresAtMs + max_clock_skew < now on the taker's
+// clock. The store is safe as long as the clocks of all writers differ by
+// less than max_clock_skew (WithMaxClockSkew, default 1s).
+//
+// DynamoDB cannot push a notification, so Store does not implement
+// leasehold.Watcher: waiting clients poll with the Client's backoff.
+//
+// See docs/stores/dynamodb.md for the table layout, the requests, the
+// guarantees, IAM permissions and CloudFormation/Terraform snippets.
+package dynamodb
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/clock"
+)
+
+var _ leasehold.Store = (*Store)(nil)
+
+// DefaultMaxClockSkew is the clock-skew margin of a Store unless
+// WithMaxClockSkew or the URL parameter max_clock_skew says otherwise.
+const DefaultMaxClockSkew = time.Second
+
+// MaxMaxClockSkew is the largest clock-skew margin accepted.
+const MaxMaxClockSkew = time.Hour
+
+// Store is a lease store in one DynamoDB table. It is safe for concurrent
+// use by many goroutines, and any number of Stores in any number of
+// processes may share one table, provided they use the same max clock skew
+// (or at least one large enough for all their clocks).
+type Store struct {
+	client     *ddb.Client
+	table      string
+	skewMs     int64
+	consistent bool
+	oldValues  bool
+	clock      clock.Clock
+	transport  *transportRef // made by Open; its idle connections are closed by Close
+	closed     atomic.Bool
+}
+
+type settings struct {
+	skew       time.Duration
+	consistent bool
+	create     bool
+	ttlCleanup bool
+	oldValues  bool
+	clock      clock.Clock
+}
+
+// Option configures a Store. Options given to Open override the URL's
+// parameters.
+type Option func(*settings)
+
+// WithMaxClockSkew sets the largest difference expected between the clocks
+// of any two writers of the table (URL: max_clock_skew=1s). A lease is taken
+// over only once ExpiresAtMs + skew lies in the past on the taker's clock,
+// and an acquire that finds a lease expired less than skew ago waits out
+// the rest before taking it over. It must lie in [0, MaxMaxClockSkew] and is
+// rounded up to whole milliseconds. Default: DefaultMaxClockSkew. Zero
+// trusts all writers' clocks to agree to the millisecond.
+func WithMaxClockSkew(d time.Duration) Option { return func(s *settings) { s.skew = d } }
+
+// WithConsistentReads sets whether Get and List read with strong
+// consistency (URL: consistent=true, the default). Eventually consistent
+// reads cost half as much but may miss a grant or release of the last
+// second. TryAcquire always reads consistently.
+func WithConsistentReads(on bool) Option { return func(s *settings) { s.consistent = on } }
+
+// WithCreateTable sets whether Open creates the table when it is missing
+// (URL: create=true, the default), waiting until it is ACTIVE. With false,
+// Open only checks that the table exists with the right key. New never
+// creates anything.
+func WithCreateTable(on bool) Option { return func(s *settings) { s.create = on } }
+
+// WithTTLCleanup makes Open (when it creates the table) and Init enable
+// DynamoDB's Time to Live on the ExpiresAt attribute (URL: ttl_cleanup=true;
+// default off). DynamoDB then deletes items CleanupMargin after their lease
+// ended, which keeps a table of one-off names small, but a deleted item
+// takes its fencing counter with it: the name's next grant gets token 1
+// again. Enable it only if no fenced resource outlives CleanupMargin. See
+// EnableTTLCleanup.
+func WithTTLCleanup(on bool) Option { return func(s *settings) { s.ttlCleanup = on } }
+
+// WithConditionFailureValues makes TryAcquire ask DynamoDB to return the
+// item with a failed condition (ReturnValuesOnConditionCheckFailure =
+// ALL_OLD; URL: condition_values=true), which saves the read that otherwise
+// follows an acquire of a held lease. Endpoints that ignore the parameter
+// (dynalite does) return no item, and the store then reads as without the
+// option. Default off.
+func WithConditionFailureValues(on bool) Option { return func(s *settings) { s.oldValues = on } }
+
+// WithClock sets the clock whose wall time the store writes and judges
+// expiry by. Default: clock.Real(). Meant for tests that simulate writers
+// with skewed clocks.
+func WithClock(c clock.Clock) Option { return func(s *settings) { s.clock = c } }
+
+func buildSettings(opts []Option) (settings, error) {
+	s := settings{skew: DefaultMaxClockSkew, consistent: true, create: true, clock: clock.Real()}
+	for _, o := range opts {
+		o(&s)
+	}
+	if s.skew < 0 || s.skew > MaxMaxClockSkew {
+		return s, &leasehold.InvalidError{Field: "max clock skew", Reason: fmt.Sprintf("%s is outside [0, %s]", s.skew, MaxMaxClockSkew)}
+	}
+	if s.clock == nil {
+		return s, &leasehold.InvalidError{Field: "clock", Reason: "must not be nil"}
+	}
+	return s, nil
+}
+
+var tableRE = regexp.MustCompile(`^[a-zA-Z0-9_.-]{3,255}$`)
+
+// ValidateTable checks a DynamoDB table name: 3 to 255 characters of
+// a-z, A-Z, 0-9, '_', '-' and '.'. A bad name is an *leasehold.InvalidError.
+func ValidateTable(table string) error {
+	if !tableRE.MatchString(table) {
+		return &leasehold.InvalidError{Field: "table", Reason: fmt.Sprintf("%q is not a DynamoDB table name (3-255 characters of a-z A-Z 0-9 _ - .)", table)}
+	}
+	return nil
+}
+
+// New returns a Store on table through client, which the caller keeps. New
+// sends no request and creates nothing: create the table beforehand with
+// CreateTable (or Init, or "leasehold store init"). WithCreateTable and
+// WithTTLCleanup have no effect here. A bad table name or option is an
+// *leasehold.InvalidError.
+func New(client *ddb.Client, table string, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, &leasehold.InvalidError{Field: "client", Reason: "must not be nil"}
+	}
+	if err := ValidateTable(table); err != nil {
+		return nil, err
+	}
+	cfg, err := buildSettings(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newStore(client, table, cfg), nil
+}
+
+func newStore(client *ddb.Client, table string, cfg settings) *Store {
+	return &Store{
+		client: client, table: table, skewMs: int64((cfg.skew + time.Millisecond - 1) / time.Millisecond),
+		consistent: cfg.consistent, oldValues: cfg.oldValues, clock: cfg.clock,
+	}
+}
+
+// Open returns a Store for a URL of the form
+//
+//	dynamodb://TABLE?region=us-east-1&endpoint=http://127.0.0.1:8000&max_clock_skew=1s&consistent=true&create=true
+//
+// Every parameter is optional:
+//
+//	region=NAME              AWS region (else the SDK's: AWS_REGION, the profile; us-east-1 with an endpoint)
+//	endpoint=URL             a custom endpoint (DynamoDB Local, dynalite, a VPC endpoint)
+//	max_clock_skew=DURATION  see WithMaxClockSkew (default 1s)
+//	consistent=BOOL          see WithConsistentReads (default true)
+//	create=BOOL              see WithCreateTable (default true)
+//	ttl_cleanup=BOOL         see WithTTLCleanup (default false)
+//	condition_values=BOOL    see WithConditionFailureValues (default false)
+//
+// Credentials come from the AWS SDK's default chain (environment, shared
+// files, SSO, web identity, container and instance roles). A bad URL or
+// parameter returns an *leasehold.InvalidError before anything is sent.
+// Open checks the table with DescribeTable, creating it first if it is
+// missing and creation is on.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
+	p, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := buildSettings(append(p.opts, opts...))
+	if err != nil {
+		return nil, err
+	}
+	client, tr, err := newClient(ctx, p.region, p.endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.create {
+		err = createTable(ctx, client, p.table, cfg.ttlCleanup)
+	} else {
+		err = checkTable(ctx, client, p.table)
+	}
+	if err != nil {
+		tr.CloseIdleConnections()
+		return nil, err
+	}
+	s := newStore(client, p.table, cfg)
+	s.transport = tr
+	return s, nil
+}
+
+// Init creates the table named by a dynamodb:// URL if it is missing (as
+// CreateTable does) and, with ttl_cleanup=true, enables TTL clean-up where
+// the endpoint supports it. It is what "leasehold store init" runs, and it
+// ignores create=false.
+func Init(ctx context.Context, rawURL string) error {
+	p, err := parseURL(rawURL)
+	if err != nil {
+		return err
+	}
+	cfg, err := buildSettings(p.opts)
+	if err != nil {
+		return err
+	}
+	client, tr, err := newClient(ctx, p.region, p.endpoint)
+	if err != nil {
+		return err
+	}
+	defer tr.CloseIdleConnections()
+	return createTable(ctx, client, p.table, cfg.ttlCleanup)
+}
+
+// Table returns the name of the store's table.
+func (s *Store) Table() string { return s.table }
+
+// Client returns the DynamoDB client the store sends its requests with.
+func (s *Store) Client() *ddb.Client { return s.client }
+
+// Close makes later calls return leasehold.ErrClosed and, if Open made the
+// client, closes its idle connections. Leases are not released: they expire
+// after their TTL. Close is idempotent.
+func (s *Store) Close() error {
+	if s.closed.CompareAndSwap(false, true) && s.transport != nil {
+		s.transport.CloseIdleConnections()
+	}
+	return nil
+}
+
+type parsedURL struct {
+	table, region, endpoint string
+	opts                    []Option
+}
+
+func parseURL(raw string) (parsedURL, error) {
+	var p parsedURL
+	bad := func(format string, args ...any) (parsedURL, error) {
+		return p, &leasehold.InvalidError{Field: "dynamodb URL", Reason: fmt.Sprintf(format, args...)}
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return bad("%s", err.Error())
+	}
+	switch {
+	case u.Scheme != "dynamodb":
+		return bad("want dynamodb://TABLE[?region=...&endpoint=...]")
+	case u.Opaque != "" || u.User != nil || u.Port() != "" || (u.Path != "" && u.Path != "/") || u.Fragment != "":
+		return bad("want dynamodb://TABLE[?param=value&...], with no user, port, path or fragment")
+	}
+	p.table = u.Host
+	if err := ValidateTable(p.table); err != nil {
+		return p, err
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return bad("query: %s", err.Error())
+	}
+	for k, v := range q {
+		if len(v) != 1 {
+			return bad("%s= given %d times", k, len(v))
+		}
+		val := v[0]
+		boolean := func(set func(bool) Option) error {
+			b, err := strconv.ParseBool(val)
+			if err != nil {
+				return &leasehold.InvalidError{Field: "dynamodb URL", Reason: fmt.Sprintf("%s=%q is not true or false", k, val)}
+			}
+			p.opts = append(p.opts, set(b))
+			return nil
+		}
+		switch k {
+		case "region":
+			if !regionRE.MatchString(val) {
+				return bad("region=%q is not a region name", val)
+			}
+			p.region = val
+		case "endpoint":
+			e, err := url.Parse(val)
+			if err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" || e.User != nil || e.RawQuery != "" || e.Fragment != "" {
+				return bad("endpoint=%q: want http(s)://host[:port]", val)
+			}
+			p.endpoint = val
+		case "max_clock_skew":
+			d, err := time.ParseDuration(val)
+			if err != nil {
+				return bad("max_clock_skew=%q: %s", val, err.Error())
+			}
+			p.opts = append(p.opts, WithMaxClockSkew(d))
+		case "consistent":
+			err = boolean(WithConsistentReads)
+		case "create":
+			err = boolean(WithCreateTable)
+		case "ttl_cleanup":
+			err = boolean(WithTTLCleanup)
+		case "condition_values":
+			err = boolean(WithConditionFailureValues)
+		default:
+			return bad("unknown parameter %q (known: region, endpoint, max_clock_skew, consistent, create, ttl_cleanup, condition_values)", k)
+		}
+		if err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+var regionRE = regexp.MustCompile(`^[a-z0-9-]{1,64}$`)
+
+// newClient loads the default AWS configuration with the URL's overrides.
+// Its HTTP client keeps enough idle connections for many concurrent
+// leases (the SDK's default keeps 10 per host).
+func newClient(ctx context.Context, region, endpoint string) (*ddb.Client, *transportRef, error) {
+	tr := &transportRef{}
+	hc := awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+		t.MaxIdleConnsPerHost = 64
+		tr.p.Store(t)
+	})
+	loadOpts := []func(*config.LoadOptions) error{config.WithHTTPClient(hc)}
+	if region != "" {
+		loadOpts = append(loadOpts, config.WithRegion(region))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		return nil, nil, fmt.Errorf("dynamodb: load AWS configuration: %s", err.Error())
+	}
+	if cfg.Region == "" {
+		if endpoint == "" {
+			return nil, nil, &leasehold.InvalidError{Field: "dynamodb URL", Reason: "no region: add region= to the URL or set AWS_REGION"}
+		}
+		cfg.Region = "us-east-1" // local endpoints ignore it, but requests must be signed for one
+	}
+	client := ddb.NewFromConfig(cfg, func(o *ddb.Options) {
+		if endpoint != "" {
+			o.BaseEndpoint = aws.String(endpoint)
+		}
+	})
+	return client, tr, nil
+}
+
+// transportRef remembers the transport that the SDK's buildable HTTP
+// client builds lazily (a buildable client is needed for AWS_CA_BUNDLE), so
+// that Close can close its idle connections.
+type transportRef struct {
+	p atomic.Pointer[http.Transport]
+}
+
+// CloseIdleConnections closes the idle connections of the transport, if
+// one was built.
+func (r *transportRef) CloseIdleConnections() {
+	if t := r.p.Load(); t != nil {
+		t.CloseIdleConnections()
+	}
+}
+
+// errClosed is returned by every operation after Close.
+var errClosed = leasehold.ErrClosed
+
+func (s *Store) check(ctx context.Context) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,80 @@
+package dynamodb_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/dynamodb"
+	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/storetest"
+)
+
+var tableSeq atomic.Int64
+
+// freshURL returns the shared test endpoint's URL naming a table of its own
+// (created by the first Open), with extra query parameters, and deletes the
+// table when the test ends.
+func freshURL(t testing.TB, base string, params ...string) string {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = fmt.Sprintf("lh_test_%d_%d", time.Now().UnixNano(), tableSeq.Add(1))
+	q := u.Query()
+	for i := 0; i+1 < len(params); i += 2 {
+		q.Set(params[i], params[i+1])
+	}
+	u.RawQuery = q.Encode()
+	t.Cleanup(func() { dropTable(t, u) })
+	return u.String()
+}
+
+// dropTable deletes the table of u (DeleteTable is not part of the store).
+func dropTable(t testing.TB, u *url.URL) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := dynamodb.Open(ctx, u.String(), dynamodb.WithCreateTable(false))
+	if err != nil {
+		return // never created
+	}
+	defer s.Close()
+	if _, err := s.Client().DeleteTable(ctx, &ddb.DeleteTableInput{TableName: aws.String(s.Table())}); err != nil {
+		t.Logf("delete table %s: %v", s.Table(), err)
+	}
+}
+
+func open(t testing.TB, rawURL string, opts ...dynamodb.Option) *dynamodb.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := dynamodb.Open(ctx, rawURL, opts...)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", rawURL, err)
+	}
+	return s
+}
+
+// TestConformance runs the whole conformance suite on a fresh table of the
+// shared dynalite. The clock-skew margin is 5ms: an expired lease is taken
+// over 5ms late, which the suite's model allows.
+func TestConformance(t *testing.T) {
+	u := freshURL(t, enginetest.DynamoDBURL(t), "max_clock_skew", "5ms")
+	open(t, u).Close() // create the table once
+	opener := func(t testing.TB) leasehold.Store { return open(t, u, dynamodb.WithCreateTable(false)) }
+	storetest.Run(t, storetest.Harness{
+		Open: opener,
+		Reopen: func(t testing.TB, s leasehold.Store) leasehold.Store {
+			s.Close()
+			return opener(t)
+		},
+	})
+}
