@@ -1,13 +1,19 @@
 -- acquire.lua: one TryAcquire, atomically.
--- KEYS[1] lease hash (expires with the lease), KEYS[2] fence hash (never expires)
+-- KEYS[1] lease hash (expires with the lease), KEYS[2] fence hash (never expires),
+-- KEYS[3] the restart marker (not on a cluster, where it is in another slot)
 -- ARGV[1] owner, ARGV[2] request id ('' = none), ARGV[3] data,
 -- ARGV[4] ttl in ns (recorded), ARGV[5] ttl in ms (PEXPIRE),
--- ARGV[6] hold-back end in server ms (0 = none), ARGV[7] token floor.
+-- ARGV[6] hold-back end in server ms (0 = none), ARGV[7] token floor,
+-- ARGV[8] the floor_us of the marker the caller checked.
 -- Replies:
 --   {0, token, acquired_us, now_ms}          a new grant
 --   {3, token, acquired_us, now_ms}          a retried acquire: same grant, fresh expiry
 --   {1, owner, token, pttl_ms, acquired_us}  held by someone else
 --   {2, remaining_ms}                        holding back after a restart
+--   {4}                                      the marker changed: check again
+if KEYS[3] and redis.call('HGET', KEYS[3], 'floor_us') ~= ARGV[8] then
+  return {4}
+end
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])

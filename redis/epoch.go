@@ -46,6 +46,7 @@ type epochCache struct {
 	cur       epoch
 	runID     string
 	durable   bool
+	evicts    bool
 }
 
 // dialCounter is a go-redis hook that counts new connections.
@@ -89,15 +90,23 @@ func (s *Store) epoch(ctx context.Context) (epoch, error) {
 		return e, nil
 	}
 	s.ep.mu.Unlock()
-	e, runID, durable, err := s.check(ctx)
+	e, sv, err := s.check(ctx)
 	if err != nil {
 		return epoch{}, s.translate(ctx, "restart check", err)
 	}
 	e.dials = d
 	s.ep.mu.Lock()
-	s.ep.valid, s.ep.checkedAt, s.ep.cur, s.ep.runID, s.ep.durable = true, d, e, runID, durable
+	s.ep.valid, s.ep.checkedAt, s.ep.cur = true, d, e
+	s.ep.runID, s.ep.durable, s.ep.evicts = sv.runID, sv.durable, sv.evicts
 	s.ep.mu.Unlock()
 	return e, nil
+}
+
+// invalidateEpoch makes the next epoch call check the server.
+func (s *Store) invalidateEpoch() {
+	s.ep.mu.Lock()
+	s.ep.valid = false
+	s.ep.mu.Unlock()
 }
 
 // ServerState describes what the store last learnt about its Redis server.
@@ -107,6 +116,10 @@ type ServerState struct {
 	// that is not a freshly promoted replica; the store then holds back
 	// nothing after a restart.
 	Durable bool
+	// Evicts reports that maxmemory is set with a maxmemory-policy other
+	// than noeviction: under memory pressure Redis may then delete leases
+	// (a double grant) or fences. False also when CONFIG is refused.
+	Evicts bool
 	// HoldbackUntil is the server-clock time before which TryAcquire
 	// grants nothing: the moment the server may have lost data plus the
 	// store's hold-back. Zero when there is no hold-back (durable server,
@@ -129,7 +142,7 @@ func (s *Store) ServerState(ctx context.Context) (ServerState, error) {
 	}
 	s.ep.mu.Lock()
 	defer s.ep.mu.Unlock()
-	st := ServerState{RunID: s.ep.runID, Durable: s.ep.durable, TokenFloor: uint64(e.floor)}
+	st := ServerState{RunID: s.ep.runID, Durable: s.ep.durable, Evicts: s.ep.evicts, TokenFloor: uint64(e.floor)}
 	if e.holdUntil > 0 {
 		st.HoldbackUntil = time.UnixMilli(e.holdUntil)
 	}
@@ -145,48 +158,65 @@ func (s *Store) infoClient(ctx context.Context) (goredis.Cmdable, error) {
 	return s.rdb, nil
 }
 
-func (s *Store) check(ctx context.Context) (e epoch, runID string, durable bool, err error) {
+// serverFacts is what a check learns besides the epoch.
+type serverFacts struct {
+	runID   string
+	durable bool
+	evicts  bool
+}
+
+func (s *Store) check(ctx context.Context) (e epoch, sv serverFacts, err error) {
 	c, err := s.infoClient(ctx)
 	if err != nil {
-		return e, "", false, err
+		return e, sv, err
 	}
 	pipe := c.Pipeline()
 	srv := pipe.Info(ctx, "server")
 	repl := pipe.Info(ctx, "replication")
-	aof := pipe.ConfigGet(ctx, "appendonly")
-	fsync := pipe.ConfigGet(ctx, "appendfsync")
+	conf := []*goredis.MapStringStringCmd{
+		pipe.ConfigGet(ctx, "appendonly"), pipe.ConfigGet(ctx, "appendfsync"),
+		pipe.ConfigGet(ctx, "maxmemory"), pipe.ConfigGet(ctx, "maxmemory-policy"),
+	}
 	_, _ = pipe.Exec(ctx) // CONFIG may be refused (ACL, renamed); judged per command
 	if err := srv.Err(); err != nil {
-		return e, "", false, err
+		return e, sv, err
 	}
 	info := parseInfo(srv.Val())
-	runID = info["run_id"]
+	sv.runID = info["run_id"]
 	uptime, uerr := strconv.ParseInt(info["uptime_in_seconds"], 10, 64)
-	if runID == "" || uerr != nil {
-		return e, "", false, fmt.Errorf("INFO server has no run_id or uptime_in_seconds")
+	if sv.runID == "" || uerr != nil {
+		return e, sv, fmt.Errorf("INFO server has no run_id or uptime_in_seconds")
 	}
-	if repl.Err() == nil && aof.Err() == nil && fsync.Err() == nil {
+	cfg := map[string]string{}
+	for _, c := range conf {
+		for k, v := range c.Val() { // empty if refused
+			cfg[k] = v
+		}
+	}
+	if repl.Err() == nil {
 		r := parseInfo(repl.Val())
-		durable = aof.Val()["appendonly"] == "yes" && fsync.Val()["appendfsync"] == "always" &&
+		sv.durable = cfg["appendonly"] == "yes" && cfg["appendfsync"] == "always" &&
 			r["role"] == "master" && r["second_repl_offset"] == "-1"
 	}
+	sv.evicts = cfg["maxmemory"] != "" && cfg["maxmemory"] != "0" &&
+		cfg["maxmemory-policy"] != "" && cfg["maxmemory-policy"] != "noeviction"
 	holdback := s.holdback
-	if durable {
+	if sv.durable {
 		holdback = 0
 	}
-	res, err := epochScript.Run(ctx, s.rdb, []string{s.epochKey}, runID, uptime, holdback.Milliseconds()).Slice()
+	res, err := epochScript.Run(ctx, s.rdb, []string{s.epochKey}, sv.runID, uptime, holdback.Milliseconds()).Slice()
 	if err != nil {
-		return e, "", false, err
+		return e, sv, err
 	}
 	if len(res) != 5 {
-		return e, "", false, fmt.Errorf("epoch script: unexpected reply %v", res)
+		return e, sv, fmt.Errorf("epoch script: unexpected reply %v", res)
 	}
 	since, _ := toInt(res[0])
 	e.floor, _ = toInt(res[2])
 	if holdback > 0 {
 		e.holdUntil = since + holdback.Milliseconds() // in the past on a server up for long
 	}
-	return e, runID, durable, nil
+	return e, sv, nil
 }
 
 func parseInfo(s string) map[string]string {

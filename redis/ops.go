@@ -59,15 +59,32 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 	if err := s.usable(ctx); err != nil {
 		return leasehold.Record{}, err
 	}
-	e, err := s.epoch(ctx)
-	if err != nil {
-		return leasehold.Record{}, err
-	}
 	lease, fence := s.keys(req.Name)
-	res, err := acquireScript.Run(ctx, s.rdb, []string{lease, fence}, req.Owner, req.RequestID,
-		string(req.Data), int64(req.TTL), req.TTL.Milliseconds(), e.holdUntil, e.floor).Slice()
-	if err != nil {
-		return leasehold.Record{}, s.translate(ctx, "acquire", err)
+	keys := []string{lease, fence}
+	if !s.cluster {
+		keys = append(keys, s.epochKey)
+	}
+	var e epoch
+	var res []any
+	for attempt := 0; ; attempt++ {
+		var err error
+		if e, err = s.epoch(ctx); err != nil {
+			return leasehold.Record{}, err
+		}
+		res, err = acquireScript.Run(ctx, s.rdb, keys, req.Owner, req.RequestID, string(req.Data),
+			int64(req.TTL), req.TTL.Milliseconds(), e.holdUntil, e.floor, strconv.FormatInt(e.floor, 10)).Slice()
+		if err != nil {
+			return leasehold.Record{}, s.translate(ctx, "acquire", err)
+		}
+		if code, _ := toInt(res[0]); code != 4 {
+			break
+		}
+		// The marker is not the one checked: lost in a restart, or
+		// rewritten by a client that noticed one.
+		s.invalidateEpoch()
+		if attempt == 2 {
+			return leasehold.Record{}, errors.New("redis acquire: the restart marker keeps changing")
+		}
 	}
 	code, _ := toInt(res[0])
 	switch {

@@ -58,6 +58,7 @@ const HoldbackOwner = "(redis restarted: holding back)"
 type Store struct {
 	rdb      goredis.UniversalClient
 	own      bool // Close closes rdb (Open made it)
+	cluster  bool // rdb is a *goredis.ClusterClient
 	prefix   string
 	epochKey string
 	channel  string
@@ -196,6 +197,7 @@ func newStore(client goredis.UniversalClient, own bool, cfg config) *Store {
 		rdb: client, own: own, prefix: cfg.prefix, holdback: cfg.holdback,
 		epochKey: cfg.prefix + "epoch", channel: cfg.prefix + "released",
 	}
+	_, s.cluster = client.(*goredis.ClusterClient)
 	client.AddHook(dialCounter{&s.ep.dials})
 	return s
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/redis"
@@ -262,5 +264,98 @@ func TestWatchAcrossRestart(t *testing.T) {
 	case <-ch:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no notification of a release after the restart")
+	}
+}
+
+// TestRestartMarkerKept: an AOF with appendfsync everysec keeps the marker
+// across a restart but may lose the last second of writes, so the store
+// must notice the new run id. The first TryAcquire after the restart reads
+// its cached marker, and its script goes out on a newly dialled connection
+// to the restarted server: that grant must be undone and reported as held
+// back (the post-grant check), not handed out.
+func TestRestartMarkerKept(t *testing.T) {
+	srv := enginetest.StartRedis(t, "--appendonly", "yes", "--appendfsync", "everysec")
+	const holdback = 2 * time.Second
+	s := open(t, srv.RedisURL(), redis.WithKeyPrefix(uniquePrefix(t)), redis.WithHoldback(holdback))
+	defer s.Close()
+	ctx := ctxT(t, 2*time.Minute)
+	c, _ := leasehold.New(s, leasehold.WithOwner("a"))
+	l, err := c.Acquire(ctx, "before", leasehold.TTL(time.Minute), leasehold.NoKeepalive()) // waits out the fresh server's hold-back
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.ServerState(ctx)
+	if err != nil || st.Durable {
+		t.Fatalf("ServerState = %+v, %v; want not durable", st, err)
+	}
+	time.Sleep(1500 * time.Millisecond) // let everysec write the AOF
+
+	srv.Restart()
+
+	var he *leasehold.HeldError
+	eventually(t, "first TryAcquire after the restart", func() error {
+		_, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "after", Owner: "b", TTL: time.Minute})
+		if err == nil {
+			return nil
+		}
+		if errors.As(err, &he) {
+			return nil
+		}
+		return err
+	})
+	if he == nil || he.Owner != redis.HoldbackOwner {
+		t.Fatalf("TryAcquire right after a restart: %+v, want a hold-back", he)
+	}
+	if _, err := s.Get(ctx, "after"); !errors.Is(err, leasehold.ErrNotFound) {
+		t.Errorf("a grant made during the hold-back was left behind: %v", err)
+	}
+	st2, err := s.ServerState(ctx)
+	if err != nil || st2.RunID == st.RunID || st2.TokenFloor <= st.TokenFloor {
+		t.Errorf("ServerState after restart = %+v, %v (before %+v)", st2, err, st)
+	}
+	if got, err := s.Get(ctx, "before"); err != nil || got.Token != l.Token() {
+		t.Errorf("lease kept in the AOF = %+v, %v", got, err)
+	}
+	time.Sleep(he.Remaining + 10*time.Millisecond)
+	rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "after", Owner: "b", TTL: time.Minute})
+	if err != nil || rec.Token < st2.TokenFloor {
+		t.Errorf("TryAcquire after the hold-back = %+v, %v; want a token >= %d", rec, err, st2.TokenFloor)
+	}
+}
+
+// TestMarkerDeleted: if the marker disappears (deleted, evicted, or lost
+// with the data) every client's next TryAcquire notices in its script,
+// checks again and raises the floor.
+func TestMarkerDeleted(t *testing.T) {
+	url := sharedURL(t)
+	prefix := uniquePrefix(t)
+	a := open(t, url, redis.WithKeyPrefix(prefix), redis.WithHoldback(0))
+	defer a.Close()
+	b := open(t, url, redis.WithKeyPrefix(prefix), redis.WithHoldback(0))
+	defer b.Close()
+	ctx := ctxT(t, time.Minute)
+	st, err := a.ServerState(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, _ := goredis.ParseURL(url)
+	rdb := goredis.NewClient(opt)
+	defer rdb.Close()
+	if err := rdb.Del(ctx, prefix+"epoch").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond)
+	for _, s := range []*redis.Store{a, b} {
+		rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "m", Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st2, err := s.ServerState(ctx)
+		if err != nil || st2.TokenFloor <= st.TokenFloor || rec.Token < st2.TokenFloor {
+			t.Errorf("after the marker was deleted: token %d, state %+v (before %+v), %v", rec.Token, st2, st, err)
+		}
+		if err := s.Release(ctx, "m", "o", rec.Token); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
