@@ -11,3 +11,8 @@ func Listens(s *Store) int {
 // LostConnections reports how many operations met a lost connection (and
 // were retried where that is safe).
 func LostConnections(s *Store) int64 { return s.lost.Load() }
+
+// AcquireReruns reports how many times TryAcquire ran its statement again
+// because the holder it was refused for was inserted after the statement's
+// snapshot.
+func AcquireReruns(s *Store) int64 { return s.reruns.Load() }

@@ -25,17 +25,29 @@ const live = `l.held AND l.expires_at > now()`
 // acquireSQL grants the lease when its row is free, expired or missing (the
 // token goes up by one; a new row starts at 1), or re-grants it to a retry
 // of the acquire that holds it (same owner and non-empty request id: same
-// token, fresh expiry). When it refuses, h reads the holder in the same
-// statement. h is a locking read on purpose: a plain read would see the
-// statement's snapshot, which under READ COMMITTED may be older than the row
-// version ON CONFLICT locked and judged; a locking read follows the row to
-// its latest version (the one this statement has locked, so it cannot
-// change). Only a row inserted after the snapshot stays invisible to h; the
-// statement then returns no row and is run again.
-const acquireSQL = `WITH g AS (
+// token, fresh expiry), and otherwise reports the holder, all in one
+// statement:
+//
+//   - cur reads the row in the statement's snapshot. If it shows a live
+//     holder that this request is not a retry of, the answer is "held by
+//     cur" as of the snapshot, and nothing is written or locked: a refusal
+//     is a read, with no transaction id, WAL record or commit flush.
+//   - Otherwise g runs the conditional upsert. Under READ COMMITTED, ON
+//     CONFLICT locks and judges the latest version of the row, which may be
+//     newer than the snapshot; its WHERE is the authority.
+//   - If g refused, h reads the holder with a locking read, which follows
+//     the row to that latest version (locked by this statement, so it cannot
+//     change). A row inserted after the snapshot stays invisible to h; the
+//     statement then returns no row and is run again.
+const acquireSQL = `WITH cur AS (
+	SELECT token, owner, expires_at, acquired_at, ttl_us, held,
+		held AND expires_at > now() AND NOT ($3::text <> '' AND owner = $2::text AND request_id = $3::text) AS blocks
+	FROM %[1]s WHERE name = $1::text
+), g AS (
 	INSERT INTO %[1]s AS l (name, owner, request_id, token, data, ttl_us, expires_at, held, acquired_at)
-	VALUES ($1::text, $2::text, $3::text, 1, $4::bytea, $5::bigint,
-		now() + $5::bigint * interval '1 microsecond', true, now())
+	SELECT $1::text, $2::text, $3::text, 1, $4::bytea, $5::bigint,
+		now() + $5::bigint * interval '1 microsecond', true, now()
+	WHERE NOT EXISTS (SELECT FROM cur WHERE blocks)
 	ON CONFLICT (name) DO UPDATE SET
 		token = CASE WHEN ` + live + ` THEN l.token ELSE l.token + 1 END,
 		acquired_at = CASE WHEN ` + live + ` THEN l.acquired_at ELSE now() END,
@@ -45,10 +57,12 @@ const acquireSQL = `WITH g AS (
 	RETURNING l.token, l.owner, l.expires_at, l.acquired_at, l.ttl_us, l.held
 ), h AS (
 	SELECT token, owner, expires_at, acquired_at, ttl_us, held FROM %[1]s
-	WHERE name = $1::text AND NOT EXISTS (SELECT FROM g)
+	WHERE name = $1::text AND NOT EXISTS (SELECT FROM g) AND NOT EXISTS (SELECT FROM cur WHERE blocks)
 	FOR SHARE
 )
 SELECT true, token, owner, expires_at, acquired_at, ttl_us, held, now() FROM g
+UNION ALL
+SELECT false, token, owner, expires_at, acquired_at, ttl_us, held, now() FROM cur WHERE blocks
 UNION ALL
 SELECT false, token, owner, expires_at, acquired_at, ttl_us, held, now() FROM h`
 
@@ -129,6 +143,8 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 				return leasehold.Record{}, s.fail(ctx, err)
 			}
 			retried = true
+		default:
+			s.reruns.Add(1)
 		}
 	}
 	return leasehold.Record{}, fmt.Errorf("postgres: acquire %q: refused %d times, each time for a holder inserted concurrently; not granted, try again",

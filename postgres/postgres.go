@@ -56,6 +56,7 @@ type Store struct {
 
 	lastReset atomic.Int64 // unix ns of the last pool reset after a lost connection
 	lost      atomic.Int64 // operations that met a lost connection (for tests)
+	reruns    atomic.Int64 // acquires re-run for a holder inserted concurrently (for tests)
 }
 
 type config struct {
@@ -152,7 +153,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, cfg config) (*Store, erro
 	}
 	s := &Store{pool: pool, table: t.ident(), display: t.String()}
 	s.q = buildQueries(s.table)
-	s.watch.init(pool.Config().ConnConfig, t.channel())
+	s.watch.init(pool.Config(), t.channel())
 	return s, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
 )
@@ -30,6 +31,8 @@ const (
 // table's channel; each notification carries a released name.
 type hub struct {
 	connCfg *pgx.ConnConfig
+	before  func(context.Context, *pgx.ConnConfig) error // the pool's BeforeConnect
+	after   func(context.Context, *pgx.Conn) error       // the pool's AfterConnect
 	channel string
 
 	mu       sync.Mutex
@@ -41,8 +44,11 @@ type hub struct {
 	listens  int           // LISTENs established so far (for tests)
 }
 
-func (h *hub) init(cfg *pgx.ConnConfig, channel string) {
-	h.connCfg, h.channel = cfg, channel
+// init takes the pool's connection settings, including its connect hooks
+// (which may, for example, fetch a fresh password), for the listener's own
+// connection.
+func (h *hub) init(cfg *pgxpool.Config, channel string) {
+	h.connCfg, h.before, h.after, h.channel = cfg.ConnConfig, cfg.BeforeConnect, cfg.AfterConnect, channel
 	h.watchers = map[string]map[chan struct{}]struct{}{}
 	h.stop, h.done = make(chan struct{}), make(chan struct{})
 }
@@ -159,8 +165,12 @@ func (h *hub) run() {
 // may have committed while nobody listened.
 func (h *hub) listen(ctx context.Context) bool {
 	dctx, cancel := context.WithTimeout(ctx, listenDialTimeout)
-	conn, err := pgx.ConnectConfig(dctx, h.connCfg.Copy())
-	cancel()
+	defer cancel()
+	cfg := h.connCfg.Copy()
+	if h.before != nil && h.before(dctx, cfg) != nil {
+		return false
+	}
+	conn, err := pgx.ConnectConfig(dctx, cfg)
 	if err != nil {
 		return false
 	}
@@ -169,6 +179,9 @@ func (h *hub) listen(ctx context.Context) bool {
 		conn.Close(cctx)
 		cancel()
 	}()
+	if h.after != nil && h.after(dctx, conn) != nil {
+		return false
+	}
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{h.channel}.Sanitize()); err != nil {
 		return false
 	}
