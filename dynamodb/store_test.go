@@ -1,0 +1,201 @@
+package dynamodb_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/dynamodb"
+	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/storetest"
+)
+
+// sfnAcquire and sfnRelease send the requests of the state machines that
+// package sfn writes (see sfn/generate.go), with "now" from this clock.
+func sfnAcquire(ctx context.Context, c *ddb.Client, table, lock, me string, ttl, skew time.Duration) (string, error) {
+	now := time.Now().UnixMilli()
+	out, err := c.UpdateItem(ctx, &ddb.UpdateItemInput{
+		TableName: aws.String(table),
+		Key:       map[string]types.AttributeValue{"LockKey": &types.AttributeValueMemberS{Value: lock}},
+		UpdateExpression: aws.String("SET #owner = :me, RequestId = :me, Held = :true, TtlMs = :ttl, " +
+			"ExpiresAtMs = :expires, AcquiredAtMs = :now ADD #token :one"),
+		ConditionExpression:      aws.String("attribute_not_exists(LockKey) OR Held = :false OR ExpiresAtMs < :stale OR #owner = :me"),
+		ExpressionAttributeNames: map[string]string{"#owner": "Owner", "#token": "Token"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":me": &types.AttributeValueMemberS{Value: me}, ":true": &types.AttributeValueMemberBOOL{Value: true},
+			":false": &types.AttributeValueMemberBOOL{Value: false}, ":one": &types.AttributeValueMemberN{Value: "1"},
+			":ttl":     &types.AttributeValueMemberN{Value: strconv.FormatInt(ttl.Milliseconds(), 10)},
+			":now":     &types.AttributeValueMemberN{Value: strconv.FormatInt(now, 10)},
+			":expires": &types.AttributeValueMemberN{Value: strconv.FormatInt(now+ttl.Milliseconds(), 10)},
+			":stale":   &types.AttributeValueMemberN{Value: strconv.FormatInt(now-skew.Milliseconds(), 10)},
+		},
+		ReturnValues: types.ReturnValueUpdatedNew,
+	})
+	if err != nil {
+		return "", err
+	}
+	return out.Attributes["Token"].(*types.AttributeValueMemberN).Value, nil
+}
+
+func sfnRelease(ctx context.Context, c *ddb.Client, table, lock, me, token string) error {
+	_, err := c.UpdateItem(ctx, &ddb.UpdateItemInput{
+		TableName:                aws.String(table),
+		Key:                      map[string]types.AttributeValue{"LockKey": &types.AttributeValueMemberS{Value: lock}},
+		UpdateExpression:         aws.String("SET Held = :false, ExpiresAtMs = :zero"),
+		ConditionExpression:      aws.String("#owner = :me AND #token = :token"),
+		ExpressionAttributeNames: map[string]string{"#owner": "Owner", "#token": "Token"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":me": &types.AttributeValueMemberS{Value: me}, ":token": &types.AttributeValueMemberN{Value: token},
+			":false": &types.AttributeValueMemberBOOL{Value: false}, ":zero": &types.AttributeValueMemberN{Value: "0"},
+		},
+	})
+	return err
+}
+
+// TestStepFunctionsLayout: the store and the state machines of package sfn
+// share items: each sees the other's grants, and the token counts both.
+func TestStepFunctionsLayout(t *testing.T) {
+	u := freshURL(t, enginetest.DynamoDBURL(t))
+	s := open(t, u)
+	defer s.Close()
+	ctx, c, table := bg(t), s.Client(), s.Table()
+	const exec = "arn:aws:states:eu-west-1:123456789012:execution:m:1"
+	tok, err := sfnAcquire(ctx, c, table, "job", exec, time.Minute, time.Second)
+	if err != nil || tok != "1" {
+		t.Fatalf("machine's acquire: token %s, %v", tok, err)
+	}
+	got, err := s.Get(ctx, "job")
+	if err != nil || got.Owner != exec || got.Token != 1 || got.TTL != time.Minute || got.Data != nil {
+		t.Errorf("Get of the machine's lock = %+v, %v", got, err)
+	}
+	var he *leasehold.HeldError
+	if _, err := s.TryAcquire(ctx, req("job", "go", time.Minute)); !errors.As(err, &he) || he.Owner != exec || he.Token != 1 {
+		t.Errorf("TryAcquire of the machine's lock: %v, want held by the execution", err)
+	}
+	if err := sfnRelease(ctx, c, table, "job", exec, tok); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.TryAcquire(ctx, req("job", "go", time.Minute))
+	if err != nil || rec.Token != 2 {
+		t.Fatalf("TryAcquire after the machine released: %+v, %v; want token 2", rec, err)
+	}
+	var ccf *types.ConditionalCheckFailedException
+	if _, err := sfnAcquire(ctx, c, table, "job", exec+"2", time.Minute, time.Second); !errors.As(err, &ccf) {
+		t.Errorf("machine's acquire of a lock held by the store: %v, want ConditionalCheckFailed", err)
+	}
+	if err := s.Release(ctx, "job", "go", rec.Token); err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := sfnAcquire(ctx, c, table, "job", exec+"2", time.Minute, time.Second); err != nil || tok != "3" {
+		t.Errorf("machine's acquire after the store released: token %s, %v; want 3", tok, err)
+	}
+}
+
+// TestErrorsTranslated: engine errors come back as plain errors naming the
+// problem (no SDK type leaks); closed stores say so.
+func TestErrorsTranslated(t *testing.T) {
+	u := freshURL(t, enginetest.DynamoDBURL(t))
+	s := open(t, u)
+	ctx := bg(t)
+	missing, err := dynamodb.New(s.Client(), "lh_no_such_table")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = missing.TryAcquire(ctx, req("x", "a", time.Minute))
+	var ae smithy.APIError
+	if err == nil || errors.As(err, &ae) || !strings.Contains(err.Error(), "lh_no_such_table") || errors.Is(err, leasehold.ErrInvalid) {
+		t.Errorf("TryAcquire on a missing table: %v (%T)", err, errors.Unwrap(err))
+	}
+	if _, err := dynamodb.Open(ctx, strings.Replace(u, tableOf(t, u), "lh_no_such_table", 1), dynamodb.WithCreateTable(false)); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("Open of a missing table with create=false: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.Get(cctx, "x"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Get with a cancelled context: %v", err)
+	}
+	s.Close()
+	if _, err := s.TryAcquire(ctx, req("x", "a", time.Minute)); !errors.Is(err, leasehold.ErrClosed) {
+		t.Errorf("TryAcquire after Close: %v, want ErrClosed", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// countingClient counts the DynamoDB operations a client sends.
+func countingClient(t testing.TB, rawURL string, counts map[string]*atomic.Int64) *ddb.Client {
+	return rawClient(t, rawURL, func(o *ddb.Options) {
+		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+			return st.Initialize.Add(middleware.InitializeMiddlewareFunc("lh-count",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if n, ok := counts[awsmiddleware.GetOperationName(ctx)]; ok {
+						n.Add(1)
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.After)
+		})
+	})
+}
+
+// TestConditionFailureValues: with WithConditionFailureValues an acquire of
+// a held lease reads the holder from the failed condition where the
+// endpoint returns it, and falls back to a read where it does not
+// (dynalite). Set LEASEHOLD_TEST_DYNAMODB_FULL to a dynamodb:// URL of an
+// endpoint that implements ReturnValuesOnConditionCheckFailure (DynamoDB
+// itself) to check the first case and run the conformance suite there.
+func TestConditionFailureValues(t *testing.T) {
+	check := func(t *testing.T, u string, wantReads int64) {
+		counts := map[string]*atomic.Int64{"GetItem": {}, "UpdateItem": {}}
+		open(t, u).Close() // create the table
+		s, err := dynamodb.New(countingClient(t, u, counts), tableOf(t, u), dynamodb.WithConditionFailureValues(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := bg(t)
+		a, err := s.TryAcquire(ctx, req("x", "a", time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var he *leasehold.HeldError
+		if _, err := s.TryAcquire(ctx, req("x", "b", time.Minute)); !errors.As(err, &he) || he.Owner != "a" || he.Token != a.Token {
+			t.Fatalf("TryAcquire of a held lease: %v", err)
+		}
+		if got := counts["GetItem"].Load(); got != wantReads {
+			t.Errorf("%d reads for one held acquire, want %d", got, wantReads)
+		}
+		if got := counts["UpdateItem"].Load(); got != 2 {
+			t.Errorf("%d updates for two acquires, want 2", got)
+		}
+	}
+	t.Run("dynalite", func(t *testing.T) { check(t, freshURL(t, enginetest.DynamoDBURL(t)), 1) })
+	t.Run("full", func(t *testing.T) {
+		full := os.Getenv("LEASEHOLD_TEST_DYNAMODB_FULL")
+		if full == "" {
+			t.Skip("LEASEHOLD_TEST_DYNAMODB_FULL is empty: no endpoint with ReturnValuesOnConditionCheckFailure configured")
+		}
+		u := freshURL(t, full, "condition_values", "true")
+		check(t, u, 0)
+		storetest.Run(t, storetest.Harness{
+			Open: func(t testing.TB) leasehold.Store { return open(t, u) },
+			Reopen: func(t testing.TB, s leasehold.Store) leasehold.Store {
+				s.Close()
+				return open(t, u)
+			},
+			TTL: 200 * time.Millisecond,
+		})
+	})
+}
