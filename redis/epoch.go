@@ -40,6 +40,9 @@ type epochCache struct {
 	dials   atomic.Uint64
 	checkMu sync.Mutex // one check at a time
 
+	hooked  map[*goredis.Client]bool // cluster node clients with the dial hook (under mu)
+	nodesOK bool                     // the cluster's existing nodes are hooked
+
 	mu        sync.Mutex
 	valid     bool
 	checkedAt uint64 // dial count before the last successful check
@@ -149,13 +152,38 @@ func (s *Store) ServerState(ctx context.Context) (ServerState, error) {
 	return st, nil
 }
 
-// infoClient is where the restart check runs: the server itself, or on a
-// cluster the master that holds the marker key.
-func (s *Store) infoClient(ctx context.Context) (goredis.Cmdable, error) {
-	if cc, ok := s.rdb.(*goredis.ClusterClient); ok {
-		return cc.MasterForKey(ctx, s.epochKey)
+// hookNode adds the dial counter to a cluster node client, once.
+func (s *Store) hookNode(c *goredis.Client) {
+	s.ep.mu.Lock()
+	defer s.ep.mu.Unlock()
+	if s.ep.hooked == nil {
+		s.ep.hooked = map[*goredis.Client]bool{}
 	}
-	return s.rdb, nil
+	if !s.ep.hooked[c] {
+		s.ep.hooked[c] = true
+		c.AddHook(dialCounter{&s.ep.dials})
+	}
+}
+
+// infoClient is where the restart check runs: the server itself, or on a
+// cluster the master that holds the marker key. On a cluster it first
+// hooks the node clients that existed before the store (checkMu is held).
+func (s *Store) infoClient(ctx context.Context) (goredis.Cmdable, error) {
+	cc, ok := s.rdb.(*goredis.ClusterClient)
+	if !ok {
+		return s.rdb, nil
+	}
+	if !s.ep.nodesOK {
+		err := cc.ForEachShard(ctx, func(_ context.Context, c *goredis.Client) error {
+			s.hookNode(c)
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.ep.nodesOK = true
+	}
+	return cc.MasterForKey(ctx, s.epochKey)
 }
 
 // serverFacts is what a check learns besides the epoch.

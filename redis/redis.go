@@ -197,8 +197,14 @@ func newStore(client goredis.UniversalClient, own bool, cfg config) *Store {
 		rdb: client, own: own, prefix: cfg.prefix, holdback: cfg.holdback,
 		epochKey: cfg.prefix + "epoch", channel: cfg.prefix + "released",
 	}
-	_, s.cluster = client.(*goredis.ClusterClient)
-	client.AddHook(dialCounter{&s.ep.dials})
+	if cc, ok := client.(*goredis.ClusterClient); ok {
+		// A cluster client dials through its node clients: count their
+		// dials (nodes that exist now are hooked by the first check).
+		s.cluster = true
+		cc.OnNewNode(s.hookNode)
+	} else {
+		client.AddHook(dialCounter{&s.ep.dials})
+	}
 	return s
 }
 
