@@ -25,7 +25,8 @@ import (
 // the reference: a bare conditional INSERT ... ON CONFLICT DO UPDATE that
 // takes a free or expired lock and an owner-checked DELETE, on a pgxpool of
 // the same server. BenchmarkAcquireReleaseParallel reports pairs/s with 32
-// goroutines on distinct names.
+// goroutines on distinct names, and adds "raw+notify": the raw pair with a
+// pg_notify in the DELETE statement, as Release has.
 
 type pairFunc func(ctx context.Context) error
 
@@ -83,10 +84,19 @@ func rawTable(b *testing.B, pool *pgxpool.Pool, base string) string {
 
 // rawPair is the reference pair.
 func rawPair(pool *pgxpool.Pool, table, name string) pairFunc {
+	return rawPairNotify(pool, table, name, false)
+}
+
+// rawPairNotify is the reference pair, with a pg_notify in the DELETE's
+// statement when notify is set (what Release does), to show its cost.
+func rawPairNotify(pool *pgxpool.Pool, table, name string, notify bool) pairFunc {
 	insert := `INSERT INTO ` + table + ` AS l (name, owner, expires_at) VALUES ($1, $2, now() + interval '10 seconds')
 		ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
 		WHERE l.expires_at < now()`
 	del := `DELETE FROM ` + table + ` WHERE name = $1 AND owner = $2`
+	if notify {
+		del = `WITH d AS (` + del + ` RETURNING name) SELECT pg_notify('lh_bench', name) FROM d`
+	}
 	return func(ctx context.Context) error {
 		tag, err := pool.Exec(ctx, insert, name, "me")
 		if err != nil {
@@ -151,6 +161,11 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 		pool := benchPool(b, base, 32)
 		table := rawTable(b, pool, base)
 		run(b, func(name string) pairFunc { return rawPair(pool, table, name) })
+	})
+	b.Run("raw+notify", func(b *testing.B) {
+		pool := benchPool(b, base, 32)
+		table := rawTable(b, pool, base)
+		run(b, func(name string) pairFunc { return rawPairNotify(pool, table, name, true) })
 	})
 	b.Run("store", func(b *testing.B) {
 		s := benchStore(b, base, "pool_max_conns", "32")

@@ -1,5 +1,14 @@
 package postgres
 
+import "context"
+
+// Setting returns a run-time setting as the Store's sessions see it.
+func Setting(ctx context.Context, s *Store, name string) (string, error) {
+	var v string
+	err := s.pool.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v)
+	return v, err
+}
+
 // Listens reports how many times the store's Watch listener has
 // established LISTEN (1 after the first connection, more after reconnects).
 func Listens(s *Store) int {

@@ -18,6 +18,7 @@ func TestParseURL(t *testing.T) {
 		{"postgres://h/db?table=locks&sslmode=disable", "postgres://h/db?sslmode=disable", "locks"},
 		{"postgres://h/db?table=app.locks&migrate=false", "postgres://h/db", "app.locks"},
 		{"postgres://h1:5432,h2:5433/db?migrate=true", "postgres://h1:5432,h2:5433/db", DefaultTable},
+		{"postgres://h/db?options=-c%20x%3Dy&ta%62le=t&application_name=a+b", "postgres://h/db?options=-c%20x%3Dy&application_name=a+b", "t"},
 	} {
 		conn, opts, err := parseURL(tc.in)
 		if err != nil {

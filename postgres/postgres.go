@@ -89,7 +89,8 @@ func WithoutMigrate() Option { return func(c *config) { c.migrate = false } }
 //	table=NAME     the lease table (see WithTable)
 //	migrate=false  do not create the table (see WithoutMigrate)
 //
-// Unless migration is off, Open creates the table if it is missing. A bad
+// Unless migration is off, Open creates the table if it is missing. Its
+// sessions run with synchronous_commit=on unless the URL sets it. A bad
 // URL or parameter returns an *leasehold.InvalidError before anything is
 // sent; an unreachable server returns an error once ctx ends or the
 // connection attempt fails.
@@ -105,6 +106,13 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	pcfg, err := pgxpool.ParseConfig(connString)
 	if err != nil {
 		return nil, &leasehold.InvalidError{Field: "postgres URL", Reason: err.Error()}
+	}
+	// A grant must be durable before the holder hears of it, or a crash
+	// could hand its token out again: commit synchronously even where the
+	// database or role defaults to synchronous_commit=off (a URL parameter
+	// still overrides this).
+	if _, set := pcfg.ConnConfig.RuntimeParams["synchronous_commit"]; !set {
+		pcfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -177,7 +185,8 @@ func (s *Store) Close() error {
 
 // parseURL checks the scheme and takes leasehold's own parameters out of the
 // query string, leaving the rest of the URL byte for byte as given (pgx
-// parses it, including forms net/url rejects, such as several hosts).
+// parses it, including forms net/url rejects, such as several hosts, and
+// its own unescaping of values).
 func parseURL(raw string) (string, []Option, error) {
 	bad := func(format string, args ...any) (string, []Option, error) {
 		return "", nil, &leasehold.InvalidError{Field: "postgres URL", Reason: fmt.Sprintf(format, args...)}
@@ -189,34 +198,42 @@ func parseURL(raw string) (string, []Option, error) {
 	if strings.Contains(query, "#") {
 		return bad("a fragment (#...) is not allowed")
 	}
-	values, err := url.ParseQuery(query)
-	if err != nil {
+	if _, err := url.ParseQuery(query); err != nil {
 		return bad("query: %s", err.Error())
 	}
 	var opts []Option
-	if v, ok := values["table"]; ok {
-		if len(v) != 1 {
-			return bad("table= given %d times", len(v))
+	var kept []string
+	seen := map[string]bool{}
+	for _, pair := range strings.Split(query, "&") {
+		k, v, _ := strings.Cut(pair, "=")
+		key, _ := url.QueryUnescape(k)
+		value, _ := url.QueryUnescape(v)
+		switch key {
+		case "":
+			continue
+		case "table", "migrate":
+			if seen[key] {
+				return bad("%s= given more than once", key)
+			}
+			seen[key] = true
+		default:
+			kept = append(kept, pair)
+			continue
 		}
-		if _, err := parseTable(v[0]); err != nil {
-			return "", nil, err
-		}
-		opts = append(opts, WithTable(v[0]))
-		delete(values, "table")
-	}
-	if v, ok := values["migrate"]; ok {
 		switch {
-		case len(v) != 1:
-			return bad("migrate= given %d times", len(v))
-		case v[0] == "false":
+		case key == "table":
+			if _, err := parseTable(value); err != nil {
+				return "", nil, err
+			}
+			opts = append(opts, WithTable(value))
+		case value == "false":
 			opts = append(opts, WithoutMigrate())
-		case v[0] != "true":
-			return bad("migrate=%q: want true or false", v[0])
+		case value != "true":
+			return bad("migrate=%q: want true or false", value)
 		}
-		delete(values, "migrate")
 	}
-	if len(values) > 0 {
-		base += "?" + values.Encode()
+	if len(kept) > 0 {
+		base += "?" + strings.Join(kept, "&")
 	}
 	return base, opts, nil
 }

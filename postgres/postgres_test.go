@@ -433,3 +433,24 @@ func TestRefusalWritesNothing(t *testing.T) {
 		t.Errorf("row xmax = %s after refused acquires, want 0 (not locked)", xmax)
 	}
 }
+
+// TestSynchronousCommit: the Store's sessions commit synchronously even
+// where the session default is synchronous_commit=off (here set with the
+// options startup parameter, as a database or role default would be),
+// unless the URL sets it itself.
+func TestSynchronousCommit(t *testing.T) {
+	base := enginetest.PostgresURL(t)
+	ctx := ctxFor(t, time.Minute)
+	u := withParam(withParam(base, "table", freshTable(t, base, "lh_test_sync_")), "options", "-c%20synchronous_commit%3Doff")
+	for _, tc := range []struct{ url, want string }{
+		{u, "on"},
+		{withParam(u, "synchronous_commit", "local"), "local"},
+	} {
+		s := open(t, tc.url)
+		got, err := postgres.Setting(ctx, s, "synchronous_commit")
+		s.Close()
+		if err != nil || got != tc.want {
+			t.Errorf("synchronous_commit = %q, %v; want %q", got, err, tc.want)
+		}
+	}
+}
