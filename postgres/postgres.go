@@ -64,8 +64,8 @@ type config struct {
 	migrate bool
 }
 
-// Option configures a Store. Options given to Open override the URL's
-// parameters.
+// Option configures a Store. The URL's parameters override options given
+// to Open (as with the other stores: the operator's URL has the last word).
 type Option func(*config)
 
 // WithTable sets the lease table: a lowercase SQL identifier of at most 63
@@ -95,11 +95,20 @@ func WithoutMigrate() Option { return func(c *config) { c.migrate = false } }
 // sent; an unreachable server returns an error once ctx ends or the
 // connection attempt fails.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
+	return open(ctx, rawURL, opts, nil)
+}
+
+// open is Open, with force applied after the URL's parameters.
+func open(ctx context.Context, rawURL string, opts []Option, force Option) (*Store, error) {
 	connString, urlOpts, err := parseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := buildConfig(append(urlOpts, opts...))
+	opts = append(opts, urlOpts...)
+	if force != nil {
+		opts = append(opts, force)
+	}
+	cfg, err := buildConfig(opts)
 	if err != nil {
 		return nil, err
 	}

@@ -201,7 +201,7 @@ func TestMigrate(t *testing.T) {
 			t.Errorf("concurrent Open of a new table: %v", err)
 		}
 	}
-	s := open(t, u, postgres.WithoutMigrate())
+	s := open(t, u, postgres.WithoutMigrate(), postgres.WithTable("not_this_one")) // the URL's table= wins
 	if s.Table() != "public."+table {
 		t.Errorf("Table() = %q, want public.%s", s.Table(), table)
 	}

@@ -205,7 +205,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
 // version, and disconnects. It is what `leasehold store init` runs; a
 // migrate=false parameter is ignored, since creating is the point.
 func Init(ctx context.Context, rawURL string) error {
-	s, err := Open(ctx, rawURL, func(c *config) { c.migrate = true })
+	s, err := open(ctx, rawURL, nil, func(c *config) { c.migrate = true })
 	if err != nil {
 		return err
 	}
