@@ -114,8 +114,9 @@ func WithHoldback(d time.Duration) Option {
 	}
 }
 
-// Open connects to the Redis named by rawURL and checks it (one round trip
-// for the restart marker). URL forms are those of go-redis ParseURL:
+// Open connects to the Redis named by rawURL and checks it at once (INFO
+// and the restart marker: two round trips), failing if it cannot reach it.
+// URL forms are those of go-redis ParseURL:
 //
 //	redis://[[user]:password@]host[:port][/db][?options]
 //	rediss://...     the same over TLS
@@ -163,8 +164,10 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 
 // New returns a Store on an existing go-redis client: a *goredis.Client
 // (also from NewFailoverClient, for Sentinel) or a *goredis.ClusterClient;
-// a *goredis.Ring is refused. New adds a dial hook to client, by which the
-// store notices reconnections (the hook stays after Close). It does not
+// a *goredis.Ring is refused. New adds a dial hook to client (to each node
+// client of a cluster), by which the store notices reconnections; the hook
+// stays after Close and keeps the Store reachable, so make one Store per
+// client and prefix and share it rather than making many. It does not
 // contact Redis; the first TryAcquire does. Close does not close client.
 // Set ContextTimeoutEnabled on the client so that a Lease's keepalive can
 // abandon a renewal at its deadline.

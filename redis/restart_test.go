@@ -359,3 +359,23 @@ func TestMarkerDeleted(t *testing.T) {
 		}
 	}
 }
+
+// TestServerStateEvicts: a server that may evict keys is reported.
+func TestServerStateEvicts(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		evicts bool
+	}{
+		{[]string{"--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru"}, true},
+		{[]string{"--maxmemory", "100mb", "--maxmemory-policy", "noeviction"}, false},
+		{[]string{"--maxmemory", "0", "--maxmemory-policy", "allkeys-lru"}, false},
+	} {
+		srv := enginetest.StartRedis(t, tc.args...)
+		s := open(t, srv.RedisURL(), redis.WithHoldback(0))
+		st, err := s.ServerState(ctxT(t, time.Minute))
+		if err != nil || st.Evicts != tc.evicts {
+			t.Errorf("%v: ServerState = %+v, %v; want Evicts %v", tc.args, st, err, tc.evicts)
+		}
+		s.Close()
+	}
+}
