@@ -104,11 +104,11 @@ func open(ctx context.Context, rawURL string, opts []Option, force Option) (*Sto
 	if err != nil {
 		return nil, err
 	}
-	opts = append(opts, urlOpts...)
+	all := append(append([]Option(nil), opts...), urlOpts...)
 	if force != nil {
-		opts = append(opts, force)
+		all = append(all, force)
 	}
-	cfg, err := buildConfig(opts)
+	cfg, err := buildConfig(all)
 	if err != nil {
 		return nil, err
 	}

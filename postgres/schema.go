@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -153,7 +154,11 @@ func prepareTable(ctx context.Context, pool *pgxpool.Pool, name string, migrate 
 	if err != nil {
 		return tableName{}, boundary(ctx, "migrate", err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
+	defer func() { // a no-op after Commit
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
 		return tableName{}, boundary(ctx, "migrate: lock", err)
 	}
