@@ -1,0 +1,330 @@
+// Package etcd is a leasehold.Store on etcd (v3 API, servers 3.4 and
+// later), with expiry judged by etcd itself: every grant is attached to a
+// native etcd lease of its own, which etcd's leader expires on its own
+// clock and then deletes the grant's key (pushing the deletion to
+// watchers). Fencing tokens are etcd revisions.
+//
+// Open it with a URL:
+//
+//	etcd://host:2379[,host:port...]/?prefix=leasehold/&dial_timeout=5s
+//	etcds://user:password@host:2379/   (TLS with the system roots; etcd auth)
+//
+// or wrap an existing client with New. See docs/stores/etcd.md for the
+// design, the keys it writes, the round trips of each operation and what
+// it does and does not guarantee. In short:
+//
+//   - etcd leases have whole-second TTLs with a server minimum (2 s on a
+//     default etcd), so a grant lives at least max(2 s, TTL rounded up to a
+//     second) on etcd. That is safe (a takeover only ever happens later than
+//     the holder's local deadline) but a lease with a TTL below 2 s, or not
+//     a whole number of seconds, stays held on etcd longer than its TTL.
+//   - A lease is never reported held (by TryAcquire, Get or List) once etcd
+//     has expired it, although etcd deletes an expired lease's key up to
+//     about 0.5 s later: while a lease has under a second left the store asks
+//     etcd again until it is renewed or gone, so such a call may take that
+//     long.
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/leasehold/leasehold"
+)
+
+var (
+	_ leasehold.Store   = (*Store)(nil)
+	_ leasehold.Watcher = (*Store)(nil)
+)
+
+// DefaultPrefix is the key prefix used when none is given.
+const DefaultPrefix = "leasehold/"
+
+// DefaultDialTimeout is how long Open waits for etcd when the URL has no
+// dial_timeout.
+const DefaultDialTimeout = 5 * time.Second
+
+// Store is a lease store on etcd. It is safe for concurrent use. Create it
+// with Open or New.
+type Store struct {
+	cli    *clientv3.Client
+	owned  bool // Close closes cli
+	prefix string
+
+	spares *pool
+
+	mu     sync.Mutex
+	closed bool
+	bg     sync.WaitGroup // background revokes and refills
+	bgSem  chan struct{}
+	stop   context.Context
+	cancel context.CancelFunc
+}
+
+// Option configures a Store.
+type Option func(*Store) error
+
+// WithPrefix sets the prefix of every key the store writes (default
+// DefaultPrefix). Stores with different prefixes are independent. It must
+// be non-empty valid UTF-8 without control characters.
+func WithPrefix(prefix string) Option {
+	return func(s *Store) error {
+		if err := leasehold.ValidatePrefix(prefix); err != nil || prefix == "" {
+			return &leasehold.InvalidError{Field: "prefix", Reason: fmt.Sprintf("%q must be non-empty UTF-8 without control characters", prefix)}
+		}
+		s.prefix = prefix
+		return nil
+	}
+}
+
+// New returns a Store that uses cli. Close does not close cli; close it
+// yourself after closing the Store.
+func New(cli *clientv3.Client, opts ...Option) (*Store, error) {
+	if cli == nil {
+		return nil, &leasehold.InvalidError{Field: "client", Reason: "must not be nil"}
+	}
+	return newStore(cli, false, opts)
+}
+
+func newStore(cli *clientv3.Client, owned bool, opts []Option) (*Store, error) {
+	s := &Store{cli: cli, owned: owned, prefix: DefaultPrefix, spares: newPool(), bgSem: make(chan struct{}, 16)}
+	if err := s.apply(opts); err != nil {
+		return nil, err
+	}
+	s.stop, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+func (s *Store) apply(opts []Option) error {
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Open connects to the etcd cluster named by rawURL and checks that it can
+// read under the key prefix. Options apply after the URL's parameters.
+//
+// URL form: etcd:// or etcds:// (TLS, verified against the system roots),
+// optional user:password for etcd authentication, one or more host:port
+// separated by commas (port default 2379; an IPv6 literal only as the sole
+// host), an empty path or "/", and the parameters prefix (key prefix,
+// default "leasehold/") and dial_timeout (a Go duration, default 5s). A bad
+// URL or parameter is an *leasehold.InvalidError.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
+	cfg, prefix, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Context = context.WithoutCancel(ctx)
+	cfg.Logger = zap.NewNop()
+	opts = append([]Option{WithPrefix(prefix)}, opts...)
+	// Validate the options before dialling.
+	if err := (&Store{}).apply(opts); err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("etcd: connect to %s: %s", strings.Join(cfg.Endpoints, ","), err.Error())
+	}
+	s, _ := newStore(cli, true, opts)
+	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	if _, err := cli.Get(pctx, s.prefix, clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly()); err != nil {
+		cli.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("etcd: reach %s: %s", strings.Join(cfg.Endpoints, ","), err.Error())
+	}
+	return s, nil
+}
+
+func parseURL(rawURL string) (clientv3.Config, string, error) {
+	bad := func(format string, args ...any) (clientv3.Config, string, error) {
+		return clientv3.Config{}, "", &leasehold.InvalidError{Field: "store URL", Reason: fmt.Sprintf(format, args...)}
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return bad("%s", strings.ReplaceAll(err.Error(), rawURL, redact(rawURL)))
+	}
+	var cfg clientv3.Config
+	switch u.Scheme {
+	case "etcd":
+	case "etcds":
+		cfg.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+	default:
+		return bad("scheme %q is not etcd or etcds", u.Scheme)
+	}
+	if u.Opaque != "" || (u.Path != "" && u.Path != "/") || u.Fragment != "" {
+		return bad("etcd URLs have no path or fragment (etcd://host:2379/?prefix=...)")
+	}
+	if u.Host == "" {
+		return bad("no host (etcd://host:2379)")
+	}
+	for _, hp := range strings.Split(u.Host, ",") {
+		host, port, err := net.SplitHostPort(hp)
+		if err != nil {
+			host, port = strings.Trim(hp, "[]"), "2379"
+		}
+		if n, err := strconv.Atoi(port); host == "" || err != nil || n < 1 || n > 65535 {
+			return bad("bad host:port %q", hp)
+		}
+		cfg.Endpoints = append(cfg.Endpoints, net.JoinHostPort(host, port))
+	}
+	if u.User != nil {
+		cfg.Username = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+		if cfg.Username == "" {
+			return bad("empty user name")
+		}
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return bad("query: %v", err)
+	}
+	prefix := DefaultPrefix
+	cfg.DialTimeout = DefaultDialTimeout
+	for k, v := range q {
+		if len(v) != 1 {
+			return bad("parameter %s given %d times", k, len(v))
+		}
+		switch k {
+		case "prefix":
+			prefix = v[0]
+		case "dial_timeout":
+			d, err := time.ParseDuration(v[0])
+			if err != nil || d <= 0 || d > 10*time.Minute {
+				return bad("dial_timeout %q is not a duration in (0, 10m]", v[0])
+			}
+			cfg.DialTimeout = d
+		default:
+			return bad("unknown parameter %q (known: prefix, dial_timeout)", k)
+		}
+	}
+	return cfg, prefix, nil
+}
+
+func redact(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	if i, j := strings.Index(raw, "://"), strings.LastIndex(raw, "@"); i >= 0 && j > i {
+		return raw[:i+3] + "xxxxx" + raw[j:]
+	}
+	return raw
+}
+
+// Client returns the etcd client the store uses.
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// Prefix returns the store's key prefix.
+func (s *Store) Prefix() string { return s.prefix }
+
+// Close stops the store's background work, revokes its spare etcd leases
+// (not its grants: those expire, or are released, as usual) and, if the
+// store was made by Open, closes its client. Later calls return
+// leasehold.ErrClosed. Close is idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.bg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, sp := range s.spares.drain() {
+		_, _ = s.cli.Revoke(ctx, sp.id)
+	}
+	if s.owned {
+		return s.cli.Close()
+	}
+	return nil
+}
+
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// begin checks the context and that the store is open.
+func (s *Store) begin(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.isClosed() {
+		return leasehold.ErrClosed
+	}
+	return nil
+}
+
+// fail translates an error from the etcd client: context errors pass
+// through, use after Close is leasehold.ErrClosed, and anything else
+// becomes a plain error carrying etcd's message (no etcd or gRPC type).
+func (s *Store) fail(ctx context.Context, op string, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		if s.isClosed() {
+			return leasehold.ErrClosed
+		}
+		return err
+	case s.isClosed():
+		return leasehold.ErrClosed
+	}
+	return fmt.Errorf("etcd %s: %s", op, err.Error())
+}
+
+// background runs f unless the store is closing or too much background
+// work is queued already (f is then skipped: it only ever revokes an
+// unused etcd lease, which expires by itself, or refills the spare pool).
+func (s *Store) background(f func(ctx context.Context)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	select {
+	case s.bgSem <- struct{}{}:
+	default:
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer func() { <-s.bgSem }()
+		ctx, cancel := context.WithTimeout(s.stop, 10*time.Second)
+		defer cancel()
+		f(ctx)
+	}()
+}
+
+// revokeLater revokes an etcd lease that no grant uses any more.
+func (s *Store) revokeLater(id clientv3.LeaseID) {
+	if id == clientv3.NoLease {
+		return
+	}
+	s.background(func(ctx context.Context) { _, _ = s.cli.Revoke(ctx, id) })
+}

@@ -1,0 +1,286 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehold/leasehold"
+)
+
+// maxAttempts bounds the loops that start over when a key changed between
+// two requests (a holder's lease being deleted, a concurrent retry).
+const maxAttempts = 50
+
+// TryAcquire implements leasehold.Store. One Txn creates the lease key on
+// an etcd lease of its own and records the owner, if the key is absent;
+// otherwise it reads the holder. The token is the Txn's revision. With a
+// spare etcd lease (the usual case) that is the only round trip, beside a
+// concurrent refresh of the spare; without one a Grant comes first. When
+// the lease is held, one more request asks etcd how long the holder's etcd
+// lease has left (and, while it has under a second, asks again until it is
+// renewed or gone).
+func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
+	if err := req.Validate(); err != nil {
+		return leasehold.Record{}, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return leasehold.Record{}, err
+	}
+	lk, ok := s.leaseKey(req.Name), s.ownerKey(req.Name)
+	secs := leaseSeconds(req.TTL)
+	now := time.Now()
+	val := record{owner: req.Owner, requestID: req.RequestID, ttl: req.TTL, acquired: now, data: req.Data}.encode()
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		g, err := s.obtain(ctx, secs)
+		if err != nil {
+			return leasehold.Record{}, err
+		}
+		resp, err := s.cli.Txn(ctx).If(cmpAbsent(lk)).
+			Then(clientv3.OpPut(lk, val, clientv3.WithLease(g.id)), clientv3.OpPut(ok, req.Owner)).
+			Else(clientv3.OpGet(lk)).Commit()
+		rerr := g.settle()
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			continue // the spare was gone; nothing was written
+		}
+		if err != nil {
+			// Unknown outcome: if the grant happened, it expires by itself
+			// with the etcd lease, or a retry with the request id gets it.
+			return leasehold.Record{}, s.fail(ctx, "acquire", err)
+		}
+		if resp.Succeeded {
+			if rerr != nil {
+				return leasehold.Record{}, refreshFailed(ctx, uint64(resp.Header.Revision), rerr)
+			}
+			s.refill(secs)
+			return leasehold.Record{
+				Name: req.Name, Owner: req.Owner, Token: uint64(resp.Header.Revision), Data: clone(req.Data),
+				TTL: req.TTL, Remaining: time.Duration(g.granted) * time.Second, Acquired: time.Unix(0, now.UnixNano()),
+			}, nil
+		}
+		s.unused(g, rerr)
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue
+		}
+		kv := kvs[0]
+		cur, err := decodeRecord(kv.Value)
+		if err != nil {
+			return leasehold.Record{}, err
+		}
+		if req.RequestID != "" && cur.owner == req.Owner && cur.requestID == req.RequestID {
+			rec, done, err := s.reacquire(ctx, req, kv, cur)
+			if err != nil || done {
+				return rec, err
+			}
+			continue
+		}
+		rem, alive, err := s.judge(ctx, clientv3.LeaseID(kv.Lease))
+		if err != nil {
+			return leasehold.Record{}, err
+		}
+		if alive {
+			return leasehold.Record{}, &leasehold.HeldError{
+				Name: req.Name, Owner: cur.owner, Token: uint64(kv.CreateRevision), Remaining: rem, Acquired: cur.acquired,
+			}
+		}
+		// The holder's etcd lease is gone: its key is gone too by now.
+	}
+	return leasehold.Record{}, fmt.Errorf("etcd acquire %q: the lease kept changing; gave up after %d attempts", req.Name, maxAttempts)
+}
+
+// reacquire serves a retried acquire (same owner and request id) that
+// found its own grant. Refreshing the grant's etcd lease proves it has not
+// expired; then the record is rewritten, if it has not changed since it
+// was read, with the retry's data and TTL (on an etcd lease of the new
+// length if that differs), keeping the token. done is false when the grant
+// changed or ended meanwhile, and the caller starts over.
+func (s *Store) reacquire(ctx context.Context, req leasehold.AcquireRequest, kv *mvccpb.KeyValue, cur record) (rec leasehold.Record, done bool, err error) {
+	old := clientv3.LeaseID(kv.Lease)
+	ka, err := s.cli.KeepAliveOnce(ctx, old)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return rec, false, nil // expired: its key goes with it
+	}
+	if err != nil {
+		return rec, false, s.fail(ctx, "acquire", err)
+	}
+	cur.ttl, cur.data = req.TTL, req.Data
+	secs, granted := leaseSeconds(req.TTL), ka.TTL
+	put, g, moved := clientv3.OpPut(s.leaseKey(req.Name), cur.encode(), clientv3.WithIgnoreLease()), grantLease{}, ka.TTL != leaseSeconds(req.TTL)
+	if moved {
+		if g, err = s.obtain(ctx, secs); err != nil {
+			return rec, false, err
+		}
+		put, granted = clientv3.OpPut(s.leaseKey(req.Name), cur.encode(), clientv3.WithLease(g.id)), g.granted
+	}
+	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(s.leaseKey(req.Name)), "=", kv.ModRevision)).Then(put).Commit()
+	rerr := g.settle()
+	switch {
+	case err != nil:
+		return rec, false, s.fail(ctx, "acquire", err)
+	case !resp.Succeeded:
+		if moved {
+			s.unused(g, rerr)
+		}
+		return rec, false, nil
+	case moved && rerr != nil:
+		return rec, false, refreshFailed(ctx, uint64(kv.CreateRevision), rerr)
+	case moved:
+		s.revokeLater(old)
+		s.refill(secs)
+	}
+	return leasehold.Record{
+		Name: req.Name, Owner: req.Owner, Token: uint64(kv.CreateRevision), Data: clone(req.Data),
+		TTL: req.TTL, Remaining: time.Duration(granted) * time.Second, Acquired: cur.acquired,
+	}, true, nil
+}
+
+func refreshFailed(ctx context.Context, token uint64, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("etcd acquire: granted (token %d) but its spare etcd lease could not be refreshed (%s); "+
+		"the grant expires by itself, or a retry with the same request id gets it back", token, err.Error())
+}
+
+// Renew implements leasehold.Store: a read-only Txn checks that owner and
+// token hold the latest grant and reads its key, then KeepAliveOnce
+// refreshes the grant's etcd lease (two round trips; neither is a raft
+// write). etcd refuses to refresh an expired lease, so a renewal can never
+// revive one, and since every grant has an etcd lease of its own, a
+// refresh that races with a release or takeover cannot extend anybody
+// else's grant. A renewal with a different TTL also rewrites the record,
+// moving it to an etcd lease of the new length if that differs.
+func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
+	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+		return err
+	}
+	if err := leasehold.ValidateTTL(ttl); err != nil {
+		return err
+	}
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	lk, ok := s.leaseKey(name), s.ownerKey(name)
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		resp, err := s.cli.Txn(ctx).If(
+			clientv3.Compare(clientv3.ModRevision(ok), "=", int64(token)),
+			clientv3.Compare(clientv3.Value(ok), "=", owner),
+			clientv3.Compare(clientv3.CreateRevision(lk), "=", int64(token)),
+		).Then(clientv3.OpGet(lk)).Commit()
+		if err != nil {
+			return s.fail(ctx, "renew", err)
+		}
+		if !resp.Succeeded || len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+			return leasehold.ErrNotHeld
+		}
+		kv := resp.Responses[0].GetResponseRange().Kvs[0]
+		cur, err := decodeRecord(kv.Value)
+		if err != nil {
+			return err
+		}
+		old := clientv3.LeaseID(kv.Lease)
+		ka, err := s.cli.KeepAliveOnce(ctx, old)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return leasehold.ErrNotHeld
+		}
+		if err != nil {
+			return s.fail(ctx, "renew", err)
+		}
+		if cur.ttl == ttl {
+			return nil
+		}
+		done, err := s.retime(ctx, lk, kv, cur, ttl, ka.TTL)
+		if done || err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("etcd renew %q: the lease kept changing; gave up after %d attempts", name, maxAttempts)
+}
+
+// retime rewrites a live grant's record with a new TTL, on an etcd lease
+// of the new length if that differs from granted (seconds). done is false
+// when the key changed since kv was read.
+func (s *Store) retime(ctx context.Context, lk string, kv *mvccpb.KeyValue, cur record, ttl time.Duration, granted int64) (done bool, err error) {
+	cur.ttl = ttl
+	secs := leaseSeconds(ttl)
+	put, g, moved := clientv3.OpPut(lk, cur.encode(), clientv3.WithIgnoreLease()), grantLease{}, granted != secs
+	if moved {
+		if g, err = s.obtain(ctx, secs); err != nil {
+			return false, err
+		}
+		put = clientv3.OpPut(lk, cur.encode(), clientv3.WithLease(g.id))
+	}
+	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(lk), "=", kv.ModRevision)).Then(put).Commit()
+	rerr := g.settle()
+	switch {
+	case err != nil:
+		return false, s.fail(ctx, "renew", err)
+	case !resp.Succeeded:
+		if moved {
+			s.unused(g, rerr)
+		}
+		return false, nil
+	case moved && rerr != nil:
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		return false, fmt.Errorf("etcd renew: the new etcd lease could not be refreshed: %s", rerr.Error())
+	case moved:
+		s.revokeLater(clientv3.LeaseID(kv.Lease))
+		s.refill(secs)
+	}
+	return true, nil
+}
+
+// Release implements leasehold.Store: one Txn that, if owner and token are
+// those of the latest grant, deletes the lease key (a no-op when it is
+// already gone, so a repeated release succeeds). The grant's etcd lease is
+// then revoked in the background.
+func (s *Store) Release(ctx context.Context, name, owner string, token uint64) error {
+	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+		return err
+	}
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	ok := s.ownerKey(name)
+	resp, err := s.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(ok), "=", int64(token)),
+		clientv3.Compare(clientv3.Value(ok), "=", owner),
+	).Then(clientv3.OpDelete(s.leaseKey(name), clientv3.WithPrevKV())).Commit()
+	if err != nil {
+		return s.fail(ctx, "release", err)
+	}
+	if !resp.Succeeded {
+		return leasehold.ErrNotHeld
+	}
+	if prev := resp.Responses[0].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
+		s.revokeLater(clientv3.LeaseID(prev[0].Lease))
+	}
+	return nil
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

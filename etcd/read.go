@@ -1,0 +1,154 @@
+package etcd
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehold/leasehold"
+)
+
+// Judging expiry. etcd's leader expires a lease on its own clock, to the
+// millisecond: from then on it refuses to refresh it. But it deletes the
+// lease (and the keys on it) only when its revocation loop next runs,
+// every 500 ms, and it reports a lease's remaining time in whole seconds,
+// rounded down. So a lease key that exists may belong to an expired lease.
+// The store reports a lease held only when etcd says it has at least a
+// second left; while it says 0 (under a second left, or expired and not
+// yet deleted) the store asks again every pollInterval, until the holder
+// renews (at least a second left again) or the lease is gone.
+const (
+	pollInterval = 25 * time.Millisecond
+	// pollLimit bounds that wait. An etcd lease has at most a second left
+	// when the wait starts and is deleted at most about 0.5 s after it
+	// expires, so this is reached only if etcd stalls; the lease is then
+	// reported held with a remaining time of 0.
+	pollLimit = 5 * time.Second
+)
+
+// judge asks etcd how long the etcd lease id has left. It returns alive
+// with an estimate of the remaining time (the whole seconds etcd reports
+// plus half a second, at most the lease's granted TTL), or !alive when the
+// lease is gone.
+func (s *Store) judge(ctx context.Context, id clientv3.LeaseID) (remaining time.Duration, alive bool, err error) {
+	start := time.Now()
+	for {
+		resp, err := s.cli.TimeToLive(ctx, id)
+		if err != nil {
+			return 0, false, s.fail(ctx, "lease time to live", err)
+		}
+		switch {
+		case resp.TTL >= 1:
+			return min(time.Duration(resp.TTL)*time.Second+time.Second/2, time.Duration(resp.GrantedTTL)*time.Second), true, nil
+		case resp.TTL < 0:
+			return 0, false, nil
+		case time.Since(start) > pollLimit:
+			return 0, true, nil
+		}
+		if err := sleep(ctx, pollInterval); err != nil {
+			return 0, false, err
+		}
+	}
+}
+
+// resolve turns a lease key into a Record if its lease is alive. When the
+// lease turns out to be gone, it reads the key again (a retried acquire
+// or a renewal with a new TTL may have moved it to another etcd lease).
+func (s *Store) resolve(ctx context.Context, name string, kv *mvccpb.KeyValue) (leasehold.Record, bool, error) {
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		cur, err := decodeRecord(kv.Value)
+		if err != nil {
+			return leasehold.Record{}, false, err
+		}
+		rem, alive, err := s.judge(ctx, clientv3.LeaseID(kv.Lease))
+		if err != nil {
+			return leasehold.Record{}, false, err
+		}
+		if alive {
+			return leasehold.Record{
+				Name: name, Owner: cur.owner, Token: uint64(kv.CreateRevision), Data: cur.data,
+				TTL: cur.ttl, Remaining: rem, Acquired: cur.acquired,
+			}, true, nil
+		}
+		resp, err := s.cli.Get(ctx, s.leaseKey(name))
+		if err != nil {
+			return leasehold.Record{}, false, s.fail(ctx, "get", err)
+		}
+		if len(resp.Kvs) == 0 {
+			return leasehold.Record{}, false, nil
+		}
+		kv = resp.Kvs[0]
+	}
+	return leasehold.Record{}, false, nil
+}
+
+// Get implements leasehold.Store: one range read, and one TimeToLive for
+// the remaining time (see judge for the last second of a lease).
+func (s *Store) Get(ctx context.Context, name string) (leasehold.Record, error) {
+	if err := leasehold.ValidateName(name); err != nil {
+		return leasehold.Record{}, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return leasehold.Record{}, err
+	}
+	resp, err := s.cli.Get(ctx, s.leaseKey(name))
+	if err != nil {
+		return leasehold.Record{}, s.fail(ctx, "get", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return leasehold.Record{}, leasehold.ErrNotFound
+	}
+	rec, ok, err := s.resolve(ctx, name, resp.Kvs[0])
+	if err == nil && !ok {
+		err = leasehold.ErrNotFound
+	}
+	return rec, err
+}
+
+// listParallel bounds the TimeToLive requests of one List in flight.
+const listParallel = 16
+
+// List implements leasehold.Store: one range read over the lease keys
+// under the prefix (sorted by name, as etcd sorts keys), then one
+// TimeToLive per lease found, at most listParallel at a time.
+func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
+	if err := leasehold.ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	resp, err := s.cli.Get(ctx, s.leaseKey(prefix), clientv3.WithPrefix())
+	if err != nil {
+		return nil, s.fail(ctx, "list", err)
+	}
+	recs := make([]leasehold.Record, len(resp.Kvs))
+	live := make([]bool, len(resp.Kvs))
+	errs := make([]error, len(resp.Kvs))
+	sem := make(chan struct{}, listParallel)
+	var wg sync.WaitGroup
+	base := len(s.leaseKey(""))
+	for i, kv := range resp.Kvs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			recs[i], live[i], errs[i] = s.resolve(ctx, string(kv.Key[base:]), kv)
+		}()
+	}
+	wg.Wait()
+	var out []leasehold.Record
+	for i := range recs {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		if live[i] {
+			out = append(out, recs[i])
+		}
+	}
+	return out, nil
+}
