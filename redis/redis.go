@@ -132,6 +132,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		return nil, &leasehold.InvalidError{Field: "store URL", Reason: redactErr(err, rawURL)}
 	}
 	q := u.Query()
+	opts = opts[:len(opts):len(opts)] // append below must not write into the caller's array
 	if v, ok := q["holdback"]; ok {
 		d, err := time.ParseDuration(v[len(v)-1])
 		if err != nil {
