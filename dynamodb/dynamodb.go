@@ -60,6 +60,7 @@ type Store struct {
 	skewMs     int64
 	consistent bool
 	oldValues  bool
+	ttlCleanup bool
 	clock      clock.Clock
 	transport  *transportRef // made by Open; its idle connections are closed by Close
 	closed     atomic.Bool
@@ -99,12 +100,15 @@ func WithConsistentReads(on bool) Option { return func(s *settings) { s.consiste
 // creates anything.
 func WithCreateTable(on bool) Option { return func(s *settings) { s.create = on } }
 
-// WithTTLCleanup makes Open (when it creates the table) and Init enable
-// DynamoDB's Time to Live on the ExpiresAt attribute (URL: ttl_cleanup=true;
-// default off). DynamoDB then deletes items CleanupMargin after their lease
-// ended, which keeps a table of one-off names small, but a deleted item
-// takes its fencing counter with it: the name's next grant gets token 1
-// again. Enable it only if no fenced resource outlives CleanupMargin. See
+// WithTTLCleanup makes the store write ExpiresAt (epoch seconds,
+// CleanupMargin after the lease ends) on every grant, renewal and release,
+// and makes Open (when it creates the table) and Init enable DynamoDB's
+// Time to Live on that attribute (URL: ttl_cleanup=true; default off).
+// DynamoDB then deletes items some time after ExpiresAt, which keeps a
+// table of one-off names small; but a deleted item takes its fencing
+// counter with it, so the name's next grant gets token 1 again. Enable it
+// only if no fenced resource outlives CleanupMargin. Items written without
+// it carry no ExpiresAt and are never deleted, even if TTL is on. See
 // EnableTTLCleanup.
 func WithTTLCleanup(on bool) Option { return func(s *settings) { s.ttlCleanup = on } }
 
@@ -168,7 +172,7 @@ func New(client *ddb.Client, table string, opts ...Option) (*Store, error) {
 func newStore(client *ddb.Client, table string, cfg settings) *Store {
 	return &Store{
 		client: client, table: table, skewMs: int64((cfg.skew + time.Millisecond - 1) / time.Millisecond),
-		consistent: cfg.consistent, oldValues: cfg.oldValues, clock: cfg.clock,
+		consistent: cfg.consistent, oldValues: cfg.oldValues, ttlCleanup: cfg.ttlCleanup, clock: cfg.clock,
 	}
 }
 

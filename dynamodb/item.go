@@ -7,44 +7,46 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/leasehold/leasehold"
 )
 
-// The requests, as documented in docs/stores/dynamodb.md. Every attribute
-// goes through a placeholder, since Owner, Data, Token and Key-like names
-// are DynamoDB reserved words. Times are epoch milliseconds on the writer's
-// clock; :cut is now - max clock skew.
+// The requests, as documented in docs/stores/dynamodb.md. Owner, Token
+// and Data are DynamoDB reserved words and go through placeholders (#o, #k,
+// #d); the other attributes are named directly, as in the state machines
+// of package sfn. Times are epoch milliseconds on the writer's clock; :cut
+// is now - max clock skew. ExpiresAt (TTL clean-up) is written only by a
+// store with WithTTLCleanup: the ...Clean variants add it.
 const (
-	// acquireUpdate/acquireCond: a fresh grant of a free, released or
-	// expired (for longer than the skew) lease; the token goes up by one.
-	acquireUpdate = "SET #own = :own, #req = :req, #dat = :dat, #ttl = :ttl, #exp = :exp, #held = :true, #acq = :now, #clean = :clean ADD #tok :one"
-	acquireCond   = "attribute_not_exists(#key) OR #held = :false OR #exp < :cut"
+	// acquire: a fresh grant of a free, released or expired (for longer
+	// than the skew) lease; the token goes up by one.
+	acquireUpdate = "SET #o = :o, RequestId = :r, #d = :d, TtlMs = :ttl, ExpiresAtMs = :exp, Held = :t, AcquiredAtMs = :now ADD #k :one"
+	acquireCond   = "attribute_not_exists(LockKey) OR Held = :f OR ExpiresAtMs < :cut"
 
 	// refresh: a retried acquire (same owner and request id) of its own
 	// live grant keeps the token and gets a fresh expiry.
-	refreshUpdate = "SET #dat = :dat, #ttl = :ttl, #exp = :exp, #clean = :clean"
-	refreshCond   = "#own = :own AND #req = :req AND #tok = :tok AND #held = :true AND #exp >= :now"
+	refreshUpdate = "SET #d = :d, TtlMs = :ttl, ExpiresAtMs = :exp"
+	refreshCond   = "#o = :o AND RequestId = :r AND #k = :k AND Held = :t AND ExpiresAtMs >= :now"
 
-	renewUpdate = "SET #ttl = :ttl, #exp = :exp, #clean = :clean"
-	renewCond   = "#own = :own AND #tok = :tok AND #held = :true AND #exp >= :now"
+	renewUpdate = "SET TtlMs = :ttl, ExpiresAtMs = :exp"
+	renewCond   = "#o = :o AND #k = :k AND Held = :t AND ExpiresAtMs >= :now"
 
 	// release matches the latest grant, held or already released, so that
 	// a repeated release succeeds.
-	releaseUpdate = "SET #held = :false, #exp = :zero, #clean = :clean"
-	releaseCond   = "#own = :own AND #tok = :tok"
+	releaseUpdate = "SET Held = :f, ExpiresAtMs = :zero"
+	releaseCond   = "#o = :o AND #k = :k"
 
-	listFilter = "begins_with(#key, :prefix)"
+	cleanSet = ", ExpiresAt = :clean"
+
+	listFilter = "begins_with(LockKey, :prefix)"
 )
 
 // placeholders maps each #name to its attribute. No placeholder is a prefix
 // of another, so namesFor can find them with strings.Contains.
-var placeholders = map[string]string{
-	"#key": AttrKey, "#own": AttrOwner, "#req": AttrRequestID, "#tok": AttrToken,
-	"#dat": AttrData, "#ttl": AttrTTLMs, "#exp": AttrExpiresAtMs, "#held": AttrHeld,
-	"#acq": AttrAcquiredAtMs, "#clean": AttrExpiresAt,
-}
+var placeholders = map[string]string{"#o": AttrOwner, "#k": AttrToken, "#d": AttrData}
 
 // namesFor returns the ExpressionAttributeNames that exprs use (DynamoDB
 // rejects unused ones). The maps are built once and only read afterwards.
@@ -64,8 +66,31 @@ var (
 	refreshNames = namesFor(refreshUpdate, refreshCond)
 	renewNames   = namesFor(renewUpdate, renewCond)
 	releaseNames = namesFor(releaseUpdate, releaseCond)
-	listNames    = namesFor(listFilter)
 )
+
+// request is the expression part of one conditional UpdateItem.
+type request struct {
+	update, cond string
+	names        map[string]string
+	values       map[string]types.AttributeValue
+}
+
+// input builds the UpdateItemInput for the item of name, adding ExpiresAt
+// = cleanAt when the store does TTL clean-up.
+func (s *Store) input(name string, r request, cleanAt int64) *ddb.UpdateItemInput {
+	if s.ttlCleanup {
+		r.update = strings.Replace(r.update, " ADD ", cleanSet+" ADD ", 1)
+		if !strings.Contains(r.update, cleanSet) {
+			r.update += cleanSet
+		}
+		r.values[":clean"] = num(cleanAt)
+	}
+	return &ddb.UpdateItemInput{
+		TableName: aws.String(s.table), Key: key(name),
+		UpdateExpression: aws.String(r.update), ConditionExpression: aws.String(r.cond),
+		ExpressionAttributeNames: r.names, ExpressionAttributeValues: r.values,
+	}
+}
 
 func str(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 func num(v int64) types.AttributeValue {

@@ -46,18 +46,12 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 			return leasehold.Record{}, err
 		}
 		nowMs := s.clock.Now().UnixMilli()
-		in := &ddb.UpdateItemInput{
-			TableName: aws.String(s.table), Key: key(req.Name),
-			UpdateExpression: aws.String(acquireUpdate), ConditionExpression: aws.String(acquireCond),
-			ExpressionAttributeNames: acquireNames,
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":own": str(req.Owner), ":req": str(req.RequestID), ":dat": bin(data),
-				":ttl": num(ttlMs), ":exp": num(nowMs + ttlMs), ":true": boolean(true), ":now": num(nowMs),
-				":clean": num(cleanupAt(nowMs + ttlMs)), ":one": num(1), ":false": boolean(false),
-				":cut": num(nowMs - s.skewMs),
-			},
-			ReturnValues: types.ReturnValueUpdatedNew,
-		}
+		in := s.input(req.Name, request{acquireUpdate, acquireCond, acquireNames, map[string]types.AttributeValue{
+			":o": str(req.Owner), ":r": str(req.RequestID), ":d": bin(data), ":ttl": num(ttlMs),
+			":exp": num(nowMs + ttlMs), ":t": boolean(true), ":now": num(nowMs), ":one": num(1),
+			":f": boolean(false), ":cut": num(nowMs - s.skewMs),
+		}}, cleanupAt(nowMs+ttlMs))
+		in.ReturnValues = types.ReturnValueUpdatedNew
 		if s.oldValues {
 			in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
 		}
@@ -118,16 +112,10 @@ var errChanged = errors.New("dynamodb: item changed")
 // refresh renews the live grant r of a retried acquire and returns it with
 // the same token, or errChanged if the grant is no longer as read.
 func (s *Store) refresh(ctx context.Context, req leasehold.AcquireRequest, r row, data []byte, ttlMs, nowMs int64) (leasehold.Record, error) {
-	_, err := s.client.UpdateItem(ctx, &ddb.UpdateItemInput{
-		TableName: aws.String(s.table), Key: key(req.Name),
-		UpdateExpression: aws.String(refreshUpdate), ConditionExpression: aws.String(refreshCond),
-		ExpressionAttributeNames: refreshNames,
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":own": str(req.Owner), ":req": str(req.RequestID), ":tok": unum(r.token), ":true": boolean(true),
-			":now": num(nowMs), ":dat": bin(data), ":ttl": num(ttlMs), ":exp": num(nowMs + ttlMs),
-			":clean": num(cleanupAt(nowMs + ttlMs)),
-		},
-	})
+	_, err := s.client.UpdateItem(ctx, s.input(req.Name, request{refreshUpdate, refreshCond, refreshNames, map[string]types.AttributeValue{
+		":o": str(req.Owner), ":r": str(req.RequestID), ":k": unum(r.token), ":t": boolean(true),
+		":now": num(nowMs), ":d": bin(data), ":ttl": num(ttlMs), ":exp": num(nowMs + ttlMs),
+	}}, cleanupAt(nowMs+ttlMs)))
 	var ccf *types.ConditionalCheckFailedException
 	switch {
 	case errors.As(err, &ccf):
@@ -156,15 +144,10 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 		return err
 	}
 	nowMs, ttlMs := s.clock.Now().UnixMilli(), int64(ttl/time.Millisecond)
-	return s.update1(ctx, &ddb.UpdateItemInput{
-		TableName: aws.String(s.table), Key: key(name),
-		UpdateExpression: aws.String(renewUpdate), ConditionExpression: aws.String(renewCond),
-		ExpressionAttributeNames: renewNames,
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":own": str(owner), ":tok": unum(token), ":true": boolean(true), ":now": num(nowMs),
-			":ttl": num(ttlMs), ":exp": num(nowMs + ttlMs), ":clean": num(cleanupAt(nowMs + ttlMs)),
-		},
-	})
+	return s.update1(ctx, s.input(name, request{renewUpdate, renewCond, renewNames, map[string]types.AttributeValue{
+		":o": str(owner), ":k": unum(token), ":t": boolean(true), ":now": num(nowMs),
+		":ttl": num(ttlMs), ":exp": num(nowMs + ttlMs),
+	}}, cleanupAt(nowMs+ttlMs)))
 }
 
 // Release implements leasehold.Store: one UpdateItem that marks the item
@@ -177,16 +160,9 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	nowMs := s.clock.Now().UnixMilli()
-	return s.update1(ctx, &ddb.UpdateItemInput{
-		TableName: aws.String(s.table), Key: key(name),
-		UpdateExpression: aws.String(releaseUpdate), ConditionExpression: aws.String(releaseCond),
-		ExpressionAttributeNames: releaseNames,
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":own": str(owner), ":tok": unum(token), ":false": boolean(false), ":zero": num(0),
-			":clean": num(cleanupAt(nowMs)),
-		},
-	})
+	return s.update1(ctx, s.input(name, request{releaseUpdate, releaseCond, releaseNames, map[string]types.AttributeValue{
+		":o": str(owner), ":k": unum(token), ":f": boolean(false), ":zero": num(0),
+	}}, cleanupAt(s.clock.Now().UnixMilli())))
 }
 
 // update1 sends a conditional update; a failed condition means the caller
@@ -255,7 +231,6 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, er
 	in := &ddb.ScanInput{TableName: aws.String(s.table), ConsistentRead: aws.Bool(s.consistent)}
 	if prefix != "" {
 		in.FilterExpression = aws.String(listFilter)
-		in.ExpressionAttributeNames = listNames
 		in.ExpressionAttributeValues = map[string]types.AttributeValue{":prefix": str(prefix)}
 	}
 	var out []leasehold.Record

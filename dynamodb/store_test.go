@@ -199,3 +199,45 @@ func TestConditionFailureValues(t *testing.T) {
 		})
 	})
 }
+
+// TestTTLCleanupAttribute: ExpiresAt (epoch seconds for DynamoDB's TTL
+// clean-up) is written, CleanupMargin after the lease ends, only by a store
+// with ttl_cleanup=true; other items are never deleted by TTL.
+func TestTTLCleanupAttribute(t *testing.T) {
+	base := enginetest.DynamoDBURL(t)
+	margin := int64(dynamodb.CleanupMargin / time.Second)
+	for _, on := range []bool{false, true} {
+		u := freshURL(t, base, "ttl_cleanup", strconv.FormatBool(on))
+		s := open(t, u)
+		ctx, c := bg(t), s.Client()
+		before := time.Now().Unix()
+		rec, err := s.TryAcquire(ctx, req("x", "a", time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check := func(what string, end int64) {
+			t.Helper()
+			got := attrN(rawItem(t, c, s.Table(), "x"), "ExpiresAt")
+			if !on {
+				if got != "" {
+					t.Errorf("ttl_cleanup=false: ExpiresAt = %s after %s, want none", got, what)
+				}
+				return
+			}
+			n, err := strconv.ParseInt(got, 10, 64)
+			if err != nil || n < end+margin-1 || n > end+margin+2 {
+				t.Errorf("ExpiresAt after %s = %q, want about %d", what, got, end+margin)
+			}
+		}
+		check("acquire", before+3600)
+		if err := s.Renew(ctx, "x", "a", rec.Token, 2*time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		check("renew", before+7200)
+		if err := s.Release(ctx, "x", "a", rec.Token); err != nil {
+			t.Fatal(err)
+		}
+		check("release", before)
+		s.Close()
+	}
+}

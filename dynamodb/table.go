@@ -27,7 +27,7 @@ const (
 	AttrExpiresAtMs  = "ExpiresAtMs"  // N: expiry, epoch ms on the writer's clock; 0 once released
 	AttrHeld         = "Held"         // BOOL: false once released
 	AttrAcquiredAtMs = "AcquiredAtMs" // N: time of the grant, epoch ms (display only)
-	AttrExpiresAt    = "ExpiresAt"    // N: epoch seconds for DynamoDB TTL clean-up only
+	AttrExpiresAt    = "ExpiresAt"    // N: epoch seconds for DynamoDB TTL clean-up only (WithTTLCleanup)
 )
 
 // CleanupMargin is how long after a lease's expiry (or release) its item
