@@ -52,7 +52,7 @@ func CreateTable(ctx context.Context, client *ddb.Client, table string) error {
 	if err := ValidateTable(table); err != nil {
 		return err
 	}
-	return createTable(ctx, client, table, false)
+	return createTable(ctx, client, table, ttlNever)
 }
 
 // EnableTTLCleanup turns on DynamoDB's Time to Live on the ExpiresAt
@@ -92,7 +92,17 @@ func EnableTTLCleanup(ctx context.Context, client *ddb.Client, table string) err
 	return translate(ctx, err)
 }
 
-func createTable(ctx context.Context, client *ddb.Client, table string, ttlCleanup bool) error {
+// ttlMode says when createTable enables TTL clean-up.
+type ttlMode int
+
+const (
+	ttlNever     ttlMode = iota
+	ttlIfCreated         // Open: only on a table it created
+	ttlAlways            // Init
+)
+
+func createTable(ctx context.Context, client *ddb.Client, table string, ttl ttlMode) error {
+	created := false
 	err := checkTable(ctx, client, table)
 	if errors.Is(err, errNoTable) {
 		_, err = client.CreateTable(ctx, &ddb.CreateTableInput{
@@ -109,12 +119,13 @@ func createTable(ctx context.Context, client *ddb.Client, table string, ttlClean
 		if err != nil && !errors.As(err, &inUse) { // in use: a concurrent creator won
 			return translate(ctx, err)
 		}
+		created = err == nil
 		err = checkTable(ctx, client, table)
 	}
 	if err != nil {
 		return err
 	}
-	if ttlCleanup {
+	if ttl == ttlAlways || ttl == ttlIfCreated && created {
 		if err := EnableTTLCleanup(ctx, client, table); err != nil && !errors.Is(err, ErrTTLUnsupported) {
 			return err
 		}
