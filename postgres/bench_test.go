@@ -27,6 +27,8 @@ import (
 // the same server. BenchmarkAcquireReleaseParallel reports pairs/s with 32
 // goroutines on distinct names, and adds "raw+notify": the raw pair with a
 // pg_notify in the DELETE statement, as Release has.
+// BenchmarkAcquireReleaseInterleaved alternates raw and store pairs in one
+// loop and reports both medians and their ratio.
 
 type pairFunc func(ctx context.Context) error
 
@@ -139,6 +141,44 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			return l.Release(ctx)
 		})
 	})
+}
+
+// BenchmarkAcquireReleaseInterleaved alternates a raw pair and a store pair
+// in one loop, so both see the same load: on a shared, noisy machine the
+// ratio of their medians is steadier than figures taken one after another.
+func BenchmarkAcquireReleaseInterleaved(b *testing.B) {
+	base := enginetest.PostgresURL(b)
+	pool := benchPool(b, base, 4)
+	pairs := []pairFunc{rawPair(pool, rawTable(b, pool, base), "bench/lock"), storePair(benchStore(b, base), "bench/lock")}
+	ctx := context.Background()
+	lat := [2][]time.Duration{}
+	for i := 0; i < 50; i++ {
+		for _, p := range pairs {
+			if err := p(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for k := range pairs {
+			k = (k + i) % 2 // alternate which goes first
+			t0 := time.Now()
+			if err := pairs[k](ctx); err != nil {
+				b.Fatal(err)
+			}
+			lat[k] = append(lat[k], time.Since(t0))
+		}
+	}
+	b.StopTimer()
+	var p50 [2]float64
+	for k := range lat {
+		slices.Sort(lat[k])
+		p50[k] = float64(lat[k][len(lat[k])/2].Nanoseconds()) / 1e3
+	}
+	b.ReportMetric(p50[0], "raw-p50-µs")
+	b.ReportMetric(p50[1], "store-p50-µs")
+	b.ReportMetric(p50[1]/p50[0], "store/raw")
 }
 
 func BenchmarkAcquireReleaseParallel(b *testing.B) {
