@@ -60,6 +60,10 @@ type Server struct {
 	uid  *syscall.Credential
 	cmd  *exec.Cmd
 	wait func() bool // readiness probe
+	// procDir, when set, is the working directory of every process of the
+	// server (PostgreSQL: its data directory). Its backends run in process
+	// groups of their own, so Kill finds them by it.
+	procDir string
 }
 
 // Start starts the process and waits until it answers.
@@ -88,7 +92,7 @@ func (s *Server) Start() {
 	}
 }
 
-// Kill sends SIGKILL to the process and waits for it to exit.
+// Kill sends SIGKILL to the server's processes and waits for them to exit.
 func (s *Server) Kill() {
 	if s.cmd == nil {
 		return
@@ -96,6 +100,34 @@ func (s *Server) Kill() {
 	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 	_ = s.cmd.Wait()
 	s.cmd = nil
+	if s.procDir == "" {
+		return
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		pids := processesIn(s.procDir)
+		if len(pids) == 0 {
+			return
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// processesIn lists the processes whose working directory is dir.
+func processesIn(dir string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd")); err == nil && cwd == dir {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // Restart kills the process and starts it again on the same port and data.
@@ -175,6 +207,7 @@ func StartPostgres(t testing.TB) *Server {
 	s.argv = []string{filepath.Join(bin, "postgres"), "-D", filepath.Join(dir, "data"), "-p", strconv.Itoa(s.Port),
 		"-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "full_page_writes=off"}
 	s.wait = func() bool { return s.portOpen() && s.pgReady(bin) }
+	s.procDir = filepath.Join(dir, "data")
 	s.Start()
 	t.Cleanup(s.Kill)
 	return s
