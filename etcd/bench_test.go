@@ -25,9 +25,15 @@ import (
 // concurrency.Mutex (Lock and Unlock on a session made beforehand, so one
 // Txn and one Delete); "store" calls the Store (TryAcquire and Release,
 // TTL 10s); "client" goes through Client.TryAcquire and Lease.Release.
-// BenchmarkHandoff has 8 waiters, each with a connection of its own, take
-// turns on one lock and reports the time from the holder starting to
-// release to the next waiter holding it.
+//
+// BenchmarkHandoff has 8 waiters, each with a connection (and store) of
+// its own, take turns on one lock, and reports the time from the holder
+// starting to release to the next waiter holding it.
+//
+// On a shared, noisy machine the time between two sub-benchmarks changes
+// the figures more than the code does, so BenchmarkVersusMutex measures
+// both in alternating blocks of turns (pairs, then handoffs) and reports
+// the p50 and p99 of each side and the store/mutex ratio of the medians.
 
 func percentiles(b *testing.B, lat []time.Duration, unit string) {
 	if len(lat) == 0 {
@@ -114,26 +120,22 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	})
 }
 
-// handoff runs waiters that take turns: each acquires, notes how long
-// after the previous holder began to release it got the lock, and
-// releases, until b.N turns have been taken.
-func handoff(b *testing.B, waiters int, mk func(i int) (lock, unlock func(ctx context.Context) error)) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+type locker struct {
+	lock, unlock func(ctx context.Context) error
+}
+
+// handoff has the waiters take turns: each acquires, notes how long after
+// the previous holder began to release it got the lock, and releases,
+// until turns turns have been taken. It returns the handoff times.
+func handoff(ctx context.Context, ws []locker, turns int) ([]time.Duration, error) {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	type w struct {
-		lock, unlock func(ctx context.Context) error
-	}
-	ws := make([]w, waiters)
-	for i := range ws {
-		ws[i].lock, ws[i].unlock = mk(i)
-	}
 	var mu sync.Mutex
 	var lat []time.Duration
-	var turns int
+	var taken int
 	var releasing time.Time
 	var firstErr error
 	var wg sync.WaitGroup
-	b.ResetTimer()
 	for _, x := range ws {
 		wg.Add(1)
 		go func() {
@@ -151,8 +153,8 @@ func handoff(b *testing.B, waiters int, mk func(i int) (lock, unlock func(ctx co
 				if !releasing.IsZero() {
 					lat = append(lat, at.Sub(releasing))
 				}
-				turns++
-				done := turns > b.N
+				taken++
+				done := taken > turns
 				releasing = time.Now()
 				mu.Unlock()
 				if err := x.unlock(ctx); err != nil {
@@ -169,11 +171,10 @@ func handoff(b *testing.B, waiters int, mk func(i int) (lock, unlock func(ctx co
 		}()
 	}
 	wg.Wait()
-	b.StopTimer()
-	if firstErr != nil && len(lat) < b.N {
-		b.Fatal(firstErr)
+	if len(lat) < turns {
+		return lat, firstErr
 	}
-	percentiles(b, lat, "µs")
+	return lat, nil
 }
 
 func cmp(a, b error) error {
@@ -183,31 +184,129 @@ func cmp(a, b error) error {
 	return b
 }
 
+const handoffWaiters = 8
+
+func mutexWaiters(b testing.TB, s *etcd.Store, key string) []locker {
+	ws := make([]locker, handoffWaiters)
+	for i := range ws {
+		ws[i].lock, ws[i].unlock = mutexLocker(b, newClient(b, s), key)
+	}
+	return ws
+}
+
+// storeWaiters are Clients, each on a store of its own, that wait with
+// Client.Acquire (woken by the store's Watch) and release with
+// Lease.Release.
+func storeWaiters(b testing.TB, u, name string) []locker {
+	ws := make([]locker, handoffWaiters)
+	for i := range ws {
+		s := open(b, u)
+		b.Cleanup(func() { s.Close() })
+		c, err := leasehold.New(s, leasehold.WithOwner(fmt.Sprintf("w%d", i)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var l *leasehold.Lease
+		ws[i].lock = func(ctx context.Context) (err error) {
+			l, err = c.Acquire(ctx, name, leasehold.TTL(10*time.Second))
+			return err
+		}
+		ws[i].unlock = func(ctx context.Context) error { return l.Release(ctx) }
+	}
+	return ws
+}
+
 func BenchmarkHandoff(b *testing.B) {
-	const waiters = 8
 	u := freshURL(b, enginetest.EtcdURL(b))
 	base := open(b, u)
 	defer base.Close()
-	b.Run(fmt.Sprintf("mutex/%d", waiters), func(b *testing.B) {
-		handoff(b, waiters, func(int) (lock, unlock func(ctx context.Context) error) {
-			return mutexLocker(b, newClient(b, base), base.Prefix()+"mutex/handoff")
-		})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	run := func(b *testing.B, ws []locker) {
+		b.ResetTimer()
+		lat, err := handoff(ctx, ws, b.N)
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		percentiles(b, lat, "µs")
+	}
+	b.Run(fmt.Sprintf("mutex/%d", handoffWaiters), func(b *testing.B) {
+		run(b, mutexWaiters(b, base, base.Prefix()+"mutex/handoff"))
 	})
-	b.Run(fmt.Sprintf("store/%d", waiters), func(b *testing.B) {
-		handoff(b, waiters, func(i int) (lock, unlock func(ctx context.Context) error) {
-			s := open(b, u)
-			b.Cleanup(func() { s.Close() })
-			c, err := leasehold.New(s, leasehold.WithOwner(fmt.Sprintf("w%d", i)))
+	b.Run(fmt.Sprintf("store/%d", handoffWaiters), func(b *testing.B) {
+		run(b, storeWaiters(b, u, "bench/handoff"))
+	})
+}
+
+// BenchmarkVersusMutex alternates blocks of the mutex and the store, so
+// that both meet the same load on a shared machine. b.N is the number of
+// blocks (of 100 pairs and 50 handoffs each side; the first 10 pairs of a
+// block are not counted).
+func BenchmarkVersusMutex(b *testing.B) {
+	u := freshURL(b, enginetest.EtcdURL(b))
+	s := open(b, u)
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	report := func(b *testing.B, what string, m, st []time.Duration) {
+		slices.Sort(m)
+		slices.Sort(st)
+		p := func(l []time.Duration, q int) float64 { return float64(l[len(l)*q/100].Nanoseconds()) / 1e3 }
+		b.ReportMetric(p(m, 50), what+"-mutex-p50-µs")
+		b.ReportMetric(p(m, 99), what+"-mutex-p99-µs")
+		b.ReportMetric(p(st, 50), what+"-store-p50-µs")
+		b.ReportMetric(p(st, 99), what+"-store-p99-µs")
+		b.ReportMetric(p(st, 50)/p(m, 50), what+"-p50-ratio")
+	}
+	b.Run("pair", func(b *testing.B) {
+		lock, unlock := mutexLocker(b, newClient(b, s), s.Prefix()+"mutex/versus")
+		mutex := func(ctx context.Context) error {
+			if err := lock(ctx); err != nil {
+				return err
+			}
+			return unlock(ctx)
+		}
+		store := func(ctx context.Context) error {
+			rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "bench/versus", Owner: "me", TTL: 10 * time.Second})
+			if err != nil {
+				return err
+			}
+			return s.Release(ctx, "bench/versus", "me", rec.Token)
+		}
+		var m, st []time.Duration
+		for i := 0; i < b.N; i++ {
+			for _, side := range []struct {
+				pair func(context.Context) error
+				lat  *[]time.Duration
+			}{{mutex, &m}, {store, &st}} {
+				for j := 0; j < 110; j++ {
+					t0 := time.Now()
+					if err := side.pair(ctx); err != nil {
+						b.Fatal(err)
+					}
+					if j >= 10 {
+						*side.lat = append(*side.lat, time.Since(t0))
+					}
+				}
+			}
+		}
+		report(b, "pair", m, st)
+	})
+	b.Run("handoff", func(b *testing.B) {
+		mw, sw := mutexWaiters(b, s, s.Prefix()+"mutex/versus-handoff"), storeWaiters(b, u, "bench/versus-handoff")
+		var m, st []time.Duration
+		for i := 0; i < b.N; i++ {
+			lm, err := handoff(ctx, mw, 50)
 			if err != nil {
 				b.Fatal(err)
 			}
-			var l *leasehold.Lease
-			return func(ctx context.Context) (err error) {
-					l, err = c.Acquire(ctx, "bench/handoff", leasehold.TTL(10*time.Second))
-					return err
-				}, func(ctx context.Context) error {
-					return l.Release(ctx)
-				}
-		})
+			ls, err := handoff(ctx, sw, 50)
+			if err != nil {
+				b.Fatal(err)
+			}
+			m, st = append(m, lm...), append(st, ls...)
+		}
+		report(b, "handoff", m, st)
 	})
 }

@@ -62,7 +62,8 @@ type Store struct {
 	owned  bool // Close closes cli
 	prefix string
 
-	spares *pool
+	spares    *pool
+	refresher *refresher
 
 	mu     sync.Mutex
 	closed bool
@@ -103,6 +104,7 @@ func newStore(cli *clientv3.Client, owned bool, opts []Option) (*Store, error) {
 		return nil, err
 	}
 	s.stop, s.cancel = context.WithCancel(context.Background())
+	s.refresher = newRefresher(cli, s.stop)
 	return s, nil
 }
 

@@ -57,7 +57,7 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 			if rerr != nil {
 				return leasehold.Record{}, refreshFailed(ctx, uint64(resp.Header.Revision), rerr)
 			}
-			s.refill(secs)
+			s.used(g)
 			return leasehold.Record{
 				Name: req.Name, Owner: req.Owner, Token: uint64(resp.Header.Revision), Data: clone(req.Data),
 				TTL: req.TTL, Remaining: time.Duration(g.granted) * time.Second, Acquired: time.Unix(0, now.UnixNano()),
@@ -100,8 +100,21 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 // was read, with the retry's data and TTL (on an etcd lease of the new
 // length if that differs), keeping the token. done is false when the grant
 // changed or ended meanwhile, and the caller starts over.
+//
+// The name is marked busy and the key checked unchanged before the
+// refresh, so that a release overtaking this retry cannot hand the etcd
+// lease to another grant before the refresh lands (see spares.go).
 func (s *Store) reacquire(ctx context.Context, req leasehold.AcquireRequest, kv *mvccpb.KeyValue, cur record) (rec leasehold.Record, done bool, err error) {
-	old := clientv3.LeaseID(kv.Lease)
+	defer s.spares.enter(req.Name)()
+	lk := s.leaseKey(req.Name)
+	same, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(lk), "=", kv.ModRevision)).Commit()
+	if err != nil {
+		return rec, false, s.fail(ctx, "acquire", err)
+	}
+	if !same.Succeeded {
+		return rec, false, nil
+	}
+	old, refreshed := clientv3.LeaseID(kv.Lease), time.Now()
 	ka, err := s.cli.KeepAliveOnce(ctx, old)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return rec, false, nil // expired: its key goes with it
@@ -109,16 +122,17 @@ func (s *Store) reacquire(ctx context.Context, req leasehold.AcquireRequest, kv 
 	if err != nil {
 		return rec, false, s.fail(ctx, "acquire", err)
 	}
+	s.spares.note(leaseRef{id: old, granted: ka.TTL, born: refreshed})
 	cur.ttl, cur.data = req.TTL, req.Data
 	secs, granted := leaseSeconds(req.TTL), ka.TTL
-	put, g, moved := clientv3.OpPut(s.leaseKey(req.Name), cur.encode(), clientv3.WithIgnoreLease()), grantLease{}, ka.TTL != leaseSeconds(req.TTL)
+	put, g, moved := clientv3.OpPut(lk, cur.encode(), clientv3.WithIgnoreLease()), grantLease{}, ka.TTL != secs
 	if moved {
 		if g, err = s.obtain(ctx, secs); err != nil {
 			return rec, false, err
 		}
-		put, granted = clientv3.OpPut(s.leaseKey(req.Name), cur.encode(), clientv3.WithLease(g.id)), g.granted
+		put, granted = clientv3.OpPut(lk, cur.encode(), clientv3.WithLease(g.id)), g.granted
 	}
-	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(s.leaseKey(req.Name)), "=", kv.ModRevision)).Then(put).Commit()
+	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(lk), "=", kv.ModRevision)).Then(put).Commit()
 	rerr := g.settle()
 	switch {
 	case err != nil:
@@ -131,8 +145,8 @@ func (s *Store) reacquire(ctx context.Context, req leasehold.AcquireRequest, kv 
 	case moved && rerr != nil:
 		return rec, false, refreshFailed(ctx, uint64(kv.CreateRevision), rerr)
 	case moved:
-		s.revokeLater(old)
-		s.refill(secs)
+		s.used(g)
+		s.replaced(req.Name, old, false, nil)
 	}
 	return leasehold.Record{
 		Name: req.Name, Owner: req.Owner, Token: uint64(kv.CreateRevision), Data: clone(req.Data),
@@ -167,6 +181,7 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 		return err
 	}
 	lk, ok := s.leaseKey(name), s.ownerKey(name)
+	defer s.spares.enter(name)() // before reading the key: see spares.go
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		resp, err := s.cli.Txn(ctx).If(
 			clientv3.Compare(clientv3.ModRevision(ok), "=", int64(token)),
@@ -184,7 +199,7 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 		if err != nil {
 			return err
 		}
-		old := clientv3.LeaseID(kv.Lease)
+		old, refreshed := clientv3.LeaseID(kv.Lease), time.Now()
 		ka, err := s.cli.KeepAliveOnce(ctx, old)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return leasehold.ErrNotHeld
@@ -192,10 +207,11 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 		if err != nil {
 			return s.fail(ctx, "renew", err)
 		}
+		s.spares.note(leaseRef{id: old, granted: ka.TTL, born: refreshed})
 		if cur.ttl == ttl {
 			return nil
 		}
-		done, err := s.retime(ctx, lk, kv, cur, ttl, ka.TTL)
+		done, err := s.retime(ctx, name, kv, cur, ttl, ka.TTL)
 		if done || err != nil {
 			return err
 		}
@@ -206,7 +222,8 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 // retime rewrites a live grant's record with a new TTL, on an etcd lease
 // of the new length if that differs from granted (seconds). done is false
 // when the key changed since kv was read.
-func (s *Store) retime(ctx context.Context, lk string, kv *mvccpb.KeyValue, cur record, ttl time.Duration, granted int64) (done bool, err error) {
+func (s *Store) retime(ctx context.Context, name string, kv *mvccpb.KeyValue, cur record, ttl time.Duration, granted int64) (done bool, err error) {
+	lk := s.leaseKey(name)
 	cur.ttl = ttl
 	secs := leaseSeconds(ttl)
 	put, g, moved := clientv3.OpPut(lk, cur.encode(), clientv3.WithIgnoreLease()), grantLease{}, granted != secs
@@ -232,16 +249,16 @@ func (s *Store) retime(ctx context.Context, lk string, kv *mvccpb.KeyValue, cur 
 		}
 		return false, fmt.Errorf("etcd renew: the new etcd lease could not be refreshed: %s", rerr.Error())
 	case moved:
-		s.revokeLater(clientv3.LeaseID(kv.Lease))
-		s.refill(secs)
+		s.used(g)
+		s.replaced(name, clientv3.LeaseID(kv.Lease), false, nil)
 	}
 	return true, nil
 }
 
 // Release implements leasehold.Store: one Txn that, if owner and token are
 // those of the latest grant, deletes the lease key (a no-op when it is
-// already gone, so a repeated release succeeds). The grant's etcd lease is
-// then revoked in the background.
+// already gone, so a repeated release succeeds). The grant's etcd lease
+// then becomes a spare, or is revoked in the background (see spares.go).
 func (s *Store) Release(ctx context.Context, name, owner string, token uint64) error {
 	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
 		return err
@@ -261,7 +278,7 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 		return leasehold.ErrNotHeld
 	}
 	if prev := resp.Responses[0].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
-		s.revokeLater(clientv3.LeaseID(prev[0].Lease))
+		s.replaced(name, clientv3.LeaseID(prev[0].Lease), true, prev[0].Value)
 	}
 	return nil
 }

@@ -12,17 +12,31 @@ import (
 // write) of its own, and etcd cannot grant one inside a transaction, so a
 // cold TryAcquire takes two round trips: Grant, then the acquire Txn. To
 // make it one, the store keeps a few spare leases per TTL (in whole
-// seconds), granted in the background after each grant uses one.
+// seconds). A released grant's etcd lease becomes a spare (it has no key
+// left), so a store that acquires and releases in turn writes to etcd's
+// raft log twice per pair, as etcd's own Mutex does; only when no spare is
+// left is one granted in the background after a grant.
 //
-// A spare's clock started when it was granted, before the acquire began,
-// so a grant on a spare could expire on etcd before its holder's local
-// deadline. The store therefore refreshes the spare (KeepAliveOnce, which
-// is answered by the etcd leader from memory) concurrently with the
-// acquire Txn, and only reports the grant after both succeeded: etcd then
-// expires it no earlier than one etcd TTL (>= the leasehold TTL) after the
-// refresh, which happened after the call began. A spare is used only while
-// less than half its TTL has passed since it was granted or refreshed, so
-// it cannot expire between the Txn and the refresh.
+// A spare's clock started before the acquire began, so a grant on a spare
+// could expire on etcd before its holder's local deadline. The store
+// therefore refreshes the spare (KeepAliveOnce, which the etcd leader
+// answers from memory) concurrently with the acquire Txn, and reports the
+// grant only after both succeeded: etcd then expires it no earlier than one
+// etcd TTL (>= the leasehold TTL) after the refresh, which happened after
+// the call began. A spare is used only while less than half its TTL has
+// passed since it was granted or last refreshed, so it cannot expire
+// between the Txn and the refresh.
+//
+// Reusing an etcd lease must not let a renewal of the grant that used it
+// before extend the grant that uses it now. Renewals check their grant's
+// key and then refresh its lease; a release that overtakes such a renewal
+// in between would let the refresh land on the next grant. So a released
+// lease is reused only if this store knows when it was last refreshed and
+// no renewal or retried acquire of that name is in flight in this store
+// (those mark the name before they read the key); otherwise it is
+// revoked. A renewal from another process racing with a release of the
+// same grant could still extend one later grant of this store by at most
+// one etcd TTL: late expiry, never early.
 
 const (
 	maxSparesPerTTL = 4
@@ -41,11 +55,64 @@ func (l leaseRef) fresh(now time.Time) bool {
 }
 
 type pool struct {
-	mu sync.Mutex
-	m  map[int64][]leaseRef // by requested TTL in seconds
+	mu    sync.Mutex
+	m     map[int64][]leaseRef          // spares, by requested TTL in seconds
+	known map[clientv3.LeaseID]leaseRef // etcd leases of grants made here, with their last refresh
+	busy  map[string]int                // names with a renewal or retried acquire in flight
 }
 
-func newPool() *pool { return &pool{m: map[int64][]leaseRef{}} }
+// maxKnown is the size of the known map above which entries of leases
+// that have expired by now are dropped.
+const maxKnown = 8192
+
+func newPool() *pool {
+	return &pool{m: map[int64][]leaseRef{}, known: map[clientv3.LeaseID]leaseRef{}, busy: map[string]int{}}
+}
+
+// note records that a grant uses l, refreshed at l.born.
+func (p *pool) note(l leaseRef) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.known) >= maxKnown {
+		now := time.Now()
+		for id, k := range p.known {
+			if now.Sub(k.born) > time.Duration(k.granted)*time.Second {
+				delete(p.known, id)
+			}
+		}
+	}
+	p.known[l.id] = l
+}
+
+// forget drops a lease from the known ones and returns what was known.
+func (p *pool) forget(id clientv3.LeaseID) (leaseRef, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l, ok := p.known[id]
+	delete(p.known, id)
+	return l, ok
+}
+
+// enter marks name as having a renewal or retried acquire in flight; the
+// returned func unmarks it.
+func (p *pool) enter(name string) func() {
+	p.mu.Lock()
+	p.busy[name]++
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.busy[name]--; p.busy[name] <= 0 {
+			delete(p.busy, name)
+		}
+	}
+}
+
+func (p *pool) isBusy(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.busy[name] > 0
+}
 
 // take returns a fresh spare for secs, if there is one, and the stale ones
 // it found on the way.
@@ -81,6 +148,13 @@ func (p *pool) put(secs int64, sp leaseRef) bool {
 	return true
 }
 
+// empty reports whether there is no spare for secs.
+func (p *pool) empty(secs int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.m[secs]) == 0
+}
+
 func (p *pool) drain() []leaseRef {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -111,8 +185,7 @@ func (s *Store) obtain(ctx context.Context, secs int64) (grantLease, error) {
 		g := grantLease{leaseRef: sp, secs: secs, refresh: make(chan error, 1)}
 		g.born = now
 		go func() {
-			_, err := s.cli.KeepAliveOnce(ctx, sp.id)
-			g.refresh <- err
+			g.refresh <- s.refresher.refresh(ctx, sp.id)
 		}()
 		return g, nil
 	}
@@ -140,18 +213,37 @@ func (s *Store) unused(g grantLease, refreshErr error) {
 	}
 }
 
-// refill grants a spare for secs in the background.
-func (s *Store) refill(secs int64) {
+// used notes that a grant now uses g, and grants a spare in the
+// background if none is left for its TTL.
+func (s *Store) used(g grantLease) {
+	s.spares.note(g.leaseRef)
+	if !s.spares.empty(g.secs) {
+		return
+	}
 	s.background(func(ctx context.Context) {
 		now := time.Now()
-		resp, err := s.cli.Grant(ctx, secs)
+		resp, err := s.cli.Grant(ctx, g.secs)
 		if err != nil {
 			return
 		}
-		if !s.spares.put(secs, leaseRef{id: resp.ID, granted: resp.TTL, born: now}) || ctx.Err() != nil {
+		if !s.spares.put(g.secs, leaseRef{id: resp.ID, granted: resp.TTL, born: now}) || ctx.Err() != nil {
 			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			_, _ = s.cli.Revoke(rctx, resp.ID)
 		}
 	})
+}
+
+// replaced handles an etcd lease that a grant no longer uses: the lease
+// of a released grant (whose key, with value val, the release deleted)
+// becomes a spare if that is safe (see above); any other is revoked.
+func (s *Store) replaced(name string, id clientv3.LeaseID, released bool, val []byte) {
+	ref, known := s.spares.forget(id)
+	if released && known && !s.spares.isBusy(name) {
+		rec, err := decodeRecord(val)
+		if secs := leaseSeconds(rec.ttl); err == nil && ref.granted >= secs && ref.fresh(time.Now()) && s.spares.put(secs, ref) {
+			return
+		}
+	}
+	s.revokeLater(id)
 }
