@@ -118,7 +118,8 @@ func (s *Store) apply(opts []Option) error {
 }
 
 // Open connects to the etcd cluster named by rawURL and checks that it can
-// read under the key prefix. Options apply after the URL's parameters.
+// read under the key prefix. The URL's parameters override options (as in
+// the other stores).
 //
 // URL form: etcd:// or etcds:// (TLS, verified against the system roots),
 // optional user:password for etcd authentication, one or more host:port
@@ -133,7 +134,9 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	}
 	cfg.Context = context.WithoutCancel(ctx)
 	cfg.Logger = zap.NewNop()
-	opts = append([]Option{WithPrefix(prefix)}, opts...)
+	if prefix != "" {
+		opts = append(opts[:len(opts):len(opts)], WithPrefix(prefix))
+	}
 	// Validate the options before dialling.
 	if err := (&Store{}).apply(opts); err != nil {
 		return nil, err
@@ -158,6 +161,8 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
+// parseURL returns the client configuration and the prefix parameter ("" if
+// the URL has none).
 func parseURL(rawURL string) (clientv3.Config, string, error) {
 	bad := func(format string, args ...any) (clientv3.Config, string, error) {
 		return clientv3.Config{}, "", &leasehold.InvalidError{Field: "store URL", Reason: fmt.Sprintf(format, args...)}
@@ -201,7 +206,7 @@ func parseURL(rawURL string) (clientv3.Config, string, error) {
 	if err != nil {
 		return bad("query: %v", err)
 	}
-	prefix := DefaultPrefix
+	prefix := ""
 	cfg.DialTimeout = DefaultDialTimeout
 	for k, v := range q {
 		if len(v) != 1 {
@@ -209,7 +214,9 @@ func parseURL(rawURL string) (clientv3.Config, string, error) {
 		}
 		switch k {
 		case "prefix":
-			prefix = v[0]
+			if prefix = v[0]; prefix == "" {
+				return bad("empty prefix")
+			}
 		case "dial_timeout":
 			d, err := time.ParseDuration(v[0])
 			if err != nil || d <= 0 || d > 10*time.Minute {

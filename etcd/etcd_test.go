@@ -229,6 +229,20 @@ func TestOpenOptions(t *testing.T) {
 	if _, err := etcd.Open(ctx, u, etcd.WithPrefix("")); !errors.Is(err, leasehold.ErrInvalid) {
 		t.Errorf("WithPrefix(\"\"): %v, want ErrInvalid", err)
 	}
+	// The URL's prefix overrides the option.
+	s3, err := etcd.Open(ctx, u, etcd.WithPrefix("elsewhere/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s3.Prefix() != s.Prefix() {
+		t.Errorf("Prefix() = %q with the URL's %q", s3.Prefix(), s.Prefix())
+	}
+	s3.Close()
+	if s4, err := etcd.Open(ctx, base, etcd.WithPrefix("elsewhere/")); err != nil || s4.Prefix() != "elsewhere/" {
+		t.Errorf("WithPrefix without a URL prefix: %v", err)
+	} else {
+		s4.Close()
+	}
 	// Through the stores registry.
 	st, err := stores.Open(ctx, u)
 	if err != nil {
