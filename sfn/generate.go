@@ -111,10 +111,12 @@ func (c *Config) acquireState() obj {
 		"Arguments": obj{
 			"TableName": c.Table,
 			"Key":       c.key(),
+			// REMOVE: a previous Go holder's Data is not ours, and ExpiresAt
+			// (the store's opt-in TTL clean-up) must not delete a held item.
 			"UpdateExpression": "SET #owner = :me, RequestId = :me, Held = :true, TtlMs = :ttl, " +
-				"ExpiresAtMs = :expires, AcquiredAtMs = :now ADD #token :one",
+				"ExpiresAtMs = :expires, AcquiredAtMs = :now REMOVE #data, ExpiresAt ADD #token :one",
 			"ConditionExpression":      "attribute_not_exists(LockKey) OR Held = :false OR ExpiresAtMs < :stale OR #owner = :me",
-			"ExpressionAttributeNames": obj{"#owner": "Owner", "#token": "Token"},
+			"ExpressionAttributeNames": obj{"#owner": "Owner", "#token": "Token", "#data": "Data"},
 			"ExpressionAttributeValues": obj{
 				":me":      obj{"S": js(exprMe)},
 				":true":    obj{"BOOL": true},

@@ -1,0 +1,215 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/leasehold/leasehold/dynamodb"
+	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/sfn"
+)
+
+// machineRequests evaluates the JSONata expressions of one state of the
+// generated machine with the jsonata reference implementation (as Step
+// Functions would) and returns its Arguments: the UpdateItem request.
+func machineRequests(t *testing.T, machine, state, execID string, vars map[string]any) map[string]any {
+	t.Helper()
+	mods := os.Getenv("LEASEHOLD_TEST_NODE_MODULES")
+	nodeBin, err := exec.LookPath("node")
+	if mods == "" || err != nil {
+		t.Skip("node and the npm packages are not configured ($LEASEHOLD_TEST_NODE_MODULES): start the engines with: eval \"$(scripts/engines.sh start)\"")
+	}
+	scenario := map[string]any{
+		"state": state, "input": map[string]any{},
+		"context": map[string]any{"Execution": map[string]any{"Id": execID},
+			"State": map[string]any{"EnteredTime": time.Now().UTC().Format("2006-01-02T15:04:05.000Z")}},
+		"vars": vars,
+	}
+	sp := filepath.Join(t.TempDir(), "scenario.json")
+	b, _ := json.Marshal(scenario)
+	if err := os.WriteFile(sp, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(nodeBin, filepath.Join("..", "..", "sfn", "testdata", "eval.js"), machine, sp)
+	cmd.Env = append(os.Environ(), "NODE_PATH="+mods)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("eval %s: %v", state, err)
+	}
+	var st map[string]any
+	if err := json.Unmarshal(out, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st["Arguments"].(map[string]any)
+}
+
+// toAttr converts DynamoDB JSON ({"S": ...}, {"N": ...}, ...) to SDK values.
+func toAttr(t *testing.T, v any) types.AttributeValue {
+	m := v.(map[string]any)
+	switch {
+	case m["S"] != nil:
+		return &types.AttributeValueMemberS{Value: m["S"].(string)}
+	case m["N"] != nil:
+		return &types.AttributeValueMemberN{Value: fmt.Sprint(m["N"])}
+	case m["BOOL"] != nil:
+		return &types.AttributeValueMemberBOOL{Value: m["BOOL"].(bool)}
+	case m["B"] != nil:
+		b, _ := base64.StdEncoding.DecodeString(m["B"].(string))
+		return &types.AttributeValueMemberB{Value: b}
+	}
+	t.Fatalf("unsupported attribute value %v", v)
+	return nil
+}
+
+// send sends an evaluated updateItem request of the machine.
+func send(t *testing.T, client *ddb.Client, args map[string]any) (*ddb.UpdateItemOutput, error) {
+	in := &ddb.UpdateItemInput{
+		TableName:                 strPtr(args["TableName"].(string)),
+		Key:                       map[string]types.AttributeValue{},
+		UpdateExpression:          strPtr(args["UpdateExpression"].(string)),
+		ConditionExpression:       strPtr(args["ConditionExpression"].(string)),
+		ExpressionAttributeNames:  map[string]string{},
+		ExpressionAttributeValues: map[string]types.AttributeValue{},
+	}
+	for k, v := range args["Key"].(map[string]any) {
+		in.Key[k] = toAttr(t, v)
+	}
+	for k, v := range args["ExpressionAttributeNames"].(map[string]any) {
+		in.ExpressionAttributeNames[k] = v.(string)
+	}
+	for k, v := range args["ExpressionAttributeValues"].(map[string]any) {
+		in.ExpressionAttributeValues[k] = toAttr(t, v)
+	}
+	if rv, ok := args["ReturnValues"].(string); ok {
+		in.ReturnValues = types.ReturnValue(rv)
+	}
+	return client.UpdateItem(context.Background(), in)
+}
+
+func strPtr(s string) *string { return &s }
+
+func conditionFailed(err error) bool {
+	var cf *types.ConditionalCheckFailedException
+	return errors.As(err, &cf)
+}
+
+// TestStateMachineAndRunExclude: a "leasehold run" process and the requests
+// of the machine that "leasehold sfn" writes exclude each other on one lock
+// in dynalite, and share its fencing counter.
+func TestStateMachineAndRunExclude(t *testing.T) {
+	base := enginetest.DynamoDBURL(t)
+	table := fmt.Sprintf("sfn_e2e_%d", time.Now().UnixNano())
+	u := "dynamodb://" + table + base[len("dynamodb://leasehold_test"):]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, err := leasehold(ctx, "store", "init", "--store", u).CombinedOutput(); err != nil {
+		t.Fatalf("store init: %v\n%s", err, out)
+	}
+	store, err := dynamodb.Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	client := store.Client()
+
+	def, err := sfn.Generate(sfn.Config{Table: table, Lock: "nightly",
+		LambdaARN: "arn:aws:lambda:us-east-1:123456789012:function:job", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	machine := filepath.Join(t.TempDir(), "machine.json")
+	if err := os.WriteFile(machine, def, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exec1 := "arn:aws:states:us-east-1:123456789012:execution:nightly:run-1"
+
+	// 1. leasehold run holds the lock: the machine's acquire is refused.
+	started := filepath.Join(t.TempDir(), "started")
+	release := filepath.Join(t.TempDir(), "release")
+	holder := leasehold(ctx, "run", "--store", u, "--ttl", "10s", "nightly", "--",
+		"sh", "-c", `echo "$LEASEHOLD_TOKEN" > `+started+`; while [ ! -e `+release+` ]; do sleep 0.05; done`)
+	startGroup(t, holder)
+	runDone := make(chan error, 1)
+	go func() { runDone <- holder.Wait() }()
+	var runToken uint64
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if b, err := os.ReadFile(started); err == nil && len(b) > 1 {
+			runToken, _ = strconv.ParseUint(string(b[:len(b)-1]), 10, 64)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("leasehold run never started its command")
+		}
+	}
+	if _, err := send(t, client, machineRequests(t, machine, sfn.StateAcquire, exec1, nil)); !conditionFailed(err) {
+		t.Fatalf("machine acquired a lock held by leasehold run: %v", err)
+	}
+
+	// 2. run releases; the machine acquires with a greater token.
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-runDone; err != nil {
+		t.Fatalf("leasehold run: %v", err)
+	}
+	out, err := send(t, client, machineRequests(t, machine, sfn.StateAcquire, exec1, nil))
+	if err != nil {
+		t.Fatalf("machine acquire after release: %v", err)
+	}
+	tok := out.Attributes["Token"].(*types.AttributeValueMemberN).Value
+	machineToken, _ := strconv.ParseUint(tok, 10, 64)
+	if machineToken <= runToken {
+		t.Fatalf("machine token %d, want > run's %d", machineToken, runToken)
+	}
+	// A retried (or redriven) acquire of the same execution succeeds.
+	if out, err = send(t, client, machineRequests(t, machine, sfn.StateAcquire, exec1, nil)); err != nil {
+		t.Fatalf("retried acquire of the same execution: %v", err)
+	}
+	tok = out.Attributes["Token"].(*types.AttributeValueMemberN).Value
+
+	// 3. While the machine holds it, leasehold run cannot, and status shows
+	// the execution as the holder; another execution is refused too.
+	if code := exitCode(leasehold(ctx, "run", "--store", u, "--no-wait", "nightly", "--", "true").Run()); code != 75 {
+		t.Fatalf("leasehold run --no-wait while the machine holds the lock: exit %d, want 75", code)
+	}
+	if ls := status(t, u, "nightly"); len(ls) != 1 || ls[0].Owner != exec1 {
+		t.Fatalf("status while the machine holds it: %+v", ls)
+	}
+	if _, err := send(t, client, machineRequests(t, machine, sfn.StateAcquire, exec1+"-other", nil)); !conditionFailed(err) {
+		t.Fatalf("a second execution acquired a held lock: %v", err)
+	}
+
+	// 4. The machine releases (with a stale token it would be refused), then
+	// leasehold run gets the lock with a greater token.
+	if _, err := send(t, client, machineRequests(t, machine, sfn.StateRelease, exec1, map[string]any{"lh_token": "1"})); !conditionFailed(err) {
+		t.Fatalf("release with a stale token: %v", err)
+	}
+	if _, err := send(t, client, machineRequests(t, machine, sfn.StateRelease, exec1, map[string]any{"lh_token": tok})); err != nil {
+		t.Fatalf("machine release: %v", err)
+	}
+	after := leasehold(ctx, "run", "--store", u, "--no-wait", "nightly", "--", "sh", "-c", `echo "$LEASEHOLD_TOKEN"`)
+	b, err := after.Output()
+	if err != nil {
+		t.Fatalf("leasehold run after the machine released: %v", err)
+	}
+	last, _ := strconv.ParseUint(string(b[:len(b)-1]), 10, 64)
+	want, _ := strconv.ParseUint(tok, 10, 64)
+	if last <= want {
+		t.Fatalf("run's token %d after the machine's %d", last, want)
+	}
+	t.Logf("tokens: run %d, machine %d (retried: %s), run %d", runToken, machineToken, tok, last)
+}
