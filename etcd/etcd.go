@@ -1,5 +1,5 @@
-// Package etcd is a leasehold.Store on etcd (v3 API, servers 3.4 and
-// later), with expiry judged by etcd itself: every grant is attached to a
+// Package etcd is a leasehold.Store on etcd (v3 API; tested with etcd 3.4),
+// with expiry judged by etcd itself: every grant is attached to a
 // native etcd lease of its own, which etcd's leader expires on its own
 // clock and then deletes the grant's key (pushing the deletion to
 // watchers). Fencing tokens are etcd revisions.
