@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"sync"
 	"time"
 
@@ -124,15 +125,25 @@ func countOps(res *HistoryResult, ops []porcupine.Operation) {
 			res.Grants++
 		}
 	}
-	// Takeovers: a grant whose token follows a grant never released.
+	// Takeovers: a grant whose predecessor (the grant with the next lower
+	// token in this history) was never released, so it must have expired.
+	// Tokens need not be consecutive (etcd's are revisions).
 	released := map[uint64]bool{}
+	var grants []uint64
+	seen := map[uint64]bool{}
 	for _, op := range ops {
-		if i, o := op.Input.(opInput), op.Output.(opOutput); i.Kind == opRelease && o.OK {
+		i, o := op.Input.(opInput), op.Output.(opOutput)
+		if i.Kind == opRelease && o.OK {
 			released[i.Token] = true
 		}
+		if i.Kind == opAcquire && o.OK && !seen[o.Token] {
+			seen[o.Token] = true
+			grants = append(grants, o.Token)
+		}
 	}
-	for _, op := range ops {
-		if i, o := op.Input.(opInput), op.Output.(opOutput); i.Kind == opAcquire && o.OK && o.Token > 1 && !released[o.Token-1] {
+	sort.Slice(grants, func(a, b int) bool { return grants[a] < grants[b] })
+	for k := 1; k < len(grants); k++ {
+		if !released[grants[k-1]] {
 			res.Takeovers++
 		}
 	}
