@@ -3,15 +3,12 @@ package stores
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
-
-	"github.com/leasehold/leasehold"
 )
 
 // Initializer prepares an engine for leasehold (creates its table, schema
 // or anything else the store would otherwise create on first open).
-type Initializer func(ctx context.Context, u *url.URL) error
+type Initializer func(ctx context.Context, rawURL string) error
 
 var initializers = map[string]Initializer{}
 
@@ -33,12 +30,12 @@ func Init(ctx context.Context, rawURL string) error {
 		rawURL = os.Getenv(EnvStore)
 	}
 	if rawURL != "" {
-		u, err := url.Parse(rawURL)
+		scheme, err := schemeOf(rawURL)
 		if err != nil {
-			return &leasehold.InvalidError{Field: "store URL", Reason: err.Error()}
+			return err
 		}
-		if f, ok := initializers[u.Scheme]; ok {
-			return f(ctx, u)
+		if f, ok := initializers[scheme]; ok {
+			return f(ctx, rawURL)
 		}
 	}
 	s, err := Open(ctx, rawURL)

@@ -2,25 +2,21 @@ package stores
 
 import (
 	"context"
-	"net/url"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/redis"
 )
 
-// Redis URLs, opened by redis.Open:
-//
-//	redis://[[user]:password@]host[:port][/db][?holdback=30s&prefix=leasehold:]
-//	rediss://...   the same over TLS
+// redis:// and rediss:// open the Redis store (see package redis for the
+// URL parameters).
 func init() {
-	Register("redis", openRedis)
-	Register("rediss", openRedis)
-}
-
-func openRedis(ctx context.Context, u *url.URL) (leasehold.Store, error) {
-	s, err := redis.Open(ctx, u.String())
-	if err != nil {
-		return nil, err
+	open := func(ctx context.Context, rawURL string) (leasehold.Store, error) {
+		s, err := redis.Open(ctx, rawURL)
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return s, nil
 	}
-	return s, nil
+	Register("redis", open)
+	Register("rediss", open)
 }

@@ -25,12 +25,14 @@ import (
 // EnvStore is the environment variable that names the default store URL.
 const EnvStore = "LEASEHOLD_STORE"
 
-// Opener opens a store from a parsed URL.
-type Opener func(ctx context.Context, u *url.URL) (leasehold.Store, error)
+// Opener opens a store from its URL. It receives the URL as given, so
+// that forms net/url rejects (PostgreSQL's multi-host URLs, say) reach the
+// engine's own parser.
+type Opener func(ctx context.Context, rawURL string) (leasehold.Store, error)
 
 var openers = map[string]Opener{
 	"sqlite": openSQLite,
-	"memory": func(context.Context, *url.URL) (leasehold.Store, error) { return memory.New(), nil },
+	"memory": func(context.Context, string) (leasehold.Store, error) { return memory.New(), nil },
 }
 
 // Register adds an opener for a URL scheme. It is meant to be called from
@@ -66,16 +68,33 @@ func Open(ctx context.Context, rawURL string) (leasehold.Store, error) {
 		}
 		return sqlite.Open(p)
 	}
-	u, err := url.Parse(rawURL)
+	scheme, err := schemeOf(rawURL)
 	if err != nil {
-		return nil, &leasehold.InvalidError{Field: "store URL", Reason: err.Error()}
+		return nil, err
 	}
-	o, ok := openers[u.Scheme]
+	o, ok := openers[scheme]
 	if !ok {
 		return nil, &leasehold.InvalidError{Field: "store URL",
-			Reason: fmt.Sprintf("unknown scheme %q in %q (known: %s)", u.Scheme, redact(u), strings.Join(Schemes(), ", "))}
+			Reason: fmt.Sprintf("unknown scheme %q (known: %s)", scheme, strings.Join(Schemes(), ", "))}
 	}
-	return o(ctx, u)
+	return o(ctx, rawURL)
+}
+
+// schemeOf returns the URL scheme of rawURL (RFC 3986: a letter, then
+// letters, digits, '+', '-' or '.'), lower-cased.
+func schemeOf(rawURL string) (string, error) {
+	scheme, _, ok := strings.Cut(rawURL, ":")
+	valid := ok && scheme != ""
+	for i, r := range scheme {
+		letter := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z'
+		if !letter && (i == 0 || !(r >= '0' && r <= '9' || r == '+' || r == '-' || r == '.')) {
+			valid = false
+		}
+	}
+	if !valid {
+		return "", &leasehold.InvalidError{Field: "store URL", Reason: "missing or malformed scheme (want e.g. sqlite:///path or postgres://host/db)"}
+	}
+	return strings.ToLower(scheme), nil
 }
 
 // DefaultPath is the default store file: $XDG_DATA_HOME/leasehold/leases.db,
@@ -91,7 +110,11 @@ func DefaultPath() (string, error) {
 	return filepath.Join(home, ".local", "share", "leasehold", "leases.db"), nil
 }
 
-func openSQLite(_ context.Context, u *url.URL) (leasehold.Store, error) {
+func openSQLite(_ context.Context, rawURL string) (leasehold.Store, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, &leasehold.InvalidError{Field: "store URL", Reason: err.Error()}
+	}
 	if u.RawQuery != "" || u.Fragment != "" {
 		return nil, &leasehold.InvalidError{Field: "store URL", Reason: "sqlite URLs take no query or fragment"}
 	}
@@ -103,13 +126,4 @@ func openSQLite(_ context.Context, u *url.URL) (leasehold.Store, error) {
 		return nil, &leasehold.InvalidError{Field: "store URL", Reason: "sqlite URL has no path (sqlite:///path/to/leases.db)"}
 	}
 	return sqlite.Open(p)
-}
-
-func redact(u *url.URL) string {
-	if u.User != nil {
-		c := *u
-		c.User = url.User(u.User.Username())
-		return c.String()
-	}
-	return u.String()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/memory"
@@ -53,5 +54,16 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		if _, err := stores.Open(context.Background(), u); !errors.Is(err, leasehold.ErrInvalid) {
 			t.Errorf("Open(%q): %v, want ErrInvalid", u, err)
 		}
+	}
+}
+
+// TestMultiHostURLReachesTheEngine: a URL that net/url rejects (PostgreSQL
+// multi-host) is passed to the engine's own parser, not refused here.
+func TestMultiHostURLReachesTheEngine(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := stores.Open(ctx, "postgres://127.0.0.1:1,127.0.0.1:2/db?connect_timeout=2&sslmode=disable")
+	if err == nil || errors.Is(err, leasehold.ErrInvalid) {
+		t.Fatalf("multi-host URL: %v, want a connection error from the engine", err)
 	}
 }
