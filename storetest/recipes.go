@@ -223,6 +223,7 @@ func testElection(t *testing.T, h Harness) {
 	start := time.Now()
 	var mu sync.Mutex
 	var ivs []interval
+	var ops []porcupine.Operation
 	var errs []error
 	var wg sync.WaitGroup
 	for c := 0; c < 4; c++ {
@@ -235,6 +236,7 @@ func testElection(t *testing.T, h Harness) {
 		go func() {
 			defer wg.Done()
 			for r := 0; r < 5; r++ {
+				call := time.Since(start)
 				l, err := e.Campaign(ctx)
 				if err != nil {
 					mu.Lock()
@@ -246,11 +248,17 @@ func testElection(t *testing.T, h Harness) {
 				time.Sleep(time.Millisecond)
 				end := time.Since(start)
 				err = l.Release(ctx)
+				relRet := time.Since(start)
 				mu.Lock()
 				if err != nil {
 					errs = append(errs, err)
 				}
 				ivs = append(ivs, interval{who: l.Owner(), term: l.Token(), start: begin, end: end})
+				ops = append(ops,
+					porcupine.Operation{Input: opInput{Kind: opAcquire, Owner: l.Owner(), RequestID: l.RequestID(), TTL: int64(30 * time.Second), Call: int64(call)},
+						Call: int64(call), Output: opOutput{OK: true, Token: l.Token(), Return: int64(begin)}, Return: int64(begin)},
+					porcupine.Operation{Input: opInput{Kind: opRelease, Owner: l.Owner(), Token: l.Token(), Call: int64(end)},
+						Call: int64(end), Output: opOutput{OK: err == nil, Return: int64(relRet)}, Return: int64(relRet)})
 				mu.Unlock()
 			}
 		}()
@@ -267,6 +275,11 @@ func testElection(t *testing.T, h Harness) {
 	}
 	if m := maxOverlap(ivs); m != 1 {
 		t.Errorf("%d leaders at once", m)
+	}
+	// The campaigns and resignations form a linearizable history of the
+	// election's lease: one leader per term, terms increasing.
+	if res := porcupine.CheckOperationsTimeout(LeaseModel(), ops, 30*time.Second); res != porcupine.Ok {
+		t.Errorf("election history (%d ops): porcupine says %s", len(ops), res)
 	}
 
 	// Failover: the leader stops renewing; a standby blocked in Campaign
