@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -29,9 +30,28 @@ func readLines(path string) []string {
 // child writes its owner and term. Killing the leader (SIGKILL, process
 // group) makes the standby take over within TTL + 1.5s, in a greater term.
 func TestElectFailover(t *testing.T) {
-	store, _ := newStore(t)
+	sqliteURL, _ := newStore(t)
+	stores := map[string]string{"sqlite": sqliteURL}
+	for name, env := range map[string]string{"postgres": "LEASEHOLD_TEST_POSTGRES", "redis": "LEASEHOLD_TEST_REDIS",
+		"dynamodb": "LEASEHOLD_TEST_DYNAMODB", "etcd": "LEASEHOLD_TEST_ETCD"} {
+		if u := os.Getenv(env); u != "" {
+			if name == "redis" {
+				// The test server is fresh and has no persistence: without
+				// this the store holds back its first grants (docs/stores/redis.md).
+				u += "?holdback=0"
+			}
+			stores[name] = u
+		}
+	}
+	for name, store := range stores {
+		t.Run(name, func(t *testing.T) { electFailover(t, store) })
+	}
+}
+
+func electFailover(t *testing.T, store string) {
 	log := t.TempDir() + "/leaders"
 	const ttl = 2 * time.Second
+	name := fmt.Sprintf("svc/primary/%d", time.Now().UnixNano())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var cmds []*struct {
@@ -39,7 +59,7 @@ func TestElectFailover(t *testing.T) {
 		pid   int
 	}
 	for _, owner := range []string{"node-a", "node-b"} {
-		cmd := leasehold(ctx, "elect", "--store", store, "--ttl", ttl.String(), "--owner", owner, "svc/primary", "--",
+		cmd := leasehold(ctx, "elect", "--store", store, "--ttl", ttl.String(), "--owner", owner, name, "--",
 			"sh", "-c", `echo "$LEASEHOLD_OWNER $LEASEHOLD_TERM" >> `+log+`; exec sleep 60`)
 		startGroup(t, cmd)
 		cmds = append(cmds, &struct {
@@ -73,14 +93,16 @@ func TestElectFailover(t *testing.T) {
 	}
 	took := time.Since(killed)
 	next := strings.Fields(lines[1])
-	t.Logf("failover after SIGKILL of the leader: %s (TTL %s); terms %s -> %s", took.Round(time.Millisecond), ttl, leader[1], next[1])
+	t.Logf("%s: failover after SIGKILL of the leader: %s (TTL %s); terms %s -> %s", store[:strings.Index(store, ":")], took.Round(time.Millisecond), ttl, leader[1], next[1])
 	t1, _ := strconv.ParseUint(leader[1], 10, 64)
 	t2, _ := strconv.ParseUint(next[1], 10, 64)
 	if next[0] == leader[0] || t2 <= t1 {
 		t.Errorf("takeover by %v after %v: want the other node in a greater term", next, leader)
 	}
-	if took > ttl+1500*time.Millisecond {
-		t.Errorf("failover took %s, want within TTL + 1.5s", took)
+	// etcd keeps a lease for its TTL rounded up to whole seconds (2s here);
+	// DynamoDB adds its max clock skew (1s by default).
+	if took > ttl+2500*time.Millisecond {
+		t.Errorf("failover took %s, want within TTL + 2.5s", took)
 	}
 }
 
