@@ -4,12 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
-	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -44,49 +40,13 @@ func contend(ctx context.Context, s leasehold.Store, name string, out chan<- gra
 	close(out)
 }
 
-// restart does what srv.Restart does (SIGKILL to the postmaster's process
-// group, start again on the same data), but waits in between for the
-// backends to exit: each backend is a process group of its own, so the
-// kill does not reach them, and a new postmaster refuses to start while
-// they still hold the old shared memory. Backends notice the postmaster's
-// death at once and exit, telling their clients "terminating connection
-// due to unexpected postmaster exit"; stragglers are killed after 30s.
+// restart kills the server (SIGKILL; enginetest also kills the backends,
+// which run in process groups of their own), keeps it down for down, and
+// starts it again on the same data.
 func restart(t *testing.T, srv *enginetest.Server, down time.Duration) {
 	srv.Kill()
 	time.Sleep(down)
-	data := filepath.Join(srv.Dir, "data")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		pids := processesIn(data)
-		if len(pids) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Logf("killing %d backends that outlived the postmaster", len(pids))
-			for _, pid := range pids {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	srv.Start()
-}
-
-// processesIn lists the processes whose working directory is dir
-// (PostgreSQL's processes run in their data directory).
-func processesIn(dir string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd")); err == nil && cwd == dir {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
 
 // TestServerRestart kills the PostgreSQL server (SIGKILL) under held
