@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/sqlite"
 )
 
 // readLines returns the non-empty lines of a file (missing: none).
@@ -144,5 +146,40 @@ func TestRunPermits(t *testing.T) {
 	}
 	if len(lines) != 12 || peak > 2 || peak < 1 {
 		t.Errorf("%d lines, at most %d at once; want 12 lines and at most 2", len(lines), peak)
+	}
+}
+
+// TestElectOnLostRestart: with --on-lost restart, an instance whose
+// leadership is taken away (its lease released behind its back) stops its
+// command, campaigns again and runs the command again in a new term.
+func TestElectOnLostRestart(t *testing.T) {
+	store, path := newStore(t)
+	log := t.TempDir() + "/terms"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := leasehold(ctx, "elect", "--store", store, "--ttl", "1s", "--grace", "300ms", "--on-lost", "restart", "svc/x", "--",
+		"sh", "-c", `echo "$LEASEHOLD_TERM" >> `+log+`; exec sleep 30`)
+	startGroup(t, cmd)
+	go cmd.Wait()
+	held := waitHeld(t, store, "svc/x")
+	s, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Release(ctx, "svc/x", held.Owner, held.Token)
+	s.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for deadline := time.Now().Add(20 * time.Second); len(lines) < 2; time.Sleep(20 * time.Millisecond) {
+		if lines = readLines(log); time.Now().After(deadline) {
+			t.Fatalf("the command was not run again after the loss: %v", lines)
+		}
+	}
+	t1, _ := strconv.ParseUint(lines[0], 10, 64)
+	t2, _ := strconv.ParseUint(lines[1], 10, 64)
+	if t2 <= t1 {
+		t.Errorf("terms %d then %d: want a greater term after campaigning again", t1, t2)
 	}
 }

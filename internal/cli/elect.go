@@ -1,12 +1,6 @@
 package cli
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"os"
-	"os/signal"
-
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold"
@@ -56,7 +50,7 @@ func newElectCmd(e *env) *cobra.Command {
 			if o.onLost != "exit" && o.onLost != "restart" {
 				return usagef("elect: --on-lost %q must be exit or restart", o.onLost)
 			}
-			return o.runElect(cmd.Context(), e)
+			return o.run(cmd.Context(), e)
 		}),
 	}
 	f := cmd.Flags()
@@ -67,38 +61,4 @@ func newElectCmd(e *env) *cobra.Command {
 	f.StringVar(&o.data, "data", "", "data to publish with the leadership (e.g. this node's address)")
 	f.StringVar(&o.onLost, "on-lost", "exit", "after leadership is lost: exit (76) or restart (campaign again)")
 	return cmd
-}
-
-// runElect campaigns and supervises CMD while leading, again and again with
-// --on-lost restart.
-func (o *runOptions) runElect(ctx context.Context, e *env) error {
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwardedSignals...)
-	defer signal.Stop(sigs)
-	store, err := e.openStore(ctx, o.store)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	var opts []leasehold.Option
-	if o.owner != "" {
-		opts = append(opts, leasehold.WithOwner(o.owner))
-	}
-	client, err := leasehold.New(store, opts...)
-	if err != nil {
-		return classify(err, "elect")
-	}
-	for {
-		lease, err := o.acquire(ctx, e, client, sigs)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stderr, "leasehold: leader of %s in term %d\n", o.name, lease.Token())
-		err = o.supervise(ctx, e, lease, sigs)
-		var ee *exitError
-		if o.onLost != "restart" || !errors.As(err, &ee) || ee.code != ExitLost || ctx.Err() != nil {
-			return err
-		}
-		fmt.Fprintf(e.stderr, "leasehold: %s; campaigning again\n", ee.msg)
-	}
 }

@@ -177,7 +177,8 @@ func startError(name string, err error) error {
 	return exitf(ExitCannotExec, "run: cannot run %q: %v", name, err)
 }
 
-// run acquires the lease, supervises the command and releases the lease.
+// run acquires the lease, supervises the command and releases the lease
+// (for elect with --on-lost restart, again after each loss).
 func (o *runOptions) run(ctx context.Context, e *env) error {
 	// Catch the forwarded signals from now on: while waiting they end the
 	// wait, while the command runs they are forwarded to it, and while the
@@ -198,13 +199,24 @@ func (o *runOptions) run(ctx context.Context, e *env) error {
 	}
 	client, err := leasehold.New(store, opts...)
 	if err != nil {
-		return classify(err, "run")
+		return classify(err, "%s", o.verb)
 	}
-	lease, err := o.acquire(ctx, e, client, sigs)
-	if err != nil {
-		return err
+	for {
+		lease, err := o.acquire(ctx, e, client, sigs)
+		if err != nil {
+			return err
+		}
+		if o.elect {
+			fmt.Fprintf(e.stderr, "leasehold: leader of %s in term %d\n", o.name, lease.Token())
+		}
+		err = o.supervise(ctx, e, lease, sigs)
+		// elect --on-lost restart: back to standby after losing leadership.
+		var ee *exitError
+		if !o.elect || o.onLost != "restart" || !errors.As(err, &ee) || ee.code != ExitLost || ctx.Err() != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "leasehold: %s; campaigning again\n", ee.msg)
 	}
-	return o.supervise(ctx, e, lease, sigs)
 }
 
 // acquire takes the lease as the flags say. A signal from sigs ends the
