@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/internal/leasestate"
+	"github.com/leasehold/leasehold/internal/watchset"
 )
 
 var (
@@ -27,10 +28,11 @@ type Store struct {
 	clock  clock.Clock
 	origin time.Time
 
-	mu       sync.Mutex
-	rows     map[string]*leasestate.Row
-	watchers map[string]map[chan struct{}]struct{}
-	closed   bool
+	mu     sync.Mutex
+	rows   map[string]*leasestate.Row
+	closed bool
+
+	watch watchset.Set
 }
 
 // Option configures a Store.
@@ -41,7 +43,7 @@ func WithClock(c clock.Clock) Option { return func(s *Store) { s.clock = c } }
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
-	s := &Store{clock: clock.Real(), rows: map[string]*leasestate.Row{}, watchers: map[string]map[chan struct{}]struct{}{}}
+	s := &Store{clock: clock.Real(), rows: map[string]*leasestate.Row{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -116,7 +118,7 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 		return err
 	}
 	s.rows[name] = &next
-	s.notifyLocked(name)
+	s.watch.Notify(name)
 	return nil
 }
 
@@ -170,37 +172,7 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	if err := leasehold.ValidateName(name); err != nil {
 		return nil, err
 	}
-	ch := make(chan struct{}, 1)
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, leasehold.ErrClosed
-	}
-	if s.watchers[name] == nil {
-		s.watchers[name] = map[chan struct{}]struct{}{}
-	}
-	s.watchers[name][ch] = struct{}{}
-	s.mu.Unlock()
-	go func() {
-		<-ctx.Done()
-		s.mu.Lock()
-		delete(s.watchers[name], ch)
-		if len(s.watchers[name]) == 0 {
-			delete(s.watchers, name)
-		}
-		s.mu.Unlock()
-		close(ch)
-	}()
-	return ch, nil
-}
-
-func (s *Store) notifyLocked(name string) {
-	for ch := range s.watchers[name] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
+	return s.watch.Add(ctx, name)
 }
 
 // Close marks the store closed; later calls return leasehold.ErrClosed.
@@ -208,6 +180,7 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	s.watch.Close()
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/watchset"
 )
 
 // Listener timing. The listener reconnects with jittered exponential
@@ -35,13 +36,14 @@ type hub struct {
 	after   func(context.Context, *pgx.Conn) error       // the pool's AfterConnect
 	channel string
 
-	mu       sync.Mutex
-	watchers map[string]map[chan struct{}]struct{}
-	running  bool
-	closed   bool
-	stop     chan struct{} // closed by close
-	done     chan struct{} // closed when the listener goroutine returns
-	listens  int           // LISTENs established so far (for tests)
+	set watchset.Set // the watchers
+
+	mu      sync.Mutex
+	running bool
+	closed  bool
+	stop    chan struct{} // closed by close
+	done    chan struct{} // closed when the listener goroutine returns
+	listens int           // LISTENs established so far (for tests)
 }
 
 // init takes the pool's connection settings, including its connect hooks
@@ -49,7 +51,6 @@ type hub struct {
 // connection.
 func (h *hub) init(cfg *pgxpool.Config, channel string) {
 	h.connCfg, h.before, h.after, h.channel = cfg.ConnConfig, cfg.BeforeConnect, cfg.AfterConnect, channel
-	h.watchers = map[string]map[chan struct{}]struct{}{}
 	h.stop, h.done = make(chan struct{}), make(chan struct{})
 }
 
@@ -64,57 +65,25 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 		return nil, err
 	}
 	h := &s.watch
-	ch := make(chan struct{}, 1)
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.closed || s.closed.Load() {
-		h.mu.Unlock()
 		return nil, leasehold.ErrClosed
 	}
-	if h.watchers[name] == nil {
-		h.watchers[name] = map[chan struct{}]struct{}{}
+	ch, err := h.set.Add(ctx, name)
+	if err != nil {
+		return nil, err
 	}
-	h.watchers[name][ch] = struct{}{}
 	if !h.running {
 		h.running = true
 		go h.run()
 	}
-	h.mu.Unlock()
-	context.AfterFunc(ctx, func() {
-		h.mu.Lock()
-		delete(h.watchers[name], ch)
-		if len(h.watchers[name]) == 0 {
-			delete(h.watchers, name)
-		}
-		h.mu.Unlock()
-		close(ch)
-	})
 	return ch, nil
 }
 
-func send(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
+func (h *hub) notify(name string) { h.set.Notify(name) }
 
-func (h *hub) notify(name string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for ch := range h.watchers[name] {
-		send(ch)
-	}
-}
-
-func (h *hub) notifyAll() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, chans := range h.watchers {
-		for ch := range chans {
-			send(ch)
-		}
-	}
-}
+func (h *hub) notifyAll() { h.set.NotifyAll() }
 
 // close stops the listener and waits for it to return.
 func (h *hub) close() {
@@ -130,6 +99,7 @@ func (h *hub) close() {
 	if running {
 		<-h.done
 	}
+	h.set.Close()
 }
 
 // run is the listener goroutine: connect, LISTEN, dispatch, and on any

@@ -29,6 +29,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/watchset"
 )
 
 var (
@@ -294,11 +295,11 @@ func redactErr(err error, rawURL string) string {
 
 // watchState is the pub/sub subscriber and its watchers (see watch.go).
 type watchState struct {
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	ps       *goredis.PubSub
-	ready    chan struct{} // closed on the first subscription
-	done     chan struct{} // closed when the subscriber goroutine exits
-	watchers map[string]map[chan struct{}]struct{}
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	ps      *goredis.PubSub
+	ready   chan struct{} // closed on the first subscription
+	done    chan struct{} // closed when the subscriber goroutine exits
+	set     watchset.Set  // the watchers
 }

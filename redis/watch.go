@@ -32,48 +32,39 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	if err := s.usable(ctx); err != nil {
 		return nil, err
 	}
-	ch := make(chan struct{}, 1)
-	abort := make(chan struct{}) // closed when Watch fails after registering ch
+	// wctx ends with ctx, or when Watch fails after registering the watcher.
+	wctx, abort := context.WithCancel(ctx)
 	w := &s.w
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
+		abort()
 		return nil, leasehold.ErrClosed
 	}
 	if !w.started {
 		s.startSubscriber()
 	}
-	if w.watchers[name] == nil {
-		w.watchers[name] = map[chan struct{}]struct{}{}
-	}
-	w.watchers[name][ch] = struct{}{}
+	ch, err := w.set.Add(wctx, name)
 	ready := w.ready
 	w.mu.Unlock()
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-abort:
-		}
-		w.mu.Lock()
-		delete(w.watchers[name], ch)
-		if len(w.watchers[name]) == 0 {
-			delete(w.watchers, name)
-		}
-		w.mu.Unlock()
-		close(ch)
-	}()
+	if err != nil {
+		abort()
+		return nil, err
+	}
 	t := time.NewTimer(subscribeWait)
 	defer t.Stop()
 	select {
 	case <-ready:
+		context.AfterFunc(ctx, abort) // wctx lives as long as ctx
 		return ch, nil
 	case <-ctx.Done():
+		abort()
 		return nil, ctx.Err()
 	case <-t.C:
-		close(abort)
+		abort()
 		return nil, errors.New("redis watch: subscription not confirmed in time")
 	case <-w.done:
-		close(abort)
+		abort()
 		return nil, leasehold.ErrClosed
 	}
 }
@@ -84,9 +75,6 @@ func (s *Store) startSubscriber() {
 	w.started = true
 	w.ready = make(chan struct{})
 	w.done = make(chan struct{})
-	if w.watchers == nil {
-		w.watchers = map[string]map[chan struct{}]struct{}{}
-	}
 	// go-redis reconnects and resubscribes by itself, pings an idle
 	// connection every few seconds, and delivers each (re)subscription as
 	// a *Subscription.
@@ -115,24 +103,11 @@ func (s *Store) startSubscriber() {
 
 // notify wakes the watchers of name, or all watchers, without blocking.
 func (s *Store) notify(name string, all bool) {
-	w := &s.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	send := func(set map[chan struct{}]struct{}) {
-		for ch := range set {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
-	}
-	if !all {
-		send(w.watchers[name])
+	if all {
+		s.w.set.NotifyAll()
 		return
 	}
-	for _, set := range w.watchers {
-		send(set)
-	}
+	s.w.set.Notify(name)
 }
 
 // stopWatching closes the subscription and waits for its goroutine.
@@ -142,9 +117,9 @@ func (s *Store) stopWatching() {
 	w.stopped = true
 	started, ps, done := w.started, w.ps, w.done
 	w.mu.Unlock()
-	if !started {
-		return
+	if started {
+		_ = ps.Close()
+		<-done
 	}
-	_ = ps.Close()
-	<-done
+	w.set.Close()
 }

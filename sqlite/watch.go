@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/watchset"
 )
 
 // pollInterval is how often the watch goroutine asks SQLite whether another
@@ -20,19 +21,17 @@ const pollInterval = 2 * time.Millisecond
 // other processes sharing the file (PRAGMA data_version changes, then the
 // watched names are re-read and the free ones notified).
 type watchHub struct {
-	s        *Store
-	mu       sync.Mutex
-	watchers map[string]map[chan struct{}]struct{}
-	running  bool
-	stop     chan struct{}
-	stopped  chan struct{}
-	closed   bool
+	s   *Store
+	set watchset.Set
+
+	mu      sync.Mutex // guards the poll goroutine's state
+	running bool
+	stop    chan struct{}
+	stopped chan struct{}
+	closed  bool
 }
 
-func (h *watchHub) init(s *Store) {
-	h.s = s
-	h.watchers = map[string]map[chan struct{}]struct{}{}
-}
+func (h *watchHub) init(s *Store) { h.s = s }
 
 // Watch implements leasehold.Watcher.
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
@@ -40,55 +39,24 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 		return nil, err
 	}
 	h := &s.watch
-	ch := make(chan struct{}, 1)
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.closed {
-		h.mu.Unlock()
 		return nil, leasehold.ErrClosed
 	}
-	if h.watchers[name] == nil {
-		h.watchers[name] = map[chan struct{}]struct{}{}
+	ch, err := h.set.Add(ctx, name)
+	if err != nil {
+		return nil, err
 	}
-	h.watchers[name][ch] = struct{}{}
 	if !h.running {
 		h.running = true
 		h.stop, h.stopped = make(chan struct{}), make(chan struct{})
 		go h.poll(h.stop, h.stopped)
 	}
-	h.mu.Unlock()
-	go func() {
-		<-ctx.Done()
-		h.mu.Lock()
-		delete(h.watchers[name], ch)
-		if len(h.watchers[name]) == 0 {
-			delete(h.watchers, name)
-		}
-		h.mu.Unlock()
-		close(ch)
-	}()
 	return ch, nil
 }
 
-func (h *watchHub) notify(name string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for ch := range h.watchers[name] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (h *watchHub) names() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]string, 0, len(h.watchers))
-	for n := range h.watchers {
-		out = append(out, n)
-	}
-	return out
-}
+func (h *watchHub) notify(name string) { h.set.Notify(name) }
 
 // poll runs while there are watchers. It holds one connection of its own,
 // since data_version is per connection.
@@ -120,10 +88,10 @@ func (h *watchHub) poll(stop, stopped chan struct{}) {
 			return
 		case <-t.C:
 		}
-		names := h.names()
+		names := h.set.Names()
 		if len(names) == 0 {
 			h.mu.Lock()
-			if len(h.watchers) == 0 {
+			if h.set.Len() == 0 {
 				h.running = false
 				h.mu.Unlock()
 				return
@@ -167,4 +135,5 @@ func (h *watchHub) close() {
 		close(stop)
 		<-stopped
 	}
+	h.set.Close()
 }
