@@ -5,11 +5,12 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
-	"slices"
+
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/latency"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/sqlite"
 )
@@ -25,34 +26,12 @@ import (
 // pair on the same kind of storage (for SQLite, a conditional upsert and an
 // owner-checked delete on a file with the same pragmas).
 
-type pairFunc func(ctx context.Context, i int) error
+type pairFunc = func(ctx context.Context) error
 
-func benchPairs(b *testing.B, pair pairFunc) {
-	ctx := context.Background()
-	lat := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		if err := pair(ctx, i); err != nil {
-			b.Fatal(err)
-		}
-		lat = append(lat, time.Since(t0))
-	}
-	b.StopTimer()
-	reportPercentiles(b, lat)
-}
-
-func reportPercentiles(b *testing.B, lat []time.Duration) {
-	if len(lat) == 0 {
-		return
-	}
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
-}
+func benchPairs(b *testing.B, pair pairFunc) { latency.Measure(b, 0, pair) }
 
 func storePair(s leasehold.Store) pairFunc {
-	return func(ctx context.Context, i int) error {
+	return func(ctx context.Context) error {
 		rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "bench/lock", Owner: "me", TTL: 10 * time.Second})
 		if err != nil {
 			return err
@@ -66,7 +45,7 @@ func clientPair(b *testing.B, s leasehold.Store) pairFunc {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return func(ctx context.Context, i int) error {
+	return func(ctx context.Context) error {
 		l, err := c.TryAcquire(ctx, "bench/lock", leasehold.TTL(10*time.Second))
 		if err != nil {
 			return err
@@ -140,7 +119,7 @@ func rawSQLitePair(b *testing.B) pairFunc {
 	if _, err := db.Exec(`CREATE TABLE locks (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires INTEGER NOT NULL) WITHOUT ROWID`); err != nil {
 		b.Fatal(err)
 	}
-	return func(ctx context.Context, i int) error {
+	return func(ctx context.Context) error {
 		now := time.Now().UnixNano()
 		res, err := db.ExecContext(ctx, `INSERT INTO locks(name, owner, expires) VALUES (?, ?, ?)
 			ON CONFLICT(name) DO UPDATE SET owner = excluded.owner, expires = excluded.expires

@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/etcd"
 	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/internal/latency"
 )
 
 // Run with the shared test etcd (see scripts/engines.sh):
@@ -35,34 +36,9 @@ import (
 // both in alternating blocks of turns (pairs, then handoffs) and reports
 // the p50 and p99 of each side and the store/mutex ratio of the medians.
 
-func percentiles(b *testing.B, lat []time.Duration, unit string) {
-	if len(lat) == 0 {
-		return
-	}
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-"+unit)
-	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-"+unit)
-}
-
-func timed(b *testing.B, pair func(ctx context.Context) error) {
-	ctx := context.Background()
-	lat := make([]time.Duration, 0, b.N)
-	for i := 0; i < 20; i++ { // warm up connections and spare leases
-		if err := pair(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		if err := pair(ctx); err != nil {
-			b.Fatal(err)
-		}
-		lat = append(lat, time.Since(t0))
-	}
-	b.StopTimer()
-	percentiles(b, lat, "µs")
-}
+// timed measures pair after 20 untimed calls that warm up connections and
+// spare leases.
+func timed(b *testing.B, pair func(ctx context.Context) error) { latency.Measure(b, 20, pair) }
 
 func newClient(b testing.TB, s *etcd.Store) *clientv3.Client {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: s.Client().Endpoints(), DialTimeout: 5 * time.Second})
@@ -229,7 +205,7 @@ func BenchmarkHandoff(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		percentiles(b, lat, "µs")
+		latency.Report(b, lat, "")
 	}
 	b.Run(fmt.Sprintf("mutex/%d", handoffWaiters), func(b *testing.B) {
 		run(b, mutexWaiters(b, base, base.Prefix()+"mutex/handoff"))

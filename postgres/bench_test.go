@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/internal/latency"
 )
 
 // Run with:
@@ -39,19 +40,7 @@ func benchPairs(b *testing.B, pair pairFunc) {
 			b.Fatal(err)
 		}
 	}
-	lat := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		if err := pair(ctx); err != nil {
-			b.Fatal(err)
-		}
-		lat = append(lat, time.Since(t0))
-	}
-	b.StopTimer()
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
+	latency.Measure(b, 0, pair)
 }
 
 func benchStore(b *testing.B, base string, params ...string) leasehold.Store {
