@@ -92,6 +92,27 @@ func (s *Server) Start() {
 	}
 }
 
+// launch starts the server and kills it when the test ends.
+func (s *Server) launch() *Server {
+	s.Start()
+	s.t.Cleanup(s.Kill)
+	return s
+}
+
+// binary returns the program named by the environment variable env, else
+// name found in PATH; it skips the test when neither is there.
+func binary(t testing.TB, env, name string) string {
+	t.Helper()
+	if bin := os.Getenv(env); bin != "" {
+		return bin
+	}
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		t.Skipf("%s not found ($%s empty, not in PATH): %s", name, env, howTo)
+	}
+	return bin
+}
+
 // Kill sends SIGKILL to the server's processes and waits for them to exit.
 func (s *Server) Kill() {
 	if s.cmd == nil {
@@ -150,20 +171,12 @@ func (s *Server) portOpen() bool {
 // appended to its command line. Skips when Redis is not installed.
 func StartRedis(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	bin := os.Getenv("LEASEHOLD_TEST_REDIS_SERVER")
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("redis-server"); err != nil {
-			t.Skipf("redis-server not found: %s", howTo)
-		}
-	}
+	bin := binary(t, "LEASEHOLD_TEST_REDIS_SERVER", "redis-server")
 	s := &Server{t: t, Port: FreePort(t), Dir: t.TempDir()}
 	s.argv = append([]string{bin, "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.Dir}, extra...)
 	s.wait = s.portOpen
-	s.Start()
-	t.Cleanup(s.Kill)
-	return s
+	return s.launch()
 }
 
 // RedisURL returns the URL of a private Redis server.
@@ -208,9 +221,7 @@ func StartPostgres(t testing.TB) *Server {
 		"-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "full_page_writes=off"}
 	s.wait = func() bool { return s.portOpen() && s.pgReady(bin) }
 	s.procDir = filepath.Join(dir, "data")
-	s.Start()
-	t.Cleanup(s.Kill)
-	return s
+	return s.launch()
 }
 
 func (s *Server) pgReady(bin string) bool {
@@ -248,9 +259,7 @@ func StartDynalite(t testing.TB) *Server {
 	s := &Server{t: t, Port: FreePort(t), Dir: t.TempDir()}
 	s.argv = []string{node, cli, "--port", strconv.Itoa(s.Port), "--host", "127.0.0.1"}
 	s.wait = s.portOpen
-	s.Start()
-	t.Cleanup(s.Kill)
-	return s
+	return s.launch()
 }
 
 // DynamoDBEndpoint returns the HTTP endpoint of a private dynalite.
@@ -260,13 +269,7 @@ func (s *Server) DynamoDBEndpoint() string { return fmt.Sprintf("http://127.0.0.
 // directory that survives Restart. Skips when etcd is not installed.
 func StartEtcd(t testing.TB) *Server {
 	t.Helper()
-	bin := os.Getenv("LEASEHOLD_TEST_ETCD_BIN")
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("etcd"); err != nil {
-			t.Skipf("etcd not found: %s", howTo)
-		}
-	}
+	bin := binary(t, "LEASEHOLD_TEST_ETCD_BIN", "etcd")
 	s := &Server{t: t, Port: FreePort(t), Dir: t.TempDir()}
 	peer := FreePort(t)
 	client, peerURL := fmt.Sprintf("http://127.0.0.1:%d", s.Port), fmt.Sprintf("http://127.0.0.1:%d", peer)
@@ -275,9 +278,7 @@ func StartEtcd(t testing.TB) *Server {
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 		"--initial-cluster", "t=" + peerURL}
 	s.wait = s.portOpen
-	s.Start()
-	t.Cleanup(s.Kill)
-	return s
+	return s.launch()
 }
 
 // EtcdURL returns the store URL of a private etcd.
