@@ -3,6 +3,7 @@ package leasehold_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -86,5 +87,30 @@ func TestElectionRun(t *testing.T) {
 	}
 	if len(terms) != 2 || terms[1] <= terms[0] {
 		t.Errorf("terms %v do not increase", terms)
+	}
+}
+
+func TestRecipesRejectBadInput(t *testing.T) {
+	s := memory.New()
+	c, _ := leasehold.New(s, leasehold.WithOwner("a"))
+	for _, tc := range []struct {
+		what string
+		err  error
+	}{
+		{"election with an empty name", func() error { _, err := c.Election(""); return err }()},
+		{"election with a bad TTL", func() error { _, err := c.Election("e", leasehold.TTL(time.Nanosecond)); return err }()},
+		{"semaphore with 0 permits", func() error { _, err := c.Semaphore("s", 0); return err }()},
+		{"semaphore with too many permits", func() error { _, err := c.Semaphore("s", leasehold.MaxPermits+1); return err }()},
+		{"semaphore whose permit names would be too long", func() error {
+			_, err := c.Semaphore(strings.Repeat("n", leasehold.MaxNameLen-3), 10)
+			return err
+		}()},
+	} {
+		if !errors.Is(tc.err, leasehold.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", tc.what, tc.err)
+		}
+	}
+	if recs, _ := s.List(context.Background(), ""); len(recs) != 0 {
+		t.Errorf("bad input left leases: %+v", recs)
 	}
 }
