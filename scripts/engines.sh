@@ -10,7 +10,8 @@
 # of the shared test servers), and LEASEHOLD_TEST_PG_BIN,
 # LEASEHOLD_TEST_REDIS_SERVER, LEASEHOLD_TEST_DYNALITE and
 # LEASEHOLD_TEST_ETCD_BIN (programs, for tests that start, kill and restart
-# private instances).
+# private instances), and LEASEHOLD_TEST_CHROMIUM (Debian's chromium, for the
+# dashboard's browser test).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STATE=${LEASEHOLD_ENGINES_DIR:-$ROOT/.engines}
@@ -45,6 +46,14 @@ pg_bin() {
 	return 1
 }
 
+chromium_bin() {
+	local b
+	for b in chromium chromium-browser; do
+		command -v "$b" && return
+	done
+	return 1
+}
+
 free_port() {
 	local p
 	for _ in $(seq 1 200); do
@@ -64,6 +73,7 @@ install() {
 	pg_bin >/dev/null || need+=(postgresql)
 	command -v etcd >/dev/null || need+=(etcd-server)
 	command -v node >/dev/null || need+=(nodejs npm)
+	chromium_bin >/dev/null || need+=(chromium)
 	[ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
 	# From the npm registry: dynalite (MIT), a DynamoDB API on LevelDB or
 	# memory; asl-validator and jsonata (the reference implementation), to
@@ -156,6 +166,11 @@ start_redis() {
 	log "Redis on 127.0.0.1:$port ($dir)"
 }
 
+export_chromium() {
+	echo "export LEASEHOLD_TEST_CHROMIUM='$(chromium_bin)'"
+	log "Chromium: $(chromium_bin)"
+}
+
 stop() {
 	if [ -f "$STATE/pg.dir" ]; then
 		local dir bin
@@ -195,6 +210,7 @@ start)
 	start_redis
 	start_dynalite
 	start_etcd
+	export_chromium
 	;;
 stop) stop ;;
 *)
