@@ -228,6 +228,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 	if err != nil {
 		return nil, err
 	}
+	if q, ok := c.store.(Queuer); ok {
+		return c.acquireQueued(ctx, q, req, cfg)
+	}
 	var notify <-chan struct{}
 	if w, ok := c.store.(Watcher); ok {
 		wctx, cancel := context.WithCancel(ctx)
@@ -330,4 +333,66 @@ func randomID(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// acquireQueued waits in the store's own FIFO queue (Queuer). It tries
+// once first so that OnWait learns who holds the lease.
+func (c *Client) acquireQueued(ctx context.Context, q Queuer, req AcquireRequest, cfg acquireConfig) (*Lease, error) {
+	l, err := c.try(ctx, req, cfg)
+	if err == nil {
+		return l, nil
+	}
+	var held *HeldError
+	if errors.As(err, &held) && cfg.onWait != nil {
+		cfg.onWait(held)
+	}
+	bo := newBackoff(c.backoffMin, c.backoffMax)
+	for {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if err != nil && !errors.As(err, &held) {
+			if errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) {
+				return nil, err
+			}
+			if cfg.onError != nil {
+				cfg.onError(err)
+			}
+			t := c.clock.NewTimer(bo.next())
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			case <-t.C():
+			}
+		}
+		t0, b0 := c.clock.Now(), c.clock.Boot()
+		var rec Record
+		rec, err = q.AcquireWait(ctx, req)
+		if err != nil {
+			continue
+		}
+		if c.clock.Now().Sub(t0) > req.TTL/3 {
+			// The grant happened at some moment during a long wait: its
+			// expiry is only known to be after t0 + TTL. Renew to know
+			// it afresh.
+			t0, b0 = c.clock.Now(), c.clock.Boot()
+			if err = c.store.Renew(ctx, req.Name, req.Owner, rec.Token, req.TTL); err != nil {
+				if !errors.Is(err, ErrNotHeld) {
+					rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					_ = c.store.Release(rctx, req.Name, req.Owner, rec.Token)
+					cancel()
+				}
+				continue
+			}
+		}
+		l := c.newLease(rec, req.RequestID, t0, b0, cfg.keepalive)
+		if ctx.Err() != nil {
+			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = l.Release(rctx)
+			cancel()
+			return nil, ctx.Err()
+		}
+		return l, nil
+	}
 }

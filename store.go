@@ -78,3 +78,14 @@ type Record struct {
 	// Acquired is the wall-clock time of the grant, for display only.
 	Acquired time.Time
 }
+
+// Queuer is implemented by stores that queue waiters themselves (the
+// leasehold server): waiters are granted in arrival order, by the release
+// or expiry that frees the lease, without polling. Client.Acquire uses it
+// when the store has it.
+type Queuer interface {
+	// AcquireWait grants the lease to req, waiting in the store's queue
+	// while someone else holds it, until ctx ends (ctx's error; the store
+	// drops the waiter, and releases a grant that raced with the end).
+	AcquireWait(ctx context.Context, req AcquireRequest) (Record, error)
+}

@@ -1,0 +1,325 @@
+package server
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Log records. Each is a type byte followed by uvarint numbers and
+// uvarint-length-prefixed strings. The same records make up snapshots.
+const (
+	recGrant        = 1 // token, ttl, logged ttl, acquired, name, owner, request id, session, data
+	recRelease      = 2 // token, name (release, force, expiry)
+	recTTL          = 3 // token, logged ttl, name (a renewal raised the TTL)
+	recSessionOpen  = 4 // ttl, id
+	recSessionClose = 5 // id
+	recToken        = 6 // last token issued (snapshot header)
+	recNop          = 7 // a barrier
+)
+
+var errCorrupt = errors.New("corrupt log record")
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func encodeGrant(ent *engEntry) []byte {
+	b := make([]byte, 0, 48+len(ent.name)+len(ent.owner)+len(ent.reqID)+len(ent.data))
+	b = append(b, recGrant)
+	b = binary.AppendUvarint(b, ent.token)
+	b = binary.AppendUvarint(b, uint64(ent.ttl))
+	b = binary.AppendUvarint(b, uint64(ent.loggedTTL))
+	b = binary.AppendVarint(b, ent.acquired)
+	b = appendString(b, ent.name)
+	b = appendString(b, ent.owner)
+	b = appendString(b, ent.reqID)
+	sess := ""
+	if ent.sess != nil {
+		sess = ent.sess.id
+	}
+	b = appendString(b, sess)
+	b = binary.AppendUvarint(b, uint64(len(ent.data)))
+	return append(b, ent.data...)
+}
+
+func encodeRelease(ent *engEntry) []byte {
+	b := make([]byte, 0, 12+len(ent.name))
+	b = append(b, recRelease)
+	b = binary.AppendUvarint(b, ent.token)
+	return appendString(b, ent.name)
+}
+
+func encodeTTL(ent *engEntry) []byte {
+	b := make([]byte, 0, 20+len(ent.name))
+	b = append(b, recTTL)
+	b = binary.AppendUvarint(b, ent.token)
+	b = binary.AppendUvarint(b, uint64(ent.loggedTTL))
+	return appendString(b, ent.name)
+}
+
+func encodeSessionOpen(s *engSession) []byte {
+	b := []byte{recSessionOpen}
+	b = binary.AppendUvarint(b, uint64(s.ttl))
+	return appendString(b, s.id)
+}
+
+func encodeSessionClose(id string) []byte { return appendString([]byte{recSessionClose}, id) }
+
+func encodeToken(t uint64) []byte { return binary.AppendUvarint([]byte{recToken}, t) }
+
+func encodeNop() []byte { return []byte{recNop} }
+
+// reader decodes one record.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errCorrupt
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = errCorrupt
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) bytes() []byte {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.err = errCorrupt
+		return nil
+	}
+	v := r.b[:n:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) string() string { return string(r.bytes()) }
+
+// recovery rebuilds the engine's state from a snapshot and the log.
+type recovery struct {
+	e        *Engine
+	sessions map[string]time.Duration
+}
+
+func newRecovery(e *Engine) *recovery {
+	return &recovery{e: e, sessions: map[string]time.Duration{}}
+}
+
+func (rc *recovery) load(r io.Reader) error {
+	br := bufio.NewReaderSize(r, 1<<20)
+	buf := make([]byte, 0, 4096)
+	for {
+		n, err := binary.ReadUvarint(br)
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("snapshot: %w", err)
+		}
+		if n > 1<<24 {
+			return fmt.Errorf("snapshot: %w", errCorrupt)
+		}
+		buf = buf[:0]
+		buf = append(buf, make([]byte, n)...)
+		if _, err := io.ReadFull(br, buf); err != nil {
+			return fmt.Errorf("snapshot: %w", err)
+		}
+		if err := rc.apply(buf); err != nil {
+			return fmt.Errorf("snapshot: %w", err)
+		}
+	}
+}
+
+// apply replays one record. Strings are copied out of rec.
+func (rc *recovery) apply(rec []byte) error {
+	if len(rec) == 0 {
+		return errCorrupt
+	}
+	e := rc.e
+	r := &reader{b: rec[1:]}
+	switch rec[0] {
+	case recGrant:
+		token := r.uvarint()
+		ttl := time.Duration(r.uvarint())
+		logged := time.Duration(r.uvarint())
+		acquired := r.varint()
+		name, owner, reqID, sess := r.string(), r.string(), r.string(), r.string()
+		data := r.bytes()
+		if r.err != nil {
+			return r.err
+		}
+		ent := e.leases[name]
+		if ent == nil {
+			ent = &engEntry{name: name}
+			ent.dl.ent = ent
+			ent.dl.idx = -1
+			e.leases[name] = ent
+		}
+		ent.owner, ent.reqID, ent.token, ent.ttl, ent.loggedTTL, ent.acquired = owner, reqID, token, ttl, logged, acquired
+		ent.data = nil
+		if len(data) > 0 {
+			ent.data = append([]byte(nil), data...)
+		}
+		ent.held = true
+		ent.sess = nil
+		if sess != "" {
+			ent.sess = &engSession{id: sess} // resolved in finish
+		}
+		e.token = max(e.token, token)
+	case recRelease:
+		token := r.uvarint()
+		name := r.string()
+		if r.err != nil {
+			return r.err
+		}
+		if ent := e.leases[name]; ent != nil && ent.token == token {
+			ent.held = false
+			ent.sess = nil
+		}
+	case recTTL:
+		token := r.uvarint()
+		logged := time.Duration(r.uvarint())
+		name := r.string()
+		if r.err != nil {
+			return r.err
+		}
+		if ent := e.leases[name]; ent != nil && ent.token == token {
+			ent.loggedTTL = max(ent.loggedTTL, logged)
+		}
+	case recSessionOpen:
+		ttl := time.Duration(r.uvarint())
+		id := r.string()
+		if r.err != nil {
+			return r.err
+		}
+		rc.sessions[id] = ttl
+	case recSessionClose:
+		id := r.string()
+		if r.err != nil {
+			return r.err
+		}
+		delete(rc.sessions, id)
+	case recToken:
+		t := r.uvarint()
+		if r.err != nil {
+			return r.err
+		}
+		e.token = max(e.token, t)
+	case recNop:
+	default:
+		return fmt.Errorf("%w: unknown type %d", errCorrupt, rec[0])
+	}
+	return nil
+}
+
+// finish gives every recovered lease and session its full TTL from now:
+// no holder's own deadline can be later than that.
+func (rc *recovery) finish() {
+	e := rc.e
+	now := e.now()
+	for id, ttl := range rc.sessions {
+		s := e.newSession(id, ttl)
+		e.dl.set(&s.dl, now+int64(ttl))
+	}
+	for name, ent := range e.leases {
+		if !ent.held {
+			delete(e.leases, name) // the global token counter keeps fencing safe
+			continue
+		}
+		if ent.sess != nil {
+			s := e.sessions[ent.sess.id]
+			ent.sess = nil
+			if s == nil { // its session ended without the release logged
+				ent.held = false
+				delete(e.leases, name)
+				continue
+			}
+			e.attach(ent, s)
+		} else {
+			e.dl.set(&ent.dl, now+int64(max(ent.loggedTTL, ent.ttl)))
+		}
+		e.held++
+	}
+}
+
+// maybeSnapshot starts a snapshot when the log has grown past
+// SnapshotBytes. The state is encoded under e.mu (consistent with the log
+// position of Rotate) and written in the background. e.mu held.
+func (e *Engine) maybeSnapshot() {
+	if e.log == nil || e.snapping || e.logged <= e.cfg.SnapshotBytes {
+		return
+	}
+	seq, err := e.log.Rotate()
+	if err != nil {
+		e.log_.Error("snapshot: rotate the log", "err", err)
+		return
+	}
+	e.logged = 0
+	buf := e.encodeState()
+	e.snapping = true
+	e.snapshots.Add(1)
+	go func() {
+		defer e.snapshots.Done()
+		start := time.Now()
+		err := e.log.WriteSnapshot(seq, func(w io.Writer) error {
+			_, err := w.Write(buf)
+			return err
+		})
+		e.mu.Lock()
+		e.snapping = false
+		e.mu.Unlock()
+		if err != nil {
+			e.log_.Error("snapshot failed", "err", err)
+			return
+		}
+		e.log_.Info("snapshot written", "bytes", len(buf), "took", time.Since(start))
+	}()
+}
+
+// encodeState encodes every live grant and session. e.mu held.
+func (e *Engine) encodeState() []byte {
+	var buf []byte
+	put := func(rec []byte) {
+		buf = binary.AppendUvarint(buf, uint64(len(rec)))
+		buf = append(buf, rec...)
+	}
+	put(encodeToken(e.token))
+	for _, s := range e.sessions {
+		if !s.ended {
+			put(encodeSessionOpen(s))
+		}
+	}
+	for _, ent := range e.leases {
+		if ent.held {
+			put(encodeGrant(ent))
+		}
+	}
+	return buf
+}

@@ -1,0 +1,193 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storetest"
+)
+
+func openEngine(t testing.TB, dir string) *Engine {
+	t.Helper()
+	e, err := OpenEngine(EngineConfig{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestEngineConformanceMemory(t *testing.T) {
+	storetest.Run(t, storetest.Harness{
+		Open: func(t testing.TB) leasehold.Store { return StoreOf(openEngine(t, "")) },
+	})
+}
+
+func TestEngineConformanceDurable(t *testing.T) {
+	dirs := map[leasehold.Store]string{}
+	var mu sync.Mutex
+	storetest.Run(t, storetest.Harness{
+		Open: func(t testing.TB) leasehold.Store {
+			dir := t.TempDir()
+			s := StoreOf(openEngine(t, dir))
+			mu.Lock()
+			dirs[s] = dir
+			mu.Unlock()
+			return s
+		},
+		Reopen: func(t testing.TB, s leasehold.Store) leasehold.Store {
+			mu.Lock()
+			dir := dirs[s]
+			mu.Unlock()
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			return StoreOf(openEngine(t, dir))
+		},
+	})
+}
+
+// Ten waiters queued in a known order are granted in that order, each by
+// the release of the one before.
+func TestEngineFIFO(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprint("durable=", durable), func(t *testing.T) {
+			dir := ""
+			if durable {
+				dir = t.TempDir()
+			}
+			e := openEngine(t, dir)
+			defer e.Close()
+			ctx := context.Background()
+			const name = "fifo/job"
+			first, err := e.Acquire(ctx, AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: name, Owner: "w0", TTL: time.Minute}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			type grant struct {
+				owner string
+				rec   leasehold.Record
+				err   error
+			}
+			grants := make(chan grant, 10)
+			for i := 1; i <= 10; i++ {
+				owner := fmt.Sprintf("w%d", i)
+				go func() {
+					rec, err := e.Acquire(ctx, AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: name, Owner: owner, TTL: time.Minute}, Wait: time.Hour})
+					grants <- grant{owner, rec, err}
+				}()
+				waitFor(t, func() bool { return len(e.Waiters(name)) == i })
+			}
+			ws := e.Waiters(name)
+			for i, w := range ws {
+				if w.Owner != fmt.Sprintf("w%d", i+1) {
+					t.Fatalf("queue position %d is %s", i, w.Owner)
+				}
+			}
+			prev := first
+			for i := 1; i <= 10; i++ {
+				if err := e.Release(ctx, name, prev.Owner, prev.Token); err != nil {
+					t.Fatal(err)
+				}
+				g := <-grants
+				if g.err != nil {
+					t.Fatal(g.err)
+				}
+				if want := fmt.Sprintf("w%d", i); g.owner != want || g.rec.Owner != want {
+					t.Fatalf("grant %d went to %s (record %s), want %s", i, g.owner, g.rec.Owner, want)
+				}
+				if g.rec.Token <= prev.Token {
+					t.Fatalf("token %d after %d", g.rec.Token, prev.Token)
+				}
+				prev = g.rec
+			}
+		})
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 30s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestEngineWaitEnds(t *testing.T) {
+	e := openEngine(t, "")
+	defer e.Close()
+	ctx := context.Background()
+	req := func(owner string, wait time.Duration) AcquireRequest {
+		return AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: "w", Owner: owner, TTL: time.Minute}, Wait: wait}
+	}
+	if _, err := e.Acquire(ctx, req("a", 0)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.Acquire(ctx, req("b", 20*time.Millisecond))
+	var held *leasehold.HeldError
+	if !errors.As(err, &held) || held.Owner != "a" {
+		t.Fatalf("wait timeout: %v, want held by a", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := e.Acquire(cctx, req("c", time.Hour)); done <- err }()
+	waitFor(t, func() bool { return len(e.Waiters("w")) == 1 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait: %v", err)
+	}
+	if n := len(e.Waiters("w")); n != 0 {
+		t.Fatalf("%d waiters left after cancel", n)
+	}
+	if got, _ := e.Get(ctx, "w"); got.Owner != "a" {
+		t.Fatalf("holder %q", got.Owner)
+	}
+}
+
+func TestEngineSessions(t *testing.T) {
+	dir := t.TempDir()
+	e := openEngine(t, dir)
+	ctx := context.Background()
+	s, err := e.OpenSession(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		_, err := e.Acquire(ctx, AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: fmt.Sprint("s/", i), Owner: "a", TTL: time.Second}, Session: s.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.Acquire(ctx, AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: "s/x", Owner: "a", TTL: time.Second}, Session: "nope"}); !errors.Is(err, ErrNoSession) {
+		t.Fatalf("unknown session: %v", err)
+	}
+	if _, err := e.Get(ctx, "s/x"); !errors.Is(err, leasehold.ErrNotFound) {
+		t.Fatalf("acquired with an unknown session: %v", err)
+	}
+	// Restart: the session and its leases come back.
+	e.Close()
+	e = openEngine(t, dir)
+	defer e.Close()
+	if l, _ := e.List(ctx, "s/"); len(l) != 3 {
+		t.Fatalf("after restart %d session leases, want 3", len(l))
+	}
+	if _, err := e.KeepAlive(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.CloseSession(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := e.List(ctx, "s/"); len(l) != 0 {
+		t.Fatalf("after close %d session leases, want 0", len(l))
+	}
+	if err := e.CloseSession(ctx, s.ID); !errors.Is(err, ErrNoSession) {
+		t.Fatalf("second close: %v", err)
+	}
+}
