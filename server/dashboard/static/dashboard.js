@@ -201,8 +201,9 @@
       if (e.status === 401) needAuth(e);
       throw e;
     }
-    const ct = res.headers.get('Content-Type') || '';
-    return ct.includes('json') ? res.json() : null;
+    // JSON whatever the Content-Type says; an empty body is null.
+    const text = await res.text();
+    return text.trim() === '' ? null : JSON.parse(text);
   }
 
   const leasePath = (name) => 'v1/leases/' + encodeURIComponent(name);
