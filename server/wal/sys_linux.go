@@ -1,0 +1,47 @@
+package wal
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// datasync flushes f's data, and only the metadata needed to read it back,
+// to stable storage.
+func datasync(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			serr = unix.Fdatasync(int(fd))
+			if serr != unix.EINTR {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// lockDir takes an exclusive lock on the file name, creating it, so that
+// two processes cannot open one log. The lock ends when the returned
+// function is called or the process exits.
+func lockDir(name string) (unlock func() error, err error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if err == unix.EWOULDBLOCK {
+			return nil, fmt.Errorf("wal: %s is in use by another Log", name)
+		}
+		return nil, fmt.Errorf("wal: locking %s: %w", name, err)
+	}
+	return f.Close, nil
+}

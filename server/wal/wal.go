@@ -1,0 +1,479 @@
+// Package wal is the lease server's write-ahead log: an append-only
+// sequence of opaque records, made durable by group commit, and snapshots
+// that let the records they cover be deleted.
+//
+// # Files
+//
+// A log is a directory holding
+//
+//	log-%016x   segments, numbered from 1 without gaps
+//	snap-%016x  snapshots: snap-N holds the state after every record of
+//	            the segments below N
+//	spare       a pre-allocated segment waiting to become the next one
+//	LOCK        locked while a Log has the directory open (Linux)
+//
+// A segment is created full size and filled with zeros, fsynced, and only
+// then named log-N, so that writing records into it and calling fdatasync
+// never has to update the file's size or allocate blocks. Records follow
+// each other from the start of a segment, each framed as
+//
+//	length  uint32, little-endian, 1 to MaxRecordSize
+//	crc     uint32, little-endian, CRC-32C (Castagnoli) of the payload
+//	payload [length]byte
+//
+// and the zeros after the last one mark the end of the written data. A
+// record never spans two segments.
+//
+// # Durability
+//
+// One goroutine writes what has been appended since its previous write
+// with one pwrite and one fdatasync, then reports the records durable;
+// appends that arrive meanwhile form the next batch. It finishes (writes
+// and syncs) a segment before it writes anything into the next, so after a
+// crash only the newest segment can end in a torn write. Open treats a bad
+// record there as the end of the log, and a bad record in any earlier
+// segment as corruption (ErrCorrupt).
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// MaxRecordSize is the largest record Append accepts.
+const MaxRecordSize = 1 << 20
+
+// DefaultSegmentSize is the segment size used when Options.SegmentSize is 0.
+const DefaultSegmentSize = 64 << 20
+
+// headerSize is the size of a record's frame header: length and CRC.
+const headerSize = 8
+
+var (
+	// ErrClosed is returned by operations on a closed Log.
+	ErrClosed = errors.New("wal: log closed")
+	// ErrTooLarge is reported for a record longer than MaxRecordSize or
+	// than a segment can hold.
+	ErrTooLarge = errors.New("wal: record too large")
+	// ErrCorrupt is returned by Open when a segment other than the newest
+	// holds a bad record, or segments are missing.
+	ErrCorrupt = errors.New("wal: log corrupt")
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Options configure a Log.
+type Options struct {
+	// Dir is the log's directory, created (mode 0700) if missing.
+	Dir string
+	// NoSync skips fdatasync and every other fsync: records are reported
+	// durable once written to the operating system. For tests and
+	// benchmarks only.
+	NoSync bool
+	// SegmentSize is the size of each pre-allocated segment file in
+	// bytes; 0 means DefaultSegmentSize. A record and its 8-byte header
+	// must fit in one segment.
+	SegmentSize int64
+	// OnSync, if not nil, is called from the log's goroutine after each
+	// group commit that wrote records, with the time the write and sync
+	// took and the number of records they made durable.
+	OnSync func(d time.Duration, records int)
+}
+
+// A Log is an open write-ahead log. Its methods may be called from
+// several goroutines at once.
+type Log struct {
+	opts   Options
+	dir    *os.File // the directory, to fsync after renames
+	unlock func() error
+	spares *spares
+
+	mu       sync.Mutex
+	work     sync.Cond        // signalled when pending gains work or the log closes
+	pending  *batch           // appended, not yet taken by the committer
+	free     *batch           // an empty batch, for the committer to swap in
+	seq      uint64           // segment the next record goes to
+	off      int64            // offset in segment seq of the next record
+	appended int64            // bytes (with headers) appended and replayed since Open
+	segStart map[uint64]int64 // appended when each segment ≥ snapSeq began
+	snapSeq  uint64           // newest snapshot, 0 if none
+	base     int64            // appended when segment snapSeq began
+	err      error            // sticky: set when a write or sync fails
+	closed   bool
+
+	// snapMu serialises WriteSnapshot, and keeps Close from closing the
+	// directory under one.
+	snapMu sync.Mutex
+
+	// Owned by the committer goroutine (and by Open before it starts).
+	f       *os.File // active segment
+	fseq    uint64   // its sequence number
+	stopped chan struct{}
+}
+
+// A batch is what the committer writes and syncs at once.
+type batch struct {
+	chunks  []chunk  // the bytes to write, in segment order
+	waiters []waiter // the callbacks, in append order
+	records int
+}
+
+// A chunk is a run of encoded records for one place in one segment.
+// A chunk with no bytes still makes the committer open its segment.
+type chunk struct {
+	seq uint64
+	off int64
+	buf []byte
+}
+
+type waiter struct {
+	done func(error)
+	err  error // reported instead of the batch's result (a refused record)
+}
+
+func (b *batch) empty() bool { return len(b.chunks) == 0 && len(b.waiters) == 0 }
+
+// chunk returns the chunk that continues segment seq at offset off,
+// starting one if the batch's last chunk is for another segment.
+func (b *batch) chunk(seq uint64, off int64) *chunk {
+	if n := len(b.chunks); n > 0 && b.chunks[n-1].seq == seq {
+		return &b.chunks[n-1]
+	}
+	if len(b.chunks) < cap(b.chunks) {
+		b.chunks = b.chunks[:len(b.chunks)+1]
+	} else {
+		b.chunks = append(b.chunks, chunk{})
+	}
+	c := &b.chunks[len(b.chunks)-1]
+	c.seq, c.off, c.buf = seq, off, c.buf[:0]
+	return c
+}
+
+// reset empties b for reuse, keeping buffers of reasonable size.
+func (b *batch) reset() {
+	const keep = 4 << 20
+	for i := range b.chunks {
+		if cap(b.chunks[i].buf) > keep {
+			b.chunks[i].buf = nil
+		}
+	}
+	clear(b.waiters) // drop references to callbacks
+	if cap(b.waiters) > keep/64 {
+		b.waiters = nil
+	}
+	b.chunks, b.waiters, b.records = b.chunks[:0], b.waiters[:0], 0
+}
+
+// Open opens the log in opts.Dir, creating it if needed, and recovers its
+// contents: it calls load with the newest intact snapshot, if there is
+// one, then apply with every record appended after that snapshot, in
+// append order. rec is apply's own (it is not reused). A torn or
+// zero-filled tail of the newest segment is the normal end of the log;
+// Open trims it. A bad record anywhere else, or a missing segment, is
+// reported as ErrCorrupt. An error from load or apply aborts Open and is
+// returned. New records go to a fresh segment.
+func Open(opts Options, load func(r io.Reader) error, apply func(rec []byte) error) (*Log, error) {
+	if opts.SegmentSize == 0 {
+		opts.SegmentSize = DefaultSegmentSize
+	}
+	if opts.SegmentSize <= headerSize {
+		return nil, fmt.Errorf("wal: segment size %d too small", opts.SegmentSize)
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	unlock, err := lockDir(filepath.Join(opts.Dir, "LOCK"))
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.Open(opts.Dir)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	l := &Log{
+		opts:     opts,
+		dir:      dir,
+		unlock:   unlock,
+		spares:   &spares{dir: opts.Dir, size: opts.SegmentSize, noSync: opts.NoSync},
+		pending:  new(batch),
+		free:     new(batch),
+		segStart: make(map[uint64]int64),
+		stopped:  make(chan struct{}),
+	}
+	l.work.L = &l.mu
+	if err := l.recover(load, apply); err != nil {
+		l.spares.close()
+		if l.f != nil {
+			l.f.Close()
+		}
+		dir.Close()
+		unlock()
+		return nil, err
+	}
+	l.spares.start()
+	go l.run()
+	return l, nil
+}
+
+// Append queues rec (it is copied: the caller may reuse it) and calls done
+// once rec and every record appended before it are durable, with nil, or
+// with the error that stopped them. A failed write or sync breaks the log:
+// every later Append fails too, and the log must be reopened. A record
+// longer than MaxRecordSize, or than a segment can hold, fails alone with
+// ErrTooLarge.
+//
+// done may be nil. It is called from the log's goroutine, in append
+// order, and must not block for long nor call Sync, Rotate's caller's
+// WriteSnapshot or Close; it may call Append. Records appended
+// concurrently share one write and one fdatasync. On a closed log, done
+// is called with ErrClosed from a new goroutine.
+func (l *Log) Append(rec []byte, done func(error)) {
+	n := headerSize + int64(len(rec))
+	var crc uint32
+	if len(rec) <= MaxRecordSize {
+		crc = crc32.Checksum(rec, castagnoli)
+	}
+
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		if done != nil {
+			go done(ErrClosed)
+		}
+		return
+	}
+	b := l.pending
+	switch {
+	case l.err != nil:
+		b.waiters = append(b.waiters, waiter{done, l.err})
+	case len(rec) > MaxRecordSize || n > l.opts.SegmentSize:
+		b.waiters = append(b.waiters, waiter{done, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(rec))})
+	default:
+		if l.off+n > l.opts.SegmentSize {
+			l.nextSegmentLocked()
+		}
+		c := b.chunk(l.seq, l.off)
+		c.buf = appendHeader(c.buf, uint32(len(rec)), crc)
+		c.buf = append(c.buf, rec...)
+		l.off += n
+		l.appended += n
+		b.records++
+		b.waiters = append(b.waiters, waiter{done: done})
+	}
+	l.work.Signal()
+	l.mu.Unlock()
+}
+
+// nextSegmentLocked makes later records go to a new segment.
+func (l *Log) nextSegmentLocked() {
+	l.seq++
+	l.off = 0
+	l.segStart[l.seq] = l.appended
+	l.pending.chunk(l.seq, 0) // the committer creates the segment even if empty
+}
+
+// Sync blocks until every record appended before the call is durable. It
+// returns the error that broke the log, if any, or ErrClosed.
+func (l *Log) Sync() error {
+	ch := make(chan error, 1)
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.pending.waiters = append(l.pending.waiters, waiter{done: func(err error) { ch <- err }})
+	l.work.Signal()
+	l.mu.Unlock()
+	return <-ch
+}
+
+// barrier is Sync, except that on a closed log it waits for the committer
+// to finish and reports whether everything was written.
+func (l *Log) barrier() error {
+	if err := l.Sync(); err != ErrClosed {
+		return err
+	}
+	<-l.stopped
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Rotate ends the current segment: every record appended before the call
+// is in a segment below the returned sequence number, every later one in
+// that segment or after it. (If nothing was appended since the current
+// segment began, it is returned as is.) Rotate does not wait for I/O.
+//
+// Rotate is the first step of a snapshot: the caller serialises Rotate
+// with its own Appends, copies its state as of the call, and passes seq
+// and the copy to WriteSnapshot, possibly from another goroutine.
+func (l *Log) Rotate() (seq uint64, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return 0, ErrClosed
+	}
+	if l.err != nil {
+		return 0, l.err
+	}
+	if l.off > 0 {
+		l.nextSegmentLocked()
+		l.work.Signal()
+	}
+	return l.seq, nil
+}
+
+// Size returns the number of bytes (records and their headers) appended
+// since the newest snapshot, counting those replayed by Open. The caller
+// snapshots when it grows large.
+func (l *Log) Size() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.appended - l.base
+}
+
+// Close writes and syncs what is pending, stops the log's goroutine and
+// closes its files, after waiting for a WriteSnapshot in progress. It
+// returns the error that broke the log, if any. Later Appends fail with
+// ErrClosed.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.closed = true
+	l.work.Signal()
+	l.mu.Unlock()
+	<-l.stopped
+
+	l.snapMu.Lock()
+	defer l.snapMu.Unlock()
+	l.spares.close()
+	l.mu.Lock()
+	err := l.err
+	l.mu.Unlock()
+	return errors.Join(err, l.f.Close(), l.dir.Close(), l.unlock())
+}
+
+// run is the committer: it takes the pending batch, writes and syncs it,
+// and calls its callbacks, until the log is closed and drained.
+func (l *Log) run() {
+	defer close(l.stopped)
+	for {
+		l.mu.Lock()
+		for l.pending.empty() && !l.closed {
+			l.work.Wait()
+		}
+		if l.pending.empty() {
+			l.mu.Unlock()
+			return
+		}
+		b := l.pending
+		l.pending, l.free = l.free, nil
+		err := l.err
+		l.mu.Unlock()
+
+		if err == nil {
+			if err = l.commit(b); err != nil {
+				l.mu.Lock()
+				l.err = fmt.Errorf("wal: log broken: %w", err)
+				err = l.err
+				l.mu.Unlock()
+			}
+		}
+		for _, w := range b.waiters {
+			if w.done != nil {
+				if w.err != nil {
+					w.done(w.err)
+				} else {
+					w.done(err)
+				}
+			}
+		}
+		b.reset()
+		l.mu.Lock()
+		l.free = b
+		l.mu.Unlock()
+	}
+}
+
+// commit writes b's chunks, each with one write and one fdatasync, moving
+// to the next segment when a chunk is for it.
+func (l *Log) commit(b *batch) error {
+	start := time.Now()
+	for i := range b.chunks {
+		c := &b.chunks[i]
+		if c.seq != l.fseq {
+			if err := l.activate(c.seq); err != nil {
+				return err
+			}
+		}
+		if len(c.buf) == 0 {
+			continue
+		}
+		if _, err := l.f.WriteAt(c.buf, c.off); err != nil {
+			return err
+		}
+		if !l.opts.NoSync {
+			if err := datasync(l.f); err != nil {
+				return fmt.Errorf("wal: fdatasync %s: %w", segmentName(l.fseq), err)
+			}
+		}
+	}
+	if l.opts.OnSync != nil && b.records > 0 {
+		l.opts.OnSync(time.Since(start), b.records)
+	}
+	return nil
+}
+
+// activate makes the spare segment segment seq, which must follow the
+// active one, and starts preparing the next spare. The active segment has
+// been synced: nothing is written to a segment before its predecessor is
+// durable.
+func (l *Log) activate(seq uint64) error {
+	if seq != l.fseq+1 {
+		return fmt.Errorf("wal: internal error: segment %d after %d", seq, l.fseq)
+	}
+	f, err := l.newSegment(seq)
+	if err != nil {
+		return err
+	}
+	l.f.Close()
+	l.f, l.fseq = f, seq
+	return nil
+}
+
+// newSegment takes the spare, names it segment seq and makes the name
+// durable, then starts preparing another spare.
+func (l *Log) newSegment(seq uint64) (*os.File, error) {
+	f, err := l.spares.take()
+	if err != nil {
+		return nil, err
+	}
+	name := filepath.Join(l.opts.Dir, segmentName(seq))
+	if err := os.Rename(filepath.Join(l.opts.Dir, spareName), name); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := l.syncDir(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	l.spares.start()
+	return f, nil
+}
+
+func (l *Log) syncDir() error {
+	if l.opts.NoSync {
+		return nil
+	}
+	return l.dir.Sync()
+}
