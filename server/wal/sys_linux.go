@@ -7,9 +7,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// datasync flushes f's data, and only the metadata needed to read it back,
+// fdatasync flushes f's data, and only the metadata needed to read it back,
 // to stable storage.
-func datasync(f *os.File) error {
+func fdatasync(f *os.File) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err

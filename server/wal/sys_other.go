@@ -4,8 +4,8 @@ package wal
 
 import "os"
 
-// datasync flushes f to stable storage.
-func datasync(f *os.File) error { return f.Sync() }
+// fdatasync flushes f to stable storage.
+func fdatasync(f *os.File) error { return f.Sync() }
 
 // lockDir does nothing outside Linux: the caller must not open one log
 // from two processes.
