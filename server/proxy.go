@@ -54,11 +54,14 @@ type ProxyConfig struct {
 //     FIFO order holds per server instance, not across instances.
 //     Acquire without Wait is a plain TryAcquire and does not queue.
 //   - Sessions. A lease acquired with a session is renewed on the store by
-//     the proxy (every third of its TTL, with its own TTL) while the session
-//     lives, and released when the session is closed or expires (by the
-//     proxy's Clock). Sessions live in this proxy's memory: they end, and
-//     their leases are released, when the proxy is closed; a proxy that
-//     crashes leaves them to expire by their TTL on the store.
+//     the proxy (every third of its TTL, with its own TTL; a request TTL of
+//     zero takes the session's) while the session lives, and released when
+//     the session is closed or expires (by the proxy's Clock). A Renew of
+//     such a lease sets the TTL the proxy renews it with and, as with the
+//     Engine, keeps the session alive. Sessions live in this proxy's
+//     memory: they end, and their leases are released, when the proxy is
+//     closed; a proxy that crashes leaves them to expire by their TTL on
+//     the store, which is why that TTL is kept rather than ignored.
 //   - Events for the changes made through this proxy. The internal
 //     renewals of session leases are not reported (the session covers
 //     them, as with the Engine). A release reported by the store as done
@@ -626,10 +629,23 @@ func (p *Proxy) Renew(ctx context.Context, name, owner string, token uint64, ttl
 		return err
 	}
 	defer ns.unlock()
+	t0 := p.clock.Now()
 	if err := p.store.Renew(ctx, name, owner, token, ttl); err != nil {
 		return err
 	}
-	p.emit(Event{Type: EventRenewed, Name: name, Owner: owner, Token: token})
+	p.mu.Lock()
+	if s := p.leaseSession[proxyLeaseKey{name, token}]; s != nil && !s.ended {
+		// A session lease: the proxy renews it with this TTL from now on,
+		// and (as with the Engine) its holder's renewal keeps the session
+		// alive.
+		l := s.leases[proxyLeaseKey{name, token}]
+		l.ttl, l.renewAt = ttl, t0.Add(ttl/3)
+		if p.clock.Now().Before(s.expires) {
+			s.expires = p.clock.Now().Add(s.ttl)
+		}
+		p.armLocked(s)
+	}
+	p.emitUnlock(Event{Type: EventRenewed, Name: name, Owner: owner, Token: token})
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/memory"
+	"github.com/leasehold/leasehold/storetest"
 )
 
 // Generous bounds for a noisy 2-core machine running -race: the tests
@@ -761,5 +762,122 @@ func TestProxyClose(t *testing.T) {
 	}
 	if err := p.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// The proxy, presented as a store again, passes the store conformance
+// suite (over the memory store; in both watch and polling modes).
+func TestProxyConformance(t *testing.T) {
+	for _, mode := range []string{"watch", "backoff"} {
+		t.Run(mode, func(t *testing.T) {
+			storetest.Run(t, storetest.Harness{
+				Open: func(testing.TB) leasehold.Store {
+					var s leasehold.Store = memory.New()
+					if mode == "backoff" {
+						s = pxNoWatch{s}
+					}
+					return StoreOf(NewProxy(s, ProxyConfig{}))
+				},
+			})
+		})
+	}
+}
+
+// Waiters are also handed the lease in order when each holder's lease
+// expires instead of being released (the memory store's Watch says nothing
+// on expiry: the head wakes at the holder's remaining time). With the fake
+// clock the handoff is exact: the head wakes 1ms after the expiry.
+func TestProxyFIFOExpiry(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1_000_000, 0))
+	p := pxNew(t, memory.New(memory.WithClock(fc)), ProxyConfig{Clock: fc})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := p.Subscribe(ctx, "x")
+	const n = 3
+	prev := pxAcquire(t, p, pxReq("x", "holder", time.Second))
+	type result struct {
+		i   int
+		rec leasehold.Record
+		err error
+	}
+	results := make(chan result, n)
+	for i := range n {
+		go func() {
+			req := pxReq("x", fmt.Sprintf("w%d", i), time.Second)
+			req.Wait = time.Hour
+			rec, err := p.Acquire(ctx, req)
+			results <- result{i, rec, err}
+		}()
+		pxWaitUntil(t, "queued", func() bool { return len(p.Waiters("x")) == i+1 })
+		fc.WaitForTimers(i + 2) // every waiter's Wait, and the head's wake-up
+	}
+	for i := range n {
+		fc.WaitForTimers(n - i + 1)
+		fc.Advance(time.Second + time.Millisecond)
+		var r result
+		select {
+		case r = <-results:
+		case <-time.After(pxTimeout):
+			t.Fatalf("w%d not granted after %s's lease expired", i, prev.Owner)
+		}
+		if r.err != nil || r.i != i || r.rec.Token <= prev.Token {
+			t.Fatalf("after %s expired: w%d got (%+v, %v), want w%d", prev.Owner, r.i, r.rec, r.err, i)
+		}
+		prev = r.rec
+	}
+	pxNextOf(t, events, EventGranted) // the holder's
+	for i := range n {
+		ev := pxNextOf(t, events, EventGranted)
+		if ev.Owner != fmt.Sprintf("w%d", i) || ev.Handoff != time.Millisecond || ev.Waiters != n-1-i {
+			t.Fatalf("grant %+v, want w%d with handoff 1ms and %d waiters behind", ev, i, n-1-i)
+		}
+	}
+}
+
+// A holder's Renew of a session lease keeps the session alive and sets the
+// TTL the proxy renews the lease with.
+func TestProxyRenewSessionLease(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1_000_000, 0))
+	p := pxNew(t, memory.New(memory.WithClock(fc)), ProxyConfig{Clock: fc})
+	ctx := context.Background()
+	sess, err := p.OpenSession(ctx, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := pxReq("r", "o", 300*time.Millisecond)
+	req.Session = sess.ID
+	rec := pxAcquire(t, p, req)
+	for range 10 {
+		pxStep(t, fc, p, 50*time.Millisecond)
+	}
+	if err := p.Renew(ctx, "r", "o", rec.Token, 600*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	for range 14 { // 1.2s since the last KeepAlive (there was none)
+		pxStep(t, fc, p, 50*time.Millisecond)
+	}
+	if _, err := p.KeepAlive(ctx, sess.ID); err != nil {
+		t.Fatalf("session ended although its lease was renewed 0.7s ago: %v", err)
+	}
+	got, err := p.Get(ctx, "r")
+	if err != nil || got.Token != rec.Token || got.TTL != 600*time.Millisecond {
+		t.Fatalf("Get = %+v, %v; want token %d renewed with 600ms", got, err, rec.Token)
+	}
+}
+
+type pxDownStore struct{ leasehold.Store }
+
+var errPxDown = errors.New("engine unreachable")
+
+func (pxDownStore) Get(context.Context, string) (leasehold.Record, error) {
+	return leasehold.Record{}, errPxDown
+}
+
+func TestProxyReady(t *testing.T) {
+	if err := pxNew(t, memory.New(), ProxyConfig{}).Ready(context.Background()); err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
+	if err := pxNew(t, pxDownStore{memory.New()}, ProxyConfig{}).Ready(context.Background()); !errors.Is(err, errPxDown) {
+		t.Fatalf("Ready with the engine down: %v", err)
 	}
 }
