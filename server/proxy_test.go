@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/memory"
+	"github.com/leasehold/leasehold/sqlite"
 	"github.com/leasehold/leasehold/storetest"
 )
 
@@ -879,5 +881,79 @@ func TestProxyReady(t *testing.T) {
 	}
 	if err := pxNew(t, pxDownStore{memory.New()}, ProxyConfig{}).Ready(context.Background()); !errors.Is(err, errPxDown) {
 		t.Fatalf("Ready with the engine down: %v", err)
+	}
+}
+
+// Two proxies over one SQLite file stand for two server instances sharing
+// an engine: their waiters compete through the engine (FIFO holds only
+// within each instance), and the engine keeps them mutually exclusive,
+// with tokens strictly increasing in grant order, and everyone served.
+func TestProxyTwoInstancesShareEngine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leases.db")
+	var proxies []*Proxy
+	for range 2 {
+		s, err := sqlite.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxies = append(proxies, pxNew(t, s, ProxyConfig{}))
+	}
+	const perProxy, rounds = 3, 8
+	var (
+		mu        sync.Mutex
+		inside    int
+		lastToken uint64
+		grants    = map[int]int{}
+	)
+	var wg sync.WaitGroup
+	errc := make(chan error, 2*perProxy)
+	for pi, p := range proxies {
+		for g := range perProxy {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				owner := fmt.Sprintf("p%d-g%d", pi, g)
+				for range rounds {
+					req := pxReq("shared", owner, 30*time.Second)
+					req.Wait = time.Minute
+					rec, err := p.Acquire(context.Background(), req)
+					if err != nil {
+						errc <- fmt.Errorf("%s: %w", owner, err)
+						return
+					}
+					mu.Lock()
+					inside++
+					if inside != 1 || rec.Token <= lastToken {
+						mu.Unlock()
+						errc <- fmt.Errorf("%s granted token %d while %d inside, last token %d", owner, rec.Token, inside-1, lastToken)
+						return
+					}
+					lastToken = rec.Token
+					grants[pi]++
+					mu.Unlock()
+					time.Sleep(100 * time.Microsecond) // hold it a little
+					mu.Lock()
+					inside--
+					mu.Unlock()
+					if err := p.Release(context.Background(), "shared", owner, rec.Token); err != nil {
+						errc <- fmt.Errorf("%s release: %w", owner, err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	if grants[0] != perProxy*rounds || grants[1] != perProxy*rounds {
+		t.Fatalf("grants per instance %v, want %d each", grants, perProxy*rounds)
+	}
+	for _, p := range proxies {
+		if n := p.Stats().Waiters; n != 0 {
+			t.Fatalf("%d waiters left", n)
+		}
 	}
 }

@@ -1,0 +1,210 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold"
+)
+
+// Semaphores over HTTP use the naming of the Go recipe (leasehold.Semaphore):
+// permit I of semaphore NAME is the lease NAME/permit/I, so Go clients,
+// the CLI (--permits) and HTTP clients share permits.
+const httpPermitSep = "/permit/"
+
+type httpSemaphoreBody struct {
+	Owner      string  `json:"owner"`
+	Permits    int     `json:"permits"`
+	TTLMS      int64   `json:"ttl_ms"`
+	WaitMS     int64   `json:"wait_ms"`
+	RequestID  string  `json:"request_id"`
+	Data       *string `json:"data"`
+	DataBase64 *string `json:"data_base64"`
+	Session    string  `json:"session"`
+}
+
+// semaphore routes POST /v1/semaphores/{name}/acquire.
+func (h *httpAPI) semaphore(q *httpReq, rest string) {
+	escaped, ok := strings.CutSuffix(rest, "/acquire")
+	if !ok {
+		h.problem(q, http.StatusNotFound, "not-found", "Not found",
+			"no such endpoint (POST /v1/semaphores/{name}/acquire; release a permit with POST /v1/leases/{permit name}/release)", nil)
+		return
+	}
+	q.route = "/v1/semaphores/{name}/acquire"
+	if !h.methods(q, http.MethodPost) {
+		return
+	}
+	name, ok := h.pathName(q, escaped)
+	if !ok {
+		return
+	}
+	var body httpSemaphoreBody
+	if !h.decode(q, &body) {
+		return
+	}
+	if body.Permits < 1 || body.Permits > leasehold.MaxPermits {
+		h.fail(q, &leasehold.InvalidError{Field: "permits", Reason: fmt.Sprintf("%d must be in [1, %d]", body.Permits, leasehold.MaxPermits)})
+		return
+	}
+	if err := httpCheckName(httpPermitName(name, body.Permits-1)); err != nil {
+		h.fail(q, &leasehold.InvalidError{Field: "name", Reason: fmt.Sprintf("%q is too long to carry a permit suffix", name)})
+		return
+	}
+	// Every permit this request may take must be writable: a more
+	// specific grant may deny some of them.
+	for i := 0; i < body.Permits; i++ {
+		if !h.allow(q, httpPermitName(name, i), AccessWrite) {
+			return
+		}
+	}
+	ab := httpAcquireBody{Owner: body.Owner, TTLMS: body.TTLMS, Data: body.Data, DataBase64: body.DataBase64,
+		RequestID: body.RequestID, WaitMS: body.WaitMS, Session: body.Session}
+	req, err := ab.request(httpPermitName(name, 0))
+	if err != nil {
+		h.fail(q, err)
+		return
+	}
+	ctx := q.r.Context()
+	if req.Wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = h.drainable(ctx)
+		defer cancel()
+	}
+	rec, idx, err := h.semAcquire(ctx, name, body.Permits, req)
+	if err != nil {
+		var held *leasehold.HeldError
+		if errors.As(err, &held) {
+			q.err = err
+			h.problem(q, http.StatusConflict, "held", "All permits held",
+				fmt.Sprintf("all %d permits of semaphore %q are held; the next to expire: %v", body.Permits, name, held),
+				map[string]any{"holder": httpHolder(held), "permits": body.Permits})
+			return
+		}
+		h.fail(q, err)
+		return
+	}
+	lj := httpLease(rec)
+	lj.Session = req.Session
+	lj.Permit = &idx
+	h.json(q, http.StatusOK, lj)
+}
+
+func httpPermitName(name string, i int) string { return name + httpPermitSep + strconv.Itoa(i) }
+
+// httpPermitIndex is leasehold.PermitIndex.
+func httpPermitIndex(semaphore, lease string) (int, bool) {
+	return leasehold.PermitIndex(semaphore, lease)
+}
+
+// semAcquire takes one of n permits of name: one pass over the free ones
+// (in random order), and with req.Wait, more passes whenever a permit may
+// have become free (an event under NAME/permit/, or the soonest holder's
+// expiry) until Wait elapses. It returns the *HeldError of the permit that
+// expires first when none is free.
+func (h *httpAPI) semAcquire(ctx context.Context, name string, n int, req AcquireRequest) (leasehold.Record, int, error) {
+	wait := req.Wait
+	req.Wait = 0
+	deadline := time.Now().Add(wait)
+	var events <-chan Event
+	if wait > 0 {
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		events = h.b.Subscribe(sctx, name+httpPermitSep)
+	}
+	for {
+		rec, idx, soonest, err := h.semTry(ctx, name, n, req)
+		if err == nil || soonest == nil {
+			return rec, idx, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return leasehold.Record{}, 0, soonest
+		}
+		t := time.NewTimer(min(left, soonest.Remaining+time.Millisecond))
+	waitLoop:
+		for {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return leasehold.Record{}, 0, ctx.Err()
+			case <-t.C:
+				break waitLoop
+			case e, open := <-events:
+				if !open {
+					t.Stop()
+					if ctx.Err() != nil {
+						return leasehold.Record{}, 0, ctx.Err()
+					}
+					return leasehold.Record{}, 0, soonest
+				}
+				switch e.Type {
+				case EventReleased, EventForced, EventExpired, EventDequeued, EventOverflow:
+					t.Stop()
+					break waitLoop
+				}
+			}
+		}
+	}
+}
+
+// semTry makes one pass. On "all held" it returns soonest (and a nil
+// error is never returned with a non-nil soonest).
+func (h *httpAPI) semTry(ctx context.Context, name string, n int, req AcquireRequest) (leasehold.Record, int, *leasehold.HeldError, error) {
+	holders, err := h.b.List(ctx, name+httpPermitSep)
+	if err != nil {
+		return leasehold.Record{}, 0, nil, err
+	}
+	held := make(map[int]bool, len(holders))
+	var soonest *leasehold.HeldError
+	note := func(he *leasehold.HeldError) {
+		if soonest == nil || he.Remaining < soonest.Remaining {
+			soonest = he
+		}
+	}
+	var mine, free []int
+	for _, r := range holders {
+		i, ok := httpPermitIndex(name, r.Name)
+		if !ok {
+			continue
+		}
+		held[i] = true
+		if i < n {
+			note(&leasehold.HeldError{Name: r.Name, Owner: r.Owner, Token: r.Token, Remaining: r.Remaining, Acquired: r.Acquired})
+			// A retried request (same owner and request id) gets its
+			// own permit back: try the permits this owner holds first.
+			if req.RequestID != "" && r.Owner == req.Owner {
+				mine = append(mine, i)
+			}
+		}
+	}
+	for i := 0; i < n; i++ {
+		if !held[i] {
+			free = append(free, i)
+		}
+	}
+	rand.Shuffle(len(free), func(a, b int) { free[a], free[b] = free[b], free[a] })
+	for _, i := range append(mine, free...) {
+		r := req
+		r.Name = httpPermitName(name, i)
+		rec, err := h.b.Acquire(ctx, r)
+		if err == nil {
+			return rec, i, nil, nil
+		}
+		var he *leasehold.HeldError
+		if !errors.As(err, &he) {
+			return leasehold.Record{}, 0, nil, err
+		}
+		note(he)
+	}
+	if soonest == nil { // every live permit is at or above n
+		soonest = &leasehold.HeldError{Name: name, Remaining: 250 * time.Millisecond}
+	}
+	return leasehold.Record{}, 0, soonest, leasehold.ErrNoPermit
+}
