@@ -173,7 +173,8 @@ func loadSnapshotFile(name string, seq uint64, load func(io.Reader) error) (bool
 // snapshot and the segments after it still hold the log.
 //
 // WriteSnapshot may run concurrently with Append and Rotate; calls to it
-// are serialised.
+// are serialised. Since it waits for the log's goroutine, it must not be
+// called while holding a lock that a done callback takes.
 func (l *Log) WriteSnapshot(seq uint64, write func(w io.Writer) error) error {
 	l.snapMu.Lock()
 	defer l.snapMu.Unlock()

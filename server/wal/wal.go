@@ -33,6 +33,16 @@
 // crash only the newest segment can end in a torn write. Open treats a bad
 // record there as the end of the log, and a bad record in any earlier
 // segment as corruption (ErrCorrupt).
+//
+// # Snapshots
+//
+// The caller keeps its state in memory and logs every change. When Size
+// grows large it snapshots: under the lock that orders its Appends, it
+// calls Rotate and copies its state; then, possibly in another goroutine,
+// it passes the copy to WriteSnapshot with the sequence number Rotate
+// returned. Once the snapshot is durable the segments it covers are
+// deleted. Open loads the newest intact snapshot and replays only the
+// records after it.
 package wal
 
 import (
