@@ -1,0 +1,300 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+)
+
+// Config configures a Server: its listeners, TLS, auth and limits.
+type Config struct {
+	// Addr is the HTTP API's listen address ("host:port"). Empty (with no
+	// HTTPListener) serves no HTTP.
+	Addr string
+	// RESPAddr is the RESP protocol's listen address. Empty (with no
+	// RESPListener) serves no RESP.
+	RESPAddr string
+	// HTTPListener and RESPListener, when set, are used instead of
+	// listening on Addr and RESPAddr (tests, socket activation). The
+	// Server closes them.
+	HTTPListener, RESPListener net.Listener
+
+	// TLSCert and TLSKey are PEM files of the server's certificate chain
+	// and key; with them both listeners speak TLS (HTTP/2 over TLS too).
+	TLSCert, TLSKey string
+	// ClientCA is a PEM file of the CAs that sign client certificates; when
+	// set, a client must present a certificate it signed (mutual TLS) on
+	// both listeners. It needs TLSCert and TLSKey.
+	ClientCA string
+
+	Auth   *Auth   // bearer tokens and per-prefix grants; nil: auth off
+	Limits *Limits // per-identity rate limits; nil: none
+	// Logger receives the server's logs; nil discards.
+	Logger *slog.Logger
+	// Metrics, if set, are served at /metrics (give Metrics.Hooks() to the
+	// Backend too).
+	Metrics *Metrics
+	// Dashboard, if set, is served under /dashboard/.
+	Dashboard http.Handler
+	// MaxBodyBytes caps HTTP request bodies (default 128 KiB).
+	MaxBodyBytes int64
+
+	// ReadHeaderTimeout bounds reading a request's headers (default 5s).
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes idle keep-alive connections (default 2m).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes caps request headers (default 16 KiB).
+	MaxHeaderBytes int
+	// ShutdownTimeout is how long a graceful shutdown lets in-flight
+	// requests finish before closing their connections (default 10s).
+	// Long-polls and event streams are ended at once, with 503 for a
+	// waiting acquire.
+	ShutdownTimeout time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = 5 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 2 * time.Minute
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = 16 << 10
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Server runs the HTTP API and the RESP protocol over one Backend.
+type Server struct {
+	b      Backend
+	cfg    Config
+	log    *slog.Logger
+	api    *httpAPI
+	hs     *http.Server
+	resp   *RESPServer
+	tls    *tls.Config
+	httpLn net.Listener
+	respLn net.Listener
+
+	runOnce sync.Once
+}
+
+// NewServer checks cfg, loads the TLS files and binds the listeners, so
+// that HTTPAddr and RESPAddr are known (for ":0") before Run. On error
+// nothing is left open (b is not closed).
+func NewServer(b Backend, cfg Config) (*Server, error) {
+	cfg.defaults()
+	s := &Server{b: b, cfg: cfg, log: cfg.Logger}
+	tc, err := loadTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.tls = tc
+	s.httpLn, s.respLn = cfg.HTTPListener, cfg.RESPListener
+	closeAll := func() {
+		for _, ln := range []net.Listener{s.httpLn, s.respLn} {
+			if ln != nil {
+				ln.Close()
+			}
+		}
+	}
+	if s.httpLn == nil && cfg.Addr != "" {
+		if s.httpLn, err = net.Listen("tcp", cfg.Addr); err != nil {
+			closeAll()
+			return nil, fmt.Errorf("HTTP listener: %w", err)
+		}
+	}
+	if s.respLn == nil && cfg.RESPAddr != "" {
+		if s.respLn, err = net.Listen("tcp", cfg.RESPAddr); err != nil {
+			closeAll()
+			return nil, fmt.Errorf("RESP listener: %w", err)
+		}
+	}
+	if s.httpLn == nil && s.respLn == nil {
+		return nil, errors.New("nothing to serve: no HTTP or RESP address")
+	}
+	if tc != nil && s.httpLn != nil {
+		s.httpLn = tls.NewListener(s.httpLn, httpTLS(tc))
+	}
+	s.api = newHTTPAPI(b, HandlerOptions{
+		Auth: cfg.Auth, Limits: cfg.Limits, Logger: cfg.Logger, Metrics: cfg.Metrics,
+		Dashboard: cfg.Dashboard, MaxBodyBytes: cfg.MaxBodyBytes,
+	})
+	s.hs = &http.Server{
+		Handler:           s.api,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	if s.respLn != nil {
+		var rt *tls.Config
+		if tc != nil {
+			rt = tc.Clone() // the RESP server wraps its listener itself
+		}
+		s.resp = NewRESPServer(b, RESPOptions{Auth: cfg.Auth, Limits: cfg.Limits, Logger: cfg.Logger, TLS: rt})
+	}
+	if !cfg.Auth.Enabled() {
+		for _, ln := range []net.Listener{s.httpLn, s.respLn} {
+			if ln != nil && !isLoopback(ln.Addr()) {
+				s.log.Warn("auth is off on a non-loopback address: anyone who can reach it can take and release every lease",
+					"addr", ln.Addr().String())
+			}
+		}
+	}
+	return s, nil
+}
+
+// httpTLS is the TLS config of the HTTP listener: HTTP/2 and HTTP/1.1 by
+// ALPN.
+func httpTLS(tc *tls.Config) *tls.Config {
+	c := tc.Clone()
+	c.NextProtos = []string{"h2", "http/1.1"}
+	return c
+}
+
+func loadTLS(cfg Config) (*tls.Config, error) {
+	switch {
+	case cfg.TLSCert == "" && cfg.TLSKey == "" && cfg.ClientCA == "":
+		return nil, nil
+	case cfg.TLSCert == "" || cfg.TLSKey == "":
+		return nil, errors.New("TLS needs both a certificate and a key file (and a client CA needs them too)")
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("TLS certificate: %w", err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if cfg.ClientCA != "" {
+		pem, err := os.ReadFile(cfg.ClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("client CA %s: no PEM certificates in it", cfg.ClientCA)
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}
+
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
+}
+
+// HTTPAddr is the HTTP listener's address, or nil.
+func (s *Server) HTTPAddr() net.Addr {
+	if s.httpLn == nil {
+		return nil
+	}
+	return s.httpLn.Addr()
+}
+
+// RESPAddr is the RESP listener's address, or nil.
+func (s *Server) RESPAddr() net.Addr {
+	if s.respLn == nil {
+		return nil
+	}
+	return s.respLn.Addr()
+}
+
+// TLS reports whether the listeners speak TLS.
+func (s *Server) TLS() bool { return s.tls != nil }
+
+// Run serves until ctx ends or a listener fails, then shuts down
+// gracefully: it stops accepting, ends long-polls and event streams, lets
+// other in-flight requests finish for up to ShutdownTimeout, and closes
+// the Backend. It returns nil after a shutdown asked for by ctx. Run may be
+// called once.
+func (s *Server) Run(ctx context.Context) error {
+	err := errors.New("server: Run called twice")
+	s.runOnce.Do(func() { err = s.run(ctx) })
+	return err
+}
+
+func (s *Server) run(ctx context.Context) error {
+	errc := make(chan error, 2)
+	var wg sync.WaitGroup
+	if s.httpLn != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.hs.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("HTTP server: %w", err)
+			}
+		}()
+	}
+	if s.resp != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.resp.Serve(s.respLn); err != nil && !errors.Is(err, ErrRESPServerClosed) && !errors.Is(err, net.ErrClosed) {
+				errc <- fmt.Errorf("RESP server: %w", err)
+			}
+		}()
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	s.log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	var shut sync.WaitGroup
+	shut.Add(1)
+	go func() {
+		defer shut.Done()
+		if err := s.hs.Shutdown(sctx); err != nil {
+			s.log.Warn("HTTP shutdown: closing connections", "error", err)
+			s.hs.Close()
+		}
+	}()
+	// Long-polls and event streams would hold Shutdown up until its
+	// deadline: end them now (a waiting acquire gets 503 and retries).
+	s.api.cancelDrain()
+	if s.resp != nil {
+		shut.Add(1)
+		go func() {
+			defer shut.Done()
+			if err := s.resp.Shutdown(sctx); err != nil {
+				s.log.Warn("RESP shutdown", "error", err)
+			}
+		}()
+	}
+	shut.Wait()
+	wg.Wait()
+	if err := s.b.Close(); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("closing the backend: %w", err))
+	}
+	s.log.Info("stopped")
+	return runErr
+}
+
+// Serve runs a Server over b with cfg until ctx ends (see Server.Run). It
+// closes b when it returns, also on error.
+func Serve(ctx context.Context, b Backend, cfg Config) error {
+	s, err := NewServer(b, cfg)
+	if err != nil {
+		b.Close()
+		return err
+	}
+	return s.Run(ctx)
+}
