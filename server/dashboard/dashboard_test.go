@@ -369,12 +369,12 @@ func testDashboard(t *testing.T, be server.Backend) {
 }
 
 // TestDashboardWithAuth: the page asks for a token on 401, uses it for the
-// API and the event stream, and shows the problem detail of a refused
-// force release.
+// API and the event stream (under a prefix the token may read), and shows
+// the problem detail of a refused force release.
 func TestDashboardWithAuth(t *testing.T) {
 	be := openEngine(t)
 	auth, err := server.NewAuth(server.AuthConfig{Tokens: []server.TokenConfig{
-		{Identity: "viewer", Token: "read-only-token", Grants: []server.Grant{{Prefix: "", Access: "read"}}},
+		{Identity: "viewer", Token: "read-only-token", Grants: []server.Grant{{Prefix: "svc/", Access: "read"}}},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -382,6 +382,7 @@ func TestDashboardWithAuth(t *testing.T) {
 	ts := httptest.NewServer(server.NewHandler(be, server.HandlerOptions{Auth: auth, Dashboard: dashboard.Handler()}))
 	t.Cleanup(ts.Close)
 	acquire(t, be, "svc/leader", "node-1")
+	acquire(t, be, "jobs/secret", "someone")
 
 	b := newBrowser(t)
 	b.do("loading the dashboard", chromedp.Navigate(ts.URL+"/dashboard/"))
@@ -394,9 +395,19 @@ func TestDashboardWithAuth(t *testing.T) {
 	b.do("entering the token",
 		chromedp.SendKeys(chromedp.ID("auth-token"), "read-only-token"),
 		chromedp.Click(chromedp.CSS(`#auth button[type=submit]`)))
+	// The token may read svc/ only: listing everything is refused, and
+	// the page says to enter a prefix.
+	b.eventually("the refusal to list every name", func() string {
+		if msg := b.text("error"); !strings.Contains(msg, "Enter a prefix") {
+			return fmt.Sprintf("error line %q", msg)
+		}
+		return ""
+	})
+	b.do("entering the prefix", chromedp.SendKeys(chromedp.ID("prefix"), "svc/"))
 	b.eventually("the lease, read with the token, and a live stream", func() string {
-		if r := b.rows()["svc/leader"]; r.Holder != "node-1" {
-			return fmt.Sprintf("row %+v, want node-1", r)
+		rs := b.rows()
+		if r := rs["svc/leader"]; r.Holder != "node-1" || len(rs) != 1 {
+			return fmt.Sprintf("rows %+v, want svc/leader held by node-1 alone", rs)
 		}
 		if c := b.text("conn-text"); c != "live" {
 			return fmt.Sprintf("connection %q, want live", c)

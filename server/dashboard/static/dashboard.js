@@ -303,7 +303,9 @@
       const e = leases.reason;
       state.apiOK = e.status !== undefined; // a status means the server answered
       updateConn();
-      showError(e.status ? `Reading leases: ${e.message}` : 'The server cannot be reached.', 'refresh');
+      let msg = e.status ? `Reading leases: ${e.message}` : 'The server cannot be reached.';
+      if (e.status === 403) msg += ' Enter a prefix these credentials may read.';
+      showError(msg, 'refresh');
       return;
     }
     state.apiOK = true;
