@@ -1,0 +1,313 @@
+package resp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// testServer answers, one command at a time per connection: ECHO x → x;
+// SLEEP ms x → x after ms; DROP → closes the connection; AUTH → +OK.
+type testServer struct {
+	ln    net.Listener
+	quit  chan struct{}
+	conns atomic.Int32 // accepted so far
+	mu    sync.Mutex
+	open  []net.Conn
+	wg    sync.WaitGroup
+}
+
+func startTestServer(t *testing.T) *testServer {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &testServer{ln: ln, quit: make(chan struct{})}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.conns.Add(1)
+			s.mu.Lock()
+			s.open = append(s.open, nc)
+			s.mu.Unlock()
+			s.wg.Add(1)
+			go func() { defer s.wg.Done(); s.serve(nc) }()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		close(s.quit)
+		s.dropAll()
+		s.wg.Wait()
+	})
+	return s
+}
+
+func (s *testServer) dropAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.open {
+		c.Close()
+	}
+	s.open = nil
+}
+
+func (s *testServer) serve(nc net.Conn) {
+	defer nc.Close()
+	rd := NewReader(bufio.NewReader(nc))
+	bw := bufio.NewWriter(nc)
+	for {
+		args, err := rd.ReadCommand()
+		if err != nil {
+			return
+		}
+		var out []byte
+		switch string(args[0]) {
+		case "ECHO":
+			out = AppendBulk(out, args[1])
+		case "SLEEP":
+			ms, _ := ParseInt(args[1])
+			bw.Flush()
+			select {
+			case <-time.After(time.Duration(ms) * time.Millisecond):
+			case <-s.quit:
+				return
+			}
+			out = AppendBulk(out, args[2])
+		case "DROP":
+			return
+		case "AUTH":
+			out = AppendSimple(out, "OK")
+		default:
+			out = AppendError(out, "ERR unknown")
+		}
+		bw.Write(out)
+		if rd.Buffered() == 0 {
+			if bw.Flush() != nil {
+				return
+			}
+		}
+	}
+}
+
+func (s *testServer) client(conns int) *Client {
+	return NewClient(ClientOptions{
+		Dial: func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", s.ln.Addr().String())
+		},
+		Init: func(c *Conn) error {
+			return c.Do(func(b []byte) []byte { return AppendCommand(b, "AUTH", "x") }, func(v Value) error {
+				if v.Type != SimpleString {
+					return errors.New("AUTH refused")
+				}
+				return nil
+			})
+		},
+		Conns: conns,
+	})
+}
+
+func echo(ctx context.Context, c *Client, cmd ...string) (string, error) {
+	var got string
+	err := c.Do(ctx, func(b []byte) []byte { return AppendCommand(b, cmd...) }, func(v Value) error {
+		if v.Type != BulkString {
+			return fmt.Errorf("reply %s", show(v))
+		}
+		got = string(v.Str)
+		return nil
+	})
+	return got, err
+}
+
+// TestPipelining: many goroutines share two connections; every caller gets
+// the reply to its own request.
+func TestPipelining(t *testing.T) {
+	s := startTestServer(t)
+	c := s.client(2)
+	defer c.Close()
+	ctx := context.Background()
+	const workers, each = 32, 200
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				want := fmt.Sprintf("w%d-%d", w, i)
+				got, err := echo(ctx, c, "ECHO", want)
+				if err == nil && got != want {
+					err = fmt.Errorf("sent %q, got %q", want, got)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := s.conns.Load(); n != 2 {
+		t.Errorf("%d connections, want 2", n)
+	}
+}
+
+// TestBrokenConnection: a dropped connection fails the requests in flight
+// with a ConnError, and the next request connects again.
+func TestBrokenConnection(t *testing.T) {
+	s := startTestServer(t)
+	c := s.client(1)
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := echo(ctx, c, "ECHO", "a"); err != nil {
+		t.Fatal(err)
+	}
+	slow := make(chan error, 1)
+	go func() { _, err := echo(ctx, c, "SLEEP", "200", "x"); slow <- err }()
+	time.Sleep(50 * time.Millisecond)
+	_, err := echo(ctx, c, "DROP")
+	var ce *ConnError
+	if !errors.As(err, &ce) {
+		t.Errorf("request that dropped the connection: %v, want a ConnError", err)
+	}
+	// The SLEEP was answered before the DROP was read, or failed with it.
+	if err := <-slow; err != nil && !errors.As(err, &ce) {
+		t.Errorf("request in flight: %v", err)
+	}
+	if got, err := echo(ctx, c, "ECHO", "b"); err != nil || got != "b" {
+		t.Errorf("after reconnecting: %q, %v", got, err)
+	}
+	if n := s.conns.Load(); n != 2 {
+		t.Errorf("%d connections, want 2", n)
+	}
+}
+
+// TestAbandon: a caller whose ctx ends returns at once; the late reply is
+// dropped and the replies after it still reach their callers.
+func TestAbandon(t *testing.T) {
+	s := startTestServer(t)
+	c := s.client(1)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	decoded := atomic.Bool{}
+	err := c.Do(ctx, func(b []byte) []byte { return AppendCommand(b, "SLEEP", "150", "late") }, func(Value) error {
+		decoded.Store(true)
+		return nil
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want DeadlineExceeded", err)
+	}
+	if got, err := echo(context.Background(), c, "ECHO", "next"); err != nil || got != "next" {
+		t.Errorf("next request: %q, %v", got, err)
+	}
+	if decoded.Load() {
+		t.Error("the abandoned call's decoder ran")
+	}
+	cctx, ccancel := context.WithCancel(context.Background())
+	ccancel()
+	if _, err := echo(cctx, c, "ECHO", "x"); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled before sending: %v", err)
+	}
+}
+
+// TestDoBlocking: blocking requests run on their own connections; ending
+// ctx closes the connection; idle ones are reused.
+func TestDoBlocking(t *testing.T) {
+	s := startTestServer(t)
+	c := s.client(1)
+	defer c.Close()
+	ctx := context.Background()
+	block := func(ctx context.Context, ms string) error {
+		return c.DoBlocking(ctx, 5*time.Second, func(b []byte) []byte { return AppendCommand(b, "SLEEP", ms, "x") },
+			func(v Value) error { return nil })
+	}
+	if err := block(ctx, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := block(ctx, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.conns.Load(); n != 1 {
+		t.Errorf("%d connections after two sequential blocking calls, want 1 (reused)", n)
+	}
+	// A pipelined request is not held up by a blocking one.
+	done := make(chan error, 1)
+	go func() { done <- block(ctx, "300") }()
+	start := time.Now()
+	if _, err := echo(ctx, c, "ECHO", "quick"); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 250*time.Millisecond {
+		t.Errorf("pipelined request took %s behind a blocking one", d)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := block(cctx, "5000"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("blocking call past its ctx: %v", err)
+	}
+	c.mu.Lock()
+	idle, busy := len(c.idle), len(c.busy)
+	c.mu.Unlock()
+	if busy != 0 || idle != 0 {
+		t.Errorf("after a cancelled blocking call: %d idle, %d busy; want its connection closed", idle, busy)
+	}
+}
+
+func TestClientClose(t *testing.T) {
+	s := startTestServer(t)
+	c := s.client(2)
+	ctx := context.Background()
+	if _, err := echo(ctx, c, "ECHO", "a"); err != nil {
+		t.Fatal(err)
+	}
+	inflight := make(chan error, 1)
+	go func() { _, err := echo(ctx, c, "SLEEP", "5000", "x"); inflight <- err }()
+	time.Sleep(20 * time.Millisecond)
+	c.Close()
+	if err := <-inflight; !errors.Is(err, ErrClientClosed) {
+		t.Errorf("in flight at Close: %v", err)
+	}
+	if _, err := echo(ctx, c, "ECHO", "a"); !errors.Is(err, ErrClientClosed) {
+		t.Errorf("after Close: %v", err)
+	}
+	if err := c.DoBlocking(ctx, 0, func(b []byte) []byte { return b }, nil); !errors.Is(err, ErrClientClosed) {
+		t.Errorf("blocking after Close: %v", err)
+	}
+}
+
+func BenchmarkPipelinedEcho(b *testing.B) {
+	s := startTestServer(&testing.T{})
+	c := s.client(2)
+	defer c.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetParallelism(16)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := echo(ctx, c, "ECHO", "x"); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

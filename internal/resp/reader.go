@@ -1,0 +1,369 @@
+// Package resp reads and writes RESP2, the Redis serialization protocol, as
+// leasehold's pipelined wire protocol uses it: commands are arrays of bulk
+// strings (or inline lines typed into telnet), replies are simple strings,
+// errors, integers, bulk strings, nulls and arrays. It is shared by the
+// server (server.RESPServer) and the client (remote.RESPStore), and also
+// holds the client's auto-pipelined connections (Client).
+//
+// The Reader never trusts a length it reads: bulk strings and arrays longer
+// than its limits are protocol errors, and memory is only allocated for
+// bytes that actually arrive (up to one bulk string's length ahead).
+package resp
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Default limits of a Reader.
+const (
+	DefaultMaxBulk   = 1 << 20 // bytes in one bulk string
+	DefaultMaxArray  = 1024    // elements in one array
+	DefaultMaxDepth  = 4       // nesting of arrays in a reply
+	DefaultMaxInline = 64 << 10
+)
+
+// ErrProtocol is matched (errors.Is) by every *ProtocolError.
+var ErrProtocol = errors.New("protocol error")
+
+// ProtocolError reports malformed input. The connection cannot be read any
+// further: the reader has lost its place in the stream.
+type ProtocolError struct{ Msg string }
+
+func (e *ProtocolError) Error() string        { return "Protocol error: " + e.Msg }
+func (e *ProtocolError) Is(target error) bool { return target == ErrProtocol }
+
+func protoErr(format string, args ...any) error {
+	return &ProtocolError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// Type is the type of a RESP2 value: its first byte on the wire.
+type Type byte
+
+const (
+	SimpleString Type = '+'
+	Error        Type = '-'
+	Integer      Type = ':'
+	BulkString   Type = '$'
+	Array        Type = '*'
+)
+
+// Value is one reply. Its Str and Array share the Reader's buffers and are
+// valid only until the Reader's next call.
+type Value struct {
+	Type  Type
+	Null  bool    // a null bulk string ($-1) or null array (*-1)
+	Int   int64   // Integer
+	Str   []byte  // SimpleString, Error, BulkString
+	Array []Value // Array
+}
+
+// Reader reads commands (server side) or replies (client side) from a
+// buffered stream. It is not safe for concurrent use. Its limit fields may be
+// changed before the first read; zero means the default.
+type Reader struct {
+	br        *bufio.Reader
+	MaxBulk   int
+	MaxArray  int
+	MaxDepth  int
+	MaxInline int // longest inline command line; also bounded by the bufio size
+
+	buf     []byte    // bytes of the current command or reply
+	args    [][]byte  // arguments of the current command
+	vals    []Value   // finished arrays of the current reply
+	scratch [][]Value // per depth: elements of arrays being read
+}
+
+// NewReader reads from br.
+func NewReader(br *bufio.Reader) *Reader { return &Reader{br: br} }
+
+// Buffered returns how many bytes can be read without blocking.
+func (r *Reader) Buffered() int { return r.br.Buffered() }
+
+func (r *Reader) limits() (bulk, array, depth, inline int) {
+	bulk, array, depth, inline = r.MaxBulk, r.MaxArray, r.MaxDepth, r.MaxInline
+	if bulk <= 0 {
+		bulk = DefaultMaxBulk
+	}
+	if array <= 0 {
+		array = DefaultMaxArray
+	}
+	if depth <= 0 {
+		depth = DefaultMaxDepth
+	}
+	if inline <= 0 {
+		inline = DefaultMaxInline
+	}
+	return
+}
+
+func (r *Reader) reset() {
+	// Drop buffers a large value grew, so an idle connection keeps little.
+	if cap(r.buf) > 256<<10 {
+		r.buf = nil
+	}
+	if cap(r.vals) > 64<<10 {
+		r.vals = nil
+	}
+	r.buf, r.args, r.vals = r.buf[:0], r.args[:0], r.vals[:0]
+}
+
+// line reads through the next '\n' and returns the line without "\r\n"
+// (or a bare "\n" when crlf is false). The result is valid until the next
+// read from the bufio.Reader.
+func (r *Reader) line(crlf bool) ([]byte, error) {
+	b, cr, err := r.rawLine()
+	if err == nil && crlf && !cr {
+		err = protoErr("line not terminated by CRLF")
+	}
+	return b, err
+}
+
+// rawLine is line that reports whether the line ended in "\r\n".
+func (r *Reader) rawLine() (b []byte, cr bool, err error) {
+	b, err = r.br.ReadSlice('\n')
+	if err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return nil, false, protoErr("line longer than %d bytes", r.br.Size())
+		}
+		if err == io.EOF && len(b) > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, false, err
+	}
+	n := len(b) - 1
+	if n > 0 && b[n-1] == '\r' {
+		return b[:n-1], true, nil
+	}
+	return b[:n], false, nil
+}
+
+// ParseInt parses a decimal int64 with an optional '-' sign and no other
+// characters, without allocating.
+func ParseInt(b []byte) (int64, bool) {
+	neg := false
+	if len(b) > 0 && b[0] == '-' {
+		neg, b = true, b[1:]
+	}
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	if neg {
+		if n > 1<<63 {
+			return 0, false
+		}
+		return -int64(n), true
+	}
+	if n > 1<<63-1 {
+		return 0, false
+	}
+	return int64(n), true
+}
+
+// length parses the length in a '*' or '$' header line.
+func length(line []byte, max int, what string) (int, error) {
+	n, ok := ParseInt(line[1:])
+	switch {
+	case !ok:
+		return 0, protoErr("invalid %s length %q", what, truncate(line[1:]))
+	case n < -1:
+		return 0, protoErr("invalid %s length %d", what, n)
+	case n > int64(max):
+		return 0, protoErr("%s length %d is over the limit of %d", what, n, max)
+	}
+	return int(n), nil
+}
+
+func truncate(b []byte) []byte {
+	if len(b) > 32 {
+		return b[:32]
+	}
+	return b
+}
+
+// bulk reads n bytes and their CRLF into r.buf and returns them.
+func (r *Reader) bulk(n int) ([]byte, error) {
+	start := len(r.buf)
+	if cap(r.buf)-start < n+2 {
+		nb := make([]byte, start, max(2*cap(r.buf), start+n+2))
+		copy(nb, r.buf)
+		r.buf = nb
+	}
+	r.buf = r.buf[:start+n+2]
+	if _, err := io.ReadFull(r.br, r.buf[start:]); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	if r.buf[start+n] != '\r' || r.buf[start+n+1] != '\n' {
+		return nil, protoErr("bulk string not terminated by CRLF")
+	}
+	r.buf = r.buf[:start+n]
+	return r.buf[start : start+n : start+n], nil
+}
+
+// ReadCommand reads one command: an array of bulk strings, or an inline
+// command (a line of words separated by spaces). The arguments share the
+// Reader's buffer and are valid until its next call. An empty array or
+// blank line gives no arguments and no error. Any error leaves the stream
+// unusable; a *ProtocolError should be reported to the peer before the
+// connection is closed.
+func (r *Reader) ReadCommand() ([][]byte, error) {
+	r.reset()
+	maxBulk, maxArray, _, maxInline := r.limits()
+	line, cr, err := r.rawLine()
+	if err != nil {
+		return nil, err
+	}
+	if len(line) == 0 || line[0] != '*' {
+		if len(line) > maxInline {
+			return nil, protoErr("inline command longer than %d bytes", maxInline)
+		}
+		return r.inline(line, maxArray)
+	}
+	if !cr {
+		return nil, protoErr("line not terminated by CRLF")
+	}
+	n, err := length(line, maxArray, "multibulk")
+	if err != nil || n <= 0 {
+		return nil, err
+	}
+	for i := 0; i < n; i++ {
+		line, err := r.line(true)
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		if len(line) == 0 || line[0] != '$' {
+			if len(line) == 0 {
+				return nil, protoErr("expected '$', got an empty line")
+			}
+			return nil, protoErr("expected '$', got '%c'", line[0])
+		}
+		l, err := length(line, maxBulk, "bulk")
+		if err != nil {
+			return nil, err
+		}
+		if l < 0 {
+			return nil, protoErr("null bulk string in a command")
+		}
+		arg, err := r.bulk(l)
+		if err != nil {
+			return nil, err
+		}
+		r.args = append(r.args, arg)
+	}
+	return r.args, nil
+}
+
+func (r *Reader) inline(line []byte, maxArgs int) ([][]byte, error) {
+	r.buf = append(r.buf, line...)
+	b := r.buf
+	for i := 0; i < len(b); {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\t') {
+			i++
+		}
+		j := i
+		for j < len(b) && b[j] != ' ' && b[j] != '\t' {
+			j++
+		}
+		if j > i {
+			if len(r.args) == maxArgs {
+				return nil, protoErr("inline command has more than %d arguments", maxArgs)
+			}
+			r.args = append(r.args, b[i:j:j])
+		}
+		i = j
+	}
+	return r.args, nil
+}
+
+// ReadValue reads one reply. Its byte slices and arrays share the Reader's
+// buffers and are valid until its next call. Nested arrays deeper than
+// MaxDepth are a protocol error.
+func (r *Reader) ReadValue() (Value, error) {
+	r.reset()
+	return r.value(0)
+}
+
+func (r *Reader) value(depth int) (Value, error) {
+	maxBulk, maxArray, maxDepth, _ := r.limits()
+	line, err := r.line(true)
+	if err != nil {
+		if err == io.EOF && depth > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		return Value{}, err
+	}
+	if len(line) == 0 {
+		return Value{}, protoErr("empty line where a value was expected")
+	}
+	switch t := Type(line[0]); t {
+	case SimpleString, Error:
+		start := len(r.buf)
+		r.buf = append(r.buf, line[1:]...)
+		return Value{Type: t, Str: r.buf[start:len(r.buf):len(r.buf)]}, nil
+	case Integer:
+		n, ok := ParseInt(line[1:])
+		if !ok {
+			return Value{}, protoErr("invalid integer %q", truncate(line[1:]))
+		}
+		return Value{Type: t, Int: n}, nil
+	case BulkString:
+		n, err := length(line, maxBulk, "bulk")
+		if err != nil {
+			return Value{}, err
+		}
+		if n < 0 {
+			return Value{Type: t, Null: true}, nil
+		}
+		b, err := r.bulk(n)
+		if err != nil {
+			return Value{}, err
+		}
+		return Value{Type: t, Str: b}, nil
+	case Array:
+		n, err := length(line, maxArray, "array")
+		if err != nil {
+			return Value{}, err
+		}
+		if n < 0 {
+			return Value{Type: t, Null: true}, nil
+		}
+		if n > 0 && depth+1 >= maxDepth {
+			return Value{}, protoErr("arrays nested deeper than %d", maxDepth)
+		}
+		for len(r.scratch) <= depth {
+			r.scratch = append(r.scratch, nil)
+		}
+		mark := len(r.scratch[depth])
+		for i := 0; i < n; i++ {
+			v, err := r.value(depth + 1)
+			if err != nil {
+				r.scratch[depth] = r.scratch[depth][:mark]
+				return Value{}, err
+			}
+			r.scratch[depth] = append(r.scratch[depth], v)
+		}
+		// Move the finished elements to r.vals. Earlier arrays stay valid
+		// when r.vals grows: they keep the old backing array.
+		start := len(r.vals)
+		r.vals = append(r.vals, r.scratch[depth][mark:]...)
+		r.scratch[depth] = r.scratch[depth][:mark]
+		return Value{Type: t, Array: r.vals[start:len(r.vals):len(r.vals)]}, nil
+	default:
+		return Value{}, protoErr("unknown reply type '%c'", line[0])
+	}
+}

@@ -1,0 +1,958 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/resp"
+)
+
+// RESPOptions configure a RESPServer. The zero value serves plain TCP with
+// auth and rate limits off.
+type RESPOptions struct {
+	Auth   *Auth        // bearer tokens (AUTH); nil: auth off
+	Limits *Limits      // per-identity rate limits; nil: off
+	Logger *slog.Logger // default: discard
+	TLS    *tls.Config  // nil: plain TCP
+	// MaxInflight bounds the commands of one connection that are started
+	// but not yet answered (default 1024); beyond it the connection is not
+	// read until replies go out.
+	MaxInflight int
+}
+
+// ErrRESPServerClosed is returned by Serve after Shutdown.
+var ErrRESPServerClosed = errors.New("resp server closed")
+
+// RESPServer serves a Backend over RESP2, the Redis protocol, so that any
+// Redis client can call it (see docs/protocol.md). Each connection is read
+// by one goroutine that starts every command as soon as it is parsed, so
+// the commands pipelined on a connection run concurrently (and a durable
+// backend commits their grants together); a second goroutine writes the
+// replies strictly in request order and flushes only when no finished reply
+// is waiting. A blocking acquire (WAIT) therefore holds up the replies
+// behind it on its connection: clients give blocking acquires a connection
+// of their own. When a connection's peer goes away its queued waiters are
+// dropped.
+type RESPServer struct {
+	b    Backend
+	opts RESPOptions
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	lns      map[net.Listener]struct{}
+	conns    map[*respConn]struct{}
+	shutdown bool
+	nextID   int64
+	connWG   sync.WaitGroup
+
+	sessMu   sync.Mutex
+	sessions map[string]respSession // with auth on: who opened each session
+}
+
+type respSession struct {
+	identity string
+	until    time.Time // forget the binding after this (the session surely ended)
+}
+
+// NewRESPServer returns a server for b. It does not own b: Shutdown leaves
+// b open.
+func NewRESPServer(b Backend, opts RESPOptions) *RESPServer {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MaxInflight <= 0 {
+		opts.MaxInflight = 1024
+	}
+	return &RESPServer{
+		b: b, opts: opts, log: opts.Logger,
+		lns: map[net.Listener]struct{}{}, conns: map[*respConn]struct{}{},
+		sessions: map[string]respSession{},
+	}
+}
+
+// Serve accepts connections on ln until Shutdown (then it returns
+// ErrRESPServerClosed) or ln fails. With RESPOptions.TLS set it serves TLS
+// on ln.
+func (s *RESPServer) Serve(ln net.Listener) error {
+	if s.opts.TLS != nil {
+		ln = tls.NewListener(ln, s.opts.TLS)
+	}
+	s.mu.Lock()
+	if s.shutdown {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrRESPServerClosed
+	}
+	s.lns[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.lns, ln)
+		s.mu.Unlock()
+	}()
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			down := s.shutdown
+			s.mu.Unlock()
+			if down {
+				return ErrRESPServerClosed
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			// Out of file descriptors and the like: wait and retry.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			s.log.Warn("resp: accept", "err", err, "retry_in", delay)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		c := s.newConn(nc)
+		if c == nil {
+			nc.Close()
+			continue
+		}
+		go c.serve()
+	}
+}
+
+// Shutdown stops accepting, stops reading commands, lets every connection
+// write the replies of the commands it has started (queued waiters are
+// cancelled) and close, and waits for that until ctx ends; it then closes
+// what is left and returns ctx's error.
+func (s *RESPServer) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.shutdown = true
+	for ln := range s.lns {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.nc.SetReadDeadline(time.Unix(1, 0))
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.connWG.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	for c := range s.conns {
+		c.abort()
+	}
+	s.mu.Unlock()
+	<-done
+	return ctx.Err()
+}
+
+func (s *RESPServer) newConn(nc net.Conn) *respConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutdown {
+		return nil
+	}
+	s.nextID++
+	c := &respConn{srv: s, nc: nc, id: s.nextID, slots: make(chan *respSlot, s.opts.MaxInflight)}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.waitCtx, c.waitCancel = context.WithCancel(c.ctx)
+	s.conns[c] = struct{}{}
+	s.connWG.Add(1)
+	return c
+}
+
+// respConn is one client connection.
+type respConn struct {
+	srv *RESPServer
+	nc  net.Conn
+	id  int64
+
+	// Cancelled when the connection ends (ctx) or stops being read (waitCtx:
+	// queued waiters are dropped as soon as the peer is gone).
+	ctx, waitCtx       context.Context
+	cancel, waitCancel context.CancelFunc
+
+	slots chan *respSlot // replies in request order; closed by the reader
+
+	// Used only by the reader goroutine.
+	ident  *Identity
+	authed bool
+	name   string
+	upper  [32]byte
+}
+
+// respSlot is the reply to one command: ready when built inline, else done
+// receives one value once buf holds it.
+type respSlot struct {
+	buf   []byte
+	ready bool
+	done  chan struct{}
+}
+
+var respSlotPool = sync.Pool{New: func() any { return &respSlot{done: make(chan struct{}, 1)} }}
+
+func (c *respConn) abort() {
+	c.cancel()
+	c.nc.Close()
+}
+
+func (c *respConn) serve() {
+	defer func() {
+		c.srv.mu.Lock()
+		delete(c.srv.conns, c)
+		c.srv.mu.Unlock()
+		c.srv.connWG.Done()
+	}()
+	writerDone := make(chan struct{})
+	go func() { defer close(writerDone); c.writeLoop() }()
+	rd := resp.NewReader(bufio.NewReaderSize(c.nc, 16<<10))
+	for {
+		args, err := rd.ReadCommand()
+		if err != nil {
+			if errors.Is(err, resp.ErrProtocol) {
+				c.srv.log.Debug("resp: closing connection", "remote", c.nc.RemoteAddr(), "err", err)
+				s := c.inline()
+				s.buf = resp.AppendError(s.buf, "ERR "+err.Error())
+				c.slots <- s
+			}
+			break
+		}
+		if len(args) > 0 && c.exec(args) {
+			break // QUIT
+		}
+	}
+	c.waitCancel()
+	close(c.slots)
+	<-writerDone
+	c.abort()
+}
+
+// writeLoop writes replies in order, flushing whenever the next reply is
+// not ready yet (or there is none), so that replies that finish together
+// leave together.
+func (c *respConn) writeLoop() {
+	bw := bufio.NewWriterSize(c.nc, 16<<10)
+	var werr error
+	flush := func() {
+		if werr == nil && bw.Buffered() > 0 {
+			if werr = bw.Flush(); werr != nil {
+				c.abort()
+			}
+		}
+	}
+	for {
+		var s *respSlot
+		var ok bool
+		select {
+		case s, ok = <-c.slots:
+		default:
+			flush()
+			s, ok = <-c.slots
+		}
+		if !ok {
+			flush()
+			return
+		}
+		if !s.ready {
+			select {
+			case <-s.done:
+			default:
+				flush()
+				<-s.done
+			}
+		}
+		if werr == nil {
+			if _, werr = bw.Write(s.buf); werr != nil {
+				c.abort()
+			}
+		}
+		if cap(s.buf) > 64<<10 {
+			s.buf = nil
+		}
+		s.buf, s.ready = s.buf[:0], false
+		respSlotPool.Put(s)
+	}
+}
+
+// inline returns a slot for a reply built now by the reader goroutine; the
+// caller appends the reply and sends the slot.
+func (c *respConn) inline() *respSlot {
+	s := respSlotPool.Get().(*respSlot)
+	s.ready = true
+	return s
+}
+
+func (c *respConn) reply(f func(b []byte) []byte) {
+	s := c.inline()
+	s.buf = f(s.buf)
+	c.slots <- s
+}
+
+func (c *respConn) replyError(msg string) {
+	s := c.inline()
+	s.buf = resp.AppendError(s.buf, msg)
+	c.slots <- s
+}
+
+func (c *respConn) replyOK() {
+	s := c.inline()
+	s.buf = append(s.buf, "+OK\r\n"...)
+	c.slots <- s
+}
+
+// async runs fn on its own goroutine; its reply takes the next place in
+// the reply order.
+func (c *respConn) async(fn func(b []byte) []byte) {
+	s := respSlotPool.Get().(*respSlot)
+	c.slots <- s
+	go func() {
+		s.buf = fn(s.buf)
+		s.done <- struct{}{}
+	}()
+}
+
+// word upper-cases a command or option name into a scratch buffer (no
+// allocation); too long a word comes back empty.
+func (c *respConn) word(b []byte) []byte {
+	if len(b) > len(c.upper) {
+		return nil
+	}
+	w := c.upper[:len(b)]
+	for i, ch := range b {
+		if 'a' <= ch && ch <= 'z' {
+			ch -= 'a' - 'A'
+		}
+		w[i] = ch
+	}
+	return w
+}
+
+// exec runs one command; it reports whether the connection is to close.
+func (c *respConn) exec(args [][]byte) (quit bool) {
+	switch string(c.word(args[0])) {
+	case "PING":
+		switch len(args) {
+		case 1:
+			c.reply(func(b []byte) []byte { return append(b, "+PONG\r\n"...) })
+		case 2:
+			c.reply(func(b []byte) []byte { return resp.AppendBulk(b, args[1]) })
+		default:
+			c.wrongArgs(args[0])
+		}
+		return false
+	case "QUIT":
+		c.replyOK()
+		return true
+	case "AUTH":
+		c.auth(args)
+		return false
+	case "HELLO":
+		c.hello(args)
+		return false
+	}
+	if c.srv.opts.Auth != nil && !c.authed {
+		c.replyError(resp.CodeNoAuth + " Authentication required.")
+		return false
+	}
+	switch cmd := string(c.word(args[0])); cmd {
+	case "CLIENT":
+		c.client(args)
+	case "COMMAND":
+		c.reply(func(b []byte) []byte { return resp.AppendArray(b, 0) })
+	case "ECHO":
+		if len(args) != 2 {
+			c.wrongArgs(args[0])
+			break
+		}
+		c.reply(func(b []byte) []byte { return resp.AppendBulk(b, args[1]) })
+	case "LH.ACQUIRE", "LH.RENEW", "LH.RELEASE", "LH.GET", "LH.LIST", "LH.FORCERELEASE", "LH.SESSION":
+		if !c.srv.opts.Limits.Allow(c.ident) {
+			c.replyError(resp.CodeRateLimited + " rate limit exceeded; nothing was changed")
+			break
+		}
+		switch cmd {
+		case "LH.ACQUIRE":
+			c.acquire(args)
+		case "LH.RENEW":
+			c.renew(args)
+		case "LH.RELEASE":
+			c.release(args)
+		case "LH.GET":
+			c.get(args)
+		case "LH.LIST":
+			c.list(args)
+		case "LH.FORCERELEASE":
+			c.forceRelease(args)
+		case "LH.SESSION":
+			c.session(args)
+		}
+	default:
+		c.replyError(fmt.Sprintf("ERR unknown command '%s'", printable(args[0])))
+	}
+	return false
+}
+
+func printable(b []byte) string {
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	q := strconv.QuoteToASCII(string(b))
+	return q[1 : len(q)-1]
+}
+
+func (c *respConn) wrongArgs(cmd []byte) {
+	c.replyError(fmt.Sprintf("ERR wrong number of arguments for '%s' command", strings.ToLower(printable(cmd))))
+}
+
+func (c *respConn) auth(args [][]byte) {
+	var token []byte
+	switch len(args) {
+	case 2:
+		token = args[1]
+	case 3:
+		token = args[2] // AUTH user token: the user name is not checked
+	default:
+		c.wrongArgs(args[0])
+		return
+	}
+	if c.authenticate(token) {
+		c.replyOK()
+	}
+}
+
+// authenticate checks a token; on failure it replies WRONGPASS.
+func (c *respConn) authenticate(token []byte) bool {
+	if c.srv.opts.Auth == nil {
+		return true // auth off: any token is accepted
+	}
+	id, err := c.srv.opts.Auth.Authenticate(string(token))
+	if err != nil {
+		c.srv.log.Info("resp: authentication failed", "remote", c.nc.RemoteAddr())
+		c.replyError(resp.CodeWrongPass + " invalid token")
+		return false
+	}
+	c.ident, c.authed = id, true
+	return true
+}
+
+// hello answers HELLO [2 [AUTH user token] [SETNAME name]]. Only RESP2 is
+// spoken: HELLO 3 gets NOPROTO, which Redis clients take as "fall back to
+// RESP2".
+func (c *respConn) hello(args [][]byte) {
+	if len(args) > 1 {
+		if v, ok := resp.ParseInt(args[1]); !ok || v != 2 {
+			c.replyError("NOPROTO unsupported protocol version")
+			return
+		}
+	}
+	for i := 2; i < len(args); i++ {
+		switch string(c.word(args[i])) {
+		case "AUTH":
+			if i+2 >= len(args) {
+				c.replyError("ERR syntax error in HELLO option 'auth'")
+				return
+			}
+			if !c.authenticate(args[i+2]) {
+				return
+			}
+			i += 2
+		case "SETNAME":
+			if i+1 >= len(args) {
+				c.replyError("ERR syntax error in HELLO option 'setname'")
+				return
+			}
+			c.name = string(args[i+1])
+			i++
+		default:
+			c.replyError(fmt.Sprintf("ERR syntax error in HELLO option '%s'", printable(args[i])))
+			return
+		}
+	}
+	if c.srv.opts.Auth != nil && !c.authed {
+		c.replyError(resp.CodeNoAuth + " HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
+		return
+	}
+	id := c.id
+	c.reply(func(b []byte) []byte {
+		b = resp.AppendArray(b, 14)
+		b = resp.AppendBulkString(b, "server")
+		b = resp.AppendBulkString(b, "leasehold")
+		b = resp.AppendBulkString(b, "version")
+		b = resp.AppendBulkString(b, "1")
+		b = resp.AppendBulkString(b, "proto")
+		b = resp.AppendInt(b, 2)
+		b = resp.AppendBulkString(b, "id")
+		b = resp.AppendInt(b, id)
+		b = resp.AppendBulkString(b, "mode")
+		b = resp.AppendBulkString(b, "standalone")
+		b = resp.AppendBulkString(b, "role")
+		b = resp.AppendBulkString(b, "master")
+		b = resp.AppendBulkString(b, "modules")
+		return resp.AppendArray(b, 0)
+	})
+}
+
+func (c *respConn) client(args [][]byte) {
+	if len(args) < 2 {
+		c.wrongArgs(args[0])
+		return
+	}
+	switch string(c.word(args[1])) {
+	case "SETNAME":
+		if len(args) != 3 {
+			c.wrongArgs(args[0])
+			return
+		}
+		c.name = string(args[2])
+		c.replyOK()
+	case "SETINFO":
+		c.replyOK()
+	case "GETNAME":
+		name := c.name
+		c.reply(func(b []byte) []byte {
+			if name == "" {
+				return resp.AppendNull(b)
+			}
+			return resp.AppendBulkString(b, name)
+		})
+	case "ID":
+		id := c.id
+		c.reply(func(b []byte) []byte { return resp.AppendInt(b, id) })
+	default:
+		c.replyError(fmt.Sprintf("ERR unknown subcommand '%s'", printable(args[1])))
+	}
+}
+
+// The leasehold commands. Each checks its arguments, the name and the
+// caller's permission on the reader goroutine (bad input is answered at
+// once and changes nothing), then runs on the backend asynchronously.
+
+func invalid(field, format string, args ...any) error {
+	return &leasehold.InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// parseMillis reads a duration given in milliseconds.
+func parseMillis(b []byte, field string) (time.Duration, error) {
+	n, ok := resp.ParseInt(b)
+	if !ok {
+		return 0, invalid(field, "%q is not an integer number of milliseconds", printable(b))
+	}
+	const limit = (1<<63 - 1) / int64(time.Millisecond)
+	n = max(min(n, limit), -limit)
+	return time.Duration(n) * time.Millisecond, nil
+}
+
+func parseToken(b []byte) (uint64, error) {
+	n, ok := resp.ParseInt(b)
+	if !ok || n < 0 {
+		return 0, invalid("token", "%q is not a fencing token (a positive integer)", printable(b))
+	}
+	return uint64(n), nil
+}
+
+// replyErr answers with the error reply for err (see appendErr).
+func (c *respConn) replyErr(err error) {
+	s := c.inline()
+	s.buf = c.srv.appendErr(s.buf, err)
+	c.slots <- s
+}
+
+func (c *respConn) noPerm(what, name string) {
+	id := "anonymous"
+	if c.ident != nil {
+		id = c.ident.Name
+	}
+	c.replyError(fmt.Sprintf("%s identity %q may not %s %q", resp.CodeNoPerm, id, what, name))
+}
+
+// appendErr maps a backend or validation error to its error reply.
+func (s *RESPServer) appendErr(b []byte, err error) []byte {
+	var he *leasehold.HeldError
+	var ie *leasehold.InvalidError
+	switch {
+	case errors.As(err, &he):
+		return resp.AppendHeld(b, he)
+	case errors.As(err, &ie):
+		return resp.AppendInvalid(b, ie)
+	case errors.Is(err, leasehold.ErrNotHeld):
+		return resp.AppendError(b, resp.CodeNotHeld+" lease not held (never granted, expired, released, or another owner or token); nothing was changed")
+	case errors.Is(err, leasehold.ErrNotFound):
+		return resp.AppendError(b, resp.CodeNotFound+" no live lease with that name")
+	case errors.Is(err, ErrNoSession):
+		return resp.AppendError(b, resp.CodeNoSession+" no such session (unknown, closed or expired)")
+	case errors.Is(err, leasehold.ErrClosed):
+		return resp.AppendError(b, "ERR the server is shutting down")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return resp.AppendError(b, "ERR request cancelled")
+	}
+	s.log.Warn("resp: backend error", "err", err)
+	return resp.AppendError(b, "ERR "+err.Error())
+}
+
+// LH.ACQUIRE name owner ttl_ms [DATA d] [REQID id] [WAIT ms] [SESSION id]
+func (c *respConn) acquire(args [][]byte) {
+	if len(args) < 4 || len(args)%2 != 0 {
+		c.wrongArgs(args[0])
+		return
+	}
+	var req AcquireRequest
+	req.Name, req.Owner = string(args[1]), string(args[2])
+	ttl, err := parseMillis(args[3], "ttl")
+	if err != nil {
+		c.replyErr(err)
+		return
+	}
+	req.TTL = ttl
+	var seen [4]bool
+	for i := 4; i < len(args); i += 2 {
+		v := args[i+1]
+		var k int
+		switch string(c.word(args[i])) {
+		case "DATA":
+			k = 0
+			if len(v) > 0 {
+				req.Data = bytes.Clone(v)
+			}
+		case "REQID":
+			k = 1
+			req.RequestID = string(v)
+		case "WAIT":
+			k = 2
+			if req.Wait, err = parseMillis(v, "wait"); err == nil && req.Wait < 0 {
+				err = invalid("wait", "must not be negative")
+			}
+		case "SESSION":
+			k = 3
+			req.Session = string(v)
+			if req.Session == "" {
+				err = invalid("session", "must not be empty")
+			}
+		default:
+			c.replyError(fmt.Sprintf("ERR syntax error: unknown option '%s'", printable(args[i])))
+			return
+		}
+		if seen[k] {
+			c.replyError(fmt.Sprintf("ERR syntax error: option '%s' given twice", printable(args[i])))
+			return
+		}
+		seen[k] = true
+		if err != nil {
+			c.replyErr(err)
+			return
+		}
+	}
+	if err := CheckName(req.Name); err != nil {
+		c.replyErr(err)
+		return
+	}
+	if err := req.AcquireRequest.Validate(); err != nil {
+		c.replyErr(err)
+		return
+	}
+	if !c.ident.Allowed(req.Name, AccessWrite) {
+		c.noPerm("acquire", req.Name)
+		return
+	}
+	if req.Session != "" && !c.srv.ownsSession(c.ident, req.Session) {
+		c.replyErr(ErrNoSession)
+		return
+	}
+	ctx := c.ctx
+	if req.Wait > 0 {
+		ctx = c.waitCtx
+	}
+	srv := c.srv
+	c.async(func(b []byte) []byte {
+		rec, err := srv.b.Acquire(ctx, req)
+		if err != nil {
+			return srv.appendErr(b, err)
+		}
+		return resp.AppendGrant(b, &rec)
+	})
+}
+
+// holder parses "name owner token" and checks it.
+func (c *respConn) holder(args [][]byte) (name, owner string, token uint64, ok bool) {
+	name, owner = string(args[1]), string(args[2])
+	token, err := parseToken(args[3])
+	if err == nil {
+		err = CheckName(name)
+	}
+	if err == nil {
+		err = leasehold.ValidateHolder(name, owner, token)
+	}
+	if err != nil {
+		c.replyErr(err)
+		return "", "", 0, false
+	}
+	return name, owner, token, true
+}
+
+// LH.RENEW name owner token ttl_ms
+func (c *respConn) renew(args [][]byte) {
+	if len(args) != 5 {
+		c.wrongArgs(args[0])
+		return
+	}
+	name, owner, token, ok := c.holder(args)
+	if !ok {
+		return
+	}
+	ttl, err := parseMillis(args[4], "ttl")
+	if err == nil {
+		err = leasehold.ValidateTTL(ttl)
+	}
+	if err != nil {
+		c.replyErr(err)
+		return
+	}
+	if !c.ident.Allowed(name, AccessWrite) {
+		c.noPerm("renew", name)
+		return
+	}
+	srv, ctx := c.srv, c.ctx
+	c.async(func(b []byte) []byte {
+		if err := srv.b.Renew(ctx, name, owner, token, ttl); err != nil {
+			return srv.appendErr(b, err)
+		}
+		return append(b, "+OK\r\n"...)
+	})
+}
+
+// LH.RELEASE name owner token
+func (c *respConn) release(args [][]byte) {
+	if len(args) != 4 {
+		c.wrongArgs(args[0])
+		return
+	}
+	name, owner, token, ok := c.holder(args)
+	if !ok {
+		return
+	}
+	if !c.ident.Allowed(name, AccessWrite) {
+		c.noPerm("release", name)
+		return
+	}
+	srv, ctx := c.srv, c.ctx
+	c.async(func(b []byte) []byte {
+		if err := srv.b.Release(ctx, name, owner, token); err != nil {
+			return srv.appendErr(b, err)
+		}
+		return append(b, "+OK\r\n"...)
+	})
+}
+
+// LH.GET name: the record, or null.
+func (c *respConn) get(args [][]byte) {
+	if len(args) != 2 {
+		c.wrongArgs(args[0])
+		return
+	}
+	name := string(args[1])
+	if err := CheckName(name); err != nil {
+		c.replyErr(err)
+		return
+	}
+	if !c.ident.Allowed(name, AccessRead) {
+		c.noPerm("read", name)
+		return
+	}
+	srv, ctx := c.srv, c.ctx
+	c.async(func(b []byte) []byte {
+		rec, err := srv.b.Get(ctx, name)
+		switch {
+		case errors.Is(err, leasehold.ErrNotFound):
+			return resp.AppendNull(b)
+		case err != nil:
+			return srv.appendErr(b, err)
+		}
+		return resp.AppendRecord(b, &rec)
+	})
+}
+
+// LH.LIST [prefix]: the live leases under prefix that the caller may read,
+// sorted by name.
+func (c *respConn) list(args [][]byte) {
+	if len(args) > 2 {
+		c.wrongArgs(args[0])
+		return
+	}
+	var prefix string
+	if len(args) == 2 {
+		prefix = string(args[1])
+	}
+	if err := CheckPrefix(prefix); err != nil {
+		c.replyErr(err)
+		return
+	}
+	id := c.ident
+	if !id.ListAllowed(prefix) {
+		c.noPerm("list", prefix)
+		return
+	}
+	srv, ctx := c.srv, c.ctx
+	c.async(func(b []byte) []byte {
+		recs, err := srv.b.List(ctx, prefix)
+		if err != nil {
+			return srv.appendErr(b, err)
+		}
+		n := 0
+		for _, r := range recs {
+			if id.Allowed(r.Name, AccessRead) {
+				recs[n] = r
+				n++
+			}
+		}
+		b = resp.AppendArray(b, n)
+		for i := range recs[:n] {
+			b = resp.AppendRecord(b, &recs[i])
+		}
+		return b
+	})
+}
+
+// LH.FORCERELEASE name: frees the lease whoever holds it (admin) and
+// returns the grant it ended, or NOTFOUND.
+func (c *respConn) forceRelease(args [][]byte) {
+	if len(args) != 2 {
+		c.wrongArgs(args[0])
+		return
+	}
+	name := string(args[1])
+	if err := CheckName(name); err != nil {
+		c.replyErr(err)
+		return
+	}
+	if !c.ident.Allowed(name, AccessAdmin) {
+		c.noPerm("force-release", name)
+		return
+	}
+	srv, ctx := c.srv, c.ctx
+	c.async(func(b []byte) []byte {
+		rec, err := srv.b.ForceRelease(ctx, name)
+		if err != nil {
+			return srv.appendErr(b, err)
+		}
+		return resp.AppendRecord(b, &rec)
+	})
+}
+
+// LH.SESSION OPEN ttl_ms | KEEPALIVE id | CLOSE id
+func (c *respConn) session(args [][]byte) {
+	if len(args) != 3 {
+		c.wrongArgs(args[0])
+		return
+	}
+	srv, ctx, id := c.srv, c.ctx, c.ident
+	switch string(c.word(args[1])) {
+	case "OPEN":
+		ttl, err := parseMillis(args[2], "ttl")
+		if err == nil {
+			err = leasehold.ValidateTTL(ttl)
+		}
+		if err != nil {
+			c.replyErr(err)
+			return
+		}
+		c.async(func(b []byte) []byte {
+			sess, err := srv.b.OpenSession(ctx, ttl)
+			if err != nil {
+				return srv.appendErr(b, err)
+			}
+			srv.bindSession(id, sess)
+			return resp.AppendBulkString(b, sess.ID)
+		})
+	case "KEEPALIVE":
+		sid := string(args[2])
+		if !srv.ownsSession(id, sid) {
+			c.replyErr(ErrNoSession)
+			return
+		}
+		c.async(func(b []byte) []byte {
+			sess, err := srv.b.KeepAlive(ctx, sid)
+			if err != nil {
+				if errors.Is(err, ErrNoSession) {
+					srv.unbindSession(sid)
+				}
+				return srv.appendErr(b, err)
+			}
+			srv.bindSession(id, sess)
+			b = resp.AppendArray(b, 3)
+			b = resp.AppendInt(b, resp.Millis(sess.TTL))
+			b = resp.AppendInt(b, resp.CeilMillis(sess.Remaining))
+			return resp.AppendInt(b, int64(sess.Leases))
+		})
+	case "CLOSE":
+		sid := string(args[2])
+		if !srv.ownsSession(id, sid) {
+			c.replyErr(ErrNoSession)
+			return
+		}
+		c.async(func(b []byte) []byte {
+			err := srv.b.CloseSession(ctx, sid)
+			if err == nil || errors.Is(err, ErrNoSession) {
+				srv.unbindSession(sid)
+			}
+			if err != nil {
+				return srv.appendErr(b, err)
+			}
+			return append(b, "+OK\r\n"...)
+		})
+	default:
+		c.replyError(fmt.Sprintf("ERR unknown subcommand '%s'", printable(args[1])))
+	}
+}
+
+// With auth on, a session may only be used by the identity that opened it
+// through this server. The binding is kept in memory: it lapses a while
+// after the session's last keepalive seen here.
+
+func (s *RESPServer) bindSession(id *Identity, sess Session) {
+	if s.opts.Auth == nil {
+		return
+	}
+	now := time.Now()
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	s.sessions[sess.ID] = respSession{identity: id.Name, until: now.Add(2*sess.TTL + time.Minute)}
+	if len(s.sessions) >= 1024 && len(s.sessions)&(len(s.sessions)-1) == 0 { // at powers of two
+		for k, v := range s.sessions {
+			if now.After(v.until) {
+				delete(s.sessions, k)
+			}
+		}
+	}
+}
+
+func (s *RESPServer) unbindSession(sid string) {
+	if s.opts.Auth == nil {
+		return
+	}
+	s.sessMu.Lock()
+	delete(s.sessions, sid)
+	s.sessMu.Unlock()
+}
+
+func (s *RESPServer) ownsSession(id *Identity, sid string) bool {
+	if s.opts.Auth == nil {
+		return true
+	}
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	b, ok := s.sessions[sid]
+	return ok && id != nil && b.identity == id.Name && time.Now().Before(b.until)
+}
