@@ -78,6 +78,11 @@ func (c *Config) defaults() {
 	}
 }
 
+// ErrConfig is matched (errors.Is) by NewServer's errors about its
+// configuration (TLS files, nothing to serve), as opposed to a listener
+// that cannot bind.
+var ErrConfig = errors.New("server configuration")
+
 // Server runs the HTTP API and the RESP protocol over one Backend.
 type Server struct {
 	b      Backend
@@ -101,7 +106,7 @@ func NewServer(b Backend, cfg Config) (*Server, error) {
 	s := &Server{b: b, cfg: cfg, log: cfg.Logger}
 	tc, err := loadTLS(cfg)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	s.tls = tc
 	s.httpLn, s.respLn = cfg.HTTPListener, cfg.RESPListener
@@ -125,7 +130,7 @@ func NewServer(b Backend, cfg Config) (*Server, error) {
 		}
 	}
 	if s.httpLn == nil && s.respLn == nil {
-		return nil, errors.New("nothing to serve: no HTTP or RESP address")
+		return nil, fmt.Errorf("%w: nothing to serve: no HTTP or RESP address", ErrConfig)
 	}
 	if tc != nil && s.httpLn != nil {
 		s.httpLn = tls.NewListener(s.httpLn, httpTLS(tc))

@@ -1,0 +1,319 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/leasehold/leasehold/server"
+	"github.com/leasehold/leasehold/server/dashboard"
+)
+
+const serveLong = `Serve runs the leasehold server: an HTTP/JSON API (with a dashboard at
+/dashboard/ and Prometheus metrics at /metrics) and a pipelined RESP
+protocol that any Redis client can speak, over one lease state.
+
+By default the state is the server's own durable engine in --data-dir:
+every grant is in a group-committed, fsynced log before it is answered,
+waiters are queued per name and granted in arrival order (FIFO) by the
+release or expiry that frees the lease, and sessions let many leases share
+one keepalive. Fencing tokens survive restarts.
+
+With --store URL the server is instead a proxy in front of that store
+(postgres://, redis://, dynamodb://, etcd://, sqlite://...): the store
+stays the authority, so several servers can share it, and each server adds
+FIFO queues (per server), sessions, events, the dashboard and metrics.
+
+Every flag can also be set with an environment variable: LEASEHOLD_ and
+the flag's name in capitals with '-' as '_' (--rate-limit is
+$LEASEHOLD_RATE_LIMIT; --store is $LEASEHOLD_SERVE_STORE, so that a
+client's $LEASEHOLD_STORE never turns a server into a proxy of itself). A
+flag given on the command line wins.
+
+Auth (--auth-file) is a JSON file of bearer tokens, each with grants of
+read, write or admin access on name prefixes; the longest matching prefix
+decides. Without it every client may do everything: keep the addresses on
+loopback, or put the server behind TLS and auth. See docs/http-api.md.
+
+SIGINT or SIGTERM shuts the server down gracefully: it stops accepting,
+ends long-polls (waiting clients get 503 and retry), lets other requests
+finish for up to --shutdown-timeout and closes the state. A second signal
+exits at once.
+
+Exit codes: 0 after a graceful shutdown, 64 usage error (bad flag, auth
+file or TLS files), 70 the state or a listener failed.`
+
+const serveExample = `  # A local server with the defaults (HTTP 127.0.0.1:7070, RESP 127.0.0.1:7071).
+  leasehold serve
+
+  # Listen on all interfaces with TLS and tokens; RESP off.
+  leasehold serve --addr :7070 --resp-addr "" \
+      --tls-cert /etc/leasehold/cert.pem --tls-key /etc/leasehold/key.pem \
+      --auth-file /etc/leasehold/tokens.json --rate-limit 200 --rate-burst 400
+
+  # Several servers in front of one PostgreSQL database.
+  leasehold serve --addr :7070 --store postgres://leasehold@db.internal/app
+
+  # Then, from anywhere:
+  curl -s -X POST http://127.0.0.1:7070/v1/leases/backup/nightly/acquire \
+      -d '{"owner":"host-a","ttl_ms":30000}'`
+
+type serveOptions struct {
+	addr, respAddr  string
+	dataDir         string
+	store           string
+	noSync          bool
+	authFile        string
+	rateLimit       float64
+	rateBurst       int
+	tlsCert, tlsKey string
+	clientCA        string
+	logLevel        string
+	logFormat       string
+	dashboard       bool
+	shutdownTimeout time.Duration
+}
+
+// serveEnv names the environment variable of each flag whose name does not
+// simply map to LEASEHOLD_FLAG_NAME.
+var serveEnv = map[string]string{"store": "LEASEHOLD_SERVE_STORE"}
+
+func envName(flag string) string {
+	if v, ok := serveEnv[flag]; ok {
+		return v
+	}
+	return "LEASEHOLD_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+func newServeCmd(e *env) *cobra.Command {
+	o := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:     "serve [flags]",
+		Short:   "Run the lease server (HTTP API, dashboard, metrics, RESP)",
+		Long:    serveLong,
+		Example: serveExample,
+		Args:    cobra.NoArgs,
+		RunE: wrapRun(func(cmd *cobra.Command, args []string) error {
+			if err := applyEnv(cmd.Flags()); err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), e)
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.addr, "addr", "127.0.0.1:7070", "HTTP listen address (host:port; \"\" disables HTTP)")
+	f.StringVar(&o.respAddr, "resp-addr", "127.0.0.1:7071", "RESP listen address (\"\" disables RESP)")
+	f.StringVar(&o.dataDir, "data-dir", "", "directory of the engine's log and snapshots (default "+defaultDataDirHint()+")")
+	f.StringVar(&o.store, "store", "", "serve a proxy in front of this store URL instead of the engine (env LEASEHOLD_SERVE_STORE)")
+	f.BoolVar(&o.noSync, "no-sync", false, "UNSAFE: skip fsync; grants survive a crash of the process but not of the machine, so tokens may repeat after a power loss")
+	f.StringVar(&o.authFile, "auth-file", "", "JSON file of bearer tokens and their per-prefix grants (default: auth off)")
+	f.Float64Var(&o.rateLimit, "rate-limit", 0, "sustained requests per second allowed per identity (0: unlimited)")
+	f.IntVar(&o.rateBurst, "rate-burst", 0, "requests an identity may send at once above the rate (default: the rate)")
+	f.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate chain: serve HTTPS and RESP over TLS")
+	f.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	f.StringVar(&o.clientCA, "client-ca", "", "PEM CA certificates: require client certificates signed by them (mutual TLS)")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug (one line per request), info, warn or error")
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	f.BoolVar(&o.dashboard, "dashboard", true, "serve the dashboard at /dashboard/")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for in-flight requests")
+	return cmd
+}
+
+// applyEnv sets every flag not given on the command line from its
+// environment variable, if set.
+func applyEnv(fs *pflag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(fl *pflag.Flag) {
+		if err != nil || fl.Changed {
+			return
+		}
+		name := envName(fl.Name)
+		v, ok := os.LookupEnv(name)
+		if !ok {
+			return
+		}
+		if serr := fs.Set(fl.Name, v); serr != nil {
+			err = usagef("serve: $%s: %v", name, serr)
+		}
+	})
+	return err
+}
+
+// defaultDataDir is $XDG_DATA_HOME/leasehold/server, or
+// ~/.local/share/leasehold/server (beside the default SQLite store).
+func defaultDataDir() (string, error) {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "leasehold", "server"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no default data directory: %w (pass --data-dir)", err)
+	}
+	return filepath.Join(home, ".local", "share", "leasehold", "server"), nil
+}
+
+func defaultDataDirHint() string {
+	if d, err := defaultDataDir(); err == nil {
+		return d
+	}
+	return "~/.local/share/leasehold/server"
+}
+
+func (o *serveOptions) logger(e *env) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, usagef("serve: --log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	switch o.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(e.stderr, hopts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(e.stderr, hopts)), nil
+	}
+	return nil, usagef("serve: --log-format %q: want text or json", o.logFormat)
+}
+
+func (o *serveOptions) run(ctx context.Context, e *env) error {
+	log, err := o.logger(e)
+	if err != nil {
+		return err
+	}
+	if o.addr == "" && o.respAddr == "" {
+		return usagef("serve: --addr and --resp-addr are both empty: nothing to serve")
+	}
+	if o.rateLimit < 0 || o.rateBurst < 0 {
+		return usagef("serve: --rate-limit and --rate-burst must not be negative")
+	}
+	if o.shutdownTimeout <= 0 {
+		return usagef("serve: --shutdown-timeout must be positive")
+	}
+	var auth *server.Auth
+	if o.authFile != "" {
+		if auth, err = server.LoadAuth(o.authFile); err != nil {
+			return usagef("serve: --auth-file: %v", err)
+		}
+	}
+	var limits *server.Limits
+	if o.rateLimit > 0 {
+		limits = &server.Limits{PerSecond: o.rateLimit, Burst: o.rateBurst}
+	}
+
+	// Catch the signals before anything listens, so that a signal never
+	// finds the default action (death without a clean shutdown).
+	sctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+
+	metrics := server.NewMetrics(nil)
+	var backend server.Backend
+	var what string
+	if o.store != "" {
+		if o.dataDir != "" || o.noSync {
+			return usagef("serve: --data-dir and --no-sync are for the engine; with --store the store keeps the state")
+		}
+		store, err := e.openStore(sctx, o.store)
+		if err != nil {
+			return err
+		}
+		scheme, _, _ := strings.Cut(o.store, ":")
+		scheme = strings.ToLower(scheme)
+		backend = server.NewProxy(store, server.ProxyConfig{
+			Hooks: metrics.Hooks(), Logger: log,
+			Durable: scheme != "memory" && scheme != "redis",
+		})
+		what = "proxy in front of " + redactURL(o.store)
+	} else {
+		dir := o.dataDir
+		if dir == "" {
+			if dir, err = defaultDataDir(); err != nil {
+				return usagef("serve: %v", err)
+			}
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return exitf(ExitInternal, "serve: data directory: %v", err)
+		}
+		eng, err := server.OpenEngine(server.EngineConfig{Dir: dir, NoSync: o.noSync, Hooks: metrics.Hooks(), Logger: log})
+		if err != nil {
+			return exitf(ExitInternal, "serve: %v", err)
+		}
+		backend = eng
+		what = "engine in " + dir
+		if o.noSync {
+			what += " (--no-sync: NOT durable across a machine crash)"
+			log.Warn("--no-sync: grants are not fsynced; after a machine crash tokens may repeat")
+		}
+	}
+
+	cfg := server.Config{
+		Addr: o.addr, RESPAddr: o.respAddr,
+		TLSCert: o.tlsCert, TLSKey: o.tlsKey, ClientCA: o.clientCA,
+		Auth: auth, Limits: limits, Logger: log, Metrics: metrics,
+		ShutdownTimeout: o.shutdownTimeout,
+	}
+	if o.dashboard {
+		cfg.Dashboard = dashboard.Handler()
+	}
+	srv, err := server.NewServer(backend, cfg)
+	if err != nil {
+		backend.Close()
+		if errors.Is(err, server.ErrConfig) {
+			return usagef("serve: %v", err)
+		}
+		return exitf(ExitInternal, "serve: %v", err)
+	}
+	scheme := "http"
+	if srv.TLS() {
+		scheme = "https"
+	}
+	fmt.Fprintf(e.stdout, "leasehold: state: %s\n", what)
+	if a := srv.HTTPAddr(); a != nil {
+		fmt.Fprintf(e.stdout, "leasehold: HTTP API on %s://%s/v1/", scheme, a)
+		if o.dashboard {
+			fmt.Fprintf(e.stdout, " (dashboard %s://%s/dashboard/)", scheme, a)
+		}
+		fmt.Fprintln(e.stdout)
+	}
+	if a := srv.RESPAddr(); a != nil {
+		fmt.Fprintf(e.stdout, "leasehold: RESP on %s", a)
+		if srv.TLS() {
+			fmt.Fprint(e.stdout, " (TLS)")
+		}
+		fmt.Fprintln(e.stdout)
+	}
+	if auth == nil {
+		fmt.Fprintln(e.stdout, "leasehold: auth is off (--auth-file): every client may do everything")
+	}
+	// After the first signal, a second one gets the default action.
+	go func() {
+		<-sctx.Done()
+		stopSignals()
+	}()
+	if err := srv.Run(sctx); err != nil {
+		return exitf(ExitInternal, "serve: %v", err)
+	}
+	fmt.Fprintln(e.stdout, "leasehold: stopped")
+	return nil
+}
+
+// redactURL hides a password in a store URL.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(store URL)"
+	}
+	if _, has := u.User.Password(); has {
+		return u.Redacted()
+	}
+	return raw
+}

@@ -1,0 +1,230 @@
+//go:build unix
+
+package cli
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/remote"
+	"github.com/leasehold/leasehold/stores"
+)
+
+// serving is a "leasehold serve" running in-process.
+type serving struct {
+	out, errb *syncBuffer
+	done      chan result
+	base      string // http://host:port
+	resp      string
+}
+
+var listenRE = regexp.MustCompile(`HTTP API on (https?://[^/\s]+)/v1/`)
+var respRE = regexp.MustCompile(`RESP on (\S+)`)
+
+func startServing(t *testing.T, args ...string) *serving {
+	t.Helper()
+	s := &serving{out: &syncBuffer{}, errb: &syncBuffer{}, done: make(chan result, 1)}
+	e := &env{stdout: s.out, stderr: s.errb, open: stores.Open}
+	go func() {
+		code := e.main(context.Background(), append([]string{"serve"}, args...))
+		s.done <- result{code, s.out.String(), s.errb.String()}
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if m := listenRE.FindStringSubmatch(s.out.String()); m != nil {
+			s.base = m[1]
+			if m := respRE.FindStringSubmatch(s.out.String()); m != nil {
+				s.resp = m[1]
+			}
+			return s
+		}
+		select {
+		case r := <-s.done:
+			t.Fatalf("serve exited %d before listening:\n%s\n%s", r.code, r.stdout, r.stderr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not print its address within 60s:\n%s\n%s", s.out.String(), s.errb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (s *serving) wait(t *testing.T) result {
+	t.Helper()
+	select {
+	case r := <-s.done:
+		return r
+	case <-time.After(60 * time.Second):
+		t.Fatalf("serve did not stop within 60s:\n%s\n%s", s.out.String(), s.errb.String())
+		return result{}
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// TestServeStartsAndStopsOnSIGTERM: serve answers /healthz, shuts down
+// cleanly on SIGTERM (exit 0), and its engine keeps a held lease across
+// the restart.
+func TestServeStartsAndStopsOnSIGTERM(t *testing.T) {
+	// Catch SIGTERM in the test too, so that a signal sent before serve
+	// has registered its handler cannot kill the test binary.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	dir := filepath.Join(t.TempDir(), "data")
+	args := []string{"--addr", "127.0.0.1:0", "--resp-addr", "127.0.0.1:0", "--data-dir", dir, "--log-level", "warn"}
+	s := startServing(t, args...)
+	if code, body := get(t, s.base+"/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("healthz: %d %q", code, body)
+	}
+	if code, _ := get(t, s.base+"/readyz"); code != 200 {
+		t.Fatalf("readyz: %d", code)
+	}
+	if code, body := get(t, s.base+"/metrics"); code != 200 || !strings.Contains(body, "leasehold_held_leases") {
+		t.Errorf("metrics: %d", code)
+	}
+	if code, _ := get(t, s.base+"/dashboard/"); code != 200 {
+		t.Errorf("dashboard: %d", code)
+	}
+	if s.resp == "" {
+		t.Errorf("no RESP address printed:\n%s", s.out.String())
+	}
+	st, err := remote.OpenHTTP(s.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	rec, err := st.TryAcquire(ctx, leasehold.AcquireRequest{Name: "svc/x", Owner: "a", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	r := s.wait(t)
+	if r.code != 0 || !strings.Contains(r.stdout, "leasehold: stopped") {
+		t.Fatalf("serve after SIGTERM: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "engine in "+dir) || !strings.Contains(r.stdout, "auth is off") {
+		t.Errorf("startup lines:\n%s", r.stdout)
+	}
+
+	// Restart on the same data: the lease is still held, with its token.
+	s = startServing(t, args...)
+	st2, err := remote.OpenHTTP(s.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	got, err := st2.Get(ctx, "svc/x")
+	if err != nil || got.Owner != "a" || got.Token != rec.Token {
+		t.Errorf("after restart: %+v, %v; want a's lease, token %d", got, err, rec.Token)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.wait(t); r.code != 0 {
+		t.Fatalf("second serve: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// TestServeProxyAndEnv: --store serves a proxy; flags fall back to
+// LEASEHOLD_* variables, and the command line wins over them.
+func TestServeProxyAndEnv(t *testing.T) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	authFile := filepath.Join(t.TempDir(), "tokens.json")
+	if err := os.WriteFile(authFile, []byte(`{"tokens":[{"identity":"ci","token":"s3cret","grants":[{"prefix":"ci/","access":"write"}]}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("LEASEHOLD_SERVE_STORE", "memory://")
+	t.Setenv("LEASEHOLD_AUTH_FILE", authFile)
+	t.Setenv("LEASEHOLD_RESP_ADDR", "")
+	t.Setenv("LEASEHOLD_ADDR", "256.0.0.1:1") // overridden by --addr
+	t.Setenv("LEASEHOLD_LOG_FORMAT", "json")
+	s := startServing(t, "--addr", "127.0.0.1:0")
+	if s.resp != "" {
+		t.Errorf("RESP listening although $LEASEHOLD_RESP_ADDR is empty: %s", s.out.String())
+	}
+	if !strings.Contains(s.out.String(), "proxy in front of memory://") {
+		t.Errorf("startup lines:\n%s", s.out.String())
+	}
+	ctx := context.Background()
+	anon, _ := remote.OpenHTTP(s.base)
+	defer anon.Close()
+	if _, err := anon.List(ctx, ""); err == nil {
+		t.Error("auth file from the environment not applied")
+	}
+	ci, _ := remote.OpenHTTP(s.base + "?token=s3cret")
+	defer ci.Close()
+	if _, err := ci.TryAcquire(ctx, leasehold.AcquireRequest{Name: "ci/build", Owner: "a", TTL: time.Minute}); err != nil {
+		t.Errorf("acquire with the token: %v", err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.wait(t); r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+func TestServeUsageErrors(t *testing.T) {
+	h := newHarness(t)
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"serve", "extra"},
+		{"serve", "--log-format", "xml", "--data-dir", dir},
+		{"serve", "--log-level", "loud", "--data-dir", dir},
+		{"serve", "--addr", "", "--resp-addr", "", "--data-dir", dir},
+		{"serve", "--auth-file", filepath.Join(dir, "missing.json"), "--data-dir", dir},
+		{"serve", "--rate-limit", "-1", "--data-dir", dir},
+		{"serve", "--store", "memory://", "--data-dir", dir},
+		{"serve", "--store", "nope://x"},
+		{"serve", "--addr", "127.0.0.1:0", "--resp-addr", "", "--data-dir", dir, "--tls-cert", filepath.Join(dir, "c.pem")},
+	} {
+		if r := h.run(args...); r.code != ExitUsage {
+			t.Errorf("leasehold %q: exit %d, want %d\n%s", args, r.code, ExitUsage, r.stderr)
+		}
+	}
+	t.Setenv("LEASEHOLD_RATE_LIMIT", "lots")
+	if r := h.run("serve", "--data-dir", dir); r.code != ExitUsage || !strings.Contains(r.stderr, "LEASEHOLD_RATE_LIMIT") {
+		t.Errorf("bad env value: exit %d %s", r.code, r.stderr)
+	}
+}
+
+func TestServeHelp(t *testing.T) {
+	h := newHarness(t)
+	r := h.run("serve", "--help")
+	for _, want := range []string{"--addr", "--resp-addr", "--data-dir", "--store", "--no-sync", "UNSAFE",
+		"--auth-file", "--rate-limit", "--rate-burst", "--tls-cert", "--tls-key", "--client-ca",
+		"--log-level", "--log-format", "LEASEHOLD_SERVE_STORE", "SIGTERM", "Examples:"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("serve --help lacks %q", want)
+		}
+	}
+}
