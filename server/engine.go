@@ -71,7 +71,7 @@ type Engine struct {
 	held      int
 	waiters   int
 	token     uint64 // last token issued
-	tombs     []*engEntry
+	tombs     []tombstone
 	closed    bool
 	kick      chan struct{}
 	stop      chan struct{}
@@ -85,16 +85,16 @@ type engEntry struct {
 	name      string
 	owner     string
 	reqID     string
-	data      []byte
+	data      string // string, not []byte: 8 bytes less per lease
 	token     uint64
 	ttl       time.Duration
 	loggedTTL time.Duration // the largest TTL logged for this grant
 	acquired  int64         // wall clock, unix ns
 	held      bool
-	released  int64 // engine clock, when it stopped being held (tombstones)
+	tomb      bool // freed recently: remembered for a repeated release
 	sess      *engSession
 	pending   atomic.Int32 // records appended for this name and not yet durable
-	q         []*engWaiter
+	wq        *[]*engWaiter // queued acquires, nil when none (saves memory per lease)
 	dl        deadline
 }
 
@@ -255,7 +255,7 @@ func (ent *engEntry) remaining(now int64) time.Duration {
 
 func (ent *engEntry) record(now int64) leasehold.Record {
 	return leasehold.Record{
-		Name: ent.name, Owner: ent.owner, Token: ent.token, Data: ent.data, TTL: ent.ttl,
+		Name: ent.name, Owner: ent.owner, Token: ent.token, Data: bytesOf(ent.data), TTL: ent.ttl,
 		Remaining: ent.remaining(now), Acquired: time.Unix(0, ent.acquired),
 	}
 }
@@ -296,19 +296,19 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Rec
 	case ent.live(now) && req.RequestID != "" && ent.reqID == req.RequestID && ent.owner == req.Owner:
 		// A retried acquire: the same grant, with a fresh expiry.
 		e.refresh(ent, req, sess, now, ch)
-	case ent.live(now) || ent != nil && len(ent.q) > 0:
+	case ent.live(now) || ent != nil && len(ent.queue()) > 0:
 		if req.Wait <= 0 {
 			err := ent.heldError(now)
 			e.unlock()
 			return leasehold.Record{}, err
 		}
 		w := &engWaiter{req: req, sess: sess, since: e.clk.Now(), at: now, ch: ch}
-		ent.q = append(ent.q, w)
+		ent.setQueue(append(ent.queue(), w))
 		e.waiters++
 		if sess != nil {
 			sess.waits[w] = struct{}{}
 		}
-		n := len(ent.q)
+		n := len(ent.queue())
 		e.commit(nil, nil, func(error) {
 			e.emit(Event{Type: EventQueued, Name: req.Name, Owner: req.Owner, Time: w.since, Waiters: n})
 		})
@@ -368,20 +368,18 @@ func (e *Engine) wait(ctx context.Context, ent *engEntry, w *engWaiter) (leaseho
 // dequeue removes a waiter that leaves without a grant. e.mu held.
 func (e *Engine) dequeue(ent *engEntry, w *engWaiter) {
 	w.done = true
-	for i, x := range ent.q {
+	q := ent.queue()
+	for i, x := range q {
 		if x == w {
-			ent.q = append(ent.q[:i], ent.q[i+1:]...)
+			ent.setQueue(append(q[:i], q[i+1:]...))
 			break
 		}
-	}
-	if len(ent.q) == 0 {
-		ent.q = nil
 	}
 	e.waiters--
 	if w.sess != nil {
 		delete(w.sess.waits, w)
 	}
-	n := len(ent.q)
+	n := len(ent.queue())
 	e.commit(nil, nil, func(error) {
 		e.emit(Event{Type: EventDequeued, Name: ent.name, Owner: w.req.Owner, Time: e.clk.Now(), Waiters: n})
 	})
@@ -397,7 +395,7 @@ func (e *Engine) grant(ent *engEntry, req AcquireRequest, sess *engSession, now,
 		e.held-- // an expired grant being replaced
 	}
 	e.unTomb(ent)
-	ent.owner, ent.reqID, ent.data = req.Owner, req.RequestID, req.Data
+	ent.owner, ent.reqID, ent.data = req.Owner, req.RequestID, string(req.Data)
 	ent.token, ent.ttl, ent.loggedTTL = e.token, req.TTL, req.TTL
 	ent.acquired = e.clk.Now().UnixNano()
 	ent.held = true
@@ -410,7 +408,7 @@ func (e *Engine) grant(ent *engEntry, req AcquireRequest, sess *engSession, now,
 	}
 	e.poke()
 	rec := ent.record(now)
-	waiters := len(ent.q)
+	waiters := len(ent.queue())
 	e.commit(ent, encodeGrant(ent), func(err error) {
 		if err != nil {
 			ch <- grantResult{err: fmt.Errorf("persist grant: %w", err)}
@@ -427,7 +425,7 @@ func (e *Engine) grant(ent *engEntry, req AcquireRequest, sess *engSession, now,
 
 // refresh answers a retried acquire with the grant it already has.
 func (e *Engine) refresh(ent *engEntry, req AcquireRequest, sess *engSession, now int64, ch chan grantResult) {
-	ent.data = req.Data
+	ent.data = string(req.Data)
 	ent.ttl = req.TTL
 	var rec []byte
 	if sess == nil && ent.sess == nil {
@@ -490,7 +488,7 @@ func (e *Engine) Renew(ctx context.Context, name, owner string, token uint64, tt
 		}
 	}
 	e.poke()
-	ev := Event{Type: EventRenewed, Name: name, Owner: owner, Token: token, Time: e.clk.Now(), Waiters: len(ent.q)}
+	ev := Event{Type: EventRenewed, Name: name, Owner: owner, Token: token, Time: e.clk.Now(), Waiters: len(ent.queue())}
 	e.commit(ent, rec, func(err error) {
 		if err == nil {
 			e.emit(ev)
@@ -567,11 +565,10 @@ func (e *Engine) ForceRelease(ctx context.Context, name string) (leasehold.Recor
 func (e *Engine) free(ent *engEntry, now int64, why EventType, done func(error)) {
 	ev := Event{Type: why, Name: ent.name, Owner: ent.owner, Token: ent.token, Time: e.clk.Now()}
 	ent.held = false
-	ent.released = now
 	e.held--
 	e.attach(ent, nil)
 	e.dl.remove(&ent.dl)
-	ev.Waiters = len(ent.q)
+	ev.Waiters = len(ent.queue())
 	e.commit(ent, encodeRelease(ent), func(err error) {
 		if err == nil {
 			e.emit(ev)
@@ -580,12 +577,10 @@ func (e *Engine) free(ent *engEntry, now int64, why EventType, done func(error))
 			done(err)
 		}
 	})
-	if len(ent.q) > 0 {
-		w := ent.q[0]
-		ent.q = ent.q[1:]
-		if len(ent.q) == 0 {
-			ent.q = nil
-		}
+	if len(ent.queue()) > 0 {
+		q := ent.queue()
+		w := q[0]
+		ent.setQueue(q[1:])
 		e.waiters--
 		w.done = true
 		if w.sess != nil {
@@ -594,7 +589,7 @@ func (e *Engine) free(ent *engEntry, now int64, why EventType, done func(error))
 		e.grant(ent, w.req, w.sess, now, now, w.ch)
 		return
 	}
-	e.tomb(ent)
+	e.tomb(ent, now)
 }
 
 // expireIfDue ends ent's grant if its TTL (or session) ran out. e.mu held.
@@ -606,16 +601,41 @@ func (e *Engine) expireIfDue(ent *engEntry, now int64) {
 
 // tomb remembers a freed entry for TombstoneTTL, so that its holder may
 // repeat the release, then forgets it.
-func (e *Engine) tomb(ent *engEntry) {
-	e.tombs = append(e.tombs, ent)
+func (e *Engine) tomb(ent *engEntry, now int64) {
+	ent.tomb = true
+	e.tombs = append(e.tombs, tombstone{ent, now, ent.token})
 }
 
-func (e *Engine) unTomb(ent *engEntry) { ent.released = 0 }
+func (e *Engine) unTomb(ent *engEntry) { ent.tomb = false }
+
+type tombstone struct {
+	ent   *engEntry
+	at    int64
+	token uint64 // the grant it remembers
+}
+
+func (ent *engEntry) queue() []*engWaiter {
+	if ent.wq == nil {
+		return nil
+	}
+	return *ent.wq
+}
+
+func (ent *engEntry) setQueue(q []*engWaiter) {
+	if len(q) == 0 {
+		ent.wq = nil
+		return
+	}
+	if ent.wq == nil {
+		ent.wq = new([]*engWaiter)
+	}
+	*ent.wq = q
+}
 
 // forgetIfIdle drops an entry that is neither held, queued on, nor a
 // recent tombstone.
 func (e *Engine) forgetIfIdle(ent *engEntry) {
-	if !ent.held && len(ent.q) == 0 && ent.released == 0 && ent.pending.Load() == 0 {
+	if !ent.held && len(ent.queue()) == 0 && !ent.tomb && ent.pending.Load() == 0 {
 		if e.leases[ent.name] == ent {
 			delete(e.leases, ent.name)
 		}
@@ -626,11 +646,15 @@ func (e *Engine) forgetIfIdle(ent *engEntry) {
 func (e *Engine) sweepTombs(now int64) {
 	i := 0
 	for ; i < len(e.tombs); i++ {
-		t := e.tombs[i]
-		if t.released != 0 && now-t.released < int64(e.cfg.TombstoneTTL) && len(e.tombs)-i <= 1<<20 {
+		t := e.tombs[i].ent
+		if now-e.tombs[i].at < int64(e.cfg.TombstoneTTL) && len(e.tombs)-i <= 1<<20 {
 			break
 		}
-		if !t.held && len(t.q) == 0 && t.pending.Load() == 0 && e.leases[t.name] == t {
+		if !t.tomb || t.token != e.tombs[i].token {
+			continue // taken again since
+		}
+		t.tomb = false
+		if !t.held && len(t.queue()) == 0 && t.pending.Load() == 0 && e.leases[t.name] == t {
 			delete(e.leases, t.name)
 		}
 	}
@@ -689,8 +713,8 @@ func (e *Engine) Waiters(name string) []Waiter {
 		return nil
 	}
 	now := e.now()
-	out := make([]Waiter, 0, len(ent.q))
-	for _, w := range ent.q {
+	out := make([]Waiter, 0, len(ent.queue()))
+	for _, w := range ent.queue() {
 		out = append(out, Waiter{Owner: w.req.Owner, Session: w.req.Session, Since: w.since, Waited: time.Duration(now - w.at)})
 	}
 	return out
@@ -840,11 +864,11 @@ func (e *Engine) Close() error {
 	}
 	e.closed = true
 	for _, ent := range e.leases {
-		for _, w := range ent.q {
+		for _, w := range ent.queue() {
 			w.done = true
 			w.ch <- grantResult{err: leasehold.ErrClosed}
 		}
-		ent.q = nil
+		ent.setQueue(nil)
 	}
 	e.waiters = 0
 	e.unlock()
@@ -964,4 +988,11 @@ func validateAcquire(req AcquireRequest) error {
 		return &leasehold.InvalidError{Field: "wait", Reason: "must not be negative"}
 	}
 	return nil
+}
+
+func bytesOf(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return []byte(s)
 }

@@ -183,10 +183,7 @@ func (rc *recovery) apply(rec []byte) error {
 			e.leases[name] = ent
 		}
 		ent.owner, ent.reqID, ent.token, ent.ttl, ent.loggedTTL, ent.acquired = owner, reqID, token, ttl, logged, acquired
-		ent.data = nil
-		if len(data) > 0 {
-			ent.data = append([]byte(nil), data...)
-		}
+		ent.data = string(data)
 		ent.held = true
 		ent.sess = nil
 		if sess != "" {
