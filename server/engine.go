@@ -93,7 +93,7 @@ type engEntry struct {
 	held      bool
 	tomb      bool // freed recently: remembered for a repeated release
 	sess      *engSession
-	pending   atomic.Int32 // records appended for this name and not yet durable
+	pending   atomic.Int32  // records appended for this name and not yet durable
 	wq        *[]*engWaiter // queued acquires, nil when none (saves memory per lease)
 	dl        deadline
 }

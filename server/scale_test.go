@@ -25,4 +25,3 @@ func TestScale(t *testing.T) {
 		t.Fatalf("recovered %d leases, want %d", res.Recovered, n)
 	}
 }
-
