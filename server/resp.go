@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +59,8 @@ type RESPServer struct {
 
 	sessMu   sync.Mutex
 	sessions map[string]respSession // with auth on: who opened each session
+
+	workers workerPool
 }
 
 type respSession struct {
@@ -78,6 +81,7 @@ func NewRESPServer(b Backend, opts RESPOptions) *RESPServer {
 		b: b, opts: opts, log: opts.Logger,
 		lns: map[net.Listener]struct{}{}, conns: map[*respConn]struct{}{},
 		sessions: map[string]respSession{},
+		workers:  workerPool{jobs: make(chan func())},
 	}
 }
 
@@ -271,8 +275,16 @@ func (c *respConn) writeLoop() {
 			select {
 			case <-s.done:
 			default:
-				flush()
-				<-s.done
+				// Replies finished together (by one group commit) are
+				// being built by goroutines about to run: let them
+				// before deciding to flush.
+				runtime.Gosched()
+				select {
+				case <-s.done:
+				default:
+					flush()
+					<-s.done
+				}
 			}
 		}
 		if werr == nil {
@@ -314,15 +326,52 @@ func (c *respConn) replyOK() {
 	c.slots <- s
 }
 
-// async runs fn on its own goroutine; its reply takes the next place in
-// the reply order.
-func (c *respConn) async(fn func(b []byte) []byte) {
+// async runs fn on a worker goroutine; its reply takes the next place in
+// the reply order. Commands that may block for long (WAIT) pass
+// blocking, and get a goroutine of their own.
+func (c *respConn) async(blocking bool, fn func(b []byte) []byte) {
 	s := respSlotPool.Get().(*respSlot)
 	c.slots <- s
-	go func() {
+	job := func() {
 		s.buf = fn(s.buf)
 		s.done <- struct{}{}
-	}()
+	}
+	if blocking {
+		go job()
+		return
+	}
+	c.srv.workers.run(job)
+}
+
+// workerPool runs short jobs on goroutines that are kept for a while after
+// their last job, so that a busy server does not start (and grow the stack
+// of) a goroutine per command.
+type workerPool struct {
+	jobs chan func() // unbuffered: a send succeeds only to an idle worker
+}
+
+const workerIdle = 10 * time.Second
+
+func (p *workerPool) run(job func()) {
+	select {
+	case p.jobs <- job:
+	default:
+		go p.work(job)
+	}
+}
+
+func (p *workerPool) work(job func()) {
+	t := time.NewTimer(workerIdle)
+	defer t.Stop()
+	for {
+		job()
+		t.Reset(workerIdle)
+		select {
+		case job = <-p.jobs:
+		case <-t.C:
+			return
+		}
+	}
 }
 
 // word upper-cases a command or option name into a scratch buffer (no
@@ -676,7 +725,7 @@ func (c *respConn) acquire(args [][]byte) {
 		ctx = c.waitCtx
 	}
 	srv := c.srv
-	c.async(func(b []byte) []byte {
+	c.async(req.Wait > 0, func(b []byte) []byte {
 		rec, err := srv.b.Acquire(ctx, req)
 		if err != nil {
 			return srv.appendErr(b, err)
@@ -725,7 +774,7 @@ func (c *respConn) renew(args [][]byte) {
 		return
 	}
 	srv, ctx := c.srv, c.ctx
-	c.async(func(b []byte) []byte {
+	c.async(false, func(b []byte) []byte {
 		if err := srv.b.Renew(ctx, name, owner, token, ttl); err != nil {
 			return srv.appendErr(b, err)
 		}
@@ -748,7 +797,7 @@ func (c *respConn) release(args [][]byte) {
 		return
 	}
 	srv, ctx := c.srv, c.ctx
-	c.async(func(b []byte) []byte {
+	c.async(false, func(b []byte) []byte {
 		if err := srv.b.Release(ctx, name, owner, token); err != nil {
 			return srv.appendErr(b, err)
 		}
@@ -772,7 +821,7 @@ func (c *respConn) get(args [][]byte) {
 		return
 	}
 	srv, ctx := c.srv, c.ctx
-	c.async(func(b []byte) []byte {
+	c.async(false, func(b []byte) []byte {
 		rec, err := srv.b.Get(ctx, name)
 		switch {
 		case errors.Is(err, leasehold.ErrNotFound):
@@ -805,7 +854,7 @@ func (c *respConn) list(args [][]byte) {
 		return
 	}
 	srv, ctx := c.srv, c.ctx
-	c.async(func(b []byte) []byte {
+	c.async(false, func(b []byte) []byte {
 		recs, err := srv.b.List(ctx, prefix)
 		if err != nil {
 			return srv.appendErr(b, err)
@@ -842,7 +891,7 @@ func (c *respConn) forceRelease(args [][]byte) {
 		return
 	}
 	srv, ctx := c.srv, c.ctx
-	c.async(func(b []byte) []byte {
+	c.async(false, func(b []byte) []byte {
 		rec, err := srv.b.ForceRelease(ctx, name)
 		if err != nil {
 			return srv.appendErr(b, err)
@@ -868,7 +917,7 @@ func (c *respConn) session(args [][]byte) {
 			c.replyErr(err)
 			return
 		}
-		c.async(func(b []byte) []byte {
+		c.async(false, func(b []byte) []byte {
 			sess, err := srv.b.OpenSession(ctx, ttl)
 			if err != nil {
 				return srv.appendErr(b, err)
@@ -882,7 +931,7 @@ func (c *respConn) session(args [][]byte) {
 			c.replyErr(ErrNoSession)
 			return
 		}
-		c.async(func(b []byte) []byte {
+		c.async(false, func(b []byte) []byte {
 			sess, err := srv.b.KeepAlive(ctx, sid)
 			if err != nil {
 				if errors.Is(err, ErrNoSession) {
@@ -902,7 +951,7 @@ func (c *respConn) session(args [][]byte) {
 			c.replyErr(ErrNoSession)
 			return
 		}
-		c.async(func(b []byte) []byte {
+		c.async(false, func(b []byte) []byte {
 			err := srv.b.CloseSession(ctx, sid)
 			if err == nil || errors.Is(err, ErrNoSession) {
 				srv.unbindSession(sid)

@@ -3,6 +3,7 @@ package resp
 import (
 	"bufio"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -170,6 +171,9 @@ func (p *pipe) writeLoop() {
 		case <-p.broken:
 			return
 		}
+		// Callers woken by the same batch of replies are usually about to
+		// enqueue their next requests: let them, so one write carries all.
+		runtime.Gosched()
 		p.mu.Lock()
 		buf := p.wbuf
 		p.wbuf = spare[:0]
