@@ -1,0 +1,768 @@
+package remote
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/resp"
+)
+
+// DefaultRESPPort is the port of a leasehold:// URL that names none.
+const DefaultRESPPort = "7071"
+
+// RESPStore is a leasehold.Store and leasehold.Queuer that talks to a
+// leasehold server over its RESP protocol (docs/protocol.md), the fastest
+// way to reach it.
+//
+// Non-blocking commands are auto-pipelined: concurrent callers share a few
+// connections (conns, default 2); while one batch of commands is being
+// written the next accumulates, and it goes out with one write. Replies
+// come back in order and are matched to their callers. A blocking acquire
+// (AcquireWait, which Client.Acquire uses) runs on a dedicated connection of
+// its own, so it holds up no one else's replies; a few such connections are
+// kept idle for reuse.
+//
+// When a connection breaks, the requests in flight on it fail with an
+// error that says they may or may not have taken effect (Client retries an
+// acquire with the same request id, which recognises a grant it already
+// got), and the next request connects again.
+//
+// Errors map back to the root package's: *leasehold.HeldError (owner,
+// token, remaining time), leasehold.ErrNotHeld, leasehold.ErrNotFound,
+// *leasehold.InvalidError (field and reason); leasehold.ErrClosed after
+// Close. Refusals by the server are *RESPError values matching
+// ErrUnauthorized, ErrForbidden, ErrRateLimited, ErrUnavailable or
+// ErrNoSession with errors.Is.
+type RESPStore struct {
+	cl        *resp.Client
+	addr      string
+	timeout   time.Duration
+	waitChunk time.Duration
+	closed    atomic.Bool
+}
+
+var (
+	_ leasehold.Store  = (*RESPStore)(nil)
+	_ leasehold.Queuer = (*RESPStore)(nil)
+)
+
+// OpenRESP connects to a leasehold server's RESP port:
+//
+//	leasehold://host[:port][?token=T&conns=N&timeout=30s]
+//	leaseholds://host[:port][?token=T&ca=/path/ca.pem]   (TLS)
+//
+// The port defaults to 7071. Parameters:
+//
+//   - token: the bearer token sent with AUTH (default: $LEASEHOLD_AUTH_TOKEN,
+//     else none).
+//   - conns: shared pipelined connections (default 2, at most 64).
+//   - idle_conns: idle dedicated connections kept for blocking acquires
+//     (default 4).
+//   - timeout: how long requests may go unanswered on a pipelined
+//     connection before it is taken for dead and closed, failing them
+//     (default DefaultTimeout, 30s). Blocking acquires are bounded by
+//     wait_chunk plus this instead.
+//   - wait_chunk: how long one server-side wait of AcquireWait lasts before
+//     the client asks again (default 30s).
+//   - with leaseholds:// only: ca (PEM file of authorities to trust instead
+//     of the system's), cert and key (a client certificate), server_name.
+//
+// A bad URL is an *leasehold.InvalidError. OpenRESP connects and
+// authenticates once before it returns, so that a wrong address or token
+// is reported here.
+func OpenRESP(rawURL string) (*RESPStore, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return openRESP(ctx, rawURL)
+}
+
+type respConfig struct {
+	addr      string
+	token     string
+	tls       *tls.Config
+	conns     int
+	idle      int
+	timeout   time.Duration
+	waitChunk time.Duration
+}
+
+func parseRESPURL(rawURL string) (respConfig, error) {
+	cfg := respConfig{conns: 2, idle: 4, timeout: DefaultTimeout, waitChunk: 30 * time.Second}
+	bad := func(format string, args ...any) (respConfig, error) {
+		return cfg, &leasehold.InvalidError{Field: "store URL", Reason: fmt.Sprintf(format, args...)}
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return bad("%v", err)
+	}
+	u.Scheme = strings.ToLower(u.Scheme)
+	switch {
+	case u.Scheme != "leasehold" && u.Scheme != "leaseholds":
+		return bad("scheme %q: want leasehold or leaseholds", u.Scheme)
+	case u.Hostname() == "":
+		return bad("no host (want %s://host:port)", u.Scheme)
+	case u.User != nil:
+		return bad("credentials in the URL's user part are not used; pass ?token= or $%s", EnvAuthToken)
+	case u.Path != "" && u.Path != "/":
+		return bad("a path (%q) is not allowed: a server has one namespace", u.Path)
+	case u.Fragment != "":
+		return bad("no fragment allowed")
+	}
+	port := u.Port()
+	if port == "" {
+		port = DefaultRESPPort
+	}
+	cfg.addr = net.JoinHostPort(u.Hostname(), port)
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return bad("query: %v", err)
+	}
+	var ca, cert, key, serverName string
+	for k, vs := range q {
+		if len(vs) != 1 {
+			return bad("parameter %q given %d times", k, len(vs))
+		}
+		v := vs[0]
+		switch k {
+		case "token":
+			cfg.token = v
+		case "conns", "idle_conns":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 64 {
+				return bad("%s=%q: want a number from 1 to 64", k, v)
+			}
+			if k == "conns" {
+				cfg.conns = n
+			} else {
+				cfg.idle = n
+			}
+		case "timeout", "wait_chunk":
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 100*time.Millisecond || d > time.Hour {
+				return bad("%s=%q: want a duration from 100ms to 1h", k, v)
+			}
+			if k == "timeout" {
+				cfg.timeout = d
+			} else {
+				cfg.waitChunk = d
+			}
+		case "ca":
+			ca = v
+		case "cert":
+			cert = v
+		case "key":
+			key = v
+		case "server_name":
+			serverName = v
+		default:
+			return bad("unknown parameter %q (known: token, conns, idle_conns, timeout, wait_chunk, ca, cert, key, server_name)", k)
+		}
+	}
+	if cfg.token == "" {
+		cfg.token = os.Getenv(EnvAuthToken)
+	}
+	if u.Scheme != "leaseholds" {
+		if ca != "" || cert != "" || key != "" || serverName != "" {
+			return bad("ca, cert, key and server_name need a leaseholds:// URL")
+		}
+		return cfg, nil
+	}
+	if serverName == "" {
+		serverName = u.Hostname()
+	}
+	cfg.tls = &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return bad("ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return bad("ca %s: no PEM certificates in it", ca)
+		}
+		cfg.tls.RootCAs = pool
+	}
+	if (cert == "") != (key == "") {
+		return bad("cert and key go together")
+	}
+	if cert != "" {
+		c, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return bad("client certificate: %v", err)
+		}
+		cfg.tls.Certificates = []tls.Certificate{c}
+	}
+	return cfg, nil
+}
+
+func openRESP(ctx context.Context, rawURL string) (*RESPStore, error) {
+	cfg, err := parseRESPURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return newRESPStore(ctx, cfg)
+}
+
+func newRESPStore(ctx context.Context, cfg respConfig) (*RESPStore, error) {
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
+	dial := func(ctx context.Context) (net.Conn, error) { return dialer.DialContext(ctx, "tcp", cfg.addr) }
+	if cfg.tls != nil {
+		td := &tls.Dialer{NetDialer: dialer, Config: cfg.tls}
+		dial = func(ctx context.Context) (net.Conn, error) { return td.DialContext(ctx, "tcp", cfg.addr) }
+	}
+	var init func(c *resp.Conn) error
+	if cfg.token != "" {
+		token := cfg.token
+		init = func(c *resp.Conn) error {
+			return c.Do(func(b []byte) []byte { return resp.AppendCommand(b, "AUTH", token) }, expectOK(""))
+		}
+	}
+	s := &RESPStore{addr: cfg.addr, timeout: cfg.timeout, waitChunk: cfg.waitChunk}
+	s.cl = resp.NewClient(resp.ClientOptions{
+		Dial: dial, Init: init, Conns: cfg.conns, MaxIdle: cfg.idle, Timeout: cfg.timeout,
+		MaxArray: 1 << 24, // LH.LIST may return many leases; memory still follows the bytes received
+	})
+	if err := s.cl.Connect(ctx); err != nil {
+		s.cl.Close()
+		return nil, s.mapErr(err)
+	}
+	return s, nil
+}
+
+// Close closes the store's connections. Requests in flight fail; later
+// calls return leasehold.ErrClosed. Leases held through the store are not
+// released.
+func (s *RESPStore) Close() error {
+	s.closed.Store(true)
+	return s.cl.Close()
+}
+
+// RESPError is a refusal by the server that has no error of its own in
+// package leasehold: authentication (NOAUTH, WRONGPASS: ErrUnauthorized),
+// permission (NOPERM: ErrForbidden), rate limit (RATELIMITED:
+// ErrRateLimited; nothing was changed), session (NOSESSION: ErrNoSession),
+// or anything else (ERR; a shutting-down server matches ErrUnavailable).
+type RESPError struct {
+	Code string // the reply's first word
+	Msg  string // the whole reply
+}
+
+func (e *RESPError) Error() string { return "leasehold server: " + e.Msg }
+
+// Is matches the package's sentinel errors by code.
+func (e *RESPError) Is(target error) bool {
+	switch e.Code {
+	case resp.CodeNoAuth, resp.CodeWrongPass:
+		return target == ErrUnauthorized
+	case resp.CodeNoPerm:
+		return target == ErrForbidden
+	case resp.CodeRateLimited:
+		return target == ErrRateLimited
+	case resp.CodeNoSession:
+		return target == ErrNoSession
+	case resp.CodeErr:
+		return target == ErrUnavailable && e.Msg == "ERR the server is shutting down"
+	}
+	return false
+}
+
+// replyErr decodes an error reply.
+func replyErr(msg []byte, name string) error {
+	err := resp.ParseError(msg, name)
+	var se *resp.ServerError
+	if errors.As(err, &se) {
+		return &RESPError{Code: se.Code, Msg: se.Msg}
+	}
+	return err
+}
+
+// mapErr translates the client's own errors.
+func (s *RESPStore) mapErr(err error) error {
+	var ce *resp.ConnError
+	switch {
+	case errors.Is(err, resp.ErrClientClosed) && s.closed.Load():
+		return leasehold.ErrClosed
+	case errors.As(err, &ce):
+		return fmt.Errorf("leasehold server %s: %w", s.addr, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	}
+	var re *RESPError
+	var he *leasehold.HeldError
+	var ie *leasehold.InvalidError
+	if errors.As(err, &re) || errors.As(err, &he) || errors.As(err, &ie) ||
+		errors.Is(err, leasehold.ErrNotHeld) || errors.Is(err, leasehold.ErrNotFound) {
+		return err
+	}
+	return fmt.Errorf("leasehold server %s: %w", s.addr, err)
+}
+
+func (s *RESPStore) check() error {
+	if s.closed.Load() {
+		return leasehold.ErrClosed
+	}
+	return nil
+}
+
+func expectOK(name string) func(v resp.Value) error {
+	return func(v resp.Value) error {
+		switch {
+		case v.Type == resp.Error:
+			return replyErr(v.Str, name)
+		case v.Type != resp.SimpleString || string(v.Str) != "OK":
+			return fmt.Errorf("unexpected reply to a command expecting OK")
+		}
+		return nil
+	}
+}
+
+func appendAcquire(b []byte, req *leasehold.AcquireRequest, session string, wait time.Duration) []byte {
+	n := 4
+	if len(req.Data) > 0 {
+		n += 2
+	}
+	if req.RequestID != "" {
+		n += 2
+	}
+	if wait > 0 {
+		n += 2
+	}
+	if session != "" {
+		n += 2
+	}
+	b = resp.AppendArray(b, n)
+	b = resp.AppendBulkString(b, "LH.ACQUIRE")
+	b = resp.AppendBulkString(b, req.Name)
+	b = resp.AppendBulkString(b, req.Owner)
+	b = resp.AppendBulkInt(b, resp.Millis(req.TTL))
+	if len(req.Data) > 0 {
+		b = resp.AppendBulkString(b, "DATA")
+		b = resp.AppendBulk(b, req.Data)
+	}
+	if req.RequestID != "" {
+		b = resp.AppendBulkString(b, "REQID")
+		b = resp.AppendBulkString(b, req.RequestID)
+	}
+	if wait > 0 {
+		b = resp.AppendBulkString(b, "WAIT")
+		b = resp.AppendBulkInt(b, max(resp.Millis(wait), 1))
+	}
+	if session != "" {
+		b = resp.AppendBulkString(b, "SESSION")
+		b = resp.AppendBulkString(b, session)
+	}
+	return b
+}
+
+// acquireReply decodes the reply to LH.ACQUIRE into rec.
+func acquireReply(req *leasehold.AcquireRequest, rec *leasehold.Record) func(v resp.Value) error {
+	return func(v resp.Value) error {
+		if v.Type == resp.Error {
+			return replyErr(v.Str, req.Name)
+		}
+		rec.Name, rec.Owner = req.Name, req.Owner
+		return resp.DecodeRecord(v, rec)
+	}
+}
+
+// TryAcquire implements leasehold.Store.
+func (s *RESPStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
+	return s.tryAcquire(ctx, req, "")
+}
+
+func (s *RESPStore) tryAcquire(ctx context.Context, req leasehold.AcquireRequest, session string) (leasehold.Record, error) {
+	if err := req.Validate(); err != nil {
+		return leasehold.Record{}, err
+	}
+	if err := s.check(); err != nil {
+		return leasehold.Record{}, err
+	}
+	var rec leasehold.Record
+	err := s.cl.Do(ctx,
+		func(b []byte) []byte { return appendAcquire(b, &req, session, 0) },
+		acquireReply(&req, &rec))
+	if err != nil {
+		return leasehold.Record{}, s.mapErr(err)
+	}
+	return rec, nil
+}
+
+// AcquireWait implements leasehold.Queuer: it waits in the server's FIFO
+// queue for the lease, on a dedicated connection, until it is granted or
+// ctx ends. The wait is asked for in chunks (wait_chunk, default 30s) with
+// the same request id; between chunks the request goes to the back of the
+// queue. If ctx ends mid-wait the connection is closed, which makes the
+// server drop the waiter; a grant that raced with the end is released.
+func (s *RESPStore) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
+	return s.acquireWait(ctx, req, "")
+}
+
+func (s *RESPStore) acquireWait(ctx context.Context, req leasehold.AcquireRequest, session string) (leasehold.Record, error) {
+	if err := req.Validate(); err != nil {
+		return leasehold.Record{}, err
+	}
+	if req.RequestID == "" {
+		req.RequestID = newRequestID()
+	}
+	for {
+		if err := s.check(); err != nil {
+			return leasehold.Record{}, err
+		}
+		if err := ctx.Err(); err != nil {
+			return leasehold.Record{}, err
+		}
+		wait := s.waitChunk
+		if dl, ok := ctx.Deadline(); ok {
+			wait = max(min(wait, time.Until(dl)), time.Millisecond)
+		}
+		var rec leasehold.Record
+		err := s.cl.DoBlocking(ctx, wait+s.timeout,
+			func(b []byte) []byte { return appendAcquire(b, &req, session, wait) },
+			acquireReply(&req, &rec))
+		var held *leasehold.HeldError
+		switch {
+		case err == nil && ctx.Err() != nil:
+			// Granted as ctx ended: the caller will never use it.
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = s.Release(rctx, rec.Name, rec.Owner, rec.Token)
+			cancel()
+			return leasehold.Record{}, ctx.Err()
+		case err == nil:
+			return rec, nil
+		case ctx.Err() != nil:
+			return leasehold.Record{}, ctx.Err()
+		case errors.As(err, &held):
+			continue // this chunk of waiting ran out: ask again
+		}
+		return leasehold.Record{}, s.mapErr(err)
+	}
+}
+
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Renew implements leasehold.Store.
+func (s *RESPStore) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
+	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+		return err
+	}
+	if err := leasehold.ValidateTTL(ttl); err != nil {
+		return err
+	}
+	if err := s.check(); err != nil {
+		return err
+	}
+	err := s.cl.Do(ctx, func(b []byte) []byte {
+		b = resp.AppendArray(b, 5)
+		b = resp.AppendBulkString(b, "LH.RENEW")
+		b = resp.AppendBulkString(b, name)
+		b = resp.AppendBulkString(b, owner)
+		b = resp.AppendBulkInt(b, int64(token))
+		return resp.AppendBulkInt(b, resp.Millis(ttl))
+	}, expectOK(name))
+	if err != nil {
+		return s.mapErr(err)
+	}
+	return nil
+}
+
+// Release implements leasehold.Store.
+func (s *RESPStore) Release(ctx context.Context, name, owner string, token uint64) error {
+	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+		return err
+	}
+	if err := s.check(); err != nil {
+		return err
+	}
+	err := s.cl.Do(ctx, func(b []byte) []byte {
+		b = resp.AppendArray(b, 4)
+		b = resp.AppendBulkString(b, "LH.RELEASE")
+		b = resp.AppendBulkString(b, name)
+		b = resp.AppendBulkString(b, owner)
+		return resp.AppendBulkInt(b, int64(token))
+	}, expectOK(name))
+	if err != nil {
+		return s.mapErr(err)
+	}
+	return nil
+}
+
+func recordReply(name string, rec *leasehold.Record) func(v resp.Value) error {
+	return func(v resp.Value) error {
+		switch {
+		case v.Type == resp.Error:
+			return replyErr(v.Str, name)
+		case v.Null:
+			return leasehold.ErrNotFound
+		}
+		return resp.DecodeRecord(v, rec)
+	}
+}
+
+// Get implements leasehold.Store.
+func (s *RESPStore) Get(ctx context.Context, name string) (leasehold.Record, error) {
+	if err := leasehold.ValidateName(name); err != nil {
+		return leasehold.Record{}, err
+	}
+	if err := s.check(); err != nil {
+		return leasehold.Record{}, err
+	}
+	var rec leasehold.Record
+	err := s.cl.Do(ctx, func(b []byte) []byte { return resp.AppendCommand(b, "LH.GET", name) }, recordReply(name, &rec))
+	if err != nil {
+		return leasehold.Record{}, s.mapErr(err)
+	}
+	return rec, nil
+}
+
+// ForceRelease frees the named lease whoever holds it (it needs admin
+// access) and returns the grant it ended, or leasehold.ErrNotFound.
+func (s *RESPStore) ForceRelease(ctx context.Context, name string) (leasehold.Record, error) {
+	if err := leasehold.ValidateName(name); err != nil {
+		return leasehold.Record{}, err
+	}
+	if err := s.check(); err != nil {
+		return leasehold.Record{}, err
+	}
+	var rec leasehold.Record
+	err := s.cl.Do(ctx, func(b []byte) []byte { return resp.AppendCommand(b, "LH.FORCERELEASE", name) }, recordReply(name, &rec))
+	if err != nil {
+		return leasehold.Record{}, s.mapErr(err)
+	}
+	return rec, nil
+}
+
+// List implements leasehold.Store. With auth on, only the leases the token
+// may read are listed.
+func (s *RESPStore) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
+	if err := leasehold.ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var out []leasehold.Record
+	err := s.cl.Do(ctx, func(b []byte) []byte { return resp.AppendCommand(b, "LH.LIST", prefix) }, func(v resp.Value) error {
+		if v.Type == resp.Error {
+			return replyErr(v.Str, prefix)
+		}
+		if v.Type != resp.Array || v.Null {
+			return errors.New("unexpected reply to LH.LIST: not an array")
+		}
+		out = make([]leasehold.Record, len(v.Array))
+		for i, e := range v.Array {
+			if err := resp.DecodeRecord(e, &out[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, s.mapErr(err)
+	}
+	return out, nil
+}
+
+// RESPSession is a server session: leases taken through its Store live as
+// long as the session does, kept alive by one keepalive (every TTL/3) for
+// all of them, and are released when it ends. It ends when Close is called
+// or when it cannot be kept alive: a keepalive refused (the server does not
+// know it any more) or none confirmed before the session's deadline, taken
+// conservatively from the time each keepalive was sent. Done is then
+// closed and Err says why.
+type RESPSession struct {
+	s   *RESPStore
+	id  string
+	ttl time.Duration
+
+	ctx  context.Context // cancelled by Close: stops the keepalive
+	stop context.CancelFunc
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	mu  sync.Mutex
+	err error
+}
+
+// OpenSession opens a session with the given TTL and starts its keepalive.
+func (s *RESPStore) OpenSession(ctx context.Context, ttl time.Duration) (*RESPSession, error) {
+	if err := leasehold.ValidateTTL(ttl); err != nil {
+		return nil, err
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	var id string
+	err := s.cl.Do(ctx, func(b []byte) []byte {
+		b = resp.AppendArray(b, 3)
+		b = resp.AppendBulkString(b, "LH.SESSION")
+		b = resp.AppendBulkString(b, "OPEN")
+		return resp.AppendBulkInt(b, resp.Millis(ttl))
+	}, func(v resp.Value) error {
+		switch {
+		case v.Type == resp.Error:
+			return replyErr(v.Str, "")
+		case v.Type != resp.BulkString || v.Null || len(v.Str) == 0:
+			return errors.New("unexpected reply to LH.SESSION OPEN")
+		}
+		id = string(v.Str)
+		return nil
+	})
+	if err != nil {
+		return nil, s.mapErr(err)
+	}
+	ss := &RESPSession{s: s, id: id, ttl: ttl, done: make(chan struct{})}
+	ss.ctx, ss.stop = context.WithCancel(context.Background())
+	ss.wg.Add(1)
+	go ss.keepalive(t0)
+	return ss, nil
+}
+
+// ID returns the session's id. Treat it as a secret.
+func (ss *RESPSession) ID() string { return ss.id }
+
+// TTL is the session's time to live.
+func (ss *RESPSession) TTL() time.Duration { return ss.ttl }
+
+// Done is closed when the session has ended (Close, or lost).
+func (ss *RESPSession) Done() <-chan struct{} { return ss.done }
+
+// Err is nil while the session lives, then why it ended: an error matching
+// leasehold.ErrLost when it could not be kept alive, or
+// leasehold.ErrReleased after Close.
+func (ss *RESPSession) Err() error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.err
+}
+
+func (ss *RESPSession) end(err error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.err == nil {
+		ss.err = err
+		close(ss.done)
+	}
+}
+
+func (ss *RESPSession) keepalive(t0 time.Time) {
+	defer ss.wg.Done()
+	const rho, eps = 0.01, 5 * time.Millisecond
+	deadline := t0.Add(time.Duration(float64(ss.ttl)*(1-rho)) - eps)
+	every := ss.ttl / 3
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ss.ctx.Done():
+			return
+		case <-t.C:
+		}
+		sent := time.Now()
+		ctx, cancel := context.WithDeadline(ss.ctx, deadline)
+		err := ss.s.cl.Do(ctx, func(b []byte) []byte {
+			return resp.AppendCommand(b, "LH.SESSION", "KEEPALIVE", ss.id)
+		}, func(v resp.Value) error {
+			if v.Type == resp.Error {
+				return replyErr(v.Str, "")
+			}
+			return nil
+		})
+		cancel()
+		switch {
+		case err == nil:
+			deadline = sent.Add(time.Duration(float64(ss.ttl)*(1-rho)) - eps)
+			t.Reset(every)
+			continue
+		case errors.Is(err, ErrNoSession):
+			ss.end(fmt.Errorf("session %s: %w: the server no longer knows it", ss.id, leasehold.ErrLost))
+			return
+		}
+		if ss.ctx.Err() != nil {
+			return
+		}
+		if !time.Now().Before(deadline) {
+			ss.end(fmt.Errorf("session %s: %w: no keepalive confirmed before its deadline (last error: %v)", ss.id, leasehold.ErrLost, ss.s.mapErr(err)))
+			return
+		}
+		t.Reset(min(every/4+time.Millisecond, time.Until(deadline))) // retry sooner
+	}
+}
+
+// Close ends the session: it stops the keepalive and asks the server to
+// close the session, which releases its leases. Closing an ended session
+// returns nil if Close already ended it, else the error that ended it.
+func (ss *RESPSession) Close(ctx context.Context) error {
+	ss.stop()
+	ss.wg.Wait()
+	if err := ss.Err(); err != nil {
+		if errors.Is(err, leasehold.ErrReleased) {
+			return nil
+		}
+		return err
+	}
+	err := ss.s.cl.Do(ctx, func(b []byte) []byte {
+		return resp.AppendCommand(b, "LH.SESSION", "CLOSE", ss.id)
+	}, expectOK(""))
+	if err != nil && !errors.Is(err, ErrNoSession) {
+		return ss.s.mapErr(err)
+	}
+	ss.end(fmt.Errorf("session %s closed: %w", ss.id, leasehold.ErrReleased))
+	return nil
+}
+
+// Store returns a view of the store whose acquires attach their leases to
+// the session (their TTL is then the session's business). Renew, Release,
+// Get and List are the store's. Closing the view closes nothing.
+func (ss *RESPSession) Store() leasehold.Store { return sessionStore{ss} }
+
+type sessionStore struct{ ss *RESPSession }
+
+var (
+	_ leasehold.Store  = sessionStore{}
+	_ leasehold.Queuer = sessionStore{}
+)
+
+func (v sessionStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
+	return v.ss.s.tryAcquire(ctx, req, v.ss.id)
+}
+
+func (v sessionStore) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
+	return v.ss.s.acquireWait(ctx, req, v.ss.id)
+}
+
+func (v sessionStore) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
+	return v.ss.s.Renew(ctx, name, owner, token, ttl)
+}
+
+func (v sessionStore) Release(ctx context.Context, name, owner string, token uint64) error {
+	return v.ss.s.Release(ctx, name, owner, token)
+}
+
+func (v sessionStore) Get(ctx context.Context, name string) (leasehold.Record, error) {
+	return v.ss.s.Get(ctx, name)
+}
+
+func (v sessionStore) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
+	return v.ss.s.List(ctx, prefix)
+}
+
+func (v sessionStore) Close() error { return nil }
