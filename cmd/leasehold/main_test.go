@@ -144,6 +144,12 @@ func exitCode(err error) int {
 // times; the children log start and end lines to one file.
 func TestMutualExclusion(t *testing.T) {
 	store, _ := newStore(t)
+	mutualExclusion(t, store)
+}
+
+// mutualExclusion runs 4 × 5 `leasehold run` on one name against store and
+// checks from their log that they never overlapped and that tokens grew.
+func mutualExclusion(t *testing.T, store string) {
 	logPath := filepath.Join(t.TempDir(), "log")
 	const workers, rounds = 4, 5
 	script := `echo "start $$ $LEASEHOLD_TOKEN" >> "$1"; sleep 0.02; echo "end $$ $LEASEHOLD_TOKEN" >> "$1"`
