@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -71,6 +72,9 @@ type httpAPI struct {
 	metrics *Metrics
 	dash    http.Handler
 	maxBody int64
+
+	// sessions binds each session opened here to its identity (auth on).
+	sessions httpSessions
 
 	// drain ends long-polls and event streams when the server shuts down
 	// (Server cancels it before http.Server.Shutdown waits for handlers).
@@ -195,7 +199,7 @@ func (h *httpAPI) route(q *httpReq) {
 	case strings.HasPrefix(p, "/v1/elections/"):
 		h.election(q, strings.TrimPrefix(p, "/v1/elections/"))
 	default:
-		h.problem(q, http.StatusNotFound, "not-found", "Not found", fmt.Sprintf("no such endpoint: %s", p), nil)
+		h.problem(q, http.StatusNotFound, "no-route", "No such endpoint", fmt.Sprintf("no such endpoint: %s", p), nil)
 	}
 }
 
@@ -505,6 +509,9 @@ func (h *httpAPI) acquire(q *httpReq, name string) {
 		var cancel context.CancelFunc
 		ctx, cancel = h.drainable(ctx)
 		defer cancel()
+	}
+	if !h.ownsSession(q, req.Session) {
+		return
 	}
 	rec, err := h.b.Acquire(ctx, req)
 	if err != nil {
@@ -892,6 +899,9 @@ func (h *httpAPI) openSession(q *httpReq) {
 		h.fail(q, err)
 		return
 	}
+	if h.auth.Enabled() {
+		h.sessions.bind(q.id, s)
+	}
 	h.json(q, http.StatusCreated, httpSession(s))
 }
 
@@ -910,7 +920,7 @@ func (h *httpAPI) session(q *httpReq, rest string) {
 			return
 		}
 	default:
-		h.problem(q, http.StatusNotFound, "not-found", "Not found", "no such endpoint", nil)
+		h.problem(q, http.StatusNotFound, "no-route", "No such endpoint", "no such endpoint", nil)
 		return
 	}
 	if !h.authenticate(q) || !h.allowAny(q, AccessWrite, "sessions") {
@@ -923,7 +933,7 @@ func (h *httpAPI) session(q *httpReq, rest string) {
 	}
 	if action == "keepalive" {
 		var body struct{}
-		if !h.decode(q, &body) {
+		if !h.decode(q, &body) || !h.ownsSession(q, id) {
 			return
 		}
 		s, err := h.b.KeepAlive(q.r.Context(), id)
@@ -931,14 +941,78 @@ func (h *httpAPI) session(q *httpReq, rest string) {
 			h.fail(q, err)
 			return
 		}
+		if h.auth.Enabled() {
+			h.sessions.bind(q.id, s)
+		}
 		h.json(q, http.StatusOK, httpSession(s))
+		return
+	}
+	if !h.ownsSession(q, id) {
 		return
 	}
 	if err := h.b.CloseSession(q.r.Context(), id); err != nil {
 		h.fail(q, err)
 		return
 	}
+	h.sessions.unbind(id)
 	q.w.WriteHeader(http.StatusNoContent)
+}
+
+// ownsSession checks, with auth on, that the session was opened through
+// this handler by the caller's identity; otherwise it answers no-session
+// (as for an unknown session: ids are not confirmed to others). An empty
+// id is no session and passes.
+func (h *httpAPI) ownsSession(q *httpReq, sid string) bool {
+	if sid == "" || !h.auth.Enabled() || h.sessions.owns(q.id, sid) {
+		return true
+	}
+	h.fail(q, ErrNoSession)
+	return false
+}
+
+// httpSessions remembers who opened each session, until well after it
+// must have expired (twice its TTL and a minute after the last keepalive).
+type httpSessions struct {
+	mu sync.Mutex
+	m  map[string]httpSessionOwner
+}
+
+type httpSessionOwner struct {
+	identity string
+	until    time.Time
+}
+
+func (b *httpSessions) bind(id *Identity, s Session) {
+	if id == nil {
+		return
+	}
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil {
+		b.m = map[string]httpSessionOwner{}
+	}
+	b.m[s.ID] = httpSessionOwner{identity: id.Name, until: now.Add(2*s.TTL + time.Minute)}
+	if n := len(b.m); n >= 1024 && n&(n-1) == 0 { // sweep at powers of two
+		for k, v := range b.m {
+			if now.After(v.until) {
+				delete(b.m, k)
+			}
+		}
+	}
+}
+
+func (b *httpSessions) unbind(sid string) {
+	b.mu.Lock()
+	delete(b.m, sid)
+	b.mu.Unlock()
+}
+
+func (b *httpSessions) owns(id *Identity, sid string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o, ok := b.m[sid]
+	return ok && id != nil && o.identity == id.Name && time.Now().Before(o.until)
 }
 
 // --- elections ---
@@ -951,7 +1025,7 @@ func (h *httpAPI) election(q *httpReq, rest string) {
 	q.route = "/v1/elections/{name}/leader"
 	if !ok {
 		q.route = "unmatched"
-		h.problem(q, http.StatusNotFound, "not-found", "Not found", "no such endpoint (GET /v1/elections/{name}/leader)", nil)
+		h.problem(q, http.StatusNotFound, "no-route", "No such endpoint", "no such endpoint (GET /v1/elections/{name}/leader)", nil)
 		return
 	}
 	if !h.methods(q, http.MethodGet, http.MethodHead) {

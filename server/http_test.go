@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -226,7 +227,7 @@ func TestProblems(t *testing.T) {
 		{"POST", "/v1/leases/p/acquire", `{"owner":"a","ttl_ms":60000,"data":"` + strings.Repeat("x", 2000) + `"}`, nil, 413, "too-large", ""},
 		{"POST", "/v1/leases/p/acquire", `owner=a`, []string{"Content-Type", "application/x-www-form-urlencoded"}, 415, "unsupported-media-type", ""},
 		{"POST", "/v1/leases/p/acquire", `{"owner":"a","ttl_ms":60000,"session":"nope"}`, nil, 404, "no-session", ""},
-		{"GET", "/v1/nothing", "", nil, 404, "not-found", ""},
+		{"GET", "/v1/nothing", "", nil, 404, "no-route", ""},
 		{"GET", "/v1/leases/p/acquire/x/../", "", nil, 400, "invalid", "name"},
 		{"PUT", "/v1/leases/p/acquire", "{}", nil, 405, "method-not-allowed", ""},
 		{"POST", "/v1/leases/p/frobnicate", "{}", nil, 405, "method-not-allowed", ""},
@@ -612,6 +613,12 @@ func TestSessionsHTTP(t *testing.T) {
 		t.Errorf("keepalive %s", r.body)
 	}
 	ts.want(ts.do("DELETE", "/v1/sessions/"+id, htRead, ""), 403, "forbidden")
+	// Another identity cannot use, keep alive or close the session: to it,
+	// the session does not exist.
+	ts.want(ts.do("POST", "/v1/leases/other/s/acquire", htOther, fmt.Sprintf(`{"owner":"x","ttl_ms":60000,"session":%q}`, id)), 404, "no-session")
+	ts.want(ts.do("POST", "/v1/semaphores/other/s/acquire", htOther, fmt.Sprintf(`{"owner":"x","permits":1,"ttl_ms":60000,"session":%q}`, id)), 404, "no-session")
+	ts.want(ts.do("POST", "/v1/sessions/"+id+"/keepalive", htOther, ""), 404, "no-session")
+	ts.want(ts.do("DELETE", "/v1/sessions/"+id, htOther, ""), 404, "no-session")
 	ts.want(ts.do("DELETE", "/v1/sessions/"+id, htTeam, ""), 204, "")
 	ts.want(ts.do("GET", "/v1/leases/team/s", htTeam, ""), 404, "not-found")
 	ts.want(ts.do("DELETE", "/v1/sessions/"+id, htTeam, ""), 404, "no-session")
@@ -676,7 +683,7 @@ func TestElectionHTTP(t *testing.T) {
 	if l.str("owner") != "node-1" || l.num("term") != r.num("token") || l.str("data") != "10.0.0.1:8080" {
 		t.Errorf("leader %s", l.body)
 	}
-	ts.want(ts.do("GET", "/v1/elections/svc/primary", "", ""), 404, "not-found")
+	ts.want(ts.do("GET", "/v1/elections/svc/primary", "", ""), 404, "no-route")
 	ts.want(ts.do("POST", "/v1/elections/svc/primary/leader", "", ""), 405, "method-not-allowed")
 }
 
@@ -764,6 +771,41 @@ func TestDashboardMount(t *testing.T) {
 	defer mu.Unlock()
 	if len(paths) != 1 || paths[0] != "/dashboard/app.js" {
 		t.Errorf("dashboard saw %v", paths)
+	}
+}
+
+// TestRoutesDocumented: every route the handler serves is in the OpenAPI
+// description and the API guide.
+func TestRoutesDocumented(t *testing.T) {
+	openapi, err := os.ReadFile("../docs/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	guide, err := os.ReadFile("../docs/http-api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := []string{
+		"/healthz", "/readyz", "/metrics", "/v1/stats", "/v1/leases",
+		"/v1/leases/{name}", "/v1/leases/{name}/acquire", "/v1/leases/{name}/renew",
+		"/v1/leases/{name}/release", "/v1/leases/{name}/force-release",
+		"/v1/events", "/v1/events/recent", "/v1/sessions", "/v1/sessions/{id}",
+		"/v1/sessions/{id}/keepalive", "/v1/semaphores/{name}/acquire", "/v1/elections/{name}/leader",
+	}
+	for _, r := range routes {
+		if !strings.Contains(string(openapi), "\n  "+r+":") {
+			t.Errorf("docs/openapi.yaml has no path %s", r)
+		}
+		if !strings.Contains(string(guide), r) {
+			t.Errorf("docs/http-api.md does not mention %s", r)
+		}
+	}
+	for _, typ := range []string{"held", "not-held", "not-found", "invalid", "unauthorized", "forbidden",
+		"too-large", "rate-limited", "no-session", "unavailable", "timeout", "internal", "no-route",
+		"method-not-allowed", "unsupported-media-type"} {
+		if !strings.Contains(string(guide), "`"+typ+"`") || !strings.Contains(string(openapi), typ) {
+			t.Errorf("problem type %s is not documented in both files", typ)
+		}
 	}
 }
 

@@ -71,6 +71,9 @@ func (h *httpAPI) semaphore(q *httpReq, rest string) {
 		h.fail(q, err)
 		return
 	}
+	if !h.ownsSession(q, req.Session) {
+		return
+	}
 	ctx := q.r.Context()
 	if req.Wait > 0 {
 		var cancel context.CancelFunc
