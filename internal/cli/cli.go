@@ -159,7 +159,7 @@ the default SQLite file (` + defaultPathHint() + `):
 	root.SetIn(e.stdin)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usagef("%v", err) })
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newRunCmd(e), newElectCmd(e), newStatusCmd(e), newStoreCmd(e), newSfnCmd(e), newDemoCmd(e), newVersionCmd(e), newServeCmd(e))
+	root.AddCommand(newRunCmd(e), newElectCmd(e), newStatusCmd(e), newStoreCmd(e), newSfnCmd(e), newDemoCmd(e), newVersionCmd(e), newServeCmd(e), newBenchCmd(e))
 	return root
 }
 

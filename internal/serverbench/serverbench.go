@@ -1,0 +1,423 @@
+// Package serverbench measures the lease server side by side with Redis in
+// one run: acquire+release pairs per second with many clients, handoff
+// latency to queued waiters, memory per held lease and restart time. It
+// backs `leasehold bench server`.
+package serverbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/remote"
+	"github.com/leasehold/leasehold/server"
+)
+
+// Config says what to measure.
+type Config struct {
+	RedisURL string        // the reference; empty skips it
+	Clients  int           // concurrent clients for the pairs figure (default 32)
+	Duration time.Duration // per round and implementation (default 3s)
+	Rounds   int           // interleaved rounds (default 3)
+	Waiters  int           // queued waiters for the handoff figure (default 8)
+	Handoffs int           // handoffs measured (default 2000)
+	Leases   int           // held leases for the memory/restart figure (0 skips it)
+	Dir      string        // where the server keeps its log (default: a temp dir)
+	Out      io.Writer
+}
+
+func (c *Config) defaults() {
+	if c.Clients <= 0 {
+		c.Clients = 32
+	}
+	if c.Duration <= 0 {
+		c.Duration = 3 * time.Second
+	}
+	if c.Rounds <= 0 {
+		c.Rounds = 3
+	}
+	if c.Waiters <= 0 {
+		c.Waiters = 8
+	}
+	if c.Handoffs <= 0 {
+		c.Handoffs = 2000
+	}
+	if c.Out == nil {
+		c.Out = os.Stdout
+	}
+}
+
+// locker is one implementation under test.
+type locker struct {
+	name    string
+	pair    func(ctx context.Context, client int) error          // acquire + release, uncontended
+	wait    func(ctx context.Context, owner string) (any, error) // blocks until held
+	release func(ctx context.Context, held any) error
+	close   func()
+}
+
+// Run measures and prints a Markdown table to cfg.Out.
+func Run(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "leasehold-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	fsync, err := measureFsync(dir, 300)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cfg.Out, "one 4 KiB write + fdatasync in the data directory: p50 %s, p99 %s\n\n",
+		fmtDur(pct(fsync, 50)), fmtDur(pct(fsync, 99)))
+
+	var lockers []*locker
+	durable, err := serverLocker(ctx, "leasehold server, durable (RESP, pipelined)", filepath.Join(dir, "durable"), false, cfg.Clients)
+	if err != nil {
+		return err
+	}
+	defer durable.close()
+	lockers = append(lockers, durable)
+	nosync, err := serverLocker(ctx, "leasehold server, no fsync (RESP, pipelined)", filepath.Join(dir, "nosync"), true, cfg.Clients)
+	if err != nil {
+		return err
+	}
+	defer nosync.close()
+	lockers = append(lockers, nosync)
+	if cfg.RedisURL != "" {
+		r, err := redisLocker(ctx, cfg.RedisURL, cfg.Clients)
+		if err != nil {
+			return err
+		}
+		defer r.close()
+		lockers = append(lockers, r)
+	}
+
+	// Pairs, interleaved by round so that noise hits every implementation.
+	rates := make([][]float64, len(lockers))
+	lats := make([][]time.Duration, len(lockers))
+	for round := 0; round < cfg.Rounds; round++ {
+		for i, l := range lockers {
+			rate, lat, err := measurePairs(ctx, l, cfg.Clients, cfg.Duration)
+			if err != nil {
+				return fmt.Errorf("%s: %w", l.name, err)
+			}
+			rates[i] = append(rates[i], rate)
+			lats[i] = append(lats[i], lat...)
+		}
+	}
+	fmt.Fprintf(cfg.Out, "| implementation | pairs/s, %d clients (median of %d rounds) | pair p50 / p99 | handoff p50 / p99 (%d waiters) |\n", cfg.Clients, cfg.Rounds, cfg.Waiters)
+	fmt.Fprintln(cfg.Out, "| --- | --- | --- | --- |")
+	for i, l := range lockers {
+		slices.Sort(lats[i])
+		slices.Sort(rates[i])
+		h, err := measureHandoff(ctx, l, cfg.Waiters, cfg.Handoffs)
+		if err != nil {
+			return fmt.Errorf("%s handoff: %w", l.name, err)
+		}
+		fmt.Fprintf(cfg.Out, "| %s | %.0f | %s / %s | %s / %s |\n", l.name, rates[i][len(rates[i])/2],
+			fmtDur(pct(lats[i], 50)), fmtDur(pct(lats[i], 99)),
+			fmtDur(pct(h, 50)), fmtDur(pct(h, 99)))
+	}
+	if cfg.RedisURL != "" {
+		fmt.Fprintf(cfg.Out, "\nratio durable server / Redis (pairs/s): %.2f\n", rates[0][len(rates[0])/2]/rates[len(rates)-1][len(rates[len(rates)-1])/2])
+	}
+
+	if cfg.Leases > 0 {
+		fmt.Fprintln(cfg.Out)
+		res, err := server.MeasureScale(ctx, filepath.Join(dir, "scale"), cfg.Leases)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cfg.Out, "leasehold engine, %d held leases: heap %.0f B/lease (%.0f MB), process RSS %.0f MB, granted in %s, restart %s (%d recovered)\n",
+			res.Leases, res.HeapPerLease, float64(res.HeapTotal)/1e6, float64(res.RSS)/1e6,
+			res.AcquireTime.Round(time.Millisecond), res.RestartTime.Round(time.Millisecond), res.Recovered)
+		if cfg.RedisURL != "" {
+			per, err := redisMemory(ctx, cfg.RedisURL, cfg.Leases)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cfg.Out, "Redis, %d lock keys (SET NX PX): %.0f B/key of used_memory (%.0f MB)\n", cfg.Leases, per, per*float64(cfg.Leases)/1e6)
+		}
+	}
+	return nil
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0f µs", float64(d)/1e3)
+	default:
+		return fmt.Sprintf("%.2f ms", float64(d)/1e6)
+	}
+}
+
+// measurePairs runs clients goroutines doing acquire+release pairs for d.
+func measurePairs(ctx context.Context, l *locker, clients int, d time.Duration) (float64, []time.Duration, error) {
+	var wg sync.WaitGroup
+	lat := make([][]time.Duration, clients)
+	errs := make([]error, clients)
+	start := time.Now()
+	deadline := start.Add(d)
+	var total atomic.Int64
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				t0 := time.Now()
+				if err := l.pair(ctx, c); err != nil {
+					errs[c] = err
+					return
+				}
+				lat[c] = append(lat[c], time.Since(t0))
+				total.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, nil, err
+	}
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	return float64(total.Load()) / time.Since(start).Seconds(), all, nil
+}
+
+// measureHandoff queues waiters on one name; each holder notes the time
+// just before it calls release, and the next holder the time it got the
+// lease: the handoff includes the release's own round trip.
+func measureHandoff(ctx context.Context, l *locker, waiters, handoffs int) ([]time.Duration, error) {
+	base := time.Now()
+	var relStart atomic.Int64
+	var count atomic.Int64
+	var mu sync.Mutex
+	var out []time.Duration
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, waiters)
+	for w := 0; w < waiters; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			owner := "waiter-" + strconv.Itoa(w)
+			for count.Load() < int64(handoffs) {
+				held, err := l.wait(ctx, owner)
+				if err != nil {
+					if ctx.Err() == nil {
+						errs[w] = err
+						cancel()
+					}
+					return
+				}
+				got := int64(time.Since(base))
+				if rs := relStart.Load(); rs != 0 {
+					mu.Lock()
+					out = append(out, time.Duration(got-rs))
+					mu.Unlock()
+					if count.Add(1) >= int64(handoffs) {
+						cancel()
+					}
+				}
+				relStart.Store(int64(time.Since(base)))
+				if err := l.release(context.WithoutCancel(ctx), held); err != nil {
+					errs[w] = err
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// serverLocker starts an engine and a RESP listener in this process and a
+// pipelined client for it.
+func serverLocker(ctx context.Context, name, dir string, noSync bool, clients int) (*locker, error) {
+	e, err := server.OpenEngine(server.EngineConfig{Dir: dir, NoSync: noSync})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	rs := server.NewRESPServer(e, server.RESPOptions{})
+	go rs.Serve(ln)
+	st, err := remote.OpenRESP("leasehold://" + ln.Addr().String() + "?conns=2&idle_conns=" + strconv.Itoa(16))
+	if err != nil {
+		rs.Shutdown(ctx)
+		e.Close()
+		return nil, err
+	}
+	names := make([]string, clients)
+	for i := range names {
+		names[i] = "bench/pair/" + strconv.Itoa(i)
+	}
+	const ttl = 10 * time.Second
+	return &locker{
+		name: name,
+		pair: func(ctx context.Context, c int) error {
+			rec, err := st.TryAcquire(ctx, leasehold.AcquireRequest{Name: names[c], Owner: "bench", TTL: ttl})
+			if err != nil {
+				return err
+			}
+			return st.Release(ctx, names[c], "bench", rec.Token)
+		},
+		wait: func(ctx context.Context, owner string) (any, error) {
+			return st.AcquireWait(ctx, leasehold.AcquireRequest{Name: "bench/handoff", Owner: owner, TTL: ttl})
+		},
+		release: func(ctx context.Context, held any) error {
+			rec := held.(leasehold.Record)
+			return st.Release(ctx, rec.Name, rec.Owner, rec.Token)
+		},
+		close: func() {
+			st.Close()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			rs.Shutdown(sctx)
+			e.Close()
+		},
+	}, nil
+}
+
+const unlockScript = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`
+
+// redisLocker is the reference: SET NX PX and a compare-and-delete script
+// with go-redis; waiters poll every millisecond (Redis has no queue).
+func redisLocker(ctx context.Context, rawURL string, clients int) (*locker, error) {
+	opt, err := goredis.ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	opt.PoolSize = max(opt.PoolSize, clients+16)
+	rdb := goredis.NewClient(opt)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	unlock := goredis.NewScript(unlockScript)
+	if err := unlock.Load(ctx, rdb).Err(); err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	keys := make([]string, clients)
+	for i := range keys {
+		keys[i] = "leasehold-bench:pair:" + strconv.Itoa(i)
+	}
+	const ttl = 10 * time.Second
+	type heldKey struct{ key, val string }
+	return &locker{
+		name: "Redis SET NX PX + Lua delete (go-redis, no persistence)",
+		pair: func(ctx context.Context, c int) error {
+			ok, err := rdb.SetNX(ctx, keys[c], "bench", ttl).Result()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("key %s unexpectedly held", keys[c])
+			}
+			return unlock.EvalSha(ctx, rdb, []string{keys[c]}, "bench").Err()
+		},
+		wait: func(ctx context.Context, owner string) (any, error) {
+			for {
+				ok, err := rdb.SetNX(ctx, "leasehold-bench:handoff", owner, ttl).Result()
+				if err != nil {
+					return nil, err
+				}
+				if ok {
+					return heldKey{"leasehold-bench:handoff", owner}, nil
+				}
+				t := time.NewTimer(time.Millisecond)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return nil, ctx.Err()
+				case <-t.C:
+				}
+			}
+		},
+		release: func(ctx context.Context, held any) error {
+			h := held.(heldKey)
+			return unlock.EvalSha(ctx, rdb, []string{h.key}, h.val).Err()
+		},
+		close: func() { rdb.Close() },
+	}, nil
+}
+
+// redisMemory sets n lock keys in database 15 and returns used_memory per
+// key, then flushes that database.
+func redisMemory(ctx context.Context, rawURL string, n int) (float64, error) {
+	opt, err := goredis.ParseURL(rawURL)
+	if err != nil {
+		return 0, err
+	}
+	opt.DB = 15
+	rdb := goredis.NewClient(opt)
+	defer rdb.Close()
+	if err := rdb.FlushDB(ctx).Err(); err != nil {
+		return 0, err
+	}
+	before, err := usedMemory(ctx, rdb)
+	if err != nil {
+		return 0, err
+	}
+	for i := 0; i < n; i += 1000 {
+		p := rdb.Pipeline()
+		for j := i; j < min(n, i+1000); j++ {
+			p.SetNX(ctx, "scale/"+strconv.Itoa(j), "owner-"+strconv.Itoa(j%1000), time.Hour)
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			return 0, err
+		}
+	}
+	after, err := usedMemory(ctx, rdb)
+	if err != nil {
+		return 0, err
+	}
+	if err := rdb.FlushDB(ctx).Err(); err != nil {
+		return 0, err
+	}
+	return float64(after-before) / float64(n), nil
+}
+
+func usedMemory(ctx context.Context, rdb *goredis.Client) (int64, error) {
+	info, err := rdb.InfoMap(ctx, "memory").Result()
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(info["Memory"]["used_memory"], 10, 64)
+}
+
+// pct returns the p-th percentile (0-100) of sorted.
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)*p/100, len(sorted)-1)]
+}
