@@ -197,6 +197,9 @@ type respConn struct {
 	authed bool
 	name   string
 	upper  [32]byte
+
+	orderMu    sync.Mutex
+	lastByName map[string]*respJob // the latest unfinished command per lease name
 }
 
 // respSlot is the reply to one command: ready when built inline, else done
@@ -327,13 +330,37 @@ func (c *respConn) replyOK() {
 }
 
 // async runs fn on a worker goroutine; its reply takes the next place in
-// the reply order. Commands that may block for long (WAIT) pass
-// blocking, and get a goroutine of their own.
-func (c *respConn) async(blocking bool, fn func(b []byte) []byte) {
+// the reply order. Commands that may block for long (WAIT) pass blocking,
+// and get a goroutine of their own. Commands naming the same lease (name
+// != "") take effect in the order they were sent: each waits for the one
+// before it on this connection to finish; others run concurrently.
+func (c *respConn) async(name string, blocking bool, fn func(b []byte) []byte) {
 	s := respSlotPool.Get().(*respSlot)
 	c.slots <- s
+	var prev, me *respJob
+	if name != "" {
+		me = &respJob{done: make(chan struct{})}
+		c.orderMu.Lock()
+		if c.lastByName == nil {
+			c.lastByName = map[string]*respJob{}
+		}
+		prev = c.lastByName[name]
+		c.lastByName[name] = me
+		c.orderMu.Unlock()
+	}
 	job := func() {
+		if prev != nil {
+			<-prev.done
+		}
 		s.buf = fn(s.buf)
+		if me != nil {
+			close(me.done)
+			c.orderMu.Lock()
+			if c.lastByName[name] == me {
+				delete(c.lastByName, name)
+			}
+			c.orderMu.Unlock()
+		}
 		s.done <- struct{}{}
 	}
 	if blocking {
@@ -342,6 +369,10 @@ func (c *respConn) async(blocking bool, fn func(b []byte) []byte) {
 	}
 	c.srv.workers.run(job)
 }
+
+// respJob is a started command naming a lease; done is closed when it has
+// taken effect.
+type respJob struct{ done chan struct{} }
 
 // workerPool runs short jobs on goroutines that are kept for a while after
 // their last job, so that a busy server does not start (and grow the stack
@@ -725,7 +756,7 @@ func (c *respConn) acquire(args [][]byte) {
 		ctx = c.waitCtx
 	}
 	srv := c.srv
-	c.async(req.Wait > 0, func(b []byte) []byte {
+	c.async(req.Name, req.Wait > 0, func(b []byte) []byte {
 		rec, err := srv.b.Acquire(ctx, req)
 		if err != nil {
 			return srv.appendErr(b, err)
@@ -774,7 +805,7 @@ func (c *respConn) renew(args [][]byte) {
 		return
 	}
 	srv, ctx := c.srv, c.ctx
-	c.async(false, func(b []byte) []byte {
+	c.async(name, false, func(b []byte) []byte {
 		if err := srv.b.Renew(ctx, name, owner, token, ttl); err != nil {
 			return srv.appendErr(b, err)
 		}
@@ -797,7 +828,7 @@ func (c *respConn) release(args [][]byte) {
 		return
 	}
 	srv, ctx := c.srv, c.ctx
-	c.async(false, func(b []byte) []byte {
+	c.async(name, false, func(b []byte) []byte {
 		if err := srv.b.Release(ctx, name, owner, token); err != nil {
 			return srv.appendErr(b, err)
 		}
@@ -821,7 +852,7 @@ func (c *respConn) get(args [][]byte) {
 		return
 	}
 	srv, ctx := c.srv, c.ctx
-	c.async(false, func(b []byte) []byte {
+	c.async(name, false, func(b []byte) []byte {
 		rec, err := srv.b.Get(ctx, name)
 		switch {
 		case errors.Is(err, leasehold.ErrNotFound):
@@ -854,7 +885,7 @@ func (c *respConn) list(args [][]byte) {
 		return
 	}
 	srv, ctx := c.srv, c.ctx
-	c.async(false, func(b []byte) []byte {
+	c.async("", false, func(b []byte) []byte {
 		recs, err := srv.b.List(ctx, prefix)
 		if err != nil {
 			return srv.appendErr(b, err)
@@ -891,7 +922,7 @@ func (c *respConn) forceRelease(args [][]byte) {
 		return
 	}
 	srv, ctx := c.srv, c.ctx
-	c.async(false, func(b []byte) []byte {
+	c.async(name, false, func(b []byte) []byte {
 		rec, err := srv.b.ForceRelease(ctx, name)
 		if err != nil {
 			return srv.appendErr(b, err)
@@ -917,7 +948,7 @@ func (c *respConn) session(args [][]byte) {
 			c.replyErr(err)
 			return
 		}
-		c.async(false, func(b []byte) []byte {
+		c.async("", false, func(b []byte) []byte {
 			sess, err := srv.b.OpenSession(ctx, ttl)
 			if err != nil {
 				return srv.appendErr(b, err)
@@ -931,7 +962,7 @@ func (c *respConn) session(args [][]byte) {
 			c.replyErr(ErrNoSession)
 			return
 		}
-		c.async(false, func(b []byte) []byte {
+		c.async("", false, func(b []byte) []byte {
 			sess, err := srv.b.KeepAlive(ctx, sid)
 			if err != nil {
 				if errors.Is(err, ErrNoSession) {
@@ -951,7 +982,7 @@ func (c *respConn) session(args [][]byte) {
 			c.replyErr(ErrNoSession)
 			return
 		}
-		c.async(false, func(b []byte) []byte {
+		c.async("", false, func(b []byte) []byte {
 			err := srv.b.CloseSession(ctx, sid)
 			if err == nil || errors.Is(err, ErrNoSession) {
 				srv.unbindSession(sid)
