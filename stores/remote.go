@@ -1,22 +1,14 @@
 package stores
 
 import (
-	"context"
-
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/remote"
 )
 
-// http:// and https:// open the lease server's HTTP API as a store (see
-// package remote for the URL parameters).
+// The lease server as a store (see package remote for the URL
+// parameters): http:// and https:// speak its HTTP API, leasehold:// and
+// leaseholds:// its pipelined RESP protocol.
 func init() {
-	open := func(_ context.Context, rawURL string) (leasehold.Store, error) {
-		s, err := remote.OpenHTTP(rawURL)
-		if err != nil {
-			return nil, err // not a typed nil in the interface
-		}
-		return s, nil
+	for _, scheme := range []string{"http", "https", "leasehold", "leaseholds"} {
+		Register(scheme, remote.Open)
 	}
-	Register("http", open)
-	Register("https", open)
 }
