@@ -1,13 +1,19 @@
-// Package remote is a leasehold.Store that talks to a leasehold server
-// ("leasehold serve") over its HTTP/JSON API, so that the recipes of
-// package leasehold (Lease, Semaphore, Election, Do) and the conformance
-// suite run unchanged against a server:
+// Package remote holds the leasehold.Store implementations that talk to a
+// leasehold server ("leasehold serve"), so that the recipes of package
+// leasehold (Lease, Semaphore, Election, Do) and the conformance suite run
+// unchanged against a server. Open picks one by URL scheme:
 //
-//	s, err := remote.OpenHTTP("https://leases.internal:7070?ca=/etc/leasehold/ca.pem")
-//	c, err := leasehold.New(s)
-//	l, err := c.Acquire(ctx, "deploy/prod")
+//   - HTTPStore (OpenHTTP; http:// and https://) speaks the HTTP/JSON API
+//     (docs/http-api.md): it works through proxies and load balancers.
 //
-// The store implements leasehold.Watcher (server-sent events) and
+//   - RESPStore (OpenRESP; leasehold:// and leaseholds://) speaks the
+//     pipelined RESP protocol (docs/protocol.md): the fastest.
+//
+//     s, err := remote.OpenHTTP("https://leases.internal:7070?ca=/etc/leasehold/ca.pem")
+//     c, err := leasehold.New(s)
+//     l, err := c.Acquire(ctx, "deploy/prod")
+//
+// HTTPStore implements leasehold.Watcher (server-sent events) and
 // leasehold.Queuer: Client.Acquire waits in the server's FIFO queue with a
 // long-poll instead of polling, and is granted the lease by the release or
 // expiry that frees it.
@@ -21,4 +27,8 @@
 //
 // Sessions (OpenSession) let many leases share one keepalive: leases taken
 // through Session.Store live as long as the session and end with it.
+//
+// The bearer token comes from the URL (?token=) or $LEASEHOLD_AUTH_TOKEN;
+// not from $LEASEHOLD_TOKEN, which "leasehold run" sets to the fencing
+// token of the lease it holds.
 package remote
