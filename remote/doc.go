@@ -9,9 +9,11 @@
 //   - RESPStore (OpenRESP; leasehold:// and leaseholds://) speaks the
 //     pipelined RESP protocol (docs/protocol.md): the fastest.
 //
-//     s, err := remote.OpenHTTP("https://leases.internal:7070?ca=/etc/leasehold/ca.pem")
-//     c, err := leasehold.New(s)
-//     l, err := c.Acquire(ctx, "deploy/prod")
+// For example:
+//
+//	s, err := remote.OpenHTTP("https://leases.internal:7070?ca=/etc/leasehold/ca.pem")
+//	c, err := leasehold.New(s)
+//	l, err := c.Acquire(ctx, "deploy/prod")
 //
 // HTTPStore implements leasehold.Watcher (server-sent events) and
 // leasehold.Queuer: Client.Acquire waits in the server's FIFO queue with a
