@@ -23,6 +23,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/remote"
 	"github.com/leasehold/leasehold/server"
+	"github.com/leasehold/leasehold/sqlite"
 )
 
 // Config says what to measure.
@@ -88,18 +89,24 @@ func Run(ctx context.Context, cfg Config) error {
 		fmtDur(pct(fsync, 50)), fmtDur(pct(fsync, 99)))
 
 	var lockers []*locker
-	durable, err := serverLocker(ctx, "leasehold server, durable (RESP, pipelined)", filepath.Join(dir, "durable"), false, cfg.Clients)
+	durable, err := serverLocker(ctx, "leasehold server, durable log (RESP, pipelined)", engineBackend(filepath.Join(dir, "durable"), false), cfg.Clients)
 	if err != nil {
 		return err
 	}
 	defer durable.close()
 	lockers = append(lockers, durable)
-	nosync, err := serverLocker(ctx, "leasehold server, no fsync (RESP, pipelined)", filepath.Join(dir, "nosync"), true, cfg.Clients)
+	nosync, err := serverLocker(ctx, "leasehold server, log without fsync (RESP, pipelined)", engineBackend(filepath.Join(dir, "nosync"), true), cfg.Clients)
 	if err != nil {
 		return err
 	}
 	defer nosync.close()
 	lockers = append(lockers, nosync)
+	onSQLite, err := serverLocker(ctx, "leasehold server over the SQLite store (proxy, durable)", sqliteBackend(filepath.Join(dir, "sqlite.db")), cfg.Clients)
+	if err != nil {
+		return err
+	}
+	defer onSQLite.close()
+	lockers = append(lockers, onSQLite)
 	if cfg.RedisURL != "" {
 		r, err := redisLocker(ctx, cfg.RedisURL, cfg.Clients)
 		if err != nil {
@@ -255,10 +262,28 @@ func measureHandoff(ctx context.Context, l *locker, waiters, handoffs int) ([]ti
 	return out, nil
 }
 
-// serverLocker starts an engine and a RESP listener in this process and a
+func engineBackend(dir string, noSync bool) func() (server.Backend, error) {
+	return func() (server.Backend, error) {
+		return server.OpenEngine(server.EngineConfig{Dir: dir, NoSync: noSync})
+	}
+}
+
+// sqliteBackend is the alternative to the engine's own log: the server as a
+// proxy in front of the embedded SQLite store (one transaction per change).
+func sqliteBackend(path string) func() (server.Backend, error) {
+	return func() (server.Backend, error) {
+		st, err := sqlite.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		return server.NewProxy(st, server.ProxyConfig{Durable: true}), nil
+	}
+}
+
+// serverLocker starts a backend and a RESP listener in this process and a
 // pipelined client for it.
-func serverLocker(ctx context.Context, name, dir string, noSync bool, clients int) (*locker, error) {
-	e, err := server.OpenEngine(server.EngineConfig{Dir: dir, NoSync: noSync})
+func serverLocker(ctx context.Context, name string, open func() (server.Backend, error), clients int) (*locker, error) {
+	e, err := open()
 	if err != nil {
 		return nil, err
 	}
