@@ -532,6 +532,19 @@ func (s *RESPStore) Get(ctx context.Context, name string) (leasehold.Record, err
 	return rec, nil
 }
 
+// Ready reports nil when the server can serve (its log is open, its engine
+// reachable).
+func (s *RESPStore) Ready(ctx context.Context) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	err := s.cl.Do(ctx, func(b []byte) []byte { return resp.AppendCommand(b, "LH.READY") }, expectOK(""))
+	if err != nil {
+		return s.mapErr(err)
+	}
+	return nil
+}
+
 // ForceRelease frees the named lease whoever holds it (it needs admin
 // access) and returns the grant it ended, or leasehold.ErrNotFound.
 func (s *RESPStore) ForceRelease(ctx context.Context, name string) (leasehold.Record, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -141,6 +142,365 @@ func TestRESPConformanceProxy(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		Open: func(t testing.TB) leasehold.Store { return rs.open(t, "?conns=1") },
 	})
+}
+
+func respCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func respWaitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestOpenRESPURLs(t *testing.T) {
+	for _, bad := range []string{
+		"redis://host", "leasehold://", "leasehold://:7071", "leasehold://u:p@host", "leasehold://host/ns",
+		"leasehold://host?nope=1", "leasehold://host?conns=0", "leasehold://host?conns=65", "leasehold://host?conns=x",
+		"leasehold://host?timeout=1ms", "leasehold://host?wait_chunk=2h", "leasehold://host?token=a&token=b",
+		"leasehold://host?ca=/x", "leaseholds://host?ca=/does/not/exist", "leaseholds://host?cert=/x",
+		"leasehold://host#frag",
+	} {
+		if _, err := remote.OpenRESP(bad); !errors.Is(err, leasehold.ErrInvalid) {
+			t.Errorf("OpenRESP(%q) = %v, want an *InvalidError", bad, err)
+		}
+	}
+	// Nothing listens on port 1: the error comes from connecting.
+	if _, err := remote.OpenRESP("leasehold://127.0.0.1:1?conns=3&idle_conns=2&timeout=2s&wait_chunk=5s&token=x"); err == nil || errors.Is(err, leasehold.ErrInvalid) {
+		t.Errorf("OpenRESP of a closed port: %v", err)
+	}
+}
+
+// TestOpen: remote.Open picks the protocol by scheme.
+func TestOpen(t *testing.T) {
+	rs := startRESPEngine(t, server.EngineConfig{}, server.RESPOptions{})
+	ctx := respCtx(t)
+	s, err := remote.Open(ctx, rs.url(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, ok := s.(*remote.RESPStore); !ok {
+		t.Errorf("Open(leasehold://) = %T", s)
+	}
+	if _, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "open/x", Owner: "o", TTL: time.Minute}); err != nil {
+		t.Error(err)
+	}
+	h, err := remote.Open(ctx, "http://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if _, ok := h.(*remote.HTTPStore); !ok {
+		t.Errorf("Open(http://) = %T", h)
+	}
+	for _, bad := range []string{"ftp://x", "leasehold://", "::"} {
+		if s, err := remote.Open(ctx, bad); err == nil || s != nil {
+			t.Errorf("Open(%q) = %v, %v", bad, s, err)
+		}
+	}
+}
+
+func TestRESPErrorsMapBack(t *testing.T) {
+	rs := startRESPEngine(t, server.EngineConfig{}, server.RESPOptions{})
+	s := rs.open(t, "")
+	defer s.Close()
+	ctx := respCtx(t)
+	rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "m/x", Owner: "a b", TTL: time.Minute, Data: []byte{0xff, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "m/x", Owner: "b", TTL: time.Minute})
+	var he *leasehold.HeldError
+	if !errors.As(err, &he) || he.Owner != "a b" || he.Token != rec.Token || he.Name != "m/x" || he.Remaining <= 0 || he.Acquired.IsZero() {
+		t.Errorf("held: %#v", err)
+	}
+	if err := s.Renew(ctx, "m/x", "b", rec.Token, time.Minute); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Errorf("renew by another: %v", err)
+	}
+	if _, err := s.Get(ctx, "m/none"); !errors.Is(err, leasehold.ErrNotFound) {
+		t.Errorf("get of none: %v", err)
+	}
+	// The server's own name rules come back as *InvalidError with the field.
+	_, err = s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "m/../x", Owner: "a", TTL: time.Minute})
+	var ie *leasehold.InvalidError
+	if !errors.As(err, &ie) || ie.Field != "name" || ie.Reason == "" {
+		t.Errorf("dot-dot name: %#v", err)
+	}
+	if got, err := s.ForceRelease(ctx, "m/x"); err != nil || got.Token != rec.Token || got.Owner != "a b" {
+		t.Errorf("force release: %+v, %v", got, err)
+	}
+	if _, err := s.ForceRelease(ctx, "m/x"); !errors.Is(err, leasehold.ErrNotFound) {
+		t.Errorf("second force release: %v", err)
+	}
+	if err := s.Ready(ctx); err != nil {
+		t.Errorf("ready: %v", err)
+	}
+	s.Close()
+	if _, err := s.Get(ctx, "m/x"); !errors.Is(err, leasehold.ErrClosed) {
+		t.Errorf("after close: %v", err)
+	}
+	if _, err := s.AcquireWait(ctx, leasehold.AcquireRequest{Name: "m/x", Owner: "a", TTL: time.Minute}); !errors.Is(err, leasehold.ErrClosed) {
+		t.Errorf("AcquireWait after close: %v", err)
+	}
+}
+
+func TestRESPAuthErrors(t *testing.T) {
+	auth, err := server.NewAuth(server.AuthConfig{Tokens: []server.TokenConfig{
+		{Identity: "reader", Token: "r", Grants: []server.Grant{{Prefix: "", Access: "read"}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := startRESPEngine(t, server.EngineConfig{}, server.RESPOptions{Auth: auth, Limits: &server.Limits{PerSecond: 0.001, Burst: 4}})
+	ctx := respCtx(t)
+	req := leasehold.AcquireRequest{Name: "a/x", Owner: "o", TTL: time.Minute}
+	none := rs.open(t, "")
+	defer none.Close()
+	var re *remote.RESPError
+	if _, err := none.TryAcquire(ctx, req); !errors.Is(err, remote.ErrUnauthorized) || !errors.As(err, &re) || re.Code != "NOAUTH" {
+		t.Errorf("no token: %v", err)
+	}
+	if _, err := remote.OpenRESP(rs.url("?token=wrong")); !errors.Is(err, remote.ErrUnauthorized) {
+		t.Errorf("wrong token: %v", err)
+	}
+	reader := rs.open(t, "?token=r")
+	defer reader.Close()
+	if _, err := reader.TryAcquire(ctx, req); !errors.Is(err, remote.ErrForbidden) {
+		t.Errorf("reader acquires: %v", err)
+	}
+	if _, err := reader.AcquireWait(ctx, req); !errors.Is(err, remote.ErrForbidden) {
+		t.Errorf("reader waits: %v", err)
+	}
+	if recs, err := reader.List(ctx, ""); err != nil || len(recs) != 0 {
+		t.Errorf("reader lists: %v, %v", recs, err)
+	}
+	t.Setenv(remote.EnvAuthToken, "r")
+	env := rs.open(t, "")
+	defer env.Close()
+	if _, err := env.Get(ctx, "a/x"); !errors.Is(err, leasehold.ErrNotFound) {
+		t.Errorf("token from the environment: %v", err)
+	}
+	for i := 0; ; i++ {
+		_, err := env.Get(ctx, "a/x")
+		if errors.Is(err, remote.ErrRateLimited) {
+			break
+		}
+		if !errors.Is(err, leasehold.ErrNotFound) || i > 10 {
+			t.Fatalf("request %d over the rate limit: %v", i, err)
+		}
+	}
+}
+
+// TestRESPReconnect: when the server restarts, requests in flight fail
+// with an error saying so, and the store reconnects by itself.
+func TestRESPReconnect(t *testing.T) {
+	rs := startRESPEngine(t, server.EngineConfig{Dir: t.TempDir()}, server.RESPOptions{})
+	s := rs.open(t, "?conns=2")
+	defer s.Close()
+	ctx := respCtx(t)
+	rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "r/x", Owner: "a", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitErr := make(chan error, 1)
+	go func() {
+		_, err := s.AcquireWait(ctx, leasehold.AcquireRequest{Name: "r/x", Owner: "b", TTL: time.Minute})
+		waitErr <- err
+	}()
+	respWaitFor(t, "the waiter to queue", func() bool { return len(rs.backend().Waiters("r/x")) == 1 })
+	rs.restart()
+	if err := <-waitErr; err == nil || errors.Is(err, leasehold.ErrHeld) {
+		t.Errorf("AcquireWait across a restart: %v, want an error", err)
+	}
+	// Every shared connection broke; the first requests reconnect.
+	for i := 0; i < 4; i++ {
+		got, err := s.Get(ctx, "r/x")
+		if err != nil {
+			if !strings.Contains(err.Error(), "may or may not have taken effect") && !strings.Contains(err.Error(), "connect") {
+				t.Errorf("request %d after the restart: %v", i, err)
+			}
+			continue
+		}
+		if got.Token != rec.Token || got.Owner != "a" {
+			t.Errorf("lease after restart: %+v", got)
+		}
+	}
+	if got, err := s.Get(ctx, "r/x"); err != nil || got.Token != rec.Token {
+		t.Errorf("after reconnecting: %+v, %v", got, err)
+	}
+	if err := s.Release(ctx, "r/x", "a", rec.Token); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestRESPAcquireWaitFIFO: waiters are granted in arrival order, each by
+// the release of the one before.
+func TestRESPAcquireWaitFIFO(t *testing.T) {
+	rs := startRESPEngine(t, server.EngineConfig{}, server.RESPOptions{})
+	s := rs.open(t, "")
+	defer s.Close()
+	ctx := respCtx(t)
+	h, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "f", Owner: "holder", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type grant struct {
+		rec leasehold.Record
+		err error
+	}
+	order := make(chan grant, 4)
+	for i, o := range []string{"a", "b", "c", "d"} {
+		go func() {
+			rec, err := s.AcquireWait(ctx, leasehold.AcquireRequest{Name: "f", Owner: o, TTL: time.Minute})
+			order <- grant{rec, err}
+		}()
+		respWaitFor(t, "waiter "+o, func() bool { return len(rs.backend().Waiters("f")) == i+1 })
+	}
+	last := h
+	var got []string
+	for range 4 {
+		if err := s.Release(ctx, "f", last.Owner, last.Token); err != nil {
+			t.Fatal(err)
+		}
+		g := <-order
+		if g.err != nil {
+			t.Fatal(g.err)
+		}
+		if g.rec.Token <= last.Token {
+			t.Errorf("token %d after %d", g.rec.Token, last.Token)
+		}
+		got = append(got, g.rec.Owner)
+		last = g.rec
+	}
+	if strings.Join(got, "") != "abcd" {
+		t.Errorf("grant order %v, want a b c d", got)
+	}
+}
+
+// TestRESPAcquireWaitCancel: ending the context of a waiting acquire drops
+// the waiter on the server (its connection is closed) and leaves the
+// holder alone; the wait is also asked for again after each chunk.
+func TestRESPAcquireWaitCancel(t *testing.T) {
+	rs := startRESPEngine(t, server.EngineConfig{}, server.RESPOptions{})
+	s := rs.open(t, "?wait_chunk=100ms")
+	defer s.Close()
+	ctx := respCtx(t)
+	h, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "c", Owner: "holder", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.AcquireWait(wctx, leasehold.AcquireRequest{Name: "c", Owner: "w", TTL: time.Minute})
+		done <- err
+	}()
+	respWaitFor(t, "the waiter to queue", func() bool { return len(rs.backend().Waiters("c")) == 1 })
+	time.Sleep(350 * time.Millisecond) // several chunks
+	select {
+	case err := <-done:
+		t.Fatalf("AcquireWait returned while the lease was held: %v", err)
+	default:
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("AcquireWait after cancel: %v", err)
+	}
+	respWaitFor(t, "the waiter to leave", func() bool { return len(rs.backend().Waiters("c")) == 0 })
+	if got, err := s.Get(ctx, "c"); err != nil || got.Token != h.Token {
+		t.Errorf("holder after a cancelled wait: %+v, %v", got, err)
+	}
+	// A deadline shorter than a chunk ends the wait at the deadline.
+	dctx, dcancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	defer dcancel()
+	if _, err := s.AcquireWait(dctx, leasehold.AcquireRequest{Name: "c", Owner: "w", TTL: time.Minute}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("AcquireWait past its deadline: %v", err)
+	}
+}
+
+func TestRESPSession(t *testing.T) {
+	rs := startRESPEngine(t, server.EngineConfig{}, server.RESPOptions{})
+	s := rs.open(t, "")
+	defer s.Close()
+	ctx := respCtx(t)
+	sess, err := s.OpenSession(ctx, 600*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sess.TTL() != 600*time.Millisecond || sess.ID() == "" {
+		t.Errorf("session %q, TTL %s", sess.ID(), sess.TTL())
+	}
+	ss := sess.Store()
+	c, _ := leasehold.New(ss, leasehold.WithOwner("sessioned"))
+	l, err := c.TryAcquire(ctx, "sess/a", leasehold.TTL(time.Minute), leasehold.NoKeepalive())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A waiting acquire attaches to the session too.
+	l2, err := c.Acquire(ctx, "sess/b", leasehold.TTL(time.Minute), leasehold.NoKeepalive())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The session's keepalive holds it past several session TTLs.
+	time.Sleep(2 * time.Second)
+	if err := sess.Err(); err != nil {
+		t.Fatalf("session lost: %v", err)
+	}
+	for _, l := range []*leasehold.Lease{l, l2} {
+		if got, err := s.Get(ctx, l.Name()); err != nil || got.Token != l.Token() {
+			t.Fatalf("session lease %s: %+v, %v", l.Name(), got, err)
+		}
+	}
+	ss.Close() // a no-op
+	if err := sess.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sess.Done():
+	default:
+		t.Error("Done not closed after Close")
+	}
+	if !errors.Is(sess.Err(), leasehold.ErrReleased) {
+		t.Errorf("Err after Close = %v", sess.Err())
+	}
+	if recs, err := s.List(ctx, "sess/"); err != nil || len(recs) != 0 {
+		t.Errorf("leases after the session closed: %v, %v", recs, err)
+	}
+	if err := sess.Close(ctx); err != nil {
+		t.Errorf("second close: %v", err)
+	}
+	if _, err := ss.TryAcquire(ctx, leasehold.AcquireRequest{Name: "sess/c", Owner: "o", TTL: time.Minute}); !errors.Is(err, remote.ErrNoSession) {
+		t.Errorf("acquire in a closed session: %v", err)
+	}
+
+	// A session the server forgets is reported lost.
+	lost, err := s.OpenSession(ctx, 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.backend().CloseSession(ctx, lost.ID()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a session closed on the server was not reported lost")
+	}
+	if !errors.Is(lost.Err(), leasehold.ErrLost) {
+		t.Errorf("Err = %v, want ErrLost", lost.Err())
+	}
+	if err := lost.Close(ctx); !errors.Is(err, leasehold.ErrLost) {
+		t.Errorf("Close of a lost session = %v", err)
+	}
 }
 
 // BenchmarkRESPPairs: 32 goroutines (on 2 cores) each acquire and release

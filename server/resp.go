@@ -453,6 +453,14 @@ func (c *respConn) exec(args [][]byte) (quit bool) {
 		c.client(args)
 	case "COMMAND":
 		c.reply(func(b []byte) []byte { return resp.AppendArray(b, 0) })
+	case "LH.READY":
+		srv, ctx := c.srv, c.ctx
+		c.async("", false, func(b []byte) []byte {
+			if err := srv.b.Ready(ctx); err != nil {
+				return resp.AppendError(b, "ERR not ready: "+err.Error())
+			}
+			return append(b, "+OK\r\n"...)
+		})
 	case "ECHO":
 		if len(args) != 2 {
 			c.wrongArgs(args[0])

@@ -143,6 +143,7 @@ func TestRESPCommands(t *testing.T) {
 			rtExpect(t, "HELLO 2", c.do("HELLO", "2"), "[$server")
 			rtExpect(t, "HELLO 3", c.do("HELLO", "3"), "-NOPROTO")
 			rtExpect(t, "unknown", c.do("SET", "a", "b"), "-ERR unknown command 'SET'")
+			rtExpect(t, "READY", c.do("LH.READY"), "+OK")
 
 			// Acquire: [token ttl remaining acquired data].
 			g := rtFields(c.do("LH.ACQUIRE", "jobs/a", "alice", "30000", "DATA", "hello", "REQID", "r1"))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -270,6 +271,35 @@ func TestDoBlocking(t *testing.T) {
 	c.mu.Unlock()
 	if busy != 0 || idle != 0 {
 		t.Errorf("after a cancelled blocking call: %d idle, %d busy; want its connection closed", idle, busy)
+	}
+}
+
+// TestStalledConnection: with Timeout set, a connection whose replies stop
+// coming is closed, failing its requests, and the next request reconnects.
+func TestStalledConnection(t *testing.T) {
+	s := startTestServer(t)
+	c := NewClient(ClientOptions{
+		Dial: func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", s.ln.Addr().String())
+		},
+		Conns:   1,
+		Timeout: 100 * time.Millisecond,
+	})
+	defer c.Close()
+	ctx := context.Background()
+	start := time.Now()
+	_, err := echo(ctx, c, "SLEEP", "10000", "x")
+	var ce *ConnError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "no reply") {
+		t.Errorf("stalled request: %v, want a ConnError", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("stalled request failed after %s", d)
+	}
+	// A slow but steady stream of replies is not a stall.
+	if got, err := echo(ctx, c, "SLEEP", "50", "y"); err != nil || got != "y" {
+		t.Errorf("after reconnecting: %q, %v", got, err)
 	}
 }
 
