@@ -53,11 +53,15 @@ type RESPStore struct {
 	timeout   time.Duration
 	waitChunk time.Duration
 	closed    atomic.Bool
+
+	subOnce sync.Once
+	sub     *resp.Subscriber // Watch's connection, made on first use
 }
 
 var (
-	_ leasehold.Store  = (*RESPStore)(nil)
-	_ leasehold.Queuer = (*RESPStore)(nil)
+	_ leasehold.Store   = (*RESPStore)(nil)
+	_ leasehold.Queuer  = (*RESPStore)(nil)
+	_ leasehold.Watcher = (*RESPStore)(nil)
 )
 
 // OpenRESP connects to a leasehold server's RESP port:
@@ -248,7 +252,65 @@ func newRESPStore(ctx context.Context, cfg respConfig) (*RESPStore, error) {
 // released.
 func (s *RESPStore) Close() error {
 	s.closed.Store(true)
+	s.subOnce.Do(func() {}) // no subscriber from now on
+	if s.sub != nil {
+		s.sub.Close()
+	}
 	return s.cl.Close()
+}
+
+// Watch implements leasehold.Watcher: the channel receives a value when the
+// named lease is released, expires or is force-released (and once after a
+// reconnection, since notifications may have been missed). All of a
+// store's watches share one connection in the server's watch mode
+// (LH.SUBSCRIBE). The channel is closed after ctx ends or the store is
+// closed.
+func (s *RESPStore) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
+	if err := leasehold.ValidateName(name); err != nil {
+		return nil, err
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	s.subOnce.Do(func() {
+		s.sub = resp.NewSubscriber(resp.SubscriberOptions{
+			Connect: s.cl.Dial,
+			Subscribe: func(b []byte, name string) []byte {
+				return resp.AppendCommand(b, "LH.SUBSCRIBE", name)
+			},
+			Unsubscribe: func(b []byte, name string) []byte {
+				return resp.AppendCommand(b, "LH.UNSUBSCRIBE", name)
+			},
+			Push: func(v resp.Value) (string, bool) {
+				a := v.Array
+				if v.Type != resp.Array || len(a) != 3 || a[0].Type != resp.BulkString || string(a[0].Str) != "freed" {
+					return "", false
+				}
+				if string(a[2].Str) == "overflow" {
+					return "", true
+				}
+				return string(a[1].Str), true
+			},
+			Reply: func(v resp.Value) error {
+				switch {
+				case v.Type == resp.Error:
+					return replyErr(v.Str, "")
+				case v.Type != resp.Array || len(v.Array) != 3:
+					return errors.New("unexpected reply to LH.SUBSCRIBE")
+				}
+				return nil
+			},
+			AckTimeout: s.timeout,
+		})
+	})
+	if s.sub == nil {
+		return nil, leasehold.ErrClosed
+	}
+	ch, err := s.sub.Subscribe(ctx, name)
+	if err != nil {
+		return nil, s.mapErr(err)
+	}
+	return ch, nil
 }
 
 // RESPError is a refusal by the server that has no error of its own in

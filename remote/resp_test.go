@@ -503,6 +503,100 @@ func TestRESPSession(t *testing.T) {
 	}
 }
 
+// TestRESPWatch: watches share one connection, survive a server restart
+// (signalled once after it), and are closed with their context or the
+// store.
+func TestRESPWatch(t *testing.T) {
+	rs := startRESPEngine(t, server.EngineConfig{Dir: t.TempDir()}, server.RESPOptions{})
+	s := rs.open(t, "")
+	defer s.Close()
+	ctx := respCtx(t)
+	recv := func(what string, ch <-chan struct{}) {
+		t.Helper()
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				t.Fatalf("%s: channel closed", what)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no notification within 10s", what)
+		}
+	}
+	quiet := func(what string, ch <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-ch:
+			t.Errorf("%s: unexpected notification", what)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	var chans []<-chan struct{}
+	for i := 0; i < 3; i++ {
+		ch, err := s.Watch(wctx, fmt.Sprintf("wt/%d", i%2)) // two watches of wt/0
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans = append(chans, ch)
+	}
+	rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "wt/0", Owner: "o", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet("after a grant", chans[0])
+	if err := s.Release(ctx, "wt/0", "o", rec.Token); err != nil {
+		t.Fatal(err)
+	}
+	recv("first watch of wt/0", chans[0])
+	recv("second watch of wt/0", chans[2])
+	quiet("watch of wt/1", chans[1])
+
+	rs.restart()
+	for i, ch := range chans {
+		recv(fmt.Sprintf("watch %d after a restart", i), ch)
+	}
+	rec, err = s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "wt/1", Owner: "o", TTL: time.Minute})
+	if err == nil {
+		err = s.Release(ctx, "wt/1", "o", rec.Token)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv("watch of wt/1 after the restart", chans[1])
+
+	cancel()
+	for i, ch := range chans {
+		deadline := time.After(10 * time.Second)
+	drain:
+		for {
+			select {
+			case _, ok := <-ch:
+				if !ok {
+					break drain
+				}
+			case <-deadline:
+				t.Fatalf("watch %d not closed after its context ended", i)
+			}
+		}
+	}
+	ch, err := s.Watch(ctx, "wt/2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	select {
+	case _, ok := <-ch:
+		if ok {
+			t.Error("a value instead of close after the store closed")
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("watch not closed with the store")
+	}
+	if _, err := s.Watch(ctx, "wt/3"); !errors.Is(err, leasehold.ErrClosed) {
+		t.Errorf("Watch after Close: %v", err)
+	}
+}
+
 // BenchmarkRESPPairs: 32 goroutines (on 2 cores) each acquire and release
 // distinct names through one RESPStore (pipelined over its shared
 // connections) against an in-process server on the engine, durable (every

@@ -200,6 +200,12 @@ type respConn struct {
 
 	orderMu    sync.Mutex
 	lastByName map[string]*respJob // the latest unfinished command per lease name
+
+	// Watch mode (after LH.SUBSCRIBE): each subscription's goroutine pushes
+	// notifications into slots; closing slots waits for pushMu.
+	subs        map[string]context.CancelFunc // reader goroutine only
+	pushMu      sync.Mutex
+	slotsClosed bool
 }
 
 // respSlot is the reply to one command: ready when built inline, else done
@@ -242,8 +248,11 @@ func (c *respConn) serve() {
 			break // QUIT
 		}
 	}
-	c.waitCancel()
+	c.waitCancel() // also ends the subscriptions, so no push holds pushMu for long
+	c.pushMu.Lock()
+	c.slotsClosed = true
 	close(c.slots)
+	c.pushMu.Unlock()
 	<-writerDone
 	c.abort()
 }
@@ -423,6 +432,14 @@ func (c *respConn) word(b []byte) []byte {
 
 // exec runs one command; it reports whether the connection is to close.
 func (c *respConn) exec(args [][]byte) (quit bool) {
+	if c.subs != nil {
+		switch string(c.word(args[0])) {
+		case "LH.SUBSCRIBE", "LH.UNSUBSCRIBE", "PING", "QUIT":
+		default:
+			c.replyError(fmt.Sprintf("ERR '%s' is not allowed on a connection in watch mode (only LH.SUBSCRIBE, LH.UNSUBSCRIBE, PING and QUIT are)", printable(args[0])))
+			return false
+		}
+	}
 	switch string(c.word(args[0])) {
 	case "PING":
 		switch len(args) {
@@ -453,6 +470,8 @@ func (c *respConn) exec(args [][]byte) (quit bool) {
 		c.client(args)
 	case "COMMAND":
 		c.reply(func(b []byte) []byte { return resp.AppendArray(b, 0) })
+	case "LH.UNSUBSCRIBE":
+		c.unsubscribe(args)
 	case "LH.READY":
 		srv, ctx := c.srv, c.ctx
 		c.async("", false, func(b []byte) []byte {
@@ -467,7 +486,7 @@ func (c *respConn) exec(args [][]byte) (quit bool) {
 			break
 		}
 		c.reply(func(b []byte) []byte { return resp.AppendBulk(b, args[1]) })
-	case "LH.ACQUIRE", "LH.RENEW", "LH.RELEASE", "LH.GET", "LH.LIST", "LH.FORCERELEASE", "LH.SESSION":
+	case "LH.ACQUIRE", "LH.RENEW", "LH.RELEASE", "LH.GET", "LH.LIST", "LH.FORCERELEASE", "LH.SESSION", "LH.SUBSCRIBE":
 		if !c.srv.opts.Limits.Allow(c.ident) {
 			c.replyError(resp.CodeRateLimited + " rate limit exceeded; nothing was changed")
 			break
@@ -487,6 +506,8 @@ func (c *respConn) exec(args [][]byte) (quit bool) {
 			c.forceRelease(args)
 		case "LH.SESSION":
 			c.session(args)
+		case "LH.SUBSCRIBE":
+			c.subscribe(args)
 		}
 	default:
 		c.replyError(fmt.Sprintf("ERR unknown command '%s'", printable(args[0])))
@@ -1043,4 +1064,107 @@ func (s *RESPServer) ownsSession(id *Identity, sid string) bool {
 	defer s.sessMu.Unlock()
 	b, ok := s.sessions[sid]
 	return ok && id != nil && b.identity == id.Name && time.Now().Before(b.until)
+}
+
+// Watch mode. LH.SUBSCRIBE name turns the connection into a stream of
+// notifications: from then on it takes only LH.SUBSCRIBE, LH.UNSUBSCRIBE,
+// PING and QUIT. Each (un)subscribe is answered in order with
+// [subscribe|unsubscribe, name, count]; between those answers the server
+// pushes [freed, name, released|expired|forced|overflow] whenever a watched
+// lease is freed (overflow: notifications were lost, re-check everything).
+
+const maxSubscriptions = 1 << 16
+
+func (c *respConn) subscribe(args [][]byte) {
+	if len(args) != 2 {
+		c.wrongArgs(args[0])
+		return
+	}
+	name := string(args[1])
+	if err := CheckName(name); err != nil {
+		c.replyErr(err)
+		return
+	}
+	if !c.ident.Allowed(name, AccessRead) {
+		c.noPerm("watch", name)
+		return
+	}
+	if c.subs == nil {
+		c.subs = map[string]context.CancelFunc{}
+	}
+	if _, ok := c.subs[name]; !ok {
+		if len(c.subs) >= maxSubscriptions {
+			c.replyError(fmt.Sprintf("ERR at most %d subscriptions per connection", maxSubscriptions))
+			return
+		}
+		ctx, cancel := context.WithCancel(c.waitCtx)
+		events := c.srv.b.Subscribe(ctx, name)
+		c.subs[name] = cancel
+		go c.notify(ctx, name, events)
+	}
+	n := int64(len(c.subs))
+	c.reply(func(b []byte) []byte { return appendSubReply(b, "subscribe", name, n) })
+}
+
+func (c *respConn) unsubscribe(args [][]byte) {
+	if len(args) != 2 {
+		c.wrongArgs(args[0])
+		return
+	}
+	name := string(args[1])
+	if cancel, ok := c.subs[name]; ok {
+		cancel()
+		delete(c.subs, name)
+	}
+	if c.subs == nil {
+		c.subs = map[string]context.CancelFunc{} // watch mode all the same
+	}
+	n := int64(len(c.subs))
+	c.reply(func(b []byte) []byte { return appendSubReply(b, "unsubscribe", name, n) })
+}
+
+func appendSubReply(b []byte, kind, name string, n int64) []byte {
+	b = resp.AppendArray(b, 3)
+	b = resp.AppendBulkString(b, kind)
+	b = resp.AppendBulkString(b, name)
+	return resp.AppendInt(b, n)
+}
+
+// notify pushes the frees of name until ctx ends.
+func (c *respConn) notify(ctx context.Context, name string, events <-chan Event) {
+	for ev := range events {
+		switch {
+		case ev.Type == EventOverflow:
+		case ev.Name != name:
+			continue
+		case ev.Type == EventReleased, ev.Type == EventExpired, ev.Type == EventForced:
+		default:
+			continue
+		}
+		s := c.inline()
+		s.buf = resp.AppendArray(s.buf, 3)
+		s.buf = resp.AppendBulkString(s.buf, "freed")
+		s.buf = resp.AppendBulkString(s.buf, name)
+		s.buf = resp.AppendBulkString(s.buf, string(ev.Type))
+		if !c.push(ctx, s) {
+			s.buf, s.ready = s.buf[:0], false
+			respSlotPool.Put(s)
+		}
+	}
+}
+
+// push queues a reply from outside the reader goroutine, unless the
+// connection is closing.
+func (c *respConn) push(ctx context.Context, s *respSlot) bool {
+	c.pushMu.Lock()
+	defer c.pushMu.Unlock()
+	if c.slotsClosed {
+		return false
+	}
+	select {
+	case c.slots <- s:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

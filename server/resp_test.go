@@ -524,3 +524,39 @@ func TestRESPShutdown(t *testing.T) {
 		t.Errorf("Serve after Shutdown = %v", err)
 	}
 }
+
+// TestRESPWatchMode: LH.SUBSCRIBE turns a connection into a stream of
+// notifications of frees.
+func TestRESPWatchMode(t *testing.T) {
+	_, addr := rtServe(t, rtEngine(t), RESPOptions{})
+	w := rtDial(t, addr)
+	c := rtDial(t, addr)
+	rtExpect(t, "SUBSCRIBE", w.do("LH.SUBSCRIBE", "wm/a"), "[$subscribe $wm/a :1]")
+	rtExpect(t, "SUBSCRIBE again", w.do("lh.subscribe", "wm/a"), "[$subscribe $wm/a :1]")
+	rtExpect(t, "SUBSCRIBE b", w.do("LH.SUBSCRIBE", "wm/b"), "[$subscribe $wm/b :2]")
+	rtExpect(t, "other commands refused", w.do("LH.GET", "wm/a"), "-ERR 'LH.GET' is not allowed")
+	rtExpect(t, "PING", w.do("PING"), "+PONG")
+	rtExpect(t, "bad name", w.do("LH.SUBSCRIBE", "wm/../x"), "-INVALID name")
+
+	g := rtFields(c.do("LH.ACQUIRE", "wm/a", "o", "30000"))
+	c.do("LH.ACQUIRE", "wm/ab", "o", "50") // a longer name with the same prefix: not wm/a's
+	rtExpect(t, "release", c.do("LH.RELEASE", "wm/a", "o", strings.TrimPrefix(g[0], ":")), "+OK")
+	rtExpect(t, "push on release", w.read(), "[$freed $wm/a $released]")
+	c.do("LH.ACQUIRE", "wm/b", "o", "50")
+	rtExpect(t, "push on expiry", w.read(), "[$freed $wm/b $expired]")
+	c.do("LH.ACQUIRE", "wm/a", "o", "30000")
+	c.do("LH.FORCERELEASE", "wm/a")
+	rtExpect(t, "push on force release", w.read(), "[$freed $wm/a $forced]")
+	rtExpect(t, "UNSUBSCRIBE", w.do("LH.UNSUBSCRIBE", "wm/a"), "[$unsubscribe $wm/a :1]")
+	g = rtFields(c.do("LH.ACQUIRE", "wm/a", "o", "30000"))
+	c.do("LH.RELEASE", "wm/a", "o", strings.TrimPrefix(g[0], ":"))
+	rtExpect(t, "no push after UNSUBSCRIBE", w.do("PING"), "+PONG")
+
+	// With auth, watching needs read access.
+	_, addr = rtServe(t, rtEngine(t), RESPOptions{Auth: rtAuth(t)})
+	a := rtDial(t, addr)
+	rtExpect(t, "SUBSCRIBE without AUTH", a.do("LH.SUBSCRIBE", "team/x"), "-NOAUTH")
+	a.do("AUTH", "team-token")
+	rtExpect(t, "SUBSCRIBE outside grants", a.do("LH.SUBSCRIBE", "other/x"), "-NOPERM")
+	rtExpect(t, "SUBSCRIBE inside grants", a.do("LH.SUBSCRIBE", "team/ro/x"), "[$subscribe")
+}

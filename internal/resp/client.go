@@ -110,6 +110,15 @@ func (c *Client) isClosed() bool {
 	return c.closed
 }
 
+// Dial opens and initialises a connection of the caller's own, outside
+// the Client's pools; the caller closes it.
+func (c *Client) Dial(ctx context.Context) (*Conn, error) {
+	if c.isClosed() {
+		return nil, ErrClientClosed
+	}
+	return c.dial(ctx)
+}
+
 // dial opens and initialises one connection.
 func (c *Client) dial(ctx context.Context) (*Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.HandshakeTimeout)

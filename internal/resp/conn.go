@@ -53,6 +53,17 @@ func (c *Conn) Do(enc func([]byte) []byte, dec func(Value) error) error {
 	return dec(v)
 }
 
+// Send writes the command that enc appends to its argument, without
+// waiting for a reply.
+func (c *Conn) Send(enc func([]byte) []byte) error {
+	c.wbuf = enc(c.wbuf[:0])
+	_, err := c.nc.Write(c.wbuf)
+	return err
+}
+
+// Receive reads the next reply; it is valid until the next Receive or Do.
+func (c *Conn) Receive() (Value, error) { return c.rd.ReadValue() }
+
 // Close closes the connection.
 func (c *Conn) Close() error { return c.nc.Close() }
 
