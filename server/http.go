@@ -75,6 +75,10 @@ type httpAPI struct {
 
 	// sessions binds each session opened here to its identity (auth on).
 	sessions httpSessions
+	// cop refuses state-changing cross-origin browser requests (CSRF): a
+	// web page must not take or release leases on a server its visitor
+	// can reach, such as one on loopback without auth.
+	cop *http.CrossOriginProtection
 
 	// drain ends long-polls and event streams when the server shuts down
 	// (Server cancels it before http.Server.Shutdown waits for handlers).
@@ -97,6 +101,7 @@ func newHTTPAPI(b Backend, opts HandlerOptions) *httpAPI {
 		h.metrics.observe(b)
 	}
 	h.drain, h.cancelDrain = context.WithCancel(context.Background())
+	h.cop = http.NewCrossOriginProtection()
 	return h
 }
 
@@ -114,6 +119,12 @@ func (h *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &httpStatusWriter{ResponseWriter: w}
 	q := &httpReq{w: sw, r: r, route: "unmatched", start: time.Now()}
 	defer h.finish(q)
+	if err := h.cop.Check(r); err != nil {
+		q.err = err
+		h.problem(q, http.StatusForbidden, "forbidden", "Forbidden",
+			"cross-origin requests from browsers may not change leases (only the dashboard's own origin may)", nil)
+		return
+	}
 	h.route(q)
 }
 
@@ -1184,15 +1195,17 @@ func httpHolder(he *leasehold.HeldError) httpHolderJSON {
 
 // problem writes an RFC 9457 problem document.
 func (h *httpAPI) problem(q *httpReq, status int, typ, title, detail string, extra map[string]any) {
-	doc := make(map[string]any, 4+len(extra))
-	for k, v := range extra {
-		doc[k] = v
+	// type, title, status and detail first, then the extras (sorted).
+	b, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}{ProblemType + typ, title, status, detail})
+	if len(extra) > 0 {
+		ex, _ := json.Marshal(extra)
+		b = append(append(b[:len(b)-1], ','), ex[1:]...)
 	}
-	doc["type"] = ProblemType + typ
-	doc["title"] = title
-	doc["status"] = status
-	doc["detail"] = detail
-	b, _ := json.Marshal(doc)
 	b = append(b, '\n')
 	q.w.Header().Set("Content-Type", "application/problem+json")
 	q.w.Header().Set("Content-Length", strconv.Itoa(len(b)))

@@ -396,6 +396,21 @@ func TestAuthRefusals(t *testing.T) {
 	}
 }
 
+// TestCrossOrigin: a browser's cross-site POST (a web page aiming at a
+// server its visitor can reach) is refused and changes nothing; the
+// dashboard's same-origin requests and non-browser clients pass.
+func TestCrossOrigin(t *testing.T) {
+	ts := newHTServer(t, HandlerOptions{})
+	body := `{"owner":"x","ttl_ms":60000}`
+	ts.want(ts.do("POST", "/v1/leases/c/acquire", "", body, "Sec-Fetch-Site", "cross-site"), 403, "forbidden")
+	ts.want(ts.do("POST", "/v1/leases/c/acquire", "", body, "Origin", "http://evil.example"), 403, "forbidden")
+	if n := ts.names(); len(n) != 0 {
+		t.Fatalf("cross-origin requests changed the state: %v", n)
+	}
+	ts.want(ts.do("GET", "/v1/leases", "", "", "Sec-Fetch-Site", "cross-site"), 200, "") // reads are safe
+	ts.want(ts.do("POST", "/v1/leases/c/acquire", "", body, "Sec-Fetch-Site", "same-origin"), 200, "")
+}
+
 func TestRateLimit(t *testing.T) {
 	limits := &Limits{PerSecond: 1e-6, Burst: 2}
 	ts := newHTServer(t, HandlerOptions{Auth: htAuth(t), Limits: limits})

@@ -66,8 +66,8 @@ const serveExample = `  # A local server with the defaults (HTTP 127.0.0.1:7070,
   leasehold serve --addr :7070 --store postgres://leasehold@db.internal/app
 
   # Then, from anywhere:
-  curl -s -X POST http://127.0.0.1:7070/v1/leases/backup/nightly/acquire \
-      -d '{"owner":"host-a","ttl_ms":30000}'`
+  curl -s http://127.0.0.1:7070/v1/leases/backup/nightly/acquire \
+      --json '{"owner":"host-a","ttl_ms":30000}'`
 
 type serveOptions struct {
 	addr, respAddr  string
