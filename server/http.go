@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -125,7 +126,36 @@ func (h *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"cross-origin requests from browsers may not change leases (only the dashboard's own origin may)", nil)
 		return
 	}
+	if !h.auth.Enabled() && httpUnsafe(r.Method) && httpFromBrowser(r) && !httpLocalHost(r.Host) {
+		// Without auth, a page whose DNS name was re-pointed at this
+		// server (DNS rebinding) looks same-origin to the browser: only
+		// names that cannot be re-pointed may change leases.
+		h.problem(q, http.StatusForbidden, "forbidden", "Forbidden",
+			"with auth off, browsers may change leases only through localhost or an IP address (DNS rebinding protection); turn auth on to use a host name", nil)
+		return
+	}
 	h.route(q)
+}
+
+func httpUnsafe(method string) bool {
+	return method != http.MethodGet && method != http.MethodHead && method != http.MethodOptions
+}
+
+// httpFromBrowser reports whether a browser sent r (browsers send Origin
+// or Sec-Fetch-Site with state-changing requests; other clients do not).
+func httpFromBrowser(r *http.Request) bool {
+	return r.Header.Get("Sec-Fetch-Site") != "" || r.Header.Get("Origin") != ""
+}
+
+// httpLocalHost reports whether a Host header is an IP address or
+// localhost.
+func httpLocalHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	return net.ParseIP(host) != nil || strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost")
 }
 
 // finish logs the request and counts it.

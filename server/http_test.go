@@ -96,6 +96,10 @@ func (ts *htServer) doCtx(ctx context.Context, method, path, token, body string,
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -409,6 +413,19 @@ func TestCrossOrigin(t *testing.T) {
 	}
 	ts.want(ts.do("GET", "/v1/leases", "", "", "Sec-Fetch-Site", "cross-site"), 200, "") // reads are safe
 	ts.want(ts.do("POST", "/v1/leases/c/acquire", "", body, "Sec-Fetch-Site", "same-origin"), 200, "")
+	// DNS rebinding: a page on a name re-pointed at the server is
+	// same-origin to the browser. With auth off, browsers change leases
+	// only through localhost or an IP address.
+	ts.want(ts.do("POST", "/v1/leases/d/acquire", "", body, "Sec-Fetch-Site", "same-origin", "Host", "rebind.example:7070"), 403, "forbidden")
+	ts.want(ts.do("POST", "/v1/leases/d/acquire", "", body, "Host", "rebind.example:7070"), 200, "") // not a browser
+	ts.want(ts.do("POST", "/v1/leases/e/acquire", "", body, "Sec-Fetch-Site", "same-origin", "Host", "localhost:7070"), 200, "")
+	ts.want(ts.do("GET", "/v1/leases", "", "", "Sec-Fetch-Site", "same-origin", "Host", "rebind.example:7070"), 200, "")
+	if n := ts.names(); strings.Join(n, ",") != "c,d,e" {
+		t.Errorf("leases: %v", n)
+	}
+	// With auth on, the token protects: a host name is fine.
+	ta := newHTServer(t, HandlerOptions{Auth: htAuth(t)})
+	ta.want(ta.do("POST", "/v1/leases/team/d/acquire", htTeam, body, "Sec-Fetch-Site", "same-origin", "Host", "leases.example:7070"), 200, "")
 }
 
 func TestRateLimit(t *testing.T) {
