@@ -2,9 +2,19 @@ package remote_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -595,6 +605,101 @@ func TestRESPWatch(t *testing.T) {
 	if _, err := s.Watch(ctx, "wt/3"); !errors.Is(err, leasehold.ErrClosed) {
 		t.Errorf("Watch after Close: %v", err)
 	}
+}
+
+// TestRESPTLS: leaseholds:// with a private CA and a client certificate.
+func TestRESPTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, caKey := respMakeCert(t, nil, nil, "test CA")
+	srvCert, srvKey := respMakeCert(t, ca, caKey, "127.0.0.1")
+	cliCert, cliKey := respMakeCert(t, ca, caKey, "client")
+	write := func(name string, blocks ...*pem.Block) string {
+		var b []byte
+		for _, bl := range blocks {
+			b = append(b, pem.EncodeToMemory(bl)...)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	keyBlock := func(k *ecdsa.PrivateKey) *pem.Block {
+		der, err := x509.MarshalECPrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &pem.Block{Type: "EC PRIVATE KEY", Bytes: der}
+	}
+	caFile := write("ca.pem", &pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})
+	cliFile := write("client.pem", &pem.Block{Type: "CERTIFICATE", Bytes: cliCert.Raw})
+	cliKeyFile := write("client.key", keyBlock(cliKey))
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	tc := &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{srvCert.Raw}, PrivateKey: srvKey}},
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		MinVersion:   tls.VersionTLS12,
+	}
+	rs := startRESPEngine(t, server.EngineConfig{}, server.RESPOptions{TLS: tc})
+	addr := strings.TrimPrefix(rs.url(""), "leasehold://")
+	s, err := remote.OpenRESP("leaseholds://" + addr + "?ca=" + caFile + "&cert=" + cliFile + "&key=" + cliKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := respCtx(t)
+	if _, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "tls/x", Owner: "o", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{
+		"leaseholds://" + addr + "?ca=" + caFile,                           // no client certificate
+		"leaseholds://" + addr + "?cert=" + cliFile + "&key=" + cliKeyFile, // unknown authority
+		"leasehold://" + addr,                                              // plain text
+		"leaseholds://" + addr + "?ca=" + caFile + "&cert=" + cliFile + "&key=" + cliKeyFile + "&server_name=other", // wrong name
+	} {
+		if s, err := remote.OpenRESP(bad); err == nil {
+			_, err = s.Get(ctx, "tls/x")
+			s.Close()
+			if err == nil {
+				t.Errorf("OpenRESP(%s) worked", bad)
+			}
+		}
+	}
+}
+
+func respMakeCert(t *testing.T, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, cn string) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: cn},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		BasicConstraintsValid: true,
+	}
+	if parent == nil {
+		tmpl.IsCA = true
+		tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature
+		parent, parentKey = tmpl, key
+	} else {
+		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, key
 }
 
 // BenchmarkRESPPairs: 32 goroutines (on 2 cores) each acquire and release
