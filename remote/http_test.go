@@ -367,3 +367,45 @@ func BenchmarkHTTPAcquireRelease(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHTTPHandoff measures same-name handoffs over HTTP: 8 clients
+// take turns on one name through the server's FIFO queue (AcquireWait
+// long-polls), each releasing at once.
+func BenchmarkHTTPHandoff(b *testing.B) {
+	eng, err := server.OpenEngine(server.EngineConfig{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(server.NewHandler(eng, server.HandlerOptions{}))
+	defer func() { srv.Close(); eng.Close() }()
+	s, err := remote.OpenHTTP(srv.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			owner := fmt.Sprintf("w%d", w)
+			for left.Add(-1) >= 0 {
+				rec, err := s.AcquireWait(ctx, leasehold.AcquireRequest{Name: "hot", Owner: owner, TTL: time.Minute})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := s.Release(ctx, "hot", owner, rec.Token); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "handoffs/s")
+}
