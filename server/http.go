@@ -1111,11 +1111,14 @@ func (h *httpAPI) methodNotAllowed(q *httpReq, allow string) {
 
 // decode reads a JSON request body into v: at most maxBody bytes, no
 // unknown fields, one value. An empty body decodes as {}. A content type
-// other than JSON gets 415; a missing one is accepted.
+// other than JSON gets 415; a missing one is accepted, and so is curl's
+// default for -d (application/x-www-form-urlencoded), whose body must
+// still be JSON. (Cross-site form posts from browsers are refused before
+// this, by ServeHTTP's cross-origin checks.)
 func (h *httpAPI) decode(q *httpReq, v any) bool {
 	if ct := q.r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || !(mt == "application/json" || strings.HasSuffix(mt, "+json")) {
+		if err != nil || !(mt == "application/json" || strings.HasSuffix(mt, "+json") || mt == "application/x-www-form-urlencoded") {
 			h.problem(q, http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported media type",
 				fmt.Sprintf("request bodies are JSON (Content-Type: application/json), not %q", ct), nil)
 			return false

@@ -229,7 +229,9 @@ func TestProblems(t *testing.T) {
 		{"POST", "/v1/leases/p/renew", `{"owner":"a","token":-1,"ttl_ms":60000}`, nil, 400, "invalid", "token"},
 		{"POST", "/v1/leases/p/renew", `{"owner":"a","token":0,"ttl_ms":60000}`, nil, 400, "invalid", "token"},
 		{"POST", "/v1/leases/p/acquire", `{"owner":"a","ttl_ms":60000,"data":"` + strings.Repeat("x", 2000) + `"}`, nil, 413, "too-large", ""},
-		{"POST", "/v1/leases/p/acquire", `owner=a`, []string{"Content-Type", "application/x-www-form-urlencoded"}, 415, "unsupported-media-type", ""},
+		{"POST", "/v1/leases/p/acquire", `owner=a`, []string{"Content-Type", "text/plain"}, 415, "unsupported-media-type", ""},
+		{"POST", "/v1/leases/p/acquire", `<owner>a</owner>`, []string{"Content-Type", "application/xml"}, 415, "unsupported-media-type", ""},
+		{"POST", "/v1/leases/p/acquire", `owner=a`, []string{"Content-Type", "application/x-www-form-urlencoded"}, 400, "invalid", "body"},
 		{"POST", "/v1/leases/p/acquire", `{"owner":"a","ttl_ms":60000,"session":"nope"}`, nil, 404, "no-session", ""},
 		{"GET", "/v1/nothing", "", nil, 404, "no-route", ""},
 		{"GET", "/v1/leases/p/acquire/x/../", "", nil, 400, "invalid", "name"},
@@ -256,8 +258,11 @@ func TestProblems(t *testing.T) {
 	if n := ts.names(); len(n) != 0 {
 		t.Errorf("refused requests left leases: %v", n)
 	}
-	// A missing content type is accepted.
+	// A missing content type is accepted, and so is curl's default for -d
+	// with a JSON body.
 	r := ts.do("POST", "/v1/leases/p/acquire", "", `{"owner":"a","ttl_ms":60000}`, "Content-Type", "")
+	ts.want(r, 200, "")
+	r = ts.do("POST", "/v1/leases/q/acquire", "", `{"owner":"a","ttl_ms":60000}`, "Content-Type", "application/x-www-form-urlencoded")
 	ts.want(r, 200, "")
 }
 
