@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,7 +59,7 @@ type RESPServer struct {
 	sessMu   sync.Mutex
 	sessions map[string]respSession // with auth on: who opened each session
 
-	workers workerPool
+	workers *resp.Workers
 }
 
 type respSession struct {
@@ -81,7 +80,7 @@ func NewRESPServer(b Backend, opts RESPOptions) *RESPServer {
 		b: b, opts: opts, log: opts.Logger,
 		lns: map[net.Listener]struct{}{}, conns: map[*respConn]struct{}{},
 		sessions: map[string]respSession{},
-		workers:  workerPool{jobs: make(chan func())},
+		workers:  resp.NewWorkers(),
 	}
 }
 
@@ -171,7 +170,8 @@ func (s *RESPServer) newConn(nc net.Conn) *respConn {
 		return nil
 	}
 	s.nextID++
-	c := &respConn{srv: s, nc: nc, id: s.nextID, slots: make(chan *respSlot, s.opts.MaxInflight)}
+	c := &respConn{srv: s, nc: nc, id: s.nextID}
+	c.out = resp.NewReplies(nc, s.opts.MaxInflight, s.workers, c.abort)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.waitCtx, c.waitCancel = context.WithCancel(c.ctx)
 	s.conns[c] = struct{}{}
@@ -190,33 +190,15 @@ type respConn struct {
 	ctx, waitCtx       context.Context
 	cancel, waitCancel context.CancelFunc
 
-	slots chan *respSlot // replies in request order; closed by the reader
+	out *resp.Replies // replies in request order; closed by the reader
 
 	// Used only by the reader goroutine.
 	ident  *Identity
 	authed bool
 	name   string
 	upper  [32]byte
-
-	orderMu    sync.Mutex
-	lastByName map[string]*respJob // the latest unfinished command per lease name
-
-	// Watch mode (after LH.SUBSCRIBE): each subscription's goroutine pushes
-	// notifications into slots; closing slots waits for pushMu.
-	subs        map[string]context.CancelFunc // reader goroutine only
-	pushMu      sync.Mutex
-	slotsClosed bool
+	subs   map[string]context.CancelFunc // watch mode: the subscriptions
 }
-
-// respSlot is the reply to one command: ready when built inline, else done
-// receives one value once buf holds it.
-type respSlot struct {
-	buf   []byte
-	ready bool
-	done  chan struct{}
-}
-
-var respSlotPool = sync.Pool{New: func() any { return &respSlot{done: make(chan struct{}, 1)} }}
 
 func (c *respConn) abort() {
 	c.cancel()
@@ -231,16 +213,14 @@ func (c *respConn) serve() {
 		c.srv.connWG.Done()
 	}()
 	writerDone := make(chan struct{})
-	go func() { defer close(writerDone); c.writeLoop() }()
+	go func() { defer close(writerDone); c.out.Run() }()
 	rd := resp.NewReader(bufio.NewReaderSize(c.nc, 16<<10))
 	for {
 		args, err := rd.ReadCommand()
 		if err != nil {
 			if errors.Is(err, resp.ErrProtocol) {
 				c.srv.log.Debug("resp: closing connection", "remote", c.nc.RemoteAddr(), "err", err)
-				s := c.inline()
-				s.buf = resp.AppendError(s.buf, "ERR "+err.Error())
-				c.slots <- s
+				c.replyError("ERR " + err.Error())
 			}
 			break
 		}
@@ -248,170 +228,26 @@ func (c *respConn) serve() {
 			break // QUIT
 		}
 	}
-	c.waitCancel() // also ends the subscriptions, so no push holds pushMu for long
-	c.pushMu.Lock()
-	c.slotsClosed = true
-	close(c.slots)
-	c.pushMu.Unlock()
+	c.waitCancel() // also ends the subscriptions, so no push holds up Close
+	c.out.Close()
 	<-writerDone
 	c.abort()
 }
 
-// writeLoop writes replies in order, flushing whenever the next reply is
-// not ready yet (or there is none), so that replies that finish together
-// leave together.
-func (c *respConn) writeLoop() {
-	bw := bufio.NewWriterSize(c.nc, 16<<10)
-	var werr error
-	flush := func() {
-		if werr == nil && bw.Buffered() > 0 {
-			if werr = bw.Flush(); werr != nil {
-				c.abort()
-			}
-		}
-	}
-	for {
-		var s *respSlot
-		var ok bool
-		select {
-		case s, ok = <-c.slots:
-		default:
-			flush()
-			s, ok = <-c.slots
-		}
-		if !ok {
-			flush()
-			return
-		}
-		if !s.ready {
-			select {
-			case <-s.done:
-			default:
-				// Replies finished together (by one group commit) are
-				// being built by goroutines about to run: let them
-				// before deciding to flush.
-				runtime.Gosched()
-				select {
-				case <-s.done:
-				default:
-					flush()
-					<-s.done
-				}
-			}
-		}
-		if werr == nil {
-			if _, werr = bw.Write(s.buf); werr != nil {
-				c.abort()
-			}
-		}
-		if cap(s.buf) > 64<<10 {
-			s.buf = nil
-		}
-		s.buf, s.ready = s.buf[:0], false
-		respSlotPool.Put(s)
-	}
-}
-
-// inline returns a slot for a reply built now by the reader goroutine; the
-// caller appends the reply and sends the slot.
-func (c *respConn) inline() *respSlot {
-	s := respSlotPool.Get().(*respSlot)
-	s.ready = true
-	return s
-}
-
-func (c *respConn) reply(f func(b []byte) []byte) {
-	s := c.inline()
-	s.buf = f(s.buf)
-	c.slots <- s
-}
+func (c *respConn) reply(f func(b []byte) []byte) { c.out.Now(f) }
 
 func (c *respConn) replyError(msg string) {
-	s := c.inline()
-	s.buf = resp.AppendError(s.buf, msg)
-	c.slots <- s
+	c.out.Now(func(b []byte) []byte { return resp.AppendError(b, msg) })
 }
 
 func (c *respConn) replyOK() {
-	s := c.inline()
-	s.buf = append(s.buf, "+OK\r\n"...)
-	c.slots <- s
+	c.out.Now(func(b []byte) []byte { return append(b, "+OK\r\n"...) })
 }
 
-// async runs fn on a worker goroutine; its reply takes the next place in
-// the reply order. Commands that may block for long (WAIT) pass blocking,
-// and get a goroutine of their own. Commands naming the same lease (name
-// != "") take effect in the order they were sent: each waits for the one
-// before it on this connection to finish; others run concurrently.
+// async runs fn as the next command's reply (see resp.Replies.Async):
+// commands naming the same lease take effect in the order sent.
 func (c *respConn) async(name string, blocking bool, fn func(b []byte) []byte) {
-	s := respSlotPool.Get().(*respSlot)
-	c.slots <- s
-	var prev, me *respJob
-	if name != "" {
-		me = &respJob{done: make(chan struct{})}
-		c.orderMu.Lock()
-		if c.lastByName == nil {
-			c.lastByName = map[string]*respJob{}
-		}
-		prev = c.lastByName[name]
-		c.lastByName[name] = me
-		c.orderMu.Unlock()
-	}
-	job := func() {
-		if prev != nil {
-			<-prev.done
-		}
-		s.buf = fn(s.buf)
-		if me != nil {
-			close(me.done)
-			c.orderMu.Lock()
-			if c.lastByName[name] == me {
-				delete(c.lastByName, name)
-			}
-			c.orderMu.Unlock()
-		}
-		s.done <- struct{}{}
-	}
-	if blocking {
-		go job()
-		return
-	}
-	c.srv.workers.run(job)
-}
-
-// respJob is a started command naming a lease; done is closed when it has
-// taken effect.
-type respJob struct{ done chan struct{} }
-
-// workerPool runs short jobs on goroutines that are kept for a while after
-// their last job, so that a busy server does not start (and grow the stack
-// of) a goroutine per command.
-type workerPool struct {
-	jobs chan func() // unbuffered: a send succeeds only to an idle worker
-}
-
-const workerIdle = 10 * time.Second
-
-func (p *workerPool) run(job func()) {
-	select {
-	case p.jobs <- job:
-	default:
-		go p.work(job)
-	}
-}
-
-func (p *workerPool) work(job func()) {
-	t := time.NewTimer(workerIdle)
-	defer t.Stop()
-	for {
-		job()
-		t.Reset(workerIdle)
-		select {
-		case job = <-p.jobs:
-		case <-t.C:
-			return
-		}
-	}
+	c.out.Async(name, blocking, fn)
 }
 
 // word upper-cases a command or option name into a scratch buffer (no
@@ -675,9 +511,7 @@ func parseToken(b []byte) (uint64, error) {
 
 // replyErr answers with the error reply for err (see appendErr).
 func (c *respConn) replyErr(err error) {
-	s := c.inline()
-	s.buf = c.srv.appendErr(s.buf, err)
-	c.slots <- s
+	c.out.Now(func(b []byte) []byte { return c.srv.appendErr(b, err) })
 }
 
 func (c *respConn) noPerm(what, name string) {
@@ -1141,30 +975,11 @@ func (c *respConn) notify(ctx context.Context, name string, events <-chan Event)
 		default:
 			continue
 		}
-		s := c.inline()
-		s.buf = resp.AppendArray(s.buf, 3)
-		s.buf = resp.AppendBulkString(s.buf, "freed")
-		s.buf = resp.AppendBulkString(s.buf, name)
-		s.buf = resp.AppendBulkString(s.buf, string(ev.Type))
-		if !c.push(ctx, s) {
-			s.buf, s.ready = s.buf[:0], false
-			respSlotPool.Put(s)
-		}
-	}
-}
-
-// push queues a reply from outside the reader goroutine, unless the
-// connection is closing.
-func (c *respConn) push(ctx context.Context, s *respSlot) bool {
-	c.pushMu.Lock()
-	defer c.pushMu.Unlock()
-	if c.slotsClosed {
-		return false
-	}
-	select {
-	case c.slots <- s:
-		return true
-	case <-ctx.Done():
-		return false
+		c.out.Push(ctx, func(b []byte) []byte {
+			b = resp.AppendArray(b, 3)
+			b = resp.AppendBulkString(b, "freed")
+			b = resp.AppendBulkString(b, name)
+			return resp.AppendBulkString(b, string(ev.Type))
+		})
 	}
 }

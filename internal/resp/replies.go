@@ -1,0 +1,229 @@
+package resp
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// Replies is a server connection's outgoing side: replies are queued in
+// request order as commands are read, built by whoever runs each command
+// (now, on a worker, or on a goroutine of their own), and written strictly
+// in that order by Run, which flushes only when the next reply is not
+// ready, so that replies that finish together leave in one write.
+//
+// The reader goroutine calls Now, Async and, when it stops reading, Close;
+// other goroutines may Push. Run returns after Close once every queued
+// reply has been written (or the writer failed).
+type Replies struct {
+	w       io.Writer
+	onError func() // called once if a write fails
+	workers *Workers
+	slots   chan *slot
+
+	orderMu sync.Mutex
+	lastBy  map[string]*job // the latest unfinished Async per key
+
+	pushMu sync.Mutex
+	closed bool
+}
+
+// slot is one reply: ready when built by the reader, else done receives
+// one value once buf holds it.
+type slot struct {
+	buf   []byte
+	ready bool
+	done  chan struct{}
+}
+
+var slotPool = sync.Pool{New: func() any { return &slot{done: make(chan struct{}, 1)} }}
+
+func putSlot(s *slot) {
+	if cap(s.buf) > 64<<10 {
+		s.buf = nil
+	}
+	s.buf, s.ready = s.buf[:0], false
+	slotPool.Put(s)
+}
+
+// job is a started Async with a key; done is closed when it has finished.
+type job struct{ done chan struct{} }
+
+// NewReplies writes to w. At most maxInflight replies wait at once: beyond
+// that Now and Async block (the reader then stops reading). onError is
+// called if a write fails (it should close the connection and cancel its
+// requests). workers runs short commands.
+func NewReplies(w io.Writer, maxInflight int, workers *Workers, onError func()) *Replies {
+	return &Replies{w: w, onError: onError, workers: workers, slots: make(chan *slot, maxInflight)}
+}
+
+// Now queues a reply built at once by f.
+func (r *Replies) Now(f func(b []byte) []byte) {
+	s := slotPool.Get().(*slot)
+	s.buf = f(s.buf)
+	s.ready = true
+	r.slots <- s
+}
+
+// Async queues the reply of a command that fn runs and answers. Short
+// commands run on a worker; blocking ones (which may wait long) on a
+// goroutine of their own. Commands with the same non-empty key take effect
+// in the order queued: each waits for the one before it to finish. Others
+// run concurrently.
+func (r *Replies) Async(key string, blocking bool, fn func(b []byte) []byte) {
+	s := slotPool.Get().(*slot)
+	r.slots <- s
+	var prev, me *job
+	if key != "" {
+		me = &job{done: make(chan struct{})}
+		r.orderMu.Lock()
+		if r.lastBy == nil {
+			r.lastBy = map[string]*job{}
+		}
+		prev = r.lastBy[key]
+		r.lastBy[key] = me
+		r.orderMu.Unlock()
+	}
+	run := func() {
+		if prev != nil {
+			<-prev.done
+		}
+		s.buf = fn(s.buf)
+		if me != nil {
+			close(me.done)
+			r.orderMu.Lock()
+			if r.lastBy[key] == me {
+				delete(r.lastBy, key)
+			}
+			r.orderMu.Unlock()
+		}
+		s.done <- struct{}{}
+	}
+	if blocking {
+		go run()
+		return
+	}
+	r.workers.Run(run)
+}
+
+// Push queues a reply from a goroutine other than the reader (a
+// notification). It gives up, returning false, when the queue is closed or
+// ctx ends first. Pushers' ctx must end before Close is called, or Close
+// may wait for a full queue to drain.
+func (r *Replies) Push(ctx context.Context, f func(b []byte) []byte) bool {
+	s := slotPool.Get().(*slot)
+	s.buf = f(s.buf)
+	s.ready = true
+	r.pushMu.Lock()
+	defer r.pushMu.Unlock()
+	if !r.closed {
+		select {
+		case r.slots <- s:
+			return true
+		case <-ctx.Done():
+		}
+	}
+	putSlot(s)
+	return false
+}
+
+// Close ends the queue: Run writes what is queued and returns.
+func (r *Replies) Close() {
+	r.pushMu.Lock()
+	defer r.pushMu.Unlock()
+	if !r.closed {
+		r.closed = true
+		close(r.slots)
+	}
+}
+
+// Run writes the replies in order until Close. After a write error it
+// goes on taking replies (so commands can finish) without writing them.
+func (r *Replies) Run() {
+	bw := bufio.NewWriterSize(r.w, 16<<10)
+	var werr error
+	fail := func(err error) {
+		if werr == nil && err != nil {
+			werr = err
+			r.onError()
+		}
+	}
+	flush := func() {
+		if werr == nil && bw.Buffered() > 0 {
+			fail(bw.Flush())
+		}
+	}
+	for {
+		var s *slot
+		var ok bool
+		select {
+		case s, ok = <-r.slots:
+		default:
+			flush()
+			s, ok = <-r.slots
+		}
+		if !ok {
+			flush()
+			return
+		}
+		if !s.ready {
+			select {
+			case <-s.done:
+			default:
+				// Replies finished together (by one group commit) are
+				// being built by goroutines about to run: let them
+				// before deciding to flush.
+				runtime.Gosched()
+				select {
+				case <-s.done:
+				default:
+					flush()
+					<-s.done
+				}
+			}
+		}
+		if werr == nil {
+			_, err := bw.Write(s.buf)
+			fail(err)
+		}
+		putSlot(s)
+	}
+}
+
+// Workers runs short jobs on goroutines that are kept for a while after
+// their last job, so that a busy server neither starts nor grows the stack
+// of a goroutine per command. The zero value is not usable: see NewWorkers.
+type Workers struct {
+	jobs chan func() // unbuffered: a send succeeds only to an idle worker
+}
+
+// NewWorkers returns an empty pool; workers are started on demand.
+func NewWorkers() *Workers { return &Workers{jobs: make(chan func())} }
+
+const workerIdle = 10 * time.Second
+
+// Run runs job on an idle worker, or on a new one.
+func (p *Workers) Run(job func()) {
+	select {
+	case p.jobs <- job:
+	default:
+		go p.work(job)
+	}
+}
+
+func (p *Workers) work(job func()) {
+	t := time.NewTimer(workerIdle)
+	defer t.Stop()
+	for {
+		job()
+		t.Reset(workerIdle)
+		select {
+		case job = <-p.jobs:
+		case <-t.C:
+			return
+		}
+	}
+}
