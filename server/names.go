@@ -18,8 +18,10 @@ func CheckName(name string) error {
 	if err := leasehold.ValidateName(name); err != nil {
 		return err
 	}
-	if i := strings.IndexByte(name, '%'); i >= 0 && i+2 < len(name) && ishex(name[i+1]) && ishex(name[i+2]) {
-		return &leasehold.InvalidError{Field: "name", Reason: "contains a percent-encoded sequence after decoding (double encoding is refused)"}
+	for i := 0; i < len(name); i++ {
+		if name[i] == '%' && i+2 < len(name) && ishex(name[i+1]) && ishex(name[i+2]) {
+			return &leasehold.InvalidError{Field: "name", Reason: "contains a percent-encoded sequence after decoding (double encoding is refused)"}
+		}
 	}
 	segs := strings.Split(name, "/")
 	for i, seg := range segs {
