@@ -52,11 +52,22 @@ type Client struct {
 	busy   map[*Conn]struct{}
 
 	stopWatch chan struct{} // closed by Close: stops the watchdog
+	ctx       context.Context // ends with Close: bounds dials of shared connections
+	cancel    context.CancelFunc
 }
 
 type pipeSlot struct {
-	mu sync.Mutex // held while dialing
-	p  atomic.Pointer[pipe]
+	p       atomic.Pointer[pipe]
+	mu      sync.Mutex
+	dialing *dialAttempt // the connection being opened, if any
+}
+
+// dialAttempt is one opening of a slot's connection, shared by every
+// caller that needs it meanwhile.
+type dialAttempt struct {
+	done chan struct{} // closed when p or err is set
+	p    *pipe
+	err  error
 }
 
 // NewClient returns a Client; it connects on first use (see Connect).
@@ -71,6 +82,7 @@ func NewClient(opts ClientOptions) *Client {
 		opts.HandshakeTimeout = 10 * time.Second
 	}
 	c := &Client{opts: opts, slots: make([]pipeSlot, opts.Conns), busy: map[*Conn]struct{}{}, stopWatch: make(chan struct{})}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if opts.Timeout > 0 {
 		c.wg.Add(1)
 		go c.watchdog()
@@ -151,26 +163,57 @@ func (c *Client) pipeAt(ctx context.Context, i int) (*pipe, error) {
 		return p, nil
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if p := s.p.Load(); p != nil && !p.isBroken() {
+		s.mu.Unlock()
 		return p, nil
 	}
-	if c.isClosed() {
-		return nil, ErrClientClosed
+	a := s.dialing
+	if a == nil {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			s.mu.Unlock()
+			return nil, ErrClientClosed
+		}
+		c.wg.Add(1)
+		c.mu.Unlock()
+		a = &dialAttempt{done: make(chan struct{})}
+		s.dialing = a
+		go c.dialPipe(s, a)
 	}
-	conn, err := c.dial(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
+	s.mu.Unlock()
+	// Wait with this caller's ctx; the dial itself is bounded by
+	// HandshakeTimeout and Close, not by whichever caller started it.
+	select {
+	case <-a.done:
+		return a.p, a.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
+}
+
+func (c *Client) dialPipe(s *pipeSlot, a *dialAttempt) {
+	defer c.wg.Done()
+	conn, err := c.dial(c.ctx)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		conn.Close()
-		return nil, ErrClientClosed
+	switch {
+	case c.closed:
+		if conn != nil {
+			conn.Close()
+		}
+		err = ErrClientClosed
+	case err != nil:
+		err = fmt.Errorf("connect: %w", err)
+	default:
+		a.p = newPipe(conn, &c.wg)
+		s.p.Store(a.p) // under c.mu, so that Close finds it
 	}
-	p := newPipe(conn, &c.wg)
-	s.p.Store(p)
-	return p, nil
+	c.mu.Unlock()
+	a.err = err
+	s.mu.Lock()
+	s.dialing = nil
+	s.mu.Unlock()
+	close(a.done)
 }
 
 // Do sends a command on a shared connection and waits for its reply. enc
@@ -301,6 +344,7 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	close(c.stopWatch)
+	c.cancel()
 	conns := append(c.idle, mapKeys(c.busy)...)
 	c.idle = nil
 	c.mu.Unlock()
@@ -308,12 +352,11 @@ func (c *Client) Close() error {
 		conn.Close()
 	}
 	for i := range c.slots {
-		s := &c.slots[i]
-		s.mu.Lock() // waits for a dial in progress, which then sees closed
-		if p := s.p.Load(); p != nil {
+		// A dial in progress sees closed when it ends and closes its
+		// connection.
+		if p := c.slots[i].p.Load(); p != nil {
 			p.fail(ErrClientClosed)
 		}
-		s.mu.Unlock()
 	}
 	c.wg.Wait()
 	return nil

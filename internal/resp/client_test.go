@@ -341,3 +341,46 @@ func BenchmarkPipelinedEcho(b *testing.B) {
 		}
 	})
 }
+
+// TestSharedDial: callers needing a connection that is being opened wait
+// for that one attempt, each within its own ctx.
+func TestSharedDial(t *testing.T) {
+	s := startTestServer(t)
+	var dials atomic.Int32
+	release := make(chan struct{})
+	c := NewClient(ClientOptions{
+		Dial: func(ctx context.Context) (net.Conn, error) {
+			dials.Add(1)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", s.ln.Addr().String())
+		},
+		Conns: 1,
+	})
+	defer c.Close()
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := echo(short, c, "ECHO", "x"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("caller with a short ctx: %v", err)
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if got, err := echo(context.Background(), c, "ECHO", "y"); err != nil || got != "y" {
+				t.Errorf("echo: %q, %v", got, err)
+			}
+		}()
+	}
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	if n := dials.Load(); n != 1 {
+		t.Errorf("%d dials, want 1 shared", n)
+	}
+}
