@@ -51,7 +51,7 @@ type Client struct {
 	idle   []*Conn
 	busy   map[*Conn]struct{}
 
-	stopWatch chan struct{} // closed by Close: stops the watchdog
+	stopWatch chan struct{}   // closed by Close: stops the watchdog
 	ctx       context.Context // ends with Close: bounds dials of shared connections
 	cancel    context.CancelFunc
 }
