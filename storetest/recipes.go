@@ -176,6 +176,7 @@ func testSemaphoreExpiry(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	var held []*leasehold.Lease
+	t0 := time.Now()
 	for i := 0; i < 5; i++ {
 		l, err := sem5.TryAcquire(ctx, leasehold.TTL(ttl), leasehold.NoKeepalive())
 		if err != nil {
@@ -183,8 +184,16 @@ func testSemaphoreExpiry(t *testing.T, h Harness) {
 		}
 		held = append(held, l)
 	}
-	if _, err := sem5.TryAcquire(ctx, leasehold.TTL(ttl)); !errors.Is(err, leasehold.ErrNoPermit) {
-		t.Fatalf("sixth permit: %v, want ErrNoPermit", err)
+	sixth, err := sem5.TryAcquire(ctx, leasehold.TTL(ttl), leasehold.NoKeepalive())
+	switch {
+	case errors.Is(err, leasehold.ErrNoPermit):
+	case err == nil && time.Since(t0) >= ttl:
+		// A slow machine: the first permit may have expired (correctly)
+		// before the sixth attempt, so the refusal cannot be checked.
+		t.Logf("five permits took %s, more than the TTL %s: sixth-permit refusal not checked", time.Since(t0), ttl)
+		held = append(held, sixth)
+	default:
+		t.Fatalf("sixth permit %v within the TTL of all five: %v, want ErrNoPermit", time.Since(t0), err)
 	}
 	time.Sleep(ttl + ttl/2 + 20*time.Millisecond) // the holders "crash": no keepalive
 	b, _ := leasehold.New(s, leasehold.WithOwner("b"))
