@@ -78,6 +78,7 @@ type Engine struct {
 	loopDone  chan struct{}
 	snapping  bool
 	logged    int64 // bytes logged since the last snapshot began
+	wake      int64 // when the expiry loop will next wake by itself
 	snapshots sync.WaitGroup
 }
 
@@ -406,7 +407,7 @@ func (e *Engine) grant(ent *engEntry, req AcquireRequest, sess *engSession, now,
 	} else {
 		e.dl.remove(&ent.dl)
 	}
-	e.poke()
+	e.pokeIfEarlier()
 	rec := ent.record(now)
 	waiters := len(ent.queue())
 	e.commit(ent, encodeGrant(ent), func(err error) {
@@ -430,7 +431,7 @@ func (e *Engine) refresh(ent *engEntry, req AcquireRequest, sess *engSession, no
 	var rec []byte
 	if sess == nil && ent.sess == nil {
 		e.dl.set(&ent.dl, now+int64(req.TTL))
-		e.poke()
+		e.pokeIfEarlier()
 		if req.TTL > ent.loggedTTL {
 			ent.loggedTTL = req.TTL
 			rec = encodeTTL(ent)
@@ -487,7 +488,7 @@ func (e *Engine) Renew(ctx context.Context, name, owner string, token uint64, tt
 			rec = encodeTTL(ent)
 		}
 	}
-	e.poke()
+	e.pokeIfEarlier()
 	ev := Event{Type: EventRenewed, Name: name, Owner: owner, Token: token, Time: e.clk.Now(), Waiters: len(ent.queue())}
 	e.commit(ent, rec, func(err error) {
 		if err == nil {
@@ -659,7 +660,13 @@ func (e *Engine) sweepTombs(now int64) {
 		}
 	}
 	if i > 0 {
-		e.tombs = append(e.tombs[:0:0], e.tombs[i:]...)
+		// Shift in place; reallocate only when the slice is mostly empty.
+		n := copy(e.tombs, e.tombs[i:])
+		clear(e.tombs[n:])
+		e.tombs = e.tombs[:n]
+		if cap(e.tombs) > 1024 && n < cap(e.tombs)/4 {
+			e.tombs = append([]tombstone(nil), e.tombs...)
+		}
 	}
 }
 
@@ -748,7 +755,7 @@ func (e *Engine) OpenSession(ctx context.Context, ttl time.Duration) (Session, e
 	s := e.newSession(hex.EncodeToString(b[:]), ttl)
 	now := e.now()
 	e.dl.set(&s.dl, now+int64(ttl))
-	e.poke()
+	e.pokeIfEarlier()
 	e.commit(nil, encodeSessionOpen(s), func(err error) { ch <- err })
 	info := Session{ID: s.id, TTL: ttl, Remaining: ttl}
 	e.unlock()
@@ -779,7 +786,7 @@ func (e *Engine) KeepAlive(ctx context.Context, id string) (Session, error) {
 		return Session{}, ErrNoSession
 	}
 	e.dl.set(&s.dl, now+int64(s.ttl))
-	e.poke()
+	e.pokeIfEarlier()
 	return Session{ID: s.id, TTL: s.ttl, Remaining: s.ttl, Leases: len(s.leases)}, nil
 }
 
@@ -882,8 +889,16 @@ func (e *Engine) Close() error {
 	return nil
 }
 
-// poke wakes the expiry loop when the earliest deadline may have moved
-// earlier. e.mu held.
+// pokeIfEarlier wakes the expiry loop if the earliest deadline is now before the
+// time it means to wake (deadlines set at now + TTL rarely are). e.mu held.
+func (e *Engine) pokeIfEarlier() {
+	if len(e.dl) > 0 && e.dl[0].at < e.wake {
+		e.wake = e.dl[0].at
+		e.poke()
+	}
+}
+
+// poke wakes the expiry loop. e.mu held.
 func (e *Engine) poke() {
 	select {
 	case e.kick <- struct{}{}:
@@ -919,8 +934,9 @@ func (e *Engine) expiryLoop() {
 		if len(e.tombs) > 0 {
 			wait = min(wait, e.cfg.TombstoneTTL)
 		}
-		e.unlock()
 		wait = min(wait, time.Minute)
+		e.wake = now + int64(wait)
+		e.unlock()
 		t := e.clk.NewTimer(wait)
 		select {
 		case <-e.stop:
