@@ -30,6 +30,7 @@ type Store struct {
 
 	mu     sync.Mutex
 	rows   map[string]*leasestate.Row
+	recs   recordState // versioned records (records.go)
 	closed bool
 
 	watch watchset.Set

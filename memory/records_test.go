@@ -1,0 +1,16 @@
+package memory_test
+
+import (
+	"testing"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/memory"
+	"github.com/leasehold/leasehold/storetest"
+)
+
+func TestRecords(t *testing.T) {
+	storetest.RunRecords(t, storetest.RecordsHarness{
+		Open: func(testing.TB) leasehold.RecordStore { return memory.New() },
+		Txn:  true,
+	})
+}
