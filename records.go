@@ -23,8 +23,10 @@ const MaxTxnOps = 100
 
 // Versioned is a record with its version. Versions are positive and
 // strictly increase with every write of the key (they are opaque: not
-// necessarily consecutive). Version 0 means "absent" wherever a version is
-// expected.
+// necessarily consecutive), deletes included: a key created again after a
+// delete gets a version above all its earlier ones, so that a version read
+// before the delete never matches again. Version 0 means "absent" wherever
+// a version is expected.
 type Versioned struct {
 	Key     string
 	Value   []byte
@@ -238,12 +240,13 @@ func Update(ctx context.Context, s RecordStore, key string, fn func(old []byte, 
 	if opts.MaxAttempts <= 0 {
 		opts.MaxAttempts = 10
 	}
-	if opts.BackoffMin <= 0 {
-		opts.BackoffMin = 2 * time.Millisecond
-	}
-	if opts.BackoffMax < opts.BackoffMin {
+	if opts.BackoffMax <= 0 {
 		opts.BackoffMax = max(200*time.Millisecond, opts.BackoffMin)
 	}
+	if opts.BackoffMin <= 0 {
+		opts.BackoffMin = min(2*time.Millisecond, opts.BackoffMax)
+	}
+	opts.BackoffMax = max(opts.BackoffMax, opts.BackoffMin)
 	var last *ConflictError
 	wait := opts.BackoffMin
 	for attempt := 1; attempt <= opts.MaxAttempts; attempt++ {
