@@ -80,6 +80,8 @@ type Engine struct {
 	logged    int64 // bytes logged since the last snapshot began
 	wake      int64 // when the expiry loop will next wake by itself
 	snapshots sync.WaitGroup
+
+	recs engRecords // versioned records (engine_records.go)
 }
 
 type engEntry struct {
@@ -155,7 +157,7 @@ func OpenEngine(cfg EngineConfig) (*Engine, error) {
 		}
 		e.log = l
 		r.finish()
-		e.log_.Info("recovered leases", "held", e.held, "sessions", len(e.sessions), "last_token", e.token, "took", time.Since(start))
+		e.log_.Info("recovered leases", "held", e.held, "sessions", len(e.sessions), "last_token", e.token, "records", e.recordCount(), "took", time.Since(start))
 	}
 	go e.expiryLoop()
 	return e, nil

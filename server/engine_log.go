@@ -19,6 +19,10 @@ const (
 	recSessionClose = 5 // id
 	recToken        = 6 // last token issued (snapshot header)
 	recNop          = 7 // a barrier
+
+	// Versioned records (engine_records.go).
+	recRecords  = 8 // n, then n ops applied together: kind, key, version, value (puts only)
+	recRecEpoch = 9 // the highest version ever deleted (snapshot header)
 )
 
 var errCorrupt = errors.New("corrupt log record")
@@ -230,6 +234,8 @@ func (rc *recovery) apply(rec []byte) error {
 		}
 		e.token = max(e.token, t)
 	case recNop:
+	case recRecords, recRecEpoch:
+		return e.replayRecords(rec[0], r)
 	default:
 		return fmt.Errorf("%w: unknown type %d", errCorrupt, rec[0])
 	}
@@ -300,7 +306,8 @@ func (e *Engine) maybeSnapshot() {
 	}()
 }
 
-// encodeState encodes every live grant and session. e.mu held.
+// encodeState encodes every live grant and session, and the records. e.mu
+// held.
 func (e *Engine) encodeState() []byte {
 	var buf []byte
 	put := func(rec []byte) {
@@ -318,5 +325,6 @@ func (e *Engine) encodeState() []byte {
 			put(encodeGrant(ent))
 		}
 	}
+	e.encodeRecords(put)
 	return buf
 }

@@ -9,8 +9,15 @@ import (
 
 // StoreOf presents a Backend as a leasehold.Store (with Watcher and Queuer),
 // for using a server in-process: the recipes of package leasehold and the
-// conformance suite run on it unchanged.
-func StoreOf(b Backend) leasehold.Store { return backendStore{b} }
+// conformance suite run on it unchanged. When b keeps versioned records
+// (it implements leasehold.RecordStore, as Engine and Proxy do), so does
+// the store.
+func StoreOf(b Backend) leasehold.Store {
+	if rs, ok := b.(leasehold.RecordStore); ok {
+		return backendRecordStore{backendStore{b}, rs}
+	}
+	return backendStore{b}
+}
 
 type backendStore struct{ b Backend }
 
@@ -65,3 +72,31 @@ func (s backendStore) Watch(ctx context.Context, name string) (<-chan struct{}, 
 }
 
 func (s backendStore) Close() error { return s.b.Close() }
+
+// backendRecordStore is a backendStore whose backend keeps records.
+type backendRecordStore struct {
+	backendStore
+	rs leasehold.RecordStore
+}
+
+var _ leasehold.RecordStore = backendRecordStore{}
+
+func (s backendRecordStore) GetRecord(ctx context.Context, key string) (leasehold.Versioned, error) {
+	return s.rs.GetRecord(ctx, key)
+}
+
+func (s backendRecordStore) PutRecord(ctx context.Context, key string, value []byte, expect uint64) (uint64, error) {
+	return s.rs.PutRecord(ctx, key, value, expect)
+}
+
+func (s backendRecordStore) DeleteRecord(ctx context.Context, key string, expect uint64) error {
+	return s.rs.DeleteRecord(ctx, key, expect)
+}
+
+func (s backendRecordStore) AddCounter(ctx context.Context, key string, delta int64) (int64, uint64, error) {
+	return s.rs.AddCounter(ctx, key, delta)
+}
+
+func (s backendRecordStore) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult, error) {
+	return s.rs.Txn(ctx, txn)
+}
