@@ -239,6 +239,11 @@ func (h *httpAPI) route(q *httpReq) {
 		h.semaphore(q, strings.TrimPrefix(p, "/v1/semaphores/"))
 	case strings.HasPrefix(p, "/v1/elections/"):
 		h.election(q, strings.TrimPrefix(p, "/v1/elections/"))
+	case strings.HasPrefix(p, "/v1/records/"): // http_records.go
+		h.record(q, strings.TrimPrefix(p, "/v1/records/"))
+	case p == "/v1/txn":
+		q.route = "/v1/txn"
+		h.txn(q)
 	default:
 		h.problem(q, http.StatusNotFound, "no-route", "No such endpoint", fmt.Sprintf("no such endpoint: %s", p), nil)
 	}

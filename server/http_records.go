@@ -1,0 +1,500 @@
+package server
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/leasehold/leasehold"
+)
+
+// Versioned records over HTTP (see docs/http-api.md, "Records"):
+//
+//	GET    /v1/records/{key}       the value (raw bytes, or JSON with Accept: application/json), ETag: "<version>"
+//	PUT    /v1/records/{key}       the body is the value; If-Match: "<version>" (update) or If-None-Match: * (create)
+//	DELETE /v1/records/{key}       If-Match: "<version>"
+//	POST   /v1/records/{key}/add   {"delta": n} → {"key", "value", "version"}
+//	POST   /v1/txn                 {"if": [...], "then": [...]} → {"versions": {...}}
+//
+// A write without a precondition is refused with 428: every update says
+// which version it replaces, so that no writer silently overwrites
+// another. A version that does not match is 412 (409 in a transaction,
+// whose conditions are in its body), with the current version.
+
+type httpRecordJSON struct {
+	Key string `json:"key"`
+	// Value is the record's value when it is valid UTF-8; otherwise it is
+	// in ValueBase64.
+	Value       *string `json:"value,omitempty"`
+	ValueBase64 string  `json:"value_base64,omitempty"`
+	Version     uint64  `json:"version"`
+}
+
+func httpRecord(r leasehold.Versioned) httpRecordJSON {
+	out := httpRecordJSON{Key: r.Key, Version: r.Version}
+	if utf8.Valid(r.Value) {
+		s := string(r.Value)
+		out.Value = &s
+	} else {
+		out.ValueBase64 = base64.StdEncoding.EncodeToString(r.Value)
+	}
+	return out
+}
+
+type httpVersionJSON struct {
+	Key     string `json:"key"`
+	Version uint64 `json:"version"`
+}
+
+type httpCounterJSON struct {
+	Key     string `json:"key"`
+	Value   int64  `json:"value"`
+	Version uint64 `json:"version"`
+}
+
+// record routes /v1/records/{key} (GET, HEAD, PUT, DELETE) and
+// /v1/records/{key}/add (POST). Keys contain '/': the action is the last
+// segment of a POST's path, and the key is everything else, decoded once.
+func (h *httpAPI) record(q *httpReq, rest string) {
+	switch q.r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete:
+		q.route = "/v1/records/{key}"
+		key, ok := h.recordKey(q, rest)
+		if !ok {
+			return
+		}
+		switch q.r.Method {
+		case http.MethodPut:
+			h.putRecord(q, key)
+		case http.MethodDelete:
+			h.deleteRecord(q, key)
+		default:
+			h.getRecord(q, key)
+		}
+	case http.MethodPost:
+		escaped, ok := strings.CutSuffix(rest, "/add")
+		if !ok {
+			q.route = "/v1/records/{key}"
+			h.methodNotAllowed(q, "GET, HEAD, PUT, DELETE")
+			return
+		}
+		q.route = "/v1/records/{key}/add"
+		key, ok := h.recordKey(q, escaped)
+		if !ok {
+			return
+		}
+		h.addRecord(q, key)
+	default:
+		q.route = "/v1/records/{key}"
+		h.methodNotAllowed(q, "GET, HEAD, PUT, DELETE")
+	}
+}
+
+// recordKey authenticates the caller and decodes the key from the path
+// once, with the rules of lease names. On failure it has answered.
+func (h *httpAPI) recordKey(q *httpReq, escaped string) (string, bool) {
+	if !h.authenticate(q) {
+		return "", false
+	}
+	key, err := url.PathUnescape(escaped)
+	if err != nil {
+		h.fail(q, &leasehold.InvalidError{Field: "key", Reason: "malformed percent-encoding in the path"})
+		return "", false
+	}
+	if err := httpCheckKey(key); err != nil {
+		h.fail(q, err)
+		return "", false
+	}
+	return key, true
+}
+
+// httpCheckKey is httpCheckName for a record key: the same rules, with
+// errors naming the key.
+func httpCheckKey(key string) error {
+	if err := httpCheckName(key); err != nil {
+		var inv *leasehold.InvalidError
+		if errors.As(err, &inv) && inv.Field == "name" {
+			return &leasehold.InvalidError{Field: "key", Reason: inv.Reason}
+		}
+		return err
+	}
+	return nil
+}
+
+// records returns the backend's records; when it keeps none it answers
+// 501.
+func (h *httpAPI) records(q *httpReq) (leasehold.RecordStore, bool) {
+	rs, ok := h.b.(leasehold.RecordStore)
+	if !ok {
+		h.recordFail(q, ErrRecordsUnsupported, 0)
+		return nil, false
+	}
+	return rs, true
+}
+
+// httpETag is the entity tag of a record version.
+func httpETag(version uint64) string { return `"` + strconv.FormatUint(version, 10) + `"` }
+
+// httpTagVersion parses a strong entity tag "<version>"; weak is whether
+// it had the W/ prefix.
+func httpTagVersion(tag string) (version uint64, weak, ok bool) {
+	tag = strings.TrimSpace(tag)
+	if t, found := strings.CutPrefix(tag, "W/"); found {
+		weak, tag = true, t
+	}
+	if len(tag) < 3 || tag[0] != '"' || tag[len(tag)-1] != '"' {
+		return 0, weak, false
+	}
+	v, err := strconv.ParseUint(tag[1:len(tag)-1], 10, 64)
+	if err != nil || v == 0 {
+		return 0, weak, false
+	}
+	return v, weak, true
+}
+
+// httpNoneMatch reports whether an If-None-Match list (of a GET) matches
+// version: "*" or one of its tags, compared weakly.
+func httpNoneMatch(list string, version uint64) bool {
+	for _, t := range strings.Split(list, ",") {
+		if strings.TrimSpace(t) == "*" {
+			return true
+		}
+		if v, _, ok := httpTagVersion(t); ok && v == version {
+			return true
+		}
+	}
+	return false
+}
+
+// recordExpect reads the precondition of a write: If-Match: "<version>"
+// (update that version) or If-None-Match: * (create only, version 0).
+// Without one it answers 428; a malformed one is 400.
+func (h *httpAPI) recordExpect(q *httpReq, createOK bool) (uint64, bool) {
+	im := strings.TrimSpace(strings.Join(q.r.Header.Values("If-Match"), ","))
+	inm := strings.TrimSpace(strings.Join(q.r.Header.Values("If-None-Match"), ","))
+	bad := func(field, reason string) (uint64, bool) {
+		h.fail(q, &leasehold.InvalidError{Field: field, Reason: reason})
+		return 0, false
+	}
+	switch {
+	case im != "" && inm != "":
+		return bad("If-Match", "give If-Match or If-None-Match, not both")
+	case inm != "":
+		if !createOK {
+			return bad("If-None-Match", `not accepted here; give If-Match: "<version>"`)
+		}
+		if inm != "*" {
+			return bad("If-None-Match", `only * (create if absent) is accepted on a write; to update, give If-Match: "<version>"`)
+		}
+		return 0, true
+	case im != "":
+		if im == "*" {
+			return bad("If-Match", `* is not accepted: give the version the write replaces ("<version>", the ETag of your read)`)
+		}
+		if strings.Contains(im, ",") {
+			return bad("If-Match", "give exactly one entity tag")
+		}
+		v, weak, ok := httpTagVersion(im)
+		switch {
+		case weak:
+			return bad("If-Match", "a weak entity tag never matches; give the strong ETag of your read")
+		case !ok:
+			return bad("If-Match", fmt.Sprintf(`%q is not an entity tag of a record version ("<version>", as the ETag of a read)`, im))
+		}
+		return v, true
+	}
+	detail := `this write needs a precondition: If-Match: "<version>" (the ETag of your read) to update, or If-None-Match: * to create`
+	if !createOK {
+		detail = `this delete needs a precondition: If-Match: "<version>" (the ETag of your read)`
+	}
+	h.problem(q, http.StatusPreconditionRequired, "precondition-required", "Precondition required", detail, nil)
+	return 0, false
+}
+
+// httpWantsJSON reports whether the client asked for JSON: Accept lists
+// application/json with a non-zero quality.
+func httpWantsJSON(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(v, ",") {
+			mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+			if err != nil || mt != "application/json" {
+				continue
+			}
+			if qv, ok := params["q"]; ok {
+				if f, err := strconv.ParseFloat(qv, 64); err != nil || f <= 0 {
+					continue
+				}
+			}
+			return true
+		}
+	}
+	return false
+}
+
+func (h *httpAPI) getRecord(q *httpReq, key string) {
+	if !h.allow(q, key, AccessRead) {
+		return
+	}
+	rs, ok := h.records(q)
+	if !ok {
+		return
+	}
+	rec, err := rs.GetRecord(q.r.Context(), key)
+	if err != nil {
+		h.recordFail(q, err, 0)
+		return
+	}
+	hdr := q.w.Header()
+	hdr.Set("ETag", httpETag(rec.Version))
+	hdr.Set("Cache-Control", "no-cache")
+	hdr.Set("Vary", "Accept")
+	if inm := strings.Join(q.r.Header.Values("If-None-Match"), ","); inm != "" && httpNoneMatch(inm, rec.Version) {
+		q.w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	if httpWantsJSON(q.r) {
+		h.json(q, http.StatusOK, httpRecord(rec))
+		return
+	}
+	hdr.Set("Content-Type", "application/octet-stream")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr.Set("Content-Length", strconv.Itoa(len(rec.Value)))
+	q.w.WriteHeader(http.StatusOK)
+	if q.r.Method != http.MethodHead {
+		q.w.Write(rec.Value)
+	}
+}
+
+func (h *httpAPI) putRecord(q *httpReq, key string) {
+	if !h.allow(q, key, AccessWrite) {
+		return
+	}
+	expect, ok := h.recordExpect(q, true)
+	if !ok {
+		return
+	}
+	rs, ok := h.records(q)
+	if !ok {
+		return
+	}
+	value, ok := h.readValue(q)
+	if !ok {
+		return
+	}
+	v, err := rs.PutRecord(q.r.Context(), key, value, expect)
+	if err != nil {
+		h.recordFail(q, err, http.StatusPreconditionFailed)
+		return
+	}
+	q.w.Header().Set("ETag", httpETag(v))
+	status := http.StatusOK
+	if expect == 0 {
+		status = http.StatusCreated
+	}
+	h.json(q, status, httpVersionJSON{Key: key, Version: v})
+}
+
+// readValue reads a PUT's body: the value, byte for byte, whatever its
+// Content-Type. A compressed body (Content-Encoding) gets 415.
+func (h *httpAPI) readValue(q *httpReq) ([]byte, bool) {
+	if ce := q.r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		h.problem(q, http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported media type",
+			fmt.Sprintf("the body is stored as sent: send it without Content-Encoding (got %q)", ce), nil)
+		return nil, false
+	}
+	limit := min(h.maxBody, leasehold.MaxValueLen)
+	rc := http.NewResponseController(q.w)
+	_ = rc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	value, err := io.ReadAll(http.MaxBytesReader(q.w, q.r.Body, limit))
+	_ = rc.SetReadDeadline(time.Time{})
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			h.problem(q, http.StatusRequestEntityTooLarge, "too-large", "Request body too large",
+				fmt.Sprintf("record values are limited to %d bytes", limit), nil)
+			return nil, false
+		}
+		h.fail(q, &leasehold.InvalidError{Field: "body", Reason: "reading the request body: " + err.Error()})
+		return nil, false
+	}
+	return value, true
+}
+
+func (h *httpAPI) deleteRecord(q *httpReq, key string) {
+	if !h.allow(q, key, AccessWrite) {
+		return
+	}
+	expect, ok := h.recordExpect(q, false)
+	if !ok {
+		return
+	}
+	rs, ok := h.records(q)
+	if !ok {
+		return
+	}
+	if err := rs.DeleteRecord(q.r.Context(), key, expect); err != nil {
+		h.recordFail(q, err, http.StatusPreconditionFailed)
+		return
+	}
+	q.w.WriteHeader(http.StatusNoContent)
+}
+
+type httpAddBody struct {
+	Delta *int64 `json:"delta"`
+}
+
+func (h *httpAPI) addRecord(q *httpReq, key string) {
+	if !h.allow(q, key, AccessWrite) {
+		return
+	}
+	var body httpAddBody
+	if !h.decode(q, &body) {
+		return
+	}
+	if body.Delta == nil {
+		h.fail(q, &leasehold.InvalidError{Field: "delta", Reason: "required (an integer to add)"})
+		return
+	}
+	rs, ok := h.records(q)
+	if !ok {
+		return
+	}
+	n, v, err := rs.AddCounter(q.r.Context(), key, *body.Delta)
+	if err != nil {
+		h.recordFail(q, err, http.StatusConflict)
+		return
+	}
+	q.w.Header().Set("ETag", httpETag(v))
+	h.json(q, http.StatusOK, httpCounterJSON{Key: key, Value: n, Version: v})
+}
+
+type httpTxnBody struct {
+	If   []httpTxnCondition `json:"if"`
+	Then []httpTxnWrite     `json:"then"`
+}
+
+type httpTxnCondition struct {
+	Key     string `json:"key"`
+	Version uint64 `json:"version"` // 0: the key must be absent
+}
+
+type httpTxnWrite struct {
+	Key         string  `json:"key"`
+	Value       *string `json:"value"`
+	ValueBase64 *string `json:"value_base64"`
+	Delete      bool    `json:"delete"`
+	Add         int64   `json:"add"`
+}
+
+type httpTxnJSON struct {
+	Versions map[string]uint64 `json:"versions"`
+}
+
+// txn serves POST /v1/txn. The caller needs read access to every key it
+// conditions on and write access to every key it writes; every check is
+// made before anything is done.
+func (h *httpAPI) txn(q *httpReq) {
+	if !h.methods(q, http.MethodPost) || !h.authenticate(q) {
+		return
+	}
+	var body httpTxnBody
+	if !h.decode(q, &body) {
+		return
+	}
+	txn := leasehold.Txn{If: make([]leasehold.Condition, 0, len(body.If)), Then: make([]leasehold.Write, 0, len(body.Then))}
+	for _, c := range body.If {
+		if err := httpCheckKey(c.Key); err != nil {
+			h.fail(q, err)
+			return
+		}
+		txn.If = append(txn.If, leasehold.Condition{Key: c.Key, Version: c.Version})
+	}
+	for _, w := range body.Then {
+		if err := httpCheckKey(w.Key); err != nil {
+			h.fail(q, err)
+			return
+		}
+		lw := leasehold.Write{Key: w.Key, Delete: w.Delete, Add: w.Add}
+		switch {
+		case w.Value != nil && w.ValueBase64 != nil:
+			h.fail(q, &leasehold.InvalidError{Field: "value", Reason: fmt.Sprintf("write of %q: give value or value_base64, not both", w.Key)})
+			return
+		case w.Value != nil:
+			lw.Value = []byte(*w.Value)
+		case w.ValueBase64 != nil:
+			b, err := base64.StdEncoding.DecodeString(*w.ValueBase64)
+			if err != nil {
+				h.fail(q, &leasehold.InvalidError{Field: "value_base64", Reason: fmt.Sprintf("write of %q: not valid standard base64: %v", w.Key, err)})
+				return
+			}
+			if b == nil {
+				b = []byte{}
+			}
+			lw.Value = b
+		}
+		txn.Then = append(txn.Then, lw)
+	}
+	if err := txn.Validate(); err != nil {
+		h.fail(q, err)
+		return
+	}
+	for _, c := range txn.If {
+		if !h.allow(q, c.Key, AccessRead) {
+			return
+		}
+	}
+	for _, w := range txn.Then {
+		if !h.allow(q, w.Key, AccessWrite) {
+			return
+		}
+	}
+	rs, ok := h.records(q)
+	if !ok {
+		return
+	}
+	res, err := rs.Txn(q.r.Context(), txn)
+	if err != nil {
+		h.recordFail(q, err, http.StatusConflict)
+		return
+	}
+	if res.Versions == nil {
+		res.Versions = map[string]uint64{}
+	}
+	h.json(q, http.StatusOK, httpTxnJSON{Versions: res.Versions})
+}
+
+// recordFail answers with the problem a record operation's error stands
+// for. A version conflict is conflictStatus: 412 when the condition came
+// in If-Match or If-None-Match, 409 when it was in a transaction's body.
+func (h *httpAPI) recordFail(q *httpReq, err error, conflictStatus int) {
+	q.err = err
+	var ce *leasehold.ConflictError
+	switch {
+	case errors.As(err, &ce) && conflictStatus == http.StatusPreconditionFailed:
+		h.problem(q, http.StatusPreconditionFailed, "precondition-failed", "Precondition failed",
+			ce.Error()+"; nothing was changed", httpConflict(ce))
+	case errors.As(err, &ce):
+		h.problem(q, http.StatusConflict, "conflict", "Version conflict",
+			ce.Error()+"; nothing was changed", httpConflict(ce))
+	case errors.Is(err, leasehold.ErrNotFound):
+		h.problem(q, http.StatusNotFound, "not-found", "Not found", "no record with that key", nil)
+	case errors.Is(err, ErrRecordsUnsupported):
+		h.problem(q, http.StatusNotImplemented, "records-unsupported", "Records not supported", ErrRecordsUnsupported.Error(), nil)
+	case errors.Is(err, leasehold.ErrTxnUnsupported):
+		h.problem(q, http.StatusNotImplemented, "txn-unsupported", "Transactions not supported", leasehold.ErrTxnUnsupported.Error(), nil)
+	default:
+		h.fail(q, err)
+	}
+}
+
+func httpConflict(ce *leasehold.ConflictError) map[string]any {
+	return map[string]any{"key": ce.Key, "expected_version": ce.Expected, "current_version": ce.Actual}
+}
