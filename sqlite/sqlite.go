@@ -54,6 +54,11 @@ CREATE TABLE IF NOT EXISTS leasehold_meta (
 	key   TEXT PRIMARY KEY,
 	value TEXT NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS leasehold_records (
+	key     TEXT PRIMARY KEY,
+	value   BLOB,             -- NULL once deleted: the row keeps the key's version
+	version INTEGER NOT NULL
+) WITHOUT ROWID;
 INSERT OR IGNORE INTO leasehold_meta(key, value) VALUES ('schema_version', '1');
 `
 
