@@ -189,15 +189,15 @@ func (h *httpAPI) recordExpect(q *httpReq, createOK bool) (uint64, bool) {
 		return bad("If-Match", "give If-Match or If-None-Match, not both")
 	case inm != "":
 		if !createOK {
-			return bad("If-None-Match", `not accepted here; give If-Match: "<version>"`)
+			return bad("If-None-Match", `not accepted here; give If-Match: "N"`)
 		}
 		if inm != "*" {
-			return bad("If-None-Match", `only * (create if absent) is accepted on a write; to update, give If-Match: "<version>"`)
+			return bad("If-None-Match", `only * (create if absent) is accepted on a write; to update, give If-Match: "N"`)
 		}
 		return 0, true
 	case im != "":
 		if im == "*" {
-			return bad("If-Match", `* is not accepted: give the version the write replaces ("<version>", the ETag of your read)`)
+			return bad("If-Match", `* is not accepted: give the version the write replaces (the ETag of your read, such as "7")`)
 		}
 		if strings.Contains(im, ",") {
 			return bad("If-Match", "give exactly one entity tag")
@@ -207,13 +207,13 @@ func (h *httpAPI) recordExpect(q *httpReq, createOK bool) (uint64, bool) {
 		case weak:
 			return bad("If-Match", "a weak entity tag never matches; give the strong ETag of your read")
 		case !ok:
-			return bad("If-Match", fmt.Sprintf(`%q is not an entity tag of a record version ("<version>", as the ETag of a read)`, im))
+			return bad("If-Match", fmt.Sprintf(`%q is not an entity tag of a record version (such as "7", the ETag of a read)`, im))
 		}
 		return v, true
 	}
-	detail := `this write needs a precondition: If-Match: "<version>" (the ETag of your read) to update, or If-None-Match: * to create`
+	detail := `this write needs a precondition: If-Match: "N" (the ETag of your read) to update, or If-None-Match: * to create`
 	if !createOK {
-		detail = `this delete needs a precondition: If-Match: "<version>" (the ETag of your read)`
+		detail = `this delete needs a precondition: If-Match: "N" (the ETag of your read)`
 	}
 	h.problem(q, http.StatusPreconditionRequired, "precondition-required", "Precondition required", detail, nil)
 	return 0, false
