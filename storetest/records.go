@@ -65,6 +65,7 @@ func RunRecords(t *testing.T, h RecordsHarness) {
 	}{
 		{"GetAbsent", testRecGetAbsent},
 		{"CreateOnly", testRecCreateOnly},
+		{"CreateRace", testRecCreateRace},
 		{"ValueRoundTrip", testRecValueRoundTrip},
 		{"PutVersion", testRecPutVersion},
 		{"VersionsIncrease", testRecVersionsIncrease},
@@ -184,6 +185,51 @@ func testRecCreateOnly(t *testing.T, h RecordsHarness) {
 	b := mustPut(t, s, p+"cafe\u0301", []byte("nfd"), 0)
 	expectRecord(t, s, p+"caf\u00e9", []byte("nfc"), a)
 	expectRecord(t, s, p+"cafe\u0301", []byte("nfd"), b)
+}
+
+// testRecCreateRace: of 16 concurrent create-only puts of a new key,
+// exactly one succeeds, and every other conflicts naming the winner's
+// version.
+func testRecCreateRace(t *testing.T, h RecordsHarness) {
+	s := h.open(t)
+	ctx := bg(t)
+	p := rprefix(t)
+	const rounds, racers = 20, 16
+	for round := 0; round < rounds; round++ {
+		k := fmt.Sprintf("%s%d", p, round)
+		versions := make([]uint64, racers)
+		errs := make([]error, racers)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := 0; i < racers; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				versions[i], errs[i] = s.PutRecord(ctx, k, []byte(strconv.Itoa(i)), 0)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		winner := -1
+		for i, err := range errs {
+			if err == nil {
+				if winner >= 0 {
+					t.Fatalf("round %d: racers %d and %d both created %q", round, winner, i, k)
+				}
+				winner = i
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("round %d: no racer created %q: %v", round, k, errs[0])
+		}
+		for i, err := range errs {
+			if i != winner {
+				expectConflict(t, h, err, k, 0, versions[winner])
+			}
+		}
+		expectRecord(t, s, k, []byte(strconv.Itoa(winner)), versions[winner])
+	}
 }
 
 func testRecValueRoundTrip(t *testing.T, h RecordsHarness) {
