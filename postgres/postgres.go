@@ -51,6 +51,7 @@ type Store struct {
 	table   string // resolved, schema-qualified and quoted
 	display string // schema.table, for messages
 	q       queries
+	rq      recordQueries // records.go
 	closed  atomic.Bool
 	watch   hub
 
@@ -170,6 +171,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, cfg config) (*Store, erro
 	}
 	s := &Store{pool: pool, table: t.ident(), display: t.String()}
 	s.q = buildQueries(s.table)
+	s.rq = buildRecordQueries(recordsTableFor(t))
 	s.watch.init(pool.Config(), t.channel())
 	return s, nil
 }

@@ -135,9 +135,10 @@ func (i tableInfo) check(t tableName) error {
 }
 
 // prepareTable resolves the table and checks its schema version, creating
-// it first when migrate is set and it is missing. The fast path is one
-// read; creation runs in a transaction under an advisory lock, so that
-// concurrent openers do not race, and needs the CREATE privilege.
+// it first when migrate is set and it is missing; likewise its records
+// table (records_schema.go). The fast path is two reads; creation runs in
+// a transaction under an advisory lock, so that concurrent openers do not
+// race, and needs the CREATE privilege.
 func prepareTable(ctx context.Context, pool *pgxpool.Pool, name string, migrate bool) (tableName, error) {
 	t, err := parseTable(name)
 	if err != nil {
@@ -148,7 +149,12 @@ func prepareTable(ctx context.Context, pool *pgxpool.Pool, name string, migrate 
 		return tableName{}, boundary(ctx, "look up table "+t.String(), err)
 	}
 	if info.resolved.name != "" || !migrate || info.encoding != "UTF8" {
-		return info.resolved, info.check(t)
+		if err := info.check(t); err != nil {
+			return tableName{}, err
+		}
+		if done, err := recordsReady(ctx, pool, info.resolved, migrate); done || err != nil {
+			return info.resolved, err
+		}
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -175,6 +181,9 @@ func prepareTable(ctx context.Context, pool *pgxpool.Pool, name string, migrate 
 		}
 	}
 	if err := info.check(t); err != nil {
+		return tableName{}, err
+	}
+	if err := createRecords(ctx, tx, info.resolved); err != nil {
 		return tableName{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
