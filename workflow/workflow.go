@@ -1,0 +1,589 @@
+// Package workflow applies state-machine transitions to workflow instances
+// kept on any leasehold.RecordStore, exactly once each, with an append-only
+// history and idempotency by request id written atomically with every
+// transition, and a choice of concurrency strategies: optimistic,
+// pessimistic, lease-based, and adaptive (optimistic until an instance gets
+// hot, then a fair per-instance queue that batches transitions).
+//
+// See docs/workflows.md.
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/clock"
+)
+
+// Config configures Workflows.
+type Config struct {
+	// Records keeps the instances, their history and their request ids.
+	// Required. It must support Txn (stores without multi-key transactions,
+	// such as dynalite's DynamoDB API, fail with leasehold.ErrTxnUnsupported).
+	Records leasehold.RecordStore
+	// Leases is where the Lease strategy (and Pessimistic, where Records is
+	// not a leasehold.RecordLocker) takes its leases on instances, and where
+	// Adaptive's queue head takes a FIFO lease so that the queues of several
+	// processes take turns (see LocalQueue). Often the same store as
+	// Records.
+	Leases leasehold.Store
+	// Strategy: Optimistic, Pessimistic, Lease or Adaptive (the default).
+	Strategy Strategy
+	// Owner is the lease owner identity (default: leasehold's default,
+	// host/pid/random).
+	Owner string
+
+	// MaxAttempts bounds the conditional writes of one optimistic
+	// transition (default 10); past it Transition returns a
+	// *leasehold.RetriesExhaustedError.
+	MaxAttempts int
+	// BackoffMin and BackoffMax bound the jittered exponential backoff
+	// between optimistic attempts (defaults 1ms and 100ms).
+	BackoffMin, BackoffMax time.Duration
+	// LockWait is how long Pessimistic waits for its row lock
+	// (lock_timeout) or lease, and Lease for its lease (default 5s).
+	LockWait time.Duration
+	// LeaseTTL is the TTL of the leases taken (default 10s).
+	LeaseTTL time.Duration
+
+	// Threshold is the conflict rate above which Adaptive moves an
+	// instance to fair queuing (default 0.05); it moves back below half
+	// of it.
+	Threshold float64
+	// Window is the length of the sliding window over which the conflict
+	// rate is measured (default 1s).
+	Window time.Duration
+	// MinSamples is how many attempts the window must hold before the rate
+	// moves an instance to the queue (default 10).
+	MinSamples int
+	// MaxBatch caps the transitions applied in one transaction by the
+	// queue (default and upper bound: as many as fit in
+	// leasehold.MaxTxnOps).
+	MaxBatch int
+	// LocalQueue tells Adaptive that this process is the only one that
+	// writes its instances at high rates: its queue head then takes no
+	// lease even when Leases is set. Correctness never depends on it
+	// (every write is conditioned on the version read).
+	LocalQueue bool
+	// QueueSlice is how long a queue head keeps its FIFO lease while
+	// transitions keep arriving before it lets the heads of other
+	// processes in (default 50ms).
+	QueueSlice time.Duration
+
+	// Registerer receives the metrics (nil: none).
+	Registerer prometheus.Registerer
+	// Clock times entries, windows and backoff (default clock.Real()).
+	Clock clock.Clock
+}
+
+// Workflows applies the transitions of one Definition.
+type Workflows struct {
+	def     Definition
+	cfg     Config
+	records leasehold.RecordStore
+	locker  leasehold.RecordLocker // nil where Records is not one
+	client  *leasehold.Client      // nil without Leases
+	clock   clock.Clock
+	m       *metrics
+
+	mu        sync.Mutex
+	hot       map[string]*hotInstance
+	lastSweep time.Time
+}
+
+// New checks the definition and the configuration.
+func New(def Definition, cfg Config) (*Workflows, error) {
+	if err := def.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Records == nil {
+		return nil, &leasehold.InvalidError{Field: "records", Reason: "Config.Records is required"}
+	}
+	if cfg.Strategy == "" {
+		cfg.Strategy = Adaptive
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = 10
+	}
+	if cfg.BackoffMin == 0 {
+		cfg.BackoffMin = time.Millisecond
+	}
+	if cfg.BackoffMax == 0 {
+		cfg.BackoffMax = max(100*time.Millisecond, cfg.BackoffMin)
+	}
+	if cfg.LockWait == 0 {
+		cfg.LockWait = 5 * time.Second
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 10 * time.Second
+	}
+	if cfg.Threshold == 0 {
+		cfg.Threshold = 0.05
+	}
+	if cfg.Window == 0 {
+		cfg.Window = time.Second
+	}
+	if cfg.MinSamples == 0 {
+		cfg.MinSamples = 10
+	}
+	maxBatch := (leasehold.MaxTxnOps - 2) / 4
+	if cfg.MaxBatch == 0 || cfg.MaxBatch > maxBatch {
+		cfg.MaxBatch = maxBatch
+	}
+	if cfg.QueueSlice == 0 {
+		cfg.QueueSlice = 50 * time.Millisecond
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
+	bad := func(field, format string, args ...any) error {
+		return &leasehold.InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case cfg.MaxAttempts < 1:
+		return nil, bad("max attempts", "%d must be at least 1", cfg.MaxAttempts)
+	case cfg.BackoffMin < 0 || cfg.BackoffMax < cfg.BackoffMin:
+		return nil, bad("backoff", "need 0 < min (%s) <= max (%s)", cfg.BackoffMin, cfg.BackoffMax)
+	case cfg.LockWait < 0:
+		return nil, bad("lock wait", "%s is negative", cfg.LockWait)
+	case cfg.Threshold < 0 || cfg.Threshold >= 1:
+		return nil, bad("threshold", "%v must lie in (0, 1)", cfg.Threshold)
+	case cfg.Window < time.Millisecond:
+		return nil, bad("window", "%s is shorter than 1ms", cfg.Window)
+	case cfg.MinSamples < 1:
+		return nil, bad("min samples", "%d must be at least 1", cfg.MinSamples)
+	case cfg.MaxBatch < 1:
+		return nil, bad("max batch", "%d must be at least 1", cfg.MaxBatch)
+	case cfg.QueueSlice < 0:
+		return nil, bad("queue slice", "%s is negative", cfg.QueueSlice)
+	}
+	if err := leasehold.ValidateTTL(cfg.LeaseTTL); err != nil {
+		return nil, err
+	}
+	w := &Workflows{def: def, cfg: cfg, records: cfg.Records, clock: cfg.Clock, hot: map[string]*hotInstance{}}
+	w.locker, _ = cfg.Records.(leasehold.RecordLocker)
+	switch cfg.Strategy {
+	case Optimistic, Adaptive:
+	case Pessimistic:
+		if w.locker == nil && cfg.Leases == nil {
+			return nil, bad("leases", "the pessimistic strategy needs Config.Leases: %T has no record locks", cfg.Records)
+		}
+	case Lease:
+		if cfg.Leases == nil {
+			return nil, bad("leases", "the lease strategy needs Config.Leases")
+		}
+	default:
+		return nil, bad("strategy", "%q is not one of optimistic, pessimistic, lease, adaptive", cfg.Strategy)
+	}
+	if cfg.Leases != nil {
+		opts := []leasehold.Option{leasehold.WithClock(cfg.Clock), leasehold.WithBackoff(time.Millisecond, 50*time.Millisecond)}
+		if cfg.Owner != "" {
+			opts = append(opts, leasehold.WithOwner(cfg.Owner))
+		}
+		c, err := leasehold.New(cfg.Leases, opts...)
+		if err != nil {
+			return nil, err
+		}
+		w.client = c
+	}
+	m, err := newMetrics(cfg.Registerer, def.Name)
+	if err != nil {
+		return nil, err
+	}
+	w.m = m
+	return w, nil
+}
+
+// Definition returns the workflow's definition.
+func (w *Workflows) Definition() Definition { return w.def }
+
+// Strategy returns the configured strategy.
+func (w *Workflows) Strategy() Strategy { return w.cfg.Strategy }
+
+func (w *Workflows) now() time.Time { return w.clock.Now().Round(0).UTC() }
+
+// Create creates an instance in the definition's initial state, or returns
+// an error matching ErrExists and changes nothing.
+func (w *Workflows) Create(ctx context.Context, instance string) (Instance, error) {
+	if err := checkName("instance", instance); err != nil {
+		return Instance{}, err
+	}
+	rec := instRec{State: w.def.Initial, Created: w.now()}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return Instance{}, err
+	}
+	if _, err := w.records.PutRecord(ctx, w.instKey(instance), b, 0); err != nil {
+		if errors.Is(err, leasehold.ErrConflict) {
+			return Instance{}, fmt.Errorf("workflow %q instance %q: %w", w.def.Name, instance, ErrExists)
+		}
+		return Instance{}, err
+	}
+	return w.instance(instance, rec), nil
+}
+
+// Get returns the instance, or an error matching ErrNoInstance.
+func (w *Workflows) Get(ctx context.Context, instance string) (Instance, error) {
+	if err := checkName("instance", instance); err != nil {
+		return Instance{}, err
+	}
+	rec, _, err := w.readInstance(ctx, instance)
+	if err != nil {
+		return Instance{}, err
+	}
+	return w.instance(instance, rec), nil
+}
+
+func (w *Workflows) instance(id string, r instRec) Instance {
+	in := Instance{Workflow: w.def.Name, ID: id, State: r.State, Version: r.Version, Created: r.Created, Updated: r.Created}
+	if r.Last != nil {
+		last := *r.Last
+		in.Last, in.Updated, in.LastActor = &last, last.At, last.Actor
+	}
+	return in
+}
+
+// command is one Transition call.
+type command struct {
+	ctx                            context.Context
+	id, from, to, actor, requestID string
+	enqueued                       time.Time
+	done                           chan outcome // buffered 1 (queue mode)
+}
+
+type outcome struct {
+	res Result
+	err error
+}
+
+// Transition moves instance from → to on behalf of actor, once per
+// requestID:
+//
+//   - Applied: it moved the instance; the history entry and the request
+//     record were written in the same transaction.
+//   - Repeated: requestID was applied before; nothing changed and the
+//     Result is the original one. Reusing a request id for a different
+//     transition is an *leasehold.InvalidError.
+//   - AlreadyDone: the instance is in to because ANOTHER request moved it;
+//     Result.Entry says who, which request and when. Nothing changed.
+//
+// A transition that does not start from the current state is refused with
+// a *WrongStateError, one the definition lacks with a *NotAllowedError, an
+// unknown instance with ErrNoInstance, bad arguments with a
+// *leasehold.InvalidError; none changes anything. An optimistic transition
+// still conflicting after Config.MaxAttempts writes returns a
+// *leasehold.RetriesExhaustedError; a lock or lease not granted within
+// Config.LockWait an error matching leasehold.ErrLockTimeout.
+//
+// If ctx ends while the transition is in flight, its outcome is unknown to
+// the caller: calling again with the same requestID tells.
+func (w *Workflows) Transition(ctx context.Context, instance, from, to, actor, requestID string) (Result, error) {
+	c := &command{ctx: ctx, id: instance, from: from, to: to, actor: actor, requestID: requestID}
+	if err := w.check(c); err != nil {
+		return Result{}, err
+	}
+	var res Result
+	var err error
+	switch w.cfg.Strategy {
+	case Optimistic:
+		res, err = w.optimistic(ctx, c, Optimistic, 0, nil)
+	case Pessimistic:
+		if w.locker != nil {
+			res, err = w.pessimistic(ctx, c)
+		} else {
+			res, err = w.leased(ctx, c, Pessimistic)
+		}
+	case Lease:
+		res, err = w.leased(ctx, c, Lease)
+	case Adaptive:
+		res, err = w.adaptive(ctx, c)
+	}
+	w.m.observe(res, err)
+	return res, err
+}
+
+func (w *Workflows) check(c *command) error {
+	if err := checkName("instance", c.id); err != nil {
+		return err
+	}
+	if err := leasehold.ValidateOwner(c.actor); err != nil {
+		var inv *leasehold.InvalidError
+		if errors.As(err, &inv) {
+			return &leasehold.InvalidError{Field: "actor", Reason: inv.Reason}
+		}
+		return err
+	}
+	if c.requestID == "" {
+		return &leasehold.InvalidError{Field: "request id", Reason: "must not be empty: it makes the transition idempotent"}
+	}
+	if err := leasehold.ValidateRequestID(c.requestID); err != nil {
+		return err
+	}
+	if !w.def.Allowed(c.from, c.to) {
+		reason := "the definition has no such transition"
+		switch {
+		case !w.def.hasState(c.from):
+			reason = fmt.Sprintf("%q is not a state of the definition", c.from)
+		case !w.def.hasState(c.to):
+			reason = fmt.Sprintf("%q is not a state of the definition", c.to)
+		}
+		return &NotAllowedError{Workflow: w.def.Name, From: c.from, To: c.to, Reason: reason}
+	}
+	return nil
+}
+
+// entry is the history entry applying c to an instance at version v.
+func (w *Workflows) entry(c *command, v uint64, s Strategy, token uint64) Entry {
+	return Entry{Instance: c.id, Version: v + 1, From: c.from, To: c.to, Actor: c.actor, RequestID: c.requestID,
+		At: w.now(), Strategy: s, Token: token}
+}
+
+// apply returns the plan that applies c to rec (record version ver).
+func (w *Workflows) planOne(c *command, rec instRec, ver uint64, s Strategy, token uint64) *plan {
+	e := w.entry(c, rec.Version, s, token)
+	next := rec
+	next.State, next.Version, next.Last = c.to, e.Version, &e
+	return &plan{id: c.id, version: ver, next: next, applied: []Entry{e}}
+}
+
+func applied(c *command, e Entry, attempts int) Result {
+	return Result{Outcome: Applied, Instance: c.id, From: c.from, To: c.to, State: e.To, Version: e.Version,
+		Entry: e, Strategy: e.Strategy, Attempts: attempts}
+}
+
+// repeated answers a request id that was applied before.
+func (w *Workflows) repeated(c *command, e Entry, s Strategy, attempts int) (Result, error) {
+	if e.From != c.from || e.To != c.to {
+		return Result{}, &leasehold.InvalidError{Field: "request id", Reason: fmt.Sprintf(
+			"%q was already used on instance %q for the transition %q → %q (version %d), not %q → %q",
+			c.requestID, c.id, e.From, e.To, e.Version, c.from, c.to)}
+	}
+	return Result{Outcome: Repeated, Instance: c.id, From: c.from, To: c.to, State: e.To, Version: e.Version,
+		Entry: e, Strategy: s, Attempts: attempts}, nil
+}
+
+// refuse answers a command whose from-state is not rec's state, when its
+// request id is known not to have been applied: AlreadyDone if another
+// request moved the instance into c.to, a *WrongStateError otherwise.
+func (w *Workflows) refuse(c *command, rec instRec, s Strategy, attempts int) (Result, error) {
+	if rec.State == c.to && rec.Last != nil && rec.Last.To == c.to {
+		return Result{Outcome: AlreadyDone, Instance: c.id, From: c.from, To: c.to, State: rec.State,
+			Version: rec.Version, Entry: *rec.Last, Strategy: s, Attempts: attempts}, nil
+	}
+	var last *Entry
+	if rec.Last != nil {
+		l := *rec.Last
+		last = &l
+	}
+	return Result{}, &WrongStateError{Workflow: w.def.Name, Instance: c.id, Current: rec.State, Version: rec.Version,
+		From: c.from, To: c.to, Last: last}
+}
+
+// refusal answers a command that does not start from rec's state: first
+// whether its request id was applied before (Repeated), then refuse.
+func (w *Workflows) refusal(ctx context.Context, c *command, rec instRec, s Strategy, attempts int) (Result, error) {
+	if rec.Last != nil && rec.Last.RequestID == c.requestID {
+		return w.repeated(c, *rec.Last, s, attempts)
+	}
+	e, found, err := w.readRequest(ctx, c.id, c.requestID)
+	if err != nil {
+		return Result{}, err
+	}
+	if found {
+		return w.repeated(c, e, s, attempts)
+	}
+	return w.refuse(c, rec, s, attempts)
+}
+
+// optimistic reads, checks and writes in one transaction conditioned on
+// the version read, retrying conflicts. onConflict, if set, is told of each
+// attempt's result and may stop the retries (Adaptive moving the instance
+// to its queue): optimistic then returns errMoved.
+func (w *Workflows) optimistic(ctx context.Context, c *command, s Strategy, token uint64, onAttempt func(conflict bool) (stop bool)) (Result, error) {
+	wait := w.cfg.BackoffMin
+	var last *leasehold.ConflictError
+	for attempt := 1; attempt <= w.cfg.MaxAttempts; attempt++ {
+		rec, ver, err := w.readInstance(ctx, c.id)
+		if err != nil {
+			return Result{}, err
+		}
+		if rec.State != c.from {
+			return w.refusal(ctx, c, rec, s, attempt-1)
+		}
+		p := w.planOne(c, rec, ver, s, token)
+		t, err := w.txn(p)
+		if err != nil {
+			return Result{}, err
+		}
+		_, err = w.records.Txn(ctx, t)
+		kind, request := w.classify(c.id, err)
+		if onAttempt != nil && onAttempt(kind == conflictInstance) && kind == conflictInstance {
+			return Result{}, errMoved
+		}
+		switch kind {
+		case conflictNone:
+			if err != nil {
+				return Result{}, err
+			}
+			return applied(c, p.applied[0], attempt), nil
+		case conflictRequest:
+			_ = request
+			e, found, err := w.readRequest(ctx, c.id, c.requestID)
+			if err != nil {
+				return Result{}, err
+			}
+			if found {
+				return w.repeated(c, e, s, attempt)
+			}
+		}
+		w.m.conflict()
+		errors.As(err, &last)
+		if attempt == w.cfg.MaxAttempts {
+			break
+		}
+		d := time.Duration(rand.Int64N(int64(wait)) + 1)
+		t2 := w.clock.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t2.Stop()
+			return Result{}, ctx.Err()
+		case <-t2.C():
+		}
+		wait = min(2*wait, w.cfg.BackoffMax)
+	}
+	return Result{}, &leasehold.RetriesExhaustedError{Key: w.instKey(c.id), Attempts: w.cfg.MaxAttempts, Last: last}
+}
+
+var errMoved = errors.New("workflow: instance moved to the fair queue")
+
+// errRefused carries a refusal out of a locked transaction.
+type errRefused struct {
+	rec instRec
+}
+
+func (errRefused) Error() string { return "refused" }
+
+// precheck reads the instance without a lock: a transition that cannot
+// apply (the instance is not in its from-state) is answered from that read,
+// without locking anything, since a refusal writes nothing. It reports
+// done false when the transition may apply; the decision to apply is then
+// made under the lock.
+func (w *Workflows) precheck(ctx context.Context, c *command, s Strategy) (Result, bool, error) {
+	rec, _, err := w.readInstance(ctx, c.id)
+	if err != nil {
+		return Result{}, true, err
+	}
+	if rec.State == c.from {
+		return Result{}, false, nil
+	}
+	res, err := w.refusal(ctx, c, rec, s, 0)
+	return res, true, err
+}
+
+// pessimistic locks the instance's record for the transition.
+func (w *Workflows) pessimistic(ctx context.Context, c *command) (Result, error) {
+	if res, done, err := w.precheck(ctx, c, Pessimistic); done {
+		return res, err
+	}
+	for attempt := 1; attempt <= w.cfg.MaxAttempts; attempt++ {
+		var p *plan
+		_, err := w.locker.LockedTxn(ctx, w.instKey(c.id), w.cfg.LockWait, func(cur leasehold.Versioned, exists bool) (leasehold.Txn, error) {
+			if !exists {
+				return leasehold.Txn{}, fmt.Errorf("workflow %q instance %q: %w", w.def.Name, c.id, ErrNoInstance)
+			}
+			rec, err := decodeInstance(cur.Value)
+			if err != nil {
+				return leasehold.Txn{}, err
+			}
+			if rec.State != c.from {
+				return leasehold.Txn{}, errRefused{rec}
+			}
+			p = w.planOne(c, rec, cur.Version, Pessimistic, 0)
+			return w.txn(p)
+		})
+		var ref errRefused
+		if errors.As(err, &ref) {
+			return w.refusal(ctx, c, ref.rec, Pessimistic, attempt-1)
+		}
+		if errors.Is(err, leasehold.ErrLockTimeout) {
+			return Result{}, fmt.Errorf("workflow %q instance %q: %w (waited %s)", w.def.Name, c.id, err, w.cfg.LockWait)
+		}
+		kind, _ := w.classify(c.id, err)
+		switch kind {
+		case conflictNone:
+			if err != nil {
+				return Result{}, err
+			}
+			return applied(c, p.applied[0], attempt), nil
+		case conflictRequest:
+			e, found, rerr := w.readRequest(ctx, c.id, c.requestID)
+			if rerr != nil {
+				return Result{}, rerr
+			}
+			if found {
+				return w.repeated(c, e, Pessimistic, attempt)
+			}
+		}
+		w.m.conflict() // a writer that does not lock changed the record: try again
+	}
+	return Result{}, &leasehold.RetriesExhaustedError{Key: w.instKey(c.id), Attempts: w.cfg.MaxAttempts}
+}
+
+// leased holds a lease on the instance for the transition; the write is
+// still conditioned on the version read under it (so writers that bypass
+// the lease cannot be overwritten), and the entry records the token.
+//
+// Transitions of one instance in this process first queue in arrival order
+// behind each other (a local FIFO gate): only the first asks the store for
+// the lease, instead of every waiter polling it. A transition that cannot
+// apply (the instance is not in its from-state) is refused from a read,
+// before the gate and again after it, without taking the lease.
+func (w *Workflows) leased(ctx context.Context, c *command, s Strategy) (Result, error) {
+	actx, cancel := context.WithTimeout(ctx, w.cfg.LockWait)
+	defer cancel()
+	h := w.acquireHot(c.id)
+	defer w.releaseHot(h)
+	if res, done, err := w.precheck(ctx, c, s); done {
+		return res, err
+	}
+	select {
+	case h.gate <- struct{}{}:
+		defer func() { <-h.gate }()
+	case <-actx.Done():
+		if ctx.Err() == nil {
+			return Result{}, fmt.Errorf("workflow %q instance %q: %w (waited %s behind this process's other transitions)", w.def.Name, c.id, leasehold.ErrLockTimeout, w.cfg.LockWait)
+		}
+		return Result{}, ctx.Err()
+	}
+	// Others of this process may have moved it while this one waited.
+	if res, done, err := w.precheck(ctx, c, s); done {
+		return res, err
+	}
+	l, err := w.client.Acquire(actx, w.leaseName(c.id), leasehold.TTL(w.cfg.LeaseTTL), leasehold.NoKeepalive())
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return Result{}, fmt.Errorf("workflow %q instance %q: lease %q: %w (waited %s)", w.def.Name, c.id, w.leaseName(c.id), leasehold.ErrLockTimeout, w.cfg.LockWait)
+		}
+		return Result{}, err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = l.Release(rctx)
+		cancel()
+	}()
+	lctx, lcancel := l.Context(ctx)
+	defer lcancel()
+	res, err := w.optimistic(lctx, c, s, l.Token(), nil)
+	if err != nil && lctx.Err() != nil && ctx.Err() == nil {
+		return Result{}, fmt.Errorf("workflow %q instance %q: %w", w.def.Name, c.id, l.Err())
+	}
+	return res, err
+}
