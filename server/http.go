@@ -20,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/workflow"
 )
 
 // HandlerOptions configure the HTTP API.
@@ -41,6 +42,9 @@ type HandlerOptions struct {
 	// MaxBodyBytes caps request bodies (default 128 KiB). Larger bodies
 	// get 413.
 	MaxBodyBytes int64
+	// Workflows serves POST /v1/workflows/{definition}/{instance}/transition
+	// (http_workflows.go) for each definition, keyed by its name.
+	Workflows map[string]*workflow.Workflows
 }
 
 // DefaultMaxBodyBytes is HandlerOptions.MaxBodyBytes's default: room for
@@ -74,6 +78,8 @@ type httpAPI struct {
 	dash    http.Handler
 	maxBody int64
 
+	workflows map[string]*workflow.Workflows
+
 	// sessions binds each session opened here to its identity (auth on).
 	sessions httpSessions
 	// cop refuses state-changing cross-origin browser requests (CSRF): a
@@ -91,6 +97,7 @@ func newHTTPAPI(b Backend, opts HandlerOptions) *httpAPI {
 	h := &httpAPI{
 		b: b, auth: opts.Auth, limits: opts.Limits, log: opts.Logger,
 		metrics: opts.Metrics, dash: opts.Dashboard, maxBody: opts.MaxBodyBytes,
+		workflows: opts.Workflows,
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -244,6 +251,8 @@ func (h *httpAPI) route(q *httpReq) {
 	case p == "/v1/txn":
 		q.route = "/v1/txn"
 		h.txn(q)
+	case strings.HasPrefix(p, "/v1/workflows/"): // http_workflows.go
+		h.workflowRoute(q, strings.TrimPrefix(p, "/v1/workflows/"))
 	default:
 		h.problem(q, http.StatusNotFound, "no-route", "No such endpoint", fmt.Sprintf("no such endpoint: %s", p), nil)
 	}

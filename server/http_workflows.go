@@ -1,0 +1,215 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/workflow"
+)
+
+// Workflow transitions over HTTP (see docs/http-api.md, "Workflows"):
+//
+//	POST /v1/workflows/{definition}/{instance}/transition  {"from","to","actor","request_id"} → the Result
+//	POST /v1/workflows/{definition}/{instance}             create the instance in the initial state
+//	GET  /v1/workflows/{definition}/{instance}             the instance
+//
+// The definitions are those of HandlerOptions.Workflows. Access is checked
+// on the instance's record key, wf/{definition}/i/{instance}: read for GET,
+// write for the rest, so that grants on records govern workflows too.
+
+type httpEntryJSON struct {
+	Version   uint64 `json:"version"`
+	From      string `json:"from"`
+	To        string `json:"to"`
+	Actor     string `json:"actor"`
+	RequestID string `json:"request_id"`
+	At        string `json:"at"`
+	Strategy  string `json:"strategy"`
+	Token     uint64 `json:"token,omitempty"`
+}
+
+func httpEntry(e workflow.Entry) httpEntryJSON {
+	return httpEntryJSON{Version: e.Version, From: e.From, To: e.To, Actor: e.Actor, RequestID: e.RequestID,
+		At: httpTime(e.At), Strategy: string(e.Strategy), Token: e.Token}
+}
+
+type httpInstanceJSON struct {
+	Workflow  string         `json:"workflow"`
+	Instance  string         `json:"instance"`
+	State     string         `json:"state"`
+	Version   uint64         `json:"version"`
+	Created   string         `json:"created"`
+	Updated   string         `json:"updated"`
+	LastActor string         `json:"last_actor,omitempty"`
+	Last      *httpEntryJSON `json:"last,omitempty"`
+}
+
+func httpInstance(in workflow.Instance) httpInstanceJSON {
+	out := httpInstanceJSON{Workflow: in.Workflow, Instance: in.ID, State: in.State, Version: in.Version,
+		Created: httpTime(in.Created), Updated: httpTime(in.Updated), LastActor: in.LastActor}
+	if in.Last != nil {
+		e := httpEntry(*in.Last)
+		out.Last = &e
+	}
+	return out
+}
+
+type httpTransitionBody struct {
+	From      string `json:"from"`
+	To        string `json:"to"`
+	Actor     string `json:"actor"`
+	RequestID string `json:"request_id"`
+}
+
+type httpResultJSON struct {
+	// Outcome is applied (this request moved the instance), repeated (this
+	// request id was applied before: the original transition) or
+	// already-done (ANOTHER request moved the instance into to: by says
+	// who; this request applied nothing).
+	Outcome  string `json:"outcome"`
+	Workflow string `json:"workflow"`
+	Instance string `json:"instance"`
+	From     string `json:"from"`
+	To       string `json:"to"`
+	State    string `json:"state"`
+	Version  uint64 `json:"version"`
+	// By is who made the transition that explains the outcome (Entry.Actor).
+	By       string        `json:"by"`
+	Entry    httpEntryJSON `json:"entry"`
+	Strategy string        `json:"strategy"`
+	Attempts int           `json:"attempts"`
+	Summary  string        `json:"summary"`
+}
+
+// workflowRoute routes /v1/workflows/{definition}/{instance}[/transition].
+// Definition and instance names contain no '/'.
+func (h *httpAPI) workflowRoute(q *httpReq, rest string) {
+	segs := strings.Split(rest, "/")
+	switch {
+	case len(segs) == 3 && segs[2] == "transition":
+		q.route = "/v1/workflows/{definition}/{instance}/transition"
+		if !h.methods(q, http.MethodPost) {
+			return
+		}
+	case len(segs) == 2:
+		q.route = "/v1/workflows/{definition}/{instance}"
+		if !h.methods(q, http.MethodGet, http.MethodHead, http.MethodPost) {
+			return
+		}
+	default:
+		h.problem(q, http.StatusNotFound, "no-route", "No such endpoint",
+			"no such endpoint (/v1/workflows/{definition}/{instance} and .../transition)", nil)
+		return
+	}
+	if !h.authenticate(q) {
+		return
+	}
+	var names [2]string
+	for i, field := range []string{"definition", "instance"} {
+		s, err := url.PathUnescape(segs[i])
+		if err == nil {
+			err = httpCheckName(s)
+		}
+		if err == nil && strings.Contains(s, "/") {
+			err = errors.New("contains '/'")
+		}
+		if err != nil {
+			reason := "malformed: " + err.Error()
+			var inv *leasehold.InvalidError
+			if errors.As(err, &inv) {
+				reason = inv.Reason
+			}
+			h.fail(q, &leasehold.InvalidError{Field: field, Reason: reason})
+			return
+		}
+		names[i] = s
+	}
+	def, inst := names[0], names[1]
+	wf := h.workflows[def]
+	if wf == nil {
+		h.problem(q, http.StatusNotFound, "not-found", "Not found",
+			fmt.Sprintf("no workflow definition %q on this server", def), nil)
+		return
+	}
+	need := AccessWrite
+	if q.r.Method == http.MethodGet || q.r.Method == http.MethodHead {
+		need = AccessRead
+	}
+	// The instance's record key: grants on records govern workflows.
+	if !h.allow(q, "wf/"+wf.Definition().Name+"/i/"+inst, need) {
+		return
+	}
+	ctx := q.r.Context()
+	switch {
+	case segs[len(segs)-1] == "transition" && len(segs) == 3:
+		var body httpTransitionBody
+		if !h.decode(q, &body) {
+			return
+		}
+		res, err := wf.Transition(ctx, inst, body.From, body.To, body.Actor, body.RequestID)
+		if err != nil {
+			h.workflowFail(q, err)
+			return
+		}
+		h.json(q, http.StatusOK, httpResultJSON{
+			Outcome: string(res.Outcome), Workflow: wf.Definition().Name, Instance: res.Instance,
+			From: res.From, To: res.To, State: res.State, Version: res.Version,
+			By: res.Entry.Actor, Entry: httpEntry(res.Entry), Strategy: string(res.Strategy),
+			Attempts: res.Attempts, Summary: res.String(),
+		})
+	case q.r.Method == http.MethodPost:
+		var body struct{}
+		if !h.decode(q, &body) {
+			return
+		}
+		in, err := wf.Create(ctx, inst)
+		if err != nil {
+			h.workflowFail(q, err)
+			return
+		}
+		h.json(q, http.StatusCreated, httpInstance(in))
+	default:
+		in, err := wf.Get(ctx, inst)
+		if err != nil {
+			h.workflowFail(q, err)
+			return
+		}
+		h.json(q, http.StatusOK, httpInstance(in))
+	}
+}
+
+// workflowFail answers with the problem a workflow error stands for.
+func (h *httpAPI) workflowFail(q *httpReq, err error) {
+	q.err = err
+	var ws *workflow.WrongStateError
+	var na *workflow.NotAllowedError
+	var re *leasehold.RetriesExhaustedError
+	switch {
+	case errors.As(err, &ws):
+		extra := map[string]any{"current_state": ws.Current, "version": ws.Version, "from": ws.From, "to": ws.To}
+		if ws.Last != nil {
+			extra["last"] = httpEntry(*ws.Last)
+		}
+		h.problem(q, http.StatusConflict, "wrong-state", "Wrong state", ws.Error()+"; nothing was changed", extra)
+	case errors.As(err, &na):
+		h.problem(q, http.StatusUnprocessableEntity, "not-allowed", "Transition not allowed", na.Error(), nil)
+	case errors.Is(err, workflow.ErrNoInstance):
+		h.problem(q, http.StatusNotFound, "not-found", "Not found", err.Error(), nil)
+	case errors.Is(err, workflow.ErrExists):
+		h.problem(q, http.StatusConflict, "exists", "Already exists", err.Error(), nil)
+	case errors.As(err, &re), errors.Is(err, leasehold.ErrLockTimeout):
+		// Too many writers at once: nothing was applied by this request;
+		// repeating it with the same request id is safe.
+		q.w.Header().Set("Retry-After", "1")
+		h.problem(q, http.StatusServiceUnavailable, "contended", "Contended",
+			err.Error()+"; retry with the same request_id", nil)
+	case errors.Is(err, leasehold.ErrTxnUnsupported), errors.Is(err, ErrRecordsUnsupported):
+		h.recordFail(q, err, 0)
+	default:
+		h.fail(q, err)
+	}
+}
