@@ -62,6 +62,7 @@ type Store struct {
 	clock      clock.Clock
 	transport  *transportRef // made by Open; its idle connections are closed by Close
 	closed     atomic.Bool
+	noTxn      atomic.Bool // the endpoint lacks TransactWriteItems (records.go)
 }
 
 type settings struct {
