@@ -473,7 +473,8 @@ func applyTxn(ctx context.Context, tx pgx.Tx, q recordQueries, txn leasehold.Txn
 // this transaction; SELECT ... FOR UPDATE of key; fn; the Txn fn returns,
 // applied as Txn applies one; COMMIT. A lock not granted within wait
 // (lock_not_available, at the first lock or any later one of the Txn) is
-// leasehold.ErrLockTimeout. A wait of zero or less does not wait at all.
+// leasehold.ErrLockTimeout. lock_timeout counts whole milliseconds: wait is
+// rounded up, and a wait below 1ms waits 1ms.
 func (s *Store) LockedTxn(ctx context.Context, key string, wait time.Duration, fn func(cur leasehold.Versioned, exists bool) (leasehold.Txn, error)) (leasehold.TxnResult, error) {
 	if err := leasehold.ValidateKey(key); err != nil {
 		return leasehold.TxnResult{}, err

@@ -31,7 +31,8 @@ import (
 // timestamp), so Open may return the same backing store each time.
 type RecordsHarness struct {
 	// Open returns a ready store. If it implements io.Closer the suite
-	// closes it when the subtest ends. Required.
+	// closes it when the subtest ends, so Open returns a handle of its own
+	// each time (on a shared backing store if it likes). Required.
 	Open func(t testing.TB) leasehold.RecordStore
 	// Txn says the store has multi-key transactions. When false, the suite
 	// expects Txn to return leasehold.ErrTxnUnsupported and change nothing.
