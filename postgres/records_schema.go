@@ -4,11 +4,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The records table sits beside the lease table, in the same schema, with
@@ -64,20 +68,66 @@ func (i tableInfo) checkRecords(t tableName) error {
 	return fmt.Errorf("postgres: table %s exists but is not a leasehold records table (its comment is %q)", i.resolved, i.comment)
 }
 
-// recordsReady checks the records table of the (resolved) lease table.
-// done is false when it is missing and migrate is set: the caller then
-// creates it. Without migrate a missing records table is left alone: the
-// leases work, and record operations say how to create it.
-func recordsReady(ctx context.Context, q queryRower, lease tableName, migrate bool) (done bool, err error) {
+// ensureRecords checks the records table of an existing (resolved) lease
+// table, and creates it when it is missing and migrate is set, in a
+// transaction under the migration lock. A missing records table is left
+// alone without migrate, and when the role may not create tables (a lease
+// table made by an earlier version, whose role has no CREATE privilege):
+// the leases keep working, and record operations say how to create it.
+func ensureRecords(ctx context.Context, pool *pgxpool.Pool, lease tableName, migrate bool) error {
+	rt := recordsTableFor(lease)
+	info, err := lookup(ctx, pool, rt)
+	if err != nil {
+		return boundary(ctx, "look up table "+rt.String(), err)
+	}
+	if info.resolved.name != "" {
+		return info.checkRecords(rt)
+	}
+	if !migrate {
+		return nil
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return boundary(ctx, "migrate", err)
+	}
+	defer func() { // a no-op after Commit
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
+		return boundary(ctx, "migrate: lock", err)
+	}
+	if err := createRecords(ctx, tx, lease); err != nil {
+		if err == errNoCreate {
+			return nil
+		}
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return boundary(ctx, "migrate: commit", err)
+	}
+	return nil
+}
+
+// errNoCreate reports that the role may not create the records table.
+var errNoCreate = errors.New("postgres: the role may not create the records table (no CREATE privilege on its schema)")
+
+// requireRecords reports a missing records table of the (resolved) lease
+// table, for Init and Migrate, which must not succeed without one.
+func requireRecords(ctx context.Context, q queryRower, lease tableName) error {
+	if lease.name == "" {
+		return nil // the lease table's own error was reported
+	}
 	rt := recordsTableFor(lease)
 	info, err := lookup(ctx, q, rt)
 	if err != nil {
-		return false, boundary(ctx, "look up table "+rt.String(), err)
+		return boundary(ctx, "look up table "+rt.String(), err)
 	}
 	if info.resolved.name == "" {
-		return !migrate, nil
+		return fmt.Errorf("postgres: could not create records table %s: the role has no CREATE privilege on its schema; run `leasehold store init` as a role that has", rt)
 	}
-	return true, info.checkRecords(rt)
+	return info.checkRecords(rt)
 }
 
 // createRecords creates the records table of the (resolved) lease table in
@@ -85,6 +135,10 @@ func recordsReady(ctx context.Context, q queryRower, lease tableName, migrate bo
 func createRecords(ctx context.Context, tx pgx.Tx, lease tableName) error {
 	rt := recordsTableFor(lease)
 	if _, err := tx.Exec(ctx, fmt.Sprintf(createRecordsSQL, rt.ident())); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
+			return errNoCreate
+		}
 		return boundary(ctx, "migrate: create table "+rt.String(), err)
 	}
 	info, err := lookup(ctx, tx, rt)

@@ -396,3 +396,56 @@ func TestRecordsRefusedForUnseenRow(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordsWithoutCreatePrivilege: a role that may use an existing lease
+// table but not create tables (a deployment from before records) still
+// opens the store and uses its leases; records say how to create their
+// table, and Init as that role fails saying why.
+func TestRecordsWithoutCreatePrivilege(t *testing.T) {
+	base := enginetest.PostgresURL(t)
+	if !strings.Contains(base, "://postgres@") {
+		t.Skip("the test URL does not name the postgres superuser")
+	}
+	ctx := ctxFor(t, 2*time.Minute)
+	u, records := recordsURL(t)
+	open(t, u).Close()
+	exec(t, base, "DROP TABLE "+records)
+	table := u[strings.Index(u, "table=")+len("table="):]
+	role := "lh_test_role_" + suffix()
+	exec(t, base, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() {
+		exec(t, base, "DROP OWNED BY "+role)
+		exec(t, base, "DROP ROLE "+role)
+	})
+	exec(t, base, "GRANT SELECT, INSERT, UPDATE ON "+table+" TO "+role)
+	ru := strings.Replace(u, "://postgres@", "://"+role+"@", 1)
+	pool, err := pgxpool.New(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var canCreate bool
+	err = pool.QueryRow(ctx, "SELECT has_schema_privilege($1, 'public', 'CREATE')", role).Scan(&canCreate)
+	pool.Close()
+	if err != nil || canCreate {
+		t.Skipf("a new role may create tables in public here (PostgreSQL before 15): %v", err)
+	}
+
+	s := open(t, ru)
+	defer s.Close()
+	if _, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "n", Owner: "o", TTL: time.Minute}); err != nil {
+		t.Errorf("TryAcquire as a role without CREATE: %v", err)
+	}
+	if _, err := s.PutRecord(ctx, "k", []byte("v"), 0); err == nil || !strings.Contains(err.Error(), "store init") {
+		t.Errorf("PutRecord without a records table: %v, want advice to run leasehold store init", err)
+	}
+	if err := postgres.Init(ctx, ru); err == nil || !strings.Contains(err.Error(), "CREATE privilege") {
+		t.Errorf("Init as a role without CREATE: %v, want an error saying so", err)
+	}
+	if err := postgres.Init(ctx, u); err != nil {
+		t.Fatalf("Init as the owner: %v", err)
+	}
+	exec(t, base, "GRANT SELECT, INSERT, UPDATE ON "+records+" TO "+role)
+	if _, err := s.PutRecord(ctx, "k", []byte("v"), 0); err != nil {
+		t.Errorf("PutRecord after Init: %v", err)
+	}
+}

@@ -152,9 +152,7 @@ func prepareTable(ctx context.Context, pool *pgxpool.Pool, name string, migrate 
 		if err := info.check(t); err != nil {
 			return tableName{}, err
 		}
-		if done, err := recordsReady(ctx, pool, info.resolved, migrate); done || err != nil {
-			return info.resolved, err
-		}
+		return info.resolved, ensureRecords(ctx, pool, info.resolved, migrate)
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -201,26 +199,36 @@ func boundary(ctx context.Context, what string, err error) error {
 	return fmt.Errorf("postgres: %s: %s", what, pgMessage(err))
 }
 
-// Migrate creates the lease table (DefaultTable when table is empty) in
-// pool's database if it does not exist, and checks the schema version of an
-// existing one. It is safe to run concurrently from many processes: creation
-// is serialised by a transaction-scoped advisory lock. It needs the CREATE
-// privilege on the schema only when the table is missing.
+// Migrate creates the lease table (DefaultTable when table is empty) and
+// its records table in pool's database if they do not exist, and checks
+// the schema versions of existing ones. It is safe to run concurrently from
+// many processes: creation is serialised by a transaction-scoped advisory
+// lock. It needs the CREATE privilege on the schema only when a table is
+// missing.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
 	if table == "" {
 		table = DefaultTable
 	}
-	_, err := prepareTable(ctx, pool, table, true)
-	return err
+	t, err := prepareTable(ctx, pool, table, true)
+	if err != nil {
+		return err
+	}
+	return requireRecords(ctx, pool, t)
 }
 
 // Init connects to the database named by rawURL (as Open does, honouring
-// table=), creates the lease table if it is missing, checks its schema
-// version, and disconnects. It is what `leasehold store init` runs; a
-// migrate=false parameter is ignored, since creating is the point.
+// table=), creates the lease table and its records table if they are
+// missing, checks their schema versions, and disconnects. It is what
+// `leasehold store init` runs; a migrate=false parameter is ignored, since
+// creating is the point.
 func Init(ctx context.Context, rawURL string) error {
 	s, err := open(ctx, rawURL, nil, func(c *config) { c.migrate = true })
 	if err != nil {
+		return err
+	}
+	lease, _ := parseTable(s.display)
+	if err := requireRecords(ctx, s.pool, lease); err != nil {
+		s.Close()
 		return err
 	}
 	return s.Close()
