@@ -71,9 +71,20 @@ func (s *Store) recTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
+		var ce *leasehold.ConflictError
+		var ie *leasehold.InvalidError
+		if ctx.Err() != nil && !errors.As(err, &ce) && !errors.As(err, &ie) && !errors.Is(err, leasehold.ErrNotFound) {
+			return ctx.Err() // database/sql rolled back when ctx ended
+		}
 		return err
 	}
-	return translate(tx.Commit())
+	if err := tx.Commit(); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return translate(err)
+	}
+	return nil
 }
 
 func readRec(ctx context.Context, tx *sql.Tx, key string) (recRow, error) {
