@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/workflow"
 	"log/slog"
 	"net"
 	"net/http"
@@ -44,6 +45,8 @@ type Config struct {
 	Metrics *Metrics
 	// Dashboard, if set, is served under /dashboard/.
 	Dashboard http.Handler
+	// Workflows are served at /v1/workflows/{name}/... (see HandlerOptions).
+	Workflows map[string]*workflow.Workflows
 	// MaxBodyBytes caps HTTP request bodies (default 128 KiB).
 	MaxBodyBytes int64
 
@@ -138,6 +141,7 @@ func NewServer(b Backend, cfg Config) (*Server, error) {
 	s.api = newHTTPAPI(b, HandlerOptions{
 		Auth: cfg.Auth, Limits: cfg.Limits, Logger: cfg.Logger, Metrics: cfg.Metrics,
 		Dashboard: cfg.Dashboard, MaxBodyBytes: cfg.MaxBodyBytes,
+		Workflows: cfg.Workflows,
 	})
 	s.hs = &http.Server{
 		Handler:           s.api,

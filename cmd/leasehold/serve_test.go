@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -23,23 +26,29 @@ func startServer(t *testing.T, dir, addr string) (url string, kill func()) {
 	cmd := leasehold(context.Background(), "serve", "--data-dir", dir, "--addr", addr, "--resp-addr", "", "--log-level", "warn")
 	startGroup(t, cmd)
 	url = "http://" + addr
+	waitReady(t, url)
+	return url, func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	}
+}
+
+// waitReady polls url/readyz until it answers 200.
+func waitReady(t *testing.T, url string) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(url + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				break
+				return
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("server on %s not ready after 30s: %v", addr, err)
+			t.Fatalf("server %s not ready after 30s: %v", url, err)
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-	return url, func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
 	}
 }
 
@@ -182,5 +191,63 @@ func TestRunThroughServer(t *testing.T) {
 	mutualExclusion(t, url)
 	if ls := status(t, url, "e2e/"); len(ls) != 0 {
 		t.Errorf("leases left after every run ended: %+v", ls)
+	}
+}
+
+// TestServeWorkflows: `leasehold serve --workflows FILE` serves the
+// definitions: two admins approving at once, one applies, the other is told
+// who did; the approval survives a restart.
+func TestServeWorkflows(t *testing.T) {
+	tmp := t.TempDir()
+	defs := filepath.Join(tmp, "workflows.json")
+	if err := os.WriteFile(defs, []byte(`{"workflows": [{"name": "approval", "initial": "PENDING",
+		"transitions": {"PENDING": ["APPROVED", "REJECTED"]}, "strategy": "adaptive"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	start := func() func() {
+		cmd := leasehold(context.Background(), "serve", "--data-dir", filepath.Join(tmp, "data"), "--addr", addr, "--resp-addr", "", "--workflows", defs)
+		startGroup(t, cmd)
+		waitReady(t, "http://"+addr)
+		return func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() }
+	}
+	kill := start()
+	base := "http://" + addr + "/v1/workflows/approval/req-1"
+	post := func(url, body string) (int, map[string]any) {
+		resp, err := http.Post(url, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out
+	}
+	if code, out := post(base, `{}`); code != http.StatusCreated && code != http.StatusOK {
+		t.Fatalf("create: %d %v", code, out)
+	}
+	code, first := post(base+"/transition", `{"from":"PENDING","to":"APPROVED","actor":"alice","request_id":"a-1"}`)
+	if code != http.StatusOK || first["outcome"] != "applied" {
+		t.Fatalf("alice: %d %v", code, first)
+	}
+	code, second := post(base+"/transition", `{"from":"PENDING","to":"APPROVED","actor":"bob","request_id":"b-1"}`)
+	if code != http.StatusOK || second["outcome"] != "already-done" || second["by"] != "alice" {
+		t.Fatalf("bob: %d %v, want already-done by alice", code, second)
+	}
+	code, again := post(base+"/transition", `{"from":"PENDING","to":"APPROVED","actor":"alice","request_id":"a-1"}`)
+	if code != http.StatusOK || again["outcome"] != "repeated" {
+		t.Fatalf("alice's retry: %d %v, want repeated", code, again)
+	}
+	kill()
+	start()
+	resp, err := http.Get(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var inst map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&inst)
+	if inst["state"] != "APPROVED" {
+		t.Fatalf("after restart: %v, want APPROVED", inst)
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/workflow"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"log/slog"
 	"net/url"
 	"os"
@@ -73,6 +76,7 @@ type serveOptions struct {
 	addr, respAddr  string
 	dataDir         string
 	store           string
+	workflows       string
 	noSync          bool
 	authFile        string
 	rateLimit       float64
@@ -126,6 +130,7 @@ func newServeCmd(e *env) *cobra.Command {
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug (one line per request), info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.BoolVar(&o.dashboard, "dashboard", true, "serve the dashboard at /dashboard/")
+	f.StringVar(&o.workflows, "workflows", "", "JSON file of workflow definitions served at /v1/workflows/ (see docs/workflows.md)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for in-flight requests")
 	return cmd
 }
@@ -215,7 +220,9 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	sctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
-	metrics := server.NewMetrics(nil)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := server.NewMetrics(reg)
 	var backend server.Backend
 	var what string
 	if o.store != "" {
@@ -255,8 +262,17 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		}
 	}
 
+	var flows map[string]*workflow.Workflows
+	if o.workflows != "" {
+		if flows, err = loadWorkflows(o.workflows, backend, reg); err != nil {
+			backend.Close()
+			return usagef("serve: --workflows: %v", err)
+		}
+	}
+
 	cfg := server.Config{
-		Addr: o.addr, RESPAddr: o.respAddr,
+		Workflows: flows,
+		Addr:      o.addr, RESPAddr: o.respAddr,
 		TLSCert: o.tlsCert, TLSKey: o.tlsKey, ClientCA: o.clientCA,
 		Auth: auth, Limits: limits, Logger: log, Metrics: metrics,
 		ShutdownTimeout: o.shutdownTimeout,

@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/server"
+	"github.com/leasehold/leasehold/workflow"
+)
+
+// workflowFile is the --workflows file: a list of definitions, each with
+// the strategy to run it with.
+type workflowFile struct {
+	Workflows []struct {
+		Name        string              `json:"name"`
+		Initial     string              `json:"initial"`
+		Transitions map[string][]string `json:"transitions"`
+		Strategy    string              `json:"strategy"` // optimistic, pessimistic, lease, adaptive (default)
+	} `json:"workflows"`
+}
+
+// loadWorkflows reads definitions and runs them on the server's own
+// backend (its records and leases).
+func loadWorkflows(path string, b server.Backend, reg prometheus.Registerer) (map[string]*workflow.Workflows, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var f workflowFile
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	st := server.StoreOf(b)
+	rs, ok := st.(leasehold.RecordStore)
+	if !ok {
+		return nil, fmt.Errorf("this backend keeps no records")
+	}
+	out := map[string]*workflow.Workflows{}
+	for _, d := range f.Workflows {
+		if _, dup := out[d.Name]; dup {
+			return nil, fmt.Errorf("%s: workflow %q defined twice", path, d.Name)
+		}
+		strategy := workflow.Strategy(d.Strategy)
+		if strategy == "" {
+			strategy = workflow.Adaptive
+		}
+		w, err := workflow.New(workflow.Definition{Name: d.Name, Initial: d.Initial, Transitions: d.Transitions},
+			workflow.Config{Records: rs, Leases: st, Strategy: strategy, Registerer: reg})
+		if err != nil {
+			return nil, fmt.Errorf("%s: workflow %q: %w", path, d.Name, err)
+		}
+		out[d.Name] = w
+	}
+	return out, nil
+}
