@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
@@ -61,6 +63,41 @@ const (
 // maxRecordRounds bounds the rounds of a record operation whose item
 // changed between its conditional write and the read that followed.
 const maxRecordRounds = 50
+
+// writeOnce is the per-request option of every single-item record write.
+// The SDK retries a request after a 5xx answer, a broken connection or a
+// reply that fails its checksum, by default; for a conditional write that
+// may already have been applied, the retry then fails its condition (a
+// false conflict) or, for an ADD, adds twice. writeOnce keeps the SDK's
+// retries (and its backoff) only for errors by which DynamoDB refused the
+// request without applying it — throttling — and for connections that
+// were never made; any other failure is returned as an error: the outcome
+// of that write is unknown. Reads keep the SDK's retries, and
+// TransactWriteItems is idempotent by its client request token.
+func writeOnce(o *ddb.Options) {
+	if r, ok := o.Retryer.(aws.RetryerV2); ok {
+		o.Retryer = notAppliedRetryer{r}
+	} else {
+		o.Retryer = notAppliedRetryer{retry.NewStandard()}
+	}
+}
+
+type notAppliedRetryer struct{ aws.RetryerV2 }
+
+func (r notAppliedRetryer) IsErrorRetryable(err error) bool {
+	return notApplied(err) && r.RetryerV2.IsErrorRetryable(err)
+}
+
+// notApplied reports an error that proves the request was not applied.
+func notApplied(err error) bool {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		_, throttled := retry.DefaultThrottleErrorCodes[ae.ErrorCode()]
+		return throttled
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
 
 // recPlaceholders name the record attributes in expressions (Value is a
 // DynamoDB reserved word).
@@ -250,7 +287,7 @@ func (s *Store) PutRecord(ctx context.Context, key string, value []byte, expect 
 		ReturnValues: types.ReturnValueUpdatedNew,
 	}
 	for round := 0; ; round++ {
-		out, err := s.client.UpdateItem(ctx, in)
+		out, err := s.client.UpdateItem(ctx, in, writeOnce)
 		if err == nil {
 			return versionOut(key, out.Attributes)
 		}
@@ -292,7 +329,7 @@ func (s *Store) DeleteRecord(ctx context.Context, key string, expect uint64) err
 	}
 	for round := 0; ; round++ {
 		if expect != 0 {
-			_, err := s.client.UpdateItem(ctx, in)
+			_, err := s.client.UpdateItem(ctx, in, writeOnce)
 			if err == nil {
 				return nil
 			}
@@ -345,7 +382,7 @@ func (s *Store) AddCounter(ctx context.Context, key string, delta int64) (int64,
 		ReturnValues: types.ReturnValueUpdatedNew,
 	}
 	for round := 0; ; round++ {
-		out, err := s.client.UpdateItem(ctx, in)
+		out, err := s.client.UpdateItem(ctx, in, writeOnce)
 		if err == nil {
 			return counterOut(key, out.Attributes)
 		}
@@ -393,7 +430,7 @@ func (s *Store) rewriteCounter(ctx context.Context, key string, sum int64, raw u
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":c": num(sum), ":new": unum(raw + 1), ":raw": unum(raw),
 		},
-	})
+	}, writeOnce)
 	var ccf *types.ConditionalCheckFailedException
 	switch {
 	case err == nil:

@@ -292,6 +292,7 @@ type txnEmulator struct {
 	proxy           *httputil.ReverseProxy
 	txns, cancelled int               // under mu (write)
 	interfere       func(auth emAuth) // if set, runs (once) before the next transaction; under mu
+	faults          []string          // the next UpdateItems fail so (see fault); under mu
 }
 
 func newTxnEmulator(t testing.TB, base string) *txnEmulator {
@@ -314,6 +315,9 @@ func newTxnEmulator(t testing.TB, base string) *txnEmulator {
 }
 
 func (e *txnEmulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("X-Amz-Target") == "DynamoDB_20120810.UpdateItem" && e.fault(w, r) {
+		return
+	}
 	if r.Header.Get("X-Amz-Target") != "DynamoDB_20120810.TransactWriteItems" {
 		e.mu.RLock()
 		defer e.mu.RUnlock()
@@ -332,6 +336,73 @@ func (e *txnEmulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // emAuth is the signature of the transaction, sent along with each of its
 // requests (dynalite checks that a signature is there, not what it signs).
 type emAuth struct{ auth, date string }
+
+// fault answers an UpdateItem with the next injected fault, if any:
+// "lost" applies the request and answers 500, as if the reply had been
+// lost; "throttled" answers ProvisionedThroughputExceededException without
+// applying it.
+func (e *txnEmulator) fault(w http.ResponseWriter, r *http.Request) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.faults) == 0 {
+		return false
+	}
+	f := e.faults[0]
+	e.faults = e.faults[1:]
+	code := "ProvisionedThroughputExceededException"
+	status := 400
+	if f == "lost" {
+		var in map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			panic(err)
+		}
+		e.call(emAuth{r.Header.Get("Authorization"), r.Header.Get("X-Amz-Date")}, "UpdateItem", in)
+		code, status = "InternalServerError", 500
+	}
+	_, body := apiError(code, "injected by the test")
+	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	w.Header().Set("X-Amz-Crc32", strconv.FormatUint(uint64(crc32.ChecksumIEEE(body)), 10))
+	w.WriteHeader(status)
+	w.Write(body)
+	return true
+}
+
+// TestRecordsWriteRetries: a record write whose reply is lost after
+// DynamoDB applied it is not retried by the SDK (its retry would fail its
+// condition and be reported as a conflict, or add twice): the caller gets
+// an error, and the write is there. A throttled write is retried.
+func TestRecordsWriteRetries(t *testing.T) {
+	em := newTxnEmulator(t, enginetest.DynamoDBURL(t))
+	s := open(t, freshURL(t, em.url))
+	defer s.Close()
+	ctx := bg(t)
+	inject := func(faults ...string) {
+		em.mu.Lock()
+		em.faults = faults
+		em.mu.Unlock()
+	}
+	inject("lost")
+	if _, err := s.PutRecord(ctx, "p", []byte("x"), 0); err == nil || errors.Is(err, leasehold.ErrConflict) {
+		t.Fatalf("put with a lost reply: %v, want an error that is not a conflict", err)
+	}
+	if r, err := s.GetRecord(ctx, "p"); err != nil || string(r.Value) != "x" || r.Version != 1 {
+		t.Fatalf("after the lost reply: %+v, %v", r, err)
+	}
+	inject("lost")
+	if _, _, err := s.AddCounter(ctx, "n", 5); err == nil || errors.Is(err, leasehold.ErrConflict) {
+		t.Fatalf("add with a lost reply: %v, want an error", err)
+	}
+	if r, err := s.GetRecord(ctx, "n"); err != nil || string(r.Value) != "5" {
+		t.Fatalf("the add with a lost reply was applied %+v, %v times; want once", r, err)
+	}
+	inject("throttled", "throttled")
+	if n, v, err := s.AddCounter(ctx, "n", 1); err != nil || n != 6 || v != 2 {
+		t.Fatalf("throttled add: %d, %d, %v", n, v, err)
+	}
+	if v, err := s.PutRecord(ctx, "p", []byte("y"), 1); err != nil || v != 2 {
+		t.Fatalf("put after the faults: %d, %v", v, err)
+	}
+}
 
 type emItem struct {
 	op    string         // the single-item request
