@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,10 +29,30 @@ type hotInstance struct {
 	q       []*command
 	running bool // a head goroutine is draining q
 
+	// since is when each request id now waiting (or told to ask again)
+	// first arrived: the queue serves requests in that order, so a caller
+	// told that the instance moved on keeps its place when it asks again.
+	// Guarded by mu.
+	since map[string]arrival
+
 	// Owned by the head while running: the instance as the head last wrote
-	// or read it (nil: read it afresh).
+	// or read it (nil: read it afresh), and request ids known not to have
+	// been applied as of that version. Every write since was the head's own
+	// (any other breaks the version condition and empties both), so a
+	// refusal of a known request id needs no check of its request record.
 	cache    *instRec
 	cacheVer uint64
+	known    map[string]struct{}
+}
+
+type arrival struct {
+	first, last time.Time
+}
+
+// invalidate forgets the head's view of the instance.
+func (h *hotInstance) invalidate() {
+	h.cache = nil
+	clear(h.known)
 }
 
 // window counts attempts and conflicts over a sliding window of buckets.
@@ -92,7 +114,8 @@ func (w *Workflows) acquireHot(id string) *hotInstance {
 	}
 	h := w.hot[id]
 	if h == nil {
-		h = &hotInstance{id: id, win: window{span: max(int64(w.cfg.Window)/windowBuckets, 1)}, gate: make(chan struct{}, 1)}
+		h = &hotInstance{id: id, win: window{span: max(int64(w.cfg.Window)/windowBuckets, 1)}, gate: make(chan struct{}, 1),
+			since: map[string]arrival{}, known: map[string]struct{}{}}
 		w.hot[id] = h
 		w.m.mode(id, false, 0)
 	}
@@ -175,7 +198,14 @@ func (w *Workflows) enqueue(ctx context.Context, h *hotInstance, c *command) (Re
 		})
 	}
 	c.done = make(chan outcome, 1)
-	c.enqueued = w.clock.Now()
+	now := w.clock.Now()
+	a, seen := h.since[c.requestID]
+	if !seen {
+		a.first = now
+	}
+	a.last = now
+	h.since[c.requestID] = a
+	c.enqueued = a.first
 	h.q = append(h.q, c)
 	if !h.running {
 		h.running = true
@@ -221,6 +251,7 @@ func (w *Workflows) drain(h *hotInstance) {
 	}
 	defer releaseLease()
 	maxTake := leasehold.MaxTxnOps - 2
+	pruned := w.clock.Now()
 	for {
 		h.mu.Lock()
 		batch := make([]*command, 0, min(len(h.q), maxTake))
@@ -234,15 +265,27 @@ func (w *Workflows) drain(h *hotInstance) {
 		}
 		if len(batch) == 0 {
 			h.running = false
-			h.cache = nil
+			h.invalidate()
+			clear(h.since)
 			h.mu.Unlock()
 			return
 		}
+		if now := w.clock.Now(); now.Sub(pruned) > w.cfg.Window {
+			// Forget requests whose callers did not ask again.
+			pruned = now
+			for r, a := range h.since {
+				if now.Sub(a.last) > w.cfg.Window {
+					delete(h.since, r)
+				}
+			}
+		}
 		h.mu.Unlock()
+		// Serve requests in the order they first arrived.
+		slices.SortStableFunc(batch, func(a, b *command) int { return a.enqueued.Compare(b.enqueued) })
 		if w.client != nil && !w.cfg.LocalQueue {
 			if lease != nil && (w.clock.Now().Sub(leaseAt) > w.cfg.QueueSlice || !lease.Held()) {
 				releaseLease()
-				h.cache = nil // others may write while we do not hold it
+				h.invalidate() // others may write while we do not hold it
 			}
 			if lease == nil {
 				actx, cancel := context.WithTimeout(context.Background(), w.cfg.LockWait)
@@ -256,6 +299,14 @@ func (w *Workflows) drain(h *hotInstance) {
 			}
 		}
 		rest := w.runBatch(h, batch)
+		runtime.Gosched() // let the callers just answered ask again before the next batch
+		h.mu.Lock()
+		for _, c := range batch {
+			if c.final && !slices.Contains(rest, c) {
+				delete(h.since, c.requestID)
+			}
+		}
+		h.mu.Unlock()
 		if len(rest) > 0 {
 			h.mu.Lock()
 			h.q = append(rest, h.q...)
@@ -263,6 +314,11 @@ func (w *Workflows) drain(h *hotInstance) {
 		}
 	}
 }
+
+// refusalsPerBatch bounds the refusals one batch answers: under a herd of
+// callers that ask again whenever told the instance moved on, answering
+// all of them at once would wake them all for every transition applied.
+const refusalsPerBatch = 8
 
 // slot is one command's place in a batch.
 type slot struct {
@@ -280,7 +336,13 @@ type slot struct {
 func (w *Workflows) runBatch(h *hotInstance, batch []*command) []*command {
 	ctx, cancel := context.WithTimeout(context.Background(), max(w.cfg.LockWait, 30*time.Second))
 	defer cancel()
-	deliver := func(c *command, res Result, err error) { c.done <- outcome{res, err} }
+	deliver := func(c *command, res Result, err error) {
+		// A refusal leaves the request free to ask again; anything else
+		// is its final answer.
+		var ws *WrongStateError
+		c.final = !(err == nil && res.Outcome == AlreadyDone) && !errors.As(err, &ws)
+		c.done <- outcome{res, err}
+	}
 	fail := func(cs []*command, err error) {
 		for _, c := range cs {
 			deliver(c, Result{}, err)
@@ -300,6 +362,7 @@ func (w *Workflows) runBatch(h *hotInstance, batch []*command) []*command {
 		slots := make([]slot, 0, len(batch))
 		var rest []*command
 		seen := make(map[string]bool, len(batch))
+		refusals := 0
 		for i, c := range batch {
 			if seen[c.requestID] {
 				rest = batch[i:] // the same request twice: the second waits for the first's outcome
@@ -319,6 +382,15 @@ func (w *Workflows) runBatch(h *hotInstance, batch []*command) []*command {
 			} else if cur.Last != nil && cur.Last.RequestID == c.requestID {
 				s.res, s.err = w.repeated(c, *cur.Last, Queued, attempt)
 				s.settled = true
+			} else if refusals >= refusalsPerBatch {
+				// The rest wait for the next batch, so that each batch
+				// wakes only a few callers to ask again.
+				rest = batch[i:]
+				break
+			} else if _, ok := h.known[c.requestID]; ok {
+				s.res, s.err = w.refuse(c, cur, Queued, attempt)
+				s.settled = true
+				refusals++
 			} else {
 				if p.ops()+1 > leasehold.MaxTxnOps {
 					rest = batch[i:]
@@ -326,21 +398,34 @@ func (w *Workflows) runBatch(h *hotInstance, batch []*command) []*command {
 				}
 				p.checked = append(p.checked, c.requestID)
 				s.res, s.err = w.refuse(c, cur, Queued, attempt)
+				refusals++
 			}
 			seen[c.requestID] = true
 			slots = append(slots, s)
 		}
 		p.next = cur
 		if len(p.applied) == 0 {
-			// Nothing to write: refusals check their request ids by reading.
+			// Nothing to write: refusals check their request ids by
+			// reading (at once).
+			var wg sync.WaitGroup
+			var mu sync.Mutex
 			for _, s := range slots {
 				if s.settled {
 					deliver(s.c, s.res, s.err)
 					continue
 				}
-				res, err := w.refusal(ctx, s.c, s.rec, Queued, attempt)
-				deliver(s.c, res, err)
+				wg.Go(func() {
+					res, err := w.refusal(ctx, s.c, s.rec, Queued, attempt)
+					var ws *WrongStateError
+					if (err == nil && res.Outcome == AlreadyDone) || errors.As(err, &ws) {
+						mu.Lock()
+						h.known[s.c.requestID] = struct{}{}
+						mu.Unlock()
+					}
+					deliver(s.c, res, err)
+				})
 			}
+			wg.Wait()
 			return rest
 		}
 		t, err := w.txn(p)
@@ -353,14 +438,17 @@ func (w *Workflows) runBatch(h *hotInstance, batch []*command) []*command {
 		switch kind {
 		case conflictNone:
 			if err != nil {
-				h.cache = nil
+				h.invalidate()
 				fail(batch[:len(slots)], err)
 				return rest
 			}
 			next := p.next
 			h.cache, h.cacheVer = &next, out.Versions[w.instKey(h.id)]
 			if h.cacheVer == 0 {
-				h.cache = nil
+				h.invalidate()
+			}
+			for _, r := range p.checked {
+				h.known[r] = struct{}{}
 			}
 			for _, s := range slots {
 				deliver(s.c, s.res, s.err)
@@ -389,7 +477,7 @@ func (w *Workflows) runBatch(h *hotInstance, batch []*command) []*command {
 		default:
 			// Someone else wrote the instance (another process, or a
 			// transition outside the queue): read it afresh.
-			h.cache = nil
+			h.invalidate()
 			w.m.conflict()
 		}
 		if attempt >= w.cfg.MaxAttempts*4 {

@@ -255,8 +255,9 @@ func (w *Workflows) instance(id string, r instRec) Instance {
 type command struct {
 	ctx                            context.Context
 	id, from, to, actor, requestID string
-	enqueued                       time.Time
+	enqueued                       time.Time    // when its request id first arrived (queue mode)
 	done                           chan outcome // buffered 1 (queue mode)
+	final                          bool         // set by the head before delivering: not a refusal
 }
 
 type outcome struct {
