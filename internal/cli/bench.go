@@ -57,5 +57,6 @@ not figures from different runs.`,
 	f.IntVar(&cfg.Leases, "leases", 0, "also hold this many leases to measure memory and restart time (e.g. 1000000)")
 	f.StringVar(&cfg.Dir, "dir", "", "data directory for the server's log (default: a temporary directory on the default temp disk)")
 	cmd.AddCommand(srv)
+	cmd.AddCommand(newBenchWorkflowCmd(e))
 	return cmd
 }

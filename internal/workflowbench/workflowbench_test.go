@@ -1,0 +1,109 @@
+package workflowbench
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRunSmall runs the experiment small on the engines at hand and checks
+// what must hold whatever the timings: leasehold's strategies lose and
+// duplicate nothing, adaptive applies every advance and, in approve, one
+// application per round with every other caller told who applied it. No
+// figure is asserted.
+func TestRunSmall(t *testing.T) {
+	cfg := Config{
+		Workers: 20, PerWorker: 3, Rounds: 3, PostgresURL: os.Getenv("LEASEHOLD_TEST_POSTGRES"),
+		AllowNoFsync: true, RedisURL: os.Getenv("LEASEHOLD_TEST_REDIS"), Dir: t.TempDir(),
+		TransitionTimeout: 2 * time.Minute, Plot: filepath.Join(t.TempDir(), "cdf.png"),
+	}
+	if cfg.PostgresURL == "" {
+		cfg.PostgresURL = "off"
+		t.Log("PostgreSQL not configured ($LEASEHOLD_TEST_POSTGRES): the document's strategies are not run; start the engines with eval \"$(scripts/engines.sh start)\"")
+	}
+	var out bytes.Buffer
+	cfg.Out = &out
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + out.String())
+	for _, r := range res.Rows {
+		if r.Baseline {
+			continue // the document's strategies may lie or double-apply: that is what they are
+		}
+		if r.Check != "ok" {
+			t.Errorf("%s %s on %s: %s", r.Workload, r.System, r.Engine, r.Check)
+		}
+		if r.Counts[kError] != 0 {
+			t.Errorf("%s %s on %s: %d errors", r.Workload, r.System, r.Engine, r.Counts[kError])
+		}
+		if strings.HasPrefix(r.System, "adaptive") {
+			switch r.Workload {
+			case "advance":
+				if r.Applied() != r.Intended {
+					t.Errorf("adaptive on %s applied %d of %d", r.Engine, r.Applied(), r.Intended)
+				}
+			case "approve":
+				if r.Applied() != r.Rounds || r.Told != r.Intended-r.Rounds {
+					t.Errorf("adaptive on %s approve: %d applied in %d rounds, %d told who", r.Engine, r.Applied(), r.Rounds, r.Told)
+				}
+			}
+		}
+	}
+	if cfg.PostgresURL != "off" {
+		if _, err := os.Stat(cfg.Plot); err != nil {
+			t.Errorf("no plot: %v", err)
+		}
+	}
+	for _, want := range []string{"### advance", "### approve", "| leasehold adaptive | memory |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
+
+// TestFsyncRefused: a PostgreSQL with fsync off is refused unless allowed.
+func TestFsyncRefused(t *testing.T) {
+	url := os.Getenv("LEASEHOLD_TEST_POSTGRES")
+	if url == "" {
+		t.Skip("PostgreSQL not configured ($LEASEHOLD_TEST_POSTGRES): start the engines with eval \"$(scripts/engines.sh start)\"")
+	}
+	_, err := Run(context.Background(), Config{PostgresURL: url, Engines: []string{"postgres"}, Workers: 2, PerWorker: 1, Rounds: 1, Out: &bytes.Buffer{}})
+	if err == nil {
+		t.Skip("this PostgreSQL has fsync on")
+	}
+	if !strings.Contains(err.Error(), "fsync is off") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// BenchmarkAdvance runs the advance workload of leasehold's adaptive
+// strategy; with -run none -bench . -benchtime 1x and WFBENCH_ENGINES etc.
+func BenchmarkAdvance(b *testing.B) {
+	cfg := Config{
+		Workloads: []string{"advance"}, Systems: strings.Split(envOr("WFBENCH_SYSTEMS", "adaptive"), ","),
+		Engines: strings.Split(envOr("WFBENCH_ENGINES", "memory"), ","), PostgresURL: os.Getenv("WFBENCH_POSTGRES"),
+		RedisURL: os.Getenv("LEASEHOLD_TEST_REDIS"), Out: &bytes.Buffer{},
+	}
+	for b.Loop() {
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range res.Rows {
+			b.ReportMetric(r.AppliedPerSec(), r.Engine+"-"+strings.ReplaceAll(r.System, " ", "")+"-applied/s")
+		}
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
