@@ -450,6 +450,9 @@ func (w *Workflows) runBatch(h *hotInstance, batch []*command) []*command {
 			for _, r := range p.checked {
 				h.known[r] = struct{}{}
 			}
+			for _, e := range p.applied {
+				delete(h.known, e.RequestID)
+			}
 			for _, s := range slots {
 				deliver(s.c, s.res, s.err)
 			}
