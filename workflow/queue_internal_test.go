@@ -267,7 +267,7 @@ func TestQueueRemembersApplied(t *testing.T) {
 		return res{}
 	}
 	r0 := start("A", "B", "r0")
-	<-p.entered // Txn 1: r0
+	<-p.entered                // Txn 1: r0
 	y1 := call("D", "A", "y")  // refused in batch 2 (the instance is at B)
 	x1 := call("C", "D", "x")  // refused in batch 2
 	r1 := call("B", "C", "r1") // applied in batch 2
