@@ -40,10 +40,13 @@ func plotCDF(path string, rows []Row) error {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 		p.Y.Min, p.Y.Max = 0, 1
-		p.Legend.Top = false
-		p.Legend.Left = false
+		p.Legend.Top = wl == "approve" // where the curves are not
+		p.Legend.Left = wl == "approve"
 		p.Legend.XOffs = -vg.Points(4)
 		p.Legend.YOffs = vg.Points(4)
+		if wl == "approve" {
+			p.Legend.XOffs, p.Legend.YOffs = vg.Points(6), -vg.Points(4)
+		}
 		p.Add(plotter.NewGrid())
 		ours, docs := 0, 0
 		for _, r := range sel {
@@ -62,7 +65,11 @@ func plotCDF(path string, rows []Row) error {
 				ours++
 			}
 			p.Add(l)
-			p.Legend.Add(fmt.Sprintf("%s (%.0f applied/s, p99 %s)", label(r), r.AppliedPerSec(), fmtDur(r.Pct(99))), l)
+			text := fmt.Sprintf("%s: success %.0f %%, p99 %s", label(r), 100*r.Success(), fmtDur(r.Pct(99)))
+			if wl == "advance" {
+				text = fmt.Sprintf("%s: %.0f applied/s, success %.0f %%, p99 %s", label(r), r.AppliedPerSec(), 100*r.Success(), fmtDur(r.Pct(99)))
+			}
+			p.Legend.Add(text, l)
 		}
 		panels = append(panels, p)
 	}
