@@ -81,29 +81,3 @@ func TestFsyncRefused(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
-
-// BenchmarkAdvance runs the advance workload of leasehold's adaptive
-// strategy; with -run none -bench . -benchtime 1x and WFBENCH_ENGINES etc.
-func BenchmarkAdvance(b *testing.B) {
-	cfg := Config{
-		Workloads: []string{"advance"}, Systems: strings.Split(envOr("WFBENCH_SYSTEMS", "adaptive"), ","),
-		Engines: strings.Split(envOr("WFBENCH_ENGINES", "memory"), ","), PostgresURL: os.Getenv("WFBENCH_POSTGRES"),
-		RedisURL: os.Getenv("LEASEHOLD_TEST_REDIS"), Out: &bytes.Buffer{},
-	}
-	for b.Loop() {
-		res, err := Run(context.Background(), cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, r := range res.Rows {
-			b.ReportMetric(r.AppliedPerSec(), r.Engine+"-"+strings.ReplaceAll(r.System, " ", "")+"-applied/s")
-		}
-	}
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
