@@ -425,7 +425,11 @@ func TestAdaptiveMovesAndMetrics(t *testing.T) {
 	m := memory.New()
 	name := unique("hot")
 	const window = 500 * time.Millisecond
-	w, err := workflow.New(counting(name, 4000), workflow.Config{Records: m, Leases: m, Registerer: reg, Window: window})
+	// Reads that take a millisecond make concurrent attempts overlap, so
+	// the 50 writers below conflict however the scheduler runs them (on
+	// the bare memory store they can run one after another and never
+	// conflict).
+	w, err := workflow.New(counting(name, 4000), workflow.Config{Records: slowReads{m}, Leases: m, Registerer: reg, Window: window})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,4 +522,12 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map
 	}
 	t.Fatalf("no series %s %v", name, labels)
 	return 0
+}
+
+// slowReads delays every read of a record store by a millisecond.
+type slowReads struct{ leasehold.RecordStore }
+
+func (s slowReads) GetRecord(ctx context.Context, key string) (leasehold.Versioned, error) {
+	time.Sleep(time.Millisecond)
+	return s.RecordStore.GetRecord(ctx, key)
 }
