@@ -425,7 +425,7 @@ func TestAdaptiveMovesAndMetrics(t *testing.T) {
 	m := memory.New()
 	name := unique("hot")
 	const window = 500 * time.Millisecond
-	// Reads that take a millisecond make concurrent attempts overlap, so
+	// Reads answered a millisecond late make concurrent attempts overlap, so
 	// the 50 writers below conflict however the scheduler runs them (on
 	// the bare memory store they can run one after another and never
 	// conflict).
@@ -472,6 +472,8 @@ func TestAdaptiveMovesAndMetrics(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	q0, r0 := w.InstanceMode("x")
+	t.Logf("after the writers: queued %v rate %v", q0, r0)
 	if v := metricValue(t, reg, "leasehold_workflow_strategy_switches_total", map[string]string{"to": "queued"}); v < 1 {
 		t.Fatalf("50 concurrent writers did not move the instance to the queue (switches: %v)", v)
 	}
@@ -524,10 +526,11 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map
 	return 0
 }
 
-// slowReads delays every read of a record store by a millisecond.
+// slowReads answers every read of a record store a millisecond late.
 type slowReads struct{ leasehold.RecordStore }
 
 func (s slowReads) GetRecord(ctx context.Context, key string) (leasehold.Versioned, error) {
-	time.Sleep(time.Millisecond)
-	return s.RecordStore.GetRecord(ctx, key)
+	v, err := s.RecordStore.GetRecord(ctx, key)
+	time.Sleep(time.Millisecond) // after the read: the value ages before its write
+	return v, err
 }
