@@ -61,7 +61,7 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) observe(res Result, err error) {
+func (m *metrics) observe(res Result, err error, configured Strategy) {
 	if m == nil {
 		return
 	}
@@ -82,7 +82,7 @@ func (m *metrics) observe(res Result, err error) {
 	}
 	s := string(res.Strategy)
 	if s == "" {
-		s = "none"
+		s = string(configured) // an error before any strategy served it
 	}
 	m.transitions.WithLabelValues(s, outcome).Inc()
 }

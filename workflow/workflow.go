@@ -307,7 +307,7 @@ func (w *Workflows) Transition(ctx context.Context, instance, from, to, actor, r
 	case Adaptive:
 		res, err = w.adaptive(ctx, c)
 	}
-	w.m.observe(res, err)
+	w.m.observe(res, err, w.cfg.Strategy)
 	return res, err
 }
 
