@@ -453,6 +453,22 @@ func (e *Engine) attach(ent *engEntry, sess *engSession) {
 	}
 }
 
+// lockEntry takes e.mu and returns name's entry (nil if none) with any
+// expiry that is due applied, or ErrClosed (and e.mu not held).
+func (e *Engine) lockEntry(name string) (*engEntry, int64, error) {
+	e.lock()
+	if e.closed {
+		e.unlock()
+		return nil, 0, leasehold.ErrClosed
+	}
+	now := e.now()
+	ent := e.leases[name]
+	if ent != nil {
+		e.expireIfDue(ent, now)
+	}
+	return ent, now, nil
+}
+
 // Renew implements Backend.
 func (e *Engine) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
 	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
@@ -465,15 +481,9 @@ func (e *Engine) Renew(ctx context.Context, name, owner string, token uint64, tt
 		return err
 	}
 	ch := make(chan error, 1)
-	e.lock()
-	if e.closed {
-		e.unlock()
-		return leasehold.ErrClosed
-	}
-	now := e.now()
-	ent := e.leases[name]
-	if ent != nil {
-		e.expireIfDue(ent, now)
+	ent, now, err := e.lockEntry(name)
+	if err != nil {
+		return err
 	}
 	if !ent.live(now) || ent.owner != owner || ent.token != token {
 		e.unlock()
@@ -511,15 +521,9 @@ func (e *Engine) Release(ctx context.Context, name, owner string, token uint64) 
 		return err
 	}
 	ch := make(chan error, 1)
-	e.lock()
-	if e.closed {
-		e.unlock()
-		return leasehold.ErrClosed
-	}
-	now := e.now()
-	ent := e.leases[name]
-	if ent != nil {
-		e.expireIfDue(ent, now)
+	ent, now, err := e.lockEntry(name)
+	if err != nil {
+		return err
 	}
 	if ent == nil || ent.owner != owner || ent.token != token {
 		e.unlock()
@@ -543,15 +547,9 @@ func (e *Engine) ForceRelease(ctx context.Context, name string) (leasehold.Recor
 		return leasehold.Record{}, err
 	}
 	ch := make(chan error, 1)
-	e.lock()
-	if e.closed {
-		e.unlock()
-		return leasehold.Record{}, leasehold.ErrClosed
-	}
-	now := e.now()
-	ent := e.leases[name]
-	if ent != nil {
-		e.expireIfDue(ent, now)
+	ent, now, err := e.lockEntry(name)
+	if err != nil {
+		return leasehold.Record{}, err
 	}
 	if !ent.live(now) {
 		e.unlock()
