@@ -1,0 +1,75 @@
+// Package verify is the harness of leasehold's fault suites (R1–R12 of the
+// verification plan): an operation recorder, an oracle resource that checks
+// fencing tokens, subprocess workers that can be paused and killed, fault
+// injectors, the checkers, and the report every suite writes its figure to.
+package verify
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+)
+
+// Row is one line of the verification report: what a suite did to a store
+// and what the checkers said.
+type Row struct {
+	Suite      string `json:"suite"`      // "R3", "R4-unfenced", ...
+	Store      string `json:"store"`      // "sqlite", "redis", "server", ...
+	Ops        int    `json:"ops"`        // operations recorded (or cases run)
+	Faults     int    `json:"faults"`     // faults injected
+	Violations int    `json:"violations"` // safety violations found
+	Checker    string `json:"checker"`    // "ok", "illegal", "unknown", "caught 10/10", ...
+	Note       string `json:"note,omitempty"`
+}
+
+func (r Row) String() string {
+	s := fmt.Sprintf("%s %s: %d ops, %d faults, %d violations, checker %s", r.Suite, r.Store, r.Ops, r.Faults, r.Violations, r.Checker)
+	if r.Note != "" {
+		s += " (" + r.Note + ")"
+	}
+	return s
+}
+
+var reportMu sync.Mutex
+
+// Report logs row on t and, when $LEASEHOLD_VERIFY_REPORT names a file,
+// appends it there as a JSON line for scripts/verify.sh to print.
+func Report(t testing.TB, row Row) {
+	t.Helper()
+	t.Log("verify: " + row.String())
+	path := os.Getenv("LEASEHOLD_VERIFY_REPORT")
+	if path == "" {
+		return
+	}
+	b, err := json.Marshal(row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reportMu.Lock()
+	defer reportMu.Unlock()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatalf("report: %v", err)
+	}
+	defer f.Close()
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		t.Fatalf("report: %v", err)
+	}
+}
+
+// Long reports whether the long tier was asked for (LEASEHOLD_LONG=1).
+func Long() bool {
+	v, _ := strconv.ParseBool(os.Getenv("LEASEHOLD_LONG"))
+	return v
+}
+
+// Size returns short in the default tier and long in the long tier.
+func Size[T any](short, long T) T {
+	if Long() {
+		return long
+	}
+	return short
+}
