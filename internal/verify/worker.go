@@ -1,0 +1,223 @@
+package verify
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/stores"
+)
+
+// EnvWorker carries a worker's configuration (JSON) to a worker process.
+const EnvWorker = "LEASEHOLD_VERIFY_WORKER"
+
+// WorkerConfig is what one worker process does.
+type WorkerConfig struct {
+	ID      string   // worker id, set by StartWorkers
+	Store   string   // store URL (stores.Open)
+	Keys    []string // lease names to contend for
+	Mode    string   // "lock" (default); others are registered in workerModes
+	Clients int      // logical processes (goroutines), default 2
+	// Cycles per client; 0 runs until the worker is told to stop (SIGTERM).
+	Cycles int
+	TTL    time.Duration // lease TTL (default 1s)
+	// Oracle is the oracle's URL; empty skips the read/write step.
+	Oracle string
+	// Hold is how long a holder stays between reading and writing.
+	Hold time.Duration
+	// Naive makes the holder write without checking that its lease is still
+	// held (the GC-pause client of the unfenced control). Otherwise it
+	// writes only while its local deadline is at least WriteMargin away.
+	Naive       bool
+	WriteMargin time.Duration // default TTL/4
+	// OpTimeout bounds each store call (default TTL); AcquireTimeout each
+	// Acquire (default 5 × TTL).
+	OpTimeout      time.Duration
+	AcquireTimeout time.Duration
+	// Permits is the semaphore size for Mode "semaphore".
+	Permits int
+	Seed    uint64
+}
+
+func (c *WorkerConfig) defaults() {
+	if c.Mode == "" {
+		c.Mode = "lock"
+	}
+	if c.Clients == 0 {
+		c.Clients = 2
+	}
+	if c.TTL == 0 {
+		c.TTL = time.Second
+	}
+	if c.WriteMargin == 0 {
+		c.WriteMargin = c.TTL / 4
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = c.TTL
+	}
+	if c.AcquireTimeout == 0 {
+		c.AcquireTimeout = 5 * c.TTL
+	}
+	if c.Seed == 0 {
+		c.Seed = rand.Uint64()
+	}
+}
+
+// Worker is the running state a mode function gets.
+type Worker struct {
+	Cfg   WorkerConfig
+	Store leasehold.Store
+	Emit  func(Event)
+	seq   atomic.Int64
+	http  *http.Client
+	pid   int
+}
+
+// workerModes maps WorkerConfig.Mode to what each logical process runs.
+// client is that process's number; it returns when ctx ends or its cycles
+// are done.
+var workerModes = map[string]func(ctx context.Context, w *Worker, client int){
+	"lock": lockClient,
+}
+
+// MaybeWorker turns the current process into a worker if EnvWorker is set,
+// and never returns in that case. Test binaries of the suites call it first
+// thing in TestMain, so StartWorkers can run them as workers.
+func MaybeWorker() {
+	raw := os.Getenv(EnvWorker)
+	if raw == "" {
+		return
+	}
+	var cfg WorkerConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "verify worker: bad %s: %v\n", EnvWorker, err)
+		os.Exit(2)
+	}
+	if err := RunWorker(cfg, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "verify worker %s: %v\n", cfg.ID, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// RunWorker runs a worker until its cycles are done or SIGTERM, writing its
+// events to out as JSON lines (unbuffered, so a killed worker loses none
+// that it had written).
+func RunWorker(cfg WorkerConfig, out io.Writer) error {
+	cfg.defaults()
+	mode, ok := workerModes[cfg.Mode]
+	if !ok {
+		return fmt.Errorf("unknown mode %q", cfg.Mode)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	store, err := stores.Open(octx, cfg.Store)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer store.Close()
+	var mu sync.Mutex
+	enc := json.NewEncoder(out)
+	w := &Worker{Cfg: cfg, Store: store, pid: os.Getpid(),
+		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	w.Emit = func(ev Event) {
+		ev.Worker = cfg.ID
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(ev)
+	}
+	var wg sync.WaitGroup
+	for c := 0; c < cfg.Clients; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			mode(ctx, w, c)
+		}(c)
+	}
+	wg.Wait()
+	return nil
+}
+
+// Recorded returns a Store for logical process client that records every
+// lease operation, and the owner identity that process uses.
+func (w *Worker) Recorded(client int) (leasehold.Store, string) {
+	base := fmt.Sprintf("%s-%d", w.Cfg.ID, client)
+	return newRecStore(w.Store, w.Emit, w.Cfg.ID, base, &w.seq), base
+}
+
+// Rand returns a random source for logical process client.
+func (w *Worker) Rand(client int) *rand.Rand {
+	return rand.New(rand.NewPCG(w.Cfg.Seed, uint64(client)))
+}
+
+// Logf emits a log event.
+func (w *Worker) Logf(format string, args ...any) {
+	w.Emit(Event{E: "log", T: Mono(), Msg: fmt.Sprintf(format, args...)})
+}
+
+// errStale is the oracle's refusal of a stale token.
+var errStale = fmt.Errorf("oracle: stale token")
+
+// OracleRead reads key's counter under token.
+func (w *Worker) OracleRead(ctx context.Context, proc, key string, token uint64) (int64, error) {
+	q := url.Values{"k": {key}, "p": {proc}, "tok": {strconv.FormatUint(token, 10)}, "pid": {strconv.Itoa(w.pid)}}
+	resp, err := w.oracle(ctx, "/read", q)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var body struct{ Value int64 }
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return 0, err
+	}
+	return body.Value, nil
+}
+
+// OracleWrite writes read+1 to key's counter under token, telling the
+// oracle the writer's local deadline (Mono).
+func (w *Worker) OracleWrite(ctx context.Context, proc, key string, token uint64, read, deadline int64) error {
+	q := url.Values{"k": {key}, "p": {proc}, "tok": {strconv.FormatUint(token, 10)}, "pid": {strconv.Itoa(w.pid)},
+		"read": {strconv.FormatInt(read, 10)}, "deadline": {strconv.FormatInt(deadline, 10)}}
+	resp, err := w.oracle(ctx, "/write", q)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+func (w *Worker) oracle(ctx context.Context, path string, q url.Values) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.Cfg.Oracle+path+"?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := w.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	switch resp.StatusCode {
+	case http.StatusOK, http.StatusNoContent:
+		return resp, nil
+	case http.StatusConflict:
+		resp.Body.Close()
+		return nil, errStale
+	default:
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return nil, fmt.Errorf("oracle %s: %s: %s", path, resp.Status, b)
+	}
+}

@@ -1,0 +1,56 @@
+package storetest
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// LeaseOp is one recorded store operation on one lease name, for checking
+// histories recorded outside this package (the fault suites record them in
+// worker processes) against LeaseModel. Times are nanoseconds on one
+// monotonic clock shared by every recorder.
+type LeaseOp struct {
+	Client    int           // porcupine client id (one per logical process)
+	Kind      string        // "acquire", "renew" or "release"
+	Owner     string        // the caller's owner identity
+	RequestID string        // acquire: its request id
+	Token     uint64        // renew, release: the token sent
+	TTL       time.Duration // acquire, renew
+	Call      int64
+	Return    int64 // ignored when Unknown
+	OK        bool  // granted / renewed / released
+	OutToken  uint64
+	Holder    string // acquire refused: the holder's owner
+	Unknown   bool   // indeterminate: may or may not have taken effect
+}
+
+// Never is the return time given to indeterminate operations: they may take
+// effect at any moment after their call.
+const Never = int64(1) << 62
+
+// Operation converts op to the form LeaseModel checks. It returns an error
+// for an unknown Kind.
+func (op LeaseOp) Operation() (porcupine.Operation, error) {
+	in := opInput{Owner: op.Owner, RequestID: op.RequestID, Token: op.Token, TTL: int64(op.TTL), Call: op.Call}
+	switch op.Kind {
+	case "acquire":
+		in.Kind = opAcquire
+	case "renew":
+		in.Kind = opRenew
+	case "release":
+		in.Kind = opRelease
+	default:
+		return porcupine.Operation{}, fmt.Errorf("storetest: unknown lease operation %q", op.Kind)
+	}
+	out := opOutput{OK: op.OK, Token: op.OutToken, HolderOwner: op.Holder, Unknown: op.Unknown, Return: op.Return}
+	if op.Unknown {
+		out.Return = Never
+	}
+	return porcupine.Operation{ClientId: op.Client, Input: in, Call: op.Call, Output: out, Return: out.Return}, nil
+}
+
+// DescribeHistory renders ops (as returned by LeaseOp.Operation) for a
+// failure message.
+func DescribeHistory(name string, ops []porcupine.Operation) string { return describe(name, ops) }
