@@ -151,6 +151,24 @@ func processesIn(dir string) []int {
 	return pids
 }
 
+// Signal sends sig to every process of the server (its process group, and
+// for PostgreSQL the backends found by their working directory): SIGSTOP
+// and SIGCONT pause and resume it.
+func (s *Server) Signal(sig syscall.Signal) {
+	if s.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, sig)
+	if s.procDir != "" {
+		for _, pid := range processesIn(s.procDir) {
+			_ = syscall.Kill(pid, sig)
+		}
+	}
+}
+
+// Running reports whether the server was started and not killed.
+func (s *Server) Running() bool { return s.cmd != nil }
+
 // Restart kills the process and starts it again on the same port and data.
 func (s *Server) Restart() {
 	s.Kill()
@@ -247,9 +265,10 @@ func EtcdURL(t testing.TB) string {
 	return envOrSkip(t, "LEASEHOLD_TEST_ETCD", "etcd")
 }
 
-// StartDynalite starts a private dynalite (in memory: a restart loses its
-// data). Skips when dynalite or node is not installed.
-func StartDynalite(t testing.TB) *Server {
+// StartDynalite starts a private dynalite (in memory, so a restart loses
+// its data, unless extra has "--path", DIR for LevelDB on disk). Skips when
+// dynalite or node is not installed.
+func StartDynalite(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	cli := os.Getenv("LEASEHOLD_TEST_DYNALITE")
 	node, err := exec.LookPath("node")
@@ -257,7 +276,7 @@ func StartDynalite(t testing.TB) *Server {
 		t.Skipf("dynalite not found ($LEASEHOLD_TEST_DYNALITE empty or no node): %s", howTo)
 	}
 	s := &Server{t: t, Port: FreePort(t), Dir: t.TempDir()}
-	s.argv = []string{node, cli, "--port", strconv.Itoa(s.Port), "--host", "127.0.0.1"}
+	s.argv = append([]string{node, cli, "--port", strconv.Itoa(s.Port), "--host", "127.0.0.1"}, extra...)
 	s.wait = s.portOpen
 	return s.launch()
 }

@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/cli"
 	"github.com/leasehold/leasehold/stores"
 )
 
@@ -93,9 +95,18 @@ var workerModes = map[string]func(ctx context.Context, w *Worker, client int){
 }
 
 // MaybeWorker turns the current process into a worker if EnvWorker is set,
-// and never returns in that case. Test binaries of the suites call it first
+// or into the leasehold command line if EnvCLI is set, and never returns in
+// those cases. Test binaries of the suites call it first
 // thing in TestMain, so StartWorkers can run them as workers.
 func MaybeWorker() {
+	if args := os.Getenv(EnvCLI); args != "" {
+		var argv []string
+		if err := json.Unmarshal([]byte(args), &argv); err != nil {
+			fmt.Fprintf(os.Stderr, "verify: bad %s: %v\n", EnvCLI, err)
+			os.Exit(2)
+		}
+		os.Exit(cli.Main(context.Background(), argv, os.Stdout, os.Stderr))
+	}
 	raw := os.Getenv(EnvWorker)
 	if raw == "" {
 		return
@@ -123,9 +134,17 @@ func RunWorker(cfg WorkerConfig, out io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	store, err := stores.Open(octx, cfg.Store)
-	cancel()
+	// The engine may be down (a suite killed it): keep trying for a while.
+	var store leasehold.Store
+	var err error
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		store, err = stores.Open(octx, cfg.Store)
+		cancel()
+		if err == nil || errors.Is(err, leasehold.ErrInvalid) || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}

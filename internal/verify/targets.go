@@ -1,0 +1,182 @@
+package verify
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/dynamodb"
+	"github.com/leasehold/leasehold/internal/enginetest"
+)
+
+// AllStores names every store a suite can run on. "server" is a
+// `leasehold serve` process (its own durable log) reached over RESP.
+var AllStores = []string{"sqlite", "redis", "postgres", "dynamodb", "etcd", "server"}
+
+// Target is a store under test, with the controls a fault suite needs.
+// Embedded stores (sqlite) have no engine process: Kill, Start, Pause and
+// Resume are nil and Addr is empty.
+type Target struct {
+	Name string
+	URL  string // store URL for workers
+	// Addr is the engine's client address (host:port); URLFor gives the
+	// store URL through another address (a TCP proxy in front of Addr).
+	Addr   string
+	URLFor func(addr string) string
+	Kill   func() // SIGKILL every process of the engine
+	Start  func() // start it again (same port and data) after Kill
+	Pause  func() // SIGSTOP
+	Resume func() // SIGCONT
+}
+
+// Embedded reports whether the store runs inside its clients.
+func (t Target) Embedded() bool { return t.Kill == nil }
+
+// StartTarget starts a private instance of the named store, configured to
+// keep acknowledged writes across a SIGKILL of its process (Redis with
+// appendfsync always, dynalite on disk), and stops it when the test ends.
+// It skips the test when the engine is not installed.
+func StartTarget(t testing.TB, name string) Target {
+	t.Helper()
+	switch name {
+	case "sqlite":
+		u := "sqlite://" + filepath.Join(t.TempDir(), "leases.db")
+		return Target{Name: name, URL: u}
+	case "redis":
+		s := enginetest.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+		return engineTarget(name, s, func(addr string) string { return "redis://" + addr + "/0" })
+	case "postgres":
+		s := enginetest.StartPostgres(t)
+		return engineTarget(name, s, func(addr string) string {
+			return "postgres://postgres@" + addr + "/postgres?sslmode=disable&connect_timeout=5"
+		})
+	case "dynamodb":
+		dir := t.TempDir()
+		s := enginetest.StartDynalite(t, "--path", dir)
+		tg := engineTarget(name, s, func(addr string) string {
+			return "dynamodb://lh_verify?endpoint=http://" + addr + "&region=us-east-1"
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := dynamodb.Init(ctx, tg.URL); err != nil { // create the table once, not in every worker
+			t.Fatalf("create the table: %v", err)
+		}
+		return tg
+	case "etcd":
+		s := enginetest.StartEtcd(t)
+		return engineTarget(name, s, func(addr string) string { return "etcd://" + addr })
+	case "server":
+		return serverTarget(t)
+	}
+	t.Fatalf("unknown store %q (known: %v)", name, AllStores)
+	return Target{}
+}
+
+func engineTarget(name string, s *enginetest.Server, urlFor func(string) string) Target {
+	addr := "127.0.0.1:" + strconv.Itoa(s.Port)
+	return Target{Name: name, URL: urlFor(addr), Addr: addr, URLFor: urlFor,
+		Kill: s.Kill, Start: s.Start,
+		Pause:  func() { s.Signal(syscall.SIGSTOP) },
+		Resume: func() { s.Signal(syscall.SIGCONT) },
+	}
+}
+
+// EnvCLI makes a process started by StartCLI run the leasehold command
+// line with these arguments (a JSON array) instead of the tests.
+const EnvCLI = "LEASEHOLD_VERIFY_CLI"
+
+// serverTarget runs `leasehold serve` with its own log in a data directory
+// that survives restarts; workers reach it over RESP (leasehold://).
+func serverTarget(t testing.TB) Target {
+	t.Helper()
+	dir := t.TempDir()
+	respAddr, httpAddr := freeAddr(t), freeAddr(t)
+	p := &cliProc{t: t, args: []string{"serve", "--data-dir", dir, "--addr", httpAddr, "--resp-addr", respAddr, "--log-level", "warn"},
+		ready: func() bool {
+			resp, err := http.Get("http://" + httpAddr + "/readyz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		}}
+	p.start()
+	t.Cleanup(p.kill)
+	urlFor := func(addr string) string { return "leasehold://" + addr }
+	return Target{Name: "server", URL: urlFor(respAddr), Addr: respAddr, URLFor: urlFor,
+		Kill: p.kill, Start: p.start,
+		Pause:  func() { p.signal(syscall.SIGSTOP) },
+		Resume: func() { p.signal(syscall.SIGCONT) },
+	}
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// cliProc is a leasehold command-line process: the current executable run
+// with EnvCLI, which MaybeWorker turns into the CLI.
+type cliProc struct {
+	t     testing.TB
+	args  []string
+	ready func() bool
+	cmd   *exec.Cmd
+}
+
+func (p *cliProc) start() {
+	p.t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	raw := "["
+	for i, a := range p.args {
+		if i > 0 {
+			raw += ","
+		}
+		raw += strconv.Quote(a)
+	}
+	raw += "]"
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), EnvCLI+"="+raw)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		p.t.Fatalf("start leasehold %v: %v", p.args, err)
+	}
+	p.cmd = cmd
+	for deadline := time.Now().Add(60 * time.Second); !p.ready(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			p.kill()
+			p.t.Fatalf("leasehold %v not ready after 60s", p.args)
+		}
+	}
+}
+
+func (p *cliProc) signal(sig syscall.Signal) {
+	if p.cmd != nil {
+		_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+	}
+}
+
+func (p *cliProc) kill() {
+	if p.cmd == nil {
+		return
+	}
+	p.signal(syscall.SIGKILL)
+	_ = p.cmd.Wait()
+	p.cmd = nil
+}
