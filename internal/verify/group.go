@@ -24,11 +24,14 @@ type Group struct {
 	evs  []Event
 	logs []string
 	wg   sync.WaitGroup
+	// starts counts how often each worker was started (RestartWorker).
+	starts map[int]int
 }
 
 // StartWorkers starts n worker processes running cfg. They are copies of
 // the current executable (the test binary), which must call MaybeWorker in
-// its TestMain. Worker i gets ID "w<i>" and seed cfg.Seed+i.
+// its TestMain. Worker i gets ID "w<i>" and seed cfg.Seed+i; see
+// RestartWorker for the IDs of restarted workers.
 func StartWorkers(t testing.TB, n int, cfg WorkerConfig) *Group {
 	t.Helper()
 	g := &Group{t: t, cfg: cfg}
@@ -42,9 +45,19 @@ func StartWorkers(t testing.TB, n int, cfg WorkerConfig) *Group {
 func (g *Group) start(i int) {
 	g.t.Helper()
 	cfg := g.cfg
+	g.mu.Lock()
+	if g.starts == nil {
+		g.starts = map[int]int{}
+	}
+	n := g.starts[i]
+	g.starts[i]++
+	g.mu.Unlock()
 	cfg.ID = fmt.Sprintf("w%d", i)
+	if n > 0 {
+		cfg.ID = fmt.Sprintf("w%dr%d", i, n)
+	}
 	if cfg.Seed != 0 {
-		cfg.Seed += uint64(i)
+		cfg.Seed += uint64(i) + uint64(n)<<32
 	}
 	raw, err := json.Marshal(cfg)
 	if err != nil {
@@ -149,7 +162,11 @@ func (g *Group) KillWorker(i int) {
 	<-done
 }
 
-// RestartWorker starts worker i again after KillWorker.
+// RestartWorker starts worker i again after KillWorker, as a new process
+// with the same configuration but its own ID, "w<i>r<n>" for its n-th
+// restart (and its own seed): its operations are numbered from 1 again and
+// must not pair with the calls its killed predecessor left unanswered, and
+// its owner identities are its own.
 func (g *Group) RestartWorker(i int) { g.start(i) }
 
 // Wait waits for every worker to finish its cycles, at most timeout; it
