@@ -171,7 +171,7 @@ func Check(h *History, opt CheckOptions) Result {
 					res.Ok++
 				case porcupine.Illegal:
 					res.Illegal++
-					note(storetest.DescribeHistory(k, tail(ops, 40)))
+					note(storetest.DescribeHistory(k, shortestIllegal(ops, opt.Timeout)))
 				default:
 					res.Undecided++
 				}
@@ -192,12 +192,23 @@ func Check(h *History, opt CheckOptions) Result {
 	return res
 }
 
-func tail(ops []porcupine.Operation, n int) []porcupine.Operation {
+// shortestIllegal returns the last operations of the shortest prefix (by
+// call time) of an illegal history that the checker still finds illegal:
+// the violation is among them, usually at the end.
+func shortestIllegal(ops []porcupine.Operation, timeout time.Duration) []porcupine.Operation {
+	ops = append([]porcupine.Operation(nil), ops...)
 	sort.Slice(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
-	if len(ops) > n {
-		return ops[len(ops)-n:]
+	lo, hi := 1, len(ops) // ops[:hi] is illegal
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if porcupine.CheckOperationsTimeout(storetest.LeaseModel(), ops[:mid], timeout) == porcupine.Illegal {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
 	}
-	return ops
+	const show = 30
+	return ops[max(0, hi-show):hi]
 }
 
 // tokenRegressions counts grants whose token is not above every token

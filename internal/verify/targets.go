@@ -96,9 +96,14 @@ const EnvCLI = "LEASEHOLD_VERIFY_CLI"
 // that survives restarts; workers reach it over RESP (leasehold://).
 func serverTarget(t testing.TB) Target {
 	t.Helper()
-	dir := t.TempDir()
+	return startServe(t, "--data-dir", t.TempDir())
+}
+
+func startServe(t testing.TB, args ...string) Target {
+	t.Helper()
 	respAddr, httpAddr := freeAddr(t), freeAddr(t)
-	p := &cliProc{t: t, args: []string{"serve", "--data-dir", dir, "--addr", httpAddr, "--resp-addr", respAddr, "--log-level", "warn"},
+	args = append([]string{"serve", "--addr", httpAddr, "--resp-addr", respAddr, "--log-level", "warn"}, args...)
+	p := &cliProc{t: t, args: args,
 		ready: func() bool {
 			resp, err := http.Get("http://" + httpAddr + "/readyz")
 			if err != nil {
@@ -115,6 +120,17 @@ func serverTarget(t testing.TB) Target {
 		Pause:  func() { p.signal(syscall.SIGSTOP) },
 		Resume: func() { p.signal(syscall.SIGCONT) },
 	}
+}
+
+// ProxyTarget runs `leasehold serve --store inner.URL` (the server in front
+// of another store) and returns it as a target named "server(<inner>)".
+// Its Kill, Start, Pause and Resume act on the server process, not on the
+// store behind it.
+func ProxyTarget(t testing.TB, inner Target) Target {
+	t.Helper()
+	tg := startServe(t, "--store", inner.URL)
+	tg.Name = "server(" + inner.Name + ")"
+	return tg
 }
 
 func freeAddr(t testing.TB) string {
