@@ -82,9 +82,13 @@ type Worker struct {
 	Cfg   WorkerConfig
 	Store leasehold.Store
 	Emit  func(Event)
-	seq   atomic.Int64
-	http  *http.Client
-	pid   int
+	// InProcess holds what only an in-process run (RunInProcess) sets: an
+	// injected clock per logical process, a fault layer, a hook in the
+	// critical section. Zero in worker processes.
+	InProcess
+	seq  atomic.Int64
+	http *http.Client
+	pid  int
 }
 
 // workerModes maps WorkerConfig.Mode to what each logical process runs.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/clock"
 )
 
 // lockClient is the lock workload: acquire a random key, read the oracle's
@@ -16,12 +17,20 @@ func lockClient(ctx context.Context, w *Worker, client int) {
 	cfg := w.Cfg
 	rng := w.Rand(client)
 	store, owner := w.Recorded(client)
-	c, err := leasehold.New(store, leasehold.WithOwner(owner), leasehold.WithBackoff(5*time.Millisecond, cfg.TTL/4))
+	rec := store.(*recStore)
+	k := w.clock(client)
+	opts := []leasehold.Option{leasehold.WithOwner(owner), leasehold.WithBackoff(5*time.Millisecond, cfg.TTL/4)}
+	if k != nil {
+		opts = append(opts, leasehold.WithClock(k))
+	}
+	if w.Wrap != nil {
+		store = w.Wrap(client, store)
+	}
+	c, err := leasehold.New(store, opts...)
 	if err != nil {
 		w.Logf("client: %v", err)
 		return
 	}
-	rec := store.(*recStore)
 	for n := 0; cfg.Cycles == 0 || n < cfg.Cycles; n++ {
 		if ctx.Err() != nil {
 			return
@@ -37,14 +46,24 @@ func lockClient(ctx context.Context, w *Worker, client int) {
 			continue
 		}
 		from := Mono()
+		b := &belief{k: k, l: l}
+		b.held()
 		wrote := false
 		if cfg.Oracle != "" {
-			wrote = criticalSection(ctx, w, rec.proc(), key, l)
-		} else if cfg.Hold > 0 {
-			time.Sleep(cfg.Hold)
+			wrote = criticalSection(ctx, w, client, rec.proc(), key, b)
+		} else {
+			if w.MidCS != nil {
+				w.MidCS(client, key, l)
+			}
+			if cfg.Hold > 0 {
+				time.Sleep(cfg.Hold)
+			}
+			b.held()
 		}
 		to := Mono()
-		if dl := MonoOf(l.Deadline()); dl < to {
+		if k != nil {
+			to = b.last
+		} else if dl := MonoOf(l.Deadline()); dl < to {
 			to = dl
 		}
 		lost := l.Err() != nil
@@ -57,10 +76,41 @@ func lockClient(ctx context.Context, w *Worker, client int) {
 	}
 }
 
+// belief is what a holder knows of its lease. On an injected clock (k not
+// nil) the local deadline is a reading of a clock that does not keep real
+// time, so it cannot be converted to Mono as the real clock's can: the
+// critical section is recorded as ending at last, the latest real instant
+// at which the lease was found held (taken before the check, so never later
+// than the moment the holder stopped believing it held).
+type belief struct {
+	k    clock.Clock
+	l    *leasehold.Lease
+	last int64
+}
+
+func (b *belief) held() bool {
+	t := Mono()
+	if !b.l.Held() {
+		return false
+	}
+	b.last = t
+	return true
+}
+
+// remaining is the time left before the local deadline, on the holder's
+// clock.
+func (b *belief) remaining() time.Duration {
+	if b.k == nil {
+		return time.Until(b.l.Deadline())
+	}
+	return b.l.Deadline().Sub(b.k.Now())
+}
+
 // criticalSection reads the counter, holds, and writes it plus one. It
 // reports whether the write was accepted.
-func criticalSection(ctx context.Context, w *Worker, proc, key string, l *leasehold.Lease) bool {
+func criticalSection(ctx context.Context, w *Worker, client int, proc, key string, b *belief) bool {
 	cfg := w.Cfg
+	l := b.l
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	v, err := w.OracleRead(octx, proc, key, l.Token())
@@ -70,14 +120,20 @@ func criticalSection(ctx context.Context, w *Worker, proc, key string, l *leaseh
 		}
 		return false
 	}
+	if w.MidCS != nil {
+		w.MidCS(client, key, l)
+	}
 	if cfg.Hold > 0 {
 		time.Sleep(cfg.Hold)
 	}
-	deadline := l.Deadline()
-	if !cfg.Naive && (!l.Held() || time.Until(deadline) < cfg.WriteMargin) {
+	if held := b.held(); !cfg.Naive && (!held || b.remaining() < cfg.WriteMargin) {
 		return false // no longer sure to hold it: do not write
 	}
-	if err := w.OracleWrite(octx, proc, key, l.Token(), v, MonoOf(deadline)); err != nil {
+	var deadline int64 // sent to the oracle only where it converts to Mono
+	if b.k == nil {
+		deadline = MonoOf(l.Deadline())
+	}
+	if err := w.OracleWrite(octx, proc, key, l.Token(), v, deadline); err != nil {
 		if !errors.Is(err, errStale) && ctx.Err() == nil {
 			w.Logf("%s write %s: %v", proc, key, err)
 		}
