@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs the fault suites of docs/verification.md and prints their report:
+# one row per suite and store (operations, faults injected, violations,
+# checker result). Exits non-zero if a suite failed or a row is not a pass.
+#
+#   scripts/verify.sh               # default tier (part of scripts/test.sh)
+#   scripts/verify.sh long          # every suite at full length (hours)
+#   scripts/verify.sh long ./internal/verify/crash/   # one package
+#
+# Starts the test engines unless they are already running (scripts/test.sh
+# starts them first). Set LEASEHOLD_VERIFY_REPORT to keep the raw rows.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+tier=${1:-default}
+[ $# -gt 0 ] && shift
+case "$tier" in
+default) timeout=45m fuzztime=10s ;;
+long) export LEASEHOLD_LONG=1; timeout=8h fuzztime=2m ;;
+-h | --help | help)
+	sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+	exit 0
+	;;
+*)
+	echo "verify.sh: unknown tier '$tier' (want default or long)" >&2
+	exit 64
+	;;
+esac
+pkgs=("$@")
+[ ${#pkgs[@]} -eq 0 ] && pkgs=(./internal/verify/...)
+
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
+	trap 'scripts/engines.sh stop' EXIT
+	eval "$(scripts/engines.sh start)"
+fi
+
+report=${LEASEHOLD_VERIFY_REPORT:-$(mktemp -t leasehold-verify.XXXXXX)}
+export LEASEHOLD_VERIFY_REPORT=$report
+: >"$report"
+
+status=0
+started=$(date +%s)
+echo "== fault suites, $tier tier: go test ${pkgs[*]}"
+# One package at a time: the suites time faults against TTLs, and two of
+# them sharing 2 cores would only add noise.
+go test -count=1 -p 1 -timeout "$timeout" "${pkgs[@]}" || status=$?
+if [ $# -eq 0 ] && [ -x scripts/fuzz.sh ]; then
+	echo "== fuzzing, $fuzztime per target"
+	scripts/fuzz.sh "$fuzztime" || status=$?
+fi
+echo "== verification report ($tier tier, $(($(date +%s) - started)) s)"
+go run ./internal/verify/report "$report" || status=$?
+exit $status
