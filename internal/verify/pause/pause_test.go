@@ -191,9 +191,9 @@ func tailLines(s string, n int) string {
 // were done). Each round has fresh workers and fresh keys, which keeps each
 // key's history short enough for the linearizability checker.
 func campaign(t *testing.T, st store, fenced, naive bool) outcome {
-	total := verify.Size(40, 2000)
-	perRound := verify.Size(40, 100)
-	workers, keys, maxPaused := verify.Size(6, 10), verify.Size(3, 4), verify.Size(2, 4)
+	total := verify.Size(30, 2000)
+	perRound := verify.Size(30, 100)
+	workers, keys, maxPaused := verify.Size(6, 10), verify.Size(3, 4), verify.Size(3, 4)
 	capTime := verify.Size(10*time.Minute, 12*time.Minute)
 	var all outcome
 	start := time.Now()
