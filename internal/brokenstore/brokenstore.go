@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/internal/leasestate"
 )
 
@@ -40,6 +41,7 @@ func (b Bug) String() string {
 // Store is the broken store.
 type Store struct {
 	bug       Bug
+	clock     clock.Clock
 	origin    time.Time
 	mu        sync.Mutex
 	rows      map[string]*leasestate.Row
@@ -48,13 +50,25 @@ type Store struct {
 
 var _ leasehold.Store = (*Store)(nil)
 
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock sets the clock that judges expiry (default clock.Real()), so
+// that tests with a fake clock can drive the broken store too.
+func WithClock(c clock.Clock) Option { return func(s *Store) { s.clock = c } }
+
 // New returns a store with the given bug.
-func New(bug Bug) *Store {
-	return &Store{bug: bug, origin: time.Now(), rows: map[string]*leasestate.Row{}}
+func New(bug Bug, opts ...Option) *Store {
+	s := &Store{bug: bug, clock: clock.Real(), rows: map[string]*leasestate.Row{}}
+	for _, o := range opts {
+		o(s)
+	}
+	s.origin = s.clock.Now()
+	return s
 }
 
 func (s *Store) now() int64 {
-	d := int64(time.Since(s.origin))
+	d := int64(s.clock.Now().Sub(s.origin))
 	switch s.bug {
 	case FastClock:
 		return 2 * d

@@ -149,13 +149,7 @@ func (m *model) checkAcquire(req leasehold.AcquireRequest, rec leasehold.Record,
 			return fmt.Sprintf("held error names %s token %d with %s left, want %s token %d with %s left",
 				he.Owner, he.Token, he.Remaining, g.owner, g.token, g.expires-m.now)
 		}
-		if g.expires <= m.now {
-			g.acted = true
-		}
 		return ""
-	}
-	if g != nil && g.held && !g.live(m.now) {
-		g.acted = true
 	}
 	if got != ansOK {
 		return fmt.Sprintf("acquire of a free or expired lease answered %s", got)
