@@ -84,10 +84,11 @@ type model struct {
 	maxToken     map[string]uint64 // every token ever granted per name
 	global       uint64            // every token ever granted
 	globalTokens bool              // tokens also exceed every other name's (engine)
+	seen         map[string]int    // how often each rule was exercised
 }
 
 func newModel(globalTokens bool) *model {
-	return &model{leases: map[string]*grant{}, maxToken: map[string]uint64{}, globalTokens: globalTokens}
+	return &model{leases: map[string]*grant{}, maxToken: map[string]uint64{}, globalTokens: globalTokens, seen: map[string]int{}}
 }
 
 // answer is an error's kind, for comparison with what the model expects.
@@ -138,6 +139,7 @@ func (m *model) checkAcquire(req leasehold.AcquireRequest, rec leasehold.Record,
 			g.ttl, g.data = req.TTL, req.Data
 			g.maxTTL = max(g.maxTTL, req.TTL)
 			g.altTTL, g.altData = nil, nil
+			m.seen["retried acquire"]++
 			return ""
 		}
 		if got != ansHeld {
@@ -149,6 +151,7 @@ func (m *model) checkAcquire(req leasehold.AcquireRequest, rec leasehold.Record,
 			return fmt.Sprintf("held error names %s token %d with %s left, want %s token %d with %s left",
 				he.Owner, he.Token, he.Remaining, g.owner, g.token, g.expires-m.now)
 		}
+		m.seen["held"]++
 		return ""
 	}
 	if got != ansOK {
@@ -171,6 +174,7 @@ func (m *model) checkAcquire(req leasehold.AcquireRequest, rec leasehold.Record,
 		expires: m.now + req.TTL, held: true, known: true,
 		maxTTL: req.TTL, grantTTL: req.TTL, grantData: req.Data,
 	}
+	m.seen["grant"]++
 	return ""
 }
 
@@ -193,12 +197,14 @@ func (m *model) checkRenew(name, owner string, token uint64, ttl time.Duration, 
 		g.ttl = ttl
 		g.maxTTL = max(g.maxTTL, ttl)
 		g.altTTL = nil
+		m.seen["renewal"]++
 		return ""
 	}
 	m.touch(name)
 	if got != ansNotHeld {
 		return fmt.Sprintf("renewal by %s token %d of a lease it does not hold answered %s", owner, token, got)
 	}
+	m.seen["renewal refused"]++
 	return ""
 }
 
@@ -210,12 +216,18 @@ func (m *model) checkRelease(name, owner string, token uint64, err error) string
 		if got != ansOK {
 			return fmt.Sprintf("release by the latest grant's holder answered %s", got)
 		}
+		if g.live(m.now) {
+			m.seen["release"]++
+		} else {
+			m.seen["release repeated or after expiry"]++
+		}
 		g.held = false
 		return ""
 	}
 	if got != ansNotHeld {
 		return fmt.Sprintf("release by %s token %d, not the latest grant, answered %s", owner, token, got)
 	}
+	m.seen["release refused"]++
 	return ""
 }
 
@@ -295,8 +307,12 @@ func (m *model) restart(kind restartKind) (undetermined []string) {
 	for name, g := range m.leases {
 		switch {
 		case !g.known || !g.held || g.acted:
+			if g.known {
+				m.seen["freed grant forgotten by restart"]++
+			}
 			g.known, g.held = false, false
 		case g.expires > m.now:
+			m.seen["live grant recovered by restart"]++
 			m.recover(g)
 		default:
 			undetermined = append(undetermined, name)
@@ -326,8 +342,10 @@ func (m *model) settle(name string, rec leasehold.Record, err error) string {
 	switch classify(err) {
 	case ansNotFound:
 		g.known, g.held = false, false
+		m.seen["expired grant forgotten by restart"]++
 		return ""
 	case ansOK:
+		m.seen["expired grant recovered by restart"]++
 		m.recover(g)
 		if msg := g.same(rec, name, m.now); msg != "" {
 			return "expired grant recovered after restart: " + msg

@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -101,6 +103,38 @@ var targets = []target{
 // tally counts what the checks of one target did.
 type tally struct {
 	checks, steps, calls, jumps, suspends, restarts, reboots atomic.Int64
+
+	mu   sync.Mutex
+	seen map[string]int // the model's rules, by how often they were exercised
+}
+
+func (tl *tally) add(seen map[string]int) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if tl.seen == nil {
+		tl.seen = map[string]int{}
+	}
+	for k, v := range seen {
+		tl.seen[k] += v
+	}
+}
+
+func (tl *tally) String() string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	keys := make([]string, 0, len(tl.seen))
+	for k := range tl.seen {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %d", k, tl.seen[k])
+	}
+	return b.String()
 }
 
 func (tl *tally) faults() int64 {
@@ -116,6 +150,7 @@ func TestR1(t *testing.T) {
 			base := t.TempDir()
 			start := time.Now()
 			rapid.Check(t, property(tg, &tl, base))
+			t.Logf("rules exercised: %s", &tl)
 			verify.Report(t, verify.Row{
 				Suite: "R1", Store: tg.name,
 				Ops: int(tl.steps.Load()), Faults: int(tl.faults()), Violations: 0, Checker: "ok",
@@ -134,6 +169,7 @@ func property(tg target, tl *tally, base string) func(*rapid.T) {
 	return func(t *rapid.T) {
 		tl.checks.Add(1)
 		r := &run{t: t, tg: tg, tl: tl, ctx: context.Background(), m: newModel(tg.globalTokens)}
+		defer func() { tl.add(r.m.seen) }()
 		r.clk = clock.NewFake(time.Unix(1_700_000_000, 0))
 		if tg.restart != restartNone {
 			dir, err := os.MkdirTemp(base, "check")
@@ -412,6 +448,7 @@ func (r *run) invalid() {
 	if got := classify(err); got != ansInvalid {
 		r.fail("%s: answered %s, want an *InvalidError", kind, got)
 	}
+	r.m.seen["invalid refused"]++
 }
 
 // advance jumps the fake clock: a little, a lot (several TTLs), or onto,
