@@ -48,6 +48,9 @@ type WorkerConfig struct {
 	// Acquire (default 5 × TTL).
 	OpTimeout      time.Duration
 	AcquireTimeout time.Duration
+	// Gap is the longest random sleep between two operations of Mode
+	// "random" (default TTL/2).
+	Gap time.Duration
 	// Permits is the semaphore size for Mode "semaphore".
 	Permits int
 	Seed    uint64

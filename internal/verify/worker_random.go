@@ -21,7 +21,7 @@ func randomClient(ctx context.Context, w *Worker, client int) {
 	rng := w.Rand(client)
 	s, owner := w.Recorded(client)
 	rec := s.(*recStore)
-	ttls := []time.Duration{cfg.TTL, cfg.TTL * 5 / 2}
+	ttls := []time.Duration{cfg.TTL, cfg.TTL * 2}
 	type mine struct {
 		token uint64
 		rid   string
@@ -80,6 +80,10 @@ func randomClient(ctx context.Context, w *Worker, client int) {
 				w.Logf("%s: %v", owner, err)
 			}
 		}
-		time.Sleep(time.Duration(rng.Int64N(int64(cfg.TTL) / 2)))
+		gap := cfg.Gap
+		if gap <= 0 {
+			gap = cfg.TTL / 2
+		}
+		time.Sleep(time.Duration(rng.Int64N(int64(gap))))
 	}
 }
