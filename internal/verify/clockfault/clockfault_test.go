@@ -483,7 +483,7 @@ func TestClockSkewBeyondBudget(t *testing.T) {
 			t.Logf("unfenced: caught %d/%d (oracle %d, overlap checker %d); first: %s", caught, runs, byOracle, byOverlap, first)
 			verify.Report(t, verify.Row{Suite: "R8-skew5-unfenced", Store: name, Ops: ops, Faults: faults, Violations: caught,
 				Checker: fmt.Sprintf("caught %d/%d", caught, runs),
-				Note: fmt.Sprintf("%s%d runs at once on stores of their own, as the fenced run; caught by the oracle (lost updates) in %d, by the overlap checker in %d", note, runs, byOracle, byOverlap)})
+				Note:    fmt.Sprintf("%s%d runs at once on stores of their own, as the fenced run; caught by the oracle (lost updates) in %d, by the overlap checker in %d", note, runs, byOracle, byOverlap)})
 			if caught < 9 {
 				t.Fatalf("the unfenced control caught the skew in only %d of %d runs", caught, runs)
 			}
