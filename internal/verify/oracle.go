@@ -53,12 +53,21 @@ type Write struct {
 }
 
 // NewOracle starts an oracle on a loopback port.
-func NewOracle(fenced bool) (*Oracle, error) {
+func NewOracle(fenced bool) (*Oracle, error) { return newOracle(fenced, nil) }
+
+// NewOracleOnRead is NewOracle with OnRead installed before the oracle
+// starts serving. (Setting the field after NewOracle works, but the race
+// detector reports it: nothing orders that write before the handlers.)
+func NewOracleOnRead(fenced bool, onRead func(pid int, key string)) (*Oracle, error) {
+	return newOracle(fenced, onRead)
+}
+
+func newOracle(fenced bool, onRead func(pid int, key string)) (*Oracle, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	o := &Oracle{Fenced: fenced, keys: map[string]*oracleKey{}, ln: ln}
+	o := &Oracle{Fenced: fenced, OnRead: onRead, keys: map[string]*oracleKey{}, ln: ln}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /read", o.handleRead)
 	mux.HandleFunc("POST /write", o.handleWrite)

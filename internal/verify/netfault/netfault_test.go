@@ -194,6 +194,7 @@ func networkFaults(t *testing.T, name string) {
 	}
 	t.Logf("history: %s (checked in %s)", res, time.Since(checkStart).Round(time.Millisecond))
 	t.Logf("oracle: %+v", or)
+	t.Logf("indeterminate operations by error:\n%s", unknownErrors(h))
 	violations := res.Violations() + or.Violations()
 	verify.Report(t, verify.Row{Suite: "R6", Store: name, Ops: res.Ops, Faults: px.Applied(),
 		Violations: violations, Checker: res.Checker(),
@@ -211,6 +212,38 @@ func networkFaults(t *testing.T, name string) {
 	if or.Accepted == 0 {
 		t.Fatalf("no write was accepted\nworker logs:\n%s", tailLines(g.Logs(), 60))
 	}
+}
+
+// unknownErrors summarises the errors of the indeterminate operations.
+func unknownErrors(h *verify.History) string {
+	n := map[string]int{}
+	for _, ev := range h.Events {
+		if ev.E == "ret" && ev.Unk {
+			msg := ev.Msg
+			if len(msg) > 100 {
+				msg = msg[:100]
+			}
+			n[ev.Op+": "+msg]++
+		}
+	}
+	type kv struct {
+		k string
+		v int
+	}
+	var list []kv
+	for k, v := range n {
+		list = append(list, kv{k, v})
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].v > list[j].v })
+	var b strings.Builder
+	for i, e := range list {
+		if i == 10 {
+			fmt.Fprintf(&b, "  ... %d more kinds\n", len(list)-i)
+			break
+		}
+		fmt.Fprintf(&b, "  %5d %s\n", e.v, e.k)
+	}
+	return b.String()
 }
 
 func tailLines(s string, n int) string {

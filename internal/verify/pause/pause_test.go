@@ -123,16 +123,15 @@ const hold = 25 * time.Millisecond
 // workers and checks the history and the oracle.
 func do(t *testing.T, r run) outcome {
 	t.Helper()
-	o, err := verify.NewOracle(r.fenced)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
 	ttl := r.st.ttl
 	p := pause.New(pause.Config{Budget: r.pauses, MaxPaused: r.maxPaused, Chance: 0.5,
 		Min: ttl * 3 / 2, Max: 3 * ttl, Seed: r.seed})
 	defer p.Close()
-	o.OnRead = p.OnRead // set before any worker exists, so before any read
+	o, err := verify.NewOracleOnRead(r.fenced, p.OnRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
 	keys := make([]string, r.keys)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%s-k%d", r.prefix, i)
