@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/internal/mutation"
 )
 
 // Client takes leases from a Store on behalf of one owner. It is safe for
@@ -208,6 +209,9 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 func (c *Client) try(ctx context.Context, req AcquireRequest, cfg acquireConfig) (*Lease, error) {
 	t0, b0 := c.clock.Now(), c.clock.Boot()
 	rec, err := c.store.TryAcquire(ctx, req)
+	if mutation.On("deadline-from-reply") {
+		t0, b0 = c.clock.Now(), c.clock.Boot()
+	}
 	if err != nil {
 		return nil, err
 	}

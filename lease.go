@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/mutation"
 )
 
 // maxSleep bounds every wait of the keepalive goroutine, so a holder that
@@ -196,6 +198,9 @@ func (l *Lease) renewOnce(ctx context.Context) error {
 	t0, b0 := k.Now(), k.Boot()
 	ttl := l.TTL()
 	err := l.c.store.Renew(ctx, l.name, l.owner, l.token, ttl)
+	if mutation.On("deadline-from-reply") {
+		t0, b0 = k.Now(), k.Boot()
+	}
 	switch {
 	case err == nil:
 		l.mu.Lock()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/internal/mutation"
 )
 
 // EngineConfig configures the native engine.
@@ -179,7 +180,12 @@ var openLog = func(cfg EngineConfig, load func(io.Reader) error, apply func([]by
 }
 
 // now is the engine's monotonic clock in nanoseconds.
-func (e *Engine) now() int64 { return int64(e.clk.Now().Sub(e.base)) }
+func (e *Engine) now() int64 {
+	if mutation.On("expiry-wall-clock") {
+		return int64(clock.Wall(e.clk).Sub(e.base))
+	}
+	return int64(e.clk.Now().Sub(e.base))
+}
 
 // lock and unlock bracket every state change. Completions deferred while
 // the lock was held (memory-only mode) run after it is released, in order.
@@ -299,7 +305,7 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Rec
 	case ent.live(now) && req.RequestID != "" && ent.reqID == req.RequestID && ent.owner == req.Owner:
 		// A retried acquire: the same grant, with a fresh expiry.
 		e.refresh(ent, req, sess, now, ch)
-	case ent.live(now) || ent != nil && len(ent.queue()) > 0:
+	case ent.live(now) && !mutation.On("grant-no-recheck") || ent != nil && len(ent.queue()) > 0:
 		if req.Wait <= 0 {
 			err := ent.heldError(now)
 			e.unlock()
@@ -525,7 +531,7 @@ func (e *Engine) Release(ctx context.Context, name, owner string, token uint64) 
 	if err != nil {
 		return err
 	}
-	if ent == nil || ent.owner != owner || ent.token != token {
+	if ent == nil || (ent.owner != owner || ent.token != token) && !mutation.On("release-no-owner") {
 		e.unlock()
 		return leasehold.ErrNotHeld
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/mutation"
 )
 
 // Log records. Each is a type byte followed by uvarint numbers and
@@ -193,7 +195,9 @@ func (rc *recovery) apply(rec []byte) error {
 		if sess != "" {
 			ent.sess = &engSession{id: sess} // resolved in finish
 		}
-		e.token = max(e.token, token)
+		if !mutation.On("token-reuse") {
+			e.token = max(e.token, token)
+		}
 	case recRelease:
 		token := r.uvarint()
 		name := r.string()

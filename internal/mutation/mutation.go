@@ -1,0 +1,36 @@
+//go:build leasehold_mutations
+
+// Package mutation switches on deliberate bugs, for suite R10 of the
+// verification plan: it checks that the fault suites catch each bug. The
+// bugs exist only in binaries built with the tag leasehold_mutations; in
+// any other build On is a constant false and the compiler drops them.
+//
+// A mutated binary runs the bug named by $LEASEHOLD_MUTATION (one at a
+// time):
+//
+//   - grant-no-recheck: the server's engine grants a lease without looking
+//     whether it is held and live.
+//   - token-reuse: the engine's recovery forgets the token counter (it keeps
+//     only a snapshot's, not the grants logged since), so tokens are reused
+//     after a restart.
+//   - release-no-owner: the engine releases a lease for any caller, without
+//     checking owner and token.
+//   - deadline-from-reply: the client takes a lease's local deadline from
+//     the moment the reply arrived instead of before the request was sent.
+//   - expiry-wall-clock: the engine judges expiry on its clock's wall
+//     reading (clock.Wall) instead of the monotonic one.
+package mutation
+
+import (
+	"os"
+	"sync"
+)
+
+// Env names the bug to switch on.
+const Env = "LEASEHOLD_MUTATION"
+
+var active = sync.OnceValue(func() string { return os.Getenv(Env) })
+
+// On reports whether the named bug is switched on: $LEASEHOLD_MUTATION,
+// read once, names it.
+func On(name string) bool { return active() == name }
