@@ -1,0 +1,209 @@
+package mutation_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/mutation"
+	"github.com/leasehold/leasehold/internal/verify"
+)
+
+// bugs are the deliberate bugs of package internal/mutation and the suite
+// (in ./suites) that must catch each.
+var bugs = []struct{ name, suite string }{
+	{"grant-no-recheck", "TestSuiteEngine"},
+	{"token-reuse", "TestSuiteRestart"},
+	{"release-no-owner", "TestSuiteEngine"},
+	{"deadline-from-reply", "TestSuiteReplyDelay"},
+	{"expiry-wall-clock", "TestSuiteWallJump"},
+}
+
+const runsPerBug = 10
+
+// goCommand finds the go command: the one of the toolchain that built this
+// test, else the first on PATH.
+func goCommand() string {
+	if root := runtime.GOROOT(); root != "" {
+		p := filepath.Join(root, "bin", "go")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	p, err := exec.LookPath("go")
+	if err != nil {
+		return ""
+	}
+	return p
+}
+
+// childEnv is this process's environment without what would switch a bug
+// on or make the suites write report rows of their own.
+func childEnv(bug string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case mutation.Env, "LEASEHOLD_VERIFY_REPORT", verify.EnvWorker, verify.EnvCLI:
+			continue
+		}
+		env = append(env, kv)
+	}
+	if bug != "" {
+		env = append(env, mutation.Env+"="+bug)
+	}
+	return env
+}
+
+type outcome int
+
+const (
+	passed outcome = iota
+	caught         // failed with the suites' "violations:" message
+	broken         // failed otherwise (crash, timeout, undecided)
+)
+
+type result struct {
+	bug, suite string
+	outcome    outcome
+	took       time.Duration
+	output     string
+}
+
+// TestMutationsCaught is R10. It builds the suites of ./suites once with
+// the tag leasehold_mutations, runs each suite once with no bug (it must
+// pass, or catching a bug would mean nothing) and each bug's suite ten
+// times with the bug switched on, and requires the suite to fail with a
+// violation in at least 9 of the 10 runs. Two runs go at once.
+func TestMutationsCaught(t *testing.T) {
+	if testing.Short() {
+		t.Skip("R10 builds and runs a mutated test binary 54 times")
+	}
+	goBin := goCommand()
+	if goBin == "" {
+		t.Skip("R10 needs the go command (not in GOROOT/bin nor on PATH) to build the mutated suites")
+	}
+	bin := filepath.Join(t.TempDir(), "suites.test")
+	start := time.Now()
+	build := exec.Command(goBin, "test", "-c", "-tags", "leasehold_mutations", "-o", bin, "./suites")
+	build.Env = childEnv("")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the mutated suites: %v\n%s", err, out)
+	}
+	buildTook := time.Since(start)
+	t.Logf("built the mutated suites in %s", buildTook.Round(time.Millisecond))
+
+	type job struct{ bug, suite string }
+	var jobs []job
+	seen := map[string]bool{}
+	for _, b := range bugs {
+		if !seen[b.suite] {
+			seen[b.suite] = true
+			jobs = append(jobs, job{"", b.suite})
+		}
+	}
+	for _, b := range bugs {
+		for i := 0; i < runsPerBug; i++ {
+			jobs = append(jobs, job{b.name, b.suite})
+		}
+	}
+	results := make([]result, len(jobs))
+	sem := make(chan struct{}, 2)
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			results[i] = runSuite(bin, j.bug, j.suite)
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d runs in %s after the build", len(jobs), (time.Since(start) - buildTook).Round(time.Millisecond))
+
+	for _, r := range results {
+		if r.bug == "" {
+			t.Logf("%s without a bug: %s in %s", r.suite, r.outcome, r.took.Round(time.Millisecond))
+			if r.outcome != passed {
+				t.Errorf("%s fails without any bug (%s), so its catching a bug means nothing:\n%s", r.suite, r.outcome, r.output)
+			}
+		}
+	}
+	for _, b := range bugs {
+		n, errs := 0, 0
+		var missed, failed string
+		var took time.Duration
+		for _, r := range results {
+			if r.bug != b.name {
+				continue
+			}
+			took += r.took
+			switch r.outcome {
+			case caught:
+				n++
+			case broken:
+				errs++
+				failed = r.output
+			default:
+				missed = r.output
+			}
+		}
+		note := fmt.Sprintf("%s, %s per run", b.suite, (took / runsPerBug).Round(time.Millisecond))
+		if errs > 0 {
+			note += fmt.Sprintf("; %d runs failed without a violation", errs)
+		}
+		verify.Report(t, verify.Row{Suite: "R10", Store: b.name, Ops: runsPerBug, Faults: 1, Violations: n,
+			Checker: fmt.Sprintf("caught %d/%d", n, runsPerBug), Note: note})
+		if n < 9 {
+			t.Errorf("%s: caught in %d of %d runs of %s", b.name, n, runsPerBug, b.suite)
+			if missed != "" {
+				t.Logf("a run that missed it:\n%s", missed)
+			}
+			if failed != "" {
+				t.Logf("a run that failed without a violation:\n%s", failed)
+			}
+		}
+	}
+}
+
+func (o outcome) String() string {
+	return [...]string{"passed", "caught", "failed without a violation"}[o]
+}
+
+// runSuite runs one suite of the mutated binary with bug switched on ("":
+// none).
+func runSuite(bin, bug, suite string) result {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-test.run", "^"+suite+"$", "-test.count=1", "-test.v", "-test.timeout=2m")
+	cmd.Env = childEnv(bug)
+	cmd.Dir = filepath.Dir(bin)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err := cmd.Run()
+	r := result{bug: bug, suite: suite, took: time.Since(start), output: out.String()}
+	var exit *exec.ExitError
+	switch {
+	case err == nil && strings.Contains(r.output, "--- PASS: "+suite):
+		r.outcome = passed
+	case errors.As(err, &exit) && strings.Contains(r.output, "violations: "):
+		r.outcome = caught
+	default:
+		r.outcome = broken
+		if err != nil {
+			r.output += "\n" + err.Error()
+		}
+	}
+	return r
+}

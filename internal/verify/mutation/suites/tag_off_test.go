@@ -1,0 +1,5 @@
+//go:build !leasehold_mutations
+
+package suites_test
+
+const mutated = false
