@@ -70,9 +70,13 @@ func (r *recStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest)
 	switch {
 	case err == nil:
 		done(Event{OK: true, Out: rec.Token})
-	case errors.As(err, &held):
+	case errors.As(err, &held) && held.Token != 0:
 		done(Event{Out: held.Token, Holder: held.Owner})
 	default:
+		// Also a refusal that names no holder (token 0: the Redis store
+		// holding back after a restart, possibly having undone a grant):
+		// the model checks a "held" answer against the holder it names,
+		// so such an answer is recorded as indeterminate.
 		done(Event{Unk: true, Msg: err.Error()})
 	}
 	return rec, err

@@ -37,11 +37,25 @@ func lockClient(ctx context.Context, w *Worker, client int) {
 		}
 		key := cfg.Keys[rng.IntN(len(cfg.Keys))]
 		actx, cancel := context.WithTimeout(ctx, cfg.AcquireTimeout)
-		l, err := c.Acquire(actx, key, leasehold.TTL(cfg.TTL))
+		aopts := []leasehold.AcquireOption{leasehold.TTL(cfg.TTL)}
+		var storeErr error
+		if cfg.ErrorPause > 0 {
+			aopts = append(aopts, leasehold.OnError(func(err error) { storeErr = err; cancel() }))
+		}
+		l, err := c.Acquire(actx, key, aopts...)
 		cancel()
 		if err != nil {
+			if storeErr != nil {
+				err = storeErr
+			}
 			if ctx.Err() == nil {
 				w.Logf("%s acquire %s: %v", owner, key, err)
+			}
+			if storeErr != nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(cfg.ErrorPause):
+				}
 			}
 			continue
 		}

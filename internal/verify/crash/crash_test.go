@@ -1,0 +1,312 @@
+package crash
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/stores"
+)
+
+func TestMain(m *testing.M) {
+	verify.MaybeWorker()
+	os.Exit(m.Run())
+}
+
+// EnvSeed, when set, fixes the seed of the fault schedule and the workers'
+// choices (their timing is still the machine's), to rerun a failure.
+const EnvSeed = "LEASEHOLD_VERIFY_SEED"
+
+// defaultStores are the stores of the default tier; the long tier runs all.
+var defaultStores = []string{"sqlite", "redis", "server"}
+
+// run is one suite's run on one store.
+type run struct {
+	suite   string
+	sched   Schedule
+	workers int
+	clients int
+	keys    int
+	// cycles is the number of acquire/release cycles (critical sections)
+	// after which no more faults are injected and the workers are stopped;
+	// maxTime stops it earlier on a slow machine.
+	cycles  int
+	maxTime time.Duration
+	ttl     time.Duration
+	hold    time.Duration
+	// opTimeout bounds releases, acquireTimeout each Acquire (and so each
+	// TryAcquire in it); renewals are bounded by the lease's deadline.
+	opTimeout, acquireTimeout time.Duration
+	// errorPause: after a store error an Acquire gives up and its process
+	// waits this long (WorkerConfig.ErrorPause), so that a store that is
+	// down costs few indeterminate operations.
+	errorPause time.Duration
+}
+
+// ttlFor is the lease TTL on a store: etcd keeps only whole-second TTLs of
+// 2 s or more exactly (shorter ones last 2 s, which the model would take
+// for a lease held too long), the others r.ttl.
+func (r run) ttlFor(store string) time.Duration {
+	if store == "etcd" {
+		return max(r.ttl, 2*time.Second)
+	}
+	return r.ttl
+}
+
+// TestR3 is suite R3: SIGKILL the engine (or the lease server) every 2 ± 1 s
+// and restart it after 0.5–1 s while the workers run the lock workload. For
+// the embedded SQLite store there is no engine: the "engine" is the worker
+// processes, which hold the database file open and may be in the middle of
+// a transaction, so R3 kills a random worker instead and starts it again.
+//
+// Pass: no lost, duplicated or stale-accepted write at the fenced oracle, no
+// token regression, every key's history linearizable (porcupine, lease-aware
+// model; Unknown fails), and every key acquirable again after the last
+// fault. The stores are configured to keep what they acknowledged across a
+// SIGKILL (Redis appendfsync always, dynalite on disk, etcd and PostgreSQL
+// by default, the server's own log); one that lost acknowledged grants
+// would hand out a token again and fail the token-regression check.
+func TestR3(t *testing.T) {
+	r := run{
+		suite:   "R3",
+		sched:   KillSchedule,
+		workers: verify.Size(3, 4),
+		clients: verify.Size(2, 3),
+		keys:    verify.Size(8, 48),
+		cycles:  verify.Size(600, 10000),
+		maxTime: verify.Size(35*time.Second, 6*time.Minute),
+		ttl:     time.Second,
+		hold:    verify.Size(250*time.Millisecond, 20*time.Millisecond),
+		// Each attempt while the engine is down is indeterminate.
+		errorPause: 500 * time.Millisecond,
+	}
+	for _, name := range verify.AllStores {
+		t.Run(name, func(t *testing.T) {
+			if !verify.Long() && !slices.Contains(defaultStores, name) {
+				t.Skipf("R3 on %s is in the long tier (LEASEHOLD_LONG=1)", name)
+			}
+			r.run(t, verify.StartTarget(t, name))
+		})
+	}
+}
+
+// TestR5 is suite R5: SIGSTOP the engine (or the lease server) for 1–5 s
+// every 3 s, then SIGCONT, while the workers run the lock workload.
+// Operations in flight during a pause time out and are recorded as
+// indeterminate (the model lets each either take effect or not, and the
+// worker retires that process id).
+//
+// Pass: every key's history linearizable (0 Illegal, and not Unknown), 0
+// violations at the fenced oracle, 0 token regressions. "No error reported
+// as definite that in fact took effect" is what the model checks: the
+// recorder records only ErrHeld (acquire) and ErrNotHeld (renew, release)
+// as definite refusals, everything else as indeterminate, and the model
+// gives a definite refusal no effect at all. Had a refused acquire in fact
+// been granted, a later "held" answer would name an owner the model does
+// not hold, or the next grant would come while the model's holder is
+// alive; had a refused release freed the lease, or a refused renewal
+// extended it, the next grant (or "held" answer) would come at a time the
+// model cannot explain. Each of these makes the key Illegal.
+func TestR5(t *testing.T) {
+	r := run{
+		suite:   "R5",
+		sched:   PauseSchedule,
+		workers: verify.Size(3, 4),
+		clients: verify.Size(2, 3),
+		keys:    verify.Size(8, 48),
+		cycles:  verify.Size(300, 10000),
+		maxTime: verify.Size(35*time.Second, 8*time.Minute),
+		ttl:     time.Second,
+		hold:    verify.Size(250*time.Millisecond, 20*time.Millisecond),
+		// Longer than most pauses, so that most calls caught in a pause
+		// wait it out and get a definite answer; a 3–5 s pause still
+		// times some out (and every renewal it catches: those are bounded
+		// by the lease's deadline).
+		opTimeout:      3 * time.Second,
+		acquireTimeout: 6 * time.Second,
+		errorPause:     500 * time.Millisecond,
+	}
+	for _, name := range verify.AllStores {
+		t.Run(name, func(t *testing.T) {
+			if name == "sqlite" {
+				t.Skip("R5 pauses the engine, and the embedded SQLite store has none: it runs inside its clients (suite R4 pauses those)")
+			}
+			if !verify.Long() && !slices.Contains(defaultStores, name) {
+				t.Skipf("R5 on %s is in the long tier (LEASEHOLD_LONG=1)", name)
+			}
+			r.run(t, verify.StartTarget(t, name))
+		})
+	}
+}
+
+func (r run) run(t *testing.T, tg verify.Target) {
+	seed := testSeed(t)
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	o, err := verify.NewOracle(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	keys := make([]string, r.keys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s/k%d", strings.ToLower(r.suite), i)
+	}
+	ttl := r.ttlFor(tg.Name)
+	g := verify.StartWorkers(t, r.workers, verify.WorkerConfig{Store: tg.URL, Keys: keys, Clients: r.clients,
+		TTL: ttl, Oracle: o.URL(), Hold: r.hold, OpTimeout: r.opTimeout, AcquireTimeout: r.acquireTimeout,
+		ErrorPause: r.errorPause, Seed: seed})
+
+	var down, up func()
+	var lastUp time.Time
+	var restarts []Restart
+	switch {
+	case tg.Embedded():
+		victim := 0
+		down = func() { victim = rng.IntN(r.workers); g.KillWorker(victim) }
+		up = func() { g.RestartWorker(victim); lastUp = time.Now() }
+	case r.suite == "R5":
+		t.Cleanup(tg.Resume) // never leave it stopped, whatever happens
+		down = tg.Pause
+		up = func() { tg.Resume(); lastUp = time.Now() }
+	default:
+		down = func() { restarts = append(restarts, Restart{Killed: verify.Mono()}); tg.Kill() }
+		up = func() { tg.Start(); restarts[len(restarts)-1].Up = verify.Mono(); lastUp = time.Now() }
+	}
+	start := time.Now()
+	done := func() bool { return time.Since(start) > r.maxTime || criticalSections(g) >= r.cycles }
+	faults := Inject(r.sched, rng, done, down, up)
+	ran := time.Since(start)
+	// Inject leaves the engine running: stop the workers (they release what
+	// they hold), then see how soon every key can be taken again.
+	g.Stop(2 * time.Minute)
+	if lastUp.IsZero() {
+		lastUp = start
+	}
+	limit := ttl + 15*time.Second
+	worst, slowest, missed := reacquire(t, tg.URL, keys, ttl, lastUp, limit)
+
+	h, added := g.History(), 0
+	if len(restarts) > 0 && ExtendsOnRecovery[tg.Name] {
+		h, added = RecoveryRenewals(h, restarts)
+	}
+	res := verify.Check(h, verify.CheckOptions{})
+	res.Ops -= added // report what the workers did
+	res.Indeterminate -= added
+	or := o.Check()
+	note := fmt.Sprintf("%d cycles (%d accepted writes, %d refused stale) in %s, %d grants, %d indeterminate ops, %d keys, TTL %s; every key acquirable again %s after the last fault (slowest %s)",
+		res.CS, or.Accepted, or.Rejected, ran.Round(time.Second), res.Grants, res.Indeterminate, len(keys), ttl,
+		worst.Round(time.Millisecond), slowest)
+	if len(missed) > 0 {
+		note = fmt.Sprintf("%d cycles in %s; keys %v not acquirable within %s of the last fault", res.CS, ran.Round(time.Second), missed, limit)
+	}
+	if added > 0 {
+		note += fmt.Sprintf("; %d recovery renewals modelled", added)
+	}
+	note += fmt.Sprintf("; seed %d", seed)
+	verify.Report(t, verify.Row{Suite: r.suite, Store: tg.Name, Ops: res.Ops, Faults: faults,
+		Violations: res.Violations() + or.Violations(), Checker: res.Checker(), Note: note})
+	t.Logf("%s %s: %s; oracle %+v", r.suite, tg.Name, res, or)
+
+	if !res.Passed() || res.Checker() != "ok" || or.Violations() > 0 {
+		t.Fatalf("%s %s: %s\noracle: %d lost updates, %d stale accepted, %d after deadline, %d counter mismatches; first: %s\nworker logs:\n%s",
+			r.suite, tg.Name, res, or.LostUpdates, or.StaleAccepted, or.AfterDeadline, or.CounterMismatch, or.First, clip(g.Logs()))
+	}
+	if len(missed) > 0 {
+		t.Fatalf("%s %s: keys %v not acquirable within %s of the last fault (TTL %s)", r.suite, tg.Name, missed, limit, ttl)
+	}
+	if faults == 0 || or.Accepted == 0 {
+		t.Fatalf("%s %s: %d faults injected, %d writes accepted: the run tested nothing\nworker logs:\n%s", r.suite, tg.Name, faults, or.Accepted, clip(g.Logs()))
+	}
+}
+
+// testSeed returns $LEASEHOLD_VERIFY_SEED, or a fresh seed, and logs it.
+func testSeed(t *testing.T) uint64 {
+	t.Helper()
+	seed := rand.Uint64()
+	if s := os.Getenv(EnvSeed); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("$%s: %v", EnvSeed, err)
+		}
+		seed = v
+	}
+	t.Logf("seed %d (rerun with %s=%d)", seed, EnvSeed, seed)
+	return seed
+}
+
+// criticalSections counts the cycles the workers completed so far.
+func criticalSections(g *verify.Group) int {
+	n := 0
+	for _, ev := range g.History().Events {
+		if ev.E == "cs" {
+			n++
+		}
+	}
+	return n
+}
+
+// reacquire has a fresh client take and release every key, all at once,
+// and returns the longest time from since to a grant, and that key. Keys
+// not granted within limit of since are returned in missed.
+func reacquire(t *testing.T, url string, keys []string, ttl time.Duration, since time.Time, limit time.Duration) (worst time.Duration, slowest string, missed []string) {
+	t.Helper()
+	ctx, cancel := context.WithDeadline(context.Background(), since.Add(limit))
+	defer cancel()
+	store, err := stores.Open(ctx, url)
+	if err != nil {
+		t.Fatalf("probe: open %s: %v", url, err)
+	}
+	defer store.Close()
+	c, err := leasehold.New(store, leasehold.WithOwner("probe"), leasehold.WithBackoff(5*time.Millisecond, ttl/10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := c.Acquire(ctx, k, leasehold.TTL(ttl))
+			d := time.Since(since)
+			if err != nil || d > ttl+time.Second {
+				t.Logf("probe %s: %v, %s after the last fault (TTL %s)", k, err, d, ttl)
+			}
+			if err == nil {
+				rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_ = l.Release(rctx)
+				cancel()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				missed = append(missed, k)
+			case d > worst:
+				worst, slowest = d, k
+			}
+		}()
+	}
+	wg.Wait()
+	slices.Sort(missed)
+	return worst, slowest, missed
+}
+
+// clip shortens a long worker log for a failure message.
+func clip(s string) string {
+	lines := strings.Split(s, "\n")
+	const head, tail = 100, 400
+	if len(lines) <= head+tail {
+		return s
+	}
+	return strings.Join(lines[:head], "\n") + fmt.Sprintf("\n... %d lines left out ...\n", len(lines)-head-tail) + strings.Join(lines[len(lines)-tail:], "\n")
+}
