@@ -127,8 +127,13 @@ func (s *Store) confirm(ctx context.Context, req leasehold.AcquireRequest, token
 		return nil
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	_ = s.Release(rctx, req.Name, req.Owner, token)
+	rerr := s.Release(rctx, req.Name, req.Owner, token)
 	cancel()
+	if rerr != nil && !errors.Is(rerr, leasehold.ErrNotHeld) {
+		// The grant may still stand (until its TTL): not a definite
+		// refusal, so not a HeldError.
+		return fmt.Errorf("redis acquire: a grant made across a reconnect could not be undone: %w", rerr)
+	}
 	if err != nil {
 		return fmt.Errorf("redis acquire: a grant made across a reconnect could not be confirmed and was undone: %w", err)
 	}
