@@ -394,6 +394,7 @@ func TestClockSkewWithinBudget(t *testing.T) {
 			store, note := openStore(t, name, clock.Real())
 			p := skewParamsFor(name)
 			note += p.note
+			p.dur -= p.ttl // enough for four holds; no control to catch
 			r, episodes := skewRun("skew1", store, p, 0.01, true)
 			out := r.exec(t)
 			t.Logf("%s: %s; oracle %d accepted, %d refused; %d holds to the end", name, out.res, out.or.Accepted, out.or.Rejected, episodes.Load())
