@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Runs every fuzz target of the module (suite R12 of docs/verification.md),
+# one after the other, for a given time each:
+#
+#   scripts/fuzz.sh          # 10s per target (the default tier)
+#   scripts/fuzz.sh 2m       # the long tier
+#
+# Targets are found in the _test.go files of the module's packages
+# (func FuzzXxx(f *testing.F)). For each it prints go test's output and a
+# summary, and when $LEASEHOLD_VERIFY_REPORT names a file appends a report
+# row to it:
+#   {"suite":"R12","store":"<pkg>.<target>","ops":<execs>,"faults":0,
+#    "violations":0|1,"checker":"ok"|"crasher"|"failed"}
+# ("failed": go test failed without a failing input, e.g. a build error).
+# Exits non-zero if any target failed. Fuzzing keeps its corpus in the Go
+# cache; only a failing input is written into the package's testdata/fuzz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+fuzztime=${1:-10s}
+case "$fuzztime" in
+-h | --help | help)
+	sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+	exit 0
+	;;
+esac
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+
+module=$(go list -m) || exit 1
+targets=()
+while read -r pkg dir; do
+	for f in "$dir"/*_test.go; do
+		[ -e "$f" ] || continue
+		while read -r name; do
+			targets+=("$pkg $name")
+		done < <(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(f \*testing\.F).*/\1/p' "$f")
+	done
+done < <(go list -f '{{.ImportPath}} {{.Dir}}' ./...)
+
+if [ ${#targets[@]} -eq 0 ]; then
+	echo "fuzz.sh: no fuzz targets found" >&2
+	exit 1
+fi
+echo "fuzz.sh: ${#targets[@]} targets, $fuzztime each"
+
+log=$(mktemp -t leasehold-fuzz.XXXXXX)
+trap 'rm -f "$log"' EXIT
+status=0
+summary=()
+for t in "${targets[@]}"; do
+	read -r pkg name <<<"$t"
+	short=${pkg#"$module"}
+	short=${short#/}
+	[ -z "$short" ] && short=${module##*/}
+	echo "== $short $name"
+	# -parallel 2: one fuzzing worker per core of a 2-core CI machine.
+	go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -parallel 2 "$pkg" 2>&1 | tee "$log"
+	rc=${PIPESTATUS[0]}
+	execs=$(grep -o 'execs: [0-9]*' "$log" | tail -n 1 | grep -o '[0-9]*$')
+	execs=${execs:-0}
+	violations=0 checker=ok
+	if [ "$rc" -ne 0 ]; then
+		violations=1 checker=failed
+		grep -q 'Failing input written to\|--- FAIL: '"$name" "$log" && checker=crasher
+		status=1
+	fi
+	summary+=("$(printf '%-42s %12s execs  %s' "$short.$name" "$execs" "$checker")")
+	if [ -n "${LEASEHOLD_VERIFY_REPORT:-}" ]; then
+		printf '{"suite":"R12","store":"%s.%s","ops":%d,"faults":0,"violations":%d,"checker":"%s"}\n' \
+			"$short" "$name" "$execs" "$violations" "$checker" >>"$LEASEHOLD_VERIFY_REPORT"
+	fi
+done
+echo "== fuzzing summary ($fuzztime per target)"
+printf '%s\n' "${summary[@]}"
+exit $status
