@@ -8,7 +8,8 @@
 -- Replies:
 --   {0, token, acquired_us, now_ms}          a new grant
 --   {3, token, acquired_us, now_ms}          a retried acquire: same grant, fresh expiry
---   {1, owner, token, pttl_ms, acquired_us}  held by someone else
+--   {1, owner, token, pttl_ms, acquired_us, request_id}  held by someone else
+--                                           (or by this request's own grant below the floor)
 --   {2, remaining_ms}                        holding back after a restart
 --   {4}                                      the marker changed: check again
 if KEYS[3] and redis.call('HGET', KEYS[3], 'floor_us') ~= ARGV[8] then
@@ -32,7 +33,7 @@ if cur[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[5])
     return {3, cur[2], cur[4], now_ms}
   end
-  return {1, cur[1], cur[2], redis.call('PTTL', KEYS[1]), cur[4]}
+  return {1, cur[1], cur[2], redis.call('PTTL', KEYS[1]), cur[4], cur[3] or ''}
 end
 -- Free: the next token is above the fence and the floor. A missing fence
 -- (first use, or lost) starts at the server clock in microseconds, which

@@ -101,8 +101,17 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 			Name: req.Name, Owner: req.Owner, Token: token, Data: clone(req.Data),
 			TTL: req.TTL, Remaining: req.TTL, Acquired: time.UnixMicro(acq),
 		}, nil
-	case code == 1 && len(res) == 5:
+	case code == 1 && len(res) == 6:
 		token, _ := strconv.ParseUint(fmt.Sprint(res[2]), 10, 64)
+		if req.RequestID != "" && fmt.Sprint(res[1]) == req.Owner && fmt.Sprint(res[5]) == req.RequestID {
+			// This request's own grant, made by an earlier attempt (go-redis
+			// resending the script after a connection error, or the
+			// caller's retry) before a restart was noticed: below the floor,
+			// so it is not handed back, but it is no one else's either. A
+			// HeldError would be a definite refusal of a call that did
+			// take effect: report the outcome as unknown.
+			return leasehold.Record{}, fmt.Errorf("redis acquire %q: this request's own grant (token %d) from before a restart of Redis was noticed is below the token floor and is not handed back; it expires after its TTL", req.Name, token)
+		}
 		pttl, _ := toInt(res[3])
 		acq, _ := toInt(res[4])
 		return leasehold.Record{}, &leasehold.HeldError{

@@ -3,6 +3,7 @@ package redis_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -227,6 +228,42 @@ func TestDurableRestart(t *testing.T) {
 	}
 	if _, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "held", Owner: "other", TTL: time.Minute}); !errors.Is(err, leasehold.ErrHeld) {
 		t.Errorf("another owner after restart: %v, want ErrHeld", err)
+	}
+}
+
+// TestOwnGrantBelowFloor: a retried acquire whose grant was made before a
+// restart was noticed does not get it back (its token is below the new
+// floor), and is not told "held" either: the grant is the caller's own, so
+// that would be a definite refusal of a request that took effect (go-redis
+// resending the script on a new connection can produce exactly this inside
+// one TryAcquire). Everyone else is still refused: the grant stands.
+func TestOwnGrantBelowFloor(t *testing.T) {
+	srv := enginetest.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+	prefix := uniquePrefix(t)
+	s := open(t, srv.RedisURL(), redis.WithKeyPrefix(prefix))
+	defer s.Close()
+	ctx := ctxT(t, 2*time.Minute)
+	req := leasehold.AcquireRequest{Name: "n", Owner: "a", RequestID: "r1", TTL: time.Minute}
+	rec, err := s.TryAcquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	srv.Restart()
+
+	// The store notices the restart (and raises the floor) at its next
+	// TryAcquire after reconnecting.
+	eventually(t, "a TryAcquire after the restart", func() error {
+		_, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "other", Owner: "b", TTL: time.Minute})
+		return err
+	})
+	_, retry := s.TryAcquire(ctx, req)
+	if retry == nil || errors.Is(retry, leasehold.ErrHeld) || !strings.Contains(retry.Error(), "below the token floor") {
+		t.Fatalf("retry of a grant made before the restart: %v; want an error that is not ErrHeld", retry)
+	}
+	var he *leasehold.HeldError
+	if _, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "n", Owner: "c", TTL: time.Minute}); !errors.As(err, &he) || he.Owner != "a" || he.Token != rec.Token {
+		t.Fatalf("another owner after the restart: %v; want held by a with token %d", err, rec.Token)
 	}
 }
 
