@@ -48,17 +48,29 @@ func electionClient(ctx context.Context, w *Worker, client int) {
 			return
 		}
 		name := cfg.Keys[rng.IntN(len(cfg.Keys))]
-		e, err := c.Election(name, leasehold.TTL(cfg.TTL))
+		cctx, cancel := context.WithTimeout(ctx, cfg.AcquireTimeout)
+		eopts := []leasehold.AcquireOption{leasehold.TTL(cfg.TTL)}
+		var storeErr error
+		if cfg.ErrorPause > 0 {
+			eopts = append(eopts, leasehold.OnError(func(err error) { storeErr = err; cancel() }))
+		}
+		e, err := c.Election(name, eopts...)
 		if err != nil {
+			cancel()
 			w.Logf("%s election %s: %v", owner, name, err)
 			return
 		}
-		cctx, cancel := context.WithTimeout(ctx, cfg.AcquireTimeout)
 		l, err := e.Campaign(cctx)
 		cancel()
 		if err != nil {
+			if storeErr != nil {
+				err = storeErr
+			}
 			if ctx.Err() == nil {
 				w.Logf("%s campaign %s: %v", owner, name, err)
+			}
+			if storeErr != nil {
+				pauseAfterError(ctx, cfg.ErrorPause)
 			}
 			continue
 		}

@@ -27,6 +27,8 @@ func init() { workerModes["semaphore"] = semaphoreClient }
 // keepalive renewals, release, under the permit's lease name); only the
 // semaphore's List of the holders is not recorded, and it changes nothing.
 // So each permit's history is a plain lease history that porcupine checks.
+// With Cfg.ErrorPause, an Acquire gives up at its first store error and the
+// process waits ErrorPause (as the lock workload does).
 func semaphoreClient(ctx context.Context, w *Worker, client int) {
 	cfg := w.Cfg
 	n := max(cfg.Permits, 1)
@@ -57,11 +59,22 @@ func semaphoreClient(ctx context.Context, w *Worker, client int) {
 			return
 		}
 		actx, cancel := context.WithTimeout(ctx, cfg.AcquireTimeout)
-		l, err := sem.Acquire(actx, leasehold.TTL(cfg.TTL))
+		aopts := []leasehold.AcquireOption{leasehold.TTL(cfg.TTL)}
+		var storeErr error
+		if cfg.ErrorPause > 0 {
+			aopts = append(aopts, leasehold.OnError(func(err error) { storeErr = err; cancel() }))
+		}
+		l, err := sem.Acquire(actx, aopts...)
 		cancel()
 		if err != nil {
+			if storeErr != nil {
+				err = storeErr
+			}
 			if ctx.Err() == nil {
 				w.Logf("%s acquire a permit of %s: %v", owner, name, err)
+			}
+			if storeErr != nil {
+				pauseAfterError(ctx, cfg.ErrorPause)
 			}
 			continue
 		}
@@ -93,5 +106,14 @@ func semaphoreClient(ctx context.Context, w *Worker, client int) {
 			w.Logf("%s release %s: %v", owner, l.Name(), err)
 		}
 		cancel()
+	}
+}
+
+// pauseAfterError waits d (Cfg.ErrorPause) after an Acquire given up at a
+// store error, or until ctx ends.
+func pauseAfterError(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
 	}
 }
