@@ -771,10 +771,13 @@ func slowHeaders(t *testing.T, ts *testServer, p *polite, n int) result {
 	return res
 }
 
-// slowConn sends the start of an acquire that would release the tenant's
+// slowConn sends the start of a request to release the tenant's
 // lease, then one more header byte every 50ms, until the server closes the
 // connection. It returns the status of anything the server answered
-// before closing (0: it closed without an answer).
+// before closing: 0 when it closed without an answer (net/http's usual
+// reaction to its header timeout) or net/http's own plain "400 Bad
+// Request", which it sends to a few of the connections when hundreds time
+// out at once.
 func slowConn(addr string, i int, giveUp time.Time) (int, error) {
 	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
 	if err != nil {
