@@ -138,9 +138,9 @@ func OpenHTTP(rawURL string) (*HTTPStore, error) {
 	bad := func(format string, args ...any) error {
 		return &leasehold.InvalidError{Field: "store URL", Reason: fmt.Sprintf(format, args...)}
 	}
-	u, err := url.Parse(rawURL)
+	u, err := parseURL(rawURL)
 	if err != nil {
-		return nil, bad("%v", err)
+		return nil, err
 	}
 	u.Scheme = strings.ToLower(u.Scheme)
 	if u.Scheme != "http" && u.Scheme != "https" {

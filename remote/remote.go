@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 
@@ -13,9 +14,9 @@ import (
 // leasehold:// and leaseholds:// (TLS) use the faster pipelined RESP
 // protocol (OpenRESP). ctx bounds the first connection of a RESP store.
 func Open(ctx context.Context, rawURL string) (leasehold.Store, error) {
-	u, err := url.Parse(rawURL)
+	u, err := parseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("remote: %w", err)
+		return nil, err
 	}
 	switch u.Scheme {
 	case "http", "https":
@@ -31,5 +32,19 @@ func Open(ctx context.Context, rawURL string) (leasehold.Store, error) {
 		}
 		return s, nil
 	}
-	return nil, fmt.Errorf("remote: scheme %q is not http://, https://, leasehold:// or leaseholds://", u.Scheme)
+	return nil, &leasehold.InvalidError{Field: "store URL", Reason: fmt.Sprintf("scheme %q is not http://, https://, leasehold:// or leaseholds://", u.Scheme)}
+}
+
+// parseURL parses a store URL. Its error never repeats the URL, which may
+// carry a token (?token=) or a password.
+func parseURL(rawURL string) (*url.URL, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, &leasehold.InvalidError{Field: "store URL", Reason: err.Error()}
+	}
+	return u, nil
 }

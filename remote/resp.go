@@ -109,9 +109,9 @@ func parseRESPURL(rawURL string) (respConfig, error) {
 	bad := func(format string, args ...any) (respConfig, error) {
 		return cfg, &leasehold.InvalidError{Field: "store URL", Reason: fmt.Sprintf(format, args...)}
 	}
-	u, err := url.Parse(rawURL)
+	u, err := parseURL(rawURL)
 	if err != nil {
-		return bad("%v", err)
+		return cfg, err
 	}
 	u.Scheme = strings.ToLower(u.Scheme)
 	switch {
