@@ -275,7 +275,7 @@ func TestClockJumps(t *testing.T) {
 			storeClock := clock.NewSkewed(0)
 			store, note := openStore(t, name, storeClock)
 			const ttl = 500 * time.Millisecond
-			cfg := verify.WorkerConfig{Keys: keys("jump", 2), Clients: 4, TTL: ttl, Seed: rand.Uint64()}
+			cfg := verify.WorkerConfig{Keys: keys("jump", verify.Size(2, 6)), Clients: verify.Size(4, 8), TTL: ttl, Seed: rand.Uint64()}
 			r := newRun("jump", store, cfg, 0)
 			r.fenced, r.dur = true, verify.Size(4*time.Second, 30*time.Second)
 			rngs := make([]*rand.Rand, cfg.Clients)
@@ -517,7 +517,7 @@ func TestSuspend(t *testing.T) {
 			const ttl = 500 * time.Millisecond
 			const suspenders = 4 // clients 0-3; clients 4 and 5 only contend
 			target := verify.Size(20, 100)
-			cfg := verify.WorkerConfig{Keys: keys("suspend", 2), Clients: 6, TTL: ttl, Hold: 10 * time.Millisecond, Seed: rand.Uint64()}
+			cfg := verify.WorkerConfig{Keys: keys("suspend", verify.Size(2, 6)), Clients: 6, TTL: ttl, Hold: 10 * time.Millisecond, Seed: rand.Uint64()}
 			r := newRun("suspend", store, cfg, 0)
 			r.fenced, r.dur = true, 10*time.Minute
 			done := make(chan struct{})
