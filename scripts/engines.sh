@@ -72,6 +72,9 @@ install() {
 	command -v redis-server >/dev/null || need+=(redis-server)
 	pg_bin >/dev/null || need+=(postgresql)
 	command -v etcd >/dev/null || need+=(etcd-server)
+	# ip and nft for R7's network namespaces and partitions (in /usr/sbin).
+	command -v ip >/dev/null || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need+=(iproute2)
+	command -v nft >/dev/null || [ -x /usr/sbin/nft ] || need+=(nftables)
 	command -v node >/dev/null || need+=(nodejs npm)
 	chromium_bin >/dev/null || need+=(chromium)
 	[ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
