@@ -59,6 +59,7 @@ func StartTarget(t testing.TB, name string) Target {
 		})
 	case "dynamodb":
 		dir := t.TempDir()
+		keepDynaliteUp(t)
 		s := enginetest.StartDynalite(t, "--path", dir)
 		tg := engineTarget(name, s, func(addr string) string {
 			return "dynamodb://lh_verify?endpoint=http://" + addr + "&region=us-east-1"
@@ -77,6 +78,35 @@ func StartTarget(t testing.TB, name string) Target {
 	}
 	t.Fatalf("unknown store %q (known: %v)", name, AllStores)
 	return Target{}
+}
+
+// keepDynaliteUp keeps dynalite (the engine behind the "dynamodb" target)
+// from exiting when a client closes its connection before the request was
+// read to the end (a worker killed, a call abandoned at its deadline, a TCP
+// reset): dynalite rethrows the request's "aborted" error (ECONNRESET) as
+// an uncaught exception, where DynamoDB itself would drop the request. A
+// preload script, passed to node in NODE_OPTIONS for the rest of the test,
+// ignores exactly that error.
+func keepDynaliteUp(t testing.TB) {
+	t.Helper()
+	preload := filepath.Join(t.TempDir(), "ignore-aborted.js")
+	js := `process.on('uncaughtException', function (err) {
+  if (err && err.code === 'ECONNRESET' && err.message === 'aborted') {
+    console.error('verify: ignored a request aborted by its client');
+    return;
+  }
+  console.error(err);
+  process.exit(7);
+});
+`
+	if err := os.WriteFile(preload, []byte(js), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts := os.Getenv("NODE_OPTIONS")
+	if opts != "" {
+		opts += " "
+	}
+	t.Setenv("NODE_OPTIONS", opts+"--require "+strconv.Quote(preload))
 }
 
 func engineTarget(name string, s *enginetest.Server, urlFor func(string) string) Target {

@@ -276,10 +276,15 @@ func reacquire(t *testing.T, url string, keys []string, ttl time.Duration, since
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l, err := c.Acquire(ctx, k, leasehold.TTL(ttl))
+			var last string // why it waited, last time
+			l, err := c.Acquire(ctx, k, leasehold.TTL(ttl),
+				leasehold.OnWait(func(h *leasehold.HeldError) {
+					last = fmt.Sprintf("held by %s (token %d, %s left)", h.Owner, h.Token, h.Remaining)
+				}),
+				leasehold.OnError(func(err error) { last = err.Error() }))
 			d := time.Since(since)
 			if err != nil || d > ttl+time.Second {
-				t.Logf("probe %s: %v, %s after the last fault (TTL %s)", k, err, d, ttl)
+				t.Logf("probe %s: %v, %s after the last fault (TTL %s); last refusal: %s", k, err, d, ttl, last)
 			}
 			if err == nil {
 				rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
