@@ -85,17 +85,16 @@ func run(t *testing.T, tg verify.Target) {
 
 	hp := recipes.NewHolderPauser()
 	t.Cleanup(hp.Close)
-	oE, err := verify.NewOracle(true)
+	oE, err := verify.NewOracleOnRead(true, hp.OnRead)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer oE.Close()
-	oS, err := verify.NewOracle(true)
+	oS, err := verify.NewOracleOnRead(true, hp.OnRead)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer oS.Close()
-	oE.OnRead, oS.OnRead = hp.OnRead, hp.OnRead
 
 	names := func(prefix string, n int) []string {
 		out := make([]string, n)
