@@ -51,10 +51,10 @@ type WorkerConfig struct {
 	// Gap is the longest random sleep between two operations of Mode
 	// "random" (default TTL/2).
 	Gap time.Duration
-	// ErrorPause, when set, makes the lock workload's Acquire give up at
-	// its first transient store error (one that is neither "held" nor
-	// invalid) and the process wait ErrorPause before its next cycle,
-	// instead of retrying at once with backoff. While a store is down each
+	// ErrorPause, when set, makes the lock workload's Acquire stop at a
+	// transient store error (one that is neither "held" nor invalid) and
+	// try again after ErrorPause with the same request id, instead of
+	// retrying with its backoff (5 ms up). While a store is down every
 	// attempt is an indeterminate operation; this keeps them few.
 	ErrorPause time.Duration
 	// Permits is the semaphore size for Mode "semaphore".

@@ -3,6 +3,8 @@ package verify
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -36,26 +38,10 @@ func lockClient(ctx context.Context, w *Worker, client int) {
 			return
 		}
 		key := cfg.Keys[rng.IntN(len(cfg.Keys))]
-		actx, cancel := context.WithTimeout(ctx, cfg.AcquireTimeout)
-		aopts := []leasehold.AcquireOption{leasehold.TTL(cfg.TTL)}
-		var storeErr error
-		if cfg.ErrorPause > 0 {
-			aopts = append(aopts, leasehold.OnError(func(err error) { storeErr = err; cancel() }))
-		}
-		l, err := c.Acquire(actx, key, aopts...)
-		cancel()
+		l, err := acquireLock(ctx, w, c, rng, owner, key)
 		if err != nil {
-			if storeErr != nil {
-				err = storeErr
-			}
 			if ctx.Err() == nil {
 				w.Logf("%s acquire %s: %v", owner, key, err)
-			}
-			if storeErr != nil {
-				select {
-				case <-ctx.Done():
-				case <-time.After(cfg.ErrorPause):
-				}
 			}
 			continue
 		}
@@ -82,11 +68,69 @@ func lockClient(ctx context.Context, w *Worker, client int) {
 		}
 		lost := l.Err() != nil
 		w.Emit(Event{E: "cs", Proc: rec.proc(), Key: key, Token: l.Token(), From: from, To: to, Wrote: wrote, Lost: lost, T: Mono()})
+		releaseLock(ctx, w, l, owner, key)
+	}
+}
+
+// releaseRetries is how often a release that failed with a store error is
+// tried again when cfg.ErrorPause is set.
+const releaseRetries = 4
+
+// releaseLock releases l. With cfg.ErrorPause set, a release that failed
+// with a store error (outcome unknown) is tried again after ErrorPause, a
+// few times: a lease whose release was lost stays held until it expires,
+// and on a store that gives recovered leases a fresh TTL at each restart
+// (etcd, the lease server) it never does while restarts keep coming.
+func releaseLock(ctx context.Context, w *Worker, l *leasehold.Lease, owner, key string) {
+	cfg := w.Cfg
+	for attempt := 0; ; attempt++ {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.OpTimeout)
-		if err := l.Release(rctx); err != nil && !errors.Is(err, leasehold.ErrLost) {
-			w.Logf("%s release %s: %v", owner, key, err)
-		}
+		err := l.Release(rctx)
 		cancel()
+		if err == nil || errors.Is(err, leasehold.ErrLost) {
+			return
+		}
+		w.Logf("%s release %s: %v", owner, key, err)
+		if cfg.ErrorPause <= 0 || attempt == releaseRetries || ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(cfg.ErrorPause):
+		}
+	}
+}
+
+// acquireLock takes key within cfg.AcquireTimeout. With cfg.ErrorPause set,
+// a store error ends the attempt, and after ErrorPause it starts again with
+// the same request id, so that a grant whose reply was lost is handed back
+// (a retry) instead of being left to expire, while a store that is down
+// sees (and the history records) one indeterminate attempt per pause
+// rather than one per backoff step.
+func acquireLock(ctx context.Context, w *Worker, c *leasehold.Client, rng *rand.Rand, owner, key string) (*leasehold.Lease, error) {
+	cfg := w.Cfg
+	actx, cancel := context.WithTimeout(ctx, cfg.AcquireTimeout)
+	defer cancel()
+	if cfg.ErrorPause <= 0 {
+		return c.Acquire(actx, key, leasehold.TTL(cfg.TTL))
+	}
+	reqID := fmt.Sprintf("%016x", rng.Uint64())
+	for {
+		tctx, stop := context.WithCancel(actx)
+		var storeErr error
+		l, err := c.Acquire(tctx, key, leasehold.TTL(cfg.TTL), leasehold.RequestID(reqID),
+			leasehold.OnError(func(err error) { storeErr = err; stop() }))
+		stop()
+		if err == nil || storeErr == nil || actx.Err() != nil {
+			return l, err
+		}
+		w.Logf("%s acquire %s: %v (again in %s)", owner, key, storeErr, cfg.ErrorPause)
+		select {
+		case <-actx.Done():
+			return nil, storeErr
+		case <-time.After(cfg.ErrorPause):
+		}
 	}
 }
 
