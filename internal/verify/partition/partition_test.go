@@ -17,6 +17,7 @@ import (
 	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/internal/verify/crash"
 	"github.com/leasehold/leasehold/internal/verify/partition"
+	"github.com/leasehold/leasehold/internal/verify/recipes"
 )
 
 // envNetns tells worker processes which network namespace each runs in: a
@@ -104,7 +105,10 @@ type window struct {
 // each change, models that as an indeterminate renewal by the latest
 // holder of every key (crash.RecoveryRenewals, as R3 does for etcd
 // restarts): "held" answers and renewals naming that holder become
-// acceptable; grants are judged as strictly as ever.
+// acceptable; grants are judged as strictly as ever. And an acquire left
+// without an answer may have been granted on a spare etcd lease whose
+// refresh did not land, which expires sooner than the TTL; that too is
+// modelled (recipes.EtcdUnconfirmedGrants), for unanswered acquires only.
 func TestR7(t *testing.T) {
 	on, _ := strconv.ParseBool(os.Getenv("LEASEHOLD_R7"))
 	if !verify.Long() && !on {
@@ -275,7 +279,9 @@ func TestR7(t *testing.T) {
 	<-watched
 	t.Logf("workers stopped in %s", time.Since(stopping).Round(10*time.Millisecond))
 
-	h := g.History()
+	// An acquire without an answer may have been granted on a spare etcd
+	// lease that was not refreshed: see recipes.EtcdUnconfirmedGrants.
+	h, shortened := recipes.EtcdUnconfirmedGrants(g.History())
 	tmu.Lock()
 	// Model each change's renewals at both ends of the interval in which
 	// it happened: at its start for the lease current then, at its end for
@@ -301,11 +307,11 @@ func TestR7(t *testing.T) {
 	}
 	verify.Report(t, verify.Row{Suite: "R7", Store: "etcd-3", Ops: res.Ops, Faults: len(windows),
 		Violations: res.Violations() + or.Violations() + mr.Succeeded, Checker: res.Checker(),
-		Note: fmt.Sprintf("%d partitions in %s (isolate leader %d, split 1|2 %d, bridge %d, clients from leader %d), %d leader changes (%d recovery renewals modelled); "+
+		Note: fmt.Sprintf("%d partitions in %s (isolate leader %d, split 1|2 %d, bridge %d, clients from leader %d), %d leader changes (%d recovery renewals modelled), %d unanswered acquires modelled as grants on unrefreshed spare leases; "+
 			"%d critical sections, %d writes accepted, %d refused stale, %d grants, %d indeterminate ops, %d keys, TTL %s; "+
 			"minority side: %d windows, %d lease operations called and answered inside them (%d indeterminate, %d refused), %d succeeded (%d grants); seed %d",
 			len(windows), ran.Round(time.Second), kinds2["isolate-leader"], kinds2["split"], kinds2["bridge"], kinds2["clients-from-leader"],
-			terms, added, res.CS, or.Accepted, or.Rejected, res.Grants, res.Indeterminate, len(keys), ttl,
+			terms, added, shortened, res.CS, or.Accepted, or.Rejected, res.Grants, res.Indeterminate, len(keys), ttl,
 			mr.Windows, mr.Calls, mr.Unknown, mr.Refused, mr.Succeeded, mr.Grants, seed)})
 	t.Logf("R7: %s; oracle %+v; minority %+v", res, or, mr)
 
