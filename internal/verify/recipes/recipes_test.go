@@ -188,7 +188,7 @@ func run(t *testing.T, tg verify.Target) {
 	}
 
 	// Elections.
-	hE, addedE, selfE := history(groups["election"].History(), tg.Name, restarts)
+	hE, addedE := history(groups["election"].History(), tg.Name, restarts)
 	resE := verify.Check(hE, verify.CheckOptions{Permits: 1})
 	resE.Ops -= addedE // report what the workers did
 	resE.Indeterminate -= addedE
@@ -200,11 +200,11 @@ func run(t *testing.T, tg verify.Target) {
 		Checker: resE.Checker(),
 		Note: fmt.Sprintf("%s in %s; %d elections, %d leaderships, %d terms, %d paused leaders replaced while paused; %d writes accepted, %d refused stale; %d indeterminate ops%s; seed %d%s",
 			faultNote("election"), ran.Round(time.Second), len(cfgE.Keys), terms.Leaderships, terms.Terms, takeE,
-			orE.Accepted, orE.Rejected, resE.Indeterminate, modelNote(addedE, selfE), seed, note)})
+			orE.Accepted, orE.Rejected, resE.Indeterminate, modelNote(addedE), seed, note)})
 	t.Logf("R9-election %s: %s; %s; oracle %+v", tg.Name, resE, terms, orE)
 
 	// Semaphore.
-	hS, addedS, selfS := history(groups["semaphore"].History(), tg.Name, restarts)
+	hS, addedS := history(groups["semaphore"].History(), tg.Name, restarts)
 	resS := verify.Check(hS, verify.CheckOptions{Permits: permits})
 	resS.Ops -= addedS
 	resS.Indeterminate -= addedS
@@ -216,7 +216,7 @@ func run(t *testing.T, tg verify.Target) {
 		Checker: resS.Checker(),
 		Note: fmt.Sprintf("%s in %s; N = %d, %d semaphores, %d permits held (at most %d at once), %d paused holders' permits taken over while paused; %d writes accepted, %d refused stale; %d indeterminate ops%s; seed %d%s",
 			faultNote("semaphore"), ran.Round(time.Second), permits, len(cfgS.Keys), perm.Holds, perm.MaxAtOnce, takeS,
-			orS.Accepted, orS.Rejected, resS.Indeterminate, modelNote(addedS, selfS), seed, note)})
+			orS.Accepted, orS.Rejected, resS.Indeterminate, modelNote(addedS), seed, note)})
 	t.Logf("R9-semaphore %s: %s; %s; oracle %+v", tg.Name, resS, perm, orS)
 
 	bad := false
@@ -243,9 +243,8 @@ func run(t *testing.T, tg verify.Target) {
 	}
 }
 
-// history returns a worker group's history h prepared for the model, with the number of
-// recovery renewals added and of refusals naming their caller made
-// indeterminate:
+// history returns a worker group's history h prepared for the model, with
+// the number of recovery renewals added:
 //
 //   - on etcd, an acquire without an answer may have been granted on a
 //     spare etcd lease whose refresh did not land, which expires sooner
@@ -253,19 +252,8 @@ func run(t *testing.T, tg verify.Target) {
 //   - on the lease server and etcd, which give every lease they recover
 //     after a restart a full TTL again, an indeterminate renewal at each
 //     kill by the holder the engine may have recovered
-//     (crash.RecoveryRenewals, as in R3);
-//   - an acquire in flight across a kill of the engine and refused with
-//     the caller itself named as the holder is made indeterminate. The
-//     Redis client library sends a command again after a connection error
-//     (go-redis MaxRetries): when Redis is killed after running the acquire
-//     script but before its reply arrives, the script runs again on the
-//     restarted server, and if another client has meanwhile noticed the
-//     restart, the second run finds the first run's grant below the new
-//     token floor, does not give it back, and answers "held" naming the
-//     caller. The call did take effect, which a definite refusal must not;
-//     nobody believes it holds that grant, so it is no safety violation,
-//     but the model would call the history illegal. Counted and reported.
-func history(h *verify.History, store string, restarts []crash.Restart) (*verify.History, int, int) {
+//     (crash.RecoveryRenewals, as in R3).
+func history(h *verify.History, store string, restarts []crash.Restart) (*verify.History, int) {
 	added := 0
 	if store == "etcd" {
 		h, _ = recipes.EtcdUnconfirmedGrants(h)
@@ -273,46 +261,14 @@ func history(h *verify.History, store string, restarts []crash.Restart) (*verify
 	if len(restarts) > 0 && crash.ExtendsOnRecovery[store] {
 		h, added = crash.RecoveryRenewals(h, restarts)
 	}
-	type id struct {
-		w   string
-		seq int64
-	}
-	calls := map[id]verify.Event{}
-	for _, ev := range h.Events {
-		if ev.E == "call" && ev.Op == "acquire" {
-			calls[id{ev.Worker, ev.Seq}] = ev
-		}
-	}
-	acrossKill := func(from, to int64) bool {
-		for _, r := range restarts {
-			if from < r.Up && to > r.Killed {
-				return true
-			}
-		}
-		return false
-	}
-	self := 0
-	for i, ev := range h.Events {
-		if ev.E != "ret" || ev.Op != "acquire" || ev.OK || ev.Unk || ev.Holder == "" {
-			continue
-		}
-		if c, ok := calls[id{ev.Worker, ev.Seq}]; ok && ev.Holder == c.Owner && acrossKill(c.T, ev.T) {
-			h.Events[i].Unk = true
-			self++
-		}
-	}
-	return h, added, self
+	return h, added
 }
 
-func modelNote(added, self int) string {
-	s := ""
+func modelNote(added int) string {
 	if added > 0 {
-		s += fmt.Sprintf("; %d recovery renewals modelled", added)
+		return fmt.Sprintf("; %d recovery renewals modelled", added)
 	}
-	if self > 0 {
-		s += fmt.Sprintf("; %d refusals naming the caller as holder taken as indeterminate", self)
-	}
-	return s
+	return ""
 }
 
 // envDump names a directory to write a failed run's histories to (one
