@@ -307,9 +307,7 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Rec
 		e.refresh(ent, req, sess, now, ch)
 	case ent.live(now) && !mutation.On("grant-no-recheck") || ent != nil && len(ent.queue()) > 0:
 		if req.Wait <= 0 {
-			err := ent.heldError(now)
-			e.unlock()
-			return leasehold.Record{}, err
+			return leasehold.Record{}, e.refuse(ent, ent.heldError(now))
 		}
 		w := &engWaiter{req: req, sess: sess, since: e.clk.Now(), at: now, ch: ch}
 		ent.setQueue(append(ent.queue(), w))
@@ -337,6 +335,25 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Rec
 	return r.rec, r.err
 }
 
+// refuse returns err, a refusal that reports ent's state (held by someone
+// else, not held), once every record appended for ent is durable: a
+// refusal must not name a grant, or follow a release or an expiry, that a
+// crash can still undo (after which the recovered state would contradict
+// it). Called with e.mu held; it unlocks.
+func (e *Engine) refuse(ent *engEntry, err error) error {
+	if ent == nil {
+		e.unlock()
+		return err
+	}
+	ch := make(chan error, 1)
+	e.commit(ent, nil, func(cerr error) { ch <- cerr })
+	e.unlock()
+	if cerr := <-ch; cerr != nil {
+		return cerr
+	}
+	return err
+}
+
 // wait blocks a queued waiter until it is granted, its wait ends, or ctx
 // ends.
 func (e *Engine) wait(ctx context.Context, ent *engEntry, w *engWaiter) (leasehold.Record, error) {
@@ -352,16 +369,14 @@ func (e *Engine) wait(ctx context.Context, ent *engEntry, w *engWaiter) (leaseho
 	if !w.done {
 		e.dequeue(ent, w)
 		now := e.now()
-		var err error
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		} else if ent.live(now) {
-			err = ent.heldError(now)
-		} else {
-			err = &leasehold.HeldError{Name: ent.name, Owner: ent.owner, Token: ent.token, Acquired: time.Unix(0, ent.acquired)}
+		if err := ctx.Err(); err != nil {
+			e.unlock()
+			return leasehold.Record{}, err
 		}
-		e.unlock()
-		return leasehold.Record{}, err
+		if ent.live(now) {
+			return leasehold.Record{}, e.refuse(ent, ent.heldError(now))
+		}
+		return leasehold.Record{}, e.refuse(ent, &leasehold.HeldError{Name: ent.name, Owner: ent.owner, Token: ent.token, Acquired: time.Unix(0, ent.acquired)})
 	}
 	e.unlock()
 	// Granted as the wait ended: the grant is coming.
@@ -492,8 +507,7 @@ func (e *Engine) Renew(ctx context.Context, name, owner string, token uint64, tt
 		return err
 	}
 	if !ent.live(now) || ent.owner != owner || ent.token != token {
-		e.unlock()
-		return leasehold.ErrNotHeld
+		return e.refuse(ent, leasehold.ErrNotHeld)
 	}
 	ent.ttl = ttl
 	var rec []byte
@@ -532,8 +546,7 @@ func (e *Engine) Release(ctx context.Context, name, owner string, token uint64) 
 		return err
 	}
 	if ent == nil || (ent.owner != owner || ent.token != token) && !mutation.On("release-no-owner") {
-		e.unlock()
-		return leasehold.ErrNotHeld
+		return e.refuse(ent, leasehold.ErrNotHeld)
 	}
 	if !ent.held {
 		// Already released (or expired): repeat the answer once the
