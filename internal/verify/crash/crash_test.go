@@ -83,7 +83,7 @@ func TestR3(t *testing.T) {
 		clients: verify.Size(2, 3),
 		keys:    verify.Size(8, 48),
 		cycles:  verify.Size(600, 10000),
-		maxTime: verify.Size(35*time.Second, 6*time.Minute),
+		maxTime: verify.Size(35*time.Second, 5*time.Minute),
 		ttl:     time.Second,
 		hold:    verify.Size(250*time.Millisecond, 20*time.Millisecond),
 		// Each attempt while the engine is down is indeterminate.
@@ -108,14 +108,19 @@ func TestR3(t *testing.T) {
 // Pass: every key's history linearizable (0 Illegal, and not Unknown), 0
 // violations at the fenced oracle, 0 token regressions. "No error reported
 // as definite that in fact took effect" is what the model checks: the
-// recorder records only ErrHeld (acquire) and ErrNotHeld (renew, release)
-// as definite refusals, everything else as indeterminate, and the model
-// gives a definite refusal no effect at all. Had a refused acquire in fact
-// been granted, a later "held" answer would name an owner the model does
-// not hold, or the next grant would come while the model's holder is
-// alive; had a refused release freed the lease, or a refused renewal
-// extended it, the next grant (or "held" answer) would come at a time the
-// model cannot explain. Each of these makes the key Illegal.
+// recorder takes only ErrHeld naming a holder (acquire) and ErrNotHeld
+// (renew, release) as definite refusals, and everything else as
+// indeterminate, and the model gives a definite refusal no effect at all.
+// An effect hidden behind a refusal shows as soon as another operation
+// meets it: a refused acquire that was granted makes a later "held" answer
+// name an owner or token the model does not hold (or a later grant come
+// while the model's holder may be alive); a refused release that freed the
+// lease, or a refused renewal that extended it, makes the next grant or
+// "held" answer come at a time the model cannot explain. Each makes the key
+// Illegal. (R3 showed one in the Redis store, since fixed: a request told
+// "held" by its own grant, made before a restart was noticed; the code next
+// to it had another: a grant undone after a reconnect was reported held
+// back even when undoing it failed.)
 func TestR5(t *testing.T) {
 	r := run{
 		suite:   "R5",
@@ -124,7 +129,7 @@ func TestR5(t *testing.T) {
 		clients: verify.Size(2, 3),
 		keys:    verify.Size(8, 48),
 		cycles:  verify.Size(300, 10000),
-		maxTime: verify.Size(35*time.Second, 8*time.Minute),
+		maxTime: verify.Size(35*time.Second, 5*time.Minute),
 		ttl:     time.Second,
 		hold:    verify.Size(250*time.Millisecond, 20*time.Millisecond),
 		// Longer than most pauses, so that most calls caught in a pause
