@@ -22,7 +22,9 @@ import (
 // the lease may be alive. A "held" answer must name the current holder and
 // token while the lease may be alive. Renew needs owner and token of a lease
 // that may be alive; release needs owner and token of the latest grant.
-// An indeterminate operation may or may not have taken effect.
+// An indeterminate operation may or may not have taken effect; an
+// indeterminate acquire may also have been granted and then undone by the
+// store (the caller, told of an error, never believed it held the lease).
 
 // Rho is the clock-rate error the model allows between the test's clock and
 // the store's.
@@ -88,6 +90,14 @@ func stepModel(st, in, out interface{}) []interface{} {
 		res := []interface{}{s}
 		if next, ok := unknownEffect(s, i); ok {
 			res = append(res, next)
+			if i.Kind == opAcquire {
+				// A store may undo a grant it could not confirm before
+				// answering with an error (Redis does when a reconnect
+				// happened during the acquire): granted, then freed.
+				undone := next
+				undone.Held = false
+				res = append(res, undone)
+			}
 		}
 		return res
 	}
@@ -97,7 +107,10 @@ func stepModel(st, in, out interface{}) []interface{} {
 			retry := s.Held && s.Owner == i.Owner && s.RequestID == i.RequestID && i.RequestID != "" &&
 				o.Token == s.Token && !s.TokenLower && mayBeAlive(s, i.Call)
 			fresh := tokenAbove(s, o.Token) && mayBeExpired(s, o.Return)
-			if !retry && !fresh {
+			// The caller's own grant from an indeterminate acquire, undone
+			// by the store and granted again with a higher token.
+			regrant := s.Held && s.TokenLower && s.Owner == i.Owner && tokenAbove(s, o.Token)
+			if !retry && !fresh && !regrant {
 				return nil
 			}
 			return []interface{}{modelState{Token: o.Token, Owner: i.Owner, RequestID: i.RequestID, Held: true, Lo: i.Call, Hi: o.Return, TTL: i.TTL}}
