@@ -255,9 +255,12 @@ func (rc *recovery) finish() {
 		s := e.newSession(id, ttl)
 		e.dl.set(&s.dl, now+int64(ttl))
 	}
-	for name, ent := range e.leases {
+	for _, ent := range e.leases {
 		if !ent.held {
-			delete(e.leases, name) // the global token counter keeps fencing safe
+			// Released or expired before the restart: remembered as a
+			// tombstone, so its holder may repeat the release and still
+			// get nil (the Store contract), then forgotten.
+			e.tomb(ent, now)
 			continue
 		}
 		if ent.sess != nil {
@@ -265,7 +268,7 @@ func (rc *recovery) finish() {
 			ent.sess = nil
 			if s == nil { // its session ended without the release logged
 				ent.held = false
-				delete(e.leases, name)
+				e.tomb(ent, now)
 				continue
 			}
 			e.attach(ent, s)

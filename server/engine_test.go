@@ -310,3 +310,41 @@ func TestRefusalWaitsForDurability(t *testing.T) {
 		t.Fatalf("answers after the commit: %v", got)
 	}
 }
+
+// TestRepeatedReleaseAfterRestart: a holder that released (or whose lease
+// expired) before the engine restarted may repeat its release afterwards
+// and still gets nil, as the Store contract says; others still get
+// ErrNotHeld. Found by the R3 fault suite, which retries a release whose
+// reply was lost in a crash.
+func TestRepeatedReleaseAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	e := openEngine(t, dir)
+	s := StoreOf(e)
+	rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "job", Owner: "a", RequestID: "r1", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, "job", "a", rec.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = openEngine(t, dir)
+	defer e.Close()
+	s = StoreOf(e)
+	if err := s.Release(ctx, "job", "a", rec.Token); err != nil {
+		t.Errorf("repeated release after a restart: %v, want nil", err)
+	}
+	if err := s.Release(ctx, "job", "b", rec.Token); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Errorf("release by someone else after a restart: %v, want ErrNotHeld", err)
+	}
+	if _, err := s.Get(ctx, "job"); !errors.Is(err, leasehold.ErrNotFound) {
+		t.Errorf("Get of the released lease after a restart: %v, want ErrNotFound", err)
+	}
+	next, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "job", Owner: "b", RequestID: "r2", TTL: time.Minute})
+	if err != nil || next.Token <= rec.Token {
+		t.Errorf("acquire after a restart: token %d, %v; want a token above %d", next.Token, err, rec.Token)
+	}
+}

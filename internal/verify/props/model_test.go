@@ -33,7 +33,8 @@ import (
 //   - after a restart, SQLite keeps everything (its expiry runs on the boot
 //     clock, which a process restart does not move); the engine recovers
 //     every grant it had not freed with its full TTL (the largest TTL the
-//     grant was given) from the moment of recovery, and forgets freed ones;
+//     grant was given) from the moment of recovery, and remembers freed
+//     ones (a repeated release by their holder still answers ok);
 //   - after a reboot (a new boot id), SQLite treats every lease of the old
 //     boot as expired.
 //
@@ -306,11 +307,11 @@ func (m *model) restart(kind restartKind) (undetermined []string) {
 	}
 	for name, g := range m.leases {
 		switch {
-		case !g.known || !g.held || g.acted:
-			if g.known {
-				m.seen["freed grant forgotten by restart"]++
-			}
-			g.known, g.held = false, false
+		case !g.known:
+			g.held = false
+		case !g.held || g.acted:
+			m.seen["freed grant remembered after restart"]++
+			g.held = false
 		case g.expires > m.now:
 			m.seen["live grant recovered by restart"]++
 			m.recover(g)
@@ -341,8 +342,8 @@ func (m *model) settle(name string, rec leasehold.Record, err error) string {
 	g := m.leases[name]
 	switch classify(err) {
 	case ansNotFound:
-		g.known, g.held = false, false
-		m.seen["expired grant forgotten by restart"]++
+		g.held = false // freed, and remembered for a repeated release
+		m.seen["expired grant freed by restart"]++
 		return ""
 	case ansOK:
 		m.seen["expired grant recovered by restart"]++
