@@ -63,7 +63,7 @@ func enterNetns() {
 
 // envSeed, when set, fixes the seed of the partition schedule and the
 // workers' choices, to rerun a failure.
-const envSeed = "LEASEHOLD_VERIFY_SEED"
+const envSeed = verify.EnvSeed
 
 // window is one partition, on the verify.Mono clock: On when its rules
 // were in place in every namespace, Off just before healing began.
@@ -428,30 +428,9 @@ func dump(t *testing.T, h *verify.History) {
 	t.Logf("history written to %s", f.Name())
 }
 
-func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
-	if hi <= lo {
-		return lo
-	}
-	return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
-}
-
-func testSeed(t *testing.T) uint64 {
-	if s := os.Getenv(envSeed); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("%s: %v", envSeed, err)
-		}
-		return v
-	}
-	return rand.Uint64() | 1
-}
-
-// clip keeps the last lines of a long log.
-func clip(s string) string {
-	const keep = 60
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) <= keep {
-		return s
-	}
-	return fmt.Sprintf("[%d lines before]\n%s", len(lines)-keep, strings.Join(lines[len(lines)-keep:], "\n"))
-}
+// The suites' shared helpers (internal/verify/helpers.go).
+var (
+	between  = verify.Between
+	testSeed = func(t *testing.T) uint64 { return verify.Seed(t) }
+	clip     = func(s string) string { return verify.Clip(s, 60) }
+)
