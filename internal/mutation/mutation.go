@@ -19,6 +19,14 @@
 //     the moment the reply arrived instead of before the request was sent.
 //   - expiry-wall-clock: the engine judges expiry on its clock's wall
 //     reading (clock.Wall) instead of the monotonic one.
+//   - no-group-signal: "leasehold run" and "elect" signal only the
+//     command's process, not its process group, so grandchildren outlive
+//     the lease (suite R13).
+//   - no-death-signal: the command of "leasehold run" and "elect" is not
+//     stopped when its supervisor dies or stops renewing (suite R13).
+//   - no-holdback: the Redis store does not hold back grants after it
+//     sees Redis restart with its state lost (run_id changed) (suites R3
+//     and R5 on a Redis without persistence).
 package mutation
 
 import (
