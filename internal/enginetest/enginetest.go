@@ -1,7 +1,12 @@
 // Package enginetest finds the engines that scripts/engines.sh started for
 // the tests, and starts private instances that a test may kill and restart.
-// Tests call it and skip, with a message saying how to start the engines,
-// when an engine is not configured.
+//
+// A test whose engine is not configured skips, with a message saying how to
+// start the engines, so that a bare "go test ./..." passes anywhere. Where
+// engines are required (see [Required]: CI=true, or
+// LEASEHOLD_REQUIRE_ENGINES=1, which scripts/test.sh sets) it fails instead,
+// naming the engine, so that a run whose engine did not start cannot pass.
+// Every test that needs an engine says so through [Missing] or [Partial].
 package enginetest
 
 import (
@@ -20,21 +25,89 @@ import (
 
 const howTo = "start the engines with: eval \"$(scripts/engines.sh start)\" (or run scripts/test.sh)"
 
-// PostgresURL returns the shared test PostgreSQL URL, or skips the test.
+// RequireVar is the environment variable that decides whether a test
+// fails, rather than skips, when its engine is missing: 1 (or true) fails,
+// 0 (or false) skips. When it is not set, CI decides (most CI systems set
+// CI=true). scripts/test.sh sets it to 1.
+const RequireVar = "LEASEHOLD_REQUIRE_ENGINES"
+
+// Required reports whether a test whose engine is missing must fail
+// rather than skip, and why (the setting that says so). It returns an
+// error when RequireVar is set to something other than a boolean.
+func Required() (bool, string, error) {
+	if v, ok := os.LookupEnv(RequireVar); ok && v != "" {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return true, "", fmt.Errorf("%s=%q is not a boolean (want 1 to require the engines, 0 to let their tests skip)", RequireVar, v)
+		}
+		return on, RequireVar + "=" + v, nil
+	}
+	if v := os.Getenv("CI"); v != "" {
+		if on, err := strconv.ParseBool(v); err == nil && on {
+			return true, "CI=" + v, nil
+		}
+	}
+	return false, "", nil
+}
+
+// Missing ends a test that cannot run because engine (a name such as
+// "PostgreSQL" or "node and the npm packages") is missing; why says how
+// that was seen ("$LEASEHOLD_TEST_POSTGRES is empty"). The test skips,
+// saying how to start the engines, unless engines are [Required], where it
+// fails. Either way it stops the test (it calls t.SkipNow or t.FailNow).
+//
+// Use it only for an engine the project's scripts provide: not for a
+// capability that is optional (an endpoint with DynamoDB transactions), a
+// tier (long runs) or a platform (Linux only, root only).
+func Missing(t testing.TB, engine, why string) {
+	t.Helper()
+	msg := fmt.Sprintf("%s is missing (%s): %s", engine, why, howTo)
+	req, because, err := Required()
+	switch {
+	case err != nil:
+		t.Fatalf("%s; and %v", msg, err)
+	case req:
+		t.Fatalf("%s; engines are required here (%s), so this fails rather than skips (%s=0 lets it skip)", msg, because, RequireVar)
+	default:
+		t.Skip(msg)
+	}
+}
+
+// Partial reports that a test goes on without engine, doing less (it
+// leaves out the part that needs it): the test logs that and how to start
+// the engines, unless engines are [Required], where it fails at once.
+func Partial(t testing.TB, engine, why string) {
+	t.Helper()
+	msg := fmt.Sprintf("%s is missing (%s), so part of this test is not run: %s", engine, why, howTo)
+	req, because, err := Required()
+	switch {
+	case err != nil:
+		t.Fatalf("%s; and %v", msg, err)
+	case req:
+		t.Fatalf("%s; engines are required here (%s), so this fails (%s=0 lets it go on without them)", msg, because, RequireVar)
+	default:
+		t.Log(msg)
+	}
+}
+
+// PostgresURL returns the shared test PostgreSQL URL; without one, see
+// [Missing].
 func PostgresURL(t testing.TB) string {
-	return envOrSkip(t, "LEASEHOLD_TEST_POSTGRES", "PostgreSQL")
+	t.Helper()
+	return envOrMissing(t, "LEASEHOLD_TEST_POSTGRES", "PostgreSQL")
 }
 
-// RedisURL returns the shared test Redis URL, or skips the test.
+// RedisURL returns the shared test Redis URL; without one, see [Missing].
 func RedisURL(t testing.TB) string {
-	return envOrSkip(t, "LEASEHOLD_TEST_REDIS", "Redis")
+	t.Helper()
+	return envOrMissing(t, "LEASEHOLD_TEST_REDIS", "Redis")
 }
 
-func envOrSkip(t testing.TB, key, what string) string {
+func envOrMissing(t testing.TB, key, what string) string {
 	t.Helper()
 	v := os.Getenv(key)
 	if v == "" {
-		t.Skipf("%s not configured ($%s is empty): %s", what, key, howTo)
+		Missing(t, what, "$"+key+" is empty")
 	}
 	return v
 }
@@ -100,7 +173,7 @@ func (s *Server) launch() *Server {
 }
 
 // binary returns the program named by the environment variable env, else
-// name found in PATH; it skips the test when neither is there.
+// name found in PATH; when neither is there, see [Missing].
 func binary(t testing.TB, env, name string) string {
 	t.Helper()
 	if bin := os.Getenv(env); bin != "" {
@@ -108,7 +181,7 @@ func binary(t testing.TB, env, name string) string {
 	}
 	bin, err := exec.LookPath(name)
 	if err != nil {
-		t.Skipf("%s not found ($%s empty, not in PATH): %s", name, env, howTo)
+		Missing(t, name, "$"+env+" is empty and "+name+" is not in PATH")
 	}
 	return bin
 }
@@ -186,7 +259,7 @@ func (s *Server) portOpen() bool {
 
 // StartRedis starts a private redis-server without persistence (so a
 // restart loses its data, as a cache-configured Redis would). extra args are
-// appended to its command line. Skips when Redis is not installed.
+// appended to its command line. Without redis-server, see [Missing].
 func StartRedis(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	bin := binary(t, "LEASEHOLD_TEST_REDIS_SERVER", "redis-server")
@@ -201,14 +274,14 @@ func StartRedis(t testing.TB, extra ...string) *Server {
 func (s *Server) RedisURL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", s.Port) }
 
 // StartPostgres initialises and starts a private PostgreSQL cluster (as the
-// postgres user when running as root). Skips when the binaries are missing.
+// postgres user when running as root). Without the binaries, see [Missing].
 func StartPostgres(t testing.TB) *Server {
 	t.Helper()
 	bin := os.Getenv("LEASEHOLD_TEST_PG_BIN")
 	if bin == "" {
 		matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 		if len(matches) == 0 {
-			t.Skipf("PostgreSQL binaries not found: %s", howTo)
+			Missing(t, "PostgreSQL", "$LEASEHOLD_TEST_PG_BIN is empty and there is no /usr/lib/postgresql/*/bin")
 		}
 		bin = matches[len(matches)-1]
 	}
@@ -221,7 +294,7 @@ func StartPostgres(t testing.TB) *Server {
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			t.Skipf("running as root and there is no postgres user to run PostgreSQL as: %v", err)
+			Missing(t, "PostgreSQL", fmt.Sprintf("running as root and there is no postgres user to run it as: %v", err))
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
@@ -254,26 +327,29 @@ func (s *Server) PostgresURL() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.Port)
 }
 
-// DynamoDBURL returns the shared test DynamoDB (dynalite) store URL, or
-// skips the test.
+// DynamoDBURL returns the shared test DynamoDB (dynalite) store URL;
+// without one, see [Missing].
 func DynamoDBURL(t testing.TB) string {
-	return envOrSkip(t, "LEASEHOLD_TEST_DYNAMODB", "DynamoDB (dynalite)")
+	t.Helper()
+	return envOrMissing(t, "LEASEHOLD_TEST_DYNAMODB", "DynamoDB (dynalite)")
 }
 
-// EtcdURL returns the shared test etcd store URL, or skips the test.
+// EtcdURL returns the shared test etcd store URL; without one, see
+// [Missing].
 func EtcdURL(t testing.TB) string {
-	return envOrSkip(t, "LEASEHOLD_TEST_ETCD", "etcd")
+	t.Helper()
+	return envOrMissing(t, "LEASEHOLD_TEST_ETCD", "etcd")
 }
 
 // StartDynalite starts a private dynalite (in memory, so a restart loses
-// its data, unless extra has "--path", DIR for LevelDB on disk). Skips when
-// dynalite or node is not installed.
+// its data, unless extra has "--path", DIR for LevelDB on disk). Without
+// dynalite or node, see [Missing].
 func StartDynalite(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	cli := os.Getenv("LEASEHOLD_TEST_DYNALITE")
 	node, err := exec.LookPath("node")
 	if cli == "" || err != nil {
-		t.Skipf("dynalite not found ($LEASEHOLD_TEST_DYNALITE empty or no node): %s", howTo)
+		Missing(t, "dynalite", "$LEASEHOLD_TEST_DYNALITE is empty or node is not in PATH")
 	}
 	s := &Server{t: t, Port: FreePort(t), Dir: t.TempDir()}
 	s.argv = append([]string{node, cli, "--port", strconv.Itoa(s.Port), "--host", "127.0.0.1"}, extra...)
@@ -285,7 +361,7 @@ func StartDynalite(t testing.TB, extra ...string) *Server {
 func (s *Server) DynamoDBEndpoint() string { return fmt.Sprintf("http://127.0.0.1:%d", s.Port) }
 
 // StartEtcd starts a private single-member etcd with its data in a
-// directory that survives Restart. Skips when etcd is not installed.
+// directory that survives Restart. Without etcd, see [Missing].
 func StartEtcd(t testing.TB) *Server {
 	t.Helper()
 	bin := binary(t, "LEASEHOLD_TEST_ETCD_BIN", "etcd")
