@@ -13,7 +13,7 @@ import (
 // monotonic clock shared by every recorder.
 type LeaseOp struct {
 	Client    int           // porcupine client id (one per logical process)
-	Kind      string        // "acquire", "renew" or "release"
+	Kind      string        // "acquire", "renew", "release" or "lose" (see LeaseModel)
 	Owner     string        // the caller's owner identity
 	RequestID string        // acquire: its request id
 	Token     uint64        // renew, release: the token sent
@@ -41,6 +41,8 @@ func (op LeaseOp) Operation() (porcupine.Operation, error) {
 		in.Kind = opRenew
 	case "release":
 		in.Kind = opRelease
+	case "lose":
+		in.Kind = opLose
 	default:
 		return porcupine.Operation{}, fmt.Errorf("storetest: unknown lease operation %q", op.Kind)
 	}

@@ -25,6 +25,16 @@ import (
 // An indeterminate operation may or may not have taken effect; an
 // indeterminate acquire may also have been granted and then undone by the
 // store (the caller, told of an error, never believed it held the lease).
+//
+// A "lose" operation is not a client's: the harness records one per name
+// when an engine that may lose acknowledged writes (Redis without
+// persistence, or with RDB snapshots) was killed and restarted, from the
+// kill to the restart. It may have lost nothing, or the lease and its
+// fence: then no one holds the lease or its latest grant any more (renewals
+// and releases are refused), but the time and token rules stay as they
+// were. A grant still needs the lost holder's lease to have expired by its
+// own call times (what Redis's hold-back promises) and a token above every
+// earlier one (its token floor).
 
 // Rho is the clock-rate error the model allows between the test's clock and
 // the store's.
@@ -39,11 +49,16 @@ const (
 	opAcquire opKind = iota
 	opRenew
 	opRelease
+	opLose
 )
 
 func (k opKind) String() string {
-	return [...]string{"acquire", "renew", "release"}[k]
+	return [...]string{"acquire", "renew", "release", "lose"}[k]
 }
+
+// lostOwner is the owner of a lease whose state the store lost: it matches
+// no client.
+const lostOwner = "\x00lost"
 
 // opInput is what a client asked.
 type opInput struct {
@@ -86,6 +101,11 @@ func tokenAbove(s modelState, t uint64) bool { return t > s.Token }
 
 func stepModel(st, in, out interface{}) []interface{} {
 	s, i, o := st.(modelState), in.(opInput), out.(opOutput)
+	if i.Kind == opLose {
+		lost := s
+		lost.Owner, lost.RequestID = lostOwner, ""
+		return []interface{}{s, lost}
+	}
 	if o.Unknown {
 		res := []interface{}{s}
 		if next, ok := unknownEffect(s, i); ok {
@@ -185,6 +205,9 @@ func LeaseModel() porcupine.Model {
 		},
 		DescribeOperation: func(in, out interface{}) string {
 			i, o := in.(opInput), out.(opOutput)
+			if i.Kind == opLose {
+				return "engine restarted: lease and fence may be lost"
+			}
 			res := "ok"
 			switch {
 			case o.Unknown:
@@ -200,7 +223,11 @@ func LeaseModel() porcupine.Model {
 		},
 		DescribeState: func(st interface{}) string {
 			s := st.(modelState)
-			return fmt.Sprintf("token=%d owner=%s held=%v", s.Token, s.Owner, s.Held)
+			owner := s.Owner
+			if owner == lostOwner {
+				owner = "(lost in a restart)"
+			}
+			return fmt.Sprintf("token=%d owner=%s held=%v", s.Token, owner, s.Held)
 		},
 	}
 	return nm.ToModel()

@@ -76,3 +76,45 @@ func RecoveryRenewals(h *verify.History, restarts []Restart) (*verify.History, i
 	}
 	return out, int(seq)
 }
+
+// LosesState names the targets whose engine may lose acknowledged writes
+// when it is killed: Redis without persistence loses everything, Redis
+// with RDB snapshots what changed since the last one. The Redis store
+// promises what the model's "lose" operation allows (see StateLosses).
+var LosesState = map[string]bool{"redis-nopersist": true, "redis-rdb": true}
+
+// StateLosses returns a copy of h with, for every restart and every key
+// of h, a "lose" operation from the kill to the moment the engine answered
+// again (recorded under worker "restart"; they count in Result.Ops). The
+// model lets each lose nothing, or the lease and its fence: after it, no
+// one holds the lease or its latest grant, so the holder's renewals and
+// releases may be refused (the holder reports its lease lost), while a new
+// grant still needs the lost holder's lease to have expired by the
+// holder's own call times, and a token above every earlier one. That is
+// exactly what the Redis store's hold-back and token floor promise after a
+// restart that lost data; nothing else is relaxed. It returns the number
+// of operations added.
+func StateLosses(h *verify.History, restarts []Restart) (*verify.History, int) {
+	out := &verify.History{Events: append([]verify.Event(nil), h.Events...)}
+	keys := map[string]bool{}
+	for _, ev := range h.Events {
+		if ev.E == "call" && ev.Key != "" {
+			keys[ev.Key] = true
+		}
+	}
+	seq := int64(0)
+	for i, r := range restarts {
+		up := r.Up
+		if up == 0 || up < r.Killed {
+			up = verify.Mono() // not restarted: the loss may come any time until now
+		}
+		for key := range keys {
+			seq++
+			proc := fmt.Sprintf("restart%d", i)
+			out.Events = append(out.Events,
+				verify.Event{E: "call", Worker: "restart", Seq: seq, Proc: proc, Key: key, Op: "lose", T: r.Killed},
+				verify.Event{E: "ret", Worker: "restart", Seq: seq, Proc: proc, Key: key, Op: "lose", OK: true, T: up})
+		}
+	}
+	return out, int(seq)
+}
