@@ -1,0 +1,461 @@
+package wrappers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/stores"
+)
+
+// Fault kinds, applied to a supervisor's PID only (never its process
+// group), or to the store.
+const (
+	FaultKill   = "kill"   // SIGKILL a supervisor
+	FaultStop   = "stop"   // SIGSTOP a supervisor for 1.5–3 × TTL, then SIGCONT
+	FaultTerm   = "term"   // SIGTERM a supervisor (a request to stop)
+	FaultEngine = "engine" // SIGKILL the engine or server, restart after 0.5–1 s
+	FaultForce  = "force"  // force-release a held lease through the server
+)
+
+// Build builds the leasehold command (./cmd/leasehold of this module) into
+// dir with the given build tags ("" for none) and returns its path.
+func Build(t testing.TB, dir, tags string) string {
+	t.Helper()
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goBin); err != nil {
+		if goBin, err = exec.LookPath("go"); err != nil {
+			t.Skip("R13 needs the go command (not in GOROOT/bin nor on PATH) to build leasehold")
+		}
+	}
+	bin := filepath.Join(dir, "leasehold")
+	args := []string{"build", "-o", bin}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	start := time.Now()
+	cmd := exec.Command(goBin, append(args, "github.com/leasehold/leasehold/cmd/leasehold")...)
+	cmd.Env = cleanEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build leasehold (tags %q): %v\n%s", tags, err, out)
+	}
+	t.Logf("built leasehold (tags %q) in %s", tags, time.Since(start).Round(time.Millisecond))
+	return bin
+}
+
+// cleanEnv is this process's environment without what would confuse a
+// supervisor, its command or the go command.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "LEASEHOLD_VERIFY_") || strings.HasPrefix(k, "LEASEHOLD_R13_") ||
+			k == "LEASEHOLD_MUTATION" || k == "LEASEHOLD_STORE" || k == "LEASEHOLD_TOKEN" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// Config is one run of the suite.
+type Config struct {
+	Target verify.Target
+	Bin    string        // the leasehold command (Build)
+	TTL    time.Duration // the leases' TTL
+	// Run, Elect and Sem are the numbers of supervisors of each mode:
+	// "leasehold run" on one name, "leasehold elect --on-lost restart" on
+	// another, "leasehold run --permits Permits" on a third.
+	Run, Elect, Sem, Permits int
+	Faults                   []string      // the kinds to inject, drawn uniformly
+	Duration                 time.Duration // how long faults are injected
+	Gap                      [2]time.Duration
+	Work                     [2]time.Duration // the grandchild's running time
+	Beat                     time.Duration    // heartbeat period (default 5 ms)
+	Mutation                 string           // $LEASEHOLD_MUTATION for the supervisors
+	Seed                     uint64
+	Dir                      string // for the logs
+}
+
+// Names of the leases, per mode.
+const (
+	RunName   = "r13/run"
+	ElectName = "r13/elect"
+	SemName   = "r13/sem"
+)
+
+// Outcome is what a run did and what the checker found.
+type Outcome struct {
+	Result      Result
+	Supervisors int            // supervisor processes started
+	Faults      map[string]int // faults injected, by kind
+	Exits       map[string]int // supervisors' exit statuses
+	Survivors   int            // command processes still running 2 × TTL after every supervisor had exited
+	BadLines    int
+	Took        time.Duration
+}
+
+// Total is the number of faults injected.
+func (o Outcome) Total() int {
+	n := 0
+	for _, v := range o.Faults {
+		n += v
+	}
+	return n
+}
+
+// Violations is the number of overlaps, late trees and survivors.
+func (o Outcome) Violations() int { return o.Result.Violations() + o.Survivors }
+
+// Note summarises the outcome for a report row.
+func (o Outcome) Note(cfg Config) string {
+	var kinds []string
+	for _, k := range []string{FaultKill, FaultStop, FaultTerm, FaultEngine, FaultForce} {
+		if n, ok := o.Faults[k]; ok {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		}
+	}
+	var exits []string
+	for k, v := range o.Exits {
+		exits = append(exits, fmt.Sprintf("%s×%d", k, v))
+	}
+	sort.Strings(exits)
+	return fmt.Sprintf("supervisors: run %d, elect %d, run --permits %d ×%d (%d started); %d grants (command trees); faults: %s; %d overlaps, %d force-released trees late, %d excused by a force, %d survivors; TTL %s, %s; exits %s",
+		cfg.Run, cfg.Elect, cfg.Permits, cfg.Sem, o.Supervisors, len(o.Result.Trees), strings.Join(kinds, ", "),
+		len(o.Result.Overlaps), len(o.Result.Late), o.Result.Excused, o.Survivors, cfg.TTL, o.Took.Round(time.Second), strings.Join(exits, " "))
+}
+
+// Run runs the suite once: the supervisors, each restarted whenever it
+// exits, under the faults, for cfg.Duration; then it stops them (SIGTERM),
+// kills what is left and checks the heartbeat log.
+func Run(t testing.TB, cfg Config) Outcome {
+	t.Helper()
+	if cfg.Beat == 0 {
+		cfg.Beat = 5 * time.Millisecond
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	h := &harness{t: t, cfg: cfg, exe: exe, log: filepath.Join(cfg.Dir, "beats.log"),
+		marker: fmt.Sprintf("%d-%d", os.Getpid(), rand.Uint64()),
+		rng:    rand.New(rand.NewPCG(cfg.Seed, 0x513)), faults: map[string]int{}, exits: map[string]int{},
+		tail: newTailer(filepath.Join(cfg.Dir, "beats.log"))}
+	defer h.killCommands()
+	h.addSlots("run", cfg.Run, "run")
+	h.addSlots("elect", cfg.Elect, "elect", "--on-lost", "restart")
+	h.addSlots("sem", cfg.Sem, "run", "--permits", strconv.Itoa(cfg.Permits))
+	stopTail := h.tail.run()
+	for _, s := range h.slots {
+		h.wg.Add(1)
+		go h.loop(s)
+	}
+	for end := time.Now().Add(cfg.Duration); time.Now().Before(end); {
+		time.Sleep(verify.Between(h.rng, cfg.Gap[0], cfg.Gap[1]))
+		h.inject(cfg.Faults[h.rng.IntN(len(cfg.Faults))])
+	}
+	survivors := h.stop()
+	stopTail()
+
+	f, err := os.Open(h.log)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var recs []Record
+	bad := 0
+	if f != nil {
+		recs, bad, err = ParseLog(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := CheckOptions{TTL: cfg.TTL, Forces: h.forces}
+	if cfg.Sem > 0 {
+		opts.Permits = map[string]int{SemName: cfg.Permits}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return Outcome{Result: Check(recs, opts), Supervisors: h.started, Faults: h.faults, Exits: h.exits,
+		Survivors: survivors, BadLines: bad, Took: time.Since(start)}
+}
+
+// Logs returns the end of every supervisor's standard error, for a failure
+// message.
+func Logs(dir string) string {
+	files, _ := filepath.Glob(filepath.Join(dir, "sup-*.log"))
+	var b strings.Builder
+	for _, f := range files {
+		raw, _ := os.ReadFile(f)
+		fmt.Fprintf(&b, "== %s\n%s\n", filepath.Base(f), verify.Clip(string(raw), 15))
+	}
+	return b.String()
+}
+
+type slot struct {
+	id   string
+	args []string
+	proc *os.Process // while running
+	n    int         // starts
+}
+
+type harness struct {
+	t              testing.TB
+	cfg            Config
+	exe, log       string
+	marker         string
+	rng            *rand.Rand // the test goroutine's
+	tail           *tailer
+	wg             sync.WaitGroup
+	mu             sync.Mutex
+	slots          []*slot
+	stopping       bool
+	started        int
+	faults, exits  map[string]int
+	forces         []Force
+	forceAttempted int
+}
+
+func (h *harness) addSlots(prefix string, n int, verb ...string) {
+	name := map[string]string{"run": RunName, "elect": ElectName, "sem": SemName}[prefix]
+	for i := range n {
+		args := append([]string{verb[0], "--store", h.cfg.Target.URL, "--ttl", h.cfg.TTL.String()}, verb[1:]...)
+		args = append(args, name, "--", h.exe, "-test.run=^$")
+		h.slots = append(h.slots, &slot{id: fmt.Sprintf("%s%d", prefix, i), args: args})
+	}
+}
+
+// loop runs slot s's supervisor again and again until the harness stops.
+func (h *harness) loop(s *slot) {
+	defer h.wg.Done()
+	out, err := os.OpenFile(filepath.Join(h.cfg.Dir, "sup-"+s.id+".log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		h.t.Error(err)
+		return
+	}
+	defer out.Close()
+	spec := commandSpec{log: h.log, min: h.cfg.Work[0], max: h.cfg.Work[1], beat: h.cfg.Beat}
+	for {
+		h.mu.Lock()
+		if h.stopping {
+			h.mu.Unlock()
+			return
+		}
+		s.n++
+		sup := fmt.Sprintf("%s.%d", s.id, s.n)
+		cmd := exec.Command(h.cfg.Bin, s.args...)
+		cmd.Env = append(cleanEnv(), EnvCommand+"="+spec.String(), EnvSupervisor+"="+sup, EnvRun+"="+h.marker)
+		if h.cfg.Mutation != "" {
+			cmd.Env = append(cmd.Env, "LEASEHOLD_MUTATION="+h.cfg.Mutation)
+		}
+		cmd.Stdout, cmd.Stderr = out, out
+		// Its own process group, as a service manager would start it; the
+		// faults signal its PID only.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		fmt.Fprintf(out, "== %s starts at %d\n", sup, verify.Mono())
+		if err := cmd.Start(); err != nil {
+			h.mu.Unlock()
+			h.t.Errorf("start supervisor %s: %v", sup, err)
+			return
+		}
+		s.proc = cmd.Process
+		h.started++
+		h.mu.Unlock()
+		err := cmd.Wait()
+		status := "0"
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			status = ee.ProcessState.String()
+			if c := ee.ExitCode(); c >= 0 {
+				status = strconv.Itoa(c)
+			}
+		}
+		fmt.Fprintf(out, "== %s exited (%s) at %d\n", sup, status, verify.Mono())
+		h.mu.Lock()
+		s.proc = nil
+		h.exits[status]++
+		h.mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+		if status == "70" {
+			time.Sleep(300 * time.Millisecond) // the store is down
+		}
+	}
+}
+
+// pick returns a slot whose supervisor runs a command right now, or any
+// running slot if none does, and its process (nil if none runs).
+func (h *harness) pick() (*slot, *os.Process, string) {
+	holding := h.tail.holders(150 * time.Millisecond)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var cands, running []*slot
+	for _, s := range h.slots {
+		if s.proc == nil {
+			continue
+		}
+		running = append(running, s)
+		if _, ok := holding[fmt.Sprintf("%s.%d", s.id, s.n)]; ok {
+			cands = append(cands, s)
+		}
+	}
+	if len(cands) == 0 {
+		cands = running
+	}
+	if len(cands) == 0 {
+		return nil, nil, ""
+	}
+	s := cands[h.rng.IntN(len(cands))]
+	return s, s.proc, holding[fmt.Sprintf("%s.%d", s.id, s.n)]
+}
+
+func (h *harness) count(kind string) {
+	h.mu.Lock()
+	h.faults[kind]++
+	h.mu.Unlock()
+}
+
+// inject applies one fault of the kind and returns when it is over.
+func (h *harness) inject(kind string) {
+	switch kind {
+	case FaultKill, FaultStop, FaultTerm:
+		_, p, _ := h.pick()
+		if p == nil {
+			return
+		}
+		sig := map[string]syscall.Signal{FaultKill: syscall.SIGKILL, FaultStop: syscall.SIGSTOP, FaultTerm: syscall.SIGTERM}[kind]
+		if p.Signal(sig) != nil {
+			return // it had exited
+		}
+		h.count(kind)
+		if kind == FaultStop {
+			time.Sleep(verify.Between(h.rng, 3*h.cfg.TTL/2, 3*h.cfg.TTL))
+			_ = p.Signal(syscall.SIGCONT)
+		}
+	case FaultEngine:
+		h.cfg.Target.Kill()
+		h.count(kind)
+		time.Sleep(verify.Between(h.rng, 500*time.Millisecond, time.Second))
+		h.cfg.Target.Start()
+	case FaultForce:
+		_, _, lease := h.pick()
+		if lease == "" {
+			return
+		}
+		h.force(lease)
+	default:
+		h.t.Fatalf("unknown fault %q", kind)
+	}
+}
+
+// forcer is the admin side of the server's stores (remote.RESPStore).
+type forcer interface {
+	ForceRelease(ctx context.Context, name string) (leasehold.Record, error)
+}
+
+func (h *harness) force(lease string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := stores.Open(ctx, h.cfg.Target.URL)
+	if err != nil {
+		h.t.Logf("force-release: open %s: %v", h.cfg.Target.URL, err)
+		return
+	}
+	defer st.Close()
+	fs, ok := st.(forcer)
+	if !ok {
+		h.t.Fatalf("force-release: the store of %s has no ForceRelease", h.cfg.Target.Name)
+	}
+	call := verify.Mono()
+	rec, err := fs.ForceRelease(ctx, lease)
+	ret := verify.Mono()
+	h.mu.Lock()
+	h.forceAttempted++
+	h.mu.Unlock()
+	if err != nil {
+		if !errors.Is(err, leasehold.ErrNotFound) {
+			h.t.Logf("force-release %s: %v", lease, err)
+		}
+		return
+	}
+	h.mu.Lock()
+	h.forces = append(h.forces, Force{Lease: lease, Token: rec.Token, Call: call, Return: ret})
+	h.mu.Unlock()
+	h.count(FaultForce)
+}
+
+// stop stops the supervisors (SIGTERM, which they forward to their
+// commands), waits for them, and returns the number of command processes
+// still running 2 × TTL later, which it kills.
+func (h *harness) stop() int {
+	h.mu.Lock()
+	h.stopping = true
+	for _, s := range h.slots {
+		if s.proc != nil {
+			_ = s.proc.Signal(syscall.SIGCONT)
+			_ = s.proc.Signal(syscall.SIGTERM)
+		}
+	}
+	h.mu.Unlock()
+	done := make(chan struct{})
+	go func() { h.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		h.mu.Lock()
+		for _, s := range h.slots {
+			if s.proc != nil {
+				h.t.Logf("supervisor %s.%d did not stop within 30 s of SIGTERM: SIGKILL", s.id, s.n)
+				_ = s.proc.Kill()
+			}
+		}
+		h.mu.Unlock()
+		<-done
+	}
+	time.Sleep(2 * h.cfg.TTL)
+	return h.killCommands()
+}
+
+// killCommands SIGKILLs every command process of this run still running
+// (this executable with the run's marker in its environment) and returns
+// how many there were.
+func (h *harness) killCommands() int {
+	n := 0
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		exe, err := os.Readlink(filepath.Join("/proc", d.Name(), "exe"))
+		if err != nil || exe != h.exe {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", d.Name(), "environ"))
+		if err != nil || !bytes.Contains(env, []byte(EnvRun+"="+h.marker+"\x00")) {
+			continue
+		}
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,109 @@
+package wrappers_test
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/internal/verify/wrappers"
+)
+
+func TestMain(m *testing.M) {
+	wrappers.MaybeCommand()
+	verify.MaybeWorker()
+	os.Exit(m.Run())
+}
+
+// r13Stores are the targets of R13: every store, the lease server with its
+// own log, and the server in front of Redis.
+var r13Stores = []string{"sqlite", "redis", "postgres", "dynamodb", "etcd", "server", "server(redis)"}
+
+// defaultStores run in the default tier; the long tier runs all.
+var defaultStores = []string{"sqlite", "redis", "server"}
+
+// TestR13 is suite R13: supervisors of every mode ("leasehold run",
+// "leasehold elect", "leasehold run --permits 2") contend for their names
+// while their PIDs are SIGKILLed, SIGSTOPped for 1.5–3 × TTL and SIGTERMed,
+// the engine (or server) is SIGKILLed and restarted, and, through the
+// server, leases are force-released. Each command is a process tree (a
+// child and a grandchild) that records its lifetime in heartbeats.
+//
+// Pass: no two trees of one lease alive at once, no more than 2 of the
+// semaphore's, no force-released tree alive past its lease's deadline, and
+// no command process left running after every supervisor exited.
+func TestR13(t *testing.T) {
+	if testing.Short() {
+		t.Skip("R13 runs supervisors for seconds per store")
+	}
+	bin := wrappers.Build(t, t.TempDir(), "")
+	for _, name := range r13Stores {
+		t.Run(name, func(t *testing.T) {
+			if !verify.Long() && !slices.Contains(defaultStores, name) {
+				t.Skipf("R13 on %s is in the long tier (LEASEHOLD_LONG=1)", name)
+			}
+			var tg verify.Target
+			if inner, ok := strings.CutPrefix(name, "server("); ok {
+				tg = verify.ProxyTarget(t, verify.StartTarget(t, strings.TrimSuffix(inner, ")")))
+			} else {
+				tg = verify.StartTarget(t, name)
+			}
+			faults := []string{wrappers.FaultKill, wrappers.FaultStop, wrappers.FaultTerm}
+			if !tg.Embedded() {
+				faults = append(faults, wrappers.FaultEngine)
+			}
+			if strings.HasPrefix(name, "server") {
+				faults = append(faults, wrappers.FaultForce)
+			}
+			ttl := time.Second
+			if name == "etcd" {
+				ttl = 2 * time.Second // etcd's shortest exact lease TTL
+			}
+			seed := verify.Seed(t)
+			cfg := wrappers.Config{Target: tg, Bin: bin, TTL: ttl,
+				Run: 3, Elect: 3, Sem: 3, Permits: 2,
+				Faults:   faults,
+				Duration: verify.Size(20*time.Second, 3*time.Minute),
+				Gap:      [2]time.Duration{300 * time.Millisecond, time.Second},
+				Work:     [2]time.Duration{ttl, 4 * ttl},
+				Seed:     seed, Dir: t.TempDir()}
+			o := wrappers.Run(t, cfg)
+			report(t, "R13", name, cfg, o, fmt.Sprintf("seed %d", seed))
+		})
+	}
+}
+
+// report writes o's row and fails t if it has a violation.
+func report(t *testing.T, suite, store string, cfg wrappers.Config, o wrappers.Outcome, extra string) {
+	t.Helper()
+	checker := "ok"
+	if o.Violations() > 0 {
+		checker = "violations"
+	}
+	if o.BadLines > 0 {
+		checker = "bad log"
+	}
+	verify.Report(t, verify.Row{Suite: suite, Store: store, Ops: len(o.Result.Trees), Faults: o.Total(),
+		Violations: o.Violations(), Checker: checker, Note: o.Note(cfg) + "; " + extra})
+	if o.Violations() > 0 || o.BadLines > 0 {
+		var b strings.Builder
+		for i, ov := range o.Result.Overlaps {
+			if i == 10 {
+				fmt.Fprintf(&b, "... %d more\n", len(o.Result.Overlaps)-10)
+				break
+			}
+			fmt.Fprintf(&b, "overlap: %s\n", ov)
+		}
+		for _, l := range o.Result.Late {
+			fmt.Fprintf(&b, "late after force-release: %s\n", l)
+		}
+		t.Errorf("violations: %d overlaps, %d late, %d survivors, %d bad log lines\n%s\nsupervisors:\n%s",
+			len(o.Result.Overlaps), len(o.Result.Late), o.Survivors, o.BadLines, b.String(), wrappers.Logs(cfg.Dir))
+	}
+	if len(o.Result.Trees) == 0 {
+		t.Errorf("no command ran:\n%s", wrappers.Logs(cfg.Dir))
+	}
+}
