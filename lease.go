@@ -25,6 +25,14 @@ const maxSleep = time.Second
 // soon as the store refuses a renewal, the lease is lost: Done closes and Err
 // returns an error matching ErrLost. An unknown outcome counts as lost.
 //
+// A lease granted through a BoundedStore (a session store of package
+// remote) is also lost no later than its Bound, the session: its deadline is
+// the earlier of its own and the session's (which is as conservative:
+// t0 + TTL*(1-rho) - eps from before the session's last confirmed keepalive,
+// on both clocks), and when the session ends — expired, refused by the
+// server, or closed — the lease is lost at once. Renewing the lease does not
+// extend its session.
+//
 // Holding a Lease does not fence writes by itself: give Token to the
 // resource you write so that it rejects writers with an older token.
 type Lease struct {
@@ -38,6 +46,7 @@ type Lease struct {
 
 	mu           sync.Mutex
 	ttl          time.Duration
+	bound        Bound         // what the lease cannot outlive (its session), or nil
 	deadline     time.Time     // monotonic local deadline
 	deadlineBoot time.Duration // the same deadline on the boot-time clock
 	err          error         // why Done closed
@@ -55,6 +64,9 @@ func (c *Client) newLease(rec Record, requestID string, t0 time.Time, b0 time.Du
 		c: c, name: rec.Name, owner: rec.Owner, token: rec.Token, requestID: requestID,
 		data: rec.Data, acquired: rec.Acquired, ttl: rec.TTL,
 		done: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{}),
+	}
+	if bs, ok := c.store.(BoundedStore); ok {
+		l.bound = bs.LeaseBound(rec)
 	}
 	l.extend(t0, b0, rec.TTL)
 	go l.run(keepalive, t0.Add(rec.TTL/3))
@@ -89,10 +101,27 @@ func (l *Lease) TTL() time.Duration {
 
 // Deadline returns the local deadline: the moment (on the client's clock)
 // until which the lease is known to be held unless a renewal is confirmed.
+// For a lease bound to a session it is the earlier of the lease's own
+// deadline and the session's (which a keepalive of the session moves on).
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.deadline
+	d, _ := l.deadlinesLocked()
+	return d
+}
+
+// deadlinesLocked returns the lease's local deadline on the monotonic and
+// the boot-time clock: its own, or its Bound's where that is earlier.
+func (l *Lease) deadlinesLocked() (time.Time, time.Duration) {
+	d, b := l.deadline, l.deadlineBoot
+	if l.bound != nil {
+		bd, bb := l.bound.Deadline()
+		if bd.Before(d) {
+			d = bd
+		}
+		b = min(b, bb)
+	}
+	return d, b
 }
 
 // Done returns a channel that is closed when the lease is lost or released.
@@ -107,12 +136,21 @@ func (l *Lease) Err() error {
 }
 
 // Held reports whether the lease is still known to be held right now,
-// checking the local deadline on both clocks (not only the Done channel,
-// which the keepalive goroutine closes shortly after).
+// checking the local deadline on both clocks and the end of its session, if
+// it has one (not only the Done channel, which the keepalive goroutine
+// closes shortly after). Once it has returned false it never returns true
+// again: if it finds the lease lost, Done is closed at once.
 func (l *Lease) Held() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.err == nil && !l.pastDeadlineLocked()
+	if l.err != nil {
+		return false
+	}
+	if err := l.lostLocked(); err != nil {
+		l.finishLocked(err)
+		return false
+	}
+	return true
 }
 
 // Context returns a context derived from parent that is cancelled, with
@@ -178,14 +216,44 @@ func (l *Lease) extend(t0 time.Time, b0 time.Duration, ttl time.Duration) {
 	l.deadlineBoot = b0 + life
 }
 
-func (l *Lease) pastDeadlineLocked() bool {
-	return !l.c.clock.Now().Before(l.deadline) || l.c.clock.Boot() >= l.deadlineBoot
+// lostLocked returns why the lease is no longer known to be held right now,
+// or nil while it is: its own local deadline passed (on either clock), or
+// its Bound ended or its Bound's deadline passed.
+func (l *Lease) lostLocked() error {
+	now, boot := l.c.clock.Now(), l.c.clock.Boot()
+	if !now.Before(l.deadline) || boot >= l.deadlineBoot {
+		return fmt.Errorf("%w: %q (token %d): local deadline passed without a confirmed renewal", ErrLost, l.name, l.token)
+	}
+	if l.bound == nil {
+		return nil
+	}
+	select {
+	case <-l.bound.Done():
+		return fmt.Errorf("%w: %q (token %d): its session ended: %v", ErrLost, l.name, l.token, l.bound.Err())
+	default:
+	}
+	if bd, bb := l.bound.Deadline(); !now.Before(bd) || boot >= bb {
+		return fmt.Errorf("%w: %q (token %d): its session's local deadline passed without a confirmed keepalive", ErrLost, l.name, l.token)
+	}
+	return nil
+}
+
+// boundDone is the Bound's Done channel, or nil (never ready) without one.
+func (l *Lease) boundDone() <-chan struct{} {
+	if l.bound == nil {
+		return nil
+	}
+	return l.bound.Done()
 }
 
 // finish closes Done with err unless it is closed already.
 func (l *Lease) finish(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.finishLocked(err)
+}
+
+func (l *Lease) finishLocked(err error) {
 	if l.err != nil {
 		return
 	}
@@ -204,15 +272,16 @@ func (l *Lease) renewOnce(ctx context.Context) error {
 	switch {
 	case err == nil:
 		l.mu.Lock()
-		lost, late := l.err != nil, l.pastDeadlineLocked()
+		lost, late := l.err != nil, l.lostLocked()
 		l.mu.Unlock()
 		if lost {
 			return l.Err()
 		}
-		if late {
-			// Confirmed only after the local deadline: for a while nobody
-			// could prove it held, so it counts as lost.
-			lerr := fmt.Errorf("%w: renew %q (token %d) confirmed after the local deadline", ErrLost, l.name, l.token)
+		if late != nil {
+			// Confirmed only after the local deadline (the lease's own or
+			// its session's): for a while nobody could prove it held, so it
+			// counts as lost.
+			lerr := fmt.Errorf("%w: renew %q (token %d) confirmed after the local deadline: %v", ErrLost, l.name, l.token, late)
 			l.finish(lerr)
 			return lerr
 		}
@@ -228,17 +297,20 @@ func (l *Lease) renewOnce(ctx context.Context) error {
 }
 
 // run is the lease's goroutine: it renews at about TTL/3 (when keepalive is
-// on) and closes Done once the local deadline passes unconfirmed.
+// on) and closes Done once the local deadline (its own or its session's)
+// passes unconfirmed, or its session ends.
 func (l *Lease) run(keepalive bool, renewAt time.Time) {
 	defer close(l.stopped)
 	k := l.c.clock
+	boundDone := l.boundDone()
 	retry := newBackoff(max(l.TTL()/50, time.Millisecond), max(l.TTL()/10, time.Millisecond))
 	for {
 		l.mu.Lock()
-		past, deadline := l.pastDeadlineLocked(), l.deadline
+		lost := l.lostLocked()
+		deadline, _ := l.deadlinesLocked()
 		l.mu.Unlock()
-		if past {
-			l.finish(fmt.Errorf("%w: %q (token %d): local deadline passed without a confirmed renewal", ErrLost, l.name, l.token))
+		if lost != nil {
+			l.finish(lost)
 			return
 		}
 		now := k.Now()
@@ -255,17 +327,22 @@ func (l *Lease) run(keepalive bool, renewAt time.Time) {
 			case <-l.done:
 				t.Stop()
 				return
+			case <-boundDone:
+				t.Stop()
 			case <-t.C():
 			}
 			continue // re-check the deadline on both clocks before renewing
 		}
 		// The attempt is abandoned at the local deadline (an unknown outcome
-		// counts as lost) or when Release stops the keepalive. The timeout is
-		// measured in real time; with the real clock that is the deadline.
+		// counts as lost), when the session ends, or when Release stops the
+		// keepalive. The timeout is measured in real time; with the real
+		// clock that is the deadline.
 		ctx, cancel := context.WithTimeout(context.Background(), max(deadline.Sub(k.Now()), time.Millisecond))
 		go func() {
 			select {
 			case <-l.stop:
+				cancel()
+			case <-boundDone:
 				cancel()
 			case <-ctx.Done():
 			}

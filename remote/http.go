@@ -100,8 +100,9 @@ var (
 // connections open for reuse.
 type HTTPStore struct {
 	*conn
-	// session, when set, attaches every acquire to that session.
+	// session, when set, attaches every acquire to that session, sess.
 	session string
+	sess    *Session
 	// borrowed stores (Session.Store) do not close the connection pool.
 	borrowed bool
 }
@@ -817,18 +818,27 @@ func readEvents(r io.Reader, notify func()) {
 
 // Session is a server session: leases acquired through its Store live as
 // long as it does, kept alive by one keepalive for all of them, and are
-// released when it ends.
+// released by the server when it ends.
+//
+// It is also a leasehold.Bound, and its Store a leasehold.BoundedStore: a
+// Lease taken through Store is lost no later than the session. The
+// session's local deadline is t0 + TTL·(1−ρ) − ε, where t0 is taken (on the
+// monotonic and the boot-time clock) before the last confirmed keepalive
+// (or the open) was sent; the server frees the session's leases no earlier
+// than TTL after it received that keepalive.
 type Session struct {
-	s    *HTTPStore
-	id   string
-	ttl  time.Duration
-	done chan struct{}
-	err  atomic.Pointer[error]
+	*keeper
+	s *HTTPStore
 
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
 	closed atomic.Bool
 }
+
+var (
+	_ leasehold.Bound        = (*Session)(nil)
+	_ leasehold.BoundedStore = (*HTTPStore)(nil)
+)
 
 type sessionJSON struct {
 	ID          string `json:"id"`
@@ -838,22 +848,32 @@ type sessionJSON struct {
 
 // OpenSession opens a session with the given TTL and keeps it alive in the
 // background (every TTL/3) until Close. If the server refuses a keepalive
-// (the session expired) or none is confirmed before TTL·0.99 − 5ms from
-// the last confirmed one's start, the session is lost: Done closes and Err
-// says why; its leases are (or will shortly be) released by the server.
-func (s *HTTPStore) OpenSession(ctx context.Context, ttl time.Duration) (*Session, error) {
-	if err := leasehold.ValidateTTL(ttl); err != nil {
+// (the session expired, or the server forgot it) or none is confirmed
+// before the session's local deadline (see Session), the session is lost:
+// Done closes, Err returns an error matching leasehold.ErrLost, and every
+// Lease taken through its Store is lost at that moment; the server
+// releases (or has released) those leases. A bad TTL or option is an
+// *leasehold.InvalidError and opens nothing.
+func (s *HTTPStore) OpenSession(ctx context.Context, ttl time.Duration, opts ...SessionOption) (*Session, error) {
+	cfg, err := sessionOptions(ttl, opts)
+	if err != nil {
 		return nil, err
 	}
-	t0 := time.Now()
+	t0, b0 := cfg.clock.Now(), cfg.clock.Boot()
 	var sj sessionJSON
 	if _, err := s.do(ctx, call{method: http.MethodPost, path: "/v1/sessions", body: map[string]int64{"ttl_ms": ceilMS(ttl)}}, &sj); err != nil {
 		return nil, err
 	}
 	kctx, stop := context.WithCancel(s.ctx)
-	x := &Session{s: s, id: sj.ID, ttl: ttl, done: make(chan struct{}), stop: stop}
+	x := &Session{keeper: newKeeper(sj.ID, ttl, cfg, t0, b0), s: s, stop: stop}
 	x.wg.Add(1)
-	go x.keepalive(kctx, t0)
+	go func() {
+		defer x.wg.Done()
+		x.run(kctx, t0, func(ctx context.Context) error {
+			_, err := x.s.do(ctx, call{method: http.MethodPost, path: "/v1/sessions/" + url.PathEscape(x.id) + "/keepalive", replayable: true}, nil)
+			return err
+		}, func(err error) bool { return errors.Is(err, ErrNoSession) })
+	}()
 	return x, nil
 }
 
@@ -864,80 +884,35 @@ func (x *Session) ID() string { return x.id }
 // TTL is the session's time to live.
 func (x *Session) TTL() time.Duration { return x.ttl }
 
-// Done is closed when the session is lost or closed.
-func (x *Session) Done() <-chan struct{} { return x.done }
-
-// Err is nil while the session lives; then why it ended.
-func (x *Session) Err() error {
-	if p := x.err.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-func (x *Session) end(err error) {
-	if x.err.CompareAndSwap(nil, &err) {
-		close(x.done)
-	}
-}
-
 // Store returns a store whose acquires attach to the session (the
 // server then keeps those leases alive with the session, and releases them
-// when it ends). Its Close does nothing; close the session instead.
+// when it ends). Leases taken through it are bounded by the session
+// (leasehold.BoundedStore). Its Close does nothing; close the session
+// instead.
 func (x *Session) Store() *HTTPStore {
-	return &HTTPStore{conn: x.s.conn, session: x.id, borrowed: true}
+	return &HTTPStore{conn: x.s.conn, session: x.id, sess: x, borrowed: true}
 }
 
-func (x *Session) keepalive(ctx context.Context, t0 time.Time) {
-	defer x.wg.Done()
-	deadline := t0.Add(time.Duration(float64(x.ttl)*0.99) - 5*time.Millisecond)
-	every := x.ttl / 3
-	next := t0.Add(every)
-	for {
-		wait := time.Until(next)
-		if d := time.Until(deadline); d < wait {
-			wait = d
-		}
-		t := time.NewTimer(max(wait, 0))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		if !time.Now().Before(deadline) {
-			x.end(fmt.Errorf("session %s: no keepalive confirmed in time: %w", x.id, leasehold.ErrLost))
-			return
-		}
-		sent := time.Now()
-		rctx, cancel := context.WithDeadline(ctx, deadline)
-		_, err := x.s.do(rctx, call{method: http.MethodPost, path: "/v1/sessions/" + url.PathEscape(x.id) + "/keepalive", replayable: true}, nil)
-		cancel()
-		switch {
-		case err == nil:
-			deadline = sent.Add(time.Duration(float64(x.ttl)*0.99) - 5*time.Millisecond)
-			next = sent.Add(every)
-		case errors.Is(err, ErrNoSession):
-			x.end(fmt.Errorf("session %s: %w", x.id, ErrNoSession))
-			return
-		case ctx.Err() != nil:
-			return
-		default:
-			next = time.Now().Add(min(every/4, time.Second))
-		}
+// LeaseBound implements leasehold.BoundedStore: a grant made through a
+// Session's Store is bounded by that session; other grants return nil.
+func (s *HTTPStore) LeaseBound(leasehold.Record) leasehold.Bound {
+	if s.sess == nil {
+		return nil
 	}
+	return s.sess
 }
 
 // Close ends the session on the server, which releases its leases, and
-// stops the keepalive. Closing twice, or a lost session, returns nil.
+// stops the keepalive. Leases taken through it are lost (their Err matches
+// leasehold.ErrLost); Err then matches leasehold.ErrReleased. Closing
+// twice, or a lost session, returns nil.
 func (x *Session) Close(ctx context.Context) error {
 	if x.closed.Swap(true) {
 		return nil
 	}
 	x.stop()
 	x.wg.Wait()
-	lost := x.Err() != nil
-	x.end(errors.New("session closed"))
+	lost := !x.end(fmt.Errorf("session %s closed: %w", x.id, leasehold.ErrReleased))
 	_, err := x.s.do(ctx, call{method: http.MethodDelete, path: "/v1/sessions/" + url.PathEscape(x.id), replayable: true}, nil)
 	if errors.Is(err, ErrNoSession) && lost {
 		return nil

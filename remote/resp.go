@@ -657,36 +657,41 @@ func (s *RESPStore) List(ctx context.Context, prefix string) ([]leasehold.Record
 
 // RESPSession is a server session: leases taken through its Store live as
 // long as the session does, kept alive by one keepalive (every TTL/3) for
-// all of them, and are released when it ends. It ends when Close is called
-// or when it cannot be kept alive: a keepalive refused (the server does not
-// know it any more) or none confirmed before the session's deadline, taken
-// conservatively from the time each keepalive was sent. Done is then
-// closed and Err says why.
+// all of them, and are released by the server when it ends. It ends when
+// Close is called or when it cannot be kept alive: a keepalive refused (the
+// server does not know it any more) or none confirmed before the session's
+// local deadline. Done is then closed and Err says why.
+//
+// It is also a leasehold.Bound, and its Store a leasehold.BoundedStore: a
+// Lease taken through Store is lost no later than the session. The
+// session's local deadline is t0 + TTL·(1−ρ) − ε, where t0 is taken (on the
+// monotonic and the boot-time clock) before the last confirmed keepalive
+// (or the open) was sent; the server frees the session's leases no earlier
+// than TTL after it received that keepalive.
 type RESPSession struct {
-	s   *RESPStore
-	id  string
-	ttl time.Duration
+	*keeper
+	s *RESPStore
 
 	ctx  context.Context // cancelled by Close: stops the keepalive
 	stop context.CancelFunc
-	done chan struct{}
 	wg   sync.WaitGroup
-
-	mu  sync.Mutex
-	err error
 }
 
+var _ leasehold.Bound = (*RESPSession)(nil)
+
 // OpenSession opens a session with the given TTL and starts its keepalive.
-func (s *RESPStore) OpenSession(ctx context.Context, ttl time.Duration) (*RESPSession, error) {
-	if err := leasehold.ValidateTTL(ttl); err != nil {
+// A bad TTL or option is an *leasehold.InvalidError and opens nothing.
+func (s *RESPStore) OpenSession(ctx context.Context, ttl time.Duration, opts ...SessionOption) (*RESPSession, error) {
+	cfg, err := sessionOptions(ttl, opts)
+	if err != nil {
 		return nil, err
 	}
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	t0 := time.Now()
+	t0, b0 := cfg.clock.Now(), cfg.clock.Boot()
 	var id string
-	err := s.cl.Do(ctx, func(b []byte) []byte {
+	err = s.cl.Do(ctx, func(b []byte) []byte {
 		b = resp.AppendArray(b, 3)
 		b = resp.AppendBulkString(b, "LH.SESSION")
 		b = resp.AppendBulkString(b, "OPEN")
@@ -704,10 +709,26 @@ func (s *RESPStore) OpenSession(ctx context.Context, ttl time.Duration) (*RESPSe
 	if err != nil {
 		return nil, s.mapErr(err)
 	}
-	ss := &RESPSession{s: s, id: id, ttl: ttl, done: make(chan struct{})}
+	ss := &RESPSession{keeper: newKeeper(id, ttl, cfg, t0, b0), s: s}
 	ss.ctx, ss.stop = context.WithCancel(context.Background())
 	ss.wg.Add(1)
-	go ss.keepalive(t0)
+	go func() {
+		defer ss.wg.Done()
+		ss.run(ss.ctx, t0, func(ctx context.Context) error {
+			err := ss.s.cl.Do(ctx, func(b []byte) []byte {
+				return resp.AppendCommand(b, "LH.SESSION", "KEEPALIVE", ss.id)
+			}, func(v resp.Value) error {
+				if v.Type == resp.Error {
+					return replyErr(v.Str, "")
+				}
+				return nil
+			})
+			if err != nil {
+				return ss.s.mapErr(err)
+			}
+			return nil
+		}, func(err error) bool { return errors.Is(err, ErrNoSession) })
+	}()
 	return ss, nil
 }
 
@@ -717,74 +738,11 @@ func (ss *RESPSession) ID() string { return ss.id }
 // TTL is the session's time to live.
 func (ss *RESPSession) TTL() time.Duration { return ss.ttl }
 
-// Done is closed when the session has ended (Close, or lost).
-func (ss *RESPSession) Done() <-chan struct{} { return ss.done }
-
-// Err is nil while the session lives, then why it ended: an error matching
-// leasehold.ErrLost when it could not be kept alive, or
-// leasehold.ErrReleased after Close.
-func (ss *RESPSession) Err() error {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.err
-}
-
-func (ss *RESPSession) end(err error) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.err == nil {
-		ss.err = err
-		close(ss.done)
-	}
-}
-
-func (ss *RESPSession) keepalive(t0 time.Time) {
-	defer ss.wg.Done()
-	const rho, eps = 0.01, 5 * time.Millisecond
-	deadline := t0.Add(time.Duration(float64(ss.ttl)*(1-rho)) - eps)
-	every := ss.ttl / 3
-	t := time.NewTimer(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ss.ctx.Done():
-			return
-		case <-t.C:
-		}
-		sent := time.Now()
-		ctx, cancel := context.WithDeadline(ss.ctx, deadline)
-		err := ss.s.cl.Do(ctx, func(b []byte) []byte {
-			return resp.AppendCommand(b, "LH.SESSION", "KEEPALIVE", ss.id)
-		}, func(v resp.Value) error {
-			if v.Type == resp.Error {
-				return replyErr(v.Str, "")
-			}
-			return nil
-		})
-		cancel()
-		switch {
-		case err == nil:
-			deadline = sent.Add(time.Duration(float64(ss.ttl)*(1-rho)) - eps)
-			t.Reset(every)
-			continue
-		case errors.Is(err, ErrNoSession):
-			ss.end(fmt.Errorf("session %s: %w: the server no longer knows it", ss.id, leasehold.ErrLost))
-			return
-		}
-		if ss.ctx.Err() != nil {
-			return
-		}
-		if !time.Now().Before(deadline) {
-			ss.end(fmt.Errorf("session %s: %w: no keepalive confirmed before its deadline (last error: %v)", ss.id, leasehold.ErrLost, ss.s.mapErr(err)))
-			return
-		}
-		t.Reset(min(every/4+time.Millisecond, time.Until(deadline))) // retry sooner
-	}
-}
-
 // Close ends the session: it stops the keepalive and asks the server to
-// close the session, which releases its leases. Closing an ended session
-// returns nil if Close already ended it, else the error that ended it.
+// close the session, which releases its leases. Leases taken through it are
+// lost (their Err matches leasehold.ErrLost); Err then matches
+// leasehold.ErrReleased. Closing an ended session returns nil if Close
+// already ended it, else the error that ended it.
 func (ss *RESPSession) Close(ctx context.Context) error {
 	ss.stop()
 	ss.wg.Wait()
@@ -805,16 +763,23 @@ func (ss *RESPSession) Close(ctx context.Context) error {
 }
 
 // Store returns a view of the store whose acquires attach their leases to
-// the session (their TTL is then the session's business). Renew, Release,
-// Get and List are the store's. Closing the view closes nothing.
+// the session: the server frees them when the session ends, whatever their
+// own TTL, and a Lease taken through the view is lost no later than the
+// session (leasehold.BoundedStore). Renew, Release, Get and List are the
+// store's. Closing the view closes nothing.
 func (ss *RESPSession) Store() leasehold.Store { return sessionStore{ss} }
 
 type sessionStore struct{ ss *RESPSession }
 
 var (
-	_ leasehold.Store  = sessionStore{}
-	_ leasehold.Queuer = sessionStore{}
+	_ leasehold.Store        = sessionStore{}
+	_ leasehold.Queuer       = sessionStore{}
+	_ leasehold.BoundedStore = sessionStore{}
 )
+
+// LeaseBound implements leasehold.BoundedStore: every grant made through
+// the view is bounded by its session.
+func (v sessionStore) LeaseBound(leasehold.Record) leasehold.Bound { return v.ss }
 
 func (v sessionStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
 	return v.ss.s.tryAcquire(ctx, req, v.ss.id)
