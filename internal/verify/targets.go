@@ -20,6 +20,19 @@ import (
 // `leasehold serve` process (its own durable log) reached over RESP.
 var AllStores = []string{"sqlite", "redis", "postgres", "dynamodb", "etcd", "server"}
 
+// RedisAsRun names the Redis targets configured as most Redis servers run,
+// losing acknowledged writes when killed: "redis-nopersist" (no RDB, no
+// AOF: a restart loses everything) and "redis-rdb" (RDB snapshots after
+// every second with a change, no AOF: a restart goes back to the last
+// snapshot). The store's restart detection, hold-back and token floor are
+// then all that keeps grants exclusive and tokens increasing. Suites R3
+// and R5 run them; they are not in AllStores.
+var RedisAsRun = []string{"redis-nopersist", "redis-rdb"}
+
+// RedisAsRunHoldback is the hold-back the RedisAsRun targets' URLs give the
+// store: suites that use them must not use a longer TTL.
+const RedisAsRunHoldback = time.Second
+
 // Target is a store under test, with the controls a fault suite needs.
 // Embedded stores (sqlite) have no engine process: Kill, Start, Pause and
 // Resume are nil and Addr is empty.
@@ -41,8 +54,9 @@ func (t Target) Embedded() bool { return t.Kill == nil }
 
 // StartTarget starts a private instance of the named store, configured to
 // keep acknowledged writes across a SIGKILL of its process (Redis with
-// appendfsync always, dynalite on disk), and stops it when the test ends.
-// It skips the test when the engine is not installed.
+// appendfsync always, dynalite on disk) — except the RedisAsRun targets,
+// which lose them — and stops it when the test ends. It skips the test
+// when the engine is not installed.
 func StartTarget(t testing.TB, name string) Target {
 	t.Helper()
 	switch name {
@@ -52,6 +66,14 @@ func StartTarget(t testing.TB, name string) Target {
 	case "redis":
 		s := enginetest.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
 		return engineTarget(name, s, func(addr string) string { return "redis://" + addr + "/0" })
+	case "redis-nopersist", "redis-rdb":
+		save := "" // no snapshots
+		if name == "redis-rdb" {
+			save = "1 1" // a snapshot after every second with a change
+		}
+		s := enginetest.StartRedis(t, "--save", save, "--appendonly", "no")
+		hb := "holdback=" + RedisAsRunHoldback.String()
+		return engineTarget(name, s, func(addr string) string { return "redis://" + addr + "/0?" + hb })
 	case "postgres":
 		s := enginetest.StartPostgres(t)
 		return engineTarget(name, s, func(addr string) string {
@@ -76,7 +98,7 @@ func StartTarget(t testing.TB, name string) Target {
 	case "server":
 		return serverTarget(t)
 	}
-	t.Fatalf("unknown store %q (known: %v)", name, AllStores)
+	t.Fatalf("unknown store %q (known: %v, %v)", name, AllStores, RedisAsRun)
 	return Target{}
 }
 
