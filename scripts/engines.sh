@@ -1,24 +1,83 @@
 #!/usr/bin/env bash
 # Throwaway engines for the tests, on free loopback ports in temp directories.
 #
-#   eval "$(scripts/engines.sh start)"   installs what is missing, starts
-#                                        PostgreSQL and Redis, prints exports
-#   scripts/engines.sh stop              stops them by PID, removes their files
+#   exports=$(scripts/engines.sh start) && eval "$exports"
+#                               installs what is missing, starts PostgreSQL,
+#                               Redis, dynalite and etcd, prints exports
+#   scripts/engines.sh stop     stops them by PID, removes their files
+#
+# If something the tests need cannot be installed, or an engine does not
+# start, "start" says so on stderr ("engines: FAILED: Redis did not start")
+# with the engine's log, stops the engines it had started, prints no
+# exports and exits 1. Check its status before eval: eval "$(... start)"
+# alone goes on after a failure, even under set -e, and the tests of the
+# missing engine would then skip (or, where engines are required, fail).
 #
 # Exports: LEASEHOLD_TEST_POSTGRES, LEASEHOLD_TEST_REDIS,
 # LEASEHOLD_TEST_DYNAMODB (a dynalite endpoint) and LEASEHOLD_TEST_ETCD (URLs
 # of the shared test servers), and LEASEHOLD_TEST_PG_BIN,
 # LEASEHOLD_TEST_REDIS_SERVER, LEASEHOLD_TEST_DYNALITE and
 # LEASEHOLD_TEST_ETCD_BIN (programs, for tests that start, kill and restart
-# private instances), and LEASEHOLD_TEST_CHROMIUM (Debian's chromium, for the
-# dashboard's browser test).
+# private instances), LEASEHOLD_TEST_NODE_MODULES (the npm packages) and
+# LEASEHOLD_TEST_CHROMIUM (Debian's chromium, for the dashboard's browser
+# test).
+#
+# Settings: LEASEHOLD_ENGINES_DIR, where the script keeps its state (default
+# .engines; "stop" stops the engines named there); LEASEHOLD_NPM_DIR, where
+# the npm packages go (default $LEASEHOLD_ENGINES_DIR/npm);
+# LEASEHOLD_ENGINES_NO_INSTALL=1, install nothing: fail, naming what is
+# missing.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STATE=${LEASEHOLD_ENGINES_DIR:-$ROOT/.engines}
+NPM_DIR=${LEASEHOLD_NPM_DIR:-$STATE/npm}
 
 log() { echo "engines: $*" >&2; }
 
 as_root() { [ "$(id -u)" = 0 ]; }
+
+# fail WHAT [DIR]: reports that WHAT failed, with the logs in DIR, stops
+# every engine started so far, and exits 1.
+fail() {
+	local what=$1 dir=${2:-} f n
+	log "FAILED: $what"
+	if [ -n "$dir" ] && [ -d "$dir" ]; then
+		for f in "$dir"/*.log; do
+			[ -f "$f" ] || continue
+			n=$(wc -l <"$f")
+			if [ "$n" -gt 100 ]; then
+				log "--- $(basename "$f") (last 100 of $n lines)"
+			else
+				log "--- $(basename "$f")"
+			fi
+			tail -n 100 "$f" >&2
+		done
+		log "---"
+	fi
+	stop
+	log "stopped the engines started so far; FAILED: $what"
+	exit 1
+}
+
+# step WHAT KEY FUNCTION: runs FUNCTION with errexit on and adds what it
+# prints to the exports; fails naming WHAT, with the logs of the directory
+# that $STATE/KEY.dir names, if any of its commands fails.
+EXPORTS=
+step() {
+	local what=$1 key=$2 fn=$3 out st dir=
+	set +e
+	out=$(
+		set -e
+		"$fn"
+	)
+	st=$?
+	set -e
+	if [ "$st" -ne 0 ]; then
+		[ -f "$STATE/$key.dir" ] && dir=$(cat "$STATE/$key.dir")
+		fail "$what did not start (exit status $st)" "$dir"
+	fi
+	EXPORTS+="$out"$'\n'
+}
 
 apt_install() {
 	if ! as_root; then
@@ -26,17 +85,19 @@ apt_install() {
 		return 1
 	fi
 	if [ ! -e "$STATE/.apt-updated" ]; then
-		mkdir -p "$STATE"
-		DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 && touch "$STATE/.apt-updated"
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 || return 1
+		touch "$STATE/.apt-updated"
 	fi
 	# policy-rc.d keeps the packages from starting system services of their own.
-	local made=0
+	local made=0 st=0
 	if [ ! -e /usr/sbin/policy-rc.d ]; then
-		printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && made=1
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && made=1
 	fi
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
-	[ "$made" = 1 ] && rm -f /usr/sbin/policy-rc.d
-	return 0
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2 || st=$?
+	if [ "$made" = 1 ]; then
+		rm -f /usr/sbin/policy-rc.d
+	fi
+	return "$st"
 }
 
 pg_bin() {
@@ -54,11 +115,66 @@ chromium_bin() {
 	return 1
 }
 
+# have NAME: NAME is a program in PATH or in an sbin directory (which a
+# non-login root shell may lack in PATH).
+have() { command -v "$1" >/dev/null || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
+
+# missing_packages prints the Debian packages of the programs the tests
+# need that are not installed.
+missing_packages() {
+	have redis-server || echo redis-server
+	pg_bin >/dev/null || echo postgresql
+	have etcd || echo etcd-server
+	# ip and nft for R7's network namespaces and partitions, which need
+	# root (R7 and its network test skip without it).
+	if as_root; then
+		have ip || echo iproute2
+		have nft || echo nftables
+	fi
+	have node || echo nodejs
+	if ! npm_installed; then
+		have npm || echo npm
+	fi
+	chromium_bin >/dev/null || echo chromium
+}
+
+# npm_installed: dynalite (MIT), a DynamoDB API on LevelDB or memory;
+# asl-validator and jsonata (the reference implementation), to check the
+# state machines that "leasehold sfn" writes.
+npm_installed() {
+	[ -f "$NPM_DIR/node_modules/dynalite/cli.js" ] && [ -d "$NPM_DIR/node_modules/asl-validator" ] &&
+		[ -d "$NPM_DIR/node_modules/jsonata" ]
+}
+
+install() {
+	local need
+	need=$(missing_packages | tr '\n' ' ')
+	need=${need% }
+	if [ -n "$need" ]; then
+		if [ "${LEASEHOLD_ENGINES_NO_INSTALL:-}" = 1 ]; then
+			fail "not installed: $need (LEASEHOLD_ENGINES_NO_INSTALL=1 installs nothing)"
+		fi
+		# shellcheck disable=SC2086 # one word per package
+		apt_install $need || fail "could not install $need (apt-get, see above)"
+		need=$(missing_packages | tr '\n' ' ')
+		[ -z "$need" ] || fail "not installed after apt-get: $need"
+	fi
+	if ! npm_installed; then
+		if [ "${LEASEHOLD_ENGINES_NO_INSTALL:-}" = 1 ]; then
+			fail "not installed: the npm packages dynalite, asl-validator and jsonata in $NPM_DIR (LEASEHOLD_ENGINES_NO_INSTALL=1 installs nothing)"
+		fi
+		mkdir -p "$NPM_DIR"
+		(cd "$NPM_DIR" && npm install --no-audit --no-fund --loglevel=error dynalite@4 asl-validator@4 jsonata@2 >&2) ||
+			fail "could not install the npm packages dynalite, asl-validator and jsonata (npm, see above)"
+		npm_installed || fail "not installed after npm install: the npm packages dynalite, asl-validator and jsonata in $NPM_DIR"
+	fi
+}
+
 free_port() {
 	local p
 	for _ in $(seq 1 200); do
 		p=$((20000 + RANDOM % 40000))
-		if ! (echo > /dev/tcp/127.0.0.1/$p) 2>/dev/null; then
+		if ! (echo >/dev/tcp/127.0.0.1/$p) 2>/dev/null; then
 			echo "$p"
 			return
 		fi
@@ -67,41 +183,55 @@ free_port() {
 	return 1
 }
 
-install() {
-	local need=()
-	command -v redis-server >/dev/null || need+=(redis-server)
-	pg_bin >/dev/null || need+=(postgresql)
-	command -v etcd >/dev/null || need+=(etcd-server)
-	# ip and nft for R7's network namespaces and partitions (in /usr/sbin).
-	command -v ip >/dev/null || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need+=(iproute2)
-	command -v nft >/dev/null || [ -x /usr/sbin/nft ] || need+=(nftables)
-	command -v node >/dev/null || need+=(nodejs npm)
-	chromium_bin >/dev/null || need+=(chromium)
-	[ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
-	# From the npm registry: dynalite (MIT), a DynamoDB API on LevelDB or
-	# memory; asl-validator and jsonata (the reference implementation), to
-	# check the state machines that "leasehold sfn" writes.
-	if [ ! -f "$NPM_DIR/node_modules/dynalite/cli.js" ] || [ ! -d "$NPM_DIR/node_modules/asl-validator" ] ||
-		[ ! -d "$NPM_DIR/node_modules/jsonata" ]; then
-		mkdir -p "$NPM_DIR"
-		(cd "$NPM_DIR" && npm install --no-audit --no-fund --loglevel=error dynalite@4 asl-validator@4 jsonata@2 >&2)
-	fi
+# alive PID: the process exists and has not exited (a zombie has).
+alive() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	stat=${stat##*) }
+	[ "${stat:0:1}" != Z ]
 }
 
-NPM_DIR=${LEASEHOLD_NPM_DIR:-$STATE/npm}
+# stop_pid PID: SIGTERM, SIGKILL if it still runs 30 s later; returns when
+# the process is gone.
+stop_pid() {
+	local pid=$1
+	kill "$pid" 2>/dev/null || return 0
+	for _ in $(seq 1 300); do
+		alive "$pid" || return 0
+		sleep 0.1
+	done
+	log "process $pid ignored SIGTERM for 30 s: SIGKILL"
+	kill -KILL "$pid" 2>/dev/null || return 0
+	for _ in $(seq 1 100); do
+		alive "$pid" || return 0
+		sleep 0.1
+	done
+	log "process $pid still runs after SIGKILL"
+}
 
+# wait_port PORT PID: returns when PORT accepts connections; fails as soon
+# as process PID has exited, or after 60 s (a loaded CI machine is slow).
 wait_port() {
-	for _ in $(seq 1 200); do
-		(echo > /dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
+	for _ in $(seq 1 1200); do
+		(echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
+		if ! alive "$2"; then
+			log "process $2 exited before it listened on port $1"
+			return 1
+		fi
 		sleep 0.05
 	done
+	log "nothing listened on port $1 within 60 s"
 	return 1
 }
+
+# Each start_ function records its directory in $STATE before it starts
+# anything, so that stop (and fail) find whatever it started.
 
 start_dynalite() {
 	local port dir
 	port=$(free_port)
 	dir=$(mktemp -d /tmp/leasehold-dynalite.XXXXXX)
+	echo "$dir" >"$STATE/dynalite.dir"
 	# dynalite rethrows a request aborted by its client (ECONNRESET
 	# "aborted": a test's deadline, a killed worker) as an uncaught exception
 	# and exits, which would fail every later DynamoDB test; DynamoDB itself
@@ -118,9 +248,8 @@ process.on('uncaughtException', function (err) {
 JS
 	nohup node --require "$dir/ignore-aborted.js" "$NPM_DIR/node_modules/dynalite/cli.js" --port "$port" --host 127.0.0.1 \
 		>"$dir/dynalite.log" 2>&1 &
-	echo $! > "$dir/pid"
-	wait_port "$port" || { cat "$dir/dynalite.log" >&2; return 1; }
-	echo "$dir" > "$STATE/dynalite.dir"
+	echo $! >"$dir/pid"
+	wait_port "$port" "$(cat "$dir/pid")"
 	echo "export LEASEHOLD_TEST_DYNAMODB='dynamodb://leasehold_test?endpoint=http://127.0.0.1:$port&region=us-east-1'"
 	echo "export LEASEHOLD_TEST_DYNALITE='$NPM_DIR/node_modules/dynalite/cli.js'"
 	echo "export LEASEHOLD_TEST_NODE_MODULES='$NPM_DIR/node_modules'"
@@ -129,19 +258,20 @@ JS
 }
 
 start_etcd() {
-	local port peer dir
+	local port peer dir bin
+	bin=$(command -v etcd)
 	port=$(free_port)
 	peer=$(free_port)
 	dir=$(mktemp -d /tmp/leasehold-etcd.XXXXXX)
-	nohup etcd --name leasehold-test --data-dir "$dir/data" \
+	echo "$dir" >"$STATE/etcd.dir"
+	nohup "$bin" --name leasehold-test --data-dir "$dir/data" \
 		--listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
 		--listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
 		--initial-cluster "leasehold-test=http://127.0.0.1:$peer" >"$dir/etcd.log" 2>&1 &
-	echo $! > "$dir/pid"
-	wait_port "$port" || { cat "$dir/etcd.log" >&2; return 1; }
-	echo "$dir" > "$STATE/etcd.dir"
+	echo $! >"$dir/pid"
+	wait_port "$port" "$(cat "$dir/pid")"
 	echo "export LEASEHOLD_TEST_ETCD='etcd://127.0.0.1:$port'"
-	echo "export LEASEHOLD_TEST_ETCD_BIN='$(command -v etcd)'"
+	echo "export LEASEHOLD_TEST_ETCD_BIN='$bin'"
 	log "etcd on 127.0.0.1:$port ($dir)"
 }
 
@@ -150,72 +280,83 @@ start_postgres() {
 	bin=$(pg_bin)
 	port=$(free_port)
 	dir=$(mktemp -d /tmp/leasehold-pg.XXXXXX)
+	echo "$dir" >"$STATE/pg.dir"
 	local run=()
 	if as_root; then
 		chown postgres "$dir"
 		run=(runuser -u postgres --)
 	fi
-	"${run[@]}" "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 >"$dir/initdb.log" 2>&1 ||
-		{ cat "$dir/initdb.log" >&2; return 1; }
+	"${run[@]}" "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 >"$dir/initdb.log" 2>&1
 	"${run[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
 		-o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=200" \
-		start >/dev/null || { cat "$dir/server.log" >&2; return 1; }
-	echo "$dir" > "$STATE/pg.dir"
+		start >"$dir/pg_ctl.log" 2>&1
 	echo "export LEASEHOLD_TEST_POSTGRES='postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable'"
 	echo "export LEASEHOLD_TEST_PG_BIN='$bin'"
 	log "PostgreSQL on 127.0.0.1:$port ($dir)"
 }
 
 start_redis() {
-	local port dir
+	local port dir bin pid=
+	bin=$(command -v redis-server)
 	port=$(free_port)
 	dir=$(mktemp -d /tmp/leasehold-redis.XXXXXX)
-	redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
-		--daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" >/dev/null
-	for _ in $(seq 1 100); do
-		[ -s "$dir/redis.pid" ] && redis-cli -p "$port" ping >/dev/null 2>&1 && break
+	echo "$dir" >"$STATE/redis.dir"
+	"$bin" --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
+		--daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" >"$dir/start.log" 2>&1
+	for _ in $(seq 1 600); do
+		if [ -s "$dir/redis.pid" ]; then
+			pid=$(cat "$dir/redis.pid")
+			redis-cli -p "$port" ping >/dev/null 2>&1 && break
+			alive "$pid" || { log "redis-server exited"; return 1; }
+		fi
 		sleep 0.1
 	done
-	redis-cli -p "$port" ping >/dev/null || { cat "$dir/redis.log" >&2; return 1; }
-	echo "$dir" > "$STATE/redis.dir"
+	redis-cli -p "$port" ping >/dev/null
 	echo "export LEASEHOLD_TEST_REDIS='redis://127.0.0.1:$port/0'"
-	echo "export LEASEHOLD_TEST_REDIS_SERVER='$(command -v redis-server)'"
+	echo "export LEASEHOLD_TEST_REDIS_SERVER='$bin'"
 	log "Redis on 127.0.0.1:$port ($dir)"
 }
 
 export_chromium() {
-	echo "export LEASEHOLD_TEST_CHROMIUM='$(chromium_bin)'"
-	log "Chromium: $(chromium_bin)"
+	local bin
+	bin=$(chromium_bin)
+	echo "export LEASEHOLD_TEST_CHROMIUM='$bin'"
+	log "Chromium: $bin"
 }
 
+# stop stops the engines named in $STATE, and waits until they are gone.
 stop() {
+	local dir bin pid e
 	if [ -f "$STATE/pg.dir" ]; then
-		local dir bin
 		dir=$(cat "$STATE/pg.dir")
 		bin=$(pg_bin || true)
-		if [ -n "$bin" ] && [ -d "$dir/data" ]; then
+		if [ -n "$dir" ] && [ -n "$bin" ] && [ -s "$dir/data/postmaster.pid" ]; then
 			if as_root; then
 				runuser -u postgres -- "$bin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
 			else
 				"$bin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
 			fi
+			# pg_ctl waits for the server; should it have failed, stop it here.
+			if [ -s "$dir/data/postmaster.pid" ]; then
+				pid=$(head -n 1 "$dir/data/postmaster.pid")
+				stop_pid "$pid"
+			fi
 		fi
-		rm -rf "$dir" "$STATE/pg.dir"
+		[ -z "$dir" ] || rm -rf "$dir"
+		rm -f "$STATE/pg.dir"
 	fi
-	for e in dynalite etcd; do
+	for e in dynalite etcd redis; do
 		if [ -f "$STATE/$e.dir" ]; then
-			local d
-			d=$(cat "$STATE/$e.dir")
-			[ -s "$d/pid" ] && kill "$(cat "$d/pid")" 2>/dev/null || true
-			rm -rf "$d" "$STATE/$e.dir"
+			dir=$(cat "$STATE/$e.dir")
+			for pid in "$dir/pid" "$dir/redis.pid"; do
+				if [ -n "$dir" ] && [ -s "$pid" ]; then
+					stop_pid "$(cat "$pid")"
+				fi
+			done
+			[ -z "$dir" ] || rm -rf "$dir"
+			rm -f "$STATE/$e.dir"
 		fi
 	done
-	if [ -f "$STATE/redis.dir" ]; then
-		local dir
-		dir=$(cat "$STATE/redis.dir")
-		[ -s "$dir/redis.pid" ] && kill "$(cat "$dir/redis.pid")" 2>/dev/null || true
-		rm -rf "$dir" "$STATE/redis.dir"
-	fi
 }
 
 case "${1:-}" in
@@ -223,11 +364,12 @@ start)
 	mkdir -p "$STATE"
 	stop
 	install
-	start_postgres
-	start_redis
-	start_dynalite
-	start_etcd
-	export_chromium
+	step PostgreSQL pg start_postgres
+	step Redis redis start_redis
+	step "dynalite (DynamoDB)" dynalite start_dynalite
+	step etcd etcd start_etcd
+	step Chromium chromium export_chromium
+	printf '%s' "$EXPORTS"
 	;;
 stop) stop ;;
 *)
