@@ -26,7 +26,7 @@
 # .engines; "stop" stops the engines named there); LEASEHOLD_NPM_DIR, where
 # the npm packages go (default $LEASEHOLD_ENGINES_DIR/npm);
 # LEASEHOLD_ENGINES_NO_INSTALL=1, install nothing: fail, naming what is
-# missing.
+# missing. After a failure, $LEASEHOLD_ENGINES_DIR/failed says what failed.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STATE=${LEASEHOLD_ENGINES_DIR:-$ROOT/.engines}
@@ -56,6 +56,7 @@ fail() {
 	fi
 	stop
 	log "stopped the engines started so far; FAILED: $what"
+	echo "$what" >"$STATE/failed" || true
 	exit 1
 }
 
@@ -362,6 +363,7 @@ stop() {
 case "${1:-}" in
 start)
 	mkdir -p "$STATE"
+	rm -f "$STATE/failed"
 	stop
 	install
 	step PostgreSQL pg start_postgres

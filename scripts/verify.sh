@@ -8,7 +8,10 @@
 #   scripts/verify.sh long ./internal/verify/crash/   # one package
 #
 # Starts the test engines unless they are already running (scripts/test.sh
-# starts them first). Set LEASEHOLD_VERIFY_REPORT to keep the raw rows.
+# starts them first), and stops at once, naming the engine, if one does not
+# start. A suite whose engine is missing fails rather than skips unless
+# LEASEHOLD_REQUIRE_ENGINES=0. Set LEASEHOLD_VERIFY_REPORT to keep the raw
+# rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +21,7 @@ case "$tier" in
 default) timeout=45m fuzztime=10s ;;
 long) export LEASEHOLD_LONG=1; timeout=8h fuzztime=2m ;;
 -h | --help | help)
-	sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
 	exit 0
 	;;
 *)
@@ -32,8 +35,15 @@ pkgs=("$@")
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 	trap 'scripts/engines.sh stop' EXIT
-	eval "$(scripts/engines.sh start)"
+	# Not eval "$(scripts/engines.sh start)": eval would go on after a failure.
+	if ! exports=$(scripts/engines.sh start); then
+		failed=$(cat "${LEASEHOLD_ENGINES_DIR:-.engines}/failed" 2>/dev/null || echo "see above")
+		echo "verify.sh: FAILED: the test engines did not start: $failed" >&2
+		exit 1
+	fi
+	eval "$exports"
 fi
+export LEASEHOLD_REQUIRE_ENGINES=${LEASEHOLD_REQUIRE_ENGINES:-1}
 
 report=${LEASEHOLD_VERIFY_REPORT:-$(mktemp -t leasehold-verify.XXXXXX)}
 export LEASEHOLD_VERIFY_REPORT=$report
