@@ -31,7 +31,7 @@ func machineRequests(t *testing.T, machine, state, execID string, vars map[strin
 	mods := os.Getenv("LEASEHOLD_TEST_NODE_MODULES")
 	nodeBin, err := exec.LookPath("node")
 	if mods == "" || err != nil {
-		t.Skip("node and the npm packages are not configured ($LEASEHOLD_TEST_NODE_MODULES): start the engines with: eval \"$(scripts/engines.sh start)\"")
+		enginetest.Missing(t, "node and the npm packages", "$LEASEHOLD_TEST_NODE_MODULES is empty or node is not in PATH")
 	}
 	scenario := map[string]any{
 		"state": state, "input": map[string]any{},
