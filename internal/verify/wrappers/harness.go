@@ -1,8 +1,6 @@
 package wrappers
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -18,9 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/verify"
-	"github.com/leasehold/leasehold/stores"
 )
 
 // Fault kinds, applied to a supervisor's PID only (never its process
@@ -135,9 +131,28 @@ func (o Outcome) Note(cfg Config) string {
 		exits = append(exits, fmt.Sprintf("%s×%d", k, v))
 	}
 	sort.Strings(exits)
-	return fmt.Sprintf("supervisors: run %d, elect %d, run --permits %d ×%d (%d started); %d grants (command trees); faults: %s; %d overlaps, %d force-released trees late, %d excused by a force, %d survivors; TTL %s, %s; exits %s",
-		cfg.Run, cfg.Elect, cfg.Permits, cfg.Sem, o.Supervisors, len(o.Result.Trees), strings.Join(kinds, ", "),
-		len(o.Result.Overlaps), len(o.Result.Late), o.Result.Excused, o.Survivors, cfg.TTL, o.Took.Round(time.Second), strings.Join(exits, " "))
+	grants, overlaps := map[string]int{}, map[string]int{}
+	for _, t := range o.Result.Trees {
+		grants[mode(t.Lease)]++
+	}
+	for _, ov := range o.Result.Overlaps {
+		overlaps[mode(ov.Lease)]++
+	}
+	return fmt.Sprintf("supervisors: run %d, elect %d, run --permits %d ×%d (%d started); grants (command trees): run %d, elect %d, permits %d; faults: %s; overlaps: run %d, elect %d, permits %d; %d force-released trees late, %d overlaps excused by a force, %d survivors; TTL %s, %s; exits %s",
+		cfg.Run, cfg.Elect, cfg.Permits, cfg.Sem, o.Supervisors, grants[RunName], grants[ElectName], grants[SemName],
+		strings.Join(kinds, ", "), overlaps[RunName], overlaps[ElectName], overlaps[SemName],
+		len(o.Result.Late), o.Result.Excused, o.Survivors, cfg.TTL, o.Took.Round(time.Second), strings.Join(exits, " "))
+}
+
+// mode returns the name of the mode a lease belongs to: RunName, ElectName
+// or SemName.
+func mode(lease string) string {
+	for _, n := range []string{RunName, ElectName, SemName} {
+		if lease == n || strings.HasPrefix(lease, n+"/") {
+			return n
+		}
+	}
+	return lease
 }
 
 // Run runs the suite once: the supervisors, each restarted whenever it
@@ -301,107 +316,6 @@ func (h *harness) loop(s *slot) {
 	}
 }
 
-// pick returns a slot whose supervisor runs a command right now, or any
-// running slot if none does, and its process (nil if none runs).
-func (h *harness) pick() (*slot, *os.Process, string) {
-	holding := h.tail.holders(150 * time.Millisecond)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var cands, running []*slot
-	for _, s := range h.slots {
-		if s.proc == nil {
-			continue
-		}
-		running = append(running, s)
-		if _, ok := holding[fmt.Sprintf("%s.%d", s.id, s.n)]; ok {
-			cands = append(cands, s)
-		}
-	}
-	if len(cands) == 0 {
-		cands = running
-	}
-	if len(cands) == 0 {
-		return nil, nil, ""
-	}
-	s := cands[h.rng.IntN(len(cands))]
-	return s, s.proc, holding[fmt.Sprintf("%s.%d", s.id, s.n)]
-}
-
-func (h *harness) count(kind string) {
-	h.mu.Lock()
-	h.faults[kind]++
-	h.mu.Unlock()
-}
-
-// inject applies one fault of the kind and returns when it is over.
-func (h *harness) inject(kind string) {
-	switch kind {
-	case FaultKill, FaultStop, FaultTerm:
-		_, p, _ := h.pick()
-		if p == nil {
-			return
-		}
-		sig := map[string]syscall.Signal{FaultKill: syscall.SIGKILL, FaultStop: syscall.SIGSTOP, FaultTerm: syscall.SIGTERM}[kind]
-		if p.Signal(sig) != nil {
-			return // it had exited
-		}
-		h.count(kind)
-		if kind == FaultStop {
-			time.Sleep(verify.Between(h.rng, 3*h.cfg.TTL/2, 3*h.cfg.TTL))
-			_ = p.Signal(syscall.SIGCONT)
-		}
-	case FaultEngine:
-		h.cfg.Target.Kill()
-		h.count(kind)
-		time.Sleep(verify.Between(h.rng, 500*time.Millisecond, time.Second))
-		h.cfg.Target.Start()
-	case FaultForce:
-		_, _, lease := h.pick()
-		if lease == "" {
-			return
-		}
-		h.force(lease)
-	default:
-		h.t.Fatalf("unknown fault %q", kind)
-	}
-}
-
-// forcer is the admin side of the server's stores (remote.RESPStore).
-type forcer interface {
-	ForceRelease(ctx context.Context, name string) (leasehold.Record, error)
-}
-
-func (h *harness) force(lease string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	st, err := stores.Open(ctx, h.cfg.Target.URL)
-	if err != nil {
-		h.t.Logf("force-release: open %s: %v", h.cfg.Target.URL, err)
-		return
-	}
-	defer st.Close()
-	fs, ok := st.(forcer)
-	if !ok {
-		h.t.Fatalf("force-release: the store of %s has no ForceRelease", h.cfg.Target.Name)
-	}
-	call := verify.Mono()
-	rec, err := fs.ForceRelease(ctx, lease)
-	ret := verify.Mono()
-	h.mu.Lock()
-	h.forceAttempted++
-	h.mu.Unlock()
-	if err != nil {
-		if !errors.Is(err, leasehold.ErrNotFound) {
-			h.t.Logf("force-release %s: %v", lease, err)
-		}
-		return
-	}
-	h.mu.Lock()
-	h.forces = append(h.forces, Force{Lease: lease, Token: rec.Token, Call: call, Return: ret})
-	h.mu.Unlock()
-	h.count(FaultForce)
-}
-
 // stop stops the supervisors (SIGTERM, which they forward to their
 // commands), waits for them, and returns the number of command processes
 // still running 2 × TTL later, which it kills.
@@ -432,30 +346,4 @@ func (h *harness) stop() int {
 	}
 	time.Sleep(2 * h.cfg.TTL)
 	return h.killCommands()
-}
-
-// killCommands SIGKILLs every command process of this run still running
-// (this executable with the run's marker in its environment) and returns
-// how many there were.
-func (h *harness) killCommands() int {
-	n := 0
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		exe, err := os.Readlink(filepath.Join("/proc", d.Name(), "exe"))
-		if err != nil || exe != h.exe {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", d.Name(), "environ"))
-		if err != nil || !bytes.Contains(env, []byte(EnvRun+"="+h.marker+"\x00")) {
-			continue
-		}
-		if syscall.Kill(pid, syscall.SIGKILL) == nil {
-			n++
-		}
-	}
-	return n
 }

@@ -1,0 +1,144 @@
+package wrappers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/stores"
+)
+
+// pick returns a slot whose supervisor runs a command right now, or any
+// running slot if none does, and its process (nil if none runs).
+func (h *harness) pick() (*slot, *os.Process, string) {
+	holding := h.tail.holders(150 * time.Millisecond)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var cands, running []*slot
+	for _, s := range h.slots {
+		if s.proc == nil {
+			continue
+		}
+		running = append(running, s)
+		if _, ok := holding[fmt.Sprintf("%s.%d", s.id, s.n)]; ok {
+			cands = append(cands, s)
+		}
+	}
+	if len(cands) == 0 {
+		cands = running
+	}
+	if len(cands) == 0 {
+		return nil, nil, ""
+	}
+	s := cands[h.rng.IntN(len(cands))]
+	return s, s.proc, holding[fmt.Sprintf("%s.%d", s.id, s.n)]
+}
+
+func (h *harness) count(kind string) {
+	h.mu.Lock()
+	h.faults[kind]++
+	h.mu.Unlock()
+}
+
+// inject applies one fault of the kind and returns when it is over.
+func (h *harness) inject(kind string) {
+	switch kind {
+	case FaultKill, FaultStop, FaultTerm:
+		_, p, _ := h.pick()
+		if p == nil {
+			return
+		}
+		sig := map[string]syscall.Signal{FaultKill: syscall.SIGKILL, FaultStop: syscall.SIGSTOP, FaultTerm: syscall.SIGTERM}[kind]
+		if p.Signal(sig) != nil {
+			return // it had exited
+		}
+		h.count(kind)
+		if kind == FaultStop {
+			time.Sleep(verify.Between(h.rng, 3*h.cfg.TTL/2, 3*h.cfg.TTL))
+			_ = p.Signal(syscall.SIGCONT)
+		}
+	case FaultEngine:
+		h.cfg.Target.Kill()
+		h.count(kind)
+		time.Sleep(verify.Between(h.rng, 500*time.Millisecond, time.Second))
+		h.cfg.Target.Start()
+	case FaultForce:
+		_, _, lease := h.pick()
+		if lease == "" {
+			return
+		}
+		h.force(lease)
+	default:
+		h.t.Fatalf("unknown fault %q", kind)
+	}
+}
+
+// forcer is the admin side of the server's stores (remote.RESPStore).
+type forcer interface {
+	ForceRelease(ctx context.Context, name string) (leasehold.Record, error)
+}
+
+func (h *harness) force(lease string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := stores.Open(ctx, h.cfg.Target.URL)
+	if err != nil {
+		h.t.Logf("force-release: open %s: %v", h.cfg.Target.URL, err)
+		return
+	}
+	defer st.Close()
+	fs, ok := st.(forcer)
+	if !ok {
+		h.t.Fatalf("force-release: the store of %s has no ForceRelease", h.cfg.Target.Name)
+	}
+	call := verify.Mono()
+	rec, err := fs.ForceRelease(ctx, lease)
+	ret := verify.Mono()
+	h.mu.Lock()
+	h.forceAttempted++
+	h.mu.Unlock()
+	if err != nil {
+		if !errors.Is(err, leasehold.ErrNotFound) {
+			h.t.Logf("force-release %s: %v", lease, err)
+		}
+		return
+	}
+	h.mu.Lock()
+	h.forces = append(h.forces, Force{Lease: lease, Token: rec.Token, Call: call, Return: ret})
+	h.mu.Unlock()
+	h.count(FaultForce)
+}
+
+// killCommands SIGKILLs every command process of this run still running
+// (this executable with the run's marker in its environment) and returns
+// how many there were.
+func (h *harness) killCommands() int {
+	n := 0
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		exe, err := os.Readlink(filepath.Join("/proc", d.Name(), "exe"))
+		if err != nil || exe != h.exe {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", d.Name(), "environ"))
+		if err != nil || !bytes.Contains(env, []byte(EnvRun+"="+h.marker+"\x00")) {
+			continue
+		}
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	return n
+}
