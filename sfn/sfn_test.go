@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/enginetest"
 )
 
 // node runs one of the testdata scripts with the npm packages that
@@ -19,7 +21,7 @@ func node(t *testing.T, script string, args ...string) []byte {
 	mods := os.Getenv("LEASEHOLD_TEST_NODE_MODULES")
 	nodeBin, err := exec.LookPath("node")
 	if mods == "" || err != nil {
-		t.Skip("node and the npm packages are not configured ($LEASEHOLD_TEST_NODE_MODULES): start the engines with: eval \"$(scripts/engines.sh start)\"")
+		enginetest.Missing(t, "node and the npm packages", "$LEASEHOLD_TEST_NODE_MODULES is empty or node is not in PATH")
 	}
 	cmd := exec.Command(nodeBin, append([]string{filepath.Join("testdata", script)}, args...)...)
 	cmd.Env = append(os.Environ(), "NODE_PATH="+mods)

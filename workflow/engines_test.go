@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/postgres"
 	"github.com/leasehold/leasehold/redis"
@@ -49,13 +50,13 @@ func engines(t *testing.T) []engine {
 		s, err := postgres.Open(ctx, url)
 		add("postgres", s, err)
 	} else {
-		t.Log("PostgreSQL not configured ($LEASEHOLD_TEST_POSTGRES): start the engines with eval \"$(scripts/engines.sh start)\"")
+		enginetest.Partial(t, "PostgreSQL", "$LEASEHOLD_TEST_POSTGRES is empty; the workflow tests do not run on it")
 	}
 	if url := os.Getenv("LEASEHOLD_TEST_REDIS"); url != "" {
 		s, err := redis.Open(ctx, url)
 		add("redis", s, err)
 	} else {
-		t.Log("Redis not configured ($LEASEHOLD_TEST_REDIS): start the engines with eval \"$(scripts/engines.sh start)\"")
+		enginetest.Partial(t, "Redis", "$LEASEHOLD_TEST_REDIS is empty; the workflow tests do not run on it")
 	}
 	return out
 }

@@ -61,7 +61,7 @@ func Required() (bool, string, error) {
 // tier (long runs) or a platform (Linux only, root only).
 func Missing(t testing.TB, engine, why string) {
 	t.Helper()
-	msg := fmt.Sprintf("%s is missing (%s): %s", engine, why, howTo)
+	msg := fmt.Sprintf("no %s (%s): %s", engine, why, howTo)
 	req, because, err := Required()
 	switch {
 	case err != nil:
@@ -74,11 +74,12 @@ func Missing(t testing.TB, engine, why string) {
 }
 
 // Partial reports that a test goes on without engine, doing less (it
-// leaves out the part that needs it): the test logs that and how to start
-// the engines, unless engines are [Required], where it fails at once.
+// leaves out the part that needs it; why says which part): the test logs
+// that and how to start the engines, unless engines are [Required], where
+// it fails at once.
 func Partial(t testing.TB, engine, why string) {
 	t.Helper()
-	msg := fmt.Sprintf("%s is missing (%s), so part of this test is not run: %s", engine, why, howTo)
+	msg := fmt.Sprintf("no %s (%s): %s", engine, why, howTo)
 	req, because, err := Required()
 	switch {
 	case err != nil:

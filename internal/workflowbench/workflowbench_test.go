@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/enginetest"
 )
 
 // TestRunSmall runs the experiment small on the engines at hand and checks
@@ -23,7 +25,10 @@ func TestRunSmall(t *testing.T) {
 	}
 	if cfg.PostgresURL == "" {
 		cfg.PostgresURL = "off"
-		t.Log("PostgreSQL not configured ($LEASEHOLD_TEST_POSTGRES): the document's strategies are not run; start the engines with eval \"$(scripts/engines.sh start)\"")
+		enginetest.Partial(t, "PostgreSQL", "$LEASEHOLD_TEST_POSTGRES is empty; the document's strategies are not run")
+	}
+	if cfg.RedisURL == "" {
+		enginetest.Partial(t, "Redis", "$LEASEHOLD_TEST_REDIS is empty; the Redis-lock baseline is not run")
 	}
 	var out bytes.Buffer
 	cfg.Out = &out
@@ -71,7 +76,7 @@ func TestRunSmall(t *testing.T) {
 func TestFsyncRefused(t *testing.T) {
 	url := os.Getenv("LEASEHOLD_TEST_POSTGRES")
 	if url == "" {
-		t.Skip("PostgreSQL not configured ($LEASEHOLD_TEST_POSTGRES): start the engines with eval \"$(scripts/engines.sh start)\"")
+		enginetest.Missing(t, "PostgreSQL", "$LEASEHOLD_TEST_POSTGRES is empty")
 	}
 	_, err := Run(context.Background(), Config{PostgresURL: url, Engines: []string{"postgres"}, Workers: 2, PerWorker: 1, Rounds: 1, Out: &bytes.Buffer{}})
 	if err == nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/server"
 	"github.com/leasehold/leasehold/server/dashboard"
@@ -32,7 +33,7 @@ import (
 const timeout = 60 * time.Second
 
 // chromium finds the browser: LEASEHOLD_TEST_CHROMIUM (set by
-// scripts/engines.sh), else a chromium on PATH, else the test skips.
+// scripts/engines.sh), else a chromium on PATH, else see enginetest.Missing.
 func chromium(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("LEASEHOLD_TEST_CHROMIUM"); p != "" {
@@ -46,7 +47,7 @@ func chromium(t *testing.T) string {
 			return p
 		}
 	}
-	t.Skip("no Chromium: set LEASEHOLD_TEST_CHROMIUM, or run eval \"$(scripts/engines.sh start)\", which installs Debian's chromium")
+	enginetest.Missing(t, "Chromium", "$LEASEHOLD_TEST_CHROMIUM is empty and there is no chromium in PATH")
 	return ""
 }
 

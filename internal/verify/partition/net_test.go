@@ -3,9 +3,11 @@ package partition_test
 import (
 	"context"
 	"io"
+	"os"
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/internal/verify/partition"
 )
 
@@ -14,8 +16,11 @@ import (
 // bridge, a client limited to one member reaches only it, and partitions
 // drop exactly the pairs they name until healed.
 func TestNetPartition(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("R7's network needs root (network namespaces)")
+	}
 	if miss := partition.Missing(); miss != "" {
-		t.Skipf("R7's network needs root, ip and nft: apt-get install iproute2 nftables (missing here: %s)", miss)
+		enginetest.Missing(t, "iproute2 and nftables", "R7's network needs ip and nft; missing here: "+miss)
 	}
 	nw := partition.NewNet(t, 3, 2)
 	if err := nw.Limit("c1", "n1"); err != nil {

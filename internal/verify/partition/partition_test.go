@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/internal/verify/crash"
 	"github.com/leasehold/leasehold/internal/verify/partition"
@@ -116,14 +117,17 @@ func TestR7(t *testing.T) {
 			"run it with LEASEHOLD_R7=1 (2 minutes of faults) or in the long tier, LEASEHOLD_LONG=1 (5 minutes); " +
 			"it needs root, ip, nft and etcd (apt-get install iproute2 nftables etcd-server)")
 	}
+	if os.Geteuid() != 0 {
+		t.Skip("R7 needs root (network namespaces)")
+	}
 	if miss := partition.Missing(); miss != "" {
-		t.Skipf("R7 needs root, ip and nft: apt-get install iproute2 nftables (missing here: %s)", miss)
+		enginetest.Missing(t, "iproute2 and nftables", "R7 needs ip and nft; missing here: "+miss)
 	}
 	bin := os.Getenv("LEASEHOLD_TEST_ETCD_BIN")
 	if bin == "" {
 		var err error
 		if bin, err = exec.LookPath("etcd"); err != nil {
-			t.Skip("R7 needs etcd ($LEASEHOLD_TEST_ETCD_BIN or etcd in PATH): apt-get install etcd-server")
+			enginetest.Missing(t, "etcd", "R7 needs it: $LEASEHOLD_TEST_ETCD_BIN is empty and etcd is not in PATH")
 		}
 	}
 	seed := testSeed(t)
