@@ -38,9 +38,16 @@ type EngineConfig struct {
 	Logger *slog.Logger
 	// RecentEvents is how many events Recent keeps (default 256).
 	RecentEvents int
-	// TombstoneTTL is how long a released grant is remembered so that its
-	// holder's repeated release still succeeds (default 10 minutes).
+	// TombstoneTTL is how long a freed (released, force-released or
+	// expired) grant is at least remembered, so that its holder's repeated
+	// release still returns nil (default 10 minutes). A restart gives every
+	// grant remembered when the engine stopped this long again. See
+	// engine_tombs.go.
 	TombstoneTTL time.Duration
+	// MaxTombstones is how many freed grants are remembered at most; past
+	// it the oldest are forgotten first, even before TombstoneTTL (default
+	// 1,048,576, about 100 bytes each plus the name and owner).
+	MaxTombstones int
 }
 
 // Engine is the server's native Backend: lease state in memory, every
@@ -71,8 +78,9 @@ type Engine struct {
 	dl        deadlines
 	held      int
 	waiters   int
-	token     uint64 // last token issued
-	tombs     []tombstone
+	token     uint64      // last token issued
+	tombs     []tombstone // in the order they were made (engine_tombs.go)
+	nTombs    int         // live tombstones in tombs
 	closed    bool
 	kick      chan struct{}
 	stop      chan struct{}
@@ -139,6 +147,9 @@ func OpenEngine(cfg EngineConfig) (*Engine, error) {
 	}
 	if cfg.TombstoneTTL <= 0 {
 		cfg.TombstoneTTL = 10 * time.Minute
+	}
+	if cfg.MaxTombstones <= 0 {
+		cfg.MaxTombstones = 1 << 20
 	}
 	e := &Engine{
 		cfg: cfg, clk: cfg.Clock, base: cfg.Clock.Now(), log_: cfg.Logger,
@@ -336,22 +347,30 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Rec
 }
 
 // refuse returns err, a refusal that reports ent's state (held by someone
-// else, not held), once every record appended for ent is durable: a
-// refusal must not name a grant, or follow a release or an expiry, that a
-// crash can still undo (after which the recovered state would contradict
-// it). Called with e.mu held; it unlocks.
+// else, not held), once that state is durable (see settle). Called with
+// e.mu held; it unlocks.
 func (e *Engine) refuse(ent *engEntry, err error) error {
+	if cerr := e.settle(ent); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// settle returns once every record appended for ent so far is durable (at
+// once when none is pending, or ent is nil), with the log's error if that
+// failed. Every answer that reports a name's state (a refusal, a read)
+// waits for it: it must not report a grant, a release or an expiry that a
+// crash can still undo, after which the recovered state would contradict
+// it. Called with e.mu held; it unlocks.
+func (e *Engine) settle(ent *engEntry) error {
 	if ent == nil {
 		e.unlock()
-		return err
+		return nil
 	}
 	ch := make(chan error, 1)
 	e.commit(ent, nil, func(cerr error) { ch <- cerr })
 	e.unlock()
-	if cerr := <-ch; cerr != nil {
-		return cerr
-	}
-	return err
+	return <-ch
 }
 
 // wait blocks a queued waiter until it is granted, its wait ends, or ctx
@@ -366,6 +385,14 @@ func (e *Engine) wait(ctx context.Context, ent *engEntry, w *engWaiter) (leaseho
 	case <-t.C():
 	}
 	e.lock()
+	if !w.done && ctx.Err() == nil && !e.closed {
+		// The wait ran out. The holder's expiry may be due at this very
+		// moment while the expiry loop has not applied it yet (its timer
+		// fires at the same instant, or it runs late on a loaded machine):
+		// apply it first, which grants the lease to the head waiter,
+		// perhaps this one.
+		e.expireIfDue(ent, e.now())
+	}
 	if !w.done {
 		e.dequeue(ent, w)
 		now := e.now()
@@ -571,8 +598,7 @@ func (e *Engine) ForceRelease(ctx context.Context, name string) (leasehold.Recor
 		return leasehold.Record{}, err
 	}
 	if !ent.live(now) {
-		e.unlock()
-		return leasehold.Record{}, leasehold.ErrNotFound
+		return leasehold.Record{}, e.refuse(ent, leasehold.ErrNotFound)
 	}
 	rec := ent.record(now)
 	e.free(ent, now, EventForced, func(err error) { ch <- err })
@@ -619,21 +645,6 @@ func (e *Engine) expireIfDue(ent *engEntry, now int64) {
 	}
 }
 
-// tomb remembers a freed entry for TombstoneTTL, so that its holder may
-// repeat the release, then forgets it.
-func (e *Engine) tomb(ent *engEntry, now int64) {
-	ent.tomb = true
-	e.tombs = append(e.tombs, tombstone{ent, now, ent.token})
-}
-
-func (e *Engine) unTomb(ent *engEntry) { ent.tomb = false }
-
-type tombstone struct {
-	ent   *engEntry
-	at    int64
-	token uint64 // the grant it remembers
-}
-
 func (ent *engEntry) queue() []*engWaiter {
 	if ent.wq == nil {
 		return nil
@@ -662,52 +673,34 @@ func (e *Engine) forgetIfIdle(ent *engEntry) {
 	}
 }
 
-// sweepTombs forgets tombstones older than TombstoneTTL. e.mu held.
-func (e *Engine) sweepTombs(now int64) {
-	i := 0
-	for ; i < len(e.tombs); i++ {
-		t := e.tombs[i].ent
-		if now-e.tombs[i].at < int64(e.cfg.TombstoneTTL) && len(e.tombs)-i <= 1<<20 {
-			break
-		}
-		if !t.tomb || t.token != e.tombs[i].token {
-			continue // taken again since
-		}
-		t.tomb = false
-		if !t.held && len(t.queue()) == 0 && t.pending.Load() == 0 && e.leases[t.name] == t {
-			delete(e.leases, t.name)
-		}
-	}
-	if i > 0 {
-		// Shift in place; reallocate only when the slice is mostly empty.
-		n := copy(e.tombs, e.tombs[i:])
-		clear(e.tombs[n:])
-		e.tombs = e.tombs[:n]
-		if cap(e.tombs) > 1024 && n < cap(e.tombs)/4 {
-			e.tombs = append([]tombstone(nil), e.tombs...)
-		}
-	}
-}
-
-// Get implements Backend.
+// Get implements Backend. It reports only durable state: a grant, release
+// or expiry of name still waiting for its group commit (acknowledged to no
+// one yet, and undone by a crash before the commit) is reported once it is
+// durable, so Get may wait for one commit.
 func (e *Engine) Get(ctx context.Context, name string) (leasehold.Record, error) {
 	if err := leasehold.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
 	e.lock()
-	defer e.unlock()
 	if e.closed {
+		e.unlock()
 		return leasehold.Record{}, leasehold.ErrClosed
 	}
 	now := e.now()
 	ent := e.leases[name]
 	if !ent.live(now) {
-		return leasehold.Record{}, leasehold.ErrNotFound
+		return leasehold.Record{}, e.refuse(ent, leasehold.ErrNotFound)
 	}
-	return ent.record(now), nil
+	rec := ent.record(now)
+	if err := e.settle(ent); err != nil {
+		return leasehold.Record{}, err
+	}
+	return rec, nil
 }
 
-// List implements Backend.
+// List implements Backend. Like Get, it reports only durable state, and
+// may wait for one group commit when a change of a listed name (or of one
+// no longer listed) is not durable yet.
 func (e *Engine) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
 	if prefix != "" {
 		if err := leasehold.ValidatePrefix(prefix); err != nil {
@@ -715,16 +708,32 @@ func (e *Engine) List(ctx context.Context, prefix string) ([]leasehold.Record, e
 		}
 	}
 	e.lock()
-	defer e.unlock()
 	if e.closed {
+		e.unlock()
 		return nil, leasehold.ErrClosed
 	}
 	now := e.now()
 	out := []leasehold.Record{}
+	pending := false
 	for name, ent := range e.leases {
-		if strings.HasPrefix(name, prefix) && ent.live(now) {
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		if ent.live(now) {
 			out = append(out, ent.record(now))
 		}
+		pending = pending || ent.pending.Load() > 0
+	}
+	ch := make(chan error, 1)
+	if pending {
+		// One barrier after every record appended so far.
+		e.commit(nil, encodeNop(), func(err error) { ch <- err })
+	} else {
+		ch <- nil
+	}
+	e.unlock()
+	if err := <-ch; err != nil {
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

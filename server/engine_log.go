@@ -132,6 +132,9 @@ func (r *reader) string() string { return string(r.bytes()) }
 type recovery struct {
 	e        *Engine
 	sessions map[string]time.Duration
+	// freed lists the entries whose release (or expiry) was replayed, in
+	// replay order: they become tombstones in that order.
+	freed []*engEntry
 }
 
 func newRecovery(e *Engine) *recovery {
@@ -207,6 +210,7 @@ func (rc *recovery) apply(rec []byte) error {
 		if ent := e.leases[name]; ent != nil && ent.token == token {
 			ent.held = false
 			ent.sess = nil
+			rc.freed = append(rc.freed, ent)
 		}
 	case recTTL:
 		token := r.uvarint()
@@ -247,7 +251,11 @@ func (rc *recovery) apply(rec []byte) error {
 }
 
 // finish gives every recovered lease and session its full TTL from now:
-// no holder's own deadline can be later than that.
+// no holder's own deadline can be later than that. Grants freed before the
+// restart (in the snapshot's tombstones or the log) become tombstones again,
+// in the order they were freed, each with a full TombstoneTTL from now, so
+// their holders may repeat the release and still get nil (the Store
+// contract).
 func (rc *recovery) finish() {
 	e := rc.e
 	now := e.now()
@@ -257,10 +265,6 @@ func (rc *recovery) finish() {
 	}
 	for _, ent := range e.leases {
 		if !ent.held {
-			// Released or expired before the restart: remembered as a
-			// tombstone, so its holder may repeat the release and still
-			// get nil (the Store contract), then forgotten.
-			e.tomb(ent, now)
 			continue
 		}
 		if ent.sess != nil {
@@ -268,7 +272,7 @@ func (rc *recovery) finish() {
 			ent.sess = nil
 			if s == nil { // its session ended without the release logged
 				ent.held = false
-				e.tomb(ent, now)
+				rc.freed = append(rc.freed, ent)
 				continue
 			}
 			e.attach(ent, s)
@@ -277,44 +281,91 @@ func (rc *recovery) finish() {
 		}
 		e.held++
 	}
+	// A name freed several times takes the place of its last release.
+	last := make(map[*engEntry]int, len(rc.freed))
+	for i, ent := range rc.freed {
+		last[ent] = i
+	}
+	for i, ent := range rc.freed {
+		if last[ent] == i && !ent.held && e.leases[ent.name] == ent {
+			e.tomb(ent, now)
+		}
+	}
+	rc.freed = nil
+	for name, ent := range e.leases {
+		if !ent.held && !ent.tomb { // forgotten already (MaxTombstones)
+			delete(e.leases, name)
+		}
+	}
 }
 
 // maybeSnapshot starts a snapshot when the log has grown past
-// SnapshotBytes. The state is encoded under e.mu (consistent with the log
-// position of Rotate) and written in the background. e.mu held.
+// SnapshotBytes, and writes it in the background. e.mu held.
 func (e *Engine) maybeSnapshot() {
 	if e.log == nil || e.snapping || e.logged <= e.cfg.SnapshotBytes {
 		return
 	}
-	seq, err := e.log.Rotate()
+	seq, buf, err := e.beginSnapshot()
 	if err != nil {
 		e.log_.Error("snapshot: rotate the log", "err", err)
 		return
+	}
+	go e.writeSnapshot(seq, buf)
+}
+
+// beginSnapshot rotates the log and encodes the state under e.mu, so that
+// the snapshot matches the log position of Rotate; writeSnapshot must
+// follow. e.mu held.
+func (e *Engine) beginSnapshot() (uint64, []byte, error) {
+	seq, err := e.log.Rotate()
+	if err != nil {
+		return 0, nil, err
 	}
 	e.logged = 0
 	buf := e.encodeState()
 	e.snapping = true
 	e.snapshots.Add(1)
-	go func() {
-		defer e.snapshots.Done()
-		start := time.Now()
-		err := e.log.WriteSnapshot(seq, func(w io.Writer) error {
-			_, err := w.Write(buf)
-			return err
-		})
-		e.mu.Lock()
-		e.snapping = false
-		e.mu.Unlock()
-		if err != nil {
-			e.log_.Error("snapshot failed", "err", err)
-			return
-		}
-		e.log_.Info("snapshot written", "bytes", len(buf), "took", time.Since(start))
-	}()
+	return seq, buf, nil
 }
 
-// encodeState encodes every live grant and session, and the records. e.mu
-// held.
+// writeSnapshot writes and syncs the snapshot begun by beginSnapshot; the
+// segments it covers are deleted then. Called without e.mu.
+func (e *Engine) writeSnapshot(seq uint64, buf []byte) error {
+	defer e.snapshots.Done()
+	start := time.Now()
+	err := e.log.WriteSnapshot(seq, func(w io.Writer) error {
+		_, err := w.Write(buf)
+		return err
+	})
+	e.mu.Lock()
+	e.snapping = false
+	e.mu.Unlock()
+	if err != nil {
+		e.log_.Error("snapshot failed", "err", err)
+		return err
+	}
+	e.log_.Info("snapshot written", "bytes", len(buf), "took", time.Since(start))
+	return nil
+}
+
+// snapshotNow writes a snapshot at once and waits until it is durable (for
+// tests). It fails if a snapshot is being written.
+func (e *Engine) snapshotNow() error {
+	e.lock()
+	if e.log == nil || e.closed || e.snapping {
+		e.unlock()
+		return errors.New("snapshot: no log, engine closed, or a snapshot in progress")
+	}
+	seq, buf, err := e.beginSnapshot()
+	e.unlock()
+	if err != nil {
+		return err
+	}
+	return e.writeSnapshot(seq, buf)
+}
+
+// encodeState encodes the last token, every session, every grant not
+// freed, every tombstone (oldest first) and the records. e.mu held.
 func (e *Engine) encodeState() []byte {
 	var buf []byte
 	put := func(rec []byte) {
@@ -332,6 +383,7 @@ func (e *Engine) encodeState() []byte {
 			put(encodeGrant(ent))
 		}
 	}
+	e.encodeTombs(put)
 	e.encodeRecords(put)
 	return buf
 }

@@ -1,0 +1,216 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/clock"
+)
+
+// stuckEngine opens a durable engine in a new directory whose group
+// commits can be held back: stick makes every later group commit wait
+// until unstick is called (unstick is also registered to run before the
+// engine is closed, which waits for the log).
+func stuckEngine(t *testing.T) (e *Engine, stick, unstick func()) {
+	t.Helper()
+	var stuck sync.Mutex
+	e, err := OpenEngine(EngineConfig{Dir: t.TempDir(), Hooks: Hooks{Sync: func(time.Duration, int) {
+		stuck.Lock()
+		stuck.Unlock()
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once *sync.Once
+	stick = func() {
+		stuck.Lock()
+		once = new(sync.Once)
+	}
+	unstick = func() {
+		if once != nil {
+			once.Do(stuck.Unlock)
+		}
+	}
+	t.Cleanup(func() {
+		unstick()
+		e.Close()
+	})
+	return e, stick, unstick
+}
+
+// inMemory waits until cond, checked under the engine's lock, holds.
+func inMemory(t *testing.T, e *Engine, cond func() bool) {
+	t.Helper()
+	waitFor(t, func() bool {
+		e.lock()
+		defer e.unlock()
+		return cond()
+	})
+}
+
+// read is one answer of Get or List.
+type read struct {
+	op   string
+	recs []leasehold.Record
+	err  error
+}
+
+// reads starts a Get and a List of name and returns where they answer.
+func reads(e *Engine, name string) <-chan read {
+	out := make(chan read, 2)
+	ctx := context.Background()
+	go func() {
+		rec, err := e.Get(ctx, name)
+		var recs []leasehold.Record
+		if err == nil {
+			recs = []leasehold.Record{rec}
+		}
+		out <- read{"get", recs, err}
+	}()
+	go func() {
+		recs, err := e.List(ctx, "")
+		out <- read{"list", recs, err}
+	}()
+	return out
+}
+
+// TestReadsReportOnlyDurableState: Get and List report a grant, or a
+// release, only once it is durable. A grant still waiting for its group
+// commit was acknowledged to no one and a crash would undo it; a reader
+// told of it would have seen a holder that, after the restart, never
+// existed (and a release that a crash undoes would show a free lease that
+// comes back held). A read that answers while the commit is held back may
+// show the state as it was before, never the undurable change.
+func TestReadsReportOnlyDurableState(t *testing.T) {
+	e, stick, unstick := stuckEngine(t)
+	ctx := context.Background()
+	req := AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: "d", Owner: "a", TTL: time.Hour}}
+
+	// A grant not yet durable.
+	stick()
+	granted := make(chan error, 1)
+	go func() { _, err := e.Acquire(ctx, req); granted <- err }()
+	inMemory(t, e, func() bool { ent := e.leases["d"]; return ent != nil && ent.held })
+	answers := reads(e, "d")
+	early := map[string]bool{}
+	for timeout := time.After(300 * time.Millisecond); len(early) < 2; {
+		select {
+		case r := <-answers:
+			if len(r.recs) != 0 {
+				t.Fatalf("%s reported %+v before the grant was durable", r.op, r.recs)
+			}
+			early[r.op] = true
+			continue
+		case <-timeout:
+		}
+		break
+	}
+	unstick()
+	if err := <-granted; err != nil {
+		t.Fatal(err)
+	}
+	for range 2 - len(early) {
+		if r := <-answers; r.err != nil || len(r.recs) != 1 || r.recs[0].Owner != "a" {
+			t.Fatalf("%s after the commit: %+v, %v; want a's grant", r.op, r.recs, r.err)
+		}
+	}
+	rec, err := e.Get(ctx, "d")
+	if err != nil || rec.Owner != "a" {
+		t.Fatalf("Get after the commit: %+v, %v", rec, err)
+	}
+
+	// A release not yet durable.
+	stick()
+	released := make(chan error, 1)
+	go func() { released <- e.Release(ctx, "d", "a", rec.Token) }()
+	inMemory(t, e, func() bool { return !e.leases["d"].held })
+	answers = reads(e, "d")
+	early = map[string]bool{}
+	for timeout := time.After(300 * time.Millisecond); len(early) < 2; {
+		select {
+		case r := <-answers:
+			if r.err != nil || len(r.recs) != 1 || r.recs[0].Owner != "a" {
+				t.Fatalf("%s answered %+v, %v before the release was durable; want a's grant or no answer yet", r.op, r.recs, r.err)
+			}
+			early[r.op] = true
+			continue
+		case <-timeout:
+		}
+		break
+	}
+	unstick()
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	for range 2 - len(early) {
+		if r := <-answers; len(r.recs) != 0 || r.op == "get" && !errors.Is(r.err, leasehold.ErrNotFound) {
+			t.Fatalf("%s after the release's commit: %+v, %v; want nothing", r.op, r.recs, r.err)
+		}
+	}
+}
+
+// stopExpiryLoop stops e's expiry loop, as if it were late: expiries are
+// then applied only by the calls that meet them. Close still works.
+func stopExpiryLoop(e *Engine) {
+	close(e.stop)
+	<-e.loopDone
+	e.stop = make(chan struct{}) // for Close, which closes it again
+}
+
+// TestWaiterSeesDueExpiry: a queued waiter whose wait ends at the very
+// moment the holder's lease expires gets the lease, even when the engine's
+// expiry loop has not run yet (it shares that instant, or is late on a
+// loaded machine): the expiry is applied before the waiter is refused.
+func TestWaiterSeesDueExpiry(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	e, err := OpenEngine(EngineConfig{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	stopExpiryLoop(e)
+	ctx := context.Background()
+	req := func(owner string, ttl, wait time.Duration) AcquireRequest {
+		return AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: "x", Owner: owner, TTL: ttl}, Wait: wait}
+	}
+	first, err := e.Acquire(ctx, req("a", time.Second, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		rec leasehold.Record
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		rec, err := e.Acquire(ctx, req("b", time.Minute, time.Second))
+		got <- answer{rec, err}
+	}()
+	clk.WaitForTimers(1) // b is queued and waiting
+	clk.Advance(time.Second)
+	b := <-got
+	if b.err != nil || b.rec.Owner != "b" || b.rec.Token <= first.Token {
+		t.Fatalf("waiter whose wait ended as the holder's lease expired: %+v, %v; want the lease", b.rec, b.err)
+	}
+	if rec, err := e.Get(ctx, "x"); err != nil || rec.Owner != "b" {
+		t.Fatalf("Get: %+v, %v; want b's grant", rec, err)
+	}
+
+	// A waiter whose wait ends before the expiry is due is refused, and
+	// told who holds the lease.
+	go func() {
+		rec, err := e.Acquire(ctx, req("c", time.Minute, time.Second))
+		got <- answer{rec, err}
+	}()
+	clk.WaitForTimers(1)
+	clk.Advance(time.Second)
+	c := <-got
+	var held *leasehold.HeldError
+	if !errors.As(c.err, &held) || held.Owner != "b" || held.Token != b.rec.Token {
+		t.Fatalf("waiter whose wait ended before the expiry: %+v, %v; want held by b", c.rec, c.err)
+	}
+}
