@@ -229,7 +229,11 @@ func (l *Lease) lostLocked() error {
 	}
 	select {
 	case <-l.bound.Done():
-		return fmt.Errorf("%w: %q (token %d): its session ended: %v", ErrLost, l.name, l.token, l.bound.Err())
+		why := l.bound.Err()
+		if why == nil {
+			why = errors.New("no reason given")
+		}
+		return fmt.Errorf("%w: %q (token %d): its session ended: %w", ErrLost, l.name, l.token, why)
 	default:
 	}
 	if bd, bb := l.bound.Deadline(); !now.Before(bd) || boot >= bb {

@@ -272,3 +272,127 @@ func TestSessionLeaseLostBeforeRegrant(t *testing.T) {
 		})
 	}
 }
+
+// When the server forgets a session, or the client closes it, every lease
+// taken through it is lost at once (long before its own deadline, and
+// before the session's), over HTTP and RESP.
+func TestSessionEndLosesItsLeases(t *testing.T) {
+	eng, err := server.OpenEngine(server.EngineConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(server.NewHandler(eng, server.HandlerOptions{}))
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); eng.Close() })
+	rs := startRESPBackend(t, eng, server.RESPOptions{})
+	type session interface {
+		leasehold.Bound
+		ID() string
+		Close(context.Context) error
+	}
+	opens := map[string]func(ctx context.Context, ttl time.Duration) (session, leasehold.Store){
+		"http": func(ctx context.Context, ttl time.Duration) (session, leasehold.Store) {
+			s, err := remote.OpenHTTP(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			sess, err := s.OpenSession(ctx, ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sess, sess.Store()
+		},
+		"resp": func(ctx context.Context, ttl time.Duration) (session, leasehold.Store) {
+			s := rs.open(t, "")
+			t.Cleanup(func() { s.Close() })
+			sess, err := s.OpenSession(ctx, ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sess, sess.Store()
+		},
+	}
+	for proto, open := range opens {
+		t.Run(proto, func(t *testing.T) {
+			ctx := ctxT(t)
+			// Forgotten by the server: the next keepalive (within TTL/3)
+			// is refused.
+			sess, ss := open(ctx, 3*time.Second)
+			c, _ := leasehold.New(ss, leasehold.WithOwner("a"))
+			l1, err := c.TryAcquire(ctx, proto+"/forgotten/1", leasehold.TTL(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l2, err := c.Acquire(ctx, proto+"/forgotten/2", leasehold.TTL(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := eng.CloseSession(ctx, sess.ID()); err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range []*leasehold.Lease{l1, l2} {
+				select {
+				case <-l.Done():
+				case <-time.After(25 * time.Second): // the keepalive comes within 1 s
+					t.Fatalf("%s: not lost after its session was forgotten by the server", l.Name())
+				}
+				if l.Held() || !errors.Is(l.Err(), leasehold.ErrLost) || !errors.Is(l.Err(), remote.ErrNoSession) {
+					t.Fatalf("%s: Held %v, Err %v; want lost with ErrNoSession", l.Name(), l.Held(), l.Err())
+				}
+			}
+
+			// Closed by the client.
+			sess, ss = open(ctx, 30*time.Second)
+			c, _ = leasehold.New(ss, leasehold.WithOwner("a"))
+			l3, err := c.TryAcquire(ctx, proto+"/closed", leasehold.TTL(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sess.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-l3.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("lease not lost when its session was closed")
+			}
+			if l3.Held() || !errors.Is(l3.Err(), leasehold.ErrLost) {
+				t.Fatalf("Held %v, Err %v after Close", l3.Held(), l3.Err())
+			}
+			if !errors.Is(sess.Err(), leasehold.ErrReleased) {
+				t.Fatalf("session Err after Close = %v, want ErrReleased", sess.Err())
+			}
+		})
+	}
+}
+
+// A bad session option is refused with an invalid error and opens nothing
+// on the server.
+func TestSessionBadOptions(t *testing.T) {
+	eng, err := server.OpenEngine(server.EngineConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(server.NewHandler(eng, server.HandlerOptions{}))
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); eng.Close() })
+	rs := startRESPBackend(t, eng, server.RESPOptions{})
+	hs, err := remote.OpenHTTP(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hs.Close()
+	rsStore := rs.open(t, "")
+	defer rsStore.Close()
+	ctx := ctxT(t)
+	for _, opt := range []remote.SessionOption{remote.SessionClock(nil), remote.SessionDrift(0.6, 0), remote.SessionDrift(0, 2*time.Minute)} {
+		if _, err := hs.OpenSession(ctx, time.Second, opt); !errors.Is(err, leasehold.ErrInvalid) {
+			t.Errorf("HTTP OpenSession with a bad option: %v", err)
+		}
+		if _, err := rsStore.OpenSession(ctx, time.Second, opt); !errors.Is(err, leasehold.ErrInvalid) {
+			t.Errorf("RESP OpenSession with a bad option: %v", err)
+		}
+	}
+	if n := eng.Stats().Sessions; n != 0 {
+		t.Fatalf("%d sessions opened by refused calls", n)
+	}
+}
