@@ -29,8 +29,12 @@ type Store interface {
 	Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error
 	// Release frees the lease if owner and token match its latest grant.
 	// Releasing an already released (or expired, not yet retaken) grant of
-	// one's own again returns nil. A release by anyone else returns
-	// ErrNotHeld and changes nothing.
+	// one's own again returns nil while the store remembers that grant. A
+	// store that forgets freed grants says when (the lease server: not
+	// before 10 minutes after the grant was freed, restarts included, for
+	// up to 1,048,576 most recently freed grants; docs/server.md); a repeat
+	// after that returns ErrNotHeld, the lease being free either way. A
+	// release by anyone else returns ErrNotHeld and changes nothing.
 	Release(ctx context.Context, name, owner string, token uint64) error
 	// Get returns the live lease with that name, or ErrNotFound.
 	Get(ctx context.Context, name string) (Record, error)
