@@ -9,36 +9,39 @@ import (
 	"github.com/leasehold/leasehold/internal/enginetest"
 )
 
-// childCase names the case TestChild runs, in a copy of this test binary
-// started by TestMissingEngine.
-const childCase = "ENGINETEST_CHILD_CASE"
+// childEnv, set, makes TestChild run the cases: it runs in a copy of this
+// test binary started by TestMissingEngine.
+const childEnv = "ENGINETEST_CHILD"
 
-// childCases are tests that need an engine that their environment lacks.
-var childCases = map[string]func(t *testing.T){
-	"postgres": func(t *testing.T) { enginetest.PostgresURL(t) },
-	"redis":    func(t *testing.T) { enginetest.RedisURL(t) },
-	"dynamodb": func(t *testing.T) { enginetest.DynamoDBURL(t) },
-	"etcd":     func(t *testing.T) { enginetest.EtcdURL(t) },
+// childCases are tests that need an engine that their environment lacks,
+// and the name of the engine that their message must give.
+var childCases = []struct {
+	name, engine string
+	f            func(t *testing.T)
+}{
+	{"postgres", "PostgreSQL", func(t *testing.T) { enginetest.PostgresURL(t) }},
+	{"redis", "Redis", func(t *testing.T) { enginetest.RedisURL(t) }},
+	{"dynamodb", "DynamoDB", func(t *testing.T) { enginetest.DynamoDBURL(t) }},
+	{"etcd", "etcd", func(t *testing.T) { enginetest.EtcdURL(t) }},
 	// PATH is empty in the child: no program is found.
-	"redis-server": func(t *testing.T) { enginetest.StartRedis(t) },
-	"etcd-server":  func(t *testing.T) { enginetest.StartEtcd(t) },
-	"dynalite":     func(t *testing.T) { enginetest.StartDynalite(t) },
+	{"redis-server", "redis-server", func(t *testing.T) { enginetest.StartRedis(t) }},
+	{"etcd-server", "etcd", func(t *testing.T) { enginetest.StartEtcd(t) }},
+	{"dynalite", "dynalite", func(t *testing.T) { enginetest.StartDynalite(t) }},
 	// A test that goes on without its engine unless engines are required.
-	"partial": func(t *testing.T) { enginetest.Partial(t, "PostgreSQL", "$LEASEHOLD_TEST_POSTGRES is empty") },
+	{"partial", "PostgreSQL", func(t *testing.T) { enginetest.Partial(t, "PostgreSQL", "$LEASEHOLD_TEST_POSTGRES is empty") }},
 }
 
 // TestChild is run by TestMissingEngine only.
 func TestChild(t *testing.T) {
-	name := os.Getenv(childCase)
-	if name == "" {
+	if os.Getenv(childEnv) == "" {
 		t.Skip("run by TestMissingEngine")
 	}
-	f := childCases[name]
-	if f == nil {
-		t.Fatalf("no child case %q", name)
+	for _, c := range childCases {
+		t.Run(c.name, func(t *testing.T) {
+			c.f(t)
+			t.Log("REACHED THE END")
+		})
 	}
-	f(t)
-	t.Log("REACHED THE END")
 }
 
 // TestMissingEngine runs tests whose engine is not configured in a copy
@@ -55,11 +58,7 @@ func TestMissingEngine(t *testing.T) {
 	base := environWithout("CI", "LEASEHOLD_REQUIRE_ENGINES", "PATH",
 		"LEASEHOLD_TEST_POSTGRES", "LEASEHOLD_TEST_REDIS", "LEASEHOLD_TEST_DYNAMODB", "LEASEHOLD_TEST_ETCD",
 		"LEASEHOLD_TEST_REDIS_SERVER", "LEASEHOLD_TEST_ETCD_BIN", "LEASEHOLD_TEST_DYNALITE")
-	base = append(base, "PATH=")
-	engines := map[string]string{ // the name each case's message must give
-		"postgres": "PostgreSQL", "redis": "Redis", "dynamodb": "DynamoDB", "etcd": "etcd",
-		"redis-server": "redis-server", "etcd-server": "etcd", "dynalite": "dynalite", "partial": "PostgreSQL",
-	}
+	base = append(base, "PATH=", childEnv+"=1")
 	for _, env := range []struct {
 		vars   []string
 		fail   bool
@@ -73,37 +72,60 @@ func TestMissingEngine(t *testing.T) {
 		{[]string{"CI=true", "LEASEHOLD_REQUIRE_ENGINES=0"}, false, ""},
 		{[]string{"LEASEHOLD_REQUIRE_ENGINES=yes"}, true, `LEASEHOLD_REQUIRE_ENGINES="yes" is not`},
 	} {
-		for name, engine := range engines {
-			cmd := exec.Command(exe, "-test.run=^TestChild$", "-test.v", "-test.count=1")
-			cmd.Env = append(append(append([]string(nil), base...), env.vars...), childCase+"="+name)
-			out, err := cmd.CombinedOutput()
-			got := string(out)
-			what := strings.Join(env.vars, " ") + " " + name
-			if partial := name == "partial"; strings.Contains(got, "REACHED THE END") != (partial && !env.fail) {
-				t.Errorf("%s: the test went on without its engine: %v, want %v:\n%s", what, !partial || env.fail, partial && !env.fail, got)
+		cmd := exec.Command(exe, "-test.run=^TestChild$", "-test.v", "-test.count=1")
+		cmd.Env = append(append([]string(nil), base...), env.vars...)
+		out, _ := cmd.CombinedOutput()
+		logs, results := childOutput(string(out))
+		for _, c := range childCases {
+			what := strings.Join(env.vars, " ") + " " + c.name
+			want := "SKIP" // how the case must end
+			switch {
+			case env.fail:
+				want = "FAIL"
+			case c.name == "partial":
+				want = "PASS"
+			}
+			if results[c.name] != want {
+				t.Errorf("%s: ended %q, want %s:\n%s", what, results[c.name], want, out)
 				continue
 			}
-			if name == "partial" && !env.fail {
-				if err != nil || !strings.Contains(got, "--- PASS: TestChild") {
-					t.Errorf("%s: want the test to pass without its engine (err %v):\n%s", what, err, got)
-					continue
-				}
-			} else if env.fail {
-				if err == nil || !strings.Contains(got, "--- FAIL: TestChild") {
-					t.Errorf("%s: want the test to fail (err %v):\n%s", what, err, got)
-					continue
-				}
-			} else if err != nil || !strings.Contains(got, "--- SKIP: TestChild") {
-				t.Errorf("%s: want the test to skip (err %v):\n%s", what, err, got)
-				continue
+			got := logs[c.name]
+			if reached := strings.Contains(got, "REACHED THE END"); reached != (want == "PASS") {
+				t.Errorf("%s: the test went on without its engine: %v:\n%s", what, reached, got)
 			}
-			for _, want := range []string{engine, "scripts/engines.sh start", env.saying} {
-				if !strings.Contains(got, want) {
-					t.Errorf("%s: the message does not say %q:\n%s", what, want, got)
+			for _, w := range []string{c.engine, "scripts/engines.sh start", env.saying} {
+				if !strings.Contains(got, w) {
+					t.Errorf("%s: the message does not say %q:\n%s", what, w, got)
 				}
 			}
 		}
 	}
+}
+
+// childOutput reads the output of TestChild's "go test -v": what each
+// subtest logged, and how it ended (PASS, FAIL or SKIP).
+func childOutput(out string) (logs, results map[string]string) {
+	logs, results = make(map[string]string), make(map[string]string)
+	name := ""
+	for _, line := range strings.Split(out, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if n, ok := strings.CutPrefix(trimmed, "=== RUN   TestChild/"); ok {
+			name = n
+			continue
+		}
+		if r, ok := strings.CutPrefix(trimmed, "--- "); ok {
+			name = ""
+			result, rest, _ := strings.Cut(r, ": TestChild/")
+			if n, _, ok := strings.Cut(rest, " "); ok {
+				results[n] = result
+			}
+			continue
+		}
+		if name != "" {
+			logs[name] += line + "\n"
+		}
+	}
+	return logs, results
 }
 
 // environWithout returns the environment without the named variables.
