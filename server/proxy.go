@@ -58,7 +58,9 @@ type ProxyConfig struct {
 //     zero takes the session's) while the session lives, and released when
 //     the session is closed or expires (by the proxy's Clock). A Renew of
 //     such a lease sets the TTL the proxy renews it with and, as with the
-//     Engine, keeps the session alive. Sessions live in this proxy's
+//     Engine, keeps the session alive; once the session has expired or
+//     ended, a Renew of its lease is refused with ErrNotHeld (the proxy is
+//     releasing it), as the Engine refuses it. Sessions live in this proxy's
 //     memory: they end, and their leases are released, when the proxy is
 //     closed; a proxy that crashes leaves them to expire by their TTL on
 //     the store, which is why that TTL is kept rather than ignored.
@@ -629,6 +631,16 @@ func (p *Proxy) Renew(ctx context.Context, name, owner string, token uint64, ttl
 		return err
 	}
 	defer ns.unlock()
+	p.mu.Lock()
+	s := p.leaseSession[proxyLeaseKey{name, token}]
+	ended := s != nil && (s.ended || !p.clock.Now().Before(s.expires))
+	p.mu.Unlock()
+	if ended {
+		// Its session has expired or ended, and the proxy frees (or has
+		// just freed) the lease on the store: as with the Engine, it is
+		// not held any more, and a renewal must not say otherwise.
+		return leasehold.ErrNotHeld
+	}
 	t0 := p.clock.Now()
 	if err := p.store.Renew(ctx, name, owner, token, ttl); err != nil {
 		return err
@@ -891,7 +903,9 @@ func (p *Proxy) detachLocked(k proxyLeaseKey) {
 	}
 }
 
-// endSessionLocked ends s and returns the leases to release.
+// endSessionLocked ends s and returns the leases to release. The leases stay
+// known as s's (ended) until their release is done, so that a renewal that
+// comes meanwhile is refused.
 func (p *Proxy) endSessionLocked(s *proxySession) []*proxySessionLease {
 	s.ended = true
 	delete(p.sessions, s.id)
@@ -901,17 +915,25 @@ func (p *Proxy) endSessionLocked(s *proxySession) []*proxySessionLease {
 		s.timer = nil
 	}
 	out := make([]*proxySessionLease, 0, len(s.leases))
-	for k, l := range s.leases {
+	for _, l := range s.leases {
 		out = append(out, l)
-		delete(p.leaseSession, k)
 	}
 	s.leases = nil
 	return out
 }
 
+// releaseLeases releases the leases of ended sessions. A lease whose
+// release failed is forgotten too: it stays on the store until its own TTL
+// runs out, unless its holder renews it there.
 func (p *Proxy) releaseLeases(leases []*proxySessionLease, typ EventType) {
 	for _, l := range leases {
 		p.releaseGrant(l.name, l.owner, l.token, typ)
+		k := proxyLeaseKey{l.name, l.token}
+		p.mu.Lock()
+		if s := p.leaseSession[k]; s != nil && s.ended {
+			delete(p.leaseSession, k)
+		}
+		p.mu.Unlock()
 	}
 }
 
@@ -970,6 +992,12 @@ func (p *Proxy) sessionLoop(s *proxySession) {
 
 func (p *Proxy) renewSessionLeases(s *proxySession, due []proxySessionLease) {
 	for _, l := range due {
+		p.mu.Lock()
+		over := s.ended || !p.clock.Now().Before(s.expires)
+		p.mu.Unlock()
+		if over {
+			return // the loop ends the session and releases its leases
+		}
 		t0 := p.clock.Now()
 		ctx, cancel := context.WithTimeout(p.ctx, max(l.ttl/3, time.Second))
 		err := p.store.Renew(ctx, l.name, l.owner, l.token, l.ttl)

@@ -957,3 +957,63 @@ func TestProxyTwoInstancesShareEngine(t *testing.T) {
 		}
 	}
 }
+
+// pxGatedRenew blocks every Renew of one name until gate is closed (its
+// context notwithstanding), and says when one has started.
+type pxGatedRenew struct {
+	leasehold.Store
+	name    string
+	started chan struct{}
+	gate    chan struct{}
+	once    sync.Once
+}
+
+func (s *pxGatedRenew) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
+	if name == s.name {
+		s.once.Do(func() { close(s.started) })
+		<-s.gate
+	}
+	return s.Store.Renew(ctx, name, owner, token, ttl)
+}
+
+// A lease whose session has expired is no longer held: a Renew that comes
+// before the proxy has released it must be refused (as the Engine refuses
+// it), not confirmed and then freed under the holder. Here the session loop
+// is held up by a slow renewal of another lease of the session while the
+// session expires.
+func TestProxyRenewAfterSessionExpiryRefused(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1_000_000, 0))
+	gs := &pxGatedRenew{Store: memory.New(memory.WithClock(fc)), name: "slow", started: make(chan struct{}), gate: make(chan struct{})}
+	p := pxNew(t, gs, ProxyConfig{Clock: fc})
+	var openGate sync.Once
+	defer openGate.Do(func() { close(gs.gate) }) // before Close (cleanup) waits for the session loop
+	ctx := context.Background()
+	sess, err := p.OpenSession(ctx, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := pxReq("slow", "o", 300*time.Millisecond)
+	slow.Session = sess.ID
+	pxAcquire(t, p, slow)
+	held := pxReq("held", "o", time.Hour)
+	held.Session = sess.ID
+	rec := pxAcquire(t, p, held)
+
+	fc.WaitForTimers(1)
+	fc.Advance(100 * time.Millisecond) // "slow" is due: the loop renews it and hangs
+	<-gs.started
+	fc.Advance(time.Second) // the session expires meanwhile
+	err = p.Renew(ctx, "held", "o", rec.Token, time.Hour)
+	if !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Fatalf("Renew of a lease whose session expired = %v, want ErrNotHeld", err)
+	}
+	if _, err := p.KeepAlive(ctx, sess.ID); !errors.Is(err, ErrNoSession) {
+		t.Fatalf("KeepAlive of the expired session = %v", err)
+	}
+	// Once the loop goes on, it ends the session and frees its leases.
+	openGate.Do(func() { close(gs.gate) })
+	pxWaitUntil(t, "the expired session's leases released", func() bool {
+		_, err := p.Get(ctx, "held")
+		return errors.Is(err, leasehold.ErrNotFound)
+	})
+}
