@@ -86,8 +86,13 @@ apt_install() {
 		return 1
 	fi
 	if [ ! -e "$STATE/.apt-updated" ]; then
-		DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 || return 1
-		touch "$STATE/.apt-updated"
+		# A failed update (one unreachable mirror) need not fail the install:
+		# what the install leaves missing is checked afterwards.
+		if DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2; then
+			touch "$STATE/.apt-updated"
+		else
+			log "apt-get update failed; installing from the package lists at hand"
+		fi
 	fi
 	# policy-rc.d keeps the packages from starting system services of their own.
 	local made=0 st=0
