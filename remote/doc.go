@@ -28,7 +28,17 @@
 // ErrRateLimited, ErrUnavailable or ErrNoSession with errors.Is.
 //
 // Sessions (OpenSession) let many leases share one keepalive: leases taken
-// through Session.Store live as long as the session and end with it.
+// through Session.Store (or RESPSession.Store) live as long as the session
+// and end with it — the server frees them when the session ends, whatever
+// their own TTL. A leasehold.Lease taken through such a store knows it: the
+// store is a leasehold.BoundedStore and the session a leasehold.Bound, so
+// the lease's local deadline is the earlier of its own and the session's,
+// and the lease is lost (Done closes, Err matches leasehold.ErrLost) as soon
+// as the session is lost — a keepalive refused, none confirmed by the
+// session's deadline, or Close. The session's deadline is t0 + TTL·(1−ρ) − ε,
+// with t0 read on the monotonic and the boot-time clock before the last
+// confirmed keepalive (or the open) was sent; pass SessionClock with the
+// Client's clock when the Client has an injected one (leasehold.WithClock).
 //
 // The bearer token comes from the URL (?token=) or $LEASEHOLD_AUTH_TOKEN;
 // not from $LEASEHOLD_TOKEN, which "leasehold run" sets to the fencing
