@@ -101,7 +101,7 @@ type Outcome struct {
 	Supervisors int            // supervisor processes started
 	Faults      map[string]int // faults injected, by kind
 	Exits       map[string]int // supervisors' exit statuses
-	Survivors   int            // command processes still running 2 × TTL after every supervisor had exited
+	Survivors   int            // command processes still running one TTL after every supervisor had exited
 	BadLines    int
 	Took        time.Duration
 }
@@ -318,7 +318,7 @@ func (h *harness) loop(s *slot) {
 
 // stop stops the supervisors (SIGTERM, which they forward to their
 // commands), waits for them, and returns the number of command processes
-// still running 2 × TTL later, which it kills.
+// still running one TTL later, which it kills.
 func (h *harness) stop() int {
 	h.mu.Lock()
 	h.stopping = true
@@ -344,6 +344,6 @@ func (h *harness) stop() int {
 		h.mu.Unlock()
 		<-done
 	}
-	time.Sleep(2 * h.cfg.TTL)
+	time.Sleep(h.cfg.TTL)
 	return h.killCommands()
 }

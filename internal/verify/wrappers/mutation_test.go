@@ -19,8 +19,10 @@ const runsPerBug = 10
 // TestR13Mutations shows that R13 catches the wrapper bugs: it builds
 // leasehold with the tag leasehold_mutations, runs a short R13 on SQLite
 // once with no bug switched on (it must pass, or catching a bug would mean
-// nothing) and ten times with each bug, and requires at least one overlap
-// in at least 9 of the 10 runs of each. Two runs go at once.
+// nothing; 12 s of faults) and ten times with each bug (4 s of faults),
+// and requires at least one overlap in at least 9 of the 10 runs of each.
+// Runs go at once as -test.parallel allows (GOMAXPROCS: two here); they
+// mostly sleep.
 func TestR13Mutations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("R13's mutations build leasehold and run it 21 times")
@@ -49,10 +51,14 @@ func TestR13Mutations(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
+				d := 4 * time.Second
+				if j.bug == "" {
+					d = 12 * time.Second // enough faults for the control to mean something
+				}
 				cfg := wrappers.Config{Target: verify.StartTarget(t, "sqlite"), Bin: bin, TTL: time.Second,
 					Run: 3, Elect: 2,
 					Faults:   []string{wrappers.FaultKill, wrappers.FaultStop, wrappers.FaultTerm},
-					Duration: 6 * time.Second,
+					Duration: d,
 					Gap:      [2]time.Duration{300 * time.Millisecond, 800 * time.Millisecond},
 					Work:     [2]time.Duration{2 * time.Second, 4 * time.Second},
 					Mutation: j.bug, Seed: verify.Seed(t), Dir: t.TempDir()}

@@ -34,7 +34,7 @@ var defaultStores = []string{"sqlite", "redis", "server"}
 //
 // Pass: no two trees of one lease alive at once, no more than 2 of the
 // semaphore's, no force-released tree alive past its lease's deadline, and
-// no command process left running after every supervisor exited.
+// no command process left running one TTL after every supervisor exited.
 func TestR13(t *testing.T) {
 	if testing.Short() {
 		t.Skip("R13 runs supervisors for seconds per store")
@@ -66,7 +66,7 @@ func TestR13(t *testing.T) {
 			cfg := wrappers.Config{Target: tg, Bin: bin, TTL: ttl,
 				Run: 3, Elect: 3, Sem: 3, Permits: 2,
 				Faults:   faults,
-				Duration: verify.Size(20*time.Second, 3*time.Minute),
+				Duration: verify.Size(15*time.Second, 3*time.Minute),
 				Gap:      [2]time.Duration{300 * time.Millisecond, time.Second},
 				Work:     [2]time.Duration{ttl, 4 * ttl},
 				Seed:     seed, Dir: t.TempDir()}
