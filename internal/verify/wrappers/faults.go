@@ -24,7 +24,7 @@ func (h *harness) pick() (*slot, *os.Process, string) {
 	defer h.mu.Unlock()
 	var cands, running []*slot
 	for _, s := range h.slots {
-		if s.proc == nil {
+		if s.proc == nil || h.paused[s.proc] {
 			continue
 		}
 		running = append(running, s)
@@ -48,7 +48,9 @@ func (h *harness) count(kind string) {
 	h.mu.Unlock()
 }
 
-// inject applies one fault of the kind and returns when it is over.
+// inject applies one fault of the kind. It returns when the fault is
+// over, except a stop: that supervisor is continued later, by a timer,
+// while other faults go on.
 func (h *harness) inject(kind string) {
 	switch kind {
 	case FaultKill, FaultStop, FaultTerm:
@@ -62,8 +64,15 @@ func (h *harness) inject(kind string) {
 		}
 		h.count(kind)
 		if kind == FaultStop {
-			time.Sleep(verify.Between(h.rng, 3*h.cfg.TTL/2, 3*h.cfg.TTL))
-			_ = p.Signal(syscall.SIGCONT)
+			h.mu.Lock()
+			h.paused[p] = true
+			h.mu.Unlock()
+			time.AfterFunc(verify.Between(h.rng, 3*h.cfg.TTL/2, 3*h.cfg.TTL), func() {
+				h.mu.Lock()
+				delete(h.paused, p)
+				h.mu.Unlock()
+				_ = p.Signal(syscall.SIGCONT)
+			})
 		}
 	case FaultEngine:
 		h.cfg.Target.Kill()

@@ -102,6 +102,7 @@ type Outcome struct {
 	Faults      map[string]int // faults injected, by kind
 	Exits       map[string]int // supervisors' exit statuses
 	Survivors   int            // command processes still running one TTL after every supervisor had exited
+	ForceTried  int            // force-releases asked (those that found the lease free are not faults)
 	BadLines    int
 	Took        time.Duration
 }
@@ -122,7 +123,11 @@ func (o Outcome) Violations() int { return o.Result.Violations() + o.Survivors }
 func (o Outcome) Note(cfg Config) string {
 	var kinds []string
 	for _, k := range []string{FaultKill, FaultStop, FaultTerm, FaultEngine, FaultForce} {
-		if n, ok := o.Faults[k]; ok {
+		if n, ok := o.Faults[k]; ok || (k == FaultForce && o.ForceTried > 0) {
+			if k == FaultForce {
+				kinds = append(kinds, fmt.Sprintf("%s %d (of %d asked)", k, n, o.ForceTried))
+				continue
+			}
 			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
 		}
 	}
@@ -173,7 +178,7 @@ func Run(t testing.TB, cfg Config) Outcome {
 	start := time.Now()
 	h := &harness{t: t, cfg: cfg, exe: exe, log: filepath.Join(cfg.Dir, "beats.log"),
 		marker: fmt.Sprintf("%d-%d", os.Getpid(), rand.Uint64()),
-		rng:    rand.New(rand.NewPCG(cfg.Seed, 0x513)), faults: map[string]int{}, exits: map[string]int{},
+		rng:    rand.New(rand.NewPCG(cfg.Seed, 0x513)), faults: map[string]int{}, exits: map[string]int{}, paused: map[*os.Process]bool{},
 		tail: newTailer(filepath.Join(cfg.Dir, "beats.log"))}
 	defer h.killCommands()
 	h.addSlots("run", cfg.Run, "run")
@@ -211,7 +216,7 @@ func Run(t testing.TB, cfg Config) Outcome {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return Outcome{Result: Check(recs, opts), Supervisors: h.started, Faults: h.faults, Exits: h.exits,
-		Survivors: survivors, BadLines: bad, Took: time.Since(start)}
+		Survivors: survivors, ForceTried: h.forceAttempted, BadLines: bad, Took: time.Since(start)}
 }
 
 // Logs returns the end of every supervisor's standard error, for a failure
@@ -243,6 +248,7 @@ type harness struct {
 	wg             sync.WaitGroup
 	mu             sync.Mutex
 	slots          []*slot
+	paused         map[*os.Process]bool // supervisors stopped by a fault, until their SIGCONT
 	stopping       bool
 	started        int
 	faults, exits  map[string]int
