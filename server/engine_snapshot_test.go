@@ -1,10 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
-
+	"io"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/remote"
+	"github.com/leasehold/leasehold/server/wal"
 )
 
 // forceSnapshot makes e write a snapshot of its state now, as it does when
@@ -239,4 +243,108 @@ func TestRepeatedReleaseThroughServer(t *testing.T) {
 	if err := st.Release(ctx, rec.Name, "someone else", rec.Token); !errors.Is(err, leasehold.ErrNotHeld) {
 		t.Fatalf("someone else's release: %v, want ErrNotHeld", err)
 	}
+}
+
+// oldSnapshot is the content of a snapshot written by the engine before
+// snapshots kept tombstones: last token 3; a session
+// c0b892e76863c2e4e78fca2b87f285b0 (TTL 1 minute) holding "old/sess" (owner
+// b, token 3); "old/held" (owner a, token 2, TTL 1 hour); the record
+// "rec/k" = "v"; and nothing of "old/freed" (token 1, released before it).
+const oldSnapshot = "020603280480b09dc2df012063306238393265373638363363326534653738666361326238376632383562303f010280c0e285e36880c0e285e3688080d0e2c6bfce972f086f6c642f68656c6401610a722d6f6c642f68656c64001064617461206f66206f6c642f68656c645f010380c0e285e36880c0e285e3688080d0e2c6bfce972f086f6c642f7365737301620a722d6f6c642f736573732063306238393265373638363363326534653738666361326238376632383562301064617461206f66206f6c642f736573730209000c080101057265632f6b010176"
+
+// TestOldSnapshotLoads: a snapshot written before tombstones were kept in
+// snapshots loads as before (its released grants are not remembered), and a
+// snapshot written now holds only the record types the log always had (a
+// tombstone is its grant followed by its release), so that an older engine
+// reads it too.
+func TestOldSnapshotLoads(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	content, err := hex.DecodeString(oldSnapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := wal.Open(wal.Options{Dir: dir, NoSync: true}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := l.Rotate()
+	if err == nil {
+		err = l.WriteSnapshot(seq, func(w io.Writer) error { _, err := w.Write(content); return err })
+	}
+	if err := errors.Join(err, l.Close()); err != nil {
+		t.Fatal(err)
+	}
+
+	e := openEngine(t, dir)
+	defer e.Close()
+	list, err := e.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0].Name != "old/held" || list[0].Owner != "a" || list[0].Token != 2 || string(list[0].Data) != "data of old/held" ||
+		list[1].Name != "old/sess" || list[1].Owner != "b" || list[1].Token != 3 {
+		t.Fatalf("leases from the old snapshot: %+v", list)
+	}
+	if _, err := e.KeepAlive(ctx, "c0b892e76863c2e4e78fca2b87f285b0"); err != nil {
+		t.Errorf("the old snapshot's session: %v", err)
+	}
+	if v, err := e.GetRecord(ctx, "rec/k"); err != nil || string(v.Value) != "v" || v.Version != 1 {
+		t.Errorf("the old snapshot's record: %+v, %v", v, err)
+	}
+	if err := e.Release(ctx, "old/freed", "a", 1); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Errorf("release of a grant freed before an old snapshot: %v, want ErrNotHeld (old snapshots hold no tombstones)", err)
+	}
+	if err := e.Release(ctx, "old/held", "a", 2); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := e.Acquire(ctx, AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: "new", Owner: "c", TTL: time.Minute}})
+	if err != nil || rec.Token != 4 {
+		t.Fatalf("first grant after the old snapshot: token %d, %v; want 4", rec.Token, err)
+	}
+
+	// The snapshot written now: "old/held" is a tombstone.
+	e.lock()
+	buf := e.encodeState()
+	e.unlock()
+	known := map[byte]bool{recGrant: true, recRelease: true, recToken: true, recSessionOpen: true, recRecords: true, recRecEpoch: true}
+	var prev []byte
+	tombs := 0
+	for r := bytes.NewReader(buf); r.Len() > 0; {
+		n, err := binary.ReadUvarint(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := make([]byte, n)
+		if _, err := io.ReadFull(r, rec); err != nil {
+			t.Fatal(err)
+		}
+		if !known[rec[0]] {
+			t.Fatalf("snapshot record of type %d, which older engines do not read", rec[0])
+		}
+		if rec[0] == recRelease {
+			if name, token := grantOf(prev); name != "old/held" || token != 2 {
+				t.Fatalf("a release in the snapshot not right after its grant (after %q, token %d)", name, token)
+			}
+			tombs++
+		}
+		prev = rec
+	}
+	if tombs != 1 {
+		t.Fatalf("%d tombstones in the snapshot, want 1 (old/held)", tombs)
+	}
+}
+
+// grantOf returns the name and token of a grant record (nothing for any
+// other record).
+func grantOf(rec []byte) (name string, token uint64) {
+	if len(rec) == 0 || rec[0] != recGrant {
+		return "", 0
+	}
+	r := &reader{b: rec[1:]}
+	token = r.uvarint()
+	r.uvarint() // ttl
+	r.uvarint() // logged ttl
+	r.varint()  // acquired
+	return r.string(), token
 }
