@@ -20,9 +20,14 @@ end
 local since = now_ms
 if not m[1] then
   -- No marker: a first use, or a restart that lost everything. Data can
-  -- only have been lost when the server started (at the latest uptime
-  -- seconds ago); on a server up for long this hold-back is over already.
-  since = now_ms - tonumber(ARGV[2]) * 1000
+  -- only have been lost when the server started; on a server up for long
+  -- this hold-back is over already. uptime_in_seconds is the difference of
+  -- two whole-second clock readings, so it overstates the time since the
+  -- start by up to a second (a server started at x.9 s reports 1 at
+  -- x+1.0 s): the start is before (now's whole second - uptime + 1),
+  -- never after. Taking now - uptime would end the hold-back up to a
+  -- second early.
+  since = math.min(now_ms, (tonumber(t[1]) - tonumber(ARGV[2]) + 1) * 1000)
 end
 -- A different run id: a restart or a failover, at an unknown moment before
 -- now.

@@ -68,6 +68,54 @@ func TestHoldback(t *testing.T) {
 	}
 }
 
+// TestHoldbackUptimeRounding: a server started just before a whole second
+// reports uptime_in_seconds 1 a moment later (the difference of two
+// whole-second readings). The hold-back of a first use counts from the
+// server's start, so it must not take now - uptime for the start: that is
+// up to a second early, and with a hold-back as long as the longest TTL a
+// grant would come while a holder of a lease lost in the restart still
+// believes it holds it (suite R3 on a Redis without persistence found it).
+// No grant may come before the moment before the start plus the hold-back.
+func TestHoldbackUptimeRounding(t *testing.T) {
+	const holdback = time.Second
+	// Start the server 150 ms before a whole second and check it (Open
+	// does) 100 ms after that second began: uptime_in_seconds is then 1,
+	// and a second since the start has not passed.
+	now := time.Now()
+	second := now.Truncate(time.Second).Add(time.Second)
+	if second.Sub(now) < 200*time.Millisecond {
+		second = second.Add(time.Second)
+	}
+	time.Sleep(time.Until(second.Add(-150 * time.Millisecond)))
+	before := time.Now()
+	srv := enginetest.StartRedis(t)
+	time.Sleep(time.Until(second.Add(100 * time.Millisecond)))
+	s := open(t, srv.RedisURL(), redis.WithKeyPrefix(uniquePrefix(t)), redis.WithHoldback(holdback))
+	defer s.Close()
+	ctx := ctxT(t, time.Minute)
+	st, err := s.ServerState(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("server started within %s after %s; checked at %s; holding back until %s",
+		time.Since(before).Round(time.Millisecond), before.Format("15:04:05.000"), time.Now().Format("15:04:05.000"), st.HoldbackUntil.Format("15:04:05.000"))
+	if earliest := before.Add(holdback); st.HoldbackUntil.Before(earliest) {
+		t.Fatalf("hold-back ends at %s, before the server's start plus the hold-back (after %s)",
+			st.HoldbackUntil.Format("15:04:05.000"), earliest.Format("15:04:05.000"))
+	}
+	for time.Now().Before(before.Add(holdback)) {
+		rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "early", Owner: "a", TTL: time.Second})
+		if err == nil {
+			t.Fatalf("granted token %d %s after the start, within the hold-back of %s", rec.Token, time.Since(before), holdback)
+		}
+		var he *leasehold.HeldError
+		if !errors.As(err, &he) || he.Owner != redis.HoldbackOwner {
+			t.Fatalf("TryAcquire within the hold-back: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // TestRestartLosesData: Redis without persistence is killed and started
 // again while a Client holds a lease with keepalive and another waits in
 // Acquire. The holder finds its lease gone (ErrLost); the waiter gets the
