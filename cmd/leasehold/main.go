@@ -11,5 +11,10 @@ import (
 )
 
 func main() {
+	// "run" and "elect" start this binary again as the keeper of the
+	// command's process group; it must not parse any arguments.
+	if cli.KeeperRequested() {
+		os.Exit(cli.RunKeeper())
+	}
 	os.Exit(cli.Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }

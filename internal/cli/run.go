@@ -184,8 +184,10 @@ func (o *runOptions) run(ctx context.Context, e *env) error {
 	// wait, while the command runs they are forwarded to it, and while the
 	// lease is released they do not cut the release short.
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwardedSignals...)
-	defer signal.Stop(sigs)
+	if caught := catchSignals(); len(caught) > 0 {
+		signal.Notify(sigs, caught...)
+		defer signal.Stop(sigs)
+	}
 
 	store, err := e.openStore(ctx, o.store)
 	if err != nil {

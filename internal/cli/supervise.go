@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -17,37 +15,42 @@ import (
 // releaseTimeout bounds the release of the lease after the command exits.
 const releaseTimeout = 5 * time.Second
 
-// supervise runs the command while the lease is held, forwards signals to
-// it, terminates it if the lease is lost, and releases the lease when it
-// exits. The returned error carries the exit code.
+// supervise runs the command in a process group of its own while the lease
+// is held, forwards signals to the group, stops the group if the lease is
+// lost, and releases the lease once nothing of the group is left. The
+// returned error carries the exit code.
 func (o *runOptions) supervise(ctx context.Context, e *env, lease *leasehold.Lease, sigs <-chan os.Signal) error {
-	cmd := exec.Command(o.command[0], o.command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
 	token := strconv.FormatUint(lease.Token(), 10)
-	cmd.Env = append(os.Environ(),
+	env := append(os.Environ(),
 		"LEASEHOLD_NAME="+o.name,
 		"LEASEHOLD_OWNER="+lease.Owner(),
 		"LEASEHOLD_TOKEN="+token)
 	if o.permits > 0 {
-		cmd.Env = append(cmd.Env, "LEASEHOLD_PERMIT="+lease.Name())
+		env = append(env, "LEASEHOLD_PERMIT="+lease.Name())
 	}
 	if o.elect {
-		cmd.Env = append(cmd.Env, "LEASEHOLD_TERM="+token)
+		env = append(env, "LEASEHOLD_TERM="+token)
 	}
-	// Only matters when stdout or stderr is not a file (tests): do not wait
-	// for a background grandchild that keeps the pipe open.
-	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
+	t, err := startTree(treeSpec{
+		argv: o.command, env: env,
+		stdin: e.stdin, stdout: e.stdout, stderr: e.stderr,
+		remaining: lease.Remaining(), foreground: true,
+	})
+	if err != nil {
 		if rerr := releaseLease(lease); rerr != nil {
 			fmt.Fprintf(e.stderr, "leasehold: %v\n", rerr)
 		}
-		return startError(o.command[0], err)
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return err
+		}
+		return exitf(ExitInternal, "%s: %v", o.verb, err)
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
 
-	w := &watchdog{lease: lease, grace: o.grace, proc: cmd.Process, stderr: e.stderr, name: o.name}
-	waitErr := w.loop(ctx, waited, sigs)
+	w := &watchdog{lease: lease, grace: o.grace, tree: t, stderr: e.stderr, name: o.name}
+	ev := w.loop(ctx, t, sigs)
+	t.close()
+	rep := t.report()
 
 	lost := w.lost
 	if lost == nil && errors.Is(lease.Err(), leasehold.ErrLost) {
@@ -57,21 +60,29 @@ func (o *runOptions) supervise(ctx context.Context, e *env, lease *leasehold.Lea
 	if lost == nil && errors.Is(relErr, leasehold.ErrLost) {
 		lost = relErr
 	}
-	ps := cmd.ProcessState
-	if lost != nil {
-		status := "did not run"
-		if ps != nil {
-			status = ps.String()
+	if rep.leftover != "" && ev.err == nil {
+		sig := "SIGTERM"
+		if rep.leftover == "kill" {
+			sig = "SIGTERM and SIGKILL"
 		}
-		return exitf(ExitLost, "lease %s lost: %v (command: %s)", o.name, lost, status)
+		fmt.Fprintf(e.stderr, "leasehold: the command left processes in its group; stopped them with %s\n", sig)
+	}
+	if rep.errCode != 0 && lost == nil {
+		if relErr != nil {
+			fmt.Fprintf(e.stderr, "leasehold: %v\n", relErr)
+		}
+		return exitf(rep.errCode, "%s", rep.errMsg)
+	}
+	if lost != nil {
+		return exitf(ExitLost, "lease %s lost: %v (command: %s)", o.name, lost, describeExit(rep, ev))
 	}
 	if relErr != nil {
 		fmt.Fprintf(e.stderr, "leasehold: %v (the lease expires within %s)\n", relErr, lease.TTL())
 	}
-	if ps == nil {
-		return exitf(ExitInternal, "run: wait for command: %v", waitErr)
+	if ev.err != nil {
+		return exitf(ExitInternal, "%s: wait for the command: %v", o.verb, ev.err)
 	}
-	if code := exitCode(ps); code != 0 {
+	if code := treeExitCode(rep, ev); code != 0 {
 		return &exitError{code: code}
 	}
 	return nil
@@ -84,26 +95,37 @@ func releaseLease(l *leasehold.Lease) error {
 	return l.Release(ctx)
 }
 
-// watchdog enforces the lease on the running command.
+// commandTree is what the watchdog needs of the command's process group.
+type commandTree interface {
+	// signal sends sig to every process of the group.
+	signal(sig os.Signal)
+	// setRemaining tells the group's keeper the lease's time left: it
+	// kills the group by itself once that passes without a newer one.
+	setRemaining(d time.Duration)
+}
+
+// watchdog enforces the lease on the running command's process group.
 //
 // The rules: if no renewal has been confirmed by grace before the lease's
-// local deadline (Lease.Deadline, which moves forward with each confirmed
-// renewal), the command gets SIGTERM, and SIGKILL if it still runs at the
-// deadline. If the lease is lost (Done closes with ErrLost) before that
-// window, because the store refused a renewal, the command gets SIGTERM at
+// local deadline (checked on both the monotonic and the boot-time clock:
+// Lease.Remaining), the group gets SIGTERM, and SIGKILL if it still runs at
+// the deadline. If the lease is lost (Done closes with ErrLost) before that
+// window, because the store refused a renewal, the group gets SIGTERM at
 // once and SIGKILL min(grace, time left to the deadline) later. If it is
 // lost after the SIGTERM of the window, or the deadline has passed, SIGKILL
-// follows at once.
+// follows at once. Every new deadline is passed on to the group's keeper,
+// which enforces it too (if this process is stopped or dies).
 type watchdog struct {
 	lease  *leasehold.Lease
 	grace  time.Duration
-	proc   *os.Process
+	tree   commandTree
 	stderr io.Writer
 	name   string
 
 	termSent, killSent bool
-	killAt             time.Time // SIGKILL time after a refusal; zero: the deadline
-	lost               error     // why the command was terminated
+	killBelow          time.Duration // SIGKILL once Remaining is at most this (after a refusal)
+	sentDeadline       time.Time     // the lease's deadline last passed to the keeper
+	lost               error         // why the command was terminated
 }
 
 // checkInterval is how often the watchdog compares the clock with the
@@ -112,61 +134,32 @@ func checkInterval(grace time.Duration) time.Duration {
 	return max(min(grace/4, 250*time.Millisecond), time.Millisecond)
 }
 
-// loop runs until the command exits and returns cmd.Wait's error.
-func (w *watchdog) loop(ctx context.Context, waited <-chan error, sigs <-chan os.Signal) error {
-	t := time.NewTicker(checkInterval(w.grace))
-	defer t.Stop()
-	done, ctxDone := w.lease.Done(), ctx.Done()
-	for {
-		select {
-		case err := <-waited:
-			return err
-		case sig := <-sigs:
-			if !deliveredByTerminal(sig) {
-				_ = w.proc.Signal(sig)
-			}
-		case <-ctxDone:
-			ctxDone = nil
-			_ = w.proc.Signal(syscall.SIGTERM)
-		case <-done:
-			done = nil
-			w.onDone(time.Now())
-		case now := <-t.C:
-			w.check(now)
-		}
-	}
-}
-
-// check applies the grace window and the deadline at time now.
-func (w *watchdog) check(now time.Time) {
+// check applies the grace window and the deadline, with left the lease's
+// time left (Lease.Remaining).
+func (w *watchdog) check(left time.Duration) {
 	if w.killSent {
 		return
 	}
-	deadline := w.lease.Deadline()
 	if !w.termSent {
-		if now.Before(deadline.Add(-w.grace)) {
+		if left > w.grace {
 			return
 		}
 		w.lost = fmt.Errorf("no renewal confirmed %s before the lease's local deadline", w.grace)
-		w.term(fmt.Sprintf("no renewal of %s confirmed, deadline in %s", w.name, roundDuration(deadline.Sub(now))))
+		w.term(fmt.Sprintf("no renewal of %s confirmed, deadline in %s", w.name, roundDuration(max(left, 0))))
 	}
-	killAt := w.killAt
-	if killAt.IsZero() {
-		killAt = deadline
-	}
-	if !now.Before(killAt) {
+	if left <= w.killBelow {
 		w.kill("still running at the lease's deadline")
 	}
 }
 
-// onDone reacts to the lease's Done channel closing at time now.
-func (w *watchdog) onDone(now time.Time) {
+// onDone reacts to the lease's Done channel closing, with left the lease's
+// time left.
+func (w *watchdog) onDone(left time.Duration) {
 	err := w.lease.Err()
 	if !errors.Is(err, leasehold.ErrLost) || w.killSent {
 		return
 	}
 	w.lost = err
-	left := w.lease.Deadline().Sub(now)
 	switch {
 	case w.termSent:
 		w.kill("lease lost after SIGTERM")
@@ -174,18 +167,26 @@ func (w *watchdog) onDone(now time.Time) {
 		w.kill("lease lost at its deadline")
 	default:
 		w.term(fmt.Sprintf("lease %s lost: %v", w.name, err))
-		w.killAt = now.Add(min(w.grace, left))
+		w.killBelow = max(left-w.grace, 0)
+	}
+}
+
+// passDeadline gives the keeper the lease's deadline if it moved.
+func (w *watchdog) passDeadline() {
+	if d := w.lease.Deadline(); !d.Equal(w.sentDeadline) {
+		w.sentDeadline = d
+		w.tree.setRemaining(w.lease.Remaining())
 	}
 }
 
 func (w *watchdog) term(why string) {
 	w.termSent = true
-	fmt.Fprintf(w.stderr, "leasehold: %s: sending SIGTERM to the command\n", why)
-	_ = w.proc.Signal(syscall.SIGTERM)
+	fmt.Fprintf(w.stderr, "leasehold: %s: sending SIGTERM to the command's process group\n", why)
+	w.tree.signal(sigTERM)
 }
 
 func (w *watchdog) kill(why string) {
 	w.termSent, w.killSent = true, true
-	fmt.Fprintf(w.stderr, "leasehold: %s: sending SIGKILL to the command\n", why)
-	_ = w.proc.Kill()
+	fmt.Fprintf(w.stderr, "leasehold: %s: sending SIGKILL to the command's process group\n", why)
+	w.tree.signal(os.Kill)
 }

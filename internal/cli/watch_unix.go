@@ -1,0 +1,125 @@
+//go:build unix
+
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+var sigTERM os.Signal = syscall.SIGTERM
+
+// orphanWait is how long the supervisor waits for its own stop to take
+// effect after the command's group stopped: if it has not been stopped and
+// continued by then, nobody can stop its job (an orphaned process group
+// ignores SIGTSTP), and the command is continued.
+const orphanWait = 100 * time.Millisecond
+
+// loop runs until the keeper exits and returns how it ended.
+//
+// Job control (only when leasehold has a controlling terminal): when the
+// command's group stops (Ctrl-Z, or a read of the terminal from the
+// background), leasehold takes the terminal back if the group had it and
+// stops its own process group with the same signal, so that the shell sees
+// its job stopped; when it is continued (fg, bg: SIGCONT), it gives the
+// terminal to the command's group if its own group has it and continues
+// the group, unless the lease was lost meanwhile: then the group gets
+// SIGKILL instead.
+func (w *watchdog) loop(ctx context.Context, t *tree, sigs <-chan os.Signal) treeEvent {
+	tick := time.NewTicker(checkInterval(w.grace))
+	defer tick.Stop()
+	w.sentDeadline = w.lease.Deadline()
+	var conts chan os.Signal
+	if t.tty != nil {
+		conts = make(chan os.Signal, 1)
+		signal.Notify(conts, syscall.SIGCONT)
+		defer signal.Stop(conts)
+	}
+	var orphan <-chan time.Time
+	stopped := false
+	resume := func() {
+		stopped, orphan = false, nil
+		w.check(w.lease.Remaining())
+		if w.killSent {
+			return
+		}
+		t.tty.give(t.pgid)
+		t.signal(syscall.SIGCONT)
+	}
+	done, ctxDone := w.lease.Done(), ctx.Done()
+	for {
+		select {
+		case ev := <-t.events:
+			if !ev.stopped {
+				return ev
+			}
+			if t.tty == nil || w.killSent {
+				continue
+			}
+			stopped = true
+			t.tty.takeBack(t.pgid)
+			sig := ev.status.StopSignal()
+			if sig == syscall.SIGSTOP {
+				sig = syscall.SIGTSTP // one an orphaned group discards
+			}
+			_ = unix.Kill(0, sig)
+			orphan = time.After(orphanWait)
+		case <-conts:
+			resume()
+		case <-orphan:
+			if stopped {
+				resume()
+			}
+		case sig := <-sigs:
+			t.signal(sig)
+		case <-ctxDone:
+			ctxDone = nil
+			t.signal(syscall.SIGTERM)
+		case <-done:
+			done = nil
+			w.onDone(w.lease.Remaining())
+		case <-tick.C:
+			w.passDeadline()
+			w.check(w.lease.Remaining())
+		}
+	}
+}
+
+// treeExitCode is the exit status of the command (128+N if it died from
+// signal N), or of its keeper if that died before it could report.
+func treeExitCode(rep treeReport, ev treeEvent) int {
+	switch {
+	case rep.done && rep.signal > 0:
+		return 128 + rep.signal
+	case rep.done:
+		return rep.code
+	case ev.status.Signaled():
+		return 128 + int(ev.status.Signal())
+	case ev.status.Exited():
+		return ev.status.ExitStatus()
+	}
+	return ExitInternal
+}
+
+// describeExit says how the command ended, for messages.
+func describeExit(rep treeReport, ev treeEvent) string {
+	switch {
+	case rep.done && rep.signal > 0:
+		return "signal: " + syscall.Signal(rep.signal).String()
+	case rep.done:
+		return fmt.Sprintf("exit status %d", rep.code)
+	case rep.pid == 0:
+		return "did not run"
+	case ev.err != nil:
+		return ev.err.Error()
+	case ev.status.Signaled():
+		return "signal: " + ev.status.Signal().String()
+	}
+	return fmt.Sprintf("its keeper exited with status %d", ev.status.ExitStatus())
+}
