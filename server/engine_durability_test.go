@@ -84,7 +84,8 @@ func reads(e *Engine, name string) <-chan read {
 // told of it would have seen a holder that, after the restart, never
 // existed (and a release that a crash undoes would show a free lease that
 // comes back held). A read that answers while the commit is held back may
-// show the state as it was before, never the undurable change.
+// show the state as it was before, never the undurable change. The same
+// holds for ForceRelease's "not found".
 func TestReadsReportOnlyDurableState(t *testing.T) {
 	e, stick, unstick := stuckEngine(t)
 	ctx := context.Background()
@@ -129,6 +130,8 @@ func TestReadsReportOnlyDurableState(t *testing.T) {
 	go func() { released <- e.Release(ctx, "d", "a", rec.Token) }()
 	inMemory(t, e, func() bool { return !e.leases["d"].held })
 	answers = reads(e, "d")
+	forced := make(chan error, 1) // "not found" is a report of the state too
+	go func() { _, err := e.ForceRelease(ctx, "d"); forced <- err }()
 	early = map[string]bool{}
 	for timeout := time.After(300 * time.Millisecond); len(early) < 2; {
 		select {
@@ -142,9 +145,17 @@ func TestReadsReportOnlyDurableState(t *testing.T) {
 		}
 		break
 	}
+	select {
+	case err := <-forced:
+		t.Fatalf("ForceRelease answered %v before the release was durable", err)
+	default:
+	}
 	unstick()
 	if err := <-released; err != nil {
 		t.Fatal(err)
+	}
+	if err := <-forced; !errors.Is(err, leasehold.ErrNotFound) {
+		t.Fatalf("ForceRelease after the release's commit: %v, want ErrNotFound", err)
 	}
 	for range 2 - len(early) {
 		if r := <-answers; len(r.recs) != 0 || r.op == "get" && !errors.Is(r.err, leasehold.ErrNotFound) {
