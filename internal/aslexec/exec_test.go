@@ -1,0 +1,294 @@
+package aslexec
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/internal/enginetest"
+)
+
+// fast is the rate of the tests' clocks: 50 times real time, so a 1 s
+// retry interval takes 20 ms. Tests assert on order and counts only.
+const fast = 49
+
+func newExecutor(t *testing.T, opt Options) *Executor {
+	t.Helper()
+	if opt.Clock == nil {
+		opt.Clock = clock.NewSkewed(fast)
+	}
+	e, err := New(opt)
+	if errors.Is(err, ErrNoNode) {
+		enginetest.Missing(t, "node and the npm package jsonata", err.Error())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// machine builds a JSONata machine from its states.
+func machineDef(t *testing.T, startAt string, states map[string]any, extra ...any) []byte {
+	t.Helper()
+	m := map[string]any{"QueryLanguage": "JSONata", "StartAt": startAt, "States": states}
+	for i := 0; i+1 < len(extra); i += 2 {
+		m[extra[i].(string)] = extra[i+1]
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func run(t *testing.T, e *Executor, def []byte, name string, input any) (*Execution, Result) {
+	t.Helper()
+	x, err := e.Start(def, "m", name, input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x, wait(t, x)
+}
+
+func wait(t *testing.T, x *Execution) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := x.Wait(ctx)
+	if err != nil {
+		t.Fatalf("%s: %v", x.Name, err)
+	}
+	return r
+}
+
+func events(x *Execution, typ string) []Event {
+	var out []Event
+	for _, ev := range x.History() {
+		if ev.Type == typ {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// recorder is a Lambda that records its payloads and fails its first
+// failures calls with the error name fail.
+type recorder struct {
+	mu       sync.Mutex
+	payloads []any
+	fail     string
+	failures int
+}
+
+func (r *recorder) lambda() Lambda {
+	return Lambda{Fn: func(ctx context.Context, call Call, payload any) (any, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.payloads = append(r.payloads, payload)
+		if len(r.payloads) <= r.failures {
+			return nil, Fail(r.fail, fmt.Sprintf("failure %d", len(r.payloads)))
+		}
+		return map[string]any{"ok": true, "n": len(r.payloads)}, nil
+	}}
+}
+
+func (r *recorder) calls() []any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]any(nil), r.payloads...)
+}
+
+func task(fn string, extra map[string]any) map[string]any {
+	st := map[string]any{"Type": "Task", "Resource": "arn:aws:states:::lambda:invoke",
+		"Arguments": map[string]any{"FunctionName": "arn:aws:lambda:us-east-1:123456789012:function:" + fn,
+			"Payload": map[string]any{"retry": "{% $states.context.State.RetryCount %}", "entered": "{% $states.context.State.EnteredTime %}"}},
+		"Output": "{% $states.result.Payload %}"}
+	for k, v := range extra {
+		st[k] = v
+	}
+	return st
+}
+
+func TestRetryBackoff(t *testing.T) {
+	rec := &recorder{fail: "Boom", failures: 3}
+	e := newExecutor(t, Options{Lambdas: map[string]Lambda{"f": rec.lambda()}})
+	def := machineDef(t, "T", map[string]any{"T": task("f", map[string]any{"End": true,
+		"Retry": []any{map[string]any{"ErrorEquals": []string{"Boom"}, "IntervalSeconds": 2, "BackoffRate": 3, "MaxAttempts": 3, "MaxDelaySeconds": 10}}})})
+	x, r := run(t, e, def, "retry", map[string]any{})
+	if r.Status != Succeeded {
+		t.Fatalf("result %+v, want SUCCEEDED after 3 retries", r)
+	}
+	var delays []time.Duration
+	for _, ev := range events(x, EvRetry) {
+		delays = append(delays, ev.Delay)
+	}
+	want := []time.Duration{2 * time.Second, 6 * time.Second, 10 * time.Second} // 18 s capped at 10
+	if fmt.Sprint(delays) != fmt.Sprint(want) {
+		t.Errorf("retry intervals %v, want %v", delays, want)
+	}
+	calls := rec.calls()
+	if len(calls) != 4 {
+		t.Fatalf("%d attempts, want 4", len(calls))
+	}
+	for i, c := range calls {
+		p := c.(map[string]any)
+		if p["retry"] != float64(i) {
+			t.Errorf("attempt %d saw RetryCount %v", i, p["retry"])
+		}
+		if p["entered"] != calls[0].(map[string]any)["entered"] {
+			t.Errorf("attempt %d saw EnteredTime %v, first %v: want it constant across retries", i, p["entered"], calls[0].(map[string]any)["entered"])
+		}
+	}
+
+	// One more failure than MaxAttempts allows: the execution fails with
+	// the task's error after exactly MaxAttempts retries.
+	rec2 := &recorder{fail: "Boom", failures: 10}
+	e.opt.Lambdas["g"] = rec2.lambda()
+	def = machineDef(t, "T", map[string]any{"T": task("g", map[string]any{"End": true,
+		"Retry": []any{
+			map[string]any{"ErrorEquals": []string{"Boom"}, "IntervalSeconds": 1, "MaxAttempts": 2},
+			map[string]any{"ErrorEquals": []string{"States.ALL"}, "IntervalSeconds": 1, "MaxAttempts": 5}, // not used: the first match counts
+		}})})
+	_, r = run(t, e, def, "exhausted", nil)
+	if r.Status != Failed || r.Error != "Boom" || r.State != "T" {
+		t.Errorf("result %+v, want FAILED with Boom in T", r)
+	}
+	if n := len(rec2.calls()); n != 3 {
+		t.Errorf("%d attempts, want 3 (MaxAttempts 2 of the first matching retrier)", n)
+	}
+}
+
+func TestRetryJitter(t *testing.T) {
+	rec := &recorder{fail: "Boom", failures: 4}
+	e := newExecutor(t, Options{Lambdas: map[string]Lambda{"f": rec.lambda()}})
+	def := machineDef(t, "T", map[string]any{"T": task("f", map[string]any{"End": true,
+		"Retry": []any{map[string]any{"ErrorEquals": []string{"States.ALL"}, "IntervalSeconds": 4, "MaxAttempts": 4, "JitterStrategy": "FULL"}}})})
+	x, r := run(t, e, def, "jitter", nil)
+	if r.Status != Succeeded {
+		t.Fatalf("result %+v", r)
+	}
+	var distinct = map[time.Duration]bool{}
+	for i, ev := range events(x, EvRetry) {
+		limit := time.Duration(4<<i) * time.Second
+		if ev.Delay < 0 || ev.Delay > limit {
+			t.Errorf("retry %d waited %v, want within [0, %v]", i+1, ev.Delay, limit)
+		}
+		distinct[ev.Delay] = true
+	}
+	if len(distinct) < 2 {
+		t.Errorf("FULL jitter gave the same interval every time: %v", distinct)
+	}
+}
+
+func TestCatchOrder(t *testing.T) {
+	slow := Lambda{Fn: func(ctx context.Context, call Call, payload any) (any, error) {
+		<-ctx.Done() // until the executor closes: far beyond the state's timeout
+		return nil, nil
+	}}
+	boom := &recorder{fail: "Boom", failures: 100}
+	e := newExecutor(t, Options{Lambdas: map[string]Lambda{"boom": boom.lambda(), "slow": slow}})
+	catchers := []any{
+		map[string]any{"ErrorEquals": []string{"Other"}, "Next": "Other"},
+		map[string]any{"ErrorEquals": []string{"States.TaskFailed"}, "Next": "TaskFailed",
+			"Assign": map[string]any{"err": "{% $states.errorOutput.Error %}"}},
+		map[string]any{"ErrorEquals": []string{"States.ALL"}, "Next": "All", "Output": "{% {'caught': $states.errorOutput.Error} %}"},
+	}
+	for _, tc := range []struct{ fn, next, out string }{
+		{"boom", "TaskFailed", "Boom"},   // TaskFailed matches a task's own error...
+		{"slow", "All", "States.Timeout"}, // ...but not a timeout, which States.ALL catches
+	} {
+		end := func(name string) map[string]any {
+			return map[string]any{"Type": "Pass", "End": true,
+				"Output": fmt.Sprintf(`{%% {'at': '%s', 'in': $states.input, 'err': $exists($err) ? $err : null} %%}`, name)}
+		}
+		def := machineDef(t, "T", map[string]any{
+			"T":     task(tc.fn, map[string]any{"Next": "Other", "TimeoutSeconds": 2, "Catch": catchers}),
+			"Other": end("Other"), "TaskFailed": end("TaskFailed"), "All": end("All"),
+		})
+		_, r := run(t, e, def, "catch-"+tc.fn, nil)
+		out, _ := r.Output.(map[string]any)
+		if r.Status != Succeeded || out["at"] != tc.next {
+			t.Errorf("%s: result %+v, want the catcher to %s", tc.fn, r, tc.next)
+			continue
+		}
+		in, _ := out["in"].(map[string]any)
+		switch tc.next {
+		case "TaskFailed": // default Output: the error output; Assign saw it
+			if in["Error"] != "Boom" || !strings.Contains(fmt.Sprint(in["Cause"]), "failure") || out["err"] != "Boom" {
+				t.Errorf("%s: output %v", tc.fn, out)
+			}
+		case "All":
+			if in["caught"] != tc.out || out["err"] != nil {
+				t.Errorf("%s: output %v", tc.fn, out)
+			}
+		}
+	}
+}
+
+func TestTimeoutLeavesTaskRunning(t *testing.T) {
+	k := clock.NewSkewed(fast)
+	var started, finished atomic.Int32
+	release := make(chan struct{})
+	body := Lambda{Fn: func(ctx context.Context, call Call, payload any) (any, error) {
+		started.Add(1)
+		<-release // a task that knows nothing of the state's timeout
+		finished.Add(1)
+		return "late", nil
+	}}
+	e := newExecutor(t, Options{Clock: k, Lambdas: map[string]Lambda{"body": body}})
+	def := machineDef(t, "T", map[string]any{
+		"T": task("body", map[string]any{"TimeoutSeconds": 3, "Next": "Done",
+			"Catch": []any{map[string]any{"ErrorEquals": []string{"States.ALL"}, "Next": "Failed"}}}),
+		"Done":   map[string]any{"Type": "Succeed"},
+		"Failed": map[string]any{"Type": "Fail", "Error": "{% $states.input.Error %}", "Cause": "timed out"},
+	})
+	x, r := run(t, e, def, "timeout", nil)
+	if r.Status != Failed || r.Error != "States.Timeout" || r.State != "Failed" {
+		t.Fatalf("result %+v, want FAILED with States.Timeout from the Fail state", r)
+	}
+	if started.Load() != 1 || finished.Load() != 0 {
+		t.Fatalf("the task started %d times and finished %d times when the execution ended; want it still running", started.Load(), finished.Load())
+	}
+	if n := len(events(x, EvTaskTimedOut)); n != 1 {
+		t.Errorf("%d TaskTimedOut events, want 1", n)
+	}
+	close(release)
+	for deadline := time.Now().Add(time.Minute); finished.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if finished.Load() != 1 {
+		t.Error("the task never finished after the execution ended")
+	}
+	if r2 := wait(t, x); r2.Status != Failed {
+		t.Errorf("the late result changed the execution: %+v", r2)
+	}
+}
+
+func TestLambdaOwnTimeout(t *testing.T) {
+	var cancelled atomic.Bool
+	body := Lambda{Timeout: 2 * time.Second, Fn: func(ctx context.Context, call Call, payload any) (any, error) {
+		<-ctx.Done() // the sandbox is killed at the function's timeout
+		cancelled.Store(true)
+		return "never seen", nil
+	}}
+	e := newExecutor(t, Options{Lambdas: map[string]Lambda{"body": body}})
+	def := machineDef(t, "T", map[string]any{"T": task("body", map[string]any{"End": true, "TimeoutSeconds": 60})})
+	_, r := run(t, e, def, "sandbox", nil)
+	if r.Status != Failed || r.Error != "Sandbox.Timedout" {
+		t.Fatalf("result %+v, want Sandbox.Timedout", r)
+	}
+	for deadline := time.Now().Add(time.Minute); !cancelled.Load() && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !cancelled.Load() {
+		t.Error("the function's context was not cancelled at its timeout")
+	}
+}
