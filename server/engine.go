@@ -676,7 +676,7 @@ func (e *Engine) forgetIfIdle(ent *engEntry) {
 // Get implements Backend. It reports only durable state: a grant, release
 // or expiry of name still waiting for its group commit (acknowledged to no
 // one yet, and undone by a crash before the commit) is reported once it is
-// durable, so Get may wait for one commit.
+// durable, so Get may wait for the group commit under way and the next.
 func (e *Engine) Get(ctx context.Context, name string) (leasehold.Record, error) {
 	if err := leasehold.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
@@ -698,9 +698,9 @@ func (e *Engine) Get(ctx context.Context, name string) (leasehold.Record, error)
 	return rec, nil
 }
 
-// List implements Backend. Like Get, it reports only durable state, and
-// may wait for one group commit when a change of a listed name (or of one
-// no longer listed) is not durable yet.
+// List implements Backend. Like Get, it reports only durable state: when a
+// change of a name it looked at (listed or not) is not durable yet, it
+// answers once every change made so far is.
 func (e *Engine) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
 	if prefix != "" {
 		if err := leasehold.ValidatePrefix(prefix); err != nil {
