@@ -202,7 +202,7 @@ func TestCatchOrder(t *testing.T) {
 		map[string]any{"ErrorEquals": []string{"States.ALL"}, "Next": "All", "Output": "{% {'caught': $states.errorOutput.Error} %}"},
 	}
 	for _, tc := range []struct{ fn, next, out string }{
-		{"boom", "TaskFailed", "Boom"},   // TaskFailed matches a task's own error...
+		{"boom", "TaskFailed", "Boom"},    // TaskFailed matches a task's own error...
 		{"slow", "All", "States.Timeout"}, // ...but not a timeout, which States.ALL catches
 	} {
 		end := func(name string) map[string]any {
