@@ -359,7 +359,7 @@ func sessionFaults(t *testing.T, proto, addr string, open func(addr string) (lea
 	t.Logf("oracle: %+v", or)
 	t.Logf("indeterminate operations by error:\n%s", unknownErrors(h))
 	violations := res.Violations() + or.Violations()
-	checker := "ok (no porcupine)"
+	checker := "ok" // the note says which checks ran
 	if violations > 0 {
 		checker = "violations"
 	}
