@@ -41,7 +41,9 @@ func WithOwner(owner string) Option {
 }
 
 // WithClock sets the clock used for local deadlines, keepalive and waiting.
-// Default: clock.Real().
+// Default: clock.Real(). A store that bounds its leases by a session
+// (BoundedStore) must keep that session's deadline on the same clock
+// (package remote: SessionClock).
 func WithClock(k clock.Clock) Option {
 	return func(c *Client) error {
 		if k == nil {
