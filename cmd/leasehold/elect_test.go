@@ -28,79 +28,73 @@ func readLines(path string) []string {
 	return out
 }
 
-// TestElectFailover starts two "leasehold elect" instances; the leader's
-// child writes its owner and term. Killing the leader (SIGKILL, process
-// group) makes the standby take over within TTL + 1.5s, in a greater term.
+// TestElectFailover starts two "leasehold elect" instances on every store;
+// the leader's command tree (a child and a grandchild) writes heartbeats.
+// Killing only the leader's PID (SIGKILL, not its process group) must stop
+// its whole tree before the standby takes over, within TTL + 2.5s, in a
+// greater term.
 func TestElectFailover(t *testing.T) {
-	sqliteURL, _ := newStore(t)
-	stores := map[string]string{"sqlite": sqliteURL}
-	for name, env := range map[string]string{"postgres": "LEASEHOLD_TEST_POSTGRES", "redis": "LEASEHOLD_TEST_REDIS",
-		"dynamodb": "LEASEHOLD_TEST_DYNAMODB", "etcd": "LEASEHOLD_TEST_ETCD"} {
-		if u := os.Getenv(env); u != "" {
-			if name == "redis" {
-				// The test server is fresh and has no persistence: without
-				// this the store holds back its first grants (docs/stores/redis.md).
-				u += "?holdback=0"
-			}
-			stores[name] = u
-		}
-	}
-	for name, store := range stores {
+	for name, store := range testStores(t) {
 		t.Run(name, func(t *testing.T) { electFailover(t, store) })
 	}
 }
 
 func electFailover(t *testing.T, store string) {
-	log := t.TempDir() + "/leaders"
+	log := t.TempDir() + "/log"
 	const ttl = 2 * time.Second
 	name := fmt.Sprintf("svc/primary/%d", time.Now().UnixNano())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var cmds []*struct {
-		owner string
-		pid   int
-	}
+	pids := map[string]int{}
 	for _, owner := range []string{"node-a", "node-b"} {
 		cmd := leasehold(ctx, "elect", "--store", store, "--ttl", ttl.String(), "--owner", owner, name, "--",
-			"sh", "-c", `echo "$LEASEHOLD_OWNER $LEASEHOLD_TERM" >> `+log+`; exec sleep 60`)
+			"sh", "-c", treeScript, "sh", log)
 		startGroup(t, cmd)
-		cmds = append(cmds, &struct {
-			owner string
-			pid   int
-		}{owner, cmd.Process.Pid})
+		pids[owner] = cmd.Process.Pid
 		go cmd.Wait()
 	}
-	var first []string
+	starts := func() [][]string {
+		var out [][]string
+		for _, l := range readLines(log) {
+			if f := strings.Fields(l); len(f) == 3 && f[0] == "start" {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	var first [][]string
 	for deadline := time.Now().Add(20 * time.Second); len(first) == 0; time.Sleep(10 * time.Millisecond) {
-		if first = readLines(log); time.Now().After(deadline) {
+		if first = starts(); time.Now().After(deadline) {
 			t.Fatal("no leader within 20s")
 		}
 	}
+	leader := first[0][1:]
+	waitTree(t, log, leader[0])
 	time.Sleep(300 * time.Millisecond)
-	if n := len(readLines(log)); n != 1 {
-		t.Fatalf("%d leaders started while both were alive: %v", n, readLines(log))
+	if n := len(starts()); n != 1 {
+		t.Fatalf("%d leaders started while both were alive: %v", n, starts())
 	}
-	leader := strings.Fields(first[0])
-	for _, c := range cmds {
-		if c.owner == leader[0] {
-			_ = syscall.Kill(-c.pid, syscall.SIGKILL)
-		}
-	}
+	// The leader's PID only, not its process group.
+	_ = syscall.Kill(pids[leader[0]], syscall.SIGKILL)
 	killed := time.Now()
-	var lines []string
+	var lines [][]string
 	for deadline := time.Now().Add(20 * time.Second); len(lines) < 2; time.Sleep(10 * time.Millisecond) {
-		if lines = readLines(log); time.Now().After(deadline) {
+		if lines = starts(); time.Now().After(deadline) {
 			t.Fatalf("no takeover within 20s of killing the leader: %v", lines)
 		}
 	}
 	took := time.Since(killed)
-	next := strings.Fields(lines[1])
+	next := lines[1][1:]
 	t.Logf("%s: failover after SIGKILL of the leader: %s (TTL %s); terms %s -> %s", store[:strings.Index(store, ":")], took.Round(time.Millisecond), ttl, leader[1], next[1])
 	t1, _ := strconv.ParseUint(leader[1], 10, 64)
 	t2, _ := strconv.ParseUint(next[1], 10, 64)
 	if next[0] == leader[0] || t2 <= t1 {
 		t.Errorf("takeover by %v after %v: want the other node in a greater term", next, leader)
 	}
+	// Let the new leader's tree run a while: the old one must stay silent.
+	waitTree(t, log, next[0])
+	time.Sleep(200 * time.Millisecond)
+	assertTreeStopped(t, log, leader[0], next[0])
 	// etcd keeps a lease for its TTL rounded up to whole seconds (2s here);
 	// DynamoDB adds its max clock skew (1s by default).
 	if took > ttl+2500*time.Millisecond {

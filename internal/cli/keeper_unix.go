@@ -87,6 +87,7 @@ func RunKeeper() int {
 	}
 	syscall.CloseOnExec(keeperCtlFD)
 	syscall.CloseOnExec(keeperReportFD)
+	becomeSubreaper()
 	k := &keeper{
 		ctl:     os.NewFile(keeperCtlFD, "leasehold-control"),
 		report:  os.NewFile(keeperReportFD, "leasehold-report"),
@@ -108,7 +109,33 @@ type keeper struct {
 	pgid        int
 	group       bool // signal the group (not only the command): off under the no-group-signal mutation
 	enforce     bool // act on EOF and deadlines: off under the no-death-signal mutation
-	cmd         *exec.Cmd
+	cmdPid      int
+}
+
+// startCommand starts argv in the keeper's process group with the
+// keeper's stdin, stdout, stderr and environment.
+func startCommand(argv []string) (int, error) {
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return 0, err
+	}
+	return syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}})
+}
+
+// reapChildren waits for every child of the keeper until it has none
+// left, and sends the command's status (cmd is its pid) to exited.
+func reapChildren(cmd int, exited chan<- syscall.WaitStatus) {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+		case err != nil:
+			return // no children: none can appear any more
+		case pid == cmd:
+			exited <- ws
+		}
+	}
 }
 
 // hostTime is a reading of the host's boot-time and monotonic clocks, or a
@@ -174,20 +201,20 @@ func (k *keeper) run(argv []string) int {
 		return ExitLost
 	}
 
-	k.cmd = exec.Command(argv[0], argv[1:]...)
-	k.cmd.Stdin, k.cmd.Stdout, k.cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	if err := k.cmd.Start(); err != nil {
+	pid, err := startCommand(argv)
+	if err != nil {
 		var ee *exitError
 		errors.As(startError(argv[0], err), &ee)
 		k.say("error %d %s", ee.code, ee.msg)
 		return ee.code
 	}
-	k.say("pid %d", k.cmd.Process.Pid)
-	waited := make(chan struct{})
-	go func() {
-		_ = k.cmd.Wait()
-		close(waited)
-	}()
+	k.cmdPid = pid
+	k.say("pid %d", pid)
+	// Reap the command, and whatever it leaves behind once this process
+	// is their subreaper (Linux), so that no zombie stays in the group.
+	exited := make(chan syscall.WaitStatus, 1)
+	go reapChildren(pid, exited)
+	var ws syscall.WaitStatus
 
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -208,12 +235,11 @@ func (k *keeper) run(argv []string) int {
 				k.killAll() // the lease's deadline passed unrenewed
 			}
 			timer.Reset(max(min(left, keeperTick), time.Millisecond))
-		case <-waited:
+		case ws = <-exited:
 			done = true
 		}
 	}
 
-	ws, _ := k.cmd.ProcessState.Sys().(syscall.WaitStatus)
 	left, killAfter := "", false
 	if k.group {
 		left, killAfter = k.stopLeftovers(deadlines, latest)
@@ -236,7 +262,7 @@ func (k *keeper) run(argv []string) int {
 // included (under the no-group-signal mutation: to the command only).
 func (k *keeper) killAll() {
 	if !k.group {
-		_ = k.cmd.Process.Kill()
+		_ = unix.Kill(k.cmdPid, unix.SIGKILL)
 		return
 	}
 	_ = unix.Kill(-k.pgid, unix.SIGKILL)

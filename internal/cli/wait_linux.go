@@ -33,3 +33,8 @@ func waitExitOrStop(pid int) (exited bool, err error) {
 		return false, nil
 	}
 }
+
+// becomeSubreaper makes this process (the keeper) the parent of every
+// orphaned process below it, so that it reaps them and no zombie lingers
+// in the command's group (where a container's init may never reap it).
+func becomeSubreaper() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }

@@ -7,3 +7,6 @@ package cli
 // after the keeper is reaped; its id could only name another group if every
 // process of it had exited and the id were reused in that instant.
 func waitExitOrStop(pid int) (exited bool, err error) { return false, nil }
+
+// becomeSubreaper does nothing here: orphans are reaped by init.
+func becomeSubreaper() {}
