@@ -1,129 +1,352 @@
 // Package sfn writes AWS Step Functions state machines (JSONata query
-// language) that run a task while holding a leasehold lock kept in a
-// DynamoDB table with the layout of the dynamodb store, so that state
-// machines, Go programs and "leasehold run --store dynamodb://..." exclude
-// each other on the same lock.
+// language, Standard workflows) that run a task while holding a leasehold
+// lock kept in a DynamoDB table with the layout of the dynamodb store, so
+// that state machines, Go programs and "leasehold run --store
+// dynamodb://..." exclude each other on the same lock. It also writes a
+// cleanup machine, the EventBridge rule that starts it, and templates
+// (CloudFormation, Terraform) that deploy all of it in one step.
 //
-// The generated machine:
+// # The machine
 //
-//	Init ─► Acquire ──ok──► Task ──ok──► Release ──► (output of Task)
-//	          │ held          │ any error      │ lease lost
-//	          ▼               ▼                ▼
-//	      WaitForLock    ReleaseAfterFailure  LeaseLost (Fail)
-//	          │               │
-//	      CanRetry? ──no──► LockNotAcquired (Fail)   TaskFailed (Fail, the task's own error)
+//	Init ─► CheckInput ─► Acquire ─ok─► CheckLease ─ok─► Task ─ok─► Release ─► (task's output)
+//	                        │ held         │ redriven or          │ error        │ lease lost
+//	                        ▼              │ too little time left ▼              ▼
+//	                     CanRetry ◄── LeaseTooShort         AfterTaskError     LeaseLost (Fail)
+//	                      │ yes  │ no                        │  │ timeout: HoldAfterTimeout
+//	               WaitForLock  LockNotAcquired (Fail)       │  │ redriven: RedriveHold ─► Redriven ─► Acquire
+//	                      └──► Acquire                       ▼  ▼
+//	                                                 ReleaseAfterFailure ─► TaskFailed (Fail: the task's error)
+//	                                                         │ lease lost
+//	                                                         ▼
+//	                                                 LeaseLostAfterFailure (Fail, with the task's error)
 //
 // Acquire is one conditional UpdateItem: it succeeds when the lock item is
 // absent, released, expired (ExpiresAtMs older than now minus the clock
-// skew), or already held by this execution (a retried or redriven acquire),
-// and it adds 1 to the lock's fencing token. Waiting is randomized and
-// bounded (MaxAttempts), far below the 25,000-event history limit of a
-// Standard workflow. The task runs with a timeout shorter than the lease,
-// so a running task never outlives its lock; an execution that dies leaves
-// a lock that expires after the TTL.
+// skew), or already held by this execution, and it adds 1 to the lock's
+// fencing token. "now" is the Acquire state's EnteredTime, constant across
+// its own retries, so the lease (ExpiresAtMs = now + TTL) is counted from
+// the first attempt of the write.
+//
+// The guarantees, and the conditions under which they hold:
+//
+//   - The task runs only after CheckLease has seen, on Step Functions'
+//     clock, that the rest of the lease covers the task's bound (every
+//     attempt's TimeoutSeconds, the backoff between them, and what the work
+//     may run on after Step Functions stops waiting for it: the Lambda's
+//     own timeout plus 10 s, or TaskGrace) plus Margin. Another client
+//     takes the lock over only after ExpiresAtMs plus its own clock skew.
+//   - A redrive never reaches the task with the old grant: the task's
+//     TimeoutSeconds expression fails (States.QueryEvaluationError, caught)
+//     when $states.context.Execution.RedriveCount differs from the value
+//     saved at Acquire; the machine then waits Hold (a task of the earlier
+//     attempt may still run) and acquires again, with a new token.
+//   - After a task timeout (or a Lambda service error that leaves open
+//     whether the function runs), the machine keeps the lock for Hold
+//     before releasing it.
+//   - Release, after success and after every catchable error, is
+//     conditional on owner and token; when it finds another grant the
+//     machine fails with Leasehold.LeaseLost (keeping the task's error in
+//     the cause).
+//   - An execution that ends without running its Catch (stopped, timed out
+//     as a whole, or failed by an uncatchable States.Runtime error) leaves
+//     the lock to the cleanup machine (Hold later) or to its expiry.
+//
+// Not covered: Express workflows (at-least-once), a Lambda whose timeout
+// is raised above LambdaTimeout after the machine is written, and work
+// that a Task starts but does not wait for (a request-response
+// integration that starts a job: use .sync).
+//
+// # The ASL subset the generator emits
+//
+// The test executor (internal/aslexec) runs exactly this subset:
+//
+//   - Top level: Comment, QueryLanguage "JSONata", StartAt, States.
+//   - State types: Pass (Assign, Next), Choice (Choices with Condition and
+//     Next; Default), Wait (Seconds as a JSONata expression; Assign; Next),
+//     Task (Resource, Arguments, Output, Assign, TimeoutSeconds as a number
+//     or a JSONata expression, Retry, Catch with ErrorEquals, Assign and
+//     Next; Next or End), Succeed, Fail (Error and Cause, literal or
+//     JSONata). A --task state brings its own fields (HeartbeatSeconds,
+//     Credentials, Comment); Retry fields used: ErrorEquals,
+//     IntervalSeconds, MaxAttempts, BackoffRate, MaxDelaySeconds,
+//     JitterStrategy "FULL".
+//   - JSONata: $states.input, $states.result, $states.errorOutput,
+//     $states.context.Execution.Id, $states.context.Execution.RedriveCount
+//     (absent is read as 0), $states.context.State.EnteredTime; variables
+//     lh_input, lh_attempt, lh_deadline, lh_token, lh_expires, lh_redrives,
+//     lh_error, leasehold. Functions: $toMillis, $string, $number, $exists,
+//     $type, $merge, $random, $ceil, $floor, $min, $max, $power, $error,
+//     $contains (none of $partition, $range, $hash, $uuid, $parse).
+//   - Service integrations: arn:aws:states:::dynamodb:updateItem (the
+//     lock machine and the cleanup machine) and
+//     arn:aws:states:::lambda:invoke (with --lambda; a --task brings its
+//     own resource).
+//   - Errors caught: DynamoDB.ConditionalCheckFailedException, States.ALL;
+//     retried: DynamoDB throttling and service errors. Errors raised:
+//     Leasehold.LockNotAcquired, Leasehold.LeaseLost,
+//     Leasehold.InvalidInput and the task's own.
+//
+// The cleanup machine (Cleanup) is Wait (Hold seconds) → one conditional
+// UpdateItem (Owner is the dead execution, Held, AcquiredAtMs not after
+// its stopDate) → Succeed; the event comes from the rule of EventPattern.
 package sfn
 
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/dynamodb"
 )
 
-// Config describes the machine to write.
+// Config describes the machine to write. The zero value of every optional
+// field means its default.
 type Config struct {
 	Table string // DynamoDB table (the dynamodb store's layout)
-	Lock  string // lock name: the LockKey of the item
+	Lock  string // lock name: the LockKey of the item (leasehold.ValidateName's rules)
 	// Exactly one of LambdaARN and Task: the work to run under the lock.
 	LambdaARN string
-	Task      json.RawMessage // a Task state (JSON object); Next/End/Catch are set here
-	// TTL is the lease time. The task's TimeoutSeconds is set to TTL minus
-	// Margin (unless the task sets a smaller one). Default 1h.
+	// LambdaTimeout is the Lambda function's own timeout (1s-15m, whole
+	// seconds). Required with LambdaARN and with a Task that invokes a
+	// Lambda function: Step Functions' timeout does not stop a running
+	// function, so the machine bounds the function by its own timeout.
+	LambdaTimeout time.Duration
+	// Task is a Task state (JSON object, JSONata form) without Catch; Next
+	// and End are set here. Its Retry is kept, but may not retry
+	// States.ALL, States.Timeout or States.HeartbeatTimeout.
+	Task json.RawMessage
+	// TaskGrace is how long the work of a Task that does not invoke a
+	// Lambda function may go on after Step Functions stops waiting for it
+	// (its state timed out, or the execution was stopped). Required (at
+	// least 1s) with such a Task.
+	TaskGrace time.Duration
+	// TTL is the lease time. Default 1h; between 10s and 24h.
 	TTL time.Duration
-	// Margin is what the task's timeout leaves before the lease expires, for
-	// the release. Default 1m (or TTL/10 when that is less).
+	// Margin is the lease time left over after the task's bound, for the
+	// release and Step Functions' own latency. Default min(1m, max(2s,
+	// TTL/10)).
 	Margin time.Duration
 	// MaxClockSkew is subtracted from now when judging expiry, as the Go
 	// store does. Default 1s.
 	MaxClockSkew time.Duration
-	// MaxAttempts bounds the acquire attempts. Default 200.
-	MaxAttempts int
-	// MaxDelay caps one randomized wait between attempts. Default 30s.
+	// Wait is how long an execution waits for the lock, counted from its
+	// first acquire attempt. Default TTL plus the task's bound: an
+	// execution that arrives while another runs its task outlasts it. A
+	// shorter Wait is allowed (the execution then may give up first).
+	Wait time.Duration
+	// MaxDelay caps one randomized wait between attempts. Default 30s, or
+	// more when Wait needs it to stay within MaxAttempts.
 	MaxDelay time.Duration
-	Comment  string
+	// MaxAttempts bounds the acquire attempts (and so the execution's
+	// history). Default what Wait needs; at most 2000.
+	MaxAttempts int
+	// Name names the state machine in templates ([A-Za-z0-9_-], up to 70
+	// characters; the cleanup machine adds "-cleanup"). Default "leasehold-"
+	// and the lock name's letters and digits.
+	Name string
+	// ExistingTable makes templates use the table instead of creating it.
+	ExistingTable bool
+	Comment       string
 }
 
 // Limits of the generator.
 const (
-	maxAttemptsLimit = 2000 // × ~8 history events per attempt stays far below 25,000
+	maxAttemptsLimit = 2000 // × ~10 history events per attempt stays below 25,000
 	minTTL           = 10 * time.Second
-	maxTTL           = 365 * 24 * time.Hour
+	maxTTL           = leasehold.MaxTTL
+	maxLambdaTimeout = 15 * time.Minute
+	// LambdaStartAllowance is added to a Lambda function's timeout: the
+	// time a function may start after Step Functions invoked it (Lambda's
+	// init phase is limited to 10 s).
+	LambdaStartAllowance = 10 * time.Second
+	maxAcquireAllowance  = 31 * time.Second // Acquire's own retries: 1+2+4+8+16 s
+	maxTaskFile          = 256 << 10
 )
 
 var (
-	tableRE  = regexp.MustCompile(`^[a-zA-Z0-9_.-]{3,255}$`)
 	lambdaRE = regexp.MustCompile(`^arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:\d{12}:function:[a-zA-Z0-9-_]+(:[a-zA-Z0-9-_$]+)?$`)
+	nameRE   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,70}$`)
 )
+
+// Plan is what Generate derives from a Config: the task's bound and the
+// waiting, all in whole seconds where Step Functions takes seconds.
+type Plan struct {
+	// TaskTimeout is the task state's TimeoutSeconds (per attempt).
+	TaskTimeout time.Duration
+	// Attempts is how often the task may start: 1 plus its retries.
+	Attempts int
+	// Backoff is the longest total of the task's retry intervals.
+	Backoff time.Duration
+	// Overrun is how long the work may outlast its last attempt's state.
+	Overrun time.Duration
+	// Bound is Attempts × TaskTimeout + Backoff + Overrun: the task's work
+	// ends within Bound of entering the Task state.
+	Bound time.Duration
+	// Hold is how long the lock is kept after Step Functions stopped
+	// waiting for the work (timeout, redrive, cleanup of a dead execution):
+	// for a Lambda function its timeout plus LambdaStartAllowance, else
+	// TaskGrace.
+	Hold time.Duration
+	// AcquireAllowance is the time Acquire may take (its own retries
+	// included) within the lease: min(31s, TTL/10).
+	AcquireAllowance time.Duration
+	// Wait, MaxDelay and MaxAttempts are the waiting for the lock.
+	Wait        time.Duration
+	MaxDelay    time.Duration
+	MaxAttempts int
+	// HoldErrors are the task errors after which the machine keeps the
+	// lock for Hold before releasing it.
+	HoldErrors []string
+}
 
 func (c *Config) defaults() {
 	if c.TTL == 0 {
 		c.TTL = time.Hour
 	}
 	if c.Margin == 0 {
-		c.Margin = min(time.Minute, c.TTL/10)
+		c.Margin = min(time.Minute, max(2*time.Second, c.TTL/10))
 	}
 	if c.MaxClockSkew == 0 {
 		c.MaxClockSkew = time.Second
 	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 200
-	}
-	if c.MaxDelay == 0 {
-		c.MaxDelay = 30 * time.Second
-	}
 }
 
 // Validate reports the first problem with c, as an error naming the field.
+// It fills in the defaults.
 func (c *Config) Validate() error {
+	_, err := c.Plan()
+	return err
+}
+
+// Plan validates c (filling in its defaults) and returns the task's bound
+// and the waiting it implies, or an error naming the field that is wrong
+// or the options that do not fit together.
+func (c *Config) Plan() (Plan, error) {
 	c.defaults()
-	switch {
-	case !tableRE.MatchString(c.Table):
-		return fmt.Errorf("table %q: want 3-255 characters of a-z, A-Z, 0-9, _ . -", c.Table)
-	case c.Lock == "" || len(c.Lock) > 256 || strings.ContainsAny(c.Lock, "\x00\n\r\t"):
-		return fmt.Errorf("lock %q: want 1-256 bytes without control characters", c.Lock)
-	case (c.LambdaARN == "") == (len(c.Task) == 0):
-		return fmt.Errorf("give exactly one of a Lambda ARN and a Task state")
-	case c.LambdaARN != "" && !lambdaRE.MatchString(c.LambdaARN):
-		return fmt.Errorf("lambda ARN %q is not a Lambda function ARN", c.LambdaARN)
-	case c.TTL < minTTL || c.TTL > maxTTL:
-		return fmt.Errorf("ttl %s: want between %s and %s", c.TTL, minTTL, maxTTL)
-	case c.Margin <= 0 || c.Margin >= c.TTL-time.Second:
-		return fmt.Errorf("margin %s: want more than 0 and less than the TTL minus 1s", c.Margin)
-	case c.MaxClockSkew < 0 || c.MaxClockSkew > time.Hour:
-		return fmt.Errorf("max clock skew %s: want between 0 and 1h", c.MaxClockSkew)
-	case c.MaxAttempts < 1 || c.MaxAttempts > maxAttemptsLimit:
-		return fmt.Errorf("max attempts %d: want between 1 and %d (the history limit)", c.MaxAttempts, maxAttemptsLimit)
-	case c.MaxDelay < time.Second || c.MaxDelay > time.Hour:
-		return fmt.Errorf("max delay %s: want between 1s and 1h", c.MaxDelay)
+	if err := dynamodb.ValidateTable(c.Table); err != nil {
+		return Plan{}, err
 	}
-	if len(c.Task) > 0 {
-		var st map[string]any
-		if err := json.Unmarshal(c.Task, &st); err != nil {
-			return fmt.Errorf("task state: %v", err)
+	if err := ValidateLock(c.Lock); err != nil {
+		return Plan{}, err
+	}
+	switch {
+	case (c.LambdaARN == "") == (len(c.Task) == 0):
+		return Plan{}, fmt.Errorf("give exactly one of a Lambda ARN and a Task state")
+	case c.LambdaARN != "" && !lambdaRE.MatchString(c.LambdaARN):
+		return Plan{}, fmt.Errorf("lambda ARN %q is not a Lambda function ARN", c.LambdaARN)
+	case c.TTL < minTTL || c.TTL > maxTTL:
+		return Plan{}, fmt.Errorf("ttl %s: want between %s and %s", c.TTL, minTTL, maxTTL)
+	case c.Margin < time.Second || c.Margin >= c.TTL:
+		return Plan{}, fmt.Errorf("margin %s: want at least 1s and less than the TTL", c.Margin)
+	case c.MaxClockSkew < 0 || c.MaxClockSkew > time.Hour:
+		return Plan{}, fmt.Errorf("max clock skew %s: want between 0 and 1h", c.MaxClockSkew)
+	case c.LambdaTimeout < 0 || c.LambdaTimeout > maxLambdaTimeout || c.LambdaTimeout%time.Second != 0:
+		return Plan{}, fmt.Errorf("lambda timeout %s: want whole seconds between 1s and %s (the function's own timeout)", c.LambdaTimeout, maxLambdaTimeout)
+	case c.TaskGrace < 0 || c.TaskGrace > maxTTL:
+		return Plan{}, fmt.Errorf("task grace %s: want between 1s and %s", c.TaskGrace, maxTTL)
+	case c.Wait < 0 || c.Wait > 10*maxTTL:
+		return Plan{}, fmt.Errorf("wait %s: want between 1s and %s", c.Wait, 10*maxTTL)
+	case c.MaxDelay != 0 && (c.MaxDelay < time.Second || c.MaxDelay > time.Hour):
+		return Plan{}, fmt.Errorf("max delay %s: want between 1s and 1h", c.MaxDelay)
+	case c.MaxAttempts < 0 || c.MaxAttempts > maxAttemptsLimit:
+		return Plan{}, fmt.Errorf("max attempts %d: want between 1 and %d (the history limit)", c.MaxAttempts, maxAttemptsLimit)
+	case c.Name != "" && !nameRE.MatchString(c.Name):
+		return Plan{}, fmt.Errorf("name %q: want 1-70 characters of A-Z a-z 0-9 _ -", c.Name)
+	}
+	p := Plan{AcquireAllowance: min(maxAcquireAllowance, c.TTL/10)}
+	// What the task may use of the lease.
+	avail := c.TTL - c.Margin - p.AcquireAllowance
+	if c.LambdaARN != "" {
+		if c.LambdaTimeout == 0 {
+			return Plan{}, fmt.Errorf("lambda timeout: required with a Lambda function (its own timeout; Step Functions' timeout does not stop a running function)")
 		}
-		if st["Type"] != "Task" {
-			return fmt.Errorf("task state: \"Type\" must be \"Task\", got %v", st["Type"])
+		if c.TaskGrace != 0 {
+			return Plan{}, fmt.Errorf("task grace: only for a Task state that does not invoke Lambda (a Lambda function is bounded by its timeout)")
 		}
-		if _, ok := st["Resource"].(string); !ok {
-			return fmt.Errorf("task state: missing \"Resource\"")
+		// The state's timeout outlasts the function's own: when the state
+		// times out, the function has ended.
+		p.TaskTimeout = c.LambdaTimeout + LambdaStartAllowance
+		p.Attempts, p.Hold = 1, p.TaskTimeout
+		p.HoldErrors = append(append([]string{}, timeoutErrors...), lambdaUnsureErrors...)
+		p.Bound = p.TaskTimeout
+		if p.Bound > avail {
+			return Plan{}, fmt.Errorf("ttl %s is too short for the Lambda function: its timeout %s + %s to start + margin %s + %s for the acquire = %s",
+				c.TTL, c.LambdaTimeout, LambdaStartAllowance, c.Margin, p.AcquireAllowance, p.Bound+c.Margin+p.AcquireAllowance)
 		}
-		if _, ok := st["Catch"]; ok {
-			return fmt.Errorf("task state: remove \"Catch\": the machine catches every error to release the lock, then fails with the task's error")
-		}
-		if ql, ok := st["QueryLanguage"]; ok && ql != "JSONata" {
-			return fmt.Errorf("task state: QueryLanguage %v: the machine uses JSONata; write the state in JSONata", ql)
-		}
+	} else if err := c.planTask(&p, avail); err != nil {
+		return Plan{}, err
+	}
+	if err := c.planWait(&p); err != nil {
+		return Plan{}, err
+	}
+	return p, nil
+}
+
+// planWait fills in the wait budget and checks it against MaxDelay and
+// MaxAttempts. The n-th wait (from 0) lasts between d/2 and d seconds,
+// d = min(MaxDelay, 2^n s), and never past the deadline.
+func (c *Config) planWait(p *Plan) error {
+	p.Wait = c.Wait
+	if p.Wait == 0 {
+		p.Wait = c.TTL + p.Bound
+	}
+	p.Wait = roundUp(p.Wait)
+	p.MaxDelay = c.MaxDelay
+	if p.MaxDelay == 0 {
+		// Enough for Wait in about 1,500 attempts.
+		p.MaxDelay = max(30*time.Second, roundUp(2*p.Wait/1500))
+		p.MaxDelay = min(p.MaxDelay, time.Hour)
+	}
+	p.MaxDelay = roundUp(p.MaxDelay)
+	if p.MaxDelay > p.Wait && c.MaxDelay != 0 && c.Wait != 0 {
+		return fmt.Errorf("max delay %s: longer than the wait %s", p.MaxDelay, p.Wait)
+	}
+	need := AttemptsFor(p.Wait, p.MaxDelay)
+	switch {
+	case c.MaxAttempts == 0 && need > maxAttemptsLimit:
+		return fmt.Errorf("wait %s needs %d attempts with max delay %s, more than %d (the history limit): raise --max-delay", p.Wait, need, p.MaxDelay, maxAttemptsLimit)
+	case c.MaxAttempts == 0:
+		p.MaxAttempts = need
+	case c.MaxAttempts < need:
+		return fmt.Errorf("max attempts %d cannot cover the wait %s with max delay %s: it needs %d (raise --max-attempts or --max-delay, or shorten --wait)", c.MaxAttempts, p.Wait, p.MaxDelay, need)
+	default:
+		p.MaxAttempts = c.MaxAttempts
 	}
 	return nil
 }
+
+// AttemptsFor is the number of acquire attempts whose waits, each at
+// least half of min(maxDelay, 2^n s), add up to wait.
+func AttemptsFor(wait, maxDelay time.Duration) int {
+	var sum time.Duration
+	n := 1
+	for ; sum < wait && n <= 10*maxAttemptsLimit; n++ {
+		d := min(maxDelay, time.Duration(1)<<min(n-1, 20)*time.Second)
+		sum += d / 2
+	}
+	return n
+}
+
+func roundUp(d time.Duration) time.Duration {
+	return (d + time.Second - 1) / time.Second * time.Second
+}
+
+// ValidateLock checks a lock name with the Go store's rules
+// (leasehold.ValidateName: 1-256 bytes of UTF-8 without control
+// characters), and refuses the DynamoDB store's record key space.
+func ValidateLock(name string) error {
+	if err := leasehold.ValidateName(name); err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	if strings.HasPrefix(name, dynamodb.RecordKeyPrefix) {
+		return fmt.Errorf("lock %q: starts with the DynamoDB store's record key prefix", name)
+	}
+	return nil
+}
+
+// seconds is d in whole seconds, rounded up, for Step Functions fields.
+func seconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }

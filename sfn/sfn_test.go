@@ -68,15 +68,15 @@ func generate(t *testing.T, c Config) (string, map[string]any) {
 
 var lambdaConfig = Config{
 	Table: "leasehold", Lock: "nightly-import",
-	LambdaARN: "arn:aws:lambda:eu-west-1:123456789012:function:import",
-	TTL:       time.Hour, MaxClockSkew: 2 * time.Second, MaxAttempts: 50, MaxDelay: 20 * time.Second,
+	LambdaARN: "arn:aws:lambda:eu-west-1:123456789012:function:import", LambdaTimeout: 5 * time.Minute,
+	TTL: time.Hour, MaxClockSkew: 2 * time.Second, Wait: 5 * time.Minute, MaxAttempts: 50, MaxDelay: 20 * time.Second,
 }
 
 var taskConfig = Config{
 	Table: "leasehold", Lock: "batch",
 	Task: json.RawMessage(`{"Type": "Task", "Resource": "arn:aws:states:::ecs:runTask.sync",
 		"Arguments": {"Cluster": "c", "TaskDefinition": "t", "LaunchType": "FARGATE"}, "End": true}`),
-	TTL: 30 * time.Minute,
+	TTL: 30 * time.Minute, TaskGrace: time.Minute,
 }
 
 type validation struct {
@@ -141,6 +141,9 @@ func TestExpressionsEvaluate(t *testing.T) {
 	if got := dig(init, "Assign", "lh_input", "file"); got != "s3://bucket/key" {
 		t.Errorf("Init assigns lh_input.file = %v", got)
 	}
+	if got := dig(init, "Assign", "lh_deadline"); got != float64(enteredMs+(5*time.Minute).Milliseconds()) {
+		t.Errorf("Init assigns lh_deadline = %v, want entry + the 5m wait", got)
+	}
 
 	acq := eval(t, p, map[string]any{"state": StateAcquire, "input": input, "context": ctx,
 		"result": map[string]any{"Attributes": map[string]any{"Token": map[string]any{"N": "42"}}},
@@ -161,41 +164,31 @@ func TestExpressionsEvaluate(t *testing.T) {
 			t.Errorf("Acquire %s = %v, want %s", k, got, w)
 		}
 	}
+	if got := dig(acq, "Arguments", "Key", "LockKey", "S"); got != "nightly-import" {
+		t.Errorf("Acquire's key = %v", got)
+	}
 	if got := dig(acq, "Assign", "lh_token"); got != "42" {
 		t.Errorf("Acquire assigns lh_token = %v, want \"42\"", got)
+	}
+	if got := dig(acq, "Assign", "lh_expires"); got != float64(enteredMs+time.Hour.Milliseconds()) {
+		t.Errorf("Acquire assigns lh_expires = %v", got)
+	}
+	if got := dig(acq, "Assign", "lh_redrives"); got != float64(0) {
+		t.Errorf("Acquire assigns lh_redrives = %v, want 0 (no RedriveCount in the context)", got)
+	}
+	lh := dig(acq, "Assign", "leasehold")
+	if dig(lh, "token") != float64(42) || dig(lh, "owner") != exec || dig(lh, "lock") != "nightly-import" {
+		t.Errorf("Acquire assigns leasehold = %v", lh)
 	}
 	if got := dig(acq, "Output", "file"); got != "s3://bucket/key" {
 		t.Errorf("Acquire's output passes the input on: %v", got)
 	}
 
-	for attempt := 0; attempt < 8; attempt++ {
-		for i := 0; i < 5; i++ {
-			w := eval(t, p, map[string]any{"state": StateWaitForLock, "context": ctx, "vars": map[string]any{"lh_attempt": attempt}})
-			secs, _ := w["Seconds"].(float64)
-			limit := min(20, 1<<attempt)
-			if secs < 1 || secs > float64(max(limit, 1)) || secs != float64(int(secs)) {
-				t.Errorf("attempt %d: Wait %v seconds, want an integer in [1, %d]", attempt, w["Seconds"], limit)
-			}
-			if got := dig(w, "Assign", "lh_attempt"); got != float64(attempt+1) {
-				t.Errorf("Wait assigns lh_attempt = %v", got)
-			}
-		}
-	}
-	for _, tc := range []struct {
-		attempt int
-		retry   bool
-	}{{0, true}, {49, true}, {50, false}} {
-		c := eval(t, p, map[string]any{"state": StateCanRetry, "vars": map[string]any{"lh_attempt": tc.attempt}})
-		got := dig(c, "Choices").([]any)[0].(map[string]any)["Condition"]
-		if got != tc.retry {
-			t.Errorf("CanRetry at attempt %d: %v, want %v", tc.attempt, got, tc.retry)
-		}
-	}
-
 	task := eval(t, p, map[string]any{"state": StateTask, "input": input, "context": ctx,
 		"result":      map[string]any{"Payload": map[string]any{"done": true}},
 		"errorOutput": map[string]any{"Error": "Boom", "Cause": "it broke"},
-		"vars":        map[string]any{"lh_token": "42"}})
+		"vars": map[string]any{"lh_token": "42", "lh_redrives": 0,
+			"leasehold": map[string]any{"lock": "nightly-import", "owner": exec, "token": 42}}})
 	payload := dig(task, "Arguments", "Payload")
 	if dig(payload, "file") != "s3://bucket/key" || dig(payload, "leasehold", "token") != float64(42) ||
 		dig(payload, "leasehold", "owner") != exec || dig(payload, "leasehold", "lock") != "nightly-import" {
@@ -207,13 +200,10 @@ func TestExpressionsEvaluate(t *testing.T) {
 	if got := dig(task, "Catch").([]any)[0].(map[string]any)["Assign"].(map[string]any)["lh_error"]; dig(got, "Error") != "Boom" {
 		t.Errorf("Catch assigns lh_error = %v", got)
 	}
-	if task["TimeoutSeconds"] != float64(3540) {
-		t.Errorf("task timeout %v, want 3540 (TTL 1h minus 1m)", task["TimeoutSeconds"])
-	}
-	// A non-object input is passed as it is.
-	task = eval(t, p, map[string]any{"state": StateTask, "input": "plain", "context": ctx, "vars": map[string]any{"lh_token": "7"}})
-	if got := dig(task, "Arguments", "Payload"); got != "plain" {
-		t.Errorf("payload for a string input = %v", got)
+	// The state's timeout outlasts the function's own 5m by the start
+	// allowance, so a timed-out state means an ended function.
+	if task["TimeoutSeconds"] != float64(310) {
+		t.Errorf("task timeout %v, want 310 (Lambda timeout 5m + 10s)", task["TimeoutSeconds"])
 	}
 
 	rel := eval(t, p, map[string]any{"state": StateRelease, "input": map[string]any{"done": true}, "context": ctx,

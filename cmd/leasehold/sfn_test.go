@@ -127,7 +127,7 @@ func TestStateMachineAndRunExclude(t *testing.T) {
 	client := store.Client()
 
 	def, err := sfn.Generate(sfn.Config{Table: table, Lock: "nightly",
-		LambdaARN: "arn:aws:lambda:us-east-1:123456789012:function:job", TTL: time.Hour})
+		LambdaARN: "arn:aws:lambda:us-east-1:123456789012:function:job", LambdaTimeout: time.Minute, TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

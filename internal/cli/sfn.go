@@ -12,42 +12,63 @@ import (
 )
 
 const sfnLong = `Sfn writes an AWS Step Functions state machine (ASL, JSONata query
-language) that runs a task only while holding the lock LOCK, kept in the
-DynamoDB table TABLE with the layout of leasehold's DynamoDB store: state
-machines, "leasehold run --store dynamodb://TABLE" and Go programs using the
-same table exclude each other on the same lock.
+language, Standard workflows) that runs a task only while holding the lock
+LOCK, kept in the DynamoDB table TABLE with the layout of leasehold's
+DynamoDB store: state machines, "leasehold run --store dynamodb://TABLE" and
+Go programs using the same table exclude each other on the same lock. With
+--format it writes instead the cleanup machine, or a CloudFormation (SAM)
+template or Terraform JSON configuration that deploys everything in one
+step: the machine and its role, the table, and the cleanup machine with the
+EventBridge rule that starts it.
 
-The machine acquires the lock with one conditional UpdateItem (free,
-released, expired, or already held by this execution: retries and redrives
-are idempotent), waits a random, growing, capped time between attempts and
-gives up after --max-attempts (failing with Leasehold.LockNotAcquired),
-runs the task with a timeout that ends --margin before the lease expires,
-releases the lock after success and after every catchable failure (then
-fails with the task's own error), and fails with Leasehold.LeaseLost if the
-lease expired before its release. The task receives the fencing token in
-its payload (Lambda) so it can fence its writes.
+The machine acquires the lock with one conditional UpdateItem, waits a
+random, growing, capped time between attempts for up to --wait (default:
+the TTL plus the task's bound, so it outlasts a holder's task) and then
+fails with Leasehold.LockNotAcquired. Before the task it checks that the
+rest of the lease, counted from the first acquire attempt, covers the
+task's bound: every attempt's timeout, the backoff of its retries, and what
+the work may run on after Step Functions stops waiting for it (the Lambda
+function's own timeout, --lambda-timeout, plus 10s to start; or
+--task-grace). A redriven execution never reaches the task with its old
+grant: it waits that long (the earlier attempt's work may still run) and
+acquires again, with a new fencing token. After a task timeout the lock is
+kept as long before it is released. The machine releases the lock after
+success and after every catchable failure (then fails with the task's own
+error), and fails with Leasehold.LeaseLost when another grant had replaced
+its own. The task gets the fencing token: a Lambda function in its payload
+({"leasehold": {"lock", "owner", "token"}}; the input must be a JSON object
+without that key, else Leasehold.InvalidInput), a --task state as the
+variable $leasehold.
 
-The work is either a Lambda function (--lambda ARN) or any Task state given
-as a JSON file in JSONata form (--task FILE, without Catch or Next).
+The work is either a Lambda function (--lambda ARN, with --lambda-timeout)
+or any Task state given as a JSON file in JSONata form (--task FILE,
+without Catch; with --lambda-timeout if it invokes Lambda, else
+--task-grace). Options that do not fit together (a task that does not fit
+in the TTL, attempts that cannot cover the wait) are refused with an error
+saying which.
 
-Each attempt to acquire adds about 8 events to the execution history, so
---max-attempts 200 (the default) uses at most about 1,600 of the 25,000
-events a Standard workflow may have. See docs/step-functions.md for the IAM
-permissions, deployment and limits.
+An execution that dies without running its Catch (stopped, timed out as a
+whole) keeps the lock until the cleanup machine releases it (when the
+work can no longer run) or the lease expires. See docs/step-functions.md
+for what is guaranteed, deployment and alarms.
 
 Exit codes: 0 success, 64 usage error.`
 
-const sfnExample = `  leasehold sfn --table leasehold --lock nightly-import \
+const sfnExample = `  leasehold sfn --table leasehold --lock nightly-import --lambda-timeout 5m \
       --lambda arn:aws:lambda:eu-west-1:123456789012:function:import > machine.json
 
-  leasehold sfn --table leasehold --lock batch --task ecs-task.json --ttl 2h --output machine.json`
+  leasehold sfn --table leasehold --lock nightly-import --lambda-timeout 5m \
+      --lambda arn:aws:lambda:eu-west-1:123456789012:function:import \
+      --format cloudformation --output template.json
+
+  leasehold sfn --table leasehold --lock batch --task ecs-task.json --task-grace 2m --ttl 2h --output machine.json`
 
 func newSfnCmd(e *env) *cobra.Command {
 	var c sfn.Config
-	var taskFile, output string
+	var taskFile, output, format string
 	cmd := &cobra.Command{
-		Use:     "sfn --table TABLE --lock LOCK (--lambda ARN | --task FILE)",
-		Short:   "Write a Step Functions state machine that runs a task under a lock",
+		Use:     "sfn --table TABLE --lock LOCK (--lambda ARN --lambda-timeout D | --task FILE (--task-grace D | --lambda-timeout D))",
+		Short:   "Write a Step Functions state machine that runs a task under a lock (or its templates)",
 		Long:    sfnLong,
 		Example: sfnExample,
 		Args:    cobra.NoArgs,
@@ -59,16 +80,29 @@ func newSfnCmd(e *env) *cobra.Command {
 				}
 				c.Task = json.RawMessage(b)
 			}
-			def, err := sfn.Generate(c)
+			var out []byte
+			var err error
+			switch format {
+			case "machine":
+				out, err = sfn.Generate(c)
+			case "cleanup":
+				out, err = sfn.Cleanup(c)
+			case "cloudformation":
+				out, err = sfn.CloudFormation(c)
+			case "terraform":
+				out, err = sfn.Terraform(c)
+			default:
+				return usagef("sfn: --format %q: want machine, cleanup, cloudformation or terraform", format)
+			}
 			if err != nil {
 				return usagef("sfn: %v", err)
 			}
-			def = append(def, '\n')
+			out = append(out, '\n')
 			if output == "" || output == "-" {
-				_, err = e.stdout.Write(def)
+				_, err = e.stdout.Write(out)
 				return err
 			}
-			if err := os.WriteFile(output, def, 0o644); err != nil {
+			if err := os.WriteFile(output, out, 0o644); err != nil {
 				return exitf(ExitInternal, "sfn: %v", err)
 			}
 			fmt.Fprintf(e.stderr, "leasehold: wrote %s\n", output)
@@ -77,15 +111,21 @@ func newSfnCmd(e *env) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&c.Table, "table", "", "DynamoDB table with the leasehold layout (required)")
-	f.StringVar(&c.Lock, "lock", "", "lock name: the item's LockKey (required)")
+	f.StringVar(&c.Lock, "lock", "", "lock name: the item's LockKey (required; the store's name rules)")
 	f.StringVar(&c.LambdaARN, "lambda", "", "ARN of the Lambda function to run under the lock")
+	f.DurationVar(&c.LambdaTimeout, "lambda-timeout", 0, "the Lambda function's own timeout (required with --lambda, and with a --task that invokes Lambda)")
 	f.StringVar(&taskFile, "task", "", "file with a Task state (JSON, JSONata form) to run under the lock")
+	f.DurationVar(&c.TaskGrace, "task-grace", 0, "how long a --task's work may go on after Step Functions stops waiting for it (required with a --task that does not invoke Lambda)")
 	f.DurationVar(&c.TTL, "ttl", time.Hour, "lease time: a dead execution's lock frees itself after it")
-	f.DurationVar(&c.Margin, "margin", 0, "time the task's timeout leaves before the lease expires (default min(1m, TTL/10))")
+	f.DurationVar(&c.Margin, "margin", 0, "lease time left after the task's bound, for the release (default min(1m, max(2s, TTL/10)))")
 	f.DurationVar(&c.MaxClockSkew, "max-clock-skew", time.Second, "clock skew allowed when judging expiry (as the DynamoDB store)")
-	f.IntVar(&c.MaxAttempts, "max-attempts", 200, "acquire attempts before failing with Leasehold.LockNotAcquired")
-	f.DurationVar(&c.MaxDelay, "max-delay", 30*time.Second, "longest random wait between attempts")
+	f.DurationVar(&c.Wait, "wait", 0, "how long to wait for the lock before failing with Leasehold.LockNotAcquired (default the TTL plus the task's bound)")
+	f.IntVar(&c.MaxAttempts, "max-attempts", 0, "acquire attempts at most (default what --wait needs; at most 2000)")
+	f.DurationVar(&c.MaxDelay, "max-delay", 0, "longest random wait between attempts (default 30s, more when --wait needs it)")
 	f.StringVar(&c.Comment, "comment", "", "the machine's Comment")
-	f.StringVarP(&output, "output", "o", "", "write the machine to this file (default stdout)")
+	f.StringVar(&format, "format", "machine", "what to write: machine, cleanup (the cleanup machine), cloudformation (a CloudFormation/SAM template) or terraform (a .tf.json file)")
+	f.StringVar(&c.Name, "name", "", "the state machine's name in templates (default leasehold-LOCK)")
+	f.BoolVar(&c.ExistingTable, "existing-table", false, "templates use the existing table TABLE instead of creating it")
+	f.StringVarP(&output, "output", "o", "", "write to this file (default stdout)")
 	return cmd
 }

@@ -62,7 +62,7 @@ func TestRunPermitsNoWait(t *testing.T) {
 
 func TestSfnCommand(t *testing.T) {
 	h := newHarness(t)
-	r := h.run("sfn", "--table", "leasehold", "--lock", "nightly", "--lambda", "arn:aws:lambda:eu-west-1:123456789012:function:f")
+	r := h.run("sfn", "--table", "leasehold", "--lock", "nightly", "--lambda", "arn:aws:lambda:eu-west-1:123456789012:function:f", "--lambda-timeout", "1m")
 	if r.code != ExitOK || !strings.Contains(r.stdout, `"QueryLanguage": "JSONata"`) {
 		t.Fatalf("sfn: exit %d, stdout %.200q, stderr %q", r.code, r.stdout, r.stderr)
 	}

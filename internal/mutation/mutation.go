@@ -27,6 +27,10 @@
 //   - no-holdback: the Redis store does not hold back grants after it
 //     sees Redis restart with its state lost (run_id changed) (suites R3
 //     and R5 on a Redis without persistence).
+//   - sfn-old-redrive: the state machines of package sfn reach their Task
+//     on a redrive without acquiring the lock again (the Task's timeout is
+//     a plain number and CheckLease does not compare the redrive count),
+//     so a redriven task runs with the earlier attempt's grant (suite R14).
 package mutation
 
 import (

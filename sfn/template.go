@@ -1,0 +1,289 @@
+package sfn
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Logical ids of the CloudFormation template's resources.
+const (
+	CFNTable           = "LockTable"
+	CFNMachine         = "LockMachine"
+	CFNMachineRole     = "LockMachineRole"
+	CFNCleanup         = "CleanupMachine"
+	CFNCleanupRole     = "CleanupMachineRole"
+	CFNCleanupRule     = "CleanupRule"
+	CFNCleanupRuleRole = "CleanupRuleRole"
+)
+
+// name is the machine's name in templates.
+func (c *Config) name() string {
+	if c.Name != "" {
+		return c.Name
+	}
+	var b strings.Builder
+	b.WriteString("leasehold-")
+	for _, r := range c.Lock {
+		if b.Len() >= 70 {
+			break
+		}
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('-')
+		}
+	}
+	return b.String()
+}
+
+// policyDoc is an IAM policy document.
+func policyDoc(statements ...obj) obj {
+	list := make([]any, len(statements))
+	for i, s := range statements {
+		list[i] = s
+	}
+	return obj{"Version": "2012-10-17", "Statement": list}
+}
+
+func trust(service string) obj {
+	return policyDoc(obj{"Effect": "Allow", "Principal": obj{"Service": service}, "Action": "sts:AssumeRole"})
+}
+
+// tableActions are the DynamoDB actions the machines use.
+var tableActions = []any{"dynamodb:UpdateItem"}
+
+// CloudFormation returns a CloudFormation template (JSON; SAM deploys it
+// as it is) with the lock machine and its role, the DynamoDB table in the
+// store's key schema (kept when the stack is deleted: it holds the fencing
+// counters) unless ExistingTable, the cleanup machine and its role, and
+// the EventBridge rule (with its role) that starts the cleanup machine.
+// The roles allow exactly dynamodb:UpdateItem on the table,
+// lambda:InvokeFunction on the function, and states:StartExecution on the
+// cleanup machine. It needs LambdaARN: a Task state's permissions cannot
+// be known here.
+func CloudFormation(c Config) ([]byte, error) {
+	if len(c.Task) > 0 && c.LambdaARN == "" {
+		return nil, fmt.Errorf("templates need a Lambda function (--lambda): the permissions of a --task state cannot be known; write its role yourself (docs/step-functions.md)")
+	}
+	machine, _, err := c.machine()
+	if err != nil {
+		return nil, err
+	}
+	cleanup, err := c.cleanupMachine()
+	if err != nil {
+		return nil, err
+	}
+	var tableArn any
+	resources := obj{}
+	if c.ExistingTable {
+		tableArn = obj{"Fn::Sub": "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/" + c.Table}
+	} else {
+		tableArn = obj{"Fn::GetAtt": []any{CFNTable, "Arn"}}
+		resources[CFNTable] = obj{
+			"Type":                "AWS::DynamoDB::Table",
+			"DeletionPolicy":      "Retain",
+			"UpdateReplacePolicy": "Retain",
+			"Properties": obj{
+				"TableName":            c.Table,
+				"BillingMode":          "PAY_PER_REQUEST",
+				"AttributeDefinitions": []any{obj{"AttributeName": "LockKey", "AttributeType": "S"}},
+				"KeySchema":            []any{obj{"AttributeName": "LockKey", "KeyType": "HASH"}},
+			},
+		}
+	}
+	inline := func(name string, statements ...obj) []any {
+		return []any{obj{"PolicyName": name, "PolicyDocument": policyDoc(statements...)}}
+	}
+	resources[CFNMachineRole] = obj{
+		"Type": "AWS::IAM::Role",
+		"Properties": obj{
+			"AssumeRolePolicyDocument": trust("states.amazonaws.com"),
+			"Policies": inline("leasehold-lock",
+				obj{"Effect": "Allow", "Action": tableActions, "Resource": tableArn},
+				obj{"Effect": "Allow", "Action": []any{"lambda:InvokeFunction"}, "Resource": c.LambdaARN}),
+		},
+	}
+	resources[CFNMachine] = obj{
+		"Type": "AWS::StepFunctions::StateMachine",
+		"Properties": obj{
+			"StateMachineName": c.name(),
+			"StateMachineType": "STANDARD",
+			"RoleArn":          obj{"Fn::GetAtt": []any{CFNMachineRole, "Arn"}},
+			"Definition":       machine,
+		},
+	}
+	resources[CFNCleanupRole] = obj{
+		"Type": "AWS::IAM::Role",
+		"Properties": obj{
+			"AssumeRolePolicyDocument": trust("states.amazonaws.com"),
+			"Policies": inline("leasehold-cleanup",
+				obj{"Effect": "Allow", "Action": tableActions, "Resource": tableArn}),
+		},
+	}
+	resources[CFNCleanup] = obj{
+		"Type": "AWS::StepFunctions::StateMachine",
+		"Properties": obj{
+			"StateMachineName": c.name() + "-cleanup",
+			"StateMachineType": "STANDARD",
+			"RoleArn":          obj{"Fn::GetAtt": []any{CFNCleanupRole, "Arn"}},
+			"Definition":       cleanup,
+		},
+	}
+	resources[CFNCleanupRuleRole] = obj{
+		"Type": "AWS::IAM::Role",
+		"Properties": obj{
+			"AssumeRolePolicyDocument": trust("events.amazonaws.com"),
+			"Policies": inline("leasehold-start-cleanup",
+				obj{"Effect": "Allow", "Action": []any{"states:StartExecution"}, "Resource": obj{"Ref": CFNCleanup}}),
+		},
+	}
+	resources[CFNCleanupRule] = obj{
+		"Type": "AWS::Events::Rule",
+		"Properties": obj{
+			"Description":  fmt.Sprintf("Starts the leasehold cleanup machine when an execution of %s ends FAILED, TIMED_OUT or ABORTED.", c.name()),
+			"State":        "ENABLED",
+			"EventPattern": EventPattern(obj{"Ref": CFNMachine}),
+			"Targets": []any{obj{
+				"Id":      "leasehold-cleanup",
+				"Arn":     obj{"Ref": CFNCleanup},
+				"RoleArn": obj{"Fn::GetAtt": []any{CFNCleanupRuleRole, "Arn"}},
+			}},
+		},
+	}
+	tmpl := obj{
+		"AWSTemplateFormatVersion": "2010-09-09",
+		"Description": fmt.Sprintf("leasehold: runs %s under the lock %q (DynamoDB table %s), with cleanup of dead executions.",
+			c.LambdaARN, c.Lock, c.Table),
+		"Resources": resources,
+		"Outputs": obj{
+			"StateMachineArn":        obj{"Value": obj{"Ref": CFNMachine}},
+			"CleanupStateMachineArn": obj{"Value": obj{"Ref": CFNCleanup}},
+		},
+	}
+	return json.MarshalIndent(tmpl, "", "  ")
+}
+
+// tfTemplate matches what Terraform reads as a template sequence in a
+// string of a JSON configuration.
+var tfTemplate = regexp.MustCompile(`[$%]\{`)
+
+// tfLiteral escapes s so that Terraform reads it as it is ("${" → "$${",
+// "%{" → "%%{").
+func tfLiteral(s string) string {
+	return tfTemplate.ReplaceAllStringFunc(s, func(m string) string { return m[:1] + m })
+}
+
+// tfJSON is v as JSON text, escaped for Terraform.
+func tfJSON(v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	return tfLiteral(string(b)), nil
+}
+
+// Terraform returns the resources of CloudFormation as a Terraform JSON
+// configuration (a file named *.tf.json), for the hashicorp/aws provider:
+// aws_dynamodb_table (with prevent_destroy; a data source when
+// ExistingTable), aws_iam_role and aws_iam_role_policy for each role,
+// aws_sfn_state_machine for both machines, aws_cloudwatch_event_rule and
+// aws_cloudwatch_event_target.
+func Terraform(c Config) ([]byte, error) {
+	if len(c.Task) > 0 && c.LambdaARN == "" {
+		return nil, fmt.Errorf("templates need a Lambda function (--lambda): the permissions of a --task state cannot be known; write its role yourself (docs/step-functions.md)")
+	}
+	machine, _, err := c.machine()
+	if err != nil {
+		return nil, err
+	}
+	cleanup, err := c.cleanupMachine()
+	if err != nil {
+		return nil, err
+	}
+	name := c.name()
+	tableArn := "${aws_dynamodb_table.lock.arn}"
+	resources := map[string]obj{}
+	add := func(typ, id string, body obj) {
+		if resources[typ] == nil {
+			resources[typ] = obj{}
+		}
+		resources[typ][id] = body
+	}
+	conf := obj{
+		"terraform": obj{"required_providers": obj{"aws": obj{"source": "hashicorp/aws"}}},
+	}
+	if c.ExistingTable {
+		tableArn = "${data.aws_dynamodb_table.lock.arn}"
+		conf["data"] = obj{"aws_dynamodb_table": obj{"lock": obj{"name": c.Table}}}
+	} else {
+		add("aws_dynamodb_table", "lock", obj{
+			"name":         c.Table,
+			"billing_mode": "PAY_PER_REQUEST",
+			"hash_key":     "LockKey",
+			"attribute":    []any{obj{"name": "LockKey", "type": "S"}},
+			"lifecycle":    []any{obj{"prevent_destroy": true}},
+		})
+	}
+	jsonField := func(v any) string {
+		s, _ := tfJSON(v)
+		return s
+	}
+	policy := func(statements ...obj) string {
+		// The references inside are Terraform's: written after escaping.
+		s := jsonField(policyDoc(statements...))
+		return strings.ReplaceAll(s, "#TABLE_ARN#", tableArn)
+	}
+	add("aws_iam_role", "machine", obj{"name_prefix": "leasehold-lock-", "assume_role_policy": jsonField(trust("states.amazonaws.com"))})
+	add("aws_iam_role_policy", "machine", obj{
+		"name": "leasehold-lock",
+		"role": "${aws_iam_role.machine.id}",
+		"policy": policy(
+			obj{"Effect": "Allow", "Action": tableActions, "Resource": "#TABLE_ARN#"},
+			obj{"Effect": "Allow", "Action": []any{"lambda:InvokeFunction"}, "Resource": c.LambdaARN}),
+	})
+	add("aws_sfn_state_machine", "lock", obj{
+		"name": name, "type": "STANDARD",
+		"role_arn":   "${aws_iam_role.machine.arn}",
+		"definition": jsonField(machine),
+	})
+	add("aws_iam_role", "cleanup", obj{"name_prefix": "leasehold-cleanup-", "assume_role_policy": jsonField(trust("states.amazonaws.com"))})
+	add("aws_iam_role_policy", "cleanup", obj{
+		"name":   "leasehold-cleanup",
+		"role":   "${aws_iam_role.cleanup.id}",
+		"policy": policy(obj{"Effect": "Allow", "Action": tableActions, "Resource": "#TABLE_ARN#"}),
+	})
+	add("aws_sfn_state_machine", "cleanup", obj{
+		"name": name + "-cleanup", "type": "STANDARD",
+		"role_arn":   "${aws_iam_role.cleanup.arn}",
+		"definition": jsonField(cleanup),
+	})
+	add("aws_iam_role", "events", obj{"name_prefix": "leasehold-events-", "assume_role_policy": jsonField(trust("events.amazonaws.com"))})
+	add("aws_iam_role_policy", "events", obj{
+		"name":   "leasehold-start-cleanup",
+		"role":   "${aws_iam_role.events.id}",
+		"policy": strings.ReplaceAll(jsonField(policyDoc(obj{"Effect": "Allow", "Action": []any{"states:StartExecution"}, "Resource": "#CLEANUP_ARN#"})), "#CLEANUP_ARN#", "${aws_sfn_state_machine.cleanup.arn}"),
+	})
+	add("aws_cloudwatch_event_rule", "cleanup", obj{
+		"name_prefix":   "leasehold-cleanup-",
+		"description":   tfLiteral(fmt.Sprintf("Starts the leasehold cleanup machine when an execution of %s ends FAILED, TIMED_OUT or ABORTED.", name)),
+		"event_pattern": strings.ReplaceAll(jsonField(EventPattern("#MACHINE_ARN#")), "#MACHINE_ARN#", "${aws_sfn_state_machine.lock.arn}"),
+	})
+	add("aws_cloudwatch_event_target", "cleanup", obj{
+		"rule":     "${aws_cloudwatch_event_rule.cleanup.name}",
+		"arn":      "${aws_sfn_state_machine.cleanup.arn}",
+		"role_arn": "${aws_iam_role.events.arn}",
+	})
+	res := obj{}
+	for k, v := range resources {
+		res[k] = v
+	}
+	conf["resource"] = res
+	conf["output"] = obj{
+		"state_machine_arn":         obj{"value": "${aws_sfn_state_machine.lock.arn}"},
+		"cleanup_state_machine_arn": obj{"value": "${aws_sfn_state_machine.cleanup.arn}"},
+	}
+	return json.MarshalIndent(conf, "", "  ")
+}
