@@ -68,6 +68,8 @@ type Call struct {
 	Execution  *Execution
 	State      string
 	RetryCount int // retries of this state so far in this entry (0: first attempt)
+	// RedriveCount is the execution's redrive count when the task started.
+	RedriveCount int
 }
 
 // Failure is a Step Functions error: a name that Retry and Catch match,
@@ -332,6 +334,13 @@ func (x *Execution) Redrive() error {
 	x.redTime = x.e.Now()
 	x.begin(x.at, x.atInput, copyVars(x.atVars), EvRedriven)
 	return nil
+}
+
+// Status returns the execution's status now.
+func (x *Execution) Status() Status {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.status
 }
 
 // History returns the execution's events so far.

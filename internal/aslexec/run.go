@@ -322,7 +322,9 @@ func (x *Execution) attempt(st *state, states map[string]any, retries int, intr 
 		err error
 	}
 	ch := make(chan answer, 1) // buffered: a task that outlives its attempt does not block
-	call := Call{Execution: x, State: st.Name, RetryCount: retries}
+	x.mu.Lock()
+	call := Call{Execution: x, State: st.Name, RetryCount: retries, RedriveCount: x.redrive}
+	x.mu.Unlock()
 	go func() {
 		v, err := x.e.invoke(call, st.Resource, args)
 		ch <- answer{v, err}
