@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -134,4 +135,32 @@ func assertTreeStopped(t *testing.T, log, killed, next string) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
+}
+
+// TestSignalStopsTree sends SIGTERM to the PID of "leasehold run" whose
+// command is sh -c '(loop) & wait': the signal reaches the whole group, so
+// the grandchild is gone before the next "run" is granted the lease.
+func TestSignalStopsTree(t *testing.T) {
+	store, _ := newStore(t)
+	log := t.TempDir() + "/log"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	script := `echo "start $LEASEHOLD_OWNER $LEASEHOLD_TOKEN" >> "$1"
+sh -c 'echo "gpid $LEASEHOLD_OWNER $$" >> "$1"; while :; do echo "g $LEASEHOLD_OWNER" >> "$1"; sleep 0.01; done' sh "$1" &
+echo "cpid $LEASEHOLD_OWNER $$" >> "$1"
+while :; do echo "c $LEASEHOLD_OWNER" >> "$1"; sleep 0.01; done & wait`
+	first := leasehold(ctx, "run", "--store", store, "--owner", "first", "e2e/term", "--", "sh", "-c", script, "sh", log)
+	startGroup(t, first)
+	waitTree(t, log, "first")
+	if err := first.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(first.Wait()); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("exit code %d, want %d (the sh died from SIGTERM)", code, 128+int(syscall.SIGTERM))
+	}
+	next := leasehold(ctx, "run", "--store", store, "--no-wait", "--owner", "next", "e2e/term", "--", "sh", "-c", startScript, "sh", log)
+	if out, err := next.CombinedOutput(); err != nil {
+		t.Fatalf("the next run: %v\n%s", err, out)
+	}
+	assertTreeStopped(t, log, "first", "next")
 }
