@@ -15,8 +15,8 @@ import (
 
 // grandchild is a shell snippet (for sh -c, with $1 a log file) that starts
 // a grandchild of leasehold in the background: it writes its pid to $1.pid
-// and then a "g" line to $1 every 10ms, forever. With trap set to "”" it
-// ignores SIGTERM.
+// and then a "g" line to $1 every 10ms, forever. With ignoreTERM it ignores
+// SIGTERM.
 func grandchild(ignoreTERM bool) string {
 	trap := ""
 	if ignoreTERM {
