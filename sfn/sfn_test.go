@@ -244,6 +244,58 @@ func TestConfigErrors(t *testing.T) {
 			c.Task = json.RawMessage(`{"Type":"Task","Resource":"r","QueryLanguage":"JSONPath"}`)
 		},
 		func(c *Config) { c.LambdaARN, c.Task = "", json.RawMessage(`not json`) },
+		// Lock names: the store's rules (control characters, UTF-8,
+		// length, the records' key space).
+		func(c *Config) { c.Lock = "a\x1fb" },
+		func(c *Config) { c.Lock = "a\u0085b" },
+		func(c *Config) { c.Lock = "\xff" },
+		func(c *Config) { c.Lock = strings.Repeat("x", 257) },
+		func(c *Config) { c.Lock = "\x1erecord/k" },
+		// The Lambda function's own timeout: required, and within the lease.
+		func(c *Config) { c.LambdaTimeout = 0 },
+		func(c *Config) { c.LambdaTimeout = 1500 * time.Millisecond },
+		func(c *Config) { c.LambdaTimeout = 16 * time.Minute },
+		func(c *Config) { c.TTL, c.LambdaTimeout, c.Wait = 30*time.Second, 15*time.Second, 0 },
+		func(c *Config) { c.TaskGrace = time.Minute },
+		// The wait against the attempts and the delay.
+		func(c *Config) { c.Wait, c.MaxAttempts, c.MaxDelay = 24*time.Hour, 100, time.Second },
+		func(c *Config) { c.Wait, c.MaxAttempts, c.MaxDelay = 0, 0, time.Second },
+		func(c *Config) { c.Wait, c.MaxDelay = 5*time.Second, 20*time.Second },
+		func(c *Config) { c.Margin = 500 * time.Millisecond },
+		func(c *Config) { c.Name = "bad name" },
+	}
+	for _, task := range []string{
+		`{"Type":"Task","Resource":"r","Parameters":{"a":1}}`,
+		`{"Type":"Task","Resource":"r","Arguments":{"a.$":"$.x"}}`,
+		`{"Type":"Task","Resource":"r","ResultPath":"$.x"}`,
+		`{"Type":"Task","Resource":"r","Retry":[{"ErrorEquals":["States.ALL"]}]}`,
+		`{"Type":"Task","Resource":"r","Retry":[{"ErrorEquals":["States.Timeout"]}]}`,
+		`{"Type":"Task","Resource":"r","Retry":[{"ErrorEquals":["X"],"MaxAttempts":5000}]}`,
+		`{"Type":"Task","Resource":"r","Retry":[{"ErrorEquals":["X"],"MaxAttempts":50,"IntervalSeconds":3600}]}`,
+		`{"Type":"Task","Resource":"r","Retry":[{"ErrorEquals":["X"],"BackoffRate":0.5}]}`,
+		`{"Type":"Task","Resource":"r","Assign":{"lh_token":"1"}}`,
+		`{"Type":"Task","Resource":"r","Assign":{"leasehold":"1"}}`,
+		`{"Type":"Task","Resource":"r","TimeoutSeconds":"{% 5 %}"}`,
+		`{"Type":"Task","Resource":"r","TimeoutSeconds":7200}`,
+		`{"Type":"Task","Resource":"r","TimeoutSeconds":60,"HeartbeatSeconds":60}`,
+		`{"Type":"Task","Resource":"r"} {}`,
+		`null`,
+	} {
+		c := taskConfig
+		c.Task = json.RawMessage(task)
+		if _, err := Generate(c); err == nil {
+			t.Errorf("task %s accepted", task)
+		}
+	}
+	// A task that invokes Lambda needs the function's timeout, not a grace.
+	lambdaTask := taskConfig
+	lambdaTask.Task = json.RawMessage(`{"Type":"Task","Resource":"arn:aws:states:::lambda:invoke","Arguments":{"FunctionName":"f"}}`)
+	if _, err := Generate(lambdaTask); err == nil {
+		t.Error("a task invoking Lambda accepted without --lambda-timeout")
+	}
+	lambdaTask.TaskGrace, lambdaTask.LambdaTimeout = 0, time.Minute
+	if _, err := Generate(lambdaTask); err != nil {
+		t.Errorf("a task invoking Lambda with its timeout: %v", err)
 	}
 	for i, mutate := range bad {
 		c := lambdaConfig

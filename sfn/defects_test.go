@@ -1,0 +1,422 @@
+package sfn
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Tests of the defects of issue 14 (items 1, 3 and the list under them),
+// each against the generated definition: its JSONata evaluated by the
+// reference implementation, its transitions read from the JSON.
+
+type exprCase struct {
+	Expr   string         `json:"expr"`
+	Vars   map[string]any `json:"vars,omitempty"`
+	States map[string]any `json:"states,omitempty"`
+	Repeat int            `json:"repeat,omitempty"`
+}
+
+type exprResult struct {
+	Values []any  `json:"values"`
+	Error  string `json:"error"`
+}
+
+// evalExprs evaluates each case with the jsonata package (testdata/expr.js).
+func evalExprs(t *testing.T, cases []exprCase) []exprResult {
+	t.Helper()
+	var out []exprResult
+	if err := json.Unmarshal(node(t, "expr.js", writeJSON(t, cases)), &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != len(cases) {
+		t.Fatalf("%d results for %d cases", len(out), len(cases))
+	}
+	return out
+}
+
+const testExec = "arn:aws:states:eu-west-1:123456789012:execution:m:run-1"
+
+var testEpoch = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+
+// ctxAt is $states.context for a state entered at testEpoch + at, in an
+// execution redriven redrives times (-1: no RedriveCount field, as before
+// any redrive).
+func ctxAt(at time.Duration, redrives int) map[string]any {
+	ex := map[string]any{"Id": testExec}
+	if redrives >= 0 {
+		ex["RedriveCount"] = redrives
+	}
+	return map[string]any{"Execution": ex,
+		"State": map[string]any{"EnteredTime": testEpoch.Add(at).Format("2006-01-02T15:04:05.000Z")}}
+}
+
+func stateOf(t *testing.T, m map[string]any, name string) map[string]any {
+	t.Helper()
+	st, ok := m["States"].(map[string]any)[name].(map[string]any)
+	if !ok {
+		t.Fatalf("the machine has no state %s", name)
+	}
+	return st
+}
+
+func condition(t *testing.T, m map[string]any, state string, i int) string {
+	t.Helper()
+	choices, _ := stateOf(t, m, state)["Choices"].([]any)
+	if i >= len(choices) {
+		t.Fatalf("%s has %d choices", state, len(choices))
+	}
+	return choices[i].(map[string]any)["Condition"].(string)
+}
+
+func mustConfig(t *testing.T, c Config) (map[string]any, Plan) {
+	t.Helper()
+	p, err := c.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, m := generate(t, c)
+	return m, p
+}
+
+// Item 1: a redriven execution never reaches its task with the old grant.
+func TestRedriveReacquires(t *testing.T) {
+	m, p := mustConfig(t, lambdaConfig)
+	timeout := stateOf(t, m, StateTask)["TimeoutSeconds"]
+	expr, ok := timeout.(string)
+	if !ok {
+		t.Fatalf("the task's TimeoutSeconds is %v: a redrive into the task would run it with the old grant", timeout)
+	}
+	cover := condition(t, m, StateCheckLease, 0)
+	afterErr := condition(t, m, StateAfterTaskError, 0)
+	vars := map[string]any{"lh_redrives": 0, "lh_expires": testEpoch.Add(lambdaConfig.TTL).UnixMilli()}
+	res := evalExprs(t, []exprCase{
+		{Expr: expr, Vars: vars, States: map[string]any{"context": ctxAt(time.Second, -1)}},
+		{Expr: expr, Vars: vars, States: map[string]any{"context": ctxAt(time.Second, 0)}},
+		{Expr: expr, Vars: vars, States: map[string]any{"context": ctxAt(time.Second, 1)}},
+		{Expr: expr, Vars: map[string]any{}, States: map[string]any{"context": ctxAt(time.Second, 1)}},
+		{Expr: cover, Vars: vars, States: map[string]any{"context": ctxAt(time.Second, -1)}},
+		{Expr: cover, Vars: vars, States: map[string]any{"context": ctxAt(time.Second, 1)}},
+		{Expr: afterErr, Vars: vars, States: map[string]any{"context": ctxAt(time.Second, 1)}},
+		{Expr: afterErr, Vars: vars, States: map[string]any{"context": ctxAt(time.Second, 0)}},
+	})
+	for i, r := range res[:2] {
+		if r.Error != "" || len(r.Values) != 1 || r.Values[0] != float64(seconds(p.TaskTimeout)) {
+			t.Errorf("case %d: not redriven, the task's timeout = %+v, want %d", i, r, seconds(p.TaskTimeout))
+		}
+	}
+	for i, r := range res[2:4] {
+		if r.Error == "" {
+			t.Errorf("case %d: redriven into the task, its timeout evaluates to %v instead of failing", i+2, r.Values)
+		}
+	}
+	if r := res[4]; r.Error != "" || r.Values[0] != true {
+		t.Errorf("CheckLease refuses a fresh grant: %+v", r)
+	}
+	if r := res[5]; r.Error != "" || r.Values[0] != false {
+		t.Errorf("CheckLease lets a redriven execution through: %+v", r)
+	}
+	if r := res[6]; r.Error != "" || r.Values[0] != true {
+		t.Errorf("AfterTaskError does not see the redrive: %+v", r)
+	}
+	if r := res[7]; r.Error != "" || r.Values[0] != false {
+		t.Errorf("AfterTaskError sees a redrive where there is none: %+v", r)
+	}
+	// The redrive path waits the hold, then acquires again.
+	hold := stateOf(t, m, StateRedriveHold)
+	if hold["Type"] != "Wait" || hold["Seconds"] != float64(seconds(p.Hold)) || hold["Next"] != StateRedriven {
+		t.Errorf("RedriveHold = %v, want a Wait of %d s to %s", hold, seconds(p.Hold), StateRedriven)
+	}
+	if got := stateOf(t, m, StateRedriven)["Next"]; got != StateAcquire {
+		t.Errorf("Redriven goes to %v, want %s", got, StateAcquire)
+	}
+	// Only CheckLease leads to the task, only Acquire to CheckLease.
+	for name, st := range m["States"].(map[string]any) {
+		for _, next := range transitions(st.(map[string]any)) {
+			if next == StateTask && name != StateCheckLease || next == StateCheckLease && name != StateAcquire {
+				t.Errorf("%s goes to %s", name, next)
+			}
+		}
+	}
+}
+
+// transitions lists the states st may go to.
+func transitions(st map[string]any) []string {
+	var out []string
+	add := func(v any) {
+		if s, ok := v.(string); ok {
+			out = append(out, s)
+		}
+	}
+	add(st["Next"])
+	add(st["Default"])
+	for _, key := range []string{"Choices", "Catch"} {
+		list, _ := st[key].([]any)
+		for _, x := range list {
+			add(x.(map[string]any)["Next"])
+		}
+	}
+	return out
+}
+
+// worstCase reads the task's bound from its state: every attempt's
+// timeout and the longest backoff of its Retry.
+func worstCase(t *testing.T, task map[string]any, timeout float64) time.Duration {
+	t.Helper()
+	b, _ := json.Marshal(task["Retry"])
+	n, w, err := retryBudget(mustRetry(t, b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(float64(n)*timeout)*time.Second + w
+}
+
+func mustRetry(t *testing.T, b []byte) any {
+	var v any
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// Item 1: the task's total time over all attempts, plus what its work may
+// run on after Step Functions stops waiting, ends before the lease can
+// expire, counted from the first acquire attempt.
+func TestTaskEndsBeforeLeaseExpires(t *testing.T) {
+	ecs := json.RawMessage(`{"Type": "Task", "Resource": "arn:aws:states:::ecs:runTask.sync",
+		"Arguments": {"Cluster": "c", "TaskDefinition": "t"},
+		"Retry": [{"ErrorEquals": ["ECS.AmazonECSException"], "MaxAttempts": 2, "IntervalSeconds": 10}]}`)
+	for _, tc := range []struct {
+		name    string
+		c       Config
+		overrun time.Duration // what the work may outlast the state by
+	}{
+		{"lambda 1h", lambdaConfig, 0},
+		{"lambda small TTL", Config{Table: "leasehold", Lock: "l", LambdaARN: lambdaConfig.LambdaARN, LambdaTimeout: 5 * time.Second, TTL: 30 * time.Second}, 0},
+		{"ecs with retries", Config{Table: "leasehold", Lock: "l", Task: ecs, TaskGrace: 2 * time.Minute, TTL: 2 * time.Hour}, 2 * time.Minute},
+		{"ecs small TTL", Config{Table: "leasehold", Lock: "l", Task: ecs, TaskGrace: 5 * time.Second, TTL: 2 * time.Minute}, 5 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, _ := mustConfig(t, tc.c)
+			task := stateOf(t, m, StateTask)
+			vars := map[string]any{"lh_redrives": 0, "lh_expires": testEpoch.Add(tc.c.TTL).UnixMilli()}
+			// The timeout per attempt, as Step Functions evaluates it.
+			var timeout float64
+			switch v := task["TimeoutSeconds"].(type) {
+			case float64:
+				timeout = v
+			case string:
+				r := evalExprs(t, []exprCase{{Expr: v, Vars: vars, States: map[string]any{"context": ctxAt(0, -1)}}})[0]
+				timeout, _ = r.Values[0].(float64)
+			}
+			if tc.c.LambdaARN != "" && time.Duration(timeout)*time.Second < tc.c.LambdaTimeout+LambdaStartAllowance {
+				t.Errorf("the state's timeout %vs is shorter than the function's %s + %s: it may time out with the function running",
+					timeout, tc.c.LambdaTimeout, LambdaStartAllowance)
+			}
+			bound := worstCase(t, task, timeout) + tc.overrun
+			// The latest the task may start, by CheckLease, and just after.
+			cover := condition(t, m, StateCheckLease, 0)
+			latest := tc.c.TTL - bound
+			res := evalExprs(t, []exprCase{
+				{Expr: cover, Vars: vars, States: map[string]any{"context": ctxAt(100*time.Millisecond, -1)}},
+				{Expr: cover, Vars: vars, States: map[string]any{"context": ctxAt(latest+time.Millisecond, -1)}},
+				// Acquire's own retries (up to ~31 s) before the write.
+				{Expr: cover, Vars: vars, States: map[string]any{"context": ctxAt(31*time.Second, -1)}},
+			})
+			if res[0].Error != "" || res[0].Values[0] != true {
+				t.Errorf("CheckLease refuses a task right after the acquire: %+v (bound %s, TTL %s)", res[0], bound, tc.c.TTL)
+			}
+			if res[1].Error != "" || res[1].Values[0] != false {
+				t.Errorf("CheckLease starts a task at %s after the first acquire attempt, whose bound %s ends after the lease (TTL %s): %+v",
+					latest+time.Millisecond, bound, tc.c.TTL, res[1])
+			}
+			if 31*time.Second+bound > tc.c.TTL && (res[2].Error != "" || res[2].Values[0] != false) {
+				t.Errorf("CheckLease starts a task 31 s after the acquire whose bound %s does not fit: %+v", bound, res[2])
+			}
+		})
+	}
+}
+
+// Item 1: after a task timeout (or a Lambda service error), the lock is
+// kept until the work can no longer run; other errors release at once.
+func TestHoldAfterTimeout(t *testing.T) {
+	m, p := mustConfig(t, lambdaConfig)
+	cond := condition(t, m, StateAfterTaskError, 1)
+	var cases []exprCase
+	errs := []string{"States.Timeout", "States.HeartbeatTimeout", "Lambda.ServiceException", "Sandbox.Timedout", "Boom", "States.TaskFailed"}
+	for _, e := range errs {
+		cases = append(cases, exprCase{Expr: cond, Vars: map[string]any{"lh_error": map[string]any{"Error": e}}})
+	}
+	res := evalExprs(t, cases)
+	for i, e := range errs {
+		want := i < 3
+		if res[i].Error != "" || res[i].Values[0] != want {
+			t.Errorf("after %s: hold = %+v, want %v", e, res[i], want)
+		}
+	}
+	hold := stateOf(t, m, StateHoldAfterTimeout)
+	if hold["Seconds"] != float64(seconds(lambdaConfig.LambdaTimeout+LambdaStartAllowance)) || hold["Next"] != StateReleaseAfterFailure {
+		t.Errorf("HoldAfterTimeout = %v, want %d s then %s", hold, seconds(p.Hold), StateReleaseAfterFailure)
+	}
+	if got := stateOf(t, m, StateAfterTaskError)["Default"]; got != StateReleaseAfterFailure {
+		t.Errorf("AfterTaskError's default %v", got)
+	}
+}
+
+// Item 3 and the list: waiters outlast the holder's task by default; the
+// wait grows without overflowing, never passes the deadline, and the
+// machine gives up without a last useless wait.
+func TestWaitBudget(t *testing.T) {
+	c := lambdaConfig
+	c.Wait, c.MaxAttempts, c.MaxDelay = 0, 0, 0
+	m, p := mustConfig(t, c)
+	if p.Wait < c.TTL+p.Bound {
+		t.Fatalf("default wait %s, want at least TTL %s + the task's bound %s", p.Wait, c.TTL, p.Bound)
+	}
+	// The least time MaxAttempts attempts wait, by the wait's lower bound
+	// (checked below on the expression).
+	var least time.Duration
+	for k := 0; k < p.MaxAttempts-1; k++ {
+		d := min(p.MaxDelay, time.Duration(1)<<min(k, 20)*time.Second)
+		least += (d + time.Second) / 2 / time.Second * time.Second
+	}
+	if least < p.Wait {
+		t.Errorf("%d attempts may wait only %s, less than the wait %s", p.MaxAttempts, least, p.Wait)
+	}
+	wait := stateOf(t, m, StateWaitForLock)["Seconds"].(string)
+	deadline := testEpoch.Add(p.Wait).UnixMilli()
+	attempts := []int{0, 1, 2, 5, 10, 1023, 1024, 1100, p.MaxAttempts - 1}
+	var cases []exprCase
+	for _, k := range attempts {
+		cases = append(cases, exprCase{Expr: wait, Repeat: 30,
+			Vars: map[string]any{"lh_attempt": k, "lh_deadline": deadline}, States: map[string]any{"context": ctxAt(time.Minute, -1)}})
+	}
+	// Near the deadline the wait ends at it.
+	cases = append(cases, exprCase{Expr: wait, Repeat: 10,
+		Vars: map[string]any{"lh_attempt": 30, "lh_deadline": deadline}, States: map[string]any{"context": ctxAt(p.Wait-2500*time.Millisecond, -1)}})
+	res := evalExprs(t, cases)
+	for i, k := range attempts {
+		d := min(seconds(p.MaxDelay), int64(1)<<min(k, 20))
+		for _, v := range res[i].Values {
+			s, _ := v.(float64)
+			if res[i].Error != "" || s < float64((d+1)/2) || s > float64(d) || s != float64(int64(s)) {
+				t.Errorf("attempt %d: wait %v (%s), want whole seconds in [%d, %d]", k, v, res[i].Error, (d+1)/2, d)
+				break
+			}
+		}
+	}
+	for _, v := range res[len(attempts)].Values {
+		if v != float64(3) {
+			t.Errorf("2.5 s before the deadline the wait is %v s, want 3 (to the deadline)", v)
+			break
+		}
+	}
+	// CanRetry, not a wait, follows a refused acquire; it gives up at the
+	// attempt limit and when less than a second of the wait is left.
+	acq := stateOf(t, m, StateAcquire)["Catch"].([]any)[0].(map[string]any)
+	if acq["Next"] != StateCanRetry {
+		t.Errorf("a refused acquire goes to %v, want %s (no wait before giving up)", acq["Next"], StateCanRetry)
+	}
+	if got := stateOf(t, m, StateWaitForLock)["Next"]; got != StateAcquire {
+		t.Errorf("WaitForLock goes to %v", got)
+	}
+	retry := condition(t, m, StateCanRetry, 0)
+	res = evalExprs(t, []exprCase{
+		{Expr: retry, Vars: map[string]any{"lh_attempt": 0, "lh_deadline": deadline}, States: map[string]any{"context": ctxAt(time.Second, -1)}},
+		{Expr: retry, Vars: map[string]any{"lh_attempt": p.MaxAttempts - 1, "lh_deadline": deadline}, States: map[string]any{"context": ctxAt(time.Second, -1)}},
+		{Expr: retry, Vars: map[string]any{"lh_attempt": 3, "lh_deadline": deadline}, States: map[string]any{"context": ctxAt(p.Wait-500*time.Millisecond, -1)}},
+	})
+	for i, want := range []bool{true, false, false} {
+		if res[i].Error != "" || res[i].Values[0] != want {
+			t.Errorf("CanRetry case %d: %+v, want %v", i, res[i], want)
+		}
+	}
+}
+
+// The list: a failure without a Cause, a failed release, the input key.
+func TestFailuresKeepTheTaskError(t *testing.T) {
+	m, _ := mustConfig(t, lambdaConfig)
+	failed := stateOf(t, m, StateTaskFailed)
+	lost := stateOf(t, m, StateLeaseLostAfterFailure)
+	noCause := map[string]any{"lh_error": map[string]any{"Error": "Boom"}}
+	withCause := map[string]any{"lh_error": map[string]any{"Error": "Boom", "Cause": "disk full"}}
+	res := evalExprs(t, []exprCase{
+		{Expr: failed["Error"].(string), Vars: noCause},
+		{Expr: failed["Cause"].(string), Vars: noCause},
+		{Expr: lost["Cause"].(string), Vars: withCause},
+		{Expr: lost["Cause"].(string), Vars: noCause},
+	})
+	if res[0].Error != "" || res[0].Values[0] != "Boom" {
+		t.Errorf("TaskFailed's Error = %+v", res[0])
+	}
+	if s, _ := res[1].Values[0].(string); res[1].Error != "" || s == "" {
+		t.Errorf("TaskFailed's Cause without a cause = %+v, want a string", res[1])
+	}
+	if s, _ := res[2].Values[0].(string); !strings.Contains(s, "Boom") || !strings.Contains(s, "disk full") {
+		t.Errorf("LeaseLostAfterFailure's Cause %q drops the task's error", s)
+	}
+	if s, _ := res[3].Values[0].(string); res[3].Error != "" || !strings.Contains(s, "Boom") {
+		t.Errorf("LeaseLostAfterFailure's Cause without a cause = %+v", res[3])
+	}
+	if lost["Error"] != ErrLeaseLost {
+		t.Errorf("LeaseLostAfterFailure's Error %v", lost["Error"])
+	}
+	rel := stateOf(t, m, StateReleaseAfterFailure)
+	var nexts []string
+	for _, x := range rel["Catch"].([]any) {
+		nexts = append(nexts, x.(map[string]any)["Next"].(string))
+	}
+	if fmt.Sprint(nexts) != fmt.Sprint([]string{StateLeaseLostAfterFailure, StateTaskFailed}) {
+		t.Errorf("ReleaseAfterFailure's catchers go to %v: a failed release must keep the task's error", nexts)
+	}
+
+	check := condition(t, m, StateCheckInput, 0)
+	inputs := []any{map[string]any{"a": 1}, map[string]any{}, map[string]any{"leasehold": 1}, "plain", []any{1}}
+	var cases []exprCase
+	for _, in := range inputs {
+		cases = append(cases, exprCase{Expr: check, States: map[string]any{"input": in}})
+	}
+	res = evalExprs(t, cases)
+	for i, want := range []bool{true, true, false, false, false} {
+		if res[i].Error != "" || res[i].Values[0] != want {
+			t.Errorf("CheckInput(%v) = %+v, want %v", inputs[i], res[i], want)
+		}
+	}
+	if got := stateOf(t, m, StateInvalidInput)["Error"]; got != ErrInvalidInput {
+		t.Errorf("InvalidInput fails with %v", got)
+	}
+}
+
+// The list: lock names follow the store's rules and are never evaluated;
+// --task users get the fencing token.
+func TestLockNameAndToken(t *testing.T) {
+	for _, name := range []string{`{% $x %}`, `{%"}%}`, `a"b\c`, "ü-é"} {
+		c := lambdaConfig
+		c.Lock = name
+		m, _ := mustConfig(t, c)
+		key := stateOf(t, m, StateAcquire)["Arguments"].(map[string]any)["Key"].(map[string]any)["LockKey"].(map[string]any)["S"].(string)
+		r := evalExprs(t, []exprCase{{Expr: key}})[0]
+		if r.Error != "" || r.Values[0] != name {
+			t.Errorf("lock %q: the key evaluates to %+v", name, r)
+		}
+	}
+	task := taskConfig
+	task.Task = json.RawMessage(`{"Type": "Task", "Resource": "arn:aws:states:::ecs:runTask.sync",
+		"Arguments": {"Cluster": "c", "Overrides": {"Token": "{% $string($leasehold.token) %}"}}}`)
+	m, _ := mustConfig(t, task)
+	acq := stateOf(t, m, StateAcquire)["Assign"].(map[string]any)["leasehold"].(string)
+	arg := stateOf(t, m, StateTask)["Arguments"].(map[string]any)["Overrides"].(map[string]any)["Token"].(string)
+	res := evalExprs(t, []exprCase{{Expr: acq, States: map[string]any{"context": ctxAt(0, -1),
+		"result": map[string]any{"Attributes": map[string]any{"Token": map[string]any{"N": "17"}}}}}})
+	lh := res[0].Values[0]
+	if dig(lh, "token") != float64(17) || dig(lh, "lock") != "batch" || dig(lh, "owner") != testExec {
+		t.Fatalf("$leasehold = %v", lh)
+	}
+	if r := evalExprs(t, []exprCase{{Expr: arg, Vars: map[string]any{"leasehold": lh}}})[0]; r.Error != "" || r.Values[0] != "17" {
+		t.Errorf("the task's Arguments see the token as %+v", r)
+	}
+}

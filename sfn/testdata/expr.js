@@ -1,0 +1,34 @@
+// Evaluates JSONata expressions ("{% ... %}" strings, or bare expressions)
+// with the jsonata reference implementation, each with its own bindings,
+// and reports each value or error. Usage:
+//   node expr.js CASES.json
+// CASES: [{"expr": "...", "vars": {...}, "states": {...}, "repeat": N}, ...]
+// Prints [{"values": [...]} | {"error": "..."}, ...] (repeat: N values of
+// the same expression, for $random).
+const fs = require('fs');
+const jsonata = require('jsonata');
+
+const EXPR = /^\{%([\s\S]*)%\}$/;
+const cases = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
+
+async function one(c) {
+  const m = EXPR.exec(c.expr);
+  const src = m ? m[1].trim() : c.expr;
+  const bindings = Object.assign({}, c.vars || {}, { states: c.states || {} });
+  const values = [];
+  try {
+    const e = jsonata(src);
+    for (let i = 0; i < (c.repeat || 1); i++) {
+      const v = await e.evaluate({}, bindings);
+      values.push(v === undefined ? null : v);
+    }
+    return { values };
+  } catch (err) {
+    return { error: String((err && err.message) || err) };
+  }
+}
+
+Promise.all(cases.map(one)).then(
+  (out) => process.stdout.write(JSON.stringify(out)),
+  (err) => { console.error(String(err)); process.exit(1); },
+);
