@@ -408,8 +408,11 @@ func TestLockNameAndToken(t *testing.T) {
 	task.Task = json.RawMessage(`{"Type": "Task", "Resource": "arn:aws:states:::ecs:runTask.sync",
 		"Arguments": {"Cluster": "c", "Overrides": {"Token": "{% $string($leasehold.token) %}"}}}`)
 	m, _ := mustConfig(t, task)
-	acq := stateOf(t, m, StateAcquire)["Assign"].(map[string]any)["leasehold"].(string)
-	arg := stateOf(t, m, StateTask)["Arguments"].(map[string]any)["Overrides"].(map[string]any)["Token"].(string)
+	acq, _ := stateOf(t, m, StateAcquire)["Assign"].(map[string]any)["leasehold"].(string)
+	arg, _ := dig(stateOf(t, m, StateTask), "Arguments", "Overrides", "Token").(string)
+	if acq == "" || arg == "" {
+		t.Fatalf("Acquire assigns no $leasehold (%q), or the task's Arguments lost it (%q)", acq, arg)
+	}
 	res := evalExprs(t, []exprCase{{Expr: acq, States: map[string]any{"context": ctxAt(0, -1),
 		"result": map[string]any{"Attributes": map[string]any{"Token": map[string]any{"N": "17"}}}}}})
 	lh := res[0].Values[0]

@@ -1,8 +1,8 @@
-// Evaluates JSONata expressions ("{% ... %}" strings, or bare expressions)
+// Evaluates JSONata expressions ("{% ... %}" strings)
 // with the jsonata reference implementation, each with its own bindings,
 // and reports each value or error. Usage:
 //   node expr.js CASES.json
-// CASES: [{"expr": "...", "vars": {...}, "states": {...}, "repeat": N}, ...]
+// CASES: [{"expr": "{% ... %}" (any other string is its own value), "vars": {...}, "states": {...}, "repeat": N}, ...]
 // Prints [{"values": [...]} | {"error": "..."}, ...] (repeat: N values of
 // the same expression, for $random).
 const fs = require('fs');
@@ -13,7 +13,9 @@ const cases = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
 
 async function one(c) {
   const m = EXPR.exec(c.expr);
-  const src = m ? m[1].trim() : c.expr;
+  // A string that is not "{% ... %}" is a literal, as Step Functions reads it.
+  if (!m) return { values: Array(c.repeat || 1).fill(c.expr) };
+  const src = m[1].trim();
   const bindings = Object.assign({}, c.vars || {}, { states: c.states || {} });
   const values = [];
   try {
