@@ -146,10 +146,12 @@ missing_packages() {
 
 # npm_installed: dynalite (MIT), a DynamoDB API on LevelDB or memory;
 # asl-validator and jsonata (the reference implementation), to check the
-# state machines that "leasehold sfn" writes.
+# state machines that "leasehold sfn" writes; @aws-cdk/cfnspec (the
+# CloudFormation resource specification), to check its templates.
 npm_installed() {
 	[ -f "$NPM_DIR/node_modules/dynalite/cli.js" ] && [ -d "$NPM_DIR/node_modules/asl-validator" ] &&
-		[ -d "$NPM_DIR/node_modules/jsonata" ]
+		[ -d "$NPM_DIR/node_modules/jsonata" ] &&
+		[ -f "$NPM_DIR/node_modules/@aws-cdk/cfnspec/spec/specification.json" ]
 }
 
 install() {
@@ -167,12 +169,12 @@ install() {
 	fi
 	if ! npm_installed; then
 		if [ "${LEASEHOLD_ENGINES_NO_INSTALL:-}" = 1 ]; then
-			fail "not installed: the npm packages dynalite, asl-validator and jsonata in $NPM_DIR (LEASEHOLD_ENGINES_NO_INSTALL=1 installs nothing)"
+			fail "not installed: the npm packages dynalite, asl-validator, jsonata and @aws-cdk/cfnspec in $NPM_DIR (LEASEHOLD_ENGINES_NO_INSTALL=1 installs nothing)"
 		fi
 		mkdir -p "$NPM_DIR"
-		(cd "$NPM_DIR" && npm install --no-audit --no-fund --loglevel=error dynalite@4 asl-validator@4 jsonata@2 >&2) ||
-			fail "could not install the npm packages dynalite, asl-validator and jsonata (npm, see above)"
-		npm_installed || fail "not installed after npm install: the npm packages dynalite, asl-validator and jsonata in $NPM_DIR"
+		(cd "$NPM_DIR" && npm install --no-audit --no-fund --loglevel=error dynalite@4 asl-validator@4 jsonata@2 @aws-cdk/cfnspec@2 >&2) ||
+			fail "could not install the npm packages dynalite, asl-validator, jsonata and @aws-cdk/cfnspec (npm, see above)"
+		npm_installed || fail "not installed after npm install: the npm packages dynalite, asl-validator, jsonata and @aws-cdk/cfnspec in $NPM_DIR"
 	fi
 }
 
