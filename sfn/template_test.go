@@ -125,7 +125,9 @@ func checkCFNCheckCanFail(t *testing.T) {
 		mutate func(res map[string]any)
 	}{
 		{"unknown type", func(res map[string]any) { res[CFNMachine].(map[string]any)["Type"] = "AWS::StepFunctions::StateMachin" }},
-		{"unknown property", func(res map[string]any) { dig(res[CFNMachine], "Properties").(map[string]any)["Definitions"] = map[string]any{} }},
+		{"unknown property", func(res map[string]any) {
+			dig(res[CFNMachine], "Properties").(map[string]any)["Definitions"] = map[string]any{}
+		}},
 		{"missing required", func(res map[string]any) { delete(dig(res[CFNMachine], "Properties").(map[string]any), "RoleArn") }},
 		{"nested property", func(res map[string]any) {
 			dig(res[CFNCleanupRule], "Properties", "Targets").([]any)[0].(map[string]any)["RoleARN"] = "x"
