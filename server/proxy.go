@@ -855,13 +855,14 @@ func (p *Proxy) CloseSession(ctx context.Context, id string) error {
 }
 
 // attach ties a grant to its session (when it has one); if the session
-// ended meanwhile the grant is released and ErrNoSession returned.
+// expired or ended meanwhile the grant is released and ErrNoSession
+// returned (the Engine checks the session and grants in one step).
 func (p *Proxy) attach(s *proxySession, rec leasehold.Record, ttl time.Duration, t0 time.Time) (leasehold.Record, error) {
 	if s == nil {
 		return rec, nil
 	}
 	p.mu.Lock()
-	if s.ended {
+	if s.ended || !p.clock.Now().Before(s.expires) {
 		p.mu.Unlock()
 		p.releaseGrant(rec.Name, rec.Owner, rec.Token, EventReleased)
 		return leasehold.Record{}, ErrNoSession

@@ -1017,3 +1017,67 @@ func TestProxyRenewAfterSessionExpiryRefused(t *testing.T) {
 		return errors.Is(err, leasehold.ErrNotFound)
 	})
 }
+
+// pxGatedAcquire blocks a TryAcquire of one name until gate is closed, and
+// says when it has started.
+type pxGatedAcquire struct {
+	*pxGatedRenew
+	name    string
+	started chan struct{}
+	gate    chan struct{}
+}
+
+func (s *pxGatedAcquire) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
+	if req.Name == s.name {
+		close(s.started)
+		<-s.gate
+	}
+	return s.pxGatedRenew.TryAcquire(ctx, req)
+}
+
+// A grant made on the store while its session expired is not handed out:
+// the proxy releases it and answers no-session, as the Engine, which checks
+// the session and grants in one step, would have. The session loop is held
+// up (as above) so that the session has expired but not yet been ended.
+func TestProxyAcquireRacingSessionExpiry(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1_000_000, 0))
+	gr := &pxGatedRenew{Store: memory.New(memory.WithClock(fc)), name: "slow", started: make(chan struct{}), gate: make(chan struct{})}
+	ga := &pxGatedAcquire{pxGatedRenew: gr, name: "late", started: make(chan struct{}), gate: make(chan struct{})}
+	p := pxNew(t, ga, ProxyConfig{Clock: fc})
+	openRenew, openAcquire := pxOnceClose(gr.gate), pxOnceClose(ga.gate)
+	defer openRenew() // before Close (cleanup) waits for the session loop
+	defer openAcquire()
+	ctx := context.Background()
+	sess, err := p.OpenSession(ctx, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := pxReq("slow", "o", 300*time.Millisecond)
+	slow.Session = sess.ID
+	pxAcquire(t, p, slow)
+	fc.WaitForTimers(1)
+	fc.Advance(100 * time.Millisecond) // the loop renews "slow" and hangs
+	<-gr.started
+
+	late := pxReq("late", "o", time.Hour)
+	late.Session = sess.ID
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.Acquire(ctx, late)
+		errc <- err
+	}()
+	<-ga.started            // the acquire checked the session (alive) and is on the store
+	fc.Advance(time.Second) // the session expires meanwhile
+	openAcquire()           // the store grants "late"
+	if err := <-errc; !errors.Is(err, ErrNoSession) {
+		t.Fatalf("Acquire granted while its session expired = %v, want ErrNoSession", err)
+	}
+	if _, err := p.Get(ctx, "late"); !errors.Is(err, leasehold.ErrNotFound) {
+		t.Fatalf("the grant made as the session expired is still held: %v", err)
+	}
+}
+
+func pxOnceClose(ch chan struct{}) func() {
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
