@@ -134,6 +134,16 @@ func checkInterval(grace time.Duration) time.Duration {
 	return max(min(grace/4, 250*time.Millisecond), time.Millisecond)
 }
 
+// tick is the watchdog's periodic work: pass a moved deadline on to the
+// keeper, then apply the grace window and the deadline to the time left on
+// the earlier of the monotonic and the boot-time clock, so that a command
+// that was suspended with the machine is stopped as soon as it resumes
+// past the lease's deadline.
+func (w *watchdog) tick() {
+	w.passDeadline()
+	w.check(w.lease.Remaining())
+}
+
 // check applies the grace window and the deadline, with left the lease's
 // time left (Lease.Remaining).
 func (w *watchdog) check(left time.Duration) {

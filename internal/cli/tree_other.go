@@ -83,7 +83,7 @@ func (w *watchdog) loop(ctx context.Context, t *tree, sigs <-chan os.Signal) tre
 			done = nil
 			w.onDone(w.lease.Remaining())
 		case <-tick.C:
-			w.check(w.lease.Remaining())
+			w.tick()
 		}
 	}
 }

@@ -85,8 +85,7 @@ func (w *watchdog) loop(ctx context.Context, t *tree, sigs <-chan os.Signal) tre
 			done = nil
 			w.onDone(w.lease.Remaining())
 		case <-tick.C:
-			w.passDeadline()
-			w.check(w.lease.Remaining())
+			w.tick()
 		}
 	}
 }

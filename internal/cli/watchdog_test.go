@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/memory"
+)
+
+// fakeTree records what the watchdog does to the command's group.
+type fakeTree struct {
+	sigs      []os.Signal
+	remaining []time.Duration
+}
+
+func (f *fakeTree) signal(sig os.Signal)         { f.sigs = append(f.sigs, sig) }
+func (f *fakeTree) setRemaining(d time.Duration) { f.remaining = append(f.remaining, d) }
+
+// fakeLease takes a lease with ttl on a client whose clock is fk.
+func fakeLease(t *testing.T, fk *clock.Fake, ttl time.Duration) *leasehold.Lease {
+	t.Helper()
+	c, err := leasehold.New(memory.New(), leasehold.WithClock(fk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryAcquire(context.Background(), "w", leasehold.TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
+	return l
+}
+
+// A machine suspended past the lease's deadline: the monotonic clock stood
+// still, the boot-time clock did not. The watchdog's next tick after the
+// resume must kill the group, as Lease.Held would say it is lost.
+func TestWatchdogBootDeadline(t *testing.T) {
+	fk := clock.NewFake(time.Unix(1_000_000, 0))
+	l := fakeLease(t, fk, 3*time.Second)
+	tree := &fakeTree{}
+	w := &watchdog{lease: l, grace: time.Second, tree: tree, stderr: io.Discard, name: "w"}
+
+	w.tick()
+	if len(tree.sigs) != 0 {
+		t.Fatalf("signals %v while the lease is fresh", tree.sigs)
+	}
+	fk.Suspend(3 * time.Second) // TTL*0.99 - 5ms = 2.965s had been left
+	if l.Held() {
+		t.Fatal("the lease is held after a suspend past its deadline")
+	}
+	w.tick()
+	if want := []os.Signal{sigTERM, os.Kill}; !slices.Equal(tree.sigs, want) {
+		t.Errorf("signals %v after the suspend, want %v", tree.sigs, want)
+	}
+	if w.lost == nil {
+		t.Error("the watchdog does not report the lease lost")
+	}
+}
+
+// A suspend that leaves less than the grace window on the boot-time clock
+// starts the grace window (SIGTERM) at the next tick, not only when the
+// monotonic clock gets there.
+func TestWatchdogBootGrace(t *testing.T) {
+	fk := clock.NewFake(time.Unix(1_000_000, 0))
+	l := fakeLease(t, fk, 3*time.Second)
+	tree := &fakeTree{}
+	w := &watchdog{lease: l, grace: time.Second, tree: tree, stderr: io.Discard, name: "w"}
+	fk.Suspend(2500 * time.Millisecond) // 465ms left on the boot-time clock
+	w.tick()
+	if want := []os.Signal{sigTERM}; !slices.Equal(tree.sigs, want) {
+		t.Errorf("signals %v, want %v", tree.sigs, want)
+	}
+	// The kill comes once the boot-time deadline has passed too.
+	fk.Suspend(500 * time.Millisecond)
+	w.tick()
+	if want := []os.Signal{sigTERM, os.Kill}; !slices.Equal(tree.sigs, want) {
+		t.Errorf("signals %v, want %v", tree.sigs, want)
+	}
+}
+
+// The keeper is given the lease's time left at each tick where the
+// deadline moved (a renewal), and only then.
+func TestWatchdogPassesDeadline(t *testing.T) {
+	fk := clock.NewFake(time.Unix(1_000_000, 0))
+	l := fakeLease(t, fk, 3*time.Second)
+	tree := &fakeTree{}
+	w := &watchdog{lease: l, grace: time.Second, tree: tree, stderr: io.Discard, name: "w"}
+	w.sentDeadline = l.Deadline()
+	w.tick()
+	if len(tree.remaining) != 0 {
+		t.Fatalf("deadline passed on without a renewal: %v", tree.remaining)
+	}
+	fk.Advance(500 * time.Millisecond) // before any timer of the keepalive is due
+	if err := l.Renew(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.tick()
+	w.tick()
+	if len(tree.remaining) != 1 || tree.remaining[0] != 2965*time.Millisecond {
+		t.Errorf("passed on %v, want one 2.965s after the renewal", tree.remaining)
+	}
+}
