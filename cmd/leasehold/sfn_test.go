@@ -28,15 +28,22 @@ import (
 // Functions would) and returns its Arguments: the UpdateItem request.
 func machineRequests(t *testing.T, machine, state, execID string, vars map[string]any) map[string]any {
 	t.Helper()
+	return machineRequestsAt(t, machine, state, execID, time.Now(), map[string]any{}, vars)
+}
+
+// machineRequestsAt is machineRequests for a state entered at entered with
+// the given input.
+func machineRequestsAt(t *testing.T, machine, state, execID string, entered time.Time, input any, vars map[string]any) map[string]any {
+	t.Helper()
 	mods := os.Getenv("LEASEHOLD_TEST_NODE_MODULES")
 	nodeBin, err := exec.LookPath("node")
 	if mods == "" || err != nil {
 		enginetest.Missing(t, "node and the npm packages", "$LEASEHOLD_TEST_NODE_MODULES is empty or node is not in PATH")
 	}
 	scenario := map[string]any{
-		"state": state, "input": map[string]any{},
+		"state": state, "input": input,
 		"context": map[string]any{"Execution": map[string]any{"Id": execID},
-			"State": map[string]any{"EnteredTime": time.Now().UTC().Format("2006-01-02T15:04:05.000Z")}},
+			"State": map[string]any{"EnteredTime": entered.UTC().Format("2006-01-02T15:04:05.000Z")}},
 		"vars": vars,
 	}
 	sp := filepath.Join(t.TempDir(), "scenario.json")
@@ -212,4 +219,88 @@ func TestStateMachineAndRunExclude(t *testing.T) {
 		t.Fatalf("run's token %d after the machine's %d", last, want)
 	}
 	t.Logf("tokens: run %d, machine %d (retried: %s), run %d", runToken, machineToken, tok, last)
+}
+
+// TestCleanupMachineReleasesDeadExecution: the cleanup machine's release,
+// sent to dynalite, frees the lock of an execution that ended, but not a
+// grant the same execution took after it ended (a redrive) nor another
+// execution's; leasehold run then gets the lock with a greater token.
+func TestCleanupMachineReleasesDeadExecution(t *testing.T) {
+	base := enginetest.DynamoDBURL(t)
+	table := fmt.Sprintf("sfn_cleanup_%d", time.Now().UnixNano())
+	u := "dynamodb://" + table + base[len("dynamodb://leasehold_test"):]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, err := leasehold(ctx, "store", "init", "--store", u).CombinedOutput(); err != nil {
+		t.Fatalf("store init: %v\n%s", err, out)
+	}
+	store, err := dynamodb.Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	client := store.Client()
+
+	cfg := sfn.Config{Table: table, Lock: "nightly", LambdaARN: "arn:aws:lambda:us-east-1:123456789012:function:job",
+		LambdaTimeout: time.Minute, TTL: time.Hour}
+	dir := t.TempDir()
+	machine, cleanup := filepath.Join(dir, "machine.json"), filepath.Join(dir, "cleanup.json")
+	for path, gen := range map[string]func(sfn.Config) ([]byte, error){machine: sfn.Generate, cleanup: sfn.Cleanup} {
+		def, err := gen(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, def, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dead := "arn:aws:states:us-east-1:123456789012:execution:nightly:dead"
+	event := func(exec string, stopped time.Time) map[string]any {
+		return map[string]any{"source": "aws.states", "detail-type": "Step Functions Execution Status Change",
+			"detail": map[string]any{"executionArn": exec, "status": "ABORTED", "stopDate": stopped.UnixMilli()}}
+	}
+	acquiredAt := time.Now().Add(-time.Minute)
+	if _, err := send(t, client, machineRequestsAt(t, machine, sfn.StateAcquire, dead, acquiredAt, map[string]any{}, nil)); err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	stopped := acquiredAt.Add(10 * time.Second)
+	// Another execution's end releases nothing.
+	other := machineRequestsAt(t, cleanup, sfn.CleanupStateRelease, "arn:cleanup:1", time.Now(), event(dead+"-other", stopped), nil)
+	if _, err := send(t, client, other); !conditionFailed(err) {
+		t.Fatalf("cleanup of another execution: %v", err)
+	}
+	// The dead execution's own end releases its grant.
+	own := machineRequestsAt(t, cleanup, sfn.CleanupStateRelease, "arn:cleanup:2", time.Now(), event(dead, stopped), nil)
+	if _, err := send(t, client, own); err != nil {
+		t.Fatalf("cleanup of the dead execution: %v", err)
+	}
+	if ls := status(t, u, "nightly"); len(ls) != 0 {
+		t.Fatalf("still held after the cleanup: %+v", ls)
+	}
+	// Redriven, the execution acquires again after it stopped: the late
+	// cleanup of its earlier end leaves the new grant alone.
+	out, err := send(t, client, machineRequestsAt(t, machine, sfn.StateAcquire, dead, stopped.Add(5*time.Second), map[string]any{}, nil))
+	if err != nil {
+		t.Fatalf("re-acquire after a redrive: %v", err)
+	}
+	redriven, _ := strconv.ParseUint(out.Attributes["Token"].(*types.AttributeValueMemberN).Value, 10, 64)
+	if _, err := send(t, client, own); !conditionFailed(err) {
+		t.Fatalf("the cleanup of the earlier end released the redriven grant: %v", err)
+	}
+	if ls := status(t, u, "nightly"); len(ls) != 1 || ls[0].Owner != dead {
+		t.Fatalf("after the late cleanup: %+v", ls)
+	}
+	// Its end in turn is cleaned up; then leasehold run gets a greater token.
+	later := machineRequestsAt(t, cleanup, sfn.CleanupStateRelease, "arn:cleanup:3", time.Now(), event(dead, time.Now()), nil)
+	if _, err := send(t, client, later); err != nil {
+		t.Fatalf("cleanup of the redriven execution: %v", err)
+	}
+	b, err := leasehold(ctx, "run", "--store", u, "--no-wait", "nightly", "--", "sh", "-c", `echo "$LEASEHOLD_TOKEN"`).Output()
+	if err != nil {
+		t.Fatalf("leasehold run after the cleanup: %v", err)
+	}
+	last, _ := strconv.ParseUint(string(b[:len(b)-1]), 10, 64)
+	if last <= redriven {
+		t.Fatalf("run's token %d after the machine's %d", last, redriven)
+	}
 }
