@@ -873,6 +873,10 @@ func (s *HTTPStore) OpenSession(ctx context.Context, ttl time.Duration, opts ...
 			_, err := x.s.do(ctx, call{method: http.MethodPost, path: "/v1/sessions/" + url.PathEscape(x.id) + "/keepalive", replayable: true}, nil)
 			return err
 		}, func(err error) bool { return errors.Is(err, ErrNoSession) })
+		if !x.closed.Load() {
+			// The store was closed: nothing keeps the session alive now.
+			x.end(fmt.Errorf("session %s: %w: its store was closed", x.id, leasehold.ErrLost))
+		}
 	}()
 	return x, nil
 }

@@ -396,3 +396,30 @@ func TestSessionBadOptions(t *testing.T) {
 		t.Fatalf("%d sessions opened by refused calls", n)
 	}
 }
+
+// Closing the HTTP store a session was opened on stops its keepalive: the
+// session, and every lease taken through it, is lost at once rather than
+// at the session's deadline.
+func TestSessionStoreClosedLosesLeases(t *testing.T) {
+	es := startEngine(t, server.HandlerOptions{})
+	s := es.open(t, "")
+	ctx := ctxT(t)
+	sess, err := s.OpenSession(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := leasehold.New(sess.Store(), leasehold.WithOwner("a"))
+	l, err := c.TryAcquire(ctx, "closed-store", leasehold.TTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("lease not lost when its session's store was closed")
+	}
+	if !errors.Is(l.Err(), leasehold.ErrLost) || !errors.Is(sess.Err(), leasehold.ErrLost) {
+		t.Fatalf("lease Err %v, session Err %v; want ErrLost", l.Err(), sess.Err())
+	}
+}
