@@ -234,8 +234,10 @@ func OpenHTTP(rawURL string) (*HTTPStore, error) {
 func noRedirects(req *http.Request, via []*http.Request) error { return http.ErrUseLastResponse }
 
 // Close ends the store's watches and sessions' keepalives and closes its
-// idle connections. It does not release leases. Later calls return
-// leasehold.ErrClosed. Closing a Session's store does nothing.
+// idle connections. It does not release leases; the sessions opened on it
+// end (Err matches leasehold.ErrLost), and so the leases taken through them
+// are lost at once (the server frees them when the sessions expire). Later
+// calls return leasehold.ErrClosed. Closing a Session's store does nothing.
 func (s *HTTPStore) Close() error {
 	if s.borrowed {
 		return nil
