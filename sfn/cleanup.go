@@ -20,7 +20,7 @@ var DeadStatuses = []string{"FAILED", "TIMED_OUT", "ABORTED"}
 // Cleanup returns the cleanup machine (ASL, JSONata): started by the rule
 // of EventPattern with a "Step Functions Execution Status Change" event of
 // an execution of the lock machine that ended FAILED, TIMED_OUT or
-// ABORTED, it waits Plan.Hold (the work the execution started may still
+// ABORTED, it waits until Plan.Hold after the execution's stopDate (the work the execution started may still
 // run that long: the Lambda function's timeout plus 10 s, or TaskGrace)
 // and then releases the lock with one conditional UpdateItem, only if
 // the dead execution still holds it (Owner is its ARN, Held) with a
@@ -41,16 +41,16 @@ func (c *Config) cleanupMachine() (obj, error) {
 		return nil, err
 	}
 	return obj{
-		"Comment": fmt.Sprintf("Releases the leasehold lock %q (DynamoDB table %s) held by an execution that ended FAILED, TIMED_OUT or ABORTED, %d s after it ended.",
+		"Comment": fmt.Sprintf("Releases the leasehold lock %q (DynamoDB table %s) held by an execution that ended FAILED, TIMED_OUT or ABORTED, %d s after it stopped.",
 			c.Lock, c.Table, seconds(p.Hold)),
 		"QueryLanguage": "JSONata",
 		"StartAt":       CleanupStateHold,
 		"States": obj{
 			CleanupStateHold: obj{
-				"Type":    "Wait",
-				"Comment": "The work the dead execution started may run this long after Step Functions stopped waiting for it.",
-				"Seconds": seconds(p.Hold),
-				"Next":    CleanupStateRelease,
+				"Type":      "Wait",
+				"Comment":   "The work the dead execution started may run this long after it stopped.",
+				"Timestamp": js(fmt.Sprintf(`$fromMillis($states.input.detail.stopDate + %d)`, p.Hold.Milliseconds())),
+				"Next":      CleanupStateRelease,
 			},
 			CleanupStateRelease: obj{
 				"Type":     "Task",

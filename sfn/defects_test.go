@@ -124,10 +124,24 @@ func TestRedriveReacquires(t *testing.T) {
 	if r := res[7]; r.Error != "" || r.Values[0] != false {
 		t.Errorf("AfterTaskError sees a redrive where there is none: %+v", r)
 	}
-	// The redrive path waits the hold, then acquires again.
+	// The redrive path waits until the earlier attempt's work cannot run:
+	// the earlier lease's expiry or the hold from now, whichever is
+	// sooner (the hold when the variables are gone), then acquires again.
 	hold := stateOf(t, m, StateRedriveHold)
-	if hold["Type"] != "Wait" || hold["Seconds"] != float64(seconds(p.Hold)) || hold["Next"] != StateRedriven {
-		t.Errorf("RedriveHold = %v, want a Wait of %d s to %s", hold, seconds(p.Hold), StateRedriven)
+	if hold["Type"] != "Wait" || hold["Next"] != StateRedriven {
+		t.Errorf("RedriveHold = %v, want a Wait to %s", hold, StateRedriven)
+	}
+	ts, _ := hold["Timestamp"].(string)
+	at := 10 * time.Minute
+	res = evalExprs(t, []exprCase{
+		{Expr: ts, Vars: map[string]any{"lh_expires": testEpoch.Add(time.Hour).UnixMilli()}, States: map[string]any{"context": ctxAt(at, 1)}},
+		{Expr: ts, Vars: map[string]any{"lh_expires": testEpoch.Add(at + time.Minute).UnixMilli()}, States: map[string]any{"context": ctxAt(at, 1)}},
+		{Expr: ts, Vars: map[string]any{}, States: map[string]any{"context": ctxAt(at, 1)}},
+	})
+	for i, want := range []time.Time{testEpoch.Add(at + p.Hold), testEpoch.Add(at + time.Minute), testEpoch.Add(at + p.Hold)} {
+		if r := res[i]; r.Error != "" || r.Values[0] != want.Format("2006-01-02T15:04:05.000Z") {
+			t.Errorf("RedriveHold case %d waits until %+v, want %s", i, r, want)
+		}
 	}
 	if got := stateOf(t, m, StateRedriven)["Next"]; got != StateAcquire {
 		t.Errorf("Redriven goes to %v, want %s", got, StateAcquire)
@@ -259,8 +273,30 @@ func TestHoldAfterTimeout(t *testing.T) {
 		}
 	}
 	hold := stateOf(t, m, StateHoldAfterTimeout)
-	if hold["Seconds"] != float64(seconds(lambdaConfig.LambdaTimeout+LambdaStartAllowance)) || hold["Next"] != StateReleaseAfterFailure {
-		t.Errorf("HoldAfterTimeout = %v, want %d s then %s", hold, seconds(p.Hold), StateReleaseAfterFailure)
+	if hold["Next"] != StateReleaseAfterFailure {
+		t.Errorf("HoldAfterTimeout goes to %v", hold["Next"])
+	}
+	// Until the work cannot run: the task's bound from its entry, or the
+	// function's timeout + 10 s from the error, whichever is sooner.
+	if p.Hold != lambdaConfig.LambdaTimeout+LambdaStartAllowance {
+		t.Errorf("hold %s, want the Lambda timeout + %s", p.Hold, LambdaStartAllowance)
+	}
+	catch := stateOf(t, m, StateTask)["Catch"].([]any)[0].(map[string]any)["Assign"].(map[string]any)
+	ts, _ := hold["Timestamp"].(string)
+	res = evalExprs(t, []exprCase{
+		{Expr: catch["lh_task_entered"].(string), States: map[string]any{"context": ctxAt(time.Minute, -1)}},
+		// A service error a second after the task started.
+		{Expr: ts, Vars: map[string]any{"lh_task_entered": testEpoch.Add(time.Minute).UnixMilli()}, States: map[string]any{"context": ctxAt(time.Minute+time.Second, -1)}},
+		// The state's timeout: the bound has passed, the function ended.
+		{Expr: ts, Vars: map[string]any{"lh_task_entered": testEpoch.Add(time.Minute).UnixMilli()}, States: map[string]any{"context": ctxAt(time.Minute+p.Bound, -1)}},
+	})
+	if r := res[0]; r.Error != "" || r.Values[0] != float64(testEpoch.Add(time.Minute).UnixMilli()) {
+		t.Errorf("the task's Catch saves its entry as %+v", r)
+	}
+	for i, want := range []time.Time{testEpoch.Add(time.Minute + p.Bound), testEpoch.Add(time.Minute + p.Bound)} {
+		if r := res[i+1]; r.Error != "" || r.Values[0] != want.Format("2006-01-02T15:04:05.000Z") {
+			t.Errorf("HoldAfterTimeout case %d waits until %+v, want %s", i, r, want)
+		}
 	}
 	if got := stateOf(t, m, StateAfterTaskError)["Default"]; got != StateReleaseAfterFailure {
 		t.Errorf("AfterTaskError's default %v", got)
@@ -421,5 +457,74 @@ func TestLockNameAndToken(t *testing.T) {
 	}
 	if r := evalExprs(t, []exprCase{{Expr: arg, Vars: map[string]any{"leasehold": lh}}})[0]; r.Error != "" || r.Values[0] != "17" {
 		t.Errorf("the task's Arguments see the token as %+v", r)
+	}
+}
+
+// A task's timeout with a grace: the lock is kept the grace after the
+// timeout, not the whole bound.
+func TestHoldAfterTaskTimeout(t *testing.T) {
+	m, p := mustConfig(t, Config{Table: "leasehold", Lock: "l", TaskGrace: 2 * time.Minute, TTL: 2 * time.Hour,
+		Task: json.RawMessage(`{"Type": "Task", "Resource": "arn:aws:states:::ecs:runTask.sync", "Arguments": {},
+			"Retry": [{"ErrorEquals": ["ECS.AmazonECSException"], "MaxAttempts": 2}]}`)})
+	ts := stateOf(t, m, StateHoldAfterTimeout)["Timestamp"].(string)
+	entered := testEpoch.Add(time.Minute)
+	failedAt := p.TaskTimeout // the first attempt timed out
+	r := evalExprs(t, []exprCase{{Expr: ts, Vars: map[string]any{"lh_task_entered": entered.UnixMilli()},
+		States: map[string]any{"context": ctxAt(time.Minute+failedAt, -1)}}})[0]
+	if want := entered.Add(failedAt + 2*time.Minute).Format("2006-01-02T15:04:05.000Z"); r.Error != "" || r.Values[0] != want {
+		t.Errorf("after the first attempt's timeout the hold ends %+v, want %s (the grace later)", r, want)
+	}
+	if p.Bound+p.AcquireAllowance+2*time.Minute/10 > 2*time.Hour {
+		t.Errorf("bound %s does not fit", p.Bound)
+	}
+}
+
+// The cleanup machine waits the hold after the execution stopped, then
+// releases only that execution's grant from before it stopped.
+func TestCleanupMachine(t *testing.T) {
+	def, err := Cleanup(lambdaConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(def, &m); err != nil {
+		t.Fatal(err)
+	}
+	var v validation
+	if err := json.Unmarshal(node(t, "validate.js", writeJSON(t, m)), &v); err != nil {
+		t.Fatal(err)
+	}
+	if !v.IsValid {
+		t.Errorf("asl-validator rejects the cleanup machine: %v", v.Errors)
+	}
+	stopped := testEpoch.Add(time.Minute)
+	event := map[string]any{"detail": map[string]any{"executionArn": testExec, "status": "ABORTED", "stopDate": stopped.UnixMilli()}}
+	p, _ := lambdaConfig.Plan()
+	ts := stateOf(t, m, CleanupStateHold)["Timestamp"].(string)
+	rel := stateOf(t, m, CleanupStateRelease)
+	vals := dig(rel, "Arguments", "ExpressionAttributeValues").(map[string]any)
+	res := evalExprs(t, []exprCase{
+		{Expr: ts, States: map[string]any{"input": event}},
+		{Expr: dig(vals, ":dead", "S").(string), States: map[string]any{"input": event}},
+		{Expr: dig(vals, ":stopped", "N").(string), States: map[string]any{"input": event}},
+		{Expr: ts, States: map[string]any{"input": map[string]any{"detail": map[string]any{}}}},
+	})
+	if want := stopped.Add(p.Hold).Format("2006-01-02T15:04:05.000Z"); res[0].Error != "" || res[0].Values[0] != want {
+		t.Errorf("the cleanup waits until %+v, want %s", res[0], want)
+	}
+	if res[1].Values[0] != testExec || res[2].Values[0] != fmt.Sprint(stopped.UnixMilli()) {
+		t.Errorf("the cleanup's release values: %+v %+v", res[1], res[2])
+	}
+	// Undefined (as here) or an error both fail the Wait state in Step
+	// Functions (States.QueryEvaluationError): nothing is released.
+	if res[3].Error == "" && res[3].Values[0] != nil {
+		t.Errorf("an event without stopDate gives a hold until %v, want no value (nothing released)", res[3].Values)
+	}
+	if got := dig(rel, "Arguments", "ConditionExpression"); got != "#owner = :dead AND Held = :true AND AcquiredAtMs <= :stopped" {
+		t.Errorf("the cleanup's condition %v", got)
+	}
+	pattern := EventPattern("arn:m")
+	if mustJSON(t, pattern) != `{"detail":{"stateMachineArn":["arn:m"],"status":["FAILED","TIMED_OUT","ABORTED"]},"detail-type":["Step Functions Execution Status Change"],"source":["aws.states"]}` {
+		t.Errorf("event pattern %s", mustJSON(t, pattern))
 	}
 }

@@ -127,16 +127,19 @@ func (c *Config) machine() (obj, Plan, error) {
 			"Default": StateReleaseAfterFailure,
 		},
 		StateHoldAfterTimeout: obj{
-			"Type":    "Wait",
-			"Comment": "Step Functions stopped waiting for the work, which may still run: keep the lock until it cannot.",
-			"Seconds": seconds(p.Hold),
-			"Next":    StateReleaseAfterFailure,
+			"Type": "Wait",
+			"Comment": "Step Functions stopped waiting for the work, which may still run: keep the lock until it cannot " +
+				"(the task's bound from its entry, or the hold from now, whichever is sooner).",
+			"Timestamp": js(fmt.Sprintf(`$fromMillis($min([$lh_task_entered + %d, %s + %d]))`,
+				p.Bound.Milliseconds(), now, p.Hold.Milliseconds())),
+			"Next": StateReleaseAfterFailure,
 		},
 		StateRedriveHold: obj{
-			"Type":    "Wait",
-			"Comment": "Redriven into the task: the earlier attempt's work may still run; wait until it cannot, then acquire again.",
-			"Seconds": seconds(p.Hold),
-			"Next":    StateRedriven,
+			"Type": "Wait",
+			"Comment": "Redriven into the task: the earlier attempt's work may still run; wait until it cannot " +
+				"(the earlier lease's expiry, or the hold from now, whichever is sooner), then acquire again.",
+			"Timestamp": js(fmt.Sprintf(`$fromMillis($min([$lh_expires, %s + %d]))`, now, p.Hold.Milliseconds())),
+			"Next":      StateRedriven,
 		},
 		StateRedriven: obj{
 			"Type": "Pass",
@@ -348,8 +351,9 @@ func (c *Config) taskState(p Plan) (obj, error) {
 	st["Next"] = StateRelease
 	st["Catch"] = []any{obj{
 		"ErrorEquals": []any{"States.ALL"},
-		"Assign":      obj{"lh_error": js(`$states.errorOutput`)},
-		"Next":        StateAfterTaskError,
+		"Assign": obj{"lh_error": js(`$states.errorOutput`),
+			"lh_task_entered": js(exprNow)},
+		"Next": StateAfterTaskError,
 	}}
 	return st, nil
 }
