@@ -53,6 +53,8 @@ type RESPStore struct {
 	timeout   time.Duration
 	waitChunk time.Duration
 	closed    atomic.Bool
+	ctx       context.Context // ends at Close: ends the sessions' keepalives
+	cancel    context.CancelFunc
 
 	subOnce sync.Once
 	sub     *resp.Subscriber // Watch's connection, made on first use
@@ -236,12 +238,14 @@ func newRESPStore(ctx context.Context, cfg respConfig) (*RESPStore, error) {
 		}
 	}
 	s := &RESPStore{addr: cfg.addr, timeout: cfg.timeout, waitChunk: cfg.waitChunk}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.cl = resp.NewClient(resp.ClientOptions{
 		Dial: dial, Init: init, Conns: cfg.conns, MaxIdle: cfg.idle, Timeout: cfg.timeout,
 		MaxArray: 1 << 24, // LH.LIST may return many leases; memory still follows the bytes received
 	})
 	if err := s.cl.Connect(ctx); err != nil {
 		s.cl.Close()
+		s.cancel()
 		return nil, s.mapErr(err)
 	}
 	return s, nil
@@ -249,9 +253,12 @@ func newRESPStore(ctx context.Context, cfg respConfig) (*RESPStore, error) {
 
 // Close closes the store's connections. Requests in flight fail; later
 // calls return leasehold.ErrClosed. Leases held through the store are not
-// released.
+// released; the sessions opened on it end (Err matches leasehold.ErrLost),
+// and so the leases taken through them are lost at once (the server frees
+// them when the sessions expire).
 func (s *RESPStore) Close() error {
 	s.closed.Store(true)
+	s.cancel()
 	s.subOnce.Do(func() {}) // no subscriber from now on
 	if s.sub != nil {
 		s.sub.Close()
@@ -672,9 +679,10 @@ type RESPSession struct {
 	*keeper
 	s *RESPStore
 
-	ctx  context.Context // cancelled by Close: stops the keepalive
-	stop context.CancelFunc
-	wg   sync.WaitGroup
+	ctx     context.Context // cancelled by Close and the store's Close: stops the keepalive
+	stop    context.CancelFunc
+	closing atomic.Bool // Close was called
+	wg      sync.WaitGroup
 }
 
 var _ leasehold.Bound = (*RESPSession)(nil)
@@ -710,7 +718,7 @@ func (s *RESPStore) OpenSession(ctx context.Context, ttl time.Duration, opts ...
 		return nil, s.mapErr(err)
 	}
 	ss := &RESPSession{keeper: newKeeper(id, ttl, cfg, t0, b0), s: s}
-	ss.ctx, ss.stop = context.WithCancel(context.Background())
+	ss.ctx, ss.stop = context.WithCancel(s.ctx)
 	ss.wg.Add(1)
 	go func() {
 		defer ss.wg.Done()
@@ -727,7 +735,11 @@ func (s *RESPStore) OpenSession(ctx context.Context, ttl time.Duration, opts ...
 				return ss.s.mapErr(err)
 			}
 			return nil
-		}, func(err error) bool { return errors.Is(err, ErrNoSession) })
+		}, func(err error) bool { return errors.Is(err, ErrNoSession) || errors.Is(err, leasehold.ErrClosed) })
+		if !ss.closing.Load() {
+			// The store was closed: nothing keeps the session alive now.
+			ss.end(fmt.Errorf("session %s: %w: its store was closed", ss.id, leasehold.ErrLost))
+		}
 	}()
 	return ss, nil
 }
@@ -744,6 +756,7 @@ func (ss *RESPSession) TTL() time.Duration { return ss.ttl }
 // leasehold.ErrReleased. Closing an ended session returns nil if Close
 // already ended it, else the error that ended it.
 func (ss *RESPSession) Close(ctx context.Context) error {
+	ss.closing.Store(true)
 	ss.stop()
 	ss.wg.Wait()
 	if err := ss.Err(); err != nil {

@@ -174,8 +174,8 @@ const maxKeepaliveSleep = time.Second
 // run is the keepalive loop: every TTL/3 from the last confirmed keepalive
 // it calls send, whose context ends at the session's deadline. A success
 // moves the deadline on (from before the request was sent); an error for
-// which gone is true (the server does not know the session) ends the
-// session at once; other errors are retried sooner, until the deadline
+// which gone is true (the server does not know the session, or the store
+// was closed) ends the session at once; other errors are retried sooner, until the deadline
 // passes, which ends the session. It returns when ctx ends or the session
 // has ended.
 func (k *keeper) run(ctx context.Context, t0 time.Time, send func(context.Context) error, gone func(error) bool) {
@@ -220,7 +220,7 @@ func (k *keeper) run(ctx context.Context, t0 time.Time, send func(context.Contex
 			}
 			next = sent.Add(every)
 		case gone(err):
-			k.end(fmt.Errorf("session %s: %w: the server no longer knows it (%w)", k.id, leasehold.ErrLost, err))
+			k.end(fmt.Errorf("session %s: %w: keepalive refused: %w", k.id, leasehold.ErrLost, err))
 			return
 		case ctx.Err() != nil:
 			return

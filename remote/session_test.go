@@ -397,29 +397,45 @@ func TestSessionBadOptions(t *testing.T) {
 	}
 }
 
-// Closing the HTTP store a session was opened on stops its keepalive: the
+// Closing the store a session was opened on stops its keepalive: the
 // session, and every lease taken through it, is lost at once rather than
-// at the session's deadline.
+// at the session's deadline (a minute away here), over HTTP and RESP.
 func TestSessionStoreClosedLosesLeases(t *testing.T) {
 	es := startEngine(t, server.HandlerOptions{})
-	s := es.open(t, "")
+	rs := startRESPEngine(t, server.EngineConfig{}, server.RESPOptions{})
 	ctx := ctxT(t)
-	sess, err := s.OpenSession(ctx, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := leasehold.New(sess.Store(), leasehold.WithOwner("a"))
-	l, err := c.TryAcquire(ctx, "closed-store", leasehold.TTL(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	select {
-	case <-l.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("lease not lost when its session's store was closed")
-	}
-	if !errors.Is(l.Err(), leasehold.ErrLost) || !errors.Is(sess.Err(), leasehold.ErrLost) {
-		t.Fatalf("lease Err %v, session Err %v; want ErrLost", l.Err(), sess.Err())
+	for _, proto := range []string{"http", "resp"} {
+		var sess leasehold.Bound
+		var ss leasehold.Store
+		var closeStore func()
+		if proto == "http" {
+			s := es.open(t, "")
+			x, err := s.OpenSession(ctx, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sess, ss, closeStore = x, x.Store(), func() { s.Close() }
+		} else {
+			s := rs.open(t, "")
+			x, err := s.OpenSession(ctx, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sess, ss, closeStore = x, x.Store(), func() { s.Close() }
+		}
+		c, _ := leasehold.New(ss, leasehold.WithOwner("a"))
+		l, err := c.TryAcquire(ctx, "closed-store/"+proto, leasehold.TTL(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeStore()
+		select {
+		case <-l.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: lease not lost when its session's store was closed", proto)
+		}
+		if !errors.Is(l.Err(), leasehold.ErrLost) || !errors.Is(sess.Err(), leasehold.ErrLost) {
+			t.Fatalf("%s: lease Err %v, session Err %v; want ErrLost", proto, l.Err(), sess.Err())
+		}
 	}
 }
