@@ -25,7 +25,7 @@ func cfnCheck(t *testing.T, tmpl any) []string {
 	probe := exec.Command(nodeBin, "-e", `require.resolve("@aws-cdk/cfnspec/spec/specification.json")`)
 	probe.Env = append(os.Environ(), "NODE_PATH="+mods)
 	if err := probe.Run(); err != nil {
-		enginetest.Missing(t, "the npm package @aws-cdk/cfnspec", "not in $LEASEHOLD_TEST_NODE_MODULES (scripts/engines.sh installs it)")
+		enginetest.Missing(t, "npm package @aws-cdk/cfnspec", "not in $LEASEHOLD_TEST_NODE_MODULES; scripts/engines.sh installs it")
 	}
 	var out struct {
 		Errors []string `json:"errors"`
