@@ -38,18 +38,21 @@
 //   - A redrive never reaches the task with the old grant: the task's
 //     TimeoutSeconds expression fails (States.QueryEvaluationError, caught)
 //     when $states.context.Execution.RedriveCount differs from the value
-//     saved at Acquire; the machine then waits Hold (a task of the earlier
-//     attempt may still run) and acquires again, with a new token.
+//     saved at Acquire; the machine then waits until the earlier attempt's
+//     work cannot run (the earlier lease's expiry, or Hold from now,
+//     whichever is sooner) and acquires again, with a new token.
 //   - After a task timeout (or a Lambda service error that leaves open
-//     whether the function runs), the machine keeps the lock for Hold
-//     before releasing it.
+//     whether the function runs), the machine keeps the lock until the work
+//     cannot run (the task's bound from its entry, or Hold from the error,
+//     whichever is sooner) before releasing it.
 //   - Release, after success and after every catchable error, is
 //     conditional on owner and token; when it finds another grant the
 //     machine fails with Leasehold.LeaseLost (keeping the task's error in
 //     the cause).
 //   - An execution that ends without running its Catch (stopped, timed out
 //     as a whole, or failed by an uncatchable States.Runtime error) leaves
-//     the lock to the cleanup machine (Hold later) or to its expiry.
+//     the lock to the cleanup machine (Hold after it stopped) or to its
+//     expiry.
 //
 // Not covered: Express workflows (at-least-once), a Lambda whose timeout
 // is raised above LambdaTimeout after the machine is written, and work
@@ -61,24 +64,30 @@
 // The test executor (internal/aslexec) runs exactly this subset:
 //
 //   - Top level: Comment, QueryLanguage "JSONata", StartAt, States.
-//   - State types: Pass (Assign, Next), Choice (Choices with Condition and
-//     Next; Default), Wait (Seconds as a JSONata expression; Assign; Next),
-//     Task (Resource, Arguments, Output, Assign, TimeoutSeconds as a number
-//     or a JSONata expression, Retry, Catch with ErrorEquals, Assign and
-//     Next; Next or End), Succeed, Fail (Error and Cause, literal or
-//     JSONata). A --task state brings its own fields (HeartbeatSeconds,
-//     Credentials, Comment); Retry fields used: ErrorEquals,
-//     IntervalSeconds, MaxAttempts, BackoffRate, MaxDelaySeconds,
-//     JitterStrategy "FULL".
-//   - JSONata: $states.input, $states.result, $states.errorOutput,
+//   - State types and their fields: Pass (Comment, Assign, Output, Next or
+//     End); Choice (Choices with Condition and Next; Default); Wait
+//     (Comment, Seconds or Timestamp, each a JSONata expression; Assign;
+//     Next); Task (Resource, Arguments, Output, Assign, TimeoutSeconds as a
+//     JSONata expression — a number under the mutation sfn-old-redrive —,
+//     Retry, Catch with ErrorEquals, Assign and Next; Next or End);
+//     Succeed; Fail (Error and Cause, literal or JSONata). A --task state
+//     brings its own fields besides (HeartbeatSeconds, Credentials,
+//     Comment, its Retry). Retry fields: ErrorEquals, IntervalSeconds,
+//     MaxAttempts, BackoffRate, JitterStrategy "FULL" (and, in a --task's
+//     Retry, MaxDelaySeconds).
+//   - JSONata bindings: $states.input, $states.result, $states.errorOutput,
 //     $states.context.Execution.Id, $states.context.Execution.RedriveCount
-//     (absent is read as 0), $states.context.State.EnteredTime; variables
-//     lh_input, lh_attempt, lh_deadline, lh_token, lh_expires, lh_redrives,
-//     lh_error, leasehold. Functions: $toMillis, $string, $number, $exists,
-//     $type, $merge, $random, $ceil, $floor, $min, $max, $power, $error,
-//     $contains (none of $partition, $range, $hash, $uuid, $parse).
-//   - Service integrations: arn:aws:states:::dynamodb:updateItem (the
-//     lock machine and the cleanup machine) and
+//     (absent is read as 0), $states.context.State.EnteredTime (also in a
+//     Catch's Assign, where it is the Task state's entry); variables
+//     lh_input, lh_attempt, lh_deadline, lh_token, lh_expires,
+//     lh_redrives, lh_error, lh_task_entered and leasehold. Operators: and,
+//     =, !=, <, <=, +, -, *, /, &, in, ?:, object and array constructors.
+//     Functions: $toMillis, $fromMillis, $string, $number, $exists, $not,
+//     $type, $merge, $random (no seed), $ceil, $min, $max, $power, $error.
+//     An expression that is undefined or throws fails its state with
+//     States.QueryEvaluationError.
+//   - Service integrations: arn:aws:states:::dynamodb:updateItem (both
+//     machines; ReturnValues UPDATED_NEW on Acquire) and
 //     arn:aws:states:::lambda:invoke (with --lambda; a --task brings its
 //     own resource).
 //   - Errors caught: DynamoDB.ConditionalCheckFailedException, States.ALL;
@@ -86,9 +95,11 @@
 //     Leasehold.LockNotAcquired, Leasehold.LeaseLost,
 //     Leasehold.InvalidInput and the task's own.
 //
-// The cleanup machine (Cleanup) is Wait (Hold seconds) → one conditional
-// UpdateItem (Owner is the dead execution, Held, AcquiredAtMs not after
-// its stopDate) → Succeed; the event comes from the rule of EventPattern.
+// The cleanup machine (Cleanup) is Wait (Timestamp: the event's
+// detail.stopDate + Hold) → one conditional UpdateItem (Owner is the dead
+// execution's ARN, Held, AcquiredAtMs not after stopDate) → Succeed (or a
+// Pass saying nothing was released); its input is the EventBridge event
+// that EventPattern matches.
 package sfn
 
 import (
