@@ -224,7 +224,7 @@ func Terraform(c Config) ([]byte, error) {
 			"billing_mode": "PAY_PER_REQUEST",
 			"hash_key":     "LockKey",
 			"attribute":    []any{obj{"name": "LockKey", "type": "S"}},
-			"lifecycle":    []any{obj{"prevent_destroy": true}},
+			"lifecycle":    obj{"prevent_destroy": true},
 		})
 	}
 	jsonField := func(v any) string {
