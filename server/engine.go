@@ -46,7 +46,8 @@ type EngineConfig struct {
 	TombstoneTTL time.Duration
 	// MaxTombstones is how many freed grants are remembered at most; past
 	// it the oldest are forgotten first, even before TombstoneTTL (default
-	// 1,048,576, about 100 bytes each plus the name and owner).
+	// 1,048,576). One takes about 250 bytes of memory and 100 of snapshot
+	// (measured with 19-byte names and 12-byte owners).
 	MaxTombstones int
 }
 
