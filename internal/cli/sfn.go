@@ -19,7 +19,8 @@ Go programs using the same table exclude each other on the same lock. With
 --format it writes instead the cleanup machine, or a CloudFormation (SAM)
 template or Terraform JSON configuration that deploys everything in one
 step: the machine and its role, the table, and the cleanup machine with the
-EventBridge rule that starts it.
+EventBridge rule that starts it (templates need --lambda: a --task's
+permissions cannot be known).
 
 The machine acquires the lock with one conditional UpdateItem, waits a
 random, growing, capped time between attempts for up to --wait (default:
@@ -29,10 +30,11 @@ rest of the lease, counted from the first acquire attempt, covers the
 task's bound: every attempt's timeout, the backoff of its retries, and what
 the work may run on after Step Functions stops waiting for it (the Lambda
 function's own timeout, --lambda-timeout, plus 10s to start; or
---task-grace). A redriven execution never reaches the task with its old
-grant: it waits that long (the earlier attempt's work may still run) and
-acquires again, with a new fencing token. After a task timeout the lock is
-kept as long before it is released. The machine releases the lock after
+--task-grace). Redrives are not reruns of the old grant: a redriven
+execution never reaches the task without acquiring again (with a new
+fencing token), after waiting until the earlier attempt's work can no
+longer run (at most that long). After a task timeout the lock is likewise
+kept until the work can no longer run. The machine releases the lock after
 success and after every catchable failure (then fails with the task's own
 error), and fails with Leasehold.LeaseLost when another grant had replaced
 its own. The task gets the fencing token: a Lambda function in its payload
