@@ -55,11 +55,14 @@ type Lambda struct {
 	// any other error is the function's own, of type "Error", as a Node.js
 	// function throwing new Error(message).
 	Fn func(ctx context.Context, call Call, payload any) (any, error)
-	// Timeout is the function's own timeout. When it passes, Lambda kills
-	// the function: ctx is cancelled, and the invocation fails with
-	// Sandbox.Timedout at once. Fn must stop doing anything another process
-	// could observe once ctx is done (a killed sandbox does nothing more);
-	// the executor cannot stop the goroutine. 0: no timeout.
+	// Timeout is the function's own timeout, counted from the invocation.
+	// When it passes, Lambda kills the function: ctx is cancelled (even if
+	// Fn has returned: work Fn left running in the sandbox dies then), and
+	// an invocation still waiting fails with Sandbox.Timedout at once. Fn
+	// and what it started must stop doing anything another process could
+	// observe once ctx is done (a killed sandbox does nothing more); the
+	// executor cannot stop a goroutine. 0: no timeout, and ctx ends when Fn
+	// returns.
 	Timeout time.Duration
 }
 
@@ -70,6 +73,11 @@ type Call struct {
 	RetryCount int // retries of this state so far in this entry (0: first attempt)
 	// RedriveCount is the execution's redrive count when the task started.
 	RedriveCount int
+	// Abandoned is closed when Step Functions stops waiting for this
+	// attempt: its result arrived, its state timed out, or the execution
+	// was stopped or timed out. A test task that models work which goes
+	// on for a bounded time after it was abandoned starts that time here.
+	Abandoned <-chan struct{}
 }
 
 // Failure is a Step Functions error: a name that Retry and Catch match,

@@ -322,8 +322,10 @@ func (x *Execution) attempt(st *state, states map[string]any, retries int, intr 
 		err error
 	}
 	ch := make(chan answer, 1) // buffered: a task that outlives its attempt does not block
+	abandoned := make(chan struct{})
+	defer close(abandoned)
 	x.mu.Lock()
-	call := Call{Execution: x, State: st.Name, RetryCount: retries, RedriveCount: x.redrive}
+	call := Call{Execution: x, State: st.Name, RetryCount: retries, RedriveCount: x.redrive, Abandoned: abandoned}
 	x.mu.Unlock()
 	go func() {
 		v, err := x.e.invoke(call, st.Resource, args)

@@ -82,21 +82,22 @@ func (e *Executor) lambda(call Call, name string, payload any) (any, error) {
 		return nil, &Failure{Name: "Lambda.ResourceNotFoundException", Cause: "Function not found: " + name}
 	}
 	ctx, cancel := context.WithCancel(e.base)
-	defer cancel()
 	var killed atomic.Bool
-	stopTimer := make(chan struct{})
-	defer close(stopTimer)
 	if l.Timeout > 0 {
+		// The sandbox lives until the function's timeout, whenever Fn
+		// returns; Close ends it too.
 		t := e.clk.NewTimer(l.Timeout)
 		go func() {
 			select {
 			case <-t.C():
 				killed.Store(true)
-				cancel()
-			case <-stopTimer:
+			case <-ctx.Done():
 				t.Stop()
 			}
+			cancel()
 		}()
+	} else {
+		defer cancel()
 	}
 	type answer struct {
 		v   any

@@ -18,9 +18,11 @@ import (
 	"github.com/leasehold/leasehold/internal/verify"
 )
 
-// EnvCommand carries a commandConfig (JSON) to the command that a
-// "leasehold run" of R14 runs: this test binary again (MaybeCommand).
-const EnvCommand = "LEASEHOLD_R14_COMMAND"
+// CommandArg is the first argument of the command that a "leasehold run"
+// of R14 runs — this test binary again, with a commandConfig (JSON) as
+// the second argument (MaybeCommand). An argument, not an environment
+// variable: the supervisor and its command share the environment.
+const CommandArg = "leasehold-r14-command"
 
 type commandConfig struct {
 	Oracle string
@@ -40,18 +42,18 @@ type commandLine struct {
 }
 
 // MaybeCommand turns the process into R14's "leasehold run" command when
-// EnvCommand is set, and never returns then: it takes LEASEHOLD_TOKEN,
-// logs its start, does the fenced increment of the oracle, and logs its
-// end. TestMain calls it before verify.MaybeWorker (the command inherits
-// the environment that made its parent the leasehold command line).
+// its arguments are CommandArg and a configuration, and never returns
+// then: it takes LEASEHOLD_TOKEN, logs its start, does the fenced
+// increment of the oracle, and logs its end. TestMain calls it before
+// verify.MaybeWorker (the command inherits the environment that made its
+// parent the leasehold command line).
 func MaybeCommand() {
-	raw := os.Getenv(EnvCommand)
-	if raw == "" {
+	if len(os.Args) != 3 || os.Args[1] != CommandArg {
 		return
 	}
 	var cfg commandConfig
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "R14 command: bad %s: %v\n", EnvCommand, err)
+	if err := json.Unmarshal([]byte(os.Args[2]), &cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "R14 command: bad configuration: %v\n", err)
 		os.Exit(2)
 	}
 	token, err := strconv.ParseUint(os.Getenv("LEASEHOLD_TOKEN"), 10, 64)
@@ -92,10 +94,10 @@ func (tr *trial) runLoop(t testing.TB, soft, hard context.Context, i int) {
 	exits := map[string]int64{}
 	for n := 0; soft.Err() == nil; n++ {
 		proc := fmt.Sprintf("run%d-%d", i, n)
-		args, _ := json.Marshal([]string{"run", "--store", tr.env.StoreURL, "--ttl", tr.cfg.TTL.String(), tr.cfg.Lock, "--", exe, "-test.run=^$"})
 		cc, _ := json.Marshal(commandConfig{Oracle: tr.env.Oracle.URL(), Key: tr.cfg.Lock, Proc: proc, Log: log, Hold: tr.between(tr.cfg.Hold)})
+		args, _ := json.Marshal([]string{"run", "--store", tr.env.StoreURL, "--ttl", tr.cfg.TTL.String(), tr.cfg.Lock, "--", exe, CommandArg, string(cc)})
 		cmd := exec.CommandContext(hard, exe, "-test.run=^$")
-		cmd.Env = append(os.Environ(), verify.EnvCLI+"="+string(args), EnvCommand+"="+string(cc))
+		cmd.Env = append(os.Environ(), verify.EnvCLI+"="+string(args))
 		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 		cmd.WaitDelay = 10 * time.Second
 		var stderr bytes.Buffer
@@ -106,6 +108,7 @@ func (tr *trial) runLoop(t testing.TB, soft, hard context.Context, i int) {
 		if err != nil && hard.Err() == nil {
 			tr.logf("%s: %v: %s", proc, err, verify.Clip(stderr.String(), 5))
 			tr.count("leasehold run failed", 1)
+			time.Sleep(time.Second) // not a busy loop of failures
 		}
 	}
 	tr.readCommandLog(log, exits)

@@ -22,6 +22,11 @@ const FunctionName = "r14-body"
 // FunctionARN is FunctionName's ARN, as given to the generator.
 const FunctionARN = "arn:aws:lambda:us-east-1:123456789012:function:" + FunctionName
 
+// TaskResource is the resource of R14's --task machine: an integration
+// that runs work Step Functions waits for but cannot stop (a Batch job),
+// run as a Go function; its Arguments carry $leasehold.
+const TaskResource = "arn:aws:states:::batch:submitJob.sync"
+
 // Env is what the trials of one process share: one DynamoDB table (the
 // dynamodb store's layout), one fenced oracle, and one executor per clock
 // skew, each with its own node process for JSONata.
@@ -60,7 +65,8 @@ func NewEnv(t testing.TB, storeURL string, skews []time.Duration, lambdaTimeout 
 	region := u.Query().Get("region")
 	for _, skew := range skews {
 		ex, err := aslexec.New(aslexec.Options{DynamoDB: env.Endpoint, Region: region, Skew: skew,
-			Lambdas: map[string]aslexec.Lambda{FunctionName: {Fn: env.body, Timeout: lambdaTimeout}}})
+			Lambdas:   map[string]aslexec.Lambda{FunctionName: {Fn: env.lambdaBody, Timeout: lambdaTimeout}},
+			Resources: map[string]aslexec.TaskFunc{TaskResource: env.taskBody}})
 		if errors.Is(err, aslexec.ErrNoNode) {
 			enginetest.Missing(t, "node and the npm package jsonata", err.Error())
 		}
@@ -73,9 +79,17 @@ func NewEnv(t testing.TB, storeURL string, skews []time.Duration, lambdaTimeout 
 	return env
 }
 
-// body is the Lambda function: it finds the trial of the lock it was
-// called for and runs its critical section there.
-func (env *Env) body(ctx context.Context, call aslexec.Call, payload any) (any, error) {
+// lambdaBody is the Lambda function and taskBody the --task work: each
+// finds the trial of the lock it was called for and runs its body there.
+func (env *Env) lambdaBody(ctx context.Context, call aslexec.Call, payload any) (any, error) {
+	return env.dispatch(ctx, call, payload, true)
+}
+
+func (env *Env) taskBody(ctx context.Context, call aslexec.Call, args any) (any, error) {
+	return env.dispatch(ctx, call, args, false)
+}
+
+func (env *Env) dispatch(ctx context.Context, call aslexec.Call, payload any, lambda bool) (any, error) {
 	l, err := leaseOf(payload)
 	if err != nil {
 		return nil, err
@@ -84,5 +98,5 @@ func (env *Env) body(ctx context.Context, call aslexec.Call, payload any) (any, 
 	if !ok {
 		return nil, fmt.Errorf("no R14 trial runs on the lock %q", l.Lock)
 	}
-	return v.(*trial).body(ctx, call, l)
+	return v.(*trial).body(ctx, call, l, lambda)
 }

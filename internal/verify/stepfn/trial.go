@@ -2,31 +2,36 @@ package stepfn
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/aslexec"
 	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/sfn"
 	"github.com/leasehold/leasehold/stores"
 )
 
-// Config is one trial: executions of a generated machine, Go workers and
-// "leasehold run" processes contending for one lock.
+// Config is one trial: executions of the generated machines, Go workers
+// and "leasehold run" processes contending for one lock.
 type Config struct {
 	Lock string
-	TTL  time.Duration // the lease time of the machine and of the run processes
-	// MaxDelay is the machine's longest wait between acquire attempts.
+	// TTL is the lease time of the machines and of the run processes.
+	TTL time.Duration
+	// MaxDelay is the machines' longest wait between acquire attempts.
 	MaxDelay time.Duration
+	// TaskGrace is the --task machine's: how long its work may go on after
+	// Step Functions stopped waiting for it (the work model keeps to it).
+	TaskGrace time.Duration
 	// Slots are executions at once: each slot starts an execution, waits
-	// for its end (redriving it as the faults say) and starts the next.
+	// for its end (redriving it as the faults say; the cleanup machine
+	// runs after every dead end, as its EventBridge rule would start it)
+	// and starts the next. Even slots run the Lambda machine, odd ones the
+	// --task machine.
 	Slots int
 	// GoClients are logical processes of the verify lock workload, in this
 	// process, with the dynamodb store; GoTTL their lease time.
@@ -44,17 +49,28 @@ type Config struct {
 	Dir             string // for the run commands' logs
 }
 
-// Faults are the probabilities of what a first invocation of the task
-// body does (the rest behave), and of redrives.
+// Faults are the probabilities of what an execution's first invocation of
+// its task does (retried and redriven invocations behave), and of
+// redrives.
 type Faults struct {
-	Fail    float64 // the body fails (after reading) with its own error
-	Service float64 // the invocation fails with Lambda.ServiceException before the body runs
-	Overrun float64 // the body runs past the state's timeout: it holds for Over
-	Abort   float64 // the execution is aborted (StopExecution) while the body runs
-	Over    [2]time.Duration
+	Fail float64 // the body fails with its own error after reading
+	// Service: Lambda.ServiceException before the function runs;
+	// ServiceRan: Lambda.ServiceException while the function runs on
+	// (Lambda machine only; the --task machine's body behaves instead).
+	Service, ServiceRan float64
+	// Overrun: the Lambda function runs past its own timeout (and is
+	// killed there); the --task work runs past the state's timeout, on
+	// for up to twice TaskGrace after it was abandoned (and stops at
+	// TaskGrace, as its contract says).
+	Overrun float64
+	// Abort: the execution is stopped while the body runs, AbortAfter
+	// into a body that holds for AbortHold; the body goes on.
+	Abort      float64
+	AbortAfter [2]time.Duration
+	AbortHold  [2]time.Duration
 	// RedriveAborted and RedriveFailed are the probabilities that an
-	// aborted or failed (or timed-out) execution is redriven, after
-	// RedriveDelay; at most twice.
+	// aborted or a failed (or timed-out) execution is redriven, after
+	// RedriveDelay; at most twice per execution.
 	RedriveAborted, RedriveFailed float64
 	RedriveDelay                  [2]time.Duration
 }
@@ -65,6 +81,7 @@ type Outcome struct {
 	TokenOrder int                 // critical sections whose token was not above every earlier-ended one's
 	Oracle     verify.OracleResult // of the whole Env's oracle, at the trial's end
 	Counts     map[string]int
+	CSBy       map[string]int // critical sections by client: "sfn", "go", "run"
 	First      string
 	Took       time.Duration
 }
@@ -86,20 +103,21 @@ func (o Outcome) Note() string {
 	for _, k := range keys {
 		fmt.Fprintf(&b, "%s %d, ", k, o.Counts[k])
 	}
-	return fmt.Sprintf("%s%d critical sections, %d overlaps, %d token order, oracle %d accepted / %d rejected, %s",
-		b.String(), o.Result.CS, o.Result.Overlaps, o.TokenOrder, o.Oracle.Accepted, o.Oracle.Rejected, o.Took.Round(time.Second))
+	return fmt.Sprintf("%scritical sections: %d (machines %d, Go workers %d, leasehold run %d), %d overlaps, %d token order, oracle %d accepted / %d rejected, %s",
+		b.String(), o.Result.CS, o.CSBy["sfn"], o.CSBy["go"], o.CSBy["run"], o.Result.Overlaps, o.TokenOrder, o.Oracle.Accepted, o.Oracle.Rejected, o.Took.Round(time.Second))
 }
 
 type trial struct {
-	env    *Env
-	cfg    Config
-	mu     sync.Mutex
-	rng    *rand.Rand
-	evs    []verify.Event
-	counts map[string]int
-	logs   []string
-	bodies sync.WaitGroup
-	nexec  atomic.Int64
+	env      *Env
+	cfg      Config
+	ms       machines
+	cleanups sync.WaitGroup
+	mu       sync.Mutex
+	rng      *rand.Rand
+	evs      []verify.Event
+	counts   map[string]int
+	logs     []string
+	bodies   sync.WaitGroup
 }
 
 func (tr *trial) count(k string, n int) {
@@ -128,95 +146,47 @@ func (tr *trial) between(r [2]time.Duration) time.Duration {
 	return verify.Between(tr.rng, r[0], r[1])
 }
 
-func (tr *trial) chance(p float64) bool {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	return tr.rng.Float64() < p
+// machines are the definitions a trial runs: the Lambda machine, the
+// --task machine, and their cleanup machines.
+type machines struct {
+	lambda, task, lambdaCleanup, taskCleanup []byte
+	lambdaPlan, taskPlan                     sfn.Plan
 }
 
-// draw picks what an invocation does: only an execution's first
-// invocation of a run (no retry, no redrive) gets a fault.
-func (tr *trial) draw(call aslexec.Call) string {
-	if call.RetryCount > 0 || call.RedriveCount > 0 {
-		return "ok"
-	}
-	f := tr.cfg.Faults
-	tr.mu.Lock()
-	x := tr.rng.Float64()
-	tr.mu.Unlock()
-	for _, k := range []struct {
-		p    float64
-		kind string
-	}{{f.Fail, "fail"}, {f.Service, "service"}, {f.Overrun, "overrun"}, {f.Abort, "abort"}} {
-		if x < k.p {
-			return k.kind
+// generate writes the machines as "leasehold sfn" would for the trial.
+func (env *Env) generate(cfg Config) (machines, error) {
+	var m machines
+	lc := sfn.Config{Table: env.Table, Lock: cfg.Lock, LambdaARN: FunctionARN, LambdaTimeout: env.LambdaTimeout,
+		TTL: cfg.TTL, MaxDelay: cfg.MaxDelay, MaxClockSkew: time.Second}
+	task, _ := json.Marshal(map[string]any{"Type": "Task", "Resource": TaskResource,
+		"Arguments": map[string]any{"JobName": "r14", "leasehold": "{% $leasehold %}"}})
+	tc := sfn.Config{Table: env.Table, Lock: cfg.Lock, Task: task, TaskGrace: cfg.TaskGrace,
+		TTL: cfg.TTL, MaxDelay: cfg.MaxDelay, MaxClockSkew: time.Second}
+	var err error
+	for _, step := range []func() error{
+		func() (err error) { m.lambda, err = sfn.Generate(lc); return },
+		func() (err error) { m.lambdaCleanup, err = sfn.Cleanup(lc); return },
+		func() (err error) { m.lambdaPlan, err = lc.Plan(); return },
+		func() (err error) { m.task, err = sfn.Generate(tc); return },
+		func() (err error) { m.taskCleanup, err = sfn.Cleanup(tc); return },
+		func() (err error) { m.taskPlan, err = tc.Plan(); return },
+	} {
+		if err = step(); err != nil {
+			return m, err
 		}
-		x -= k.p
 	}
-	return "ok"
-}
-
-// body is the critical section of the machine's task: a fenced increment
-// of the oracle with the token of the payload, recorded as a critical
-// section from its start to its end — or to the moment Lambda killed it.
-func (tr *trial) body(ctx context.Context, call aslexec.Call, l payloadLease) (any, error) {
-	tr.bodies.Add(1)
-	defer tr.bodies.Done()
-	kind := tr.draw(call)
-	tr.count("body "+kind, 1)
-	if kind == "service" {
-		return nil, aslexec.Fail("Lambda.ServiceException", "R14: injected service error")
-	}
-	var killedAt atomic.Int64
-	stopKill := context.AfterFunc(ctx, func() { killedAt.Store(verify.Mono()) })
-	defer stopKill()
-	hold := tr.between(tr.cfg.Hold)
-	switch kind {
-	case "overrun":
-		hold = tr.between(tr.cfg.Faults.Over)
-	case "abort":
-		d := tr.between([2]time.Duration{0, hold})
-		go func() {
-			time.Sleep(d)
-			if call.Execution.Stop("R14.Aborted", "aborted by R14 while its task ran") == nil {
-				tr.count("aborted in task", 1)
-			}
-		}()
-	}
-	proc := fmt.Sprintf("%s/r%d/a%d", call.Execution.Name, call.RedriveCount, call.RetryCount)
-	from := verify.Mono()
-	wrote, err := tr.env.oc.increment(ctx, l.Lock, proc, l.Token, hold)
-	to := verify.Mono()
-	if k := killedAt.Load(); k != 0 && k < to {
-		to = k // killed at its own timeout: it did nothing after
-	}
-	tr.emit(verify.Event{E: "cs", Worker: "sfn", Proc: proc, Owner: call.Execution.Name, Key: l.Lock, Token: l.Token,
-		From: from, To: to, Wrote: wrote, T: to})
-	switch {
-	case err == nil:
-	case errors.Is(err, errStale):
-		tr.count("stale token refused", 1)
-	case ctx.Err() != nil:
-		tr.count("killed at its timeout", 1)
-	default:
-		tr.logf("%s: %v", proc, err)
-	}
-	if kind == "fail" {
-		return nil, errors.New("R14: injected task failure")
-	}
-	return map[string]any{"wrote": wrote}, nil
+	return m, nil
 }
 
 // Run runs one trial and checks it. It fails t only for a harness error;
 // the caller judges the outcome.
 func (env *Env) Run(t testing.TB, cfg Config) Outcome {
 	t.Helper()
-	def, err := sfn.Generate(sfn.Config{Table: env.Table, Lock: cfg.Lock, LambdaARN: FunctionARN, TTL: cfg.TTL,
-		MaxDelay: cfg.MaxDelay, MaxClockSkew: time.Second})
+	ms, err := env.generate(cfg)
 	if err != nil {
 		t.Fatalf("generate: %v", err)
 	}
-	tr := &trial{env: env, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 14)), counts: map[string]int{}}
+	tr := &trial{env: env, cfg: cfg, ms: ms, rng: rand.New(rand.NewPCG(cfg.Seed, 14)), counts: map[string]int{}}
 	if _, dup := env.trials.LoadOrStore(cfg.Lock, tr); dup {
 		t.Fatalf("two trials on the lock %q", cfg.Lock)
 	}
@@ -231,7 +201,7 @@ func (env *Env) Run(t testing.TB, cfg Config) Outcome {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tr.slot(soft, hard, i, def)
+			tr.slot(soft, hard, i)
 		}()
 	}
 	for i := range cfg.RunLoops {
@@ -250,6 +220,7 @@ func (env *Env) Run(t testing.TB, cfg Config) Outcome {
 		}()
 	}
 	wg.Wait()
+	tr.cleanups.Wait()
 	tr.bodies.Wait() // bodies that outlived their executions
 	h := &verify.History{}
 	if goHist != nil {
@@ -262,7 +233,12 @@ func (env *Env) Run(t testing.TB, cfg Config) Outcome {
 	tr.mu.Unlock()
 	res := verify.Check(h, verify.CheckOptions{NoLinearizability: true})
 	order, firstOrder := tokenOrder(h.Events)
-	o := Outcome{Result: res, TokenOrder: order, Oracle: env.Oracle.Check(), Counts: counts, Took: time.Since(start)}
+	o := Outcome{Result: res, TokenOrder: order, Oracle: env.Oracle.Check(), Counts: counts, Took: time.Since(start), CSBy: map[string]int{}}
+	for _, ev := range h.Events {
+		if ev.E == "cs" {
+			o.CSBy[strings.SplitN(ev.Worker, "-", 2)[0]]++
+		}
+	}
 	o.First = res.FirstBad
 	if o.First == "" {
 		o.First = firstOrder
