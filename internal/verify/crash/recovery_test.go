@@ -11,7 +11,11 @@ import (
 // engine is killed at 100 ms and answers again at 600 ms, having lost its
 // state; x's renewal at 700 ms and its release at 720 ms are refused; y is
 // granted token yToken, asked at yCall.
-func lossHistory(yCall time.Duration, yToken uint64) (*verify.History, []Restart) {
+//
+// With pending, z also asks at 50 ms and gets no answer (indeterminate: a
+// grant that may have been made, at any moment after its call, and may
+// have been undone).
+func lossHistory(yCall time.Duration, yToken uint64, pending bool) (*verify.History, []Restart) {
 	ms := int64(time.Millisecond)
 	ttl := int64(time.Second)
 	var evs []verify.Event
@@ -23,6 +27,9 @@ func lossHistory(yCall time.Duration, yToken uint64) (*verify.History, []Restart
 	op(1, "x", "acquire", "x", 0, 0, 1*ms, true, 100)
 	op(2, "x", "renew", "x", 100, 700*ms, 701*ms, false, 0)
 	op(3, "x", "release", "x", 100, 720*ms, 721*ms, false, 0)
+	if pending {
+		evs = append(evs, verify.Event{E: "call", Worker: "w0", Seq: 5, Proc: "z", Key: "k", Op: "acquire", Owner: "z", ReqID: "z-req", TTL: ttl, T: 50 * ms})
+	}
 	y := int64(yCall)
 	op(4, "y", "acquire", "y", 0, y, y+ms, true, yToken)
 	return &verify.History{Events: evs}, []Restart{{Killed: 100 * ms, Up: 600 * ms}}
@@ -38,16 +45,18 @@ func TestStateLosses(t *testing.T) {
 		name    string
 		yCall   time.Duration
 		yToken  uint64
+		pending bool
 		withOps bool
 		want    string // Result.Checker()
 	}{
-		{"held back", 1100 * time.Millisecond, 200, true, "ok"},
-		{"held back, no loss modelled", 1100 * time.Millisecond, 200, false, "illegal"},
-		{"granted during the old lease", 650 * time.Millisecond, 200, true, "illegal"},
-		{"token not above", 1100 * time.Millisecond, 50, true, "illegal"},
+		{"held back", 1100 * time.Millisecond, 200, false, true, "ok"},
+		{"held back, an acquire pending", 1100 * time.Millisecond, 200, true, true, "ok"},
+		{"held back, no loss modelled", 1100 * time.Millisecond, 200, false, false, "illegal"},
+		{"granted during the old lease", 650 * time.Millisecond, 200, false, true, "illegal"},
+		{"token not above", 1100 * time.Millisecond, 50, false, true, "illegal"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			h, restarts := lossHistory(c.yCall, c.yToken)
+			h, restarts := lossHistory(c.yCall, c.yToken, c.pending)
 			added := 0
 			if c.withOps {
 				h, added = StateLosses(h, restarts)

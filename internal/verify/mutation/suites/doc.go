@@ -15,6 +15,11 @@
 //     catches deadline-from-reply.
 //   - TestSuiteWallJump: the engine's clock's wall reading steps by 1 ms …
 //     288 s every 150 ms; catches expiry-wall-clock.
+//   - TestSuiteRedisRestart: the lock workload on a Redis without
+//     persistence, SIGKILLed and restarted three times (down 100 ms; TTL
+//     and hold-back 1 s; the model told of each restart, crash.StateLosses);
+//     catches no-holdback. It needs redis-server, and fails (as not run)
+//     without it.
 //
 // In a build without the tag the suites skip: TestMutationsCaught runs
 // them.

@@ -11,8 +11,11 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/internal/verify/crash"
 	"github.com/leasehold/leasehold/memory"
+	"github.com/leasehold/leasehold/redis"
 	"github.com/leasehold/leasehold/server"
 )
 
@@ -130,6 +133,9 @@ type suite struct {
 	dur   time.Duration
 	midCS func(ctx context.Context, client int, key string, l *leasehold.Lease)
 	clock func(client int) clock.Clock
+	// model, when set, adds to the history what the model must know of
+	// the faults (engine restarts that lost state).
+	model func(h *verify.History) *verify.History
 }
 
 func newSuite(store leasehold.Store, cfg verify.WorkerConfig, dur time.Duration) *suite {
@@ -143,7 +149,12 @@ func newSuite(store leasehold.Store, cfg verify.WorkerConfig, dur time.Duration)
 
 // run runs the workload for s.dur against a fenced oracle and fails the
 // test with "violations:" if the checkers or the oracle find any.
-func (s *suite) run(t *testing.T) {
+func (s *suite) run(t *testing.T) { s.runWith(t, nil) }
+
+// runWith is run with faults, if not nil, called on the test's goroutine
+// (so it may fail the test) while the workload runs; the workload still
+// runs for s.dur.
+func (s *suite) runWith(t *testing.T, faults func()) {
 	t.Helper()
 	o, err := verify.NewOracle(true)
 	if err != nil {
@@ -164,9 +175,25 @@ func (s *suite) run(t *testing.T) {
 	if s.midCS != nil {
 		in.MidCS = func(c int, key string, l *leasehold.Lease) { s.midCS(ctx, c, key, l) }
 	}
-	h, err := verify.RunInProcess(ctx, s.store, cfg, in)
-	if err != nil {
-		t.Fatal(err)
+	type result struct {
+		h   *verify.History
+		err error
+	}
+	ran := make(chan result, 1)
+	go func() {
+		h, err := verify.RunInProcess(ctx, s.store, cfg, in)
+		ran <- result{h, err}
+	}()
+	if faults != nil {
+		faults()
+	}
+	r := <-ran
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	h := r.h
+	if s.model != nil {
+		h = s.model(h)
 	}
 	res := verify.Check(h, verify.CheckOptions{Timeout: 30 * time.Second})
 	or := o.Check()
@@ -396,4 +423,43 @@ func TestSuiteWallJump(t *testing.T) {
 		t.Logf("%d wall-clock steps", <-done)
 	}()
 	s.run(t)
+}
+
+// TestSuiteRedisRestart: four clients on two keys of a Redis without
+// persistence, SIGKILLed and restarted (down 100 ms) three times, 1.6 s
+// apart; TTL and hold-back 1 s. Each restart loses the leases, the fences
+// and the restart marker; the model is told so (crash.StateLosses). After
+// a restart the waiters, polling every 250 ms at most, ask again within
+// the lost holders' TTL: the store must hold them back until the holders'
+// leases would have expired, and porcupine catches a grant before that.
+func TestSuiteRedisRestart(t *testing.T) {
+	needMutated(t)
+	const ttl = time.Second
+	srv := enginetest.StartRedis(t) // --save "" --appendonly no
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store, err := redis.Open(ctx, fmt.Sprintf("%s?holdback=%s", srv.RedisURL(), ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	s := newSuite(store, verify.WorkerConfig{Keys: keys(2), Clients: 4, TTL: ttl, Hold: 400 * time.Millisecond,
+		OpTimeout: 500 * time.Millisecond, ErrorPause: 50 * time.Millisecond}, 5500*time.Millisecond)
+	var restarts []crash.Restart
+	s.model = func(h *verify.History) *verify.History {
+		h, _ = crash.StateLosses(h, restarts)
+		return h
+	}
+	s.runWith(t, func() {
+		for i := 0; i < 3; i++ {
+			time.Sleep(1500 * time.Millisecond)
+			r := crash.Restart{Killed: verify.Mono()}
+			srv.Kill()
+			time.Sleep(100 * time.Millisecond)
+			srv.Start()
+			r.Up = verify.Mono()
+			restarts = append(restarts, r)
+		}
+	})
+	t.Logf("%d restarts", len(restarts))
 }
