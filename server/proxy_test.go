@@ -1081,3 +1081,58 @@ func pxOnceClose(ch chan struct{}) func() {
 	var once sync.Once
 	return func() { once.Do(func() { close(ch) }) }
 }
+
+// pxGatedRelease blocks the first Release until gate is closed, and sends
+// the name it is releasing on started.
+type pxGatedRelease struct {
+	leasehold.Store
+	once    sync.Once
+	started chan string
+	gate    chan struct{}
+}
+
+func (s *pxGatedRelease) Release(ctx context.Context, name, owner string, token uint64) error {
+	first := false
+	s.once.Do(func() { first = true })
+	if first {
+		s.started <- name
+		<-s.gate
+	}
+	return s.Store.Release(ctx, name, owner, token)
+}
+
+// While a closing session's leases are being released one by one, a Renew
+// of one not yet released must be refused: it is about to be freed.
+func TestProxyRenewDuringSessionCloseRefused(t *testing.T) {
+	gs := &pxGatedRelease{Store: memory.New(), started: make(chan string, 1), gate: make(chan struct{})}
+	p := pxNew(t, gs, ProxyConfig{})
+	openGate := pxOnceClose(gs.gate)
+	defer openGate()
+	ctx := context.Background()
+	sess, err := p.OpenSession(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := map[string]uint64{}
+	for _, name := range []string{"a", "b"} {
+		req := pxReq(name, "o", time.Hour)
+		req.Session = sess.ID
+		tokens[name] = pxAcquire(t, p, req).Token
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- p.CloseSession(ctx, sess.ID) }()
+	first := <-gs.started
+	other := map[string]string{"a": "b", "b": "a"}[first]
+	if err := p.Renew(ctx, other, "o", tokens[other], time.Hour); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Fatalf("Renew of %s while its session closes = %v, want ErrNotHeld", other, err)
+	}
+	openGate()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b"} {
+		if _, err := p.Get(ctx, name); !errors.Is(err, leasehold.ErrNotFound) {
+			t.Fatalf("%s after CloseSession: %v", name, err)
+		}
+	}
+}
