@@ -119,8 +119,8 @@ func startTree(s treeSpec) (*tree, error) {
 		t.tty = openTerminal()
 	}
 	if t.tty != nil && t.tty.ours() {
-		files = append(files, t.tty.f)
-		sys.Foreground, sys.Ctty = true, len(files)-1
+		// For Foreground, Ctty is a descriptor of this process.
+		sys.Foreground, sys.Ctty = true, int(t.tty.f.Fd())
 	}
 	fds := make([]uintptr, len(files))
 	for i, f := range files {
@@ -132,10 +132,11 @@ func startTree(s treeSpec) (*tree, error) {
 	if err != nil && sys.Foreground {
 		// The terminal could not be handed over: run in the background
 		// group, signals are forwarded anyway.
-		sys.Foreground, attr.Files = false, fds[:len(fds)-1]
+		sys.Foreground = false
 		pid, err = syscall.ForkExec(exe, argv, attr)
 	}
 	runtime.KeepAlive(files)
+	runtime.KeepAlive(t.tty)
 	if err != nil {
 		if t.tty != nil {
 			t.tty.f.Close()

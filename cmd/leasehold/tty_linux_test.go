@@ -1,0 +1,201 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// pty is a pseudo-terminal whose master side the test reads and types on.
+type pty struct {
+	t      *testing.T
+	master *os.File
+	slave  *os.File
+
+	mu  sync.Mutex
+	out strings.Builder // everything read from the master
+}
+
+// openPTY opens a pseudo-terminal (Linux /dev/ptmx) and copies what is
+// written to it into p.out.
+func openPTY(t *testing.T) *pty {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	}
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pty{t: t, master: m, slave: s}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := m.Read(buf)
+			p.mu.Lock()
+			p.out.Write(buf[:n])
+			p.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		s.Close()
+		m.Close()
+	})
+	return p
+}
+
+// start runs cmd as the leader of a new session whose controlling terminal
+// is the pty (stdin, stdout and stderr too), as a terminal emulator does.
+func (p *pty) start(cmd *exec.Cmd) {
+	p.t.Helper()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.slave, p.slave, p.slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+}
+
+func (p *pty) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// expect waits until the output contains want (after the first `from`
+// bytes) and returns the offset just past it.
+func (p *pty) expect(from int, want string) int {
+	p.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out := p.output()
+		if i := strings.Index(out[from:], want); i >= 0 {
+			return from + i + len(want)
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("the terminal never showed %q; it shows:\n%s", want, out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (p *pty) typeIn(s string) {
+	p.t.Helper()
+	if _, err := p.master.WriteString(s); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// TestTerminalInteractive runs "leasehold run" in the foreground of a
+// terminal: the command reads a line typed at the terminal, and one Ctrl-C
+// reaches it once; leasehold exits 130 and releases the lease.
+func TestTerminalInteractive(t *testing.T) {
+	store, _ := newStore(t)
+	ints := filepath.Join(t.TempDir(), "ints")
+	p := openPTY(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The command counts the SIGINTs it gets in $1, waits a while for a
+	// second one, then dies from SIGINT.
+	script := `echo ready; read line; echo "got:$line"
+trap 'echo INT >> "$1"' INT
+while ! test -s "$1"; do sleep 0.02; done
+sleep 0.5; trap - INT; kill -INT $$`
+	cmd := leasehold(ctx, "run", "--store", store, "e2e/tty", "--", "sh", "-c", script, "sh", ints)
+	p.start(cmd)
+	at := p.expect(0, "ready")
+	p.typeIn("hello\n")
+	at = p.expect(at, "got:hello")
+	waitHeld(t, store, "e2e/tty")
+	p.typeIn("\x03")
+	err := cmd.Wait()
+	if code := exitCode(err); code != 130 {
+		t.Errorf("exit code %d, want 130; terminal:\n%s", code, p.output())
+	}
+	if n := len(readLines(ints)); n != 1 {
+		t.Errorf("the command got %d SIGINTs from one Ctrl-C, want 1", n)
+	}
+	if ls := status(t, store, "e2e/tty"); len(ls) != 0 {
+		t.Errorf("lease still held after leasehold exited: %+v", ls)
+	}
+}
+
+// TestTerminalJobControl runs "leasehold run" from an interactive bash in
+// a terminal: Ctrl-Z stops the command (bash reports the job stopped, the
+// lease stays held), fg continues it, and Ctrl-C then ends it: exit 130,
+// lease released.
+func TestTerminalJobControl(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("bash is not installed: it is the job-control shell of this test")
+	}
+	store, _ := newStore(t)
+	ticks := filepath.Join(t.TempDir(), "ticks")
+	p := openPTY(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sh := exec.CommandContext(ctx, bash, "--norc", "--noprofile", "-i")
+	sh.Env = []string{"PATH=" + os.Getenv("PATH"), "TERM=dumb", "PS1=$ ", "HOME=" + t.TempDir()}
+	p.start(sh)
+	at := p.expect(0, "$ ")
+	// One command per line: bash goes on with the rest of a line when a
+	// job of it stops.
+	p.typeIn(fmt.Sprintf("%s run --store %s --ttl 10s e2e/job -- sh -c 'echo st''arted; while :; do echo tick >> %s; sleep 0.02; done'\n",
+		bin, store, ticks))
+	at = p.expect(at, "started")
+	waitHeld(t, store, "e2e/job")
+
+	p.typeIn("\x1a") // Ctrl-Z
+	at = p.expect(at, "Stopped")
+	size := func() int { b, _ := os.ReadFile(ticks); return len(b) }
+	time.Sleep(100 * time.Millisecond)
+	before := size()
+	time.Sleep(400 * time.Millisecond)
+	if after := size(); after != before {
+		t.Errorf("the command wrote %d bytes while its job was stopped", after-before)
+	}
+	if ls := status(t, store, "e2e/job"); len(ls) != 1 {
+		t.Errorf("lease not held while the job is stopped: %+v", ls)
+	}
+
+	p.typeIn("fg\n")
+	waitFor := time.Now().Add(20 * time.Second)
+	for size() <= before+100 {
+		if time.Now().After(waitFor) {
+			t.Fatalf("the command did not run again after fg; terminal:\n%s", p.output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.typeIn("\x03") // Ctrl-C
+	at = p.expect(at, "^C")
+	at = p.expect(at, "$ ")
+	p.typeIn("echo \"rc=$?\"\n")
+	p.expect(at, "rc=130")
+	if ls := status(t, store, "e2e/job"); len(ls) != 0 {
+		t.Errorf("lease still held after leasehold exited: %+v", ls)
+	}
+	p.typeIn("exit\n")
+	_ = sh.Wait()
+}
