@@ -164,3 +164,31 @@ while :; do echo "c $LEASEHOLD_OWNER" >> "$1"; sleep 0.01; done & wait`
 	}
 	assertTreeStopped(t, log, "first", "next")
 }
+
+// TestSupervisorStoppedStopsTree stops (SIGSTOP) the PID of a holding
+// "leasehold run": it cannot renew or signal any more, but its keeper
+// kills the command's tree at the lease's deadline, before the next run is
+// granted the lease. Continued, the supervisor reports the lease lost.
+func TestSupervisorStoppedStopsTree(t *testing.T) {
+	store, _ := newStore(t)
+	log := t.TempDir() + "/log"
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	first := leasehold(ctx, "run", "--store", store, "--ttl", "2s", "--owner", "first", "e2e/stop", "--", "sh", "-c", treeScript, "sh", log)
+	startGroup(t, first)
+	waitTree(t, log, "first")
+	if err := syscall.Kill(first.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	next := leasehold(ctx, "run", "--store", store, "--owner", "next", "e2e/stop", "--", "sh", "-c", startScript, "sh", log)
+	if out, err := next.CombinedOutput(); err != nil {
+		t.Fatalf("the next run: %v\n%s", err, out)
+	}
+	assertTreeStopped(t, log, "first", "next")
+	if err := syscall.Kill(first.Process.Pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(first.Wait()); code != 76 {
+		t.Errorf("the stopped supervisor exited %d once continued, want 76 (lost)", code)
+	}
+}
