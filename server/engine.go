@@ -364,7 +364,9 @@ func (e *Engine) refuse(ent *engEntry, err error) error {
 // crash can still undo, after which the recovered state would contradict
 // it. Called with e.mu held; it unlocks.
 func (e *Engine) settle(ent *engEntry) error {
-	if ent == nil {
+	if ent == nil || ent.pending.Load() == 0 {
+		// Nothing pending: everything appended for ent is durable (pending
+		// drops only once the log reports a record durable).
 		e.unlock()
 		return nil
 	}
