@@ -37,9 +37,12 @@ type hotInstance struct {
 
 	// Owned by the head while running: the instance as the head last wrote
 	// or read it (nil: read it afresh), and request ids known not to have
-	// been applied as of that version. Every write since was the head's own
-	// (any other breaks the version condition and empties both), so a
-	// refusal of a known request id needs no check of its request record.
+	// been applied as of that version. It is only a guess between batches —
+	// other processes write the store too — and is never answered from
+	// unchecked: a batch that writes conditions its transaction on
+	// cacheVer (a conflict empties both), and a batch that writes nothing
+	// reads the instance again first. So a refusal of a known request id
+	// needs no check of its request record once the version is confirmed.
 	cache    *instRec
 	cacheVer uint64
 	known    map[string]struct{}
@@ -348,7 +351,10 @@ func (w *Workflows) runBatch(h *hotInstance, batch []*command) []*command {
 			deliver(c, Result{}, err)
 		}
 	}
+	confirmed := false
 	for attempt := 1; ; attempt++ {
+		fresh := confirmed // h.cache was read in this attempt
+		confirmed = false
 		if h.cache == nil {
 			rec, ver, err := w.readInstance(ctx, h.id)
 			if err != nil {
@@ -356,6 +362,7 @@ func (w *Workflows) runBatch(h *hotInstance, batch []*command) []*command {
 				return nil
 			}
 			h.cache, h.cacheVer = &rec, ver
+			fresh = true
 		}
 		cur := *h.cache
 		p := &plan{id: h.id, version: h.cacheVer}
@@ -404,6 +411,24 @@ func (w *Workflows) runBatch(h *hotInstance, batch []*command) []*command {
 			slots = append(slots, s)
 		}
 		p.next = cur
+		if len(p.applied) == 0 && !fresh {
+			// Nothing to write, so no version condition will check the
+			// head's view: another process may have moved the instance
+			// since the head last wrote or read it. Answer only from a
+			// view confirmed now; a changed instance is planned again.
+			rec, ver, err := w.readInstance(ctx, h.id)
+			if err != nil {
+				fail(batch, err)
+				return nil
+			}
+			if ver != h.cacheVer {
+				h.invalidate()
+				h.cache, h.cacheVer = &rec, ver
+				w.m.conflict()
+				confirmed = true // plan again from rec, as read now
+				continue
+			}
+		}
 		if len(p.applied) == 0 {
 			// Nothing to write: refusals check their request ids by
 			// reading (at once).

@@ -568,8 +568,17 @@ func (w *Workflows) leased(ctx context.Context, c *command, s Strategy) (Result,
 	if res, done, err := w.precheck(ctx, c, s); done {
 		return res, err
 	}
-	l, err := w.client.Acquire(actx, w.leaseName(c.id), leasehold.TTL(w.cfg.LeaseTTL), leasehold.NoKeepalive())
+	// The acquire's request id is the transition's: if this process asks
+	// again for the same request, a grant it never heard of is its own.
+	name := w.leaseName(c.id)
+	l, err := w.client.Acquire(actx, name, leasehold.TTL(w.cfg.LeaseTTL), leasehold.NoKeepalive(), leasehold.RequestID(c.requestID))
 	if err != nil {
+		if actx.Err() != nil {
+			// The call gave up (ctx or LockWait) while an attempt may
+			// have been granted: release such a grant now rather than
+			// leave the instance locked for the lease's TTL.
+			w.releaseUnheard(ctx, name, c.requestID)
+		}
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			return Result{}, fmt.Errorf("workflow %q instance %q: lease %q: %w (waited %s)", w.def.Name, c.id, w.leaseName(c.id), leasehold.ErrLockTimeout, w.cfg.LockWait)
 		}
@@ -587,4 +596,22 @@ func (w *Workflows) leased(ctx context.Context, c *command, s Strategy) (Result,
 		return Result{}, fmt.Errorf("workflow %q instance %q: %w", w.def.Name, c.id, l.Err())
 	}
 	return res, err
+}
+
+// releaseUnheard releases a grant of the lease name that an acquire with
+// requestID may have received without its reply reaching us (the caller's
+// context ended meanwhile). The store hands a grant back to the same owner
+// asking with the same request id, so a try-acquire with that id either
+// returns that grant (or a fresh one, the lease being free), which is
+// released at once, or finds the lease held by someone else, which is then
+// not ours. It runs on its own short deadline: the caller's has passed.
+// If the store cannot be reached, the grant expires after its TTL, or this
+// process gets it back when it asks again with the same request id.
+func (w *Workflows) releaseUnheard(ctx context.Context, name, requestID string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(w.cfg.LockWait, 5*time.Second)+time.Second)
+	defer cancel()
+	l, err := w.client.TryAcquire(rctx, name, leasehold.TTL(w.cfg.LeaseTTL), leasehold.NoKeepalive(), leasehold.RequestID(requestID))
+	if err == nil {
+		_ = l.Release(rctx)
+	}
 }
