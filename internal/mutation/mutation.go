@@ -24,9 +24,12 @@
 //     the lease (suite R13).
 //   - no-death-signal: the command of "leasehold run" and "elect" is not
 //     stopped when its supervisor dies or stops renewing (suite R13).
-//   - no-holdback: the Redis store does not hold back grants after it
-//     sees Redis restart with its state lost (run_id changed) (suites R3
-//     and R5 on a Redis without persistence).
+//   - no-holdback: the Redis store never holds back grants after it
+//     notices a restart of Redis (a new run_id, or its restart marker lost
+//     with the data), as if the server were durable; the token floor
+//     stays, so tokens still increase and what is caught is a second
+//     holder (R10's TestSuiteRedisRestart, on a Redis without persistence
+//     that is killed and restarted).
 //   - sfn-old-redrive: the state machines of package sfn reach their Task
 //     on a redrive without acquiring the lock again (the Task's timeout is
 //     a plain number and CheckLease does not compare the redrive count),
