@@ -105,6 +105,10 @@ func (tr *trial) runLoop(t testing.TB, soft, hard context.Context, i int) {
 		err := cmd.Run()
 		exits[proc] = verify.Mono()
 		tr.count("leasehold run", 1)
+		select {
+		case <-soft.Done():
+		case <-time.After(tr.between(tr.cfg.Gap)):
+		}
 		if err != nil && hard.Err() == nil {
 			tr.logf("%s: %v: %s", proc, err, verify.Clip(stderr.String(), 5))
 			tr.count("leasehold run failed", 1)

@@ -39,9 +39,10 @@ const lambdaTimeout = 2 * time.Second
 func config(t *testing.T, lock string) Config {
 	return Config{Lock: lock, TTL: ttl, MaxDelay: 2 * time.Second, TaskGrace: 3 * time.Second,
 		Slots: verify.Size(10, 30), GoClients: 2, GoTTL: 3 * time.Second, RunLoops: 2,
+		Gap:      [2]time.Duration{time.Second, 3 * time.Second},
 		Duration: verify.Size(50*time.Second, 10*time.Minute), Drain: time.Minute,
 		Hold: [2]time.Duration{150 * time.Millisecond, 400 * time.Millisecond},
-		Faults: Faults{Fail: 0.06, Service: 0.03, ServiceRan: 0.03, Overrun: 0.06, Abort: 0.1,
+		Faults: Faults{Fail: 0.1, Service: 0.05, ServiceRan: 0.05, Overrun: 0.12, Abort: 0.18,
 			AbortAfter:     [2]time.Duration{50 * time.Millisecond, 300 * time.Millisecond},
 			AbortHold:      [2]time.Duration{time.Second, 1800 * time.Millisecond},
 			RedriveAborted: 0.7, RedriveFailed: 0.3, RedriveDelay: [2]time.Duration{0, ttl}},
@@ -56,6 +57,7 @@ func TestR14(t *testing.T) {
 	if testing.Short() {
 		t.Skip("R14 runs for about two minutes")
 	}
+	t.Parallel() // beside TestR14Mutation: both mostly wait
 	tg := verify.StartTarget(t, "dynamodb")
 	env := NewEnv(t, tg.URL, skews, lambdaTimeout)
 	cfg := config(t, "r14")

@@ -40,6 +40,9 @@ type Config struct {
 	// RunLoops are loops of "leasehold run --store ... LOCK -- CMD"
 	// processes, one after the other in each loop.
 	RunLoops int
+	// Gap is the pause between two cycles of a Go worker or two runs of a
+	// run loop.
+	Gap [2]time.Duration
 	// Duration is how long new executions start; Drain how long the last
 	// ones may then take before they are aborted.
 	Duration, Drain time.Duration
@@ -252,7 +255,10 @@ func (env *Env) Run(t testing.TB, cfg Config) Outcome {
 	return o
 }
 
-// goWorkers runs the verify lock workload in this process on the lock.
+// goWorkers runs the verify lock workload in this process on the lock:
+// GoClients loops of one cycle each (acquire, fenced increment, release),
+// with a pause of Gap between cycles so that the machines, which poll,
+// get the lock too.
 func (tr *trial) goWorkers(ctx context.Context) *verify.History {
 	octx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	store, err := stores.Open(octx, tr.env.StoreURL)
@@ -262,11 +268,31 @@ func (tr *trial) goWorkers(ctx context.Context) *verify.History {
 		return nil
 	}
 	defer store.Close()
-	h, err := verify.RunInProcess(ctx, store, verify.WorkerConfig{ID: "go-" + tr.cfg.Lock, Keys: []string{tr.cfg.Lock},
-		Clients: tr.cfg.GoClients, TTL: tr.cfg.GoTTL, Oracle: tr.env.Oracle.URL(), Hold: tr.cfg.Hold[0], Seed: tr.cfg.Seed}, verify.InProcess{})
-	if err != nil {
-		tr.logf("go workers: %v", err)
-		return nil
+	var mu sync.Mutex
+	all := &verify.History{}
+	var wg sync.WaitGroup
+	for c := range tr.cfg.GoClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ctx.Err() == nil; n++ {
+				h, err := verify.RunInProcess(ctx, store, verify.WorkerConfig{ID: fmt.Sprintf("go-%d-%d", c, n), Keys: []string{tr.cfg.Lock},
+					Clients: 1, Cycles: 1, TTL: tr.cfg.GoTTL, Oracle: tr.env.Oracle.URL(), Hold: tr.between(tr.cfg.Hold),
+					Seed: tr.cfg.Seed + uint64(c)<<32 + uint64(n)}, verify.InProcess{})
+				if err != nil {
+					tr.logf("go workers: %v", err)
+					return
+				}
+				mu.Lock()
+				all.Events = append(all.Events, h.Events...)
+				mu.Unlock()
+				select {
+				case <-ctx.Done():
+				case <-time.After(tr.between(tr.cfg.Gap)):
+				}
+			}
+		}()
 	}
-	return h
+	wg.Wait()
+	return all
 }
