@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/leasehold/leasehold"
 )
 
 // Strategy is how Transition serialises writers of one instance.
@@ -133,7 +135,42 @@ var (
 	ErrWrongState = errors.New("workflow instance is not in the transition's source state")
 	// ErrNotAllowed is matched (errors.Is) by every *NotAllowedError.
 	ErrNotAllowed = errors.New("transition not allowed by the workflow definition")
+	// ErrRequestReused is matched (errors.Is) by every *RequestReusedError.
+	ErrRequestReused = errors.New("request id already used for another transition or actor")
+	// ErrNoRequest reports (from Lookup) that no transition of the instance
+	// was applied with the request id.
+	ErrNoRequest = errors.New("no transition was applied with this request id")
 )
+
+// RequestReusedError refuses a transition whose request id was already
+// applied to the instance by another actor or for another transition.
+// Nothing changed. Entry is the transition the request id applied: a caller
+// that asks again after a lost reply, from whatever state it read since,
+// learns from it what became of its request. It also matches
+// leasehold.ErrInvalid.
+type RequestReusedError struct {
+	Workflow, Instance string
+	// RequestID, Actor, From and To are what this call asked.
+	RequestID, Actor, From, To string
+	// Entry is the transition the request id applied before.
+	Entry Entry
+}
+
+func (e *RequestReusedError) Error() string {
+	what := "for the transition"
+	if e.Entry.Actor != e.Actor {
+		what = "by another actor,"
+	}
+	return fmt.Sprintf("workflow %q instance %q: request id %q was already used %s %s: %q → %q (version %d); "+
+		"this call asks %s: %q → %q; nothing changed",
+		e.Workflow, e.Instance, e.RequestID, what, e.Entry.Actor, e.Entry.From, e.Entry.To, e.Entry.Version, e.Actor, e.From, e.To)
+}
+
+// Is makes errors.Is(err, ErrRequestReused) and errors.Is(err,
+// leasehold.ErrInvalid) true.
+func (e *RequestReusedError) Is(target error) bool {
+	return target == ErrRequestReused || target == leasehold.ErrInvalid
+}
 
 // WrongStateError refuses a transition that does not start from the
 // instance's current state (and whose target the instance is not in).

@@ -251,6 +251,36 @@ func (w *Workflows) instance(id string, r instRec) Instance {
 	return in
 }
 
+// Lookup returns the transition that requestID applied to instance, or an
+// error matching ErrNoRequest if none was (ErrNoInstance if the instance
+// does not exist). It reads; it changes nothing. A lookup that finds
+// nothing while a call with that request id may still be in flight (its
+// reply lost, its write not yet landed) proves only that the request was
+// not applied yet: to settle the request, ask again with Transition and the
+// same request id, which applies it or says what became of it.
+func (w *Workflows) Lookup(ctx context.Context, instance, requestID string) (Entry, error) {
+	if err := checkName("instance", instance); err != nil {
+		return Entry{}, err
+	}
+	if requestID == "" {
+		return Entry{}, &leasehold.InvalidError{Field: "request id", Reason: "must not be empty"}
+	}
+	if err := leasehold.ValidateRequestID(requestID); err != nil {
+		return Entry{}, err
+	}
+	e, found, err := w.readRequest(ctx, instance, requestID)
+	if err != nil {
+		return Entry{}, err
+	}
+	if found {
+		return e, nil
+	}
+	if _, _, err := w.readInstance(ctx, instance); err != nil {
+		return Entry{}, err
+	}
+	return Entry{}, fmt.Errorf("workflow %q instance %q request %q: %w", w.def.Name, instance, requestID, ErrNoRequest)
+}
+
 // command is one Transition call.
 type command struct {
 	ctx                            context.Context
@@ -270,9 +300,11 @@ type outcome struct {
 //
 //   - Applied: it moved the instance; the history entry and the request
 //     record were written in the same transaction.
-//   - Repeated: requestID was applied before; nothing changed and the
-//     Result is the original one. Reusing a request id for a different
-//     transition is an *leasehold.InvalidError.
+//   - Repeated: requestID was applied before by the same actor for the
+//     same transition (from → to); nothing changed and the Result is the
+//     original one, whatever state the instance is in now. A request id
+//     applied by another actor or for another transition is refused with a
+//     *RequestReusedError that carries the entry it applied.
 //   - AlreadyDone: the instance is in to because ANOTHER request moved it;
 //     Result.Entry says who, which request and when. Nothing changed.
 //
@@ -285,7 +317,13 @@ type outcome struct {
 // Config.LockWait an error matching leasehold.ErrLockTimeout.
 //
 // If ctx ends while the transition is in flight, its outcome is unknown to
-// the caller: calling again with the same requestID tells.
+// the caller: calling again with the same requestID (and actor) tells —
+// Repeated with the entry if it was applied (a *RequestReusedError with the
+// entry if asked from another state since), and otherwise it is applied or
+// refused now; Lookup tells without applying. A lease-based call that gives
+// up while its lease is being granted releases the grant, so that asking
+// again is not kept waiting for the lease's TTL. Only applied transitions
+// are recorded: a request that was refused may be applied when asked again.
 func (w *Workflows) Transition(ctx context.Context, instance, from, to, actor, requestID string) (Result, error) {
 	c := &command{ctx: ctx, id: instance, from: from, to: to, actor: actor, requestID: requestID}
 	if err := w.check(c); err != nil {
@@ -360,12 +398,13 @@ func applied(c *command, e Entry, attempts int) Result {
 		Entry: e, Strategy: e.Strategy, Attempts: attempts}
 }
 
-// repeated answers a request id that was applied before.
+// repeated answers a request id that was applied before: Repeated if this
+// call asks what it applied (same actor and transition), a
+// *RequestReusedError carrying the entry otherwise.
 func (w *Workflows) repeated(c *command, e Entry, s Strategy, attempts int) (Result, error) {
-	if e.From != c.from || e.To != c.to {
-		return Result{}, &leasehold.InvalidError{Field: "request id", Reason: fmt.Sprintf(
-			"%q was already used on instance %q for the transition %q → %q (version %d), not %q → %q",
-			c.requestID, c.id, e.From, e.To, e.Version, c.from, c.to)}
+	if e.From != c.from || e.To != c.to || e.Actor != c.actor {
+		return Result{}, &RequestReusedError{Workflow: w.def.Name, Instance: c.id, RequestID: c.requestID,
+			Actor: c.actor, From: c.from, To: c.to, Entry: e}
 	}
 	return Result{Outcome: Repeated, Instance: c.id, From: c.from, To: c.to, State: e.To, Version: e.Version,
 		Entry: e, Strategy: s, Attempts: attempts}, nil
