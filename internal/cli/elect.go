@@ -17,14 +17,19 @@ CMD gets LEASEHOLD_NAME, LEASEHOLD_OWNER, LEASEHOLD_TOKEN and LEASEHOLD_TERM
 Pass the term to what the leader writes, so that a deposed leader's late
 writes can be rejected.
 
-If leadership is lost while CMD runs (renewals stop being confirmed, or the
-store refuses them), CMD is stopped before another instance can be granted
-leadership: SIGTERM GRACE before the lease's local deadline, SIGKILL at the
-deadline, exactly as "leasehold run" does. Then, with --on-lost exit (the
-default), elect exits 76; with --on-lost restart it becomes a standby again
-and reruns CMD when it next wins.
+CMD runs in a process group of its own, exactly as under "leasehold run":
+signals go to the whole group, and if leadership is lost while CMD runs
+(renewals stop being confirmed, or the store refuses them), the whole group
+is stopped before another instance can be granted leadership: SIGTERM GRACE
+before the lease's local deadline, SIGKILL at the deadline. If this elect
+process dies (SIGKILL, crash, OOM), the group is killed at once; if it is
+stopped or starved, at the lease's local deadline. Then, with --on-lost
+exit (the default), elect exits 76; with --on-lost restart it becomes a
+standby again and reruns CMD when it next wins.
 
-When CMD exits by itself, elect resigns and exits with CMD's exit code.
+When CMD exits by itself, what it left running in its group is stopped
+(SIGTERM, SIGKILL 1s later), then elect resigns and exits with CMD's exit
+code. See docs/wrappers.md for exactly what is guaranteed.
 
 Exit codes: CMD's own, or 64 usage error, 70 store error, 76 leadership
 lost (--on-lost exit), 126/127 CMD cannot run, 128+N on signal N while

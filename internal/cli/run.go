@@ -54,31 +54,55 @@ CMD runs with stdin, stdout and stderr inherited and these variables added:
                     token of every earlier holder of NAME; pass it to the
                     resources you write so they can reject stale writers
 
-The lease is renewed in the background every TTL/3. If no renewal has been
-confirmed by GRACE before the lease's local deadline, CMD gets SIGTERM, and
-SIGKILL if it is still running at the deadline. If the store refuses a
-renewal (the lease expired or was released by someone else), CMD gets
-SIGTERM at once and SIGKILL min(GRACE, time left to the deadline) later; if
-that happens after the SIGTERM for the grace window, SIGKILL follows at
-once. Run then exits 76. Renewals are sent every TTL/3 and the local
-deadline is TTL*0.99 - 5ms after the last one was sent, so GRACE must be
-below the renewal window TTL*0.99 - 5ms - TTL/3 (about 0.66*TTL), and
-should leave time for a renewal round trip.
+CMD runs in a process group of its own, led by a small keeper process
+(leasehold started again), and the whole group lives and dies with the
+lease:
+
+  - Every signal below goes to the whole group, so a shell script's
+    background jobs, make's and npm's children get it too.
+  - The lease is renewed in the background every TTL/3. If no renewal has
+    been confirmed by GRACE before the lease's local deadline (checked on
+    the monotonic and the boot-time clock, so a suspend counts), the group
+    gets SIGTERM, and SIGKILL if anything of it still runs at the deadline.
+    If the store refuses a renewal (the lease expired or was released by
+    someone else), the group gets SIGTERM at once and SIGKILL min(GRACE,
+    time left to the deadline) later; if that happens after the SIGTERM for
+    the grace window, SIGKILL follows at once. Run then exits 76.
+  - When CMD exits, whatever it left running in its group gets SIGTERM, and
+    SIGKILL 1s later (sooner at the deadline), before the lease is released.
+  - If leasehold itself dies (SIGKILL, a crash, the OOM killer), the keeper
+    kills the group at once; if leasehold is stopped or starved so that it
+    cannot renew, the keeper kills the group at the lease's local deadline.
+    Either way before the lease can be granted again.
+
+Renewals are sent every TTL/3 and the local deadline is TTL*0.99 - 5ms after
+the last one was sent, so GRACE must be below the renewal window
+TTL*0.99 - 5ms - TTL/3 (about 0.66*TTL), and should leave time for a
+renewal round trip.
 
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to leasehold are
-forwarded to CMD, which stays in leasehold's process group. A SIGINT or
-SIGQUIT typed at the terminal that leasehold runs in the foreground of
-already reaches CMD from the terminal, so it is not sent a second time. A
-signal received while waiting for the lease ends the wait (exit 128+N).
+forwarded to the group (one that was ignored when leasehold started, as
+under nohup, stays ignored for CMD too). A signal received while waiting
+for the lease ends the wait (exit 128+N).
+
+In a terminal, CMD's group gets the foreground while it runs: it reads the
+terminal, Ctrl-C reaches it once, and Ctrl-Z stops it and leasehold with it
+(the shell shows the job stopped; fg continues both). A job stopped longer
+than the lease's renewal window loses the lease: on fg the group is killed
+and run exits 76.
+
+A process that leaves the group on purpose (setsid, a daemon that double-
+forks) escapes all this: see docs/wrappers.md for what is guaranteed and how
+to close that gap (a systemd unit, a cgroup).
 
 Exit codes:
-  (CMD's)  CMD's exit status; 128+N if CMD died from signal N
+  (CMD's)  CMD's exit status; 128+N if CMD died from signal N (130: Ctrl-C)
   64       usage error: bad flags or arguments, invalid name, owner,
            TTL, grace or store URL (nothing is written to the store)
-  70       store or internal error
+  70       store or internal error (also: the keeper could not be started)
   75       lease not acquired: --no-wait found it held, or --wait timed out
-  76       lease lost (or not renewed in time) while CMD ran; CMD was
-           terminated
+  76       lease lost (or not renewed in time) while CMD ran; CMD's group
+           was stopped
   126, 127 CMD could not be started, or was not found
   128+N    a signal N ended the wait for the lease`
 
