@@ -85,7 +85,11 @@ type Config struct {
 	Beat                     time.Duration    // heartbeat period (default 5 ms)
 	Mutation                 string           // $LEASEHOLD_MUTATION for the supervisors
 	Seed                     uint64
-	Dir                      string // for the logs
+	// StopAtOverlap ends the faults as soon as the log has an overlap (the
+	// mutation runs: one is all they need). Without force-releases an
+	// overlap in part of the log is one in all of it.
+	StopAtOverlap bool
+	Dir           string // for the logs
 }
 
 // Names of the leases, per mode.
@@ -192,6 +196,9 @@ func Run(t testing.TB, cfg Config) Outcome {
 	for end := time.Now().Add(cfg.Duration); time.Now().Before(end); {
 		time.Sleep(verify.Between(h.rng, cfg.Gap[0], cfg.Gap[1]))
 		h.inject(cfg.Faults[h.rng.IntN(len(cfg.Faults))])
+		if cfg.StopAtOverlap && h.overlapSoFar() {
+			break
+		}
 	}
 	survivors := h.stop()
 	stopTail()
@@ -217,6 +224,24 @@ func Run(t testing.TB, cfg Config) Outcome {
 	defer h.mu.Unlock()
 	return Outcome{Result: Check(recs, opts), Supervisors: h.started, Faults: h.faults, Exits: h.exits,
 		Survivors: survivors, ForceTried: h.forceAttempted, BadLines: bad, Took: time.Since(start)}
+}
+
+// overlapSoFar reports whether the log written so far has an overlap.
+func (h *harness) overlapSoFar() bool {
+	f, err := os.Open(h.log)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	recs, _, err := ParseLog(f)
+	if err != nil {
+		return false
+	}
+	opts := CheckOptions{TTL: h.cfg.TTL}
+	if h.cfg.Sem > 0 {
+		opts.Permits = map[string]int{SemName: h.cfg.Permits}
+	}
+	return len(Check(recs, opts).Overlaps) > 0
 }
 
 // Logs returns the end of every supervisor's standard error, for a failure
