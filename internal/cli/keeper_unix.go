@@ -48,8 +48,8 @@ import (
 // binary that calls RunKeeper) a keeper. Its value is keeperProtocol.
 const keeperEnv = "LEASEHOLD_KEEPER"
 
-// keeperProtocol is the version of the pipe protocol below.
-const keeperProtocol = "1"
+// keeperProtocol names the pipe protocol below (and its version).
+const keeperProtocol = "leasehold-keeper/1"
 
 // The keeper's file descriptors (after stdin, stdout and stderr).
 const (
@@ -60,6 +60,10 @@ const (
 // leftoverGrace is how long processes the command left in its group get
 // between SIGTERM and SIGKILL once the command has exited.
 const leftoverGrace = time.Second
+
+// settleTime is how long the keeper lets the rest of the group finish
+// dying with the command before it calls what remains left behind.
+const settleTime = 50 * time.Millisecond
 
 // keeperTick bounds every wait of the keeper, so that after a suspend (when
 // timers stand still) it looks at the boot-time clock within this long.
@@ -192,7 +196,9 @@ func (k *keeper) run(argv []string) int {
 	latest, ok := <-deadlines
 	if !ok {
 		if k.enforce {
-			return ExitInternal // the supervisor is gone: do not start the command
+			// The supervisor is gone: do not start the command.
+			fmt.Fprintln(os.Stderr, "leasehold: keeper: no deadline from the supervisor; the command was not started")
+			return ExitInternal
 		}
 		deadlines = nil
 	}
@@ -285,6 +291,13 @@ func (k *keeper) stopLeftovers(deadlines <-chan hostTime, latest hostTime) (left
 		return "kill", true
 	}
 	empty := func() bool { return errors.Is(unix.Kill(-k.pgid, 0), unix.ESRCH) }
+	// Processes that were dying with the command (a signal to the group)
+	// may not be reaped yet: give them a moment before calling them left.
+	for end := time.Now().Add(settleTime); !empty(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(end) {
+			break
+		}
+	}
 	if empty() {
 		return "", false
 	}

@@ -34,7 +34,8 @@ type tree struct {
 	stop       chan struct{}  // stops the deadline writer
 	wg         sync.WaitGroup // the deadline writer and the report reader
 	copies     sync.WaitGroup // copiers of stdio that are not files
-	closeAfter []*os.File     // our ends of the stdio pipes
+	closeAfter []*os.File     // the child's ends of the stdio pipes
+	ours       []*os.File     // our ends of them, closed by close
 
 	mu  sync.Mutex
 	rep treeReport
@@ -95,6 +96,9 @@ func startTree(s treeSpec) (*tree, error) {
 		repR.Close()
 		repW.Close()
 		t.closeStdio()
+		for _, f := range t.ours {
+			f.Close()
+		}
 		return nil, err
 	}
 	// The first deadline waits in the pipe for the keeper.
@@ -126,7 +130,13 @@ func startTree(s treeSpec) (*tree, error) {
 	for i, f := range files {
 		fds[i] = f.Fd()
 	}
-	attr := &syscall.ProcAttr{Env: append(s.env, keeperEnv+"="+keeperProtocol), Files: fds, Sys: sys}
+	env := make([]string, 0, len(s.env)+1)
+	for _, kv := range s.env {
+		if !strings.HasPrefix(kv, keeperEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	attr := &syscall.ProcAttr{Env: append(env, keeperEnv+"="+keeperProtocol), Files: fds, Sys: sys}
 	argv := append([]string{"leasehold-keeper"}, s.argv...)
 	pid, err := syscall.ForkExec(exe, argv, attr)
 	if err != nil && sys.Foreground {
@@ -146,10 +156,7 @@ func startTree(s treeSpec) (*tree, error) {
 	t.pgid = pid
 	ctlR.Close()
 	repW.Close()
-	for _, f := range t.closeAfter {
-		f.Close() // the child's ends
-	}
-	t.closeAfter = t.closeAfter[:0]
+	t.closeStdio()
 	if t.tty != nil {
 		t.tty.ignoreTTOU()
 	}
@@ -196,10 +203,8 @@ func (t *tree) inFile(r io.Reader) (*os.File, error) {
 		return nil, err
 	}
 	t.closeAfter = append(t.closeAfter, pr)
-	go func() {
-		_, _ = io.Copy(pw, r)
-		pw.Close()
-	}()
+	t.ours = append(t.ours, pw)
+	go func() { _, _ = io.Copy(pw, r) }()
 	return pr, nil
 }
 
@@ -217,16 +222,16 @@ func (t *tree) outFile(w io.Writer) (*os.File, error) {
 		return nil, err
 	}
 	t.closeAfter = append(t.closeAfter, pw)
+	t.ours = append(t.ours, pr)
 	t.copies.Add(1)
 	go func() {
 		defer t.copies.Done()
 		_, _ = io.Copy(w, pr)
-		pr.Close()
 	}()
 	return pw, nil
 }
 
-// closeStdio closes what inFile and outFile left open.
+// closeStdio closes the child's ends of the stdio pipes.
 func (t *tree) closeStdio() {
 	for _, f := range t.closeAfter {
 		f.Close()
@@ -362,6 +367,9 @@ func (t *tree) close() {
 	select {
 	case <-done:
 	case <-time.After(time.Second):
+	}
+	for _, f := range t.ours {
+		f.Close() // ends copies still blocked (by a process that left the group)
 	}
 	if t.tty != nil {
 		t.tty.close(t.pgid)
