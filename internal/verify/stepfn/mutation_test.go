@@ -57,12 +57,12 @@ func trialConfig(lock string, seed uint64, dir string) Config {
 }
 
 // TestR14Trials runs trials at once in this process and prints each
-// outcome as a line for TestR14Mutation. It runs only as TestR14Mutation's
+// outcome as a line for testMutation. It runs only as testMutation's
 // child.
 func TestR14Trials(t *testing.T) {
 	raw := os.Getenv(envTrials)
 	if raw == "" {
-		t.Skip("run by TestR14Mutation")
+		t.Skip("run by TestR14/mutation")
 	}
 	var spec trialsSpec
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
@@ -93,17 +93,12 @@ func TestR14Trials(t *testing.T) {
 	wg.Wait()
 }
 
-// TestR14Mutation shows that R14 catches the old redrive path: it builds
+// testMutation shows that R14 catches the old redrive path: it builds
 // this package's tests with the tag leasehold_mutations and runs them
-// twice at once on one dynalite table — ten trials with the bug
-// sfn-old-redrive switched on (each must find a violation: at least 9 of
-// 10), and three with no bug switched on (the control: none may).
-func TestR14Mutation(t *testing.T) {
-	if testing.Short() {
-		t.Skip("R14's mutation builds this package's tests and runs them for about a minute")
-	}
-	t.Parallel()
-	tg := verify.StartTarget(t, "dynamodb")
+// twice at once on tg — ten trials with the bug sfn-old-redrive switched
+// on (each must find a violation: at least 9 of 10), and three with no
+// bug switched on (the control: none may).
+func testMutation(t *testing.T, tg verify.Target) {
 	bin := buildMutated(t)
 	seed := verify.Seed(t)
 	type child struct {

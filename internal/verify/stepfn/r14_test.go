@@ -49,16 +49,27 @@ func config(t *testing.T, lock string) Config {
 		Seed: verify.Seed(t), Dir: t.TempDir()}
 }
 
-// TestR14 runs the generated machines under every fault at once beside Go
-// workers and "leasehold run" processes on one lock of one dynalite
-// table, and requires 0 overlapping critical sections, tokens increasing
-// across all clients, and a clean oracle.
+// TestR14 is suite R14. It starts one dynalite and runs on it, at once
+// (both mostly wait): "faults", the generated machines under every fault
+// beside Go workers and "leasehold run" processes on one lock, which must
+// show 0 overlapping critical sections, tokens increasing across all
+// clients and a clean oracle; and "mutation" (see testMutation).
 func TestR14(t *testing.T) {
 	if testing.Short() {
 		t.Skip("R14 runs for about two minutes")
 	}
-	t.Parallel() // beside TestR14Mutation: both mostly wait
-	tg := verify.StartTarget(t, "dynamodb")
+	tg := verify.StartTarget(t, "dynamodb") // sets NODE_OPTIONS: not in a parallel test
+	t.Run("faults", func(t *testing.T) {
+		t.Parallel()
+		testFaults(t, tg)
+	})
+	t.Run("mutation", func(t *testing.T) {
+		t.Parallel()
+		testMutation(t, tg)
+	})
+}
+
+func testFaults(t *testing.T, tg verify.Target) {
 	env := NewEnv(t, tg.URL, skews, lambdaTimeout)
 	cfg := config(t, "r14")
 	t.Logf("seed %d", cfg.Seed)
