@@ -91,7 +91,14 @@ type env struct {
 // Main runs the leasehold command with args (without the program name),
 // writing to stdout and stderr, and returns the process exit code. The
 // child of "run" reads os.Stdin.
+//
+// A process that "run" or "elect" started as the keeper of a command's
+// process group runs the keeper instead (see KeeperRequested), whatever
+// args say.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if KeeperRequested() {
+		return RunKeeper()
+	}
 	e := &env{stdin: os.Stdin, stdout: stdout, stderr: stderr, open: stores.Open}
 	return e.main(ctx, args)
 }
