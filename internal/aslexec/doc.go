@@ -46,7 +46,8 @@
 //     States.DataLimitExceeded; "States.TaskFailed" matches every error but
 //     States.Timeout, the States.Query* errors and those two.
 //   - Catch: the first catcher that matches; its Output defaults to the
-//     error output {"Error", "Cause"}.
+//     error output {"Error", "Cause"}, without "Cause" when the error has
+//     none (an empty cause).
 //   - TimeoutSeconds on a Task bounds each attempt: when it passes, the
 //     attempt fails with States.Timeout and the task itself goes on — its
 //     goroutine is not stopped, and what it does later is simply ignored,

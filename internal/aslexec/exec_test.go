@@ -292,3 +292,18 @@ func TestLambdaOwnTimeout(t *testing.T) {
 		t.Error("the function's context was not cancelled at its timeout")
 	}
 }
+
+func TestErrorOutputWithoutCause(t *testing.T) {
+	e := newExecutor(t, Options{Resources: map[string]TaskFunc{"arn:aws:states:::test:fail": func(ctx context.Context, call Call, args any) (any, error) {
+		return nil, Fail(args.(string), "")
+	}}})
+	def := machineDef(t, "T", map[string]any{
+		"T": map[string]any{"Type": "Task", "Resource": "arn:aws:states:::test:fail", "Arguments": "My.Error", "End": true,
+			"Catch": []any{map[string]any{"ErrorEquals": []string{"States.ALL"}, "Next": "C"}}},
+		"C": map[string]any{"Type": "Succeed", "Output": "{% [$states.input.Error, $exists($states.input.Cause)] %}"},
+	})
+	_, r := run(t, e, def, "nocause", nil)
+	if fmt.Sprint(r.Output) != "[My.Error false]" {
+		t.Errorf("result %+v: want the error output without a Cause field", r)
+	}
+}

@@ -259,7 +259,10 @@ func (x *Execution) task(st *state, input any, entered time.Time, intr <-chan st
 				continue
 			}
 			x.event(Event{Type: EvCaught, State: st.Name, Error: f.Name, Cause: f.Cause})
-			eo := map[string]any{"Error": f.Name, "Cause": f.Cause}
+			eo := map[string]any{"Error": f.Name}
+			if f.Cause != "" { // an error without a cause has no Cause field
+				eo["Cause"] = f.Cause
+			}
 			states["errorOutput"] = eo
 			delete(states, "result")
 			out, err := x.finishState(st.Name, c.Assign, c.Output, c.HasOutput, eo, states)
