@@ -237,7 +237,9 @@ func (k *keeper) run(argv []string) int {
 			latest = d
 		case <-timer.C:
 			left := latest.left(hostNow())
-			if k.enforce && left <= 0 {
+			if !k.enforce {
+				left = keeperTick
+			} else if left <= 0 {
 				k.killAll() // the lease's deadline passed unrenewed
 			}
 			timer.Reset(max(min(left, keeperTick), time.Millisecond))

@@ -162,3 +162,18 @@ func TestRunStopsLeftovers(t *testing.T) {
 		})
 	}
 }
+
+// A command that passes the lookup but cannot be executed (its interpreter
+// is missing) is reported by the keeper: 127, the lease released.
+func TestRunExecFailure(t *testing.T) {
+	h := newHarness(t)
+	script := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(script, []byte("#!/nonexistent/interpreter\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := h.run("run", "--store", h.url, "t/exec", "--", script)
+	if r.code != ExitNotFound || !strings.Contains(r.stderr, "leasehold: run: command \""+script+"\" not found") {
+		t.Errorf("code %d (want %d), stderr %q", r.code, ExitNotFound, r.stderr)
+	}
+	h.assertReleased(t, "t/exec")
+}
