@@ -16,6 +16,7 @@ import (
 //	POST /v1/workflows/{definition}/{instance}/transition  {"from","to","actor","request_id"} → the Result
 //	POST /v1/workflows/{definition}/{instance}             create the instance in the initial state
 //	GET  /v1/workflows/{definition}/{instance}             the instance
+//	GET  /v1/workflows/{definition}/{instance}/requests/{request_id}  the entry the request id applied (Lookup)
 //
 // The definitions are those of HandlerOptions.Workflows. Access is checked
 // on the instance's record key, wf/{definition}/i/{instance}: read for GET,
@@ -85,7 +86,8 @@ type httpResultJSON struct {
 	Summary  string        `json:"summary"`
 }
 
-// workflowRoute routes /v1/workflows/{definition}/{instance}[/transition].
+// workflowRoute routes /v1/workflows/{definition}/{instance}[/transition |
+// /requests/{request_id}].
 // Definition and instance names contain no '/'.
 func (h *httpAPI) workflowRoute(q *httpReq, rest string) {
 	segs := strings.Split(rest, "/")
@@ -100,9 +102,14 @@ func (h *httpAPI) workflowRoute(q *httpReq, rest string) {
 		if !h.methods(q, http.MethodGet, http.MethodHead, http.MethodPost) {
 			return
 		}
+	case len(segs) == 4 && segs[2] == "requests":
+		q.route = "/v1/workflows/{definition}/{instance}/requests/{request_id}"
+		if !h.methods(q, http.MethodGet, http.MethodHead) {
+			return
+		}
 	default:
 		h.problem(q, http.StatusNotFound, "no-route", "No such endpoint",
-			"no such endpoint (/v1/workflows/{definition}/{instance} and .../transition)", nil)
+			"no such endpoint (/v1/workflows/{definition}/{instance}, .../transition and .../requests/{request_id})", nil)
 		return
 	}
 	if !h.authenticate(q) {
@@ -161,6 +168,18 @@ func (h *httpAPI) workflowRoute(q *httpReq, rest string) {
 			By: res.Entry.Actor, Entry: httpEntry(res.Entry), Strategy: string(res.Strategy),
 			Attempts: res.Attempts, Summary: res.String(),
 		})
+	case len(segs) == 4:
+		rid, err := url.PathUnescape(segs[3])
+		if err != nil {
+			h.fail(q, &leasehold.InvalidError{Field: "request id", Reason: "malformed: " + err.Error()})
+			return
+		}
+		e, err := wf.Lookup(ctx, inst, rid)
+		if err != nil {
+			h.workflowFail(q, err)
+			return
+		}
+		h.json(q, http.StatusOK, httpEntry(e))
 	case q.r.Method == http.MethodPost:
 		var body struct{}
 		if !h.decode(q, &body) {
@@ -188,7 +207,14 @@ func (h *httpAPI) workflowFail(q *httpReq, err error) {
 	var ws *workflow.WrongStateError
 	var na *workflow.NotAllowedError
 	var re *leasehold.RetriesExhaustedError
+	var reused *workflow.RequestReusedError
 	switch {
+	case errors.As(err, &reused):
+		h.problem(q, http.StatusConflict, "request-reused", "Request id already used", reused.Error(),
+			map[string]any{"request_id": reused.RequestID, "actor": reused.Actor, "from": reused.From, "to": reused.To,
+				"entry": httpEntry(reused.Entry)})
+	case errors.Is(err, workflow.ErrNoRequest):
+		h.problem(q, http.StatusNotFound, "not-found", "Not found", err.Error(), nil)
 	case errors.As(err, &ws):
 		extra := map[string]any{"current_state": ws.Current, "version": ws.Version, "from": ws.From, "to": ws.To}
 		if ws.Last != nil {

@@ -175,7 +175,8 @@ func TestWorkflowRoutesDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []string{"/v1/workflows/{definition}/{instance}", "/v1/workflows/{definition}/{instance}/transition"} {
+	for _, r := range []string{"/v1/workflows/{definition}/{instance}", "/v1/workflows/{definition}/{instance}/transition",
+		"/v1/workflows/{definition}/{instance}/requests/{request_id}"} {
 		if !strings.Contains(string(openapi), "\n  "+r+":") {
 			t.Errorf("docs/openapi.yaml has no path %s", r)
 		}
@@ -183,9 +184,48 @@ func TestWorkflowRoutesDocumented(t *testing.T) {
 			t.Errorf("docs/http-api.md does not mention %s", r)
 		}
 	}
-	for _, typ := range []string{"wrong-state", "not-allowed", "exists", "contended"} {
+	for _, typ := range []string{"wrong-state", "not-allowed", "exists", "contended", "request-reused"} {
 		if !strings.Contains(string(guide), "`"+typ+"`") || !strings.Contains(string(openapi), typ) {
 			t.Errorf("problem type %s is not documented in both files", typ)
 		}
+	}
+}
+
+// TestWorkflowHTTPRequests: a request id resolves over HTTP — looked up
+// (the entry, or 404), and reused by another actor or for another
+// transition it is refused (409 request-reused) with the entry it applied.
+// Nothing changes.
+func TestWorkflowHTTPRequests(t *testing.T) {
+	for _, s := range []workflow.Strategy{workflow.Optimistic, workflow.Pessimistic, workflow.Lease, workflow.Adaptive} {
+		t.Run(string(s), func(t *testing.T) {
+			ts := newWFServer(t, s, nil)
+			const base = "/v1/workflows/approval/doc-2"
+			ts.want(ts.do("POST", base, "", ""), 201, "")
+			submit := `{"from":"DRAFT","to":"PENDING","actor":"alice","request_id":"submit-2"}`
+			ts.want(ts.do("POST", base+"/transition", "", submit), 200, "")
+			r := ts.do("GET", base+"/requests/submit-2", "", "")
+			ts.want(r, 200, "")
+			if r.str("actor") != "alice" || r.num("version") != 1 || r.str("to") != "PENDING" || r.str("request_id") != "submit-2" {
+				t.Fatalf("lookup: %s", r.body)
+			}
+			ts.want(ts.do("GET", base+"/requests/never", "", ""), 404, "not-found")
+			ts.want(ts.do("GET", "/v1/workflows/approval/nope/requests/submit-2", "", ""), 404, "not-found")
+			ts.want(ts.do("GET", base+"/requests/a%00b", "", ""), 400, "invalid")
+			ts.want(ts.do("POST", base+"/requests/submit-2", "", ""), 405, "method-not-allowed")
+			for _, body := range []string{
+				`{"from":"DRAFT","to":"PENDING","actor":"mallory","request_id":"submit-2"}`,  // another actor
+				`{"from":"PENDING","to":"APPROVED","actor":"alice","request_id":"submit-2"}`, // another transition
+			} {
+				r = ts.do("POST", base+"/transition", "", body)
+				ts.want(r, 409, "request-reused")
+				if e, _ := r.json["entry"].(map[string]any); e["actor"] != "alice" || e["version"] != float64(1) || r.str("request_id") != "submit-2" {
+					t.Fatalf("reused: %s", r.body)
+				}
+			}
+			r = ts.do("GET", base, "", "")
+			if r.str("state") != "PENDING" || r.num("version") != 1 {
+				t.Fatalf("refusals changed the instance: %s", r.body)
+			}
+		})
 	}
 }
