@@ -87,15 +87,8 @@ func (tr *trial) cleanup(ex *aslexec.Executor, def []byte, x *aslexec.Execution,
 	default:
 		return
 	}
-	h := x.History()
-	stop := h[len(h)-1].At
-	event := map[string]any{
-		"source": "aws.states", "detail-type": "Step Functions Execution Status Change",
-		"detail": map[string]any{"executionArn": x.ID, "stateMachineArn": x.MachineARN, "status": string(r.Status),
-			"stopDate": stop.UnixMilli(), "name": x.Name},
-	}
 	name := fmt.Sprintf("cleanup-%s-r%d", x.Name, r.RedriveCount)
-	c, err := ex.Start(def, "r14-cleanup", name, event)
+	c, err := ex.Start(def, "r14-cleanup", name, statusEvent(x, r))
 	if err != nil {
 		tr.logf("start %s: %v", name, err)
 		return
@@ -114,4 +107,17 @@ func (tr *trial) cleanup(ex *aslexec.Executor, def []byte, x *aslexec.Execution,
 			tr.count("cleanup found nothing to release", 1)
 		}
 	}()
+}
+
+// statusEvent is the EventBridge event of an execution's end ("Step
+// Functions Execution Status Change"; stopDate in epoch milliseconds, on
+// the executor's clock), as the cleanup machine's rule delivers it.
+func statusEvent(x *aslexec.Execution, r aslexec.Result) map[string]any {
+	h := x.History()
+	stop := h[len(h)-1].At
+	return map[string]any{
+		"source": "aws.states", "detail-type": "Step Functions Execution Status Change",
+		"detail": map[string]any{"executionArn": x.ID, "stateMachineArn": x.MachineARN, "status": string(r.Status),
+			"stopDate": stop.UnixMilli(), "name": x.Name},
+	}
 }
