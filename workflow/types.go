@@ -17,9 +17,11 @@ const (
 	// one transaction conditioned on the version read, retrying conflicts
 	// with jittered exponential backoff up to Config.MaxAttempts.
 	Optimistic Strategy = "optimistic"
-	// Pessimistic locks the instance for the transition: a row lock
-	// (SELECT ... FOR UPDATE with lock_timeout) where the record store is a
-	// leasehold.RecordLocker, a leasehold lease on the instance elsewhere.
+	// Pessimistic locks the instance's row for the transition (SELECT ...
+	// FOR UPDATE with lock_timeout) where the record store has row locks
+	// (a leasehold.RecordLocker: PostgreSQL). Elsewhere there is no row
+	// lock to take and it IS the Lease strategy: Workflows.Serves, the
+	// Result and the history entries then say Lease, never Pessimistic.
 	Pessimistic Strategy = "pessimistic"
 	// Lease holds a leasehold lease on the instance for the transition; the
 	// write is conditioned on the version read under it and the history
@@ -54,6 +56,12 @@ const (
 	// anything: callers whose transition is not naturally repeatable (an
 	// approval that sends a mail, a payment) must not treat it as theirs.
 	AlreadyDone Outcome = "already-done"
+	// WrongState: the instance is not in From (nor in To, which would be
+	// AlreadyDone); nothing changed. Only Apply returns it, as a Result
+	// (Transition returns a *WrongStateError instead): State and Version
+	// are the instance's as found, Entry the transition that left it there
+	// (zero if it has not moved since it was created).
+	WrongState Outcome = "wrong-state"
 )
 
 // Instance is a workflow instance as stored.
@@ -101,9 +109,9 @@ type Result struct {
 	Version uint64
 	// Entry is the transition that explains the outcome: the one this call
 	// made (Applied), the original one of this request id (Repeated), or
-	// the one by which ANOTHER request moved the instance into To
-	// (AlreadyDone: Entry.Actor, Entry.RequestID and Entry.At say who,
-	// which request and when).
+	// the one by which ANOTHER request moved the instance where it is
+	// (AlreadyDone, WrongState: Entry.Actor, Entry.RequestID and Entry.At
+	// say who, which request and when).
 	Entry Entry
 	// Strategy is how this call was served (Queued for Adaptive's fair
 	// queue).
@@ -113,8 +121,17 @@ type Result struct {
 	Attempts int
 }
 
+// Superseded reports whether other requests left the instance where this
+// one could not apply, so that it changed nothing: AlreadyDone (the
+// instance is in To) or WrongState (elsewhere). Both have one shape: State
+// and Version as found, and Entry, the transition that moved it there.
+func (r Result) Superseded() bool { return r.Outcome == AlreadyDone || r.Outcome == WrongState }
+
 func (r Result) String() string {
 	switch r.Outcome {
+	case WrongState:
+		return fmt.Sprintf("%s: %s → %s refused: the instance is in %s (version %d), moved there by %s (request %s)",
+			r.Instance, r.From, r.To, r.State, r.Version, r.Entry.Actor, r.Entry.RequestID)
 	case AlreadyDone:
 		return fmt.Sprintf("%s: %s → %s already done by %s (request %s, version %d, %s)",
 			r.Instance, r.From, r.To, r.Entry.Actor, r.Entry.RequestID, r.Entry.Version, r.Entry.At.Format(time.RFC3339Nano))
@@ -183,6 +200,19 @@ type WrongStateError struct {
 	// Last is the transition that left the instance in Current (nil if it
 	// has not moved since it was created).
 	Last *Entry
+
+	strategy Strategy // how the refusal was served
+	attempts int
+}
+
+// result is the refusal as Apply returns it.
+func (e *WrongStateError) result() Result {
+	r := Result{Outcome: WrongState, Instance: e.Instance, From: e.From, To: e.To, State: e.Current,
+		Version: e.Version, Strategy: e.strategy, Attempts: e.attempts}
+	if e.Last != nil {
+		r.Entry = *e.Last
+	}
+	return r
 }
 
 func (e *WrongStateError) Error() string {

@@ -1,0 +1,161 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold"
+)
+
+// errRefused carries a refusal out of a locked transaction.
+type errRefused struct {
+	rec instRec
+}
+
+func (errRefused) Error() string { return "refused" }
+
+// precheck reads the instance without a lock: a transition that cannot
+// apply (the instance is not in its from-state) is answered from that read,
+// without locking anything, since a refusal writes nothing. It reports
+// done false when the transition may apply; the decision to apply is then
+// made under the lock.
+func (w *Workflows) precheck(ctx context.Context, c *command, s Strategy) (Result, bool, error) {
+	rec, _, err := w.readInstance(ctx, c.id)
+	if err != nil {
+		return Result{}, true, err
+	}
+	if rec.State == c.from {
+		return Result{}, false, nil
+	}
+	res, err := w.refusal(ctx, c, rec, s, 0)
+	return res, true, err
+}
+
+// pessimistic locks the instance's record for the transition.
+func (w *Workflows) pessimistic(ctx context.Context, c *command) (Result, error) {
+	if res, done, err := w.precheck(ctx, c, Pessimistic); done {
+		return res, err
+	}
+	for attempt := 1; attempt <= w.cfg.MaxAttempts; attempt++ {
+		var p *plan
+		_, err := w.locker.LockedTxn(ctx, w.instKey(c.id), w.cfg.LockWait, func(cur leasehold.Versioned, exists bool) (leasehold.Txn, error) {
+			if !exists {
+				return leasehold.Txn{}, fmt.Errorf("workflow %q instance %q: %w", w.def.Name, c.id, ErrNoInstance)
+			}
+			rec, err := decodeInstance(cur.Value)
+			if err != nil {
+				return leasehold.Txn{}, err
+			}
+			if rec.State != c.from {
+				return leasehold.Txn{}, errRefused{rec}
+			}
+			p = w.planOne(c, rec, cur.Version, Pessimistic, 0)
+			return w.txn(p)
+		})
+		var ref errRefused
+		if errors.As(err, &ref) {
+			return w.refusal(ctx, c, ref.rec, Pessimistic, attempt-1)
+		}
+		if errors.Is(err, leasehold.ErrLockTimeout) {
+			return Result{}, fmt.Errorf("workflow %q instance %q: %w (waited %s)", w.def.Name, c.id, err, w.cfg.LockWait)
+		}
+		kind, _ := w.classify(c.id, err)
+		switch kind {
+		case conflictNone:
+			if err != nil {
+				return Result{}, err
+			}
+			return applied(c, p.applied[0], attempt), nil
+		case conflictRequest:
+			e, found, rerr := w.readRequest(ctx, c.id, c.requestID)
+			if rerr != nil {
+				return Result{}, rerr
+			}
+			if found {
+				return w.repeated(c, e, Pessimistic, attempt)
+			}
+		}
+		w.m.conflict() // a writer that does not lock changed the record: try again
+	}
+	return Result{}, &leasehold.RetriesExhaustedError{Key: w.instKey(c.id), Attempts: w.cfg.MaxAttempts}
+}
+
+// leased holds a lease on the instance for the transition; the write is
+// still conditioned on the version read under it (so writers that bypass
+// the lease cannot be overwritten), and the entry records the token.
+//
+// Transitions of one instance in this process first queue in arrival order
+// behind each other (a local FIFO gate): only the first asks the store for
+// the lease, instead of every waiter polling it. A transition that cannot
+// apply (the instance is not in its from-state) is refused from a read,
+// before the gate and again after it, without taking the lease.
+func (w *Workflows) leased(ctx context.Context, c *command, s Strategy) (Result, error) {
+	actx, cancel := context.WithTimeout(ctx, w.cfg.LockWait)
+	defer cancel()
+	h := w.acquireHot(c.id)
+	defer w.releaseHot(h)
+	if res, done, err := w.precheck(ctx, c, s); done {
+		return res, err
+	}
+	select {
+	case h.gate <- struct{}{}:
+		defer func() { <-h.gate }()
+	case <-actx.Done():
+		if ctx.Err() == nil {
+			return Result{}, fmt.Errorf("workflow %q instance %q: %w (waited %s behind this process's other transitions)", w.def.Name, c.id, leasehold.ErrLockTimeout, w.cfg.LockWait)
+		}
+		return Result{}, ctx.Err()
+	}
+	// Others of this process may have moved it while this one waited.
+	if res, done, err := w.precheck(ctx, c, s); done {
+		return res, err
+	}
+	// The acquire's request id is the transition's: if this process asks
+	// again for the same request, a grant it never heard of is its own.
+	name := w.leaseName(c.id)
+	l, err := w.client.Acquire(actx, name, leasehold.TTL(w.cfg.LeaseTTL), leasehold.NoKeepalive(), leasehold.RequestID(c.requestID))
+	if err != nil {
+		if actx.Err() != nil {
+			// The call gave up (ctx or LockWait) while an attempt may
+			// have been granted: release such a grant now rather than
+			// leave the instance locked for the lease's TTL.
+			w.releaseUnheard(ctx, name, c.requestID)
+		}
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return Result{}, fmt.Errorf("workflow %q instance %q: lease %q: %w (waited %s)", w.def.Name, c.id, w.leaseName(c.id), leasehold.ErrLockTimeout, w.cfg.LockWait)
+		}
+		return Result{}, err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = l.Release(rctx)
+		cancel()
+	}()
+	lctx, lcancel := l.Context(ctx)
+	defer lcancel()
+	res, err := w.optimistic(lctx, c, s, l.Token(), nil)
+	if err != nil && lctx.Err() != nil && ctx.Err() == nil {
+		return Result{}, fmt.Errorf("workflow %q instance %q: %w", w.def.Name, c.id, l.Err())
+	}
+	return res, err
+}
+
+// releaseUnheard releases a grant of the lease name that an acquire with
+// requestID may have received without its reply reaching us (the caller's
+// context ended meanwhile). The store hands a grant back to the same owner
+// asking with the same request id, so a try-acquire with that id either
+// returns that grant (or a fresh one, the lease being free), which is
+// released at once, or finds the lease held by someone else, which is then
+// not ours. It runs on its own short deadline: the caller's has passed.
+// If the store cannot be reached, the grant expires after its TTL, or this
+// process gets it back when it asks again with the same request id.
+func (w *Workflows) releaseUnheard(ctx context.Context, name, requestID string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(w.cfg.LockWait, 5*time.Second)+time.Second)
+	defer cancel()
+	l, err := w.client.TryAcquire(rctx, name, leasehold.TTL(w.cfg.LeaseTTL), leasehold.NoKeepalive(), leasehold.RequestID(requestID))
+	if err == nil {
+		_ = l.Release(rctx)
+	}
+}
