@@ -36,6 +36,7 @@ type scenario struct {
 	lock  string
 	grace time.Duration
 	mu    sync.Mutex
+	works sync.WaitGroup // work that may outlive its execution
 	evs   []verify.Event
 	plan  map[string]behaviour // by execution name and redrive count: "NAME/rN"
 }
@@ -120,6 +121,8 @@ func (s *scenario) work(ctx context.Context, call aslexec.Call, payload any, gra
 	if err != nil {
 		return nil, err
 	}
+	s.works.Add(1)
+	defer s.works.Done()
 	s.mu.Lock()
 	b := s.plan[fmt.Sprintf("%s/r%d", call.Execution.Name, call.RedriveCount)]
 	s.mu.Unlock()
@@ -163,9 +166,11 @@ func (s *scenario) work(ctx context.Context, call aslexec.Call, payload any, gra
 	return map[string]any{"ok": true}, nil
 }
 
-// check requires n critical sections, none overlapping, tokens in order.
+// check waits for the work still going on, and requires n critical
+// sections, none overlapping, tokens in order.
 func (s *scenario) check(n int) []verify.Event {
 	s.t.Helper()
+	s.works.Wait()
 	s.mu.Lock()
 	evs := append([]verify.Event(nil), s.evs...)
 	s.mu.Unlock()
