@@ -157,9 +157,13 @@ func (h *httpAPI) workflowRoute(q *httpReq, rest string) {
 		if !h.decode(q, &body) {
 			return
 		}
-		res, err := wf.Transition(ctx, inst, body.From, body.To, body.Actor, body.RequestID)
+		res, err := wf.Apply(ctx, workflow.Request{Instance: inst, From: body.From, To: body.To, Actor: body.Actor, RequestID: body.RequestID})
 		if err != nil {
 			h.workflowFail(q, err)
+			return
+		}
+		if res.Outcome == workflow.WrongState {
+			h.wrongState(q, res)
 			return
 		}
 		h.json(q, http.StatusOK, httpResultJSON{
@@ -216,11 +220,12 @@ func (h *httpAPI) workflowFail(q *httpReq, err error) {
 	case errors.Is(err, workflow.ErrNoRequest):
 		h.problem(q, http.StatusNotFound, "not-found", "Not found", err.Error(), nil)
 	case errors.As(err, &ws):
-		extra := map[string]any{"current_state": ws.Current, "version": ws.Version, "from": ws.From, "to": ws.To}
+		res := workflow.Result{Outcome: workflow.WrongState, Instance: ws.Instance, From: ws.From, To: ws.To,
+			State: ws.Current, Version: ws.Version}
 		if ws.Last != nil {
-			extra["last"] = httpEntry(*ws.Last)
+			res.Entry = *ws.Last
 		}
-		h.problem(q, http.StatusConflict, "wrong-state", "Wrong state", ws.Error()+"; nothing was changed", extra)
+		h.wrongState(q, res)
 	case errors.As(err, &na):
 		h.problem(q, http.StatusUnprocessableEntity, "not-allowed", "Transition not allowed", na.Error(), nil)
 	case errors.Is(err, workflow.ErrNoInstance):
@@ -238,4 +243,18 @@ func (h *httpAPI) workflowFail(q *httpReq, err error) {
 	default:
 		h.fail(q, err)
 	}
+}
+
+// wrongState answers a wrong-state refusal: 409 with the instance's state
+// and version as found and the entry that left it there — under the names
+// of a transition's result (state, version, entry, by) and, as before,
+// current_state and last.
+func (h *httpAPI) wrongState(q *httpReq, res workflow.Result) {
+	extra := map[string]any{"current_state": res.State, "state": res.State, "version": res.Version, "from": res.From, "to": res.To}
+	if res.Version > 0 {
+		e := httpEntry(res.Entry)
+		extra["last"], extra["entry"], extra["by"] = e, e, res.Entry.Actor
+	}
+	q.err = workflow.ErrWrongState
+	h.problem(q, http.StatusConflict, "wrong-state", "Wrong state", res.String()+"; nothing was changed", extra)
 }

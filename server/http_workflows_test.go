@@ -222,6 +222,14 @@ func TestWorkflowHTTPRequests(t *testing.T) {
 					t.Fatalf("reused: %s", r.body)
 				}
 			}
+			// A wrong-state refusal names the state, version and entry as a
+			// transition's result does (and current_state, last as before).
+			r = ts.do("POST", base+"/transition", "", `{"from":"REJECTED","to":"DRAFT","actor":"bob","request_id":"redraft-3"}`)
+			ts.want(r, 409, "wrong-state")
+			if e, _ := r.json["entry"].(map[string]any); r.str("state") != "PENDING" || r.str("current_state") != "PENDING" ||
+				r.num("version") != 1 || r.str("by") != "alice" || e["request_id"] != "submit-2" || r.json["last"] == nil {
+				t.Fatalf("wrong state: %s", r.body)
+			}
 			r = ts.do("GET", base, "", "")
 			if r.str("state") != "PENDING" || r.num("version") != 1 {
 				t.Fatalf("refusals changed the instance: %s", r.body)

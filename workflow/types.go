@@ -130,8 +130,11 @@ func (r Result) Superseded() bool { return r.Outcome == AlreadyDone || r.Outcome
 func (r Result) String() string {
 	switch r.Outcome {
 	case WrongState:
-		return fmt.Sprintf("%s: %s → %s refused: the instance is in %s (version %d), moved there by %s (request %s)",
-			r.Instance, r.From, r.To, r.State, r.Version, r.Entry.Actor, r.Entry.RequestID)
+		s := fmt.Sprintf("%s: %s → %s refused: the instance is in %s (version %d)", r.Instance, r.From, r.To, r.State, r.Version)
+		if r.Version == 0 {
+			return s + ", where it was created"
+		}
+		return s + fmt.Sprintf(", moved there by %s (request %s)", r.Entry.Actor, r.Entry.RequestID)
 	case AlreadyDone:
 		return fmt.Sprintf("%s: %s → %s already done by %s (request %s, version %d, %s)",
 			r.Instance, r.From, r.To, r.Entry.Actor, r.Entry.RequestID, r.Entry.Version, r.Entry.At.Format(time.RFC3339Nano))
