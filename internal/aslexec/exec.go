@@ -181,12 +181,19 @@ func New(opt Options) (*Executor, error) {
 		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}, nil
 }
 
-// Close aborts nothing: it waits for running executions' goroutines only
-// as far as they end by themselves — callers Stop or Wait for theirs
-// first — then cancels the tasks' context and stops the node process.
+// Close stops every execution still running (ABORTED, with the error
+// aslexec.Closed), waits for their goroutines, cancels the context of the
+// tasks still going on (Lambda functions and custom resources see it
+// done) and stops the node process. Executions cannot be redriven
+// afterwards.
 func (e *Executor) Close() error {
-	e.stop()
+	e.mu.Lock()
+	for _, x := range e.execs {
+		x.interrupt(&Result{Status: Aborted, Error: "aslexec.Closed", Cause: "the executor was closed"})
+	}
+	e.mu.Unlock()
 	e.runs.Wait()
+	e.stop()
 	e.http.CloseIdleConnections()
 	return e.ev.close()
 }

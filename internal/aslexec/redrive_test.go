@@ -217,3 +217,18 @@ func TestManyExecutions(t *testing.T) {
 	}
 	t.Logf("%d executions of 3 states in %v", n, time.Since(start).Round(time.Millisecond))
 }
+
+func TestCloseAbortsRunning(t *testing.T) {
+	e := newExecutor(t, Options{})
+	def := machineDef(t, "W", map[string]any{"W": map[string]any{"Type": "Wait", "Seconds": 100000, "End": true}})
+	x, err := e.Start(def, "m", "long", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := wait(t, x); r.Status != Aborted || r.Error != "aslexec.Closed" || r.State != "W" {
+		t.Errorf("after Close: %+v, want ABORTED in W", r)
+	}
+}
