@@ -160,6 +160,9 @@ type Executor struct {
 	mu    sync.Mutex
 	execs map[string]*Execution
 	runs  sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // New starts an executor. It fails with an error wrapping ErrNoNode when
@@ -185,8 +188,13 @@ func New(opt Options) (*Executor, error) {
 // aslexec.Closed), waits for their goroutines, cancels the context of the
 // tasks still going on (Lambda functions and custom resources see it
 // done) and stops the node process. Executions cannot be redriven
-// afterwards.
+// afterwards. Closing again does nothing.
 func (e *Executor) Close() error {
+	e.closeOnce.Do(func() { e.closeErr = e.close() })
+	return e.closeErr
+}
+
+func (e *Executor) close() error {
 	e.mu.Lock()
 	for _, x := range e.execs {
 		x.interrupt(&Result{Status: Aborted, Error: "aslexec.Closed", Cause: "the executor was closed"})
