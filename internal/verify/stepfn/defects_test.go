@@ -37,7 +37,7 @@ func TestR14RedriveReacquires(t *testing.T) {
 // run any more; a waiting execution gets it only then.
 func TestR14TimeoutKeepsLock(t *testing.T) {
 	t.Parallel()
-	s := newScenario(t, 3*time.Second)
+	s := newScenario(t, 2500*time.Millisecond) // the machine holds ceil(2.5 s) = 3 s
 	def := s.generate(s.taskConfig(16*time.Second, 2))
 	started := make(chan struct{})
 	s.plan["first/r0"] = behaviour{hold: 10 * time.Second, started: started}

@@ -46,7 +46,7 @@ type trialResult struct {
 // aborted while their task runs (the task going on for a second or two)
 // and always redriven at once.
 func trialConfig(lock string, seed uint64, dir string) Config {
-	return Config{Lock: lock, TTL: ttl, MaxDelay: 2 * time.Second, TaskGrace: 2 * time.Second,
+	return Config{Lock: lock, TTL: ttl, MaxDelay: 2 * time.Second, TaskGrace: 1500 * time.Millisecond,
 		Slots: 4, GoClients: 1, GoTTL: 3 * time.Second, Gap: [2]time.Duration{500 * time.Millisecond, 2 * time.Second},
 		Duration: 25 * time.Second, Drain: 40 * time.Second,
 		Hold: [2]time.Duration{150 * time.Millisecond, 400 * time.Millisecond},

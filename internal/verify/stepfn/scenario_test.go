@@ -138,6 +138,7 @@ func (s *scenario) work(ctx context.Context, call aslexec.Call, payload any, gra
 	}
 	to := from + int64(b.hold)
 	var grace <-chan time.Time
+	var cut int64 // when the work must have stopped: grace after it was abandoned
 	hold := time.NewTimer(b.hold)
 	defer hold.Stop()
 	abandoned := call.Abandoned
@@ -150,10 +151,11 @@ func (s *scenario) work(ctx context.Context, call aslexec.Call, payload any, gra
 		case <-abandoned:
 			abandoned = nil
 			if graced {
+				cut = verify.Mono() + int64(s.grace)
 				grace = time.After(s.grace)
 			}
 		case <-grace:
-			to, done = verify.Mono(), true
+			to, done = cut, true
 		}
 	}
 	s.mu.Lock()
