@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -21,6 +22,10 @@ type workflowFile struct {
 		Initial     string              `json:"initial"`
 		Transitions map[string][]string `json:"transitions"`
 		Strategy    string              `json:"strategy"` // optimistic, pessimistic, lease, adaptive (default)
+		// LockWait and LeaseTTL are Go durations ("5s"); empty: the
+		// defaults of workflow.Config.
+		LockWait string `json:"lock_wait"`
+		LeaseTTL string `json:"lease_ttl"`
 	} `json:"workflows"`
 }
 
@@ -51,8 +56,21 @@ func loadWorkflows(path string, b server.Backend, reg prometheus.Registerer) (ma
 		if strategy == "" {
 			strategy = workflow.Adaptive
 		}
-		w, err := workflow.New(workflow.Definition{Name: d.Name, Initial: d.Initial, Transitions: d.Transitions},
-			workflow.Config{Records: rs, Leases: st, Strategy: strategy, Registerer: reg})
+		cfg := workflow.Config{Records: rs, Leases: st, Strategy: strategy, Registerer: reg}
+		for _, dur := range []struct {
+			field, v string
+			to       *time.Duration
+		}{{"lock_wait", d.LockWait, &cfg.LockWait}, {"lease_ttl", d.LeaseTTL, &cfg.LeaseTTL}} {
+			if dur.v == "" {
+				continue
+			}
+			v, err := time.ParseDuration(dur.v)
+			if err != nil || v <= 0 {
+				return nil, fmt.Errorf("%s: workflow %q: %s %q is not a positive duration (such as \"5s\")", path, d.Name, dur.field, dur.v)
+			}
+			*dur.to = v
+		}
+		w, err := workflow.New(workflow.Definition{Name: d.Name, Initial: d.Initial, Transitions: d.Transitions}, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("%s: workflow %q: %w", path, d.Name, err)
 		}

@@ -35,6 +35,11 @@ type Trial struct {
 	LockWait   time.Duration
 	LeaseTTL   time.Duration
 	Seed       uint64
+	// API, when positive, runs that many `leasehold serve --store
+	// Target.URL --workflows ...` processes, each its own Workflows, and
+	// the workers call their workflow HTTP API; Kills then kill and restart
+	// those servers (the workers stay).
+	API int
 }
 
 // Outcome is what a trial recorded and what Check said of it.
@@ -83,6 +88,11 @@ func RunTrial(t *testing.T, tr Trial) Outcome {
 		mu.Unlock()
 	}
 	out := Outcome{}
+	var apis []*apiServer
+	for i := range tr.API {
+		apis = append(apis, startAPI(t, tr, name))
+		base.HTTP = append(base.HTTP, "http://"+apis[i].addr)
+	}
 	var wg sync.WaitGroup
 	if mem != nil {
 		for p := range tr.Procs {
@@ -92,7 +102,7 @@ func RunTrial(t *testing.T, tr Trial) Outcome {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wg.Go(func() { Run(ctx, cfg, wp, emit) })
+			wg.Go(func() { Run(ctx, cfg, func(int) Service { return wp }, emit) })
 		}
 		wg.Wait()
 	} else {
@@ -120,6 +130,13 @@ func RunTrial(t *testing.T, tr Trial) Outcome {
 				tr.Target.Kill()
 				time.Sleep(500 * time.Millisecond)
 				tr.Target.Start()
+				out.Faults++
+				continue
+			}
+			if len(apis) > 0 {
+				a := apis[k%len(apis)]
+				a.kill()
+				a.start()
 				out.Faults++
 				continue
 			}
@@ -258,4 +275,73 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// apiServer is a `leasehold serve` in front of the trial's store, serving
+// the trial's definition with its strategy.
+type apiServer struct {
+	t     *testing.T
+	addr  string
+	args  []string
+	cmd   *exec.Cmd
+	ready func() bool
+}
+
+func startAPI(t *testing.T, tr Trial, name string) *apiServer {
+	t.Helper()
+	def := Chain(name)
+	wf := map[string]any{"name": name, "initial": def.Initial, "transitions": def.Transitions, "strategy": string(tr.Strategy)}
+	if tr.LockWait > 0 {
+		wf["lock_wait"] = tr.LockWait.String()
+	}
+	if tr.LeaseTTL > 0 {
+		wf["lease_ttl"] = tr.LeaseTTL.String()
+	}
+	f := map[string]any{"workflows": []map[string]any{wf}}
+	b, _ := json.Marshal(f)
+	path := t.TempDir() + "/workflows.json"
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := &apiServer{t: t, addr: freeAddr(t)}
+	a.args = []string{"serve", "--addr", a.addr, "--resp-addr", freeAddr(t), "--store", tr.Target.URL,
+		"--workflows", path, "--log-level", "warn"}
+	a.start()
+	t.Cleanup(a.kill)
+	return a
+}
+
+func (a *apiServer) start() {
+	a.t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	args, _ := json.Marshal(a.args)
+	a.cmd = exec.Command(exe, "-test.run=^$")
+	a.cmd.Env = append(os.Environ(), verify.EnvCLI+"="+string(args))
+	a.cmd.Stderr = os.Stderr
+	if err := a.cmd.Start(); err != nil {
+		a.t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get("http://" + a.addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			a.t.Fatalf("leasehold %v not ready after 60s", a.args)
+		}
+	}
+}
+
+func (a *apiServer) kill() {
+	if a.cmd != nil {
+		_ = a.cmd.Process.Kill()
+		_ = a.cmd.Wait()
+		a.cmd = nil
+	}
 }

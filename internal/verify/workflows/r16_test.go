@@ -29,6 +29,7 @@ type plan struct {
 	kills    int
 	restart  bool
 	local    bool // also Adaptive with LocalQueue
+	api      int  // through that many servers' workflow HTTP API, in front of the store
 }
 
 func plans() []plan {
@@ -40,6 +41,8 @@ func plans() []plan {
 			{store: "redis", procs: 4, duration: 15 * time.Second, kills: 2, restart: true},
 			{store: "etcd", procs: 3, duration: 15 * time.Second, kills: 1, restart: true},
 			{store: "server", procs: 3, duration: 15 * time.Second, kills: 1, restart: true},
+			{store: "sqlite", procs: 2, duration: 10 * time.Second, kills: 2, api: 2},
+			{store: "postgres", procs: 2, duration: 10 * time.Second, kills: 2, restart: true, api: 2},
 		}
 	}
 	return []plan{
@@ -47,6 +50,7 @@ func plans() []plan {
 		{store: "sqlite", procs: 3, duration: 4 * time.Second, kills: 1},
 		{store: "postgres", procs: 3, duration: 4 * time.Second, kills: 1},
 		{store: "server", procs: 2, duration: 3 * time.Second, restart: true},
+		{store: "sqlite", procs: 2, duration: 3 * time.Second, kills: 1, api: 2},
 	}
 }
 
@@ -66,7 +70,11 @@ func TestR16(t *testing.T) {
 	seed := verify.Seed(t)
 	t.Logf("seed %d (%s=%d reruns it)", seed, verify.EnvSeed, seed)
 	for _, pl := range plans() {
-		t.Run(pl.store, func(t *testing.T) {
+		row := pl.store
+		if pl.api > 0 {
+			row = fmt.Sprintf("server-api(%s)", pl.store)
+		}
+		t.Run(row, func(t *testing.T) {
 			tg := target(t, pl.store)
 			type variant struct {
 				s     workflow.Strategy
@@ -86,12 +94,13 @@ func TestR16(t *testing.T) {
 				}
 				t.Run(name, func(t *testing.T) {
 					tr := Trial{Target: tg, Strategy: v.s, LocalQueue: v.local, Procs: pl.procs, Clients: 4,
-						Duration: pl.duration, Seed: seed + uint64(i)*104729}
+						Duration: pl.duration, Seed: seed + uint64(i)*104729, API: pl.api}
 					if !tg.Embedded() && tg.Kill != nil {
 						tr.Kills, tr.Restart = pl.kills, pl.restart
 					} else if pl.store == "sqlite" {
 						tr.Kills = pl.kills
 					}
+
 					if tr.Kills > 0 || tr.Restart {
 						// A killed holder's lease blocks the others for its
 						// TTL: keep it below LockWait, so that a lock
@@ -113,9 +122,9 @@ func TestR16(t *testing.T) {
 						checker = "wrong answers"
 						t.Errorf("%d failures", o.Result.Failures())
 					}
-					verify.Report(t, verify.Row{Suite: "R16", Store: pl.store, Ops: o.Result.Calls, Faults: o.Faults,
+					verify.Report(t, verify.Row{Suite: "R16", Store: row, Ops: o.Result.Calls, Faults: o.Faults,
 						Violations: o.Result.Failures(), Checker: checker,
-						Note: fmt.Sprintf("%s, %d processes; %d transitions; wrong %d, unresolved %d, lost %d, duplicated %d",
+						Note: fmt.Sprintf("%s, %d worker processes; %d transitions; wrong %d, unresolved %d, lost %d, duplicated %d",
 							name, pl.procs, o.Result.Transitions, o.Result.Wrong, o.Result.Unresolved, o.Result.Lost, o.Result.Duplicated)})
 				})
 			}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -36,6 +37,10 @@ type Config struct {
 	LockWait   time.Duration // Config.LockWait (0: the default)
 	LeaseTTL   time.Duration // Config.LeaseTTL (0: the default)
 	Seed       uint64
+	// HTTP, when set, are base URLs (http://host:port) of `leasehold serve`
+	// processes serving the definition: the clients call their workflow
+	// API (client i the server i mod len(HTTP)) instead of a Workflows.
+	HTTP []string
 }
 
 // Chain is the suite's definition: A → B → C → D → A.
@@ -77,6 +82,20 @@ func MaybeWorker() {
 func runProcess(cfg Config, out io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
+	var mu sync.Mutex
+	enc := json.NewEncoder(out)
+	emit := func(c Call) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(c)
+	}
+	if len(cfg.HTTP) > 0 {
+		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+		Run(ctx, cfg, func(i int) Service {
+			return &HTTPService{Base: cfg.HTTP[i%len(cfg.HTTP)], Workflow: cfg.Workflow, Client: hc}
+		}, emit)
+		return nil
+	}
 	var st leasehold.Store
 	var err error
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
@@ -99,20 +118,14 @@ func runProcess(cfg Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var mu sync.Mutex
-	enc := json.NewEncoder(out)
-	Run(ctx, cfg, w, func(c Call) {
-		mu.Lock()
-		defer mu.Unlock()
-		_ = enc.Encode(c)
-	})
+	Run(ctx, cfg, func(int) Service { return w }, emit)
 	return nil
 }
 
-// Run runs cfg.Clients clients on w for cfg.Duration (or until ctx ends),
-// then lets each finish what it is doing,
-// passing every call to emit.
-func Run(ctx context.Context, cfg Config, w *workflow.Workflows, emit func(Call)) {
+// Run runs cfg.Clients clients for cfg.Duration (or until ctx ends), client
+// i on svc(i), then lets each finish what it is doing, passing every call
+// to emit.
+func Run(ctx context.Context, cfg Config, svc func(i int) Service, emit func(Call)) {
 	if cfg.Clients == 0 {
 		cfg.Clients = 4
 	}
@@ -121,7 +134,7 @@ func Run(ctx context.Context, cfg Config, w *workflow.Workflows, emit func(Call)
 	end := time.Now().Add(cfg.Duration)
 	var wg sync.WaitGroup
 	for i := range cfg.Clients {
-		cl := &client{cfg: cfg, w: w, emit: emit, actor: cfg.ID + "-" + strconv.Itoa(i),
+		cl := &client{cfg: cfg, w: svc(i), emit: emit, actor: cfg.ID + "-" + strconv.Itoa(i),
 			rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i)))}
 		wg.Go(func() { cl.run(ctx, end) })
 	}
@@ -130,7 +143,7 @@ func Run(ctx context.Context, cfg Config, w *workflow.Workflows, emit func(Call)
 
 type client struct {
 	cfg     Config
-	w       *workflow.Workflows
+	w       Service
 	emit    func(Call)
 	actor   string
 	rng     *rand.Rand
@@ -190,7 +203,7 @@ func (cl *client) call(ctx context.Context, kind, from, to, actor, rid string, d
 	b.Op = "begin"
 	cl.emit(b)
 	tctx, cancel := context.WithTimeout(ctx, d)
-	res, err := cl.w.Transition(tctx, cl.cfg.Instance, from, to, actor, rid)
+	res, err := cl.w.Apply(tctx, workflow.Request{Instance: cl.cfg.Instance, From: from, To: to, Actor: actor, RequestID: rid})
 	cancel()
 	c.End = verify.Mono()
 	c.record(res, err)
