@@ -25,22 +25,23 @@ func Example_lostReply() {
 
 	// The request id is made once per intent, before the first attempt.
 	const rid = "pay-o-7-attempt-1"
+	pay := workflow.Request{Instance: "o-7", From: "NEW", To: "PAID", Actor: "billing", RequestID: rid}
 	short, cancel := context.WithTimeout(ctx, time.Nanosecond)
-	_, err := orders.Transition(short, "o-7", "NEW", "PAID", "billing", rid)
+	_, err := orders.Apply(short, pay)
 	cancel()
 	fmt.Println("first attempt:", errors.Is(err, context.DeadlineExceeded))
 	// (Whether it was applied is unknown here. Say it was, and the order
 	// moved on meanwhile.)
-	orders.Transition(ctx, "o-7", "NEW", "PAID", "billing", rid)
-	orders.Transition(ctx, "o-7", "PAID", "SHIPPED", "warehouse", "ship-o-7")
+	orders.Apply(ctx, pay)
+	orders.Apply(ctx, workflow.Request{Instance: "o-7", From: "PAID", To: "SHIPPED", Actor: "warehouse", RequestID: "ship-o-7"})
 
 	// 1. Ask again, exactly as before: the original outcome and entry.
-	r, err := orders.Transition(ctx, "o-7", "NEW", "PAID", "billing", rid)
+	r, err := orders.Apply(ctx, pay)
 	fmt.Println(r.Outcome, r.Entry.Version, r.Entry.Actor, err)
 
 	// 2. Asked from the state read since, the id is refused with the entry
 	// it applied: the caller learns its payment went through at version 1.
-	_, err = orders.Transition(ctx, "o-7", "SHIPPED", "DELIVERED", "billing", rid)
+	_, err = orders.Apply(ctx, workflow.Request{Instance: "o-7", From: "SHIPPED", To: "DELIVERED", Actor: "billing", RequestID: rid})
 	var reused *workflow.RequestReusedError
 	if errors.As(err, &reused) {
 		fmt.Println("reused:", reused.Entry.From, "→", reused.Entry.To, "at version", reused.Entry.Version)

@@ -36,7 +36,7 @@ func Example() {
 		return
 	}
 	approvals.Create(ctx, "exp-42")
-	approvals.Transition(ctx, "exp-42", "DRAFT", "PENDING", "alice", "submit-exp-42")
+	approvals.Apply(ctx, workflow.Request{Instance: "exp-42", From: "DRAFT", To: "PENDING", Actor: "alice", RequestID: "submit-exp-42"})
 
 	// Two administrators at once.
 	var wg sync.WaitGroup
@@ -44,7 +44,7 @@ func Example() {
 	var mu sync.Mutex
 	for _, admin := range []string{"bob", "carol"} {
 		wg.Go(func() {
-			r, err := approvals.Transition(ctx, "exp-42", "PENDING", "APPROVED", admin, "approve-by-"+admin)
+			r, err := approvals.Apply(ctx, workflow.Request{Instance: "exp-42", From: "PENDING", To: "APPROVED", Actor: admin, RequestID: "approve-by-" + admin})
 			if err != nil {
 				fmt.Println(err)
 				return
@@ -66,13 +66,13 @@ func Example() {
 	fmt.Println("second approver:", r.Outcome, "| told who:", r.Entry.Actor == winner, "| which request:", r.Entry.RequestID == "approve-by-"+winner)
 
 	// The winner's client retries after a lost reply: its original result.
-	again, _ := approvals.Transition(ctx, "exp-42", "PENDING", "APPROVED", winner, "approve-by-"+winner)
+	again, _ := approvals.Apply(ctx, workflow.Request{Instance: "exp-42", From: "PENDING", To: "APPROVED", Actor: winner, RequestID: "approve-by-" + winner})
 	fmt.Println("retry:", again.Outcome, "version", again.Version)
 
-	// Someone rejects from a state the request has left.
-	_, err = approvals.Transition(ctx, "exp-42", "PENDING", "REJECTED", "dave", "reject-by-dave")
-	var ws *workflow.WrongStateError
-	fmt.Println("reject:", errors.As(err, &ws), ws.Current)
+	// Someone rejects from a state the request has left: the same shape
+	// as the second approver's answer — the state found and who moved it.
+	rej, _ := approvals.Apply(ctx, workflow.Request{Instance: "exp-42", From: "PENDING", To: "REJECTED", Actor: "dave", RequestID: "reject-by-dave"})
+	fmt.Println("reject:", rej.Outcome, rej.Superseded(), rej.State, "by", rej.Entry.Actor == winner)
 
 	history, _ := approvals.History(ctx, "exp-42")
 	for _, e := range history {
@@ -82,7 +82,7 @@ func Example() {
 	// first approver: applied at version 2
 	// second approver: already-done | told who: true | which request: true
 	// retry: repeated version 2
-	// reject: true APPROVED
+	// reject: wrong-state true APPROVED by true
 	// v1 DRAFT → PENDING
 	// v2 PENDING → APPROVED
 }
