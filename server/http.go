@@ -45,11 +45,24 @@ type HandlerOptions struct {
 	// Workflows serves POST /v1/workflows/{definition}/{instance}/transition
 	// (http_workflows.go) for each definition, keyed by its name.
 	Workflows map[string]*workflow.Workflows
+	// AllowedHosts are the Host names served with auth off besides the
+	// loopback ones (localhost, *.localhost, 127.0.0.0/8, [::1]) and the
+	// IP address the request came in on; "*" allows any. Other Hosts get
+	// 421 (a DNS-rebinding page names its own host). With auth on every
+	// Host is served.
+	AllowedHosts []string
+	// BodyTimeout bounds reading a request body, from the end of its
+	// headers to its last byte (default 10s); a slower body gets 400 or
+	// its connection closed.
+	BodyTimeout time.Duration
 }
 
 // DefaultMaxBodyBytes is HandlerOptions.MaxBodyBytes's default: room for
 // a lease's largest data (leasehold.MaxDataLen) in base64 and JSON.
 const DefaultMaxBodyBytes = 128 << 10
+
+// DefaultBodyTimeout is HandlerOptions.BodyTimeout's default.
+const DefaultBodyTimeout = 10 * time.Second
 
 // MaxWait is the longest wait_ms a request may ask for. Clients wait longer
 // by repeating the request (remote.HTTPStore.AcquireWait does).
@@ -78,6 +91,9 @@ type httpAPI struct {
 	dash    http.Handler
 	maxBody int64
 
+	bodyTimeout  time.Duration
+	allowedHosts map[string]bool // lower case; "*" allows any
+
 	workflows map[string]*workflow.Workflows
 
 	// sessions binds each session opened here to its identity (auth on).
@@ -105,6 +121,14 @@ func newHTTPAPI(b Backend, opts HandlerOptions) *httpAPI {
 	if h.maxBody <= 0 {
 		h.maxBody = DefaultMaxBodyBytes
 	}
+	h.bodyTimeout = opts.BodyTimeout
+	if h.bodyTimeout <= 0 {
+		h.bodyTimeout = DefaultBodyTimeout
+	}
+	h.allowedHosts = map[string]bool{}
+	for _, a := range opts.AllowedHosts {
+		h.allowedHosts[strings.ToLower(strings.TrimSuffix(a, "."))] = true
+	}
 	if h.metrics != nil {
 		h.metrics.observe(b)
 	}
@@ -125,6 +149,7 @@ type httpReq struct {
 
 func (h *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &httpStatusWriter{ResponseWriter: w}
+	h.bodyDeadline(w, r)
 	q := &httpReq{w: sw, r: r, route: "unmatched", start: time.Now()}
 	defer h.finish(q)
 	if err := h.cop.Check(r); err != nil {
@@ -133,12 +158,18 @@ func (h *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"cross-origin requests from browsers may not change leases (only the dashboard's own origin may)", nil)
 		return
 	}
-	if !h.auth.Enabled() && httpUnsafe(r.Method) && httpFromBrowser(r) && !httpLocalHost(r.Host) {
+	if !h.auth.Enabled() && httpUnsafe(r.Method) && httpFromBrowser(r) && !httpLocalHost(r.Host) && !h.hostListed(r.Host) {
 		// Without auth, a page whose DNS name was re-pointed at this
 		// server (DNS rebinding) looks same-origin to the browser: only
 		// names that cannot be re-pointed may change leases.
 		h.problem(q, http.StatusForbidden, "forbidden", "Forbidden",
 			"with auth off, browsers may change leases only through localhost or an IP address (DNS rebinding protection); turn auth on to use a host name", nil)
+		return
+	}
+	if !h.auth.Enabled() && !h.hostAllowed(r) {
+		h.metrics.misdirectedHost()
+		h.problem(q, http.StatusMisdirectedRequest, "misdirected-host", "Host not served",
+			fmt.Sprintf("with auth off this server answers only to loopback names (localhost, 127.0.0.1, [::1]) and its own IP address, not to Host %q (DNS rebinding protection); allow the name with --allowed-hosts or turn auth on", r.Host), nil)
 		return
 	}
 	h.route(q)
@@ -1138,10 +1169,9 @@ func (h *httpAPI) decode(q *httpReq, v any) bool {
 			return false
 		}
 	}
-	rc := http.NewResponseController(q.w)
-	_ = rc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	// The body's read deadline (BodyTimeout) was set when the request
+	// came in (bodyDeadline).
 	body, err := io.ReadAll(http.MaxBytesReader(q.w, q.r.Body, h.maxBody))
-	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

@@ -422,10 +422,10 @@ func TestCrossOrigin(t *testing.T) {
 	// same-origin to the browser. With auth off, browsers change leases
 	// only through localhost or an IP address.
 	ts.want(ts.do("POST", "/v1/leases/d/acquire", "", body, "Sec-Fetch-Site", "same-origin", "Host", "rebind.example:7070"), 403, "forbidden")
-	ts.want(ts.do("POST", "/v1/leases/d/acquire", "", body, "Host", "rebind.example:7070"), 200, "") // not a browser
+	ts.want(ts.do("POST", "/v1/leases/d/acquire", "", body, "Host", "rebind.example:7070"), 421, "misdirected-host") // any client: Host not served with auth off
 	ts.want(ts.do("POST", "/v1/leases/e/acquire", "", body, "Sec-Fetch-Site", "same-origin", "Host", "localhost:7070"), 200, "")
-	ts.want(ts.do("GET", "/v1/leases", "", "", "Sec-Fetch-Site", "same-origin", "Host", "rebind.example:7070"), 200, "")
-	if n := ts.names(); strings.Join(n, ",") != "c,d,e" {
+	ts.want(ts.do("GET", "/v1/leases", "", "", "Sec-Fetch-Site", "same-origin", "Host", "rebind.example:7070"), 421, "misdirected-host")
+	if n := ts.names(); strings.Join(n, ",") != "c,e" {
 		t.Errorf("leases: %v", n)
 	}
 	// With auth on, the token protects: a host name is fine.

@@ -31,11 +31,19 @@ import (
 //	leasehold_durable                 1 if acknowledged grants survive a crash
 //	leasehold_http_requests_total     HTTP requests by route template and status code
 //	leasehold_rate_limited_total      requests refused by the rate limit
+//	leasehold_resp_connections        open RESP connections (gauge)
+//	leasehold_resp_connections_closed_total  RESP connections refused or closed by a bound, by reason
+//	leasehold_http_body_timeouts_total HTTP request bodies cut by the body-read deadline
+//	leasehold_http_misdirected_total  HTTP requests refused for their Host (auth off)
 type Metrics struct {
 	grants, releases, forced, expiries, renewals, waits prometheus.Counter
 	lost, rateLimited                                   prometheus.Counter
 	handoff, syncSeconds, syncRecords                   prometheus.Histogram
 	requests                                            *prometheus.CounterVec
+
+	respConns                 prometheus.Gauge
+	respClosedBy              *prometheus.CounterVec
+	bodyTimeouts, misdirected prometheus.Counter
 
 	backend atomic.Pointer[Backend]
 	gather  prometheus.Gatherer
@@ -82,9 +90,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "leasehold_http_requests_total",
 			Help: "HTTP requests by route template and status code.",
 		}, []string{"route", "code"}),
+		respConns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "leasehold_resp_connections", Help: "Open RESP connections.",
+		}),
+		respClosedBy: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_resp_connections_closed_total",
+			Help: "RESP connections refused or closed by a resource bound or a guard, by reason " +
+				"(max_conns, max_conns_per_addr, auth_timeout, tls_handshake, input_limit, output_limit, http_request, protocol_error).",
+		}, []string{"reason"}),
+		bodyTimeouts: counter("leasehold_http_body_timeouts_total", "HTTP request bodies cut by the body-read deadline."),
+		misdirected:  counter("leasehold_http_misdirected_total", "HTTP requests refused (421) because, with auth off, their Host is not an allowed one."),
+	}
+	for _, r := range []string{closeMaxConns, closeMaxPerAddr, closeAuthTimeout, closeHandshake, closeInputLimit, closeOutputLimit, closeHTTP, closeProtocolErr} {
+		m.respClosedBy.WithLabelValues(r)
 	}
 	reg.MustRegister(m.grants, m.releases, m.forced, m.expiries, m.renewals, m.waits, m.lost, m.rateLimited,
-		m.handoff, m.syncSeconds, m.syncRecords, m.requests, statsCollector{m})
+		m.handoff, m.syncSeconds, m.syncRecords, m.requests, statsCollector{m},
+		m.respConns, m.respClosedBy, m.bodyTimeouts, m.misdirected)
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		m.gather = g
 	} else {
@@ -143,6 +165,38 @@ func (m *Metrics) observe(b Backend) { m.backend.Store(&b) }
 
 func (m *Metrics) request(route string, code int) {
 	m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+}
+
+// The hardening metrics; each is a no-op on a nil *Metrics.
+
+func (m *Metrics) respConnOpened() {
+	if m != nil {
+		m.respConns.Inc()
+	}
+}
+
+func (m *Metrics) respConnClosed() {
+	if m != nil {
+		m.respConns.Dec()
+	}
+}
+
+func (m *Metrics) respClosed(reason string) {
+	if m != nil {
+		m.respClosedBy.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) bodyTimeout() {
+	if m != nil {
+		m.bodyTimeouts.Inc()
+	}
+}
+
+func (m *Metrics) misdirectedHost() {
+	if m != nil {
+		m.misdirected.Inc()
+	}
 }
 
 func (m *Metrics) handler() http.Handler {

@@ -7,11 +7,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -29,6 +31,29 @@ type RESPOptions struct {
 	// but not yet answered (default 1024); beyond it the connection is not
 	// read until replies go out.
 	MaxInflight int
+	// Metrics, if set, count connections and the ones the bounds below
+	// refuse or close.
+	Metrics *Metrics
+
+	// The resource bounds (zero: the default). A connection over
+	// MaxConns open connections (default 10,000) or MaxConnsPerAddr from
+	// one client IP address (default 1,000) is answered "-ERR max number
+	// of clients reached" (not over TLS) and closed.
+	MaxConns, MaxConnsPerAddr int
+	// AuthTimeout: with Auth set, a connection that has not authenticated
+	// within it is closed (default 10s). Until then a command may have at
+	// most 7 arguments of at most 1 KiB each.
+	AuthTimeout time.Duration
+	// HandshakeTimeout bounds a TLS handshake (default 10s).
+	HandshakeTimeout time.Duration
+	// MaxOutputBytes is the output-buffer limit: a connection whose
+	// replies built but not yet sent come to more (a client that does not
+	// read) is closed (default 32 MiB).
+	MaxOutputBytes int64
+	// MaxCommandBytes caps the input buffered for one command, all its
+	// arguments together (default 2 MiB; one bulk string stays under 1
+	// MiB).
+	MaxCommandBytes int
 }
 
 // ErrRESPServerClosed is returned by Serve after Shutdown.
@@ -52,6 +77,7 @@ type RESPServer struct {
 	mu       sync.Mutex
 	lns      map[net.Listener]struct{}
 	conns    map[*respConn]struct{}
+	perAddr  map[string]int // open connections per client IP
 	shutdown bool
 	nextID   int64
 	connWG   sync.WaitGroup
@@ -60,6 +86,7 @@ type RESPServer struct {
 	sessions map[string]respSession // with auth on: who opened each session
 
 	workers *resp.Workers
+	warn    *rateLog // attacks and failed AUTHs: at most a line a second
 }
 
 type respSession struct {
@@ -70,17 +97,14 @@ type respSession struct {
 // NewRESPServer returns a server for b. It does not own b: Shutdown leaves
 // b open.
 func NewRESPServer(b Backend, opts RESPOptions) *RESPServer {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.MaxInflight <= 0 {
-		opts.MaxInflight = 1024
-	}
+	opts.defaults()
 	return &RESPServer{
 		b: b, opts: opts, log: opts.Logger,
 		lns: map[net.Listener]struct{}{}, conns: map[*respConn]struct{}{},
+		perAddr:  map[string]int{},
 		sessions: map[string]respSession{},
 		workers:  resp.NewWorkers(),
+		warn:     &rateLog{log: opts.Logger, interval: time.Second},
 	}
 }
 
@@ -88,9 +112,6 @@ func NewRESPServer(b Backend, opts RESPOptions) *RESPServer {
 // ErrRESPServerClosed) or ln fails. With RESPOptions.TLS set it serves TLS
 // on ln.
 func (s *RESPServer) Serve(ln net.Listener) error {
-	if s.opts.TLS != nil {
-		ln = tls.NewListener(ln, s.opts.TLS)
-	}
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()
@@ -124,8 +145,17 @@ func (s *RESPServer) Serve(ln net.Listener) error {
 			continue
 		}
 		delay = 0
-		c := s.newConn(nc)
+		c, refused := s.newConn(nc)
 		if c == nil {
+			if refused != "" {
+				s.opts.Metrics.respClosed(refused)
+				if s.opts.TLS == nil {
+					// A fresh socket's send buffer is empty: this does
+					// not block.
+					nc.SetWriteDeadline(time.Now().Add(time.Second))
+					io.WriteString(nc, respRefusedAnswer)
+				}
+			}
 			nc.Close()
 			continue
 		}
@@ -163,27 +193,52 @@ func (s *RESPServer) Shutdown(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (s *RESPServer) newConn(nc net.Conn) *respConn {
+// newConn admits nc, or refuses it (c nil) with the reason of a cap that
+// it is over ("" when the server is shutting down).
+func (s *RESPServer) newConn(nc net.Conn) (c *respConn, refused string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.shutdown {
-		return nil
+		return nil, ""
+	}
+	addr := addrKey(nc.RemoteAddr())
+	switch {
+	case len(s.conns) >= s.opts.MaxConns:
+		return nil, closeMaxConns
+	case s.perAddr[addr] >= s.opts.MaxConnsPerAddr:
+		return nil, closeMaxPerAddr
+	}
+	s.perAddr[addr]++
+	if s.opts.TLS != nil {
+		nc = tls.Server(nc, s.opts.TLS)
 	}
 	s.nextID++
-	c := &respConn{srv: s, nc: nc, id: s.nextID}
+	c = &respConn{srv: s, nc: nc, id: s.nextID, addr: addr}
 	c.out = resp.NewReplies(nc, s.opts.MaxInflight, s.workers, c.abort)
+	c.out.SetLimit(s.opts.MaxOutputBytes, func() {
+		c.closeReason.CompareAndSwap(nil, &closeOutputLimitReason)
+		c.abort()
+	})
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.waitCtx, c.waitCancel = context.WithCancel(c.ctx)
 	s.conns[c] = struct{}{}
 	s.connWG.Add(1)
-	return c
+	s.opts.Metrics.respConnOpened()
+	return c, ""
 }
+
+var closeOutputLimitReason = closeOutputLimit
 
 // respConn is one client connection.
 type respConn struct {
-	srv *RESPServer
-	nc  net.Conn
-	id  int64
+	srv  *RESPServer
+	nc   net.Conn
+	id   int64
+	addr string // the client IP, for the per-address cap
+
+	// closeReason is set by whoever closes the connection for a bound
+	// (the output-buffer limit is hit on a writer or worker goroutine).
+	closeReason atomic.Pointer[string]
 
 	// Cancelled when the connection ends (ctx) or stops being read (waitCtx:
 	// queued waiters are dropped as soon as the peer is gone).
@@ -206,32 +261,106 @@ func (c *respConn) abort() {
 }
 
 func (c *respConn) serve() {
+	srv := c.srv
 	defer func() {
-		c.srv.mu.Lock()
-		delete(c.srv.conns, c)
-		c.srv.mu.Unlock()
-		c.srv.connWG.Done()
+		srv.mu.Lock()
+		delete(srv.conns, c)
+		if srv.perAddr[c.addr]--; srv.perAddr[c.addr] <= 0 {
+			delete(srv.perAddr, c.addr)
+		}
+		srv.mu.Unlock()
+		if r := c.closeReason.Load(); r != nil {
+			srv.opts.Metrics.respClosed(*r)
+		}
+		srv.opts.Metrics.respConnClosed()
+		srv.connWG.Done()
 	}()
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		// A client that never sends its ClientHello (or never finishes
+		// the handshake) is closed after HandshakeTimeout.
+		tc.SetDeadline(time.Now().Add(srv.opts.HandshakeTimeout))
+		err := tc.HandshakeContext(c.ctx)
+		tc.SetDeadline(time.Time{})
+		if err != nil {
+			c.closeReason.CompareAndSwap(nil, &closeHandshakeReason)
+			c.srv.log.Debug("resp: TLS handshake", "remote", c.nc.RemoteAddr(), "err", err)
+			c.out.Close()
+			c.abort()
+			return
+		}
+	}
 	writerDone := make(chan struct{})
 	go func() { defer close(writerDone); c.out.Run() }()
-	rd := resp.NewReader(bufio.NewReaderSize(c.nc, 16<<10))
+	rd := resp.NewReader(bufio.NewReaderSize(c.nc, respInlineMax))
+	rd.MaxCommand, rd.MaxInline = srv.opts.MaxCommandBytes, respInlineMax
+	preAuth := srv.opts.Auth != nil
+	if preAuth {
+		c.limitPreAuth(rd)
+	}
 	for {
 		args, err := rd.ReadCommand()
 		if err != nil {
-			if errors.Is(err, resp.ErrProtocol) {
+			var ne net.Error
+			switch {
+			case errors.Is(err, resp.ErrProtocol):
 				c.srv.log.Debug("resp: closing connection", "remote", c.nc.RemoteAddr(), "err", err)
 				c.replyError("ERR " + err.Error())
+				reason := &closeProtocolErrReason
+				if strings.Contains(err.Error(), "longer than") || strings.Contains(err.Error(), "over the limit") {
+					reason = &closeInputLimitReason
+				}
+				c.closeReason.CompareAndSwap(nil, reason)
+			case preAuth && !c.authed && errors.As(err, &ne) && ne.Timeout():
+				c.closeReason.CompareAndSwap(nil, &closeAuthTimeoutReason)
 			}
+			break
+		}
+		if resp.LooksLikeHTTP(args) {
+			// A browser (or another protocol) smuggling commands in: run
+			// nothing, answer nothing.
+			c.closeReason.CompareAndSwap(nil, &closeHTTPReason)
+			srv.warn.Warn("resp: possible cross-protocol attack (an HTTP request sent to the RESP port): connection closed",
+				"remote", c.nc.RemoteAddr())
 			break
 		}
 		if len(args) > 0 && c.exec(args) {
 			break // QUIT
+		}
+		if preAuth && c.authed {
+			preAuth = false
+			c.endPreAuth(rd)
 		}
 	}
 	c.waitCancel() // also ends the subscriptions, so no push holds up Close
 	c.out.Close()
 	<-writerDone
 	c.abort()
+}
+
+var (
+	closeHandshakeReason   = closeHandshake
+	closeProtocolErrReason = closeProtocolErr
+	closeInputLimitReason  = closeInputLimit
+	closeAuthTimeoutReason = closeAuthTimeout
+	closeHTTPReason        = closeHTTP
+)
+
+// limitPreAuth sets the bounds of a connection that has not
+// authenticated: small commands, and AuthTimeout to authenticate.
+func (c *respConn) limitPreAuth(rd *resp.Reader) {
+	rd.MaxArray, rd.MaxBulk, rd.MaxInline = preAuthMaxArgs, preAuthMaxBulk, preAuthMaxBulk
+	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.AuthTimeout))
+}
+
+// endPreAuth lifts the pre-auth bounds after a successful AUTH (unless
+// the server is shutting down: its deadline then stays).
+func (c *respConn) endPreAuth(rd *resp.Reader) {
+	rd.MaxArray, rd.MaxBulk, rd.MaxInline = 0, 0, respInlineMax
+	c.srv.mu.Lock()
+	defer c.srv.mu.Unlock()
+	if !c.srv.shutdown {
+		c.nc.SetReadDeadline(time.Time{})
+	}
 }
 
 func (c *respConn) reply(f func(b []byte) []byte) { c.out.Now(f) }
@@ -386,7 +515,7 @@ func (c *respConn) authenticate(token []byte) bool {
 	}
 	id, err := c.srv.opts.Auth.Authenticate(string(token))
 	if err != nil {
-		c.srv.log.Info("resp: authentication failed", "remote", c.nc.RemoteAddr())
+		c.srv.warn.Warn("resp: authentication failed", "remote", c.nc.RemoteAddr())
 		c.replyError(resp.CodeWrongPass + " invalid token")
 		return false
 	}

@@ -49,6 +49,16 @@ type Config struct {
 	Workflows map[string]*workflow.Workflows
 	// MaxBodyBytes caps HTTP request bodies (default 128 KiB).
 	MaxBodyBytes int64
+	// BodyTimeout bounds reading an HTTP request body (default 10s; see
+	// HandlerOptions.BodyTimeout).
+	BodyTimeout time.Duration
+	// AllowedHosts are the HTTP Host names served with auth off besides
+	// the loopback ones (see HandlerOptions.AllowedHosts).
+	AllowedHosts []string
+	// RESP are the RESP port's resource bounds (zero fields: the
+	// defaults; see RESPOptions). Its Auth, Limits, Logger, TLS and
+	// Metrics are taken from this Config.
+	RESP RESPOptions
 
 	// ReadHeaderTimeout bounds reading a request's headers (default 5s).
 	ReadHeaderTimeout time.Duration
@@ -141,7 +151,7 @@ func NewServer(b Backend, cfg Config) (*Server, error) {
 	s.api = newHTTPAPI(b, HandlerOptions{
 		Auth: cfg.Auth, Limits: cfg.Limits, Logger: cfg.Logger, Metrics: cfg.Metrics,
 		Dashboard: cfg.Dashboard, MaxBodyBytes: cfg.MaxBodyBytes,
-		Workflows: cfg.Workflows,
+		Workflows: cfg.Workflows, BodyTimeout: cfg.BodyTimeout, AllowedHosts: cfg.AllowedHosts,
 	})
 	s.hs = &http.Server{
 		Handler:           s.api,
@@ -155,7 +165,9 @@ func NewServer(b Backend, cfg Config) (*Server, error) {
 		if tc != nil {
 			rt = tc.Clone() // the RESP server wraps its listener itself
 		}
-		s.resp = NewRESPServer(b, RESPOptions{Auth: cfg.Auth, Limits: cfg.Limits, Logger: cfg.Logger, TLS: rt})
+		ro := cfg.RESP
+		ro.Auth, ro.Limits, ro.Logger, ro.TLS, ro.Metrics = cfg.Auth, cfg.Limits, cfg.Logger, rt, cfg.Metrics
+		s.resp = NewRESPServer(b, ro)
 	}
 	if !cfg.Auth.Enabled() {
 		for _, ln := range []net.Listener{s.httpLn, s.respLn} {

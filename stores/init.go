@@ -3,6 +3,7 @@ package stores
 import (
 	"context"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/redact"
 	"os"
 )
 
@@ -35,7 +36,7 @@ func Init(ctx context.Context, rawURL string) error {
 			return err
 		}
 		if f, ok := initializers[scheme]; ok {
-			return f(ctx, rawURL)
+			return redact.Error(f(ctx, rawURL), redact.Secrets(rawURL)...)
 		}
 	}
 	s, err := Open(ctx, rawURL)

@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/sqlite"
 )
@@ -77,7 +78,9 @@ func Open(ctx context.Context, rawURL string) (leasehold.Store, error) {
 		return nil, &leasehold.InvalidError{Field: "store URL",
 			Reason: fmt.Sprintf("unknown scheme %q (known: %s)", scheme, strings.Join(Schemes(), ", "))}
 	}
-	return o(ctx, rawURL)
+	st, err := o(ctx, rawURL)
+	// A driver's error may quote the URL, and with it a password or token.
+	return st, redact.Error(err, redact.Secrets(rawURL)...)
 }
 
 // schemeOf returns the URL scheme of rawURL (RFC 3986: a letter, then

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"log/slog"
-	"net/url"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/server"
 	"github.com/leasehold/leasehold/server/dashboard"
 )
@@ -87,6 +88,16 @@ type serveOptions struct {
 	logFormat       string
 	dashboard       bool
 	shutdownTimeout time.Duration
+
+	// The hardening bounds (docs/server.md, "Hardening").
+	allowedHosts         []string
+	bodyTimeout          time.Duration
+	respMaxConns         int
+	respMaxConnsPerAddr  int
+	respAuthTimeout      time.Duration
+	respHandshakeTimeout time.Duration
+	respMaxOutputBytes   int64
+	respMaxCommandBytes  int
 }
 
 // serveEnv names the environment variable of each flag whose name does not
@@ -132,6 +143,14 @@ func newServeCmd(e *env) *cobra.Command {
 	f.BoolVar(&o.dashboard, "dashboard", true, "serve the dashboard at /dashboard/")
 	f.StringVar(&o.workflows, "workflows", "", "JSON file of workflow definitions served at /v1/workflows/ (see docs/workflows.md)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for in-flight requests")
+	f.StringSliceVar(&o.allowedHosts, "allowed-hosts", nil, "with auth off, HTTP Host names served besides localhost, loopback addresses and the server's own address (comma-separated; \"*\": any); others get 421 (DNS rebinding)")
+	f.DurationVar(&o.bodyTimeout, "body-timeout", server.DefaultBodyTimeout, "longest time to receive an HTTP request body, from its headers to its last byte")
+	f.IntVar(&o.respMaxConns, "resp-max-conns", server.DefaultRESPMaxConns, "most open RESP connections; more are refused")
+	f.IntVar(&o.respMaxConnsPerAddr, "resp-max-conns-per-addr", server.DefaultRESPMaxConnsPerAddr, "most open RESP connections from one client IP address")
+	f.DurationVar(&o.respAuthTimeout, "resp-auth-timeout", server.DefaultRESPAuthTimeout, "with auth on, a RESP connection that has not sent AUTH within this is closed")
+	f.DurationVar(&o.respHandshakeTimeout, "resp-tls-handshake-timeout", server.DefaultRESPHandshakeTimeout, "longest TLS handshake on the RESP port")
+	f.Int64Var(&o.respMaxOutputBytes, "resp-max-output-bytes", server.DefaultRESPMaxOutputBytes, "a RESP client whose unsent replies pass this many bytes (it does not read them) is disconnected")
+	f.IntVar(&o.respMaxCommandBytes, "resp-max-command-bytes", server.DefaultRESPMaxCommandBytes, "most bytes of one RESP command's arguments together")
 	return cmd
 }
 
@@ -204,6 +223,9 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	if o.shutdownTimeout <= 0 {
 		return usagef("serve: --shutdown-timeout must be positive")
 	}
+	if err := o.checkBounds(); err != nil {
+		return err
+	}
 	var auth *server.Auth
 	if o.authFile != "" {
 		if auth, err = server.LoadAuth(o.authFile); err != nil {
@@ -239,7 +261,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 			Hooks: metrics.Hooks(), Logger: log,
 			Durable: scheme != "memory" && scheme != "redis",
 		})
-		what = "proxy in front of " + redactURL(o.store)
+		what = "proxy in front of " + redact.URL(o.store)
 	} else {
 		dir := o.dataDir
 		if dir == "" {
@@ -276,6 +298,12 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		TLSCert: o.tlsCert, TLSKey: o.tlsKey, ClientCA: o.clientCA,
 		Auth: auth, Limits: limits, Logger: log, Metrics: metrics,
 		ShutdownTimeout: o.shutdownTimeout,
+		AllowedHosts:    o.allowedHosts, BodyTimeout: o.bodyTimeout,
+		RESP: server.RESPOptions{
+			MaxConns: o.respMaxConns, MaxConnsPerAddr: o.respMaxConnsPerAddr,
+			AuthTimeout: o.respAuthTimeout, HandshakeTimeout: o.respHandshakeTimeout,
+			MaxOutputBytes: o.respMaxOutputBytes, MaxCommandBytes: o.respMaxCommandBytes,
+		},
 	}
 	if o.dashboard {
 		cfg.Dashboard = dashboard.Handler()
@@ -322,14 +350,30 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	return nil
 }
 
-// redactURL hides a password in a store URL.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(store URL)"
+// checkBounds refuses hardening flags that would turn a bound off or make
+// no sense.
+func (o *serveOptions) checkBounds() error {
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"--body-timeout", o.bodyTimeout > 0},
+		{"--resp-max-conns", o.respMaxConns > 0},
+		{"--resp-max-conns-per-addr", o.respMaxConnsPerAddr > 0},
+		{"--resp-auth-timeout", o.respAuthTimeout > 0},
+		{"--resp-tls-handshake-timeout", o.respHandshakeTimeout > 0},
+		{"--resp-max-output-bytes", o.respMaxOutputBytes > 0},
+		{"--resp-max-command-bytes", o.respMaxCommandBytes > 0},
+	} {
+		if !c.ok {
+			return usagef("serve: %s must be positive", c.name)
+		}
 	}
-	if _, has := u.User.Password(); has {
-		return u.Redacted()
+	for _, h := range o.allowedHosts {
+		port := strings.Contains(h, ":") && net.ParseIP(strings.Trim(h, "[]")) == nil
+		if h == "" || port || strings.ContainsAny(h, "/ \t@?#") {
+			return usagef("serve: --allowed-hosts: %q is not a host name (give names such as leases.internal, without scheme, port or path)", h)
+		}
 	}
-	return raw
+	return nil
 }

@@ -206,6 +206,16 @@ func TestServeUsageErrors(t *testing.T) {
 		{"serve", "--store", "memory://", "--data-dir", dir},
 		{"serve", "--store", "nope://x"},
 		{"serve", "--addr", "127.0.0.1:0", "--resp-addr", "", "--data-dir", dir, "--tls-cert", filepath.Join(dir, "c.pem")},
+		{"serve", "--data-dir", dir, "--resp-max-conns", "0"},
+		{"serve", "--data-dir", dir, "--resp-max-conns-per-addr", "-1"},
+		{"serve", "--data-dir", dir, "--resp-auth-timeout", "0s"},
+		{"serve", "--data-dir", dir, "--resp-tls-handshake-timeout", "-1s"},
+		{"serve", "--data-dir", dir, "--resp-max-output-bytes", "0"},
+		{"serve", "--data-dir", dir, "--resp-max-command-bytes", "0"},
+		{"serve", "--data-dir", dir, "--body-timeout", "0s"},
+		{"serve", "--data-dir", dir, "--allowed-hosts", "http://leases.internal"},
+		{"serve", "--data-dir", dir, "--allowed-hosts", "leases.internal:7070"},
+		{"serve", "--data-dir", dir, "--allowed-hosts", "a,,b"},
 	} {
 		if r := h.run(args...); r.code != ExitUsage {
 			t.Errorf("leasehold %q: exit %d, want %d\n%s", args, r.code, ExitUsage, r.stderr)
@@ -225,6 +235,45 @@ func TestServeHelp(t *testing.T) {
 		"--log-level", "--log-format", "LEASEHOLD_SERVE_STORE", "SIGTERM", "Examples:"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("serve --help lacks %q", want)
+		}
+	}
+}
+
+// TestServeRedactsStoreURL: the token or password of a store URL shows
+// nowhere: not in the start-up line of a proxy, not in the error of a
+// store that cannot be opened.
+func TestServeRedactsStoreURL(t *testing.T) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	const secret = "url-s3cret-token"
+	authFile := filepath.Join(t.TempDir(), "tokens.json")
+	if err := os.WriteFile(authFile, []byte(`{"tokens":[{"identity":"px","token":"`+secret+`","grants":[{"prefix":"","access":"admin"}]}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inner := startServing(t, "--addr", "127.0.0.1:0", "--resp-addr", "127.0.0.1:0", "--store", "memory://", "--auth-file", authFile)
+	proxy := startServing(t, "--addr", "127.0.0.1:0", "--resp-addr", "", "--store", "leasehold://"+inner.resp+"?token="+secret)
+	if out := proxy.out.String(); !strings.Contains(out, "proxy in front of leasehold://"+inner.resp+"?token=REDACTED") || strings.Contains(out+proxy.errb.String(), secret) {
+		t.Errorf("start-up lines:\n%s\n%s", out, proxy.errb.String())
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*serving{inner, proxy} {
+		if r := s.wait(t); r.code != 0 {
+			t.Fatalf("exit %d\n%s", r.code, r.stderr)
+		}
+	}
+
+	h := newHarness(t)
+	for _, u := range []string{
+		"leasehold://127.0.0.1:1?token=" + secret,
+		"postgres://app:" + secret + "@127.0.0.1:1/db?sslmode=disable&connect_timeout=5",
+		"leasehold://127.0.0.1:1?token=" + secret + "&bogus=%zz",
+	} {
+		r := h.run("serve", "--addr", "127.0.0.1:0", "--resp-addr", "", "--store", u)
+		if r.code == 0 || strings.Contains(r.stdout+r.stderr, secret) {
+			t.Errorf("serve --store %q: exit %d\n%s\n%s", u, r.code, r.stdout, r.stderr)
 		}
 	}
 }

@@ -23,6 +23,10 @@ const (
 	DefaultMaxArray  = 1024    // elements in one array
 	DefaultMaxDepth  = 4       // nesting of arrays in a reply
 	DefaultMaxInline = 64 << 10
+	// DefaultMaxCommand bounds the bytes of all the arguments of one
+	// command together (without it, an array of 1024 bulk strings of 1 MiB
+	// each would be buffered whole).
+	DefaultMaxCommand = 2 << 20
 )
 
 // ErrProtocol is matched (errors.Is) by every *ProtocolError.
@@ -69,6 +73,10 @@ type Reader struct {
 	MaxArray  int
 	MaxDepth  int
 	MaxInline int // longest inline command line; also bounded by the bufio size
+	// MaxCommand bounds the bytes of one command's arguments together
+	// (ReadCommand only); an array whose bulk strings would go over it is
+	// refused before they are read.
+	MaxCommand int
 
 	buf     []byte    // bytes of the current command or reply
 	args    [][]byte  // arguments of the current command
@@ -221,6 +229,10 @@ func (r *Reader) bulk(n int) ([]byte, error) {
 func (r *Reader) ReadCommand() ([][]byte, error) {
 	r.reset()
 	maxBulk, maxArray, _, maxInline := r.limits()
+	maxCommand := r.MaxCommand
+	if maxCommand <= 0 {
+		maxCommand = DefaultMaxCommand
+	}
 	line, cr, err := r.rawLine()
 	if err != nil {
 		return nil, err
@@ -258,6 +270,9 @@ func (r *Reader) ReadCommand() ([][]byte, error) {
 		}
 		if l < 0 {
 			return nil, protoErr("null bulk string in a command")
+		}
+		if len(r.buf)+l > maxCommand {
+			return nil, protoErr("command longer than %d bytes", maxCommand)
 		}
 		arg, err := r.bulk(l)
 		if err != nil {

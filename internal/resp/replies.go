@@ -6,6 +6,7 @@ import (
 	"io"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,6 +30,32 @@ type Replies struct {
 
 	pushMu sync.Mutex
 	closed bool
+
+	// The output-buffer limit (see SetLimit): bytes of replies built but
+	// not yet handed to w.
+	pending    atomic.Int64
+	limit      int64
+	onOverflow func()
+	overflowed atomic.Bool
+}
+
+// SetLimit sets the output-buffer limit: once the replies built but not
+// yet written to w come to more than max bytes (a client that sends
+// commands and does not read their replies), onOverflow is called, once;
+// it should close the connection. Zero means no limit. Call it before the
+// first reply is queued.
+func (r *Replies) SetLimit(max int64, onOverflow func()) {
+	r.limit, r.onOverflow = max, onOverflow
+}
+
+// Pending returns the bytes of replies built but not yet written.
+func (r *Replies) Pending() int64 { return r.pending.Load() }
+
+// built accounts for n more bytes waiting to be written.
+func (r *Replies) built(n int) {
+	if v := r.pending.Add(int64(n)); r.limit > 0 && v > r.limit && r.overflowed.CompareAndSwap(false, true) {
+		r.onOverflow()
+	}
 }
 
 // slot is one reply: ready when built by the reader, else done receives
@@ -65,6 +92,7 @@ func (r *Replies) Now(f func(b []byte) []byte) {
 	s := slotPool.Get().(*slot)
 	s.buf = f(s.buf)
 	s.ready = true
+	r.built(len(s.buf))
 	r.slots <- s
 }
 
@@ -92,6 +120,7 @@ func (r *Replies) Async(key string, blocking bool, fn func(b []byte) []byte) {
 			<-prev.done
 		}
 		s.buf = fn(s.buf)
+		r.built(len(s.buf))
 		if me != nil {
 			close(me.done)
 			r.orderMu.Lock()
@@ -117,6 +146,7 @@ func (r *Replies) Push(ctx context.Context, f func(b []byte) []byte) bool {
 	s := slotPool.Get().(*slot)
 	s.buf = f(s.buf)
 	s.ready = true
+	r.built(len(s.buf))
 	r.pushMu.Lock()
 	defer r.pushMu.Unlock()
 	if !r.closed {
@@ -126,6 +156,7 @@ func (r *Replies) Push(ctx context.Context, f func(b []byte) []byte) bool {
 		case <-ctx.Done():
 		}
 	}
+	r.pending.Add(-int64(len(s.buf)))
 	putSlot(s)
 	return false
 }
@@ -189,6 +220,7 @@ func (r *Replies) Run() {
 			_, err := bw.Write(s.buf)
 			fail(err)
 		}
+		r.pending.Add(-int64(len(s.buf)))
 		putSlot(s)
 	}
 }

@@ -1,0 +1,165 @@
+// Package redact hides the secrets that store URLs carry (a password in
+// the user info, a token or key in the query) before a URL, or an error or
+// log line that quotes one, is shown to anyone: every log line, error and
+// page that names a store URL goes through it.
+//
+// What counts as a secret: the password of the user info
+// ("postgres://user:pass@host", "redis://:pass@host") and the value of
+// every query parameter whose name says it holds one (token, password,
+// secret, AWS keys, signatures: see isSecretKey). Host names, paths, user
+// names and other parameters are kept, so that the redacted URL still
+// says which store it is.
+package redact
+
+import (
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// Mask replaces each secret.
+const Mask = "REDACTED"
+
+// urlPattern finds URLs in free text (an error message, a log line).
+var urlPattern = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^\s"'<>` + "`" + `]+`)
+
+// URL returns raw with its secrets replaced by Mask. A URL that does not
+// parse is scrubbed as text (String), never returned as it was.
+func URL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		// The whole string is one URL: its user info may hold spaces.
+		return scrubText(looseUserinfo.ReplaceAllString(raw, "${1}"+Mask+"${3}"))
+	}
+	changed := false
+	if u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), Mask)
+			changed = true
+		}
+	}
+	if u.RawQuery != "" {
+		if q := redactQuery(u.RawQuery); q != u.RawQuery {
+			u.RawQuery, changed = q, true
+		}
+	}
+	if !changed {
+		return scrubText(raw) // as written ("memory://" stays so)
+	}
+	// Scrub the result as text too: a secret in the path or fragment.
+	return scrubText(u.String())
+}
+
+// redactQuery masks the values of secret parameters, keeping the order
+// and spelling of the others.
+func redactQuery(q string) string {
+	parts := strings.Split(q, "&")
+	for i, p := range parts {
+		k, _, hasValue := strings.Cut(p, "=")
+		name, err := url.QueryUnescape(k)
+		if err != nil {
+			name = k
+		}
+		if hasValue && isSecretKey(name) {
+			parts[i] = k + "=" + Mask
+		}
+	}
+	return strings.Join(parts, "&")
+}
+
+// secretWords are the parts of a parameter name that mark a secret.
+var secretWords = []string{
+	"token", "password", "passwd", "pwd", "pass", "secret", "apikey", "api_key", "api-key",
+	"credential", "signature", "sig", "auth", "session", "private",
+}
+
+func isSecretKey(name string) bool {
+	n := strings.ToLower(name)
+	for _, w := range secretWords {
+		if n == w || strings.Contains(n, w) {
+			return true
+		}
+	}
+	// AWS: aws_access_key_id is an id and kept; the secret key and the
+	// session token contain "secret" and "token".
+	return false
+}
+
+// textSecret finds "key=value" pairs of secret keys outside URLs (a DSN
+// quoted in an error: "password=..." or "token: ...").
+var textSecret = regexp.MustCompile(`(?i)\b([a-z0-9_.-]*(?:token|password|passwd|pwd|secret|apikey|api_key|credential|signature)[a-z0-9_.-]*)(\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s&,;"'<>]+)`)
+
+// userinfoPassword finds the password of a URL's user info in text.
+var userinfoPassword = regexp.MustCompile(`(://[^/@\s:]*:)([^@\s/]+)(@)`)
+
+// looseUserinfo is userinfoPassword for a string known to be one URL.
+var looseUserinfo = regexp.MustCompile(`^([^:]*://[^/@:]*:)([^@]*)(@)`)
+
+func scrubText(s string) string {
+	s = userinfoPassword.ReplaceAllString(s, "${1}"+Mask+"${3}")
+	return textSecret.ReplaceAllString(s, "${1}${2}"+Mask)
+}
+
+// String returns s with the secrets of every URL in it, and of every
+// secret-named "key=value" pair, replaced by Mask.
+func String(s string) string {
+	s = urlPattern.ReplaceAllStringFunc(s, URL)
+	return scrubText(s)
+}
+
+// Error returns err with its message redacted (String); errors.Is and
+// errors.As still see err. Extra strings (the secrets of a URL the error
+// may quote in another form, see Secrets) are masked wherever they occur.
+// A nil err gives nil.
+func Error(err error, extra ...string) error {
+	if err == nil {
+		return nil
+	}
+	msg := String(err.Error())
+	for _, s := range extra {
+		if len(s) >= 4 { // shorter ones would mask ordinary words
+			msg = strings.ReplaceAll(msg, s, Mask)
+		}
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &redacted{msg: msg, err: err}
+}
+
+// Secrets returns the secret values in raw (the password, the secret
+// query values, decoded and as written), for Error.
+func Secrets(raw string) []string {
+	var out []string
+	if m := userinfoPassword.FindStringSubmatch(raw); m != nil {
+		out = append(out, m[2])
+		if d, err := url.PathUnescape(m[2]); err == nil && d != m[2] {
+			out = append(out, d)
+		}
+	}
+	if _, q, ok := strings.Cut(raw, "?"); ok {
+		q, _, _ = strings.Cut(q, "#")
+		for _, p := range strings.Split(q, "&") {
+			k, v, hasValue := strings.Cut(p, "=")
+			name, err := url.QueryUnescape(k)
+			if err != nil {
+				name = k
+			}
+			if hasValue && v != "" && isSecretKey(name) {
+				out = append(out, v)
+				if d, err := url.QueryUnescape(v); err == nil && d != v {
+					out = append(out, d)
+				}
+			}
+		}
+	}
+	return out
+}
+
+type redacted struct {
+	msg string
+	err error
+}
+
+func (r *redacted) Error() string { return r.msg }
+func (r *redacted) Unwrap() error { return r.err }

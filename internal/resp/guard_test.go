@@ -1,0 +1,111 @@
+package resp
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+func TestLooksLikeHTTP(t *testing.T) {
+	for line, want := range map[string]bool{
+		"POST / HTTP/1.1":            true,
+		"GET /x?y HTTP/1.0":          true,
+		"OPTIONS * HTTP/1.1":         true,
+		"PRI * HTTP/2.0":             true,
+		"BREW /pot http/1.1":         true,
+		"Host: 127.0.0.1:7071":       true,
+		"host:evil.example":          true,
+		"post":                       true,
+		"PING":                       false,
+		"GET key":                    false,
+		"ECHO a HTTP/1.1":            true, // a request line in form: close rather than guess
+		"LH.ACQUIRE a owner 1000":    false,
+		"ECHO Host:":                 false,
+		"LH.GET HTTP/1.1":            false,
+		"\"GET\" / HTTP/1.1":         false, // not a method token
+		"Hostname: x":                false,
+		"SET host: x":                false,
+		"LH.ACQUIRE POST owner 1000": false,
+	} {
+		args := strings.Fields(line)
+		b := make([][]byte, len(args))
+		for i, a := range args {
+			b[i] = []byte(a)
+		}
+		if got := LooksLikeHTTP(b); got != want {
+			t.Errorf("LooksLikeHTTP(%q) = %v, want %v", line, got, want)
+		}
+	}
+}
+
+// TestMaxCommand: the arguments of one command together are capped before
+// they are read; one under the cap is read whole.
+func TestMaxCommand(t *testing.T) {
+	arg := strings.Repeat("a", 600)
+	cmd := fmt.Sprintf("*3\r\n$4\r\nECHO\r\n$600\r\n%s\r\n$600\r\n%s\r\n", arg, arg)
+	r := NewReader(bufio.NewReader(strings.NewReader(cmd + cmd)))
+	r.MaxCommand = 1204
+	if args, err := r.ReadCommand(); err != nil || len(args) != 3 {
+		t.Fatalf("at the cap: %d args, %v", len(args), err)
+	}
+	r.MaxCommand = 1203
+	if _, err := r.ReadCommand(); !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "command longer than 1203 bytes") {
+		t.Errorf("over the cap: %v", err)
+	}
+	big := fmt.Sprintf("*3\r\n$4\r\nECHO\r\n$%d\r\n", DefaultMaxCommand)
+	r = NewReader(bufio.NewReader(strings.NewReader(big)))
+	r.MaxBulk = 2 * DefaultMaxCommand
+	if _, err := r.ReadCommand(); !errors.Is(err, ErrProtocol) {
+		t.Errorf("over the default cap: %v", err)
+	}
+}
+
+// blockingWriter accepts nothing until released: a client that does not
+// read.
+type blockingWriter struct{ release chan struct{} }
+
+func (w blockingWriter) Write(p []byte) (int, error) {
+	<-w.release
+	return 0, io.ErrClosedPipe
+}
+
+// TestRepliesLimit: once the replies not yet written pass the limit, the
+// overflow callback runs once; under it, it never does.
+func TestRepliesLimit(t *testing.T) {
+	w := blockingWriter{release: make(chan struct{})}
+	var overflows atomic.Int32
+	r := NewReplies(w, 1024, NewWorkers(), func() {})
+	r.SetLimit(100<<10, func() { overflows.Add(1); close(w.release) })
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run() }()
+	reply := strings.Repeat("x", 10<<10)
+	for i := 0; i < 30; i++ {
+		r.Now(func(b []byte) []byte { return AppendBulkString(b, reply) })
+	}
+	r.Close()
+	<-done
+	if n := overflows.Load(); n != 1 {
+		t.Errorf("overflow callbacks: %d, want 1", n)
+	}
+	if p := r.Pending(); p != 0 {
+		t.Errorf("pending after Run: %d bytes", p)
+	}
+
+	var sb strings.Builder
+	ok := NewReplies(&sb, 1024, NewWorkers(), func() {})
+	ok.SetLimit(100<<10, func() { t.Error("overflow under the limit") })
+	done = make(chan struct{})
+	go func() { defer close(done); ok.Run() }()
+	for i := 0; i < 9; i++ { // 9 replies in all stay under the limit, however late Run writes them
+		ok.Now(func(b []byte) []byte { return AppendBulkString(b, reply) })
+	}
+	ok.Close()
+	<-done
+	if sb.Len() != 9*(len(reply)+len("$10240\r\n\r\n")) {
+		t.Errorf("wrote %d bytes", sb.Len())
+	}
+}

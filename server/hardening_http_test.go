@@ -1,0 +1,140 @@
+package server
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestHTTPAllowedHosts: with auth off, only loopback Host names, the
+// server's own address and AllowedHosts are served (DNS rebinding); other
+// Hosts get 421 and change nothing. With auth on, any Host is served.
+func TestHTTPAllowedHosts(t *testing.T) {
+	body := `{"owner":"x","ttl_ms":60000}`
+	ts := newHTServer(t, HandlerOptions{})
+	for _, host := range []string{"rebind.example", "rebind.example:7070", "localhost.evil.example", "10.9.8.7:7070", "127.0.0.1.nip.io"} {
+		ts.want(ts.do("POST", "/v1/leases/r/acquire", "", body, "Host", host), 421, "misdirected-host")
+		ts.want(ts.do("GET", "/v1/leases", "", "", "Host", host), 421, "misdirected-host")
+		ts.want(ts.do("GET", "/healthz", "", "", "Host", host), 421, "misdirected-host")
+	}
+	if n := ts.names(); len(n) != 0 {
+		t.Fatalf("refused Hosts changed the state: %v", n)
+	}
+	for i, host := range []string{"localhost", "LOCALHOST:1", "localhost.:7070", "app.localhost:7070", "127.0.0.1", "127.0.0.2:7070", "[::1]:7070", "[::1]"} {
+		ts.want(ts.do("POST", fmt.Sprintf("/v1/leases/l%d/acquire", i), "", body, "Host", host), 200, "")
+	}
+	if n := ts.names(); len(n) != 8 {
+		t.Errorf("loopback Hosts: %d leases, want 8: %v", len(n), n)
+	}
+
+	listed := newHTServer(t, HandlerOptions{AllowedHosts: []string{"leases.internal"}})
+	listed.want(listed.do("POST", "/v1/leases/a/acquire", "", body, "Host", "leases.internal:7070"), 200, "")
+	listed.want(listed.do("POST", "/v1/leases/b/acquire", "", body, "Host", "LEASES.INTERNAL", "Sec-Fetch-Site", "same-origin"), 200, "")
+	listed.want(listed.do("GET", "/v1/leases", "", "", "Host", "other.internal"), 421, "misdirected-host")
+	any := newHTServer(t, HandlerOptions{AllowedHosts: []string{"*"}})
+	any.want(any.do("GET", "/v1/leases", "", "", "Host", "other.internal"), 200, "")
+
+	authed := newHTServer(t, HandlerOptions{Auth: htAuth(t)})
+	authed.want(authed.do("GET", "/healthz", "", "", "Host", "leases.example"), 200, "")
+}
+
+// TestHTTPBodyDeadline: a request body sent a byte at a time is cut at
+// BodyTimeout, whether the handler reads it (a token) or not (no token);
+// a long-poll that read its body in time is not cut.
+func TestHTTPBodyDeadline(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	m := NewMetrics(nil)
+	eng := rtEngine(t)
+	srv := httptest.NewServer(NewHandler(eng, HandlerOptions{Auth: rtAuth(t), BodyTimeout: timeout, Metrics: m}))
+	t.Cleanup(srv.Close)
+	addr := srv.Listener.Addr().String()
+	for _, token := range []string{"team-token", ""} {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := "POST /v1/leases/team/slow/acquire HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n"
+		if token != "" {
+			head += "Authorization: Bearer " + token + "\r\n"
+		}
+		io.WriteString(nc, head+"\r\n")
+		start := time.Now()
+		done := make(chan string, 1)
+		go func() {
+			b, _ := io.ReadAll(nc) // until the server closes
+			done <- string(b)
+		}()
+		var answer string
+	drip:
+		for i := 0; ; i++ {
+			select {
+			case answer = <-done:
+				break drip
+			case <-time.After(100 * time.Millisecond):
+			}
+			if time.Since(start) > 60*time.Second {
+				t.Fatalf("token %q: the slow body still held the connection after 60s", token)
+			}
+			nc.Write([]byte{' '})
+		}
+		nc.Close()
+		if d := time.Since(start); d < timeout {
+			t.Errorf("token %q: cut after %v, before the deadline", token, d)
+		}
+		want := "HTTP/1.1 400"
+		if token == "" {
+			want = "HTTP/1.1 401"
+		}
+		if !strings.HasPrefix(answer, want) {
+			t.Errorf("token %q: answered %.60q, want %q", token, answer, want)
+		}
+	}
+	if _, err := eng.Get(t.Context(), "team/slow"); err == nil {
+		t.Error("a slow body took the lease")
+	}
+	if n := hdValue(t, m.bodyTimeouts); n != 1 { // the handler read only the body that came with a token
+		t.Errorf("leasehold_http_body_timeouts_total = %v, want 1", n)
+	}
+
+	// A waiting acquire whose body came in time waits longer than the
+	// body deadline.
+	mustAcquire(t, eng, "team/held")
+	req, _ := http.NewRequest("POST", srv.URL+"/v1/leases/team/held/acquire", strings.NewReader(`{"owner":"w","ttl_ms":60000,"wait_ms":1500}`))
+	req.Header.Set("Authorization", "Bearer team-token")
+	start := time.Now()
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusConflict || time.Since(start) < 1500*time.Millisecond {
+		t.Errorf("long-poll: %d after %v, want 409 after its 1.5s wait", res.StatusCode, time.Since(start))
+	}
+	// A keep-alive connection goes on serving after a body in time.
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	br := bufio.NewReader(nc)
+	for i := 0; i < 2; i++ {
+		b := `{"owner":"k","ttl_ms":60000}`
+		fmt.Fprintf(nc, "POST /v1/leases/team/k%d/acquire HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer team-token\r\nContent-Length: %d\r\n\r\n%s", i, addr, len(b), b)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("keep-alive request %d: %v", i, err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Errorf("keep-alive request %d: %d", i, res.StatusCode)
+		}
+		time.Sleep(2 * timeout) // idle past the body deadline
+	}
+}

@@ -1,0 +1,280 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// hdValue reads a counter's or gauge's value.
+func hdValue(t *testing.T, m prometheus.Metric) float64 {
+	t.Helper()
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Counter != nil {
+		return d.Counter.GetValue()
+	}
+	return d.Gauge.GetValue()
+}
+
+// hdClosed reports whether the server closes nc (EOF or reset) within
+// bound, with the bytes it sent before that.
+func hdClosed(nc net.Conn, bound time.Duration) (closed bool, got string) {
+	nc.SetReadDeadline(time.Now().Add(bound))
+	b, err := io.ReadAll(nc)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false, string(b)
+	}
+	return true, string(b)
+}
+
+// hdDialFrom dials addr from a loopback source address of our choice, so
+// that a test can be several clients.
+func hdDialFrom(t *testing.T, src, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
+	nc, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return nc
+}
+
+// TestRESPClosesHTTP: an HTTP request sent to the RESP port (a browser's
+// fetch, with commands in its body) runs nothing: the connection is closed
+// at its request line or at a Host line, without an answer.
+func TestRESPClosesHTTP(t *testing.T) {
+	m := NewMetrics(nil)
+	b := rtEngine(t)
+	_, addr := rtServe(t, b, RESPOptions{Metrics: m})
+	ctx := context.Background()
+	held := mustAcquire(t, b, "victim")
+	body := "LH.ACQUIRE stolen evil 60000\r\nLH.FORCERELEASE victim\r\n"
+	for _, raw := range []string{
+		"POST /x HTTP/1.1\r\nHost: 127.0.0.1:7071\r\nContent-Type: text/plain\r\nContent-Length: " + fmt.Sprint(len(body)) + "\r\n\r\n" + body,
+		"PUT / HTTP/1.1\r\nHost: localhost\r\n\r\n" + body,
+		"OPTIONS /v1 HTTP/1.1\r\nOrigin: http://evil.example\r\n\r\n" + body,
+		"GET / HTTP/1.0\r\n\r\n" + body,
+		"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + body,
+		// A request line the browser could not send, but a Host line later.
+		"PING\r\nHost: evil.example\r\n" + body,
+		"*2\r\n$4\r\nPOST\r\n$1\r\n/\r\n" + body,
+	} {
+		nc := rtDial(t, addr).nc
+		if _, err := io.WriteString(nc, raw); err != nil {
+			t.Fatal(err)
+		}
+		closed, got := hdClosed(nc, 30*time.Second)
+		if !closed {
+			t.Errorf("%.30q: connection left open", raw)
+		}
+		if want := ""; strings.HasPrefix(raw, "PING") {
+			want = "+PONG\r\n"
+			if got != want {
+				t.Errorf("%.30q: answered %q, want %q", raw, got, want)
+			}
+		} else if got != want {
+			t.Errorf("%.30q: answered %q, want nothing", raw, got)
+		}
+	}
+	if _, err := b.Get(ctx, "stolen"); err == nil {
+		t.Error("a smuggled LH.ACQUIRE took a lease")
+	}
+	if rec, err := b.Get(ctx, "victim"); err != nil || rec.Token != held {
+		t.Errorf("victim after the attack: %+v, %v (want token %d)", rec, err, held)
+	}
+	hdWaitClosed(t, m, closeHTTP, 7)
+	// Commands named like HTTP words but not HTTP still work.
+	c := rtDial(t, addr)
+	rtExpect(t, "ECHO GET", c.do("ECHO", "GET"), "$GET")
+}
+
+// hdWaitClosed waits until want connections have been counted as closed
+// for reason (a connection is counted just after it is closed).
+func hdWaitClosed(t *testing.T, m *Metrics, reason string, want float64) {
+	t.Helper()
+	rtWaitFor(t, fmt.Sprintf("%v connections closed for %s", want, reason), func() bool {
+		return hdValue(t, m.respClosedBy.WithLabelValues(reason)) == want
+	})
+	time.Sleep(50 * time.Millisecond)
+	if n := hdValue(t, m.respClosedBy.WithLabelValues(reason)); n != want {
+		t.Errorf("closed for %s: %v, want %v", reason, n, want)
+	}
+}
+
+func mustAcquire(t *testing.T, b Backend, name string) uint64 {
+	t.Helper()
+	var req AcquireRequest
+	req.Name, req.Owner, req.TTL = name, "holder", time.Minute
+	rec, err := b.Acquire(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec.Token
+}
+
+// TestRESPConnCaps: connections over the per-address or the total cap are
+// answered with an error and closed; closing a connection frees its place.
+func TestRESPConnCaps(t *testing.T) {
+	m := NewMetrics(nil)
+	_, addr := rtServe(t, rtEngine(t), RESPOptions{Metrics: m, MaxConns: 4, MaxConnsPerAddr: 2})
+	ping := func(nc net.Conn) string {
+		nc.SetDeadline(time.Now().Add(30 * time.Second))
+		io.WriteString(nc, "PING\r\n")
+		line, _ := bufio.NewReader(nc).ReadString('\n')
+		return line
+	}
+	a1, a2 := hdDialFrom(t, "127.0.0.1", addr), hdDialFrom(t, "127.0.0.1", addr)
+	for _, nc := range []net.Conn{a1, a2} {
+		rtExpect(t, "PING within the caps", ping(nc), "+PONG")
+	}
+	if closed, got := hdClosed(hdDialFrom(t, "127.0.0.1", addr), 30*time.Second); !closed || got != respRefusedAnswer {
+		t.Errorf("third connection from 127.0.0.1: closed %v, answer %q", closed, got)
+	}
+	b1, b2 := hdDialFrom(t, "127.0.0.2", addr), hdDialFrom(t, "127.0.0.2", addr)
+	for _, nc := range []net.Conn{b1, b2} {
+		rtExpect(t, "PING from another address", ping(nc), "+PONG")
+	}
+	if closed, got := hdClosed(hdDialFrom(t, "127.0.0.3", addr), 30*time.Second); !closed || got != respRefusedAnswer {
+		t.Errorf("fifth connection: closed %v, answer %q", closed, got)
+	}
+	if g := hdValue(t, m.respConns); g != 4 {
+		t.Errorf("leasehold_resp_connections = %v, want 4", g)
+	}
+	for reason, want := range map[string]float64{closeMaxPerAddr: 1, closeMaxConns: 1} {
+		if n := hdValue(t, m.respClosedBy.WithLabelValues(reason)); n != want {
+			t.Errorf("closed for %s: %v, want %v", reason, n, want)
+		}
+	}
+	a1.Close()
+	rtWaitFor(t, "the closed connection to be counted out", func() bool { return hdValue(t, m.respConns) == 3 })
+	rtExpect(t, "PING after a place was freed", ping(hdDialFrom(t, "127.0.0.1", addr)), "+PONG")
+}
+
+// TestRESPPreAuth: with auth on, a connection that does not authenticate
+// is closed after AuthTimeout; before AUTH, big commands are refused (and
+// the connection closed); after AUTH the usual limits apply.
+func TestRESPPreAuth(t *testing.T) {
+	m := NewMetrics(nil)
+	_, addr := rtServe(t, rtEngine(t), RESPOptions{Auth: rtAuth(t), Metrics: m, AuthTimeout: 300 * time.Millisecond})
+
+	idle := rtDial(t, addr)
+	start := time.Now()
+	if closed, _ := hdClosed(idle.nc, 30*time.Second); !closed {
+		t.Fatal("an idle unauthenticated connection was left open")
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("closed after %v, before the auth timeout", d)
+	}
+	hdWaitClosed(t, m, closeAuthTimeout, 1)
+
+	for _, raw := range []string{
+		"*300\r\n",
+		"*2\r\n$4\r\nAUTH\r\n$2000\r\n",
+		"*8\r\n$5\r\nHELLO\r\n",
+		strings.Repeat("x", 2000) + "\r\n",
+	} {
+		c := rtDial(t, addr)
+		c.send(raw)
+		rtExpect(t, fmt.Sprintf("%.20q before AUTH", raw), c.read(), "-ERR Protocol error")
+		if closed, _ := hdClosed(c.nc, 30*time.Second); !closed {
+			t.Errorf("%.20q: connection left open", raw)
+		}
+	}
+
+	c := rtDial(t, addr)
+	rtExpect(t, "HELLO with AUTH and SETNAME (7 arguments)", c.do("HELLO", "2", "AUTH", "default", "team-token", "SETNAME", "x"), "[$server")
+	time.Sleep(600 * time.Millisecond) // past the auth timeout: authenticated connections stay
+	big := strings.Repeat("d", 60<<10)
+	rtExpect(t, "acquire with 60 KiB of data after AUTH", c.do("LH.ACQUIRE", "team/big", "o", "60000", "DATA", big), "[")
+	rtExpect(t, "PING", c.do("PING"), "+PONG")
+}
+
+// TestRESPInputLimit: one command's arguments together are capped.
+func TestRESPInputLimit(t *testing.T) {
+	m := NewMetrics(nil)
+	_, addr := rtServe(t, rtEngine(t), RESPOptions{Metrics: m, MaxCommandBytes: 8 << 10})
+	c := rtDial(t, addr)
+	rtExpect(t, "a command under the cap", c.do("ECHO", strings.Repeat("e", 7<<10)), "$eee")
+	c.send(fmt.Sprintf("*3\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n$%d\r\n", 5<<10, strings.Repeat("e", 5<<10), 5<<10))
+	rtExpect(t, "a command over the cap", c.read(), "-ERR Protocol error: command longer than 8192 bytes")
+	if closed, _ := hdClosed(c.nc, 30*time.Second); !closed {
+		t.Error("connection left open")
+	}
+	hdWaitClosed(t, m, closeInputLimit, 1)
+}
+
+// TestRESPOutputLimit: a client that pipelines commands and never reads
+// their replies is disconnected once the unsent replies pass the limit.
+func TestRESPOutputLimit(t *testing.T) {
+	m := NewMetrics(nil)
+	srv, addr := rtServe(t, rtEngine(t), RESPOptions{Metrics: m, MaxOutputBytes: 1 << 20})
+	nc := rtDial(t, addr).nc
+	payload := strings.Repeat("p", 64<<10)
+	cmd := fmt.Sprintf("*2\r\n$4\r\nPING\r\n$%d\r\n%s\r\n", len(payload), payload)
+	// 1,000 replies of 64 KiB: far more than the socket buffers hold.
+	go func() {
+		for i := 0; i < 1000; i++ {
+			if _, err := io.WriteString(nc, cmd); err != nil {
+				return // closed by the server
+			}
+		}
+	}()
+	rtWaitFor(t, "the non-reading client to be disconnected", func() bool {
+		return hdValue(t, m.respClosedBy.WithLabelValues(closeOutputLimit)) == 1
+	})
+	rtWaitFor(t, "its connection to be gone", func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return len(srv.conns) == 0
+	})
+	// A client that reads gets every big reply, also pipelined up to the
+	// limit (10 × 64 KiB unread at most).
+	c := rtDial(t, addr)
+	for i := 0; i < 10; i++ {
+		c.send(cmd)
+	}
+	for i := 0; i < 10; i++ {
+		if got := c.read(); len(got) != 1+len(payload) {
+			t.Fatalf("reply %d: %d bytes", i, len(got))
+		}
+	}
+}
+
+// TestRESPHandshakeTimeout: over TLS, a client that never sends its
+// ClientHello is closed after HandshakeTimeout; a real client is served.
+func TestRESPHandshakeTimeout(t *testing.T) {
+	cert, key := makeCert(t, nil, nil, "leasehold", false)
+	tc := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}
+	m := NewMetrics(nil)
+	_, addr := rtServe(t, rtEngine(t), RESPOptions{TLS: tc, Metrics: m, HandshakeTimeout: 300 * time.Millisecond})
+	silent := hdDialFrom(t, "127.0.0.1", addr)
+	if closed, _ := hdClosed(silent, 30*time.Second); !closed {
+		t.Fatal("a TLS connection without a handshake was left open")
+	}
+	hdWaitClosed(t, m, closeHandshake, 1)
+	nc, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(30 * time.Second))
+	io.WriteString(nc, "PING\r\n")
+	if line, _ := bufio.NewReader(nc).ReadString('\n'); line != "+PONG\r\n" {
+		t.Errorf("PING over TLS: %q", line)
+	}
+}

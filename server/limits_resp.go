@@ -1,0 +1,116 @@
+package server
+
+import (
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+)
+
+// Defaults of the RESP port's resource bounds (RESPOptions; see the
+// Hardening section of docs/server.md).
+const (
+	DefaultRESPMaxConns         = 10000
+	DefaultRESPMaxConnsPerAddr  = 1000
+	DefaultRESPAuthTimeout      = 10 * time.Second
+	DefaultRESPHandshakeTimeout = 10 * time.Second
+	DefaultRESPMaxOutputBytes   = 32 << 20
+	DefaultRESPMaxCommandBytes  = 2 << 20
+)
+
+// Until a connection has authenticated (auth on), a command has at most
+// preAuthMaxArgs arguments (HELLO 2 AUTH user token SETNAME name is 7) of
+// at most preAuthMaxBulk bytes each: nothing a client needs before AUTH
+// is bigger.
+const (
+	preAuthMaxArgs = 7
+	preAuthMaxBulk = 1 << 10
+)
+
+// respInlineMax is the longest inline command line (the reader's buffer
+// holds the whole line).
+const respInlineMax = 16 << 10
+
+// The reasons a RESP connection is refused or closed by a bound, as the
+// "reason" label of leasehold_resp_connections_closed_total.
+const (
+	closeMaxConns     = "max_conns"
+	closeMaxPerAddr   = "max_conns_per_addr"
+	closeAuthTimeout  = "auth_timeout"
+	closeHandshake    = "tls_handshake"
+	closeInputLimit   = "input_limit"
+	closeOutputLimit  = "output_limit"
+	closeHTTP         = "http_request"
+	closeProtocolErr  = "protocol_error"
+	respRefusedAnswer = "-ERR max number of clients reached\r\n"
+)
+
+func (o *RESPOptions) defaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.MaxInflight <= 0 {
+		o.MaxInflight = 1024
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = DefaultRESPMaxConns
+	}
+	if o.MaxConnsPerAddr <= 0 {
+		o.MaxConnsPerAddr = DefaultRESPMaxConnsPerAddr
+	}
+	if o.AuthTimeout <= 0 {
+		o.AuthTimeout = DefaultRESPAuthTimeout
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = DefaultRESPHandshakeTimeout
+	}
+	if o.MaxOutputBytes <= 0 {
+		o.MaxOutputBytes = DefaultRESPMaxOutputBytes
+	}
+	if o.MaxCommandBytes <= 0 {
+		o.MaxCommandBytes = DefaultRESPMaxCommandBytes
+	}
+}
+
+// addrKey is the client address a per-address cap counts by: the IP
+// without the port.
+func addrKey(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	if a == nil {
+		return ""
+	}
+	if h, _, err := net.SplitHostPort(a.String()); err == nil {
+		return h
+	}
+	return a.String()
+}
+
+// rateLog logs at most one line per interval for a kind of event that an
+// attacker can repeat at will, with the count of the lines it skipped.
+type rateLog struct {
+	log      *slog.Logger
+	interval time.Duration
+
+	mu      sync.Mutex
+	last    time.Time
+	skipped int
+}
+
+func (r *rateLog) Warn(msg string, args ...any) {
+	r.mu.Lock()
+	now := time.Now()
+	if !r.last.IsZero() && now.Sub(r.last) < r.interval {
+		r.skipped++
+		r.mu.Unlock()
+		return
+	}
+	skipped := r.skipped
+	r.last, r.skipped = now, 0
+	r.mu.Unlock()
+	if skipped > 0 {
+		args = append(args, "similar_lines_skipped", skipped)
+	}
+	r.log.Warn(msg, args...)
+}
