@@ -142,6 +142,9 @@ type Result struct {
 	// released tree was still alive after another grant, but stopped within
 	// the bound.
 	Excused int
+	// AfterForce is the longest time a force-released tree that was not
+	// late lived after the force was answered (0 if none did).
+	AfterForce time.Duration
 }
 
 // Violations is the number of overlaps and late trees.
@@ -180,6 +183,7 @@ func Check(recs []Record, opts CheckOptions) Result {
 			continue
 		}
 		t.end = min(t.Last, f.Call)
+		res.AfterForce = max(res.AfterForce, time.Duration(t.Last-f.Return))
 	}
 	byLease := map[string][]*Tree{}
 	var leases []string

@@ -85,6 +85,9 @@ func TestCheckForceRelease(t *testing.T) {
 	if res.Violations() != 2 {
 		t.Fatalf("want 2 violations, got %d", res.Violations())
 	}
+	if res.AfterForce != 290 {
+		t.Fatalf("want tree 1 alive 290 after the force's answer, got %s", res.AfterForce)
+	}
 	// An overlap that began before the force is not excused by it.
 	recs = append(tree("b", 1, 0, 400, 400), tree("b", 2, 50, 600, 600)...)
 	res = Check(recs, CheckOptions{TTL: ttl, Forces: []Force{{Lease: "b", Token: 1, Call: 100, Return: 110}}})

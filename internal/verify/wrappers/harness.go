@@ -147,10 +147,10 @@ func (o Outcome) Note(cfg Config) string {
 	for _, ov := range o.Result.Overlaps {
 		overlaps[mode(ov.Lease)]++
 	}
-	return fmt.Sprintf("supervisors: run %d, elect %d, run --permits %d ×%d (%d started); grants (command trees): run %d, elect %d, permits %d; faults: %s; overlaps: run %d, elect %d, permits %d; %d force-released trees late, %d overlaps excused by a force, %d survivors; TTL %s, %s; exits %s",
+	return fmt.Sprintf("supervisors: run %d, elect %d, run --permits %d ×%d (%d started); grants (command trees): run %d, elect %d, permits %d; faults: %s; overlaps: run %d, elect %d, permits %d; %d force-released trees late, %d overlaps excused by a force (forced trees lived at most %s after the force), %d survivors; TTL %s, %s; exits %s",
 		cfg.Run, cfg.Elect, cfg.Permits, cfg.Sem, o.Supervisors, grants[RunName], grants[ElectName], grants[SemName],
 		strings.Join(kinds, ", "), overlaps[RunName], overlaps[ElectName], overlaps[SemName],
-		len(o.Result.Late), o.Result.Excused, o.Survivors, cfg.TTL, o.Took.Round(time.Second), strings.Join(exits, " "))
+		len(o.Result.Late), o.Result.Excused, o.Result.AfterForce.Round(time.Millisecond), o.Survivors, cfg.TTL, o.Took.Round(time.Second), strings.Join(exits, " "))
 }
 
 // mode returns the name of the mode a lease belongs to: RunName, ElectName
