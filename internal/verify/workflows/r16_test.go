@@ -124,8 +124,8 @@ func TestR16(t *testing.T) {
 					}
 					verify.Report(t, verify.Row{Suite: "R16", Store: row, Ops: o.Result.Calls, Faults: o.Faults,
 						Violations: o.Result.Failures(), Checker: checker,
-						Note: fmt.Sprintf("%s, %d worker processes; %d transitions; wrong %d, unresolved %d, lost %d, duplicated %d",
-							name, pl.procs, o.Result.Transitions, o.Result.Wrong, o.Result.Unresolved, o.Result.Lost, o.Result.Duplicated)})
+						Note: fmt.Sprintf("%s, %d %s; %d transitions; wrong %d, unresolved %d, lost %d, duplicated %d",
+							name, pl.procs, map[bool]string{true: "Workflows values in one process", false: "worker processes"}[pl.store == "memory"], o.Result.Transitions, o.Result.Wrong, o.Result.Unresolved, o.Result.Lost, o.Result.Duplicated)})
 				})
 			}
 		})
