@@ -2,6 +2,8 @@ package workflow
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -75,21 +77,39 @@ func TestQueueSeesOtherProcesses(t *testing.T) {
 			}
 			queued(t, w, "i")
 			late := make(chan outcome, 1)
+			var hookErr error // set by the head's goroutine, read after it answered
 			hooked.hook = func() {
 				// The head has just written A → B (version 1). Another
 				// process moves the instance on, and only then is this
 				// value asked C → D.
 				if r, err := other.Transition(ctx, "i", "B", "C", "other", "o1"); err != nil || r.Outcome != Applied {
-					t.Errorf("the other process: %+v %v", r, err)
+					hookErr = fmt.Errorf("the other process: %+v %v", r, err)
+					return
 				}
 				go func() {
 					r, err := w.Transition(ctx, "i", "C", "D", "late", "l1")
 					late <- outcome{r, err}
 				}()
-				waitQueue(t, w, "i", 1)
+				h := w.acquireHot("i")
+				defer w.releaseHot(h)
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+					h.mu.Lock()
+					n := len(h.q)
+					h.mu.Unlock()
+					if n > 0 {
+						return
+					}
+					if time.Now().After(deadline) {
+						hookErr = errors.New("C → D never reached the queue")
+						return
+					}
+				}
 			}
 			if r, err := w.Transition(ctx, "i", "A", "B", "first", "f1"); err != nil || r.Outcome != Applied {
 				t.Fatalf("first: %+v %v", r, err)
+			}
+			if hookErr != nil {
+				t.Fatal(hookErr)
 			}
 			o := <-late
 			if o.err != nil || o.res.Outcome != Applied || o.res.Version != 3 {
