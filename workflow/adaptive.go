@@ -424,7 +424,6 @@ func (w *Workflows) runBatch(h *hotInstance, batch []*command) []*command {
 			if ver != h.cacheVer {
 				h.invalidate()
 				h.cache, h.cacheVer = &rec, ver
-				w.m.conflict()
 				confirmed = true // plan again from rec, as read now
 				continue
 			}
