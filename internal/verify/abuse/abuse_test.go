@@ -694,6 +694,25 @@ func TestR11(t *testing.T) {
 		t.Run("slow-headers", func(t *testing.T) {
 			report(t, "slow-headers", slowHeaders(t, ts, p, n), alone, aloneN)
 		})
+		t.Run("slow-body", func(t *testing.T) {
+			slowBody(t, ts, p, verify.Size(20, 100), alone, aloneN)
+		})
+	})
+
+	// Issue 15: `leasehold serve` processes with their default bounds.
+	t.Run("auth-off", func(t *testing.T) {
+		p := startServeProc(t, false)
+		p.acquire("", "other/secret", "admin")
+		t.Run("resp-cross-protocol", func(t *testing.T) { crossProtocol(t, p, n) })
+		t.Run("resp-cross-protocol-browser", func(t *testing.T) { browserCrossProtocol(t, p) })
+		t.Run("http-dns-rebinding", func(t *testing.T) { rebinding(t, p, n) })
+	})
+	t.Run("resp-bounds", func(t *testing.T) {
+		p := startServeProc(t, true, "--resp-auth-timeout", "2m")
+		p.acquire(adminToken, "other/secret", "admin")
+		t.Run("resp-conn-flood", func(t *testing.T) { connFlood(t, p, verify.Size(2000, 3000)) })
+		t.Run("resp-pre-auth-memory", func(t *testing.T) { preAuthMemory(t, p, 3, 300) })
+		t.Run("resp-unread-replies", func(t *testing.T) { unreadReplies(t, p, 300) })
 	})
 
 	t.Run("limited", func(t *testing.T) {
