@@ -40,6 +40,7 @@ type trialResult struct {
 	Redrives   int
 	Note       string
 	First      string
+	Err        string // the trial could not run
 }
 
 // trialConfig is a short trial aimed at redrives: executions are often
@@ -71,14 +72,21 @@ func TestR14Trials(t *testing.T) {
 	env := NewEnv(t, spec.StoreURL, skews, lambdaTimeout)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
+	dirs := make([]string, spec.Trials)
+	for i := range dirs {
+		dirs[i] = t.TempDir()
+	}
 	for i := range spec.Trials {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			lock := fmt.Sprintf("%s-%d", spec.Prefix, i)
-			o := env.Run(t, trialConfig(lock, spec.Seed+uint64(i), t.TempDir()))
+			o, err := env.Run(t, trialConfig(lock, spec.Seed+uint64(i), dirs[i]))
 			r := trialResult{Lock: lock, Violations: o.Violations(), Overlaps: o.Result.Overlaps, TokenOrder: o.TokenOrder,
 				CS: o.Result.CS, Note: o.Note(), First: o.First}
+			if err != nil {
+				r = trialResult{Lock: lock, Err: err.Error()}
+			}
 			for k, v := range o.Counts {
 				if strings.HasPrefix(k, "redriven from") {
 					r.Redrives += v
@@ -137,6 +145,11 @@ func testMutation(t *testing.T, tg verify.Target) {
 	for _, c := range children {
 		if c.err != nil || len(c.results) != c.trials {
 			t.Fatalf("trials %q: %v, %d of %d results:\n%s", c.bug, c.err, len(c.results), c.trials, verify.Clip(c.out, 60))
+		}
+		for _, r := range c.results {
+			if r.Err != "" {
+				t.Fatalf("trial %s could not run: %s", r.Lock, r.Err)
+			}
 		}
 	}
 	mut, ctl := children[0], children[1]

@@ -181,17 +181,17 @@ func (env *Env) generate(cfg Config) (machines, error) {
 	return m, nil
 }
 
-// Run runs one trial and checks it. It fails t only for a harness error;
-// the caller judges the outcome.
-func (env *Env) Run(t testing.TB, cfg Config) Outcome {
-	t.Helper()
+// Run runs one trial and checks it; the caller judges the outcome. It
+// returns an error only when the trial could not run. It logs on t (and
+// may be called from any goroutine).
+func (env *Env) Run(t testing.TB, cfg Config) (Outcome, error) {
 	ms, err := env.generate(cfg)
 	if err != nil {
-		t.Fatalf("generate: %v", err)
+		return Outcome{}, fmt.Errorf("generate: %w", err)
 	}
 	tr := &trial{env: env, cfg: cfg, ms: ms, rng: rand.New(rand.NewPCG(cfg.Seed, 14)), counts: map[string]int{}}
 	if _, dup := env.trials.LoadOrStore(cfg.Lock, tr); dup {
-		t.Fatalf("two trials on the lock %q", cfg.Lock)
+		return Outcome{}, fmt.Errorf("two trials on the lock %q", cfg.Lock)
 	}
 	defer env.trials.Delete(cfg.Lock)
 	start := time.Now()
@@ -252,7 +252,7 @@ func (env *Env) Run(t testing.TB, cfg Config) Outcome {
 	if len(logs) > 0 {
 		t.Logf("R14 %s: %d harness messages, the first: %s", cfg.Lock, len(logs), strings.Join(logs[:min(5, len(logs))], "; "))
 	}
-	return o
+	return o, nil
 }
 
 // goWorkers runs the verify lock workload in this process on the lock:
