@@ -232,3 +232,32 @@ func TestCloseAbortsRunning(t *testing.T) {
 		t.Errorf("after Close: %+v, want ABORTED in W", r)
 	}
 }
+
+// TestOnEventStops: the hook sees the history as it happens and may stop
+// the execution from there.
+func TestOnEventStops(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	e := newExecutor(t, Options{OnEvent: func(x *Execution, ev Event) {
+		mu.Lock()
+		seen = append(seen, ev.Type+" "+ev.State)
+		mu.Unlock()
+		if ev.Type == EvStateEntered && ev.State == "W" {
+			x.Stop("Hook", "stopped on entering W")
+		}
+	}})
+	def := machineDef(t, "P", map[string]any{
+		"P": map[string]any{"Type": "Pass", "Next": "W"},
+		"W": map[string]any{"Type": "Wait", "Seconds": 100000, "End": true},
+	})
+	_, r := run(t, e, def, "hook", nil)
+	if r.Status != Aborted || r.State != "W" || r.Error != "Hook" {
+		t.Errorf("result %+v, want ABORTED in W", r)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := "[ExecutionStarted  StateEntered P StateExited P StateEntered W ExecutionAborted W]"
+	if got := fmt.Sprint(seen); got != want {
+		t.Errorf("events %s, want %s", got, want)
+	}
+}
