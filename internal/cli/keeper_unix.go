@@ -89,6 +89,11 @@ func RunKeeper() int {
 		fmt.Fprintf(os.Stderr, "leasehold: %s=%q: not a keeper started by this leasehold\n", keeperEnv, proto)
 		return ExitInternal
 	}
+	if unix.Getpgrp() != os.Getpid() {
+		// Signalling "the group" would reach the supervisor's.
+		fmt.Fprintln(os.Stderr, "leasehold: keeper: not the leader of a process group of its own")
+		return ExitInternal
+	}
 	syscall.CloseOnExec(keeperCtlFD)
 	syscall.CloseOnExec(keeperReportFD)
 	becomeSubreaper()
