@@ -1,0 +1,25 @@
+"""leasehold: leases with fencing tokens, semaphores, elections and versioned
+records for Python, sharing them with Go, the ``leasehold`` CLI and Step
+Functions through a leasehold server (``leasehold serve``).
+
+    from leasehold import Client
+    client = Client("http://127.0.0.1:7070")
+    with client.lease("jobs/nightly", ttl=30) as lease:
+        write_somewhere(fence=lease.token)
+
+The server client needs only the standard library.
+"""
+
+from .client import DEFAULT_TTL, Client, Election, Semaphore
+from .errors import (Conflict, Forbidden, Held, Invalid, LeaseholdError, Lost, NoSession, NotFound, NotHeld,
+                     ProblemError, RateLimited, Released, Unauthorized, Unavailable, Unreachable)
+from .lease import Lease, LeaseInfo
+from .records import Record, Records, RetriesExhausted, Write
+
+__all__ = [
+    "Client", "Election", "Semaphore", "Lease", "LeaseInfo", "Record", "Records", "Write", "DEFAULT_TTL",
+    "LeaseholdError", "Held", "NotHeld", "NotFound", "Lost", "Released", "Conflict", "RetriesExhausted",
+    "Invalid", "ProblemError", "Unauthorized", "Forbidden", "RateLimited", "Unavailable", "NoSession",
+    "Unreachable",
+]
+__version__ = "0.1.0"

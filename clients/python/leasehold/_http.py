@@ -1,0 +1,125 @@
+"""The HTTP transport: one request per connection, problem documents mapped to exceptions."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import urllib.parse
+from typing import Any, Dict, Optional, Tuple
+
+from . import errors
+
+PROBLEM_PREFIX = "urn:leasehold:problem:"
+MAX_ANSWER = 4 << 20
+
+
+def name_path(*parts: str) -> str:
+    """Join path parts; each part may contain '/', whose segments are percent-encoded one by one."""
+    out = []
+    for p in parts:
+        out.append("/".join(urllib.parse.quote(seg, safe="") for seg in p.split("/")))
+    return "/" + "/".join(out)
+
+
+class Transport:
+    """Sends requests to one server. Safe for concurrent use: every request
+    opens its own connection (leases are few and long, so this costs little)."""
+
+    def __init__(self, url: str, token: Optional[str], timeout: float) -> None:
+        u = urllib.parse.urlsplit(url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise errors.Invalid("url", f"{url!r} is not an http:// or https:// server address")
+        if u.path not in ("", "/") or u.query or u.fragment:
+            raise errors.Invalid("url", f"{url!r}: give only scheme, host and port")
+        self.scheme, self.host, self.port = u.scheme, u.hostname, u.port
+        self.token, self.timeout = token, timeout
+        self._ssl = ssl.create_default_context() if u.scheme == "https" else None
+
+    def request(self, method: str, path: str, body: Any = None, *, raw: Optional[bytes] = None,
+                query: Optional[Dict[str, str]] = None, headers: Optional[Dict[str, str]] = None,
+                wait: float = 0.0, name: str = "", timeout: Optional[float] = None) -> Tuple[int, Dict[str, str], Any]:
+        """Send one request; return (status, headers (lower-case names), decoded JSON or None).
+
+        A 2xx answer is returned; a problem document is raised as the matching
+        exception; a transport failure or a malformed answer is raised as
+        ``Unreachable`` (the outcome is unknown). The socket timeout is
+        ``timeout`` if given, else the transport's timeout plus ``wait``.
+        """
+        hdrs = {"Accept": "application/json"}
+        data: Optional[bytes] = None
+        if body is not None:
+            data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+            hdrs["Content-Type"] = "application/json"
+        elif raw is not None:
+            data = raw
+            hdrs["Content-Type"] = "application/octet-stream"
+        if self.token:
+            hdrs["Authorization"] = "Bearer " + self.token
+        if headers:
+            hdrs.update(headers)
+        if query:
+            path += "?" + urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
+        if timeout is None:
+            timeout = self.timeout + wait
+        if self._ssl is not None:
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                self.host, self.port, timeout=timeout, context=self._ssl)
+        else:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        try:
+            conn.request(method, path, body=data, headers=hdrs)
+            resp = conn.getresponse()
+            payload = resp.read(MAX_ANSWER)
+            status = resp.status
+            rh = {k.lower(): v for k, v in resp.getheaders()}
+        except (OSError, http.client.HTTPException) as e:
+            raise errors.Unreachable(
+                f"leasehold server unreachable (the outcome is unknown): {method} {path}: {e}") from e
+        finally:
+            conn.close()
+        if status // 100 != 2:
+            raise problem_error(status, rh, payload, name)
+        if status == 204 or not payload or not rh.get("content-type", "").startswith("application/json"):
+            return status, rh, None
+        try:
+            return status, rh, json.loads(payload)
+        except ValueError as e:
+            raise errors.Unreachable(f"leasehold server: malformed answer to {method} {path}: {e}") from e
+
+
+def problem_error(status: int, headers: Dict[str, str], payload: bytes, name: str) -> errors.LeaseholdError:
+    """Map a problem document (RFC 9457) to this package's exceptions."""
+    p: Dict[str, Any] = {}
+    ct = headers.get("content-type", "")
+    try:
+        if ct.startswith("application/problem+json"):
+            p = json.loads(payload)
+    except ValueError:
+        p = {}
+    typ = p.get("type", "") if isinstance(p, dict) else ""
+    if not isinstance(typ, str) or not typ.startswith(PROBLEM_PREFIX):
+        snippet = payload[:200].decode("utf-8", "replace").strip()
+        return errors.Unreachable(f"leasehold server: unexpected answer {status} (not a leasehold problem document): {snippet}")
+    typ = typ[len(PROBLEM_PREFIX):]
+    detail = p.get("detail", "") or ""
+    if typ == "held":
+        h = p.get("holder") or {}
+        return errors.Held(name, owner=h.get("owner", ""), token=int(h.get("token", 0)),
+                           remaining=int(h.get("remaining_ms", 0)) / 1000.0,
+                           acquired=h.get("acquired", ""), permits=p.get("permits"), detail=detail)
+    if typ == "not-held":
+        return errors.NotHeld(detail or f"{name!r}: not held by that owner and token")
+    if typ == "not-found":
+        return errors.NotFound(detail or f"{name!r}: not found")
+    if typ == "invalid":
+        return errors.Invalid(p.get("field") or "request", p.get("reason") or detail)
+    if typ in ("precondition-failed", "conflict"):
+        return errors.Conflict(p.get("key", name), int(p.get("expected_version", 0)),
+                               int(p.get("current_version", 0)), detail)
+    retry_after: Optional[float] = None
+    ra = headers.get("retry-after", "")
+    if ra.isdigit():
+        retry_after = float(ra)
+    cls = errors._PROBLEM_CLASSES.get(typ, errors.ProblemError)
+    return cls(status, typ, p.get("title", ""), detail, retry_after)

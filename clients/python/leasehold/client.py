@@ -1,0 +1,300 @@
+"""The client of a leasehold server (``leasehold serve``) over its HTTP API."""
+
+from __future__ import annotations
+
+import base64
+import os
+import random
+import secrets
+import socket
+import time
+from typing import Any, Callable, Dict, List, Optional, Union
+
+from . import errors
+from ._http import Transport, name_path
+from .lease import Lease, LeaseInfo, LostCallback
+from .records import Records
+
+LONG_POLL = 30.0
+"""Seconds of one long-poll; longer waits repeat it with the same request id (as the Go store does)."""
+
+DEFAULT_TTL = 15.0
+"""The TTL (seconds) of a lease when none is given, as in Go."""
+
+Data = Union[bytes, str, None]
+WaitCallback = Callable[[errors.Held], None]
+
+
+def _random_id(n: int = 12) -> str:
+    return secrets.token_hex(n)
+
+
+def _data_members(data: Data) -> Dict[str, str]:
+    if data is None:
+        return {}
+    if isinstance(data, str):
+        return {"data": data}
+    if not isinstance(data, (bytes, bytearray)):
+        raise errors.Invalid("data", f"must be bytes or str, not {type(data).__name__}")
+    try:
+        return {"data": bytes(data).decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"data_base64": base64.b64encode(bytes(data)).decode("ascii")}
+
+
+def _ms(seconds: float) -> int:
+    """Seconds to whole milliseconds, rounded up (a TTL is never sent shorter than asked)."""
+    ms = int(seconds * 1000)
+    return ms + 1 if ms < seconds * 1000 else ms
+
+
+class Client:
+    """Takes leases, permits, leadership and records from a leasehold server.
+
+    ``Client("http://127.0.0.1:7070", token=None)``: ``token`` is the bearer
+    token (default: ``$LEASEHOLD_AUTH_TOKEN``, if set). ``owner`` is the
+    identity written on every grant (default ``host/pid/random``, as the
+    Go client). ``timeout`` (seconds) bounds every request besides the time
+    it asks the server to wait. ``rho`` and ``eps`` are the drift allowance
+    of the local deadline: ``t0 + ttl·(1−rho) − eps`` (defaults 1% and 5 ms).
+
+    Safe for use from several threads; make one per owner identity.
+    """
+
+    def __init__(self, url: str, token: Optional[str] = None, *, owner: Optional[str] = None,
+                 timeout: float = 10.0, rho: float = 0.01, eps: float = 0.005) -> None:
+        if token is None:
+            token = os.environ.get("LEASEHOLD_AUTH_TOKEN") or None
+        if not (0 <= rho < 1):
+            raise errors.Invalid("rho", f"{rho} is outside [0, 1)")
+        if eps < 0:
+            raise errors.Invalid("eps", f"{eps} is negative")
+        if timeout <= 0:
+            raise errors.Invalid("timeout", f"{timeout} is not positive")
+        if owner is None:
+            owner = f"{socket.gethostname()}/{os.getpid()}/{_random_id(4)}"
+            if len(owner.encode()) > 256:
+                owner = f"pid-{os.getpid()}/{_random_id(4)}"
+        elif not owner or len(owner.encode()) > 256 or any(ord(ch) < 32 or ord(ch) == 127 for ch in owner):
+            raise errors.Invalid("owner", "must be 1-256 bytes of UTF-8 without control characters")
+        self._t = Transport(url, token, timeout)
+        self.owner: str = owner
+        self.rho, self.eps = rho, eps
+        self.records = Records(self._t)
+        """Versioned records: get, put, delete, add, txn, update."""
+
+    # --- helpers ---
+
+    def _life(self, ttl: float) -> float:
+        return ttl - (ttl * self.rho + self.eps)
+
+    def _check_ttl(self, ttl: float) -> None:
+        if not isinstance(ttl, (int, float)) or isinstance(ttl, bool):
+            raise errors.Invalid("ttl", f"must be a number of seconds, not {type(ttl).__name__}")
+        if self._life(ttl) <= 0:
+            raise errors.Invalid("ttl", f"{ttl}s leaves no time after the drift margin (rho {self.rho}, eps {self.eps}s)")
+
+    def _renew(self, name: str, owner: str, token: int, ttl: float, timeout: Optional[float]) -> None:
+        self._t.request("POST", name_path("v1/leases", name, "renew"),
+                        {"owner": owner, "token": token, "ttl_ms": _ms(ttl)}, name=name, timeout=timeout)
+
+    def _release(self, name: str, owner: str, token: int) -> None:
+        self._t.request("POST", name_path("v1/leases", name, "release"), {"owner": owner, "token": token}, name=name)
+
+    def _post_acquire(self, path: str, body: Dict[str, Any], name: str, wait: float) -> LeaseInfo:
+        if wait > 0:
+            body = dict(body, wait_ms=max(int(wait * 1000), 1))
+        _, _, j = self._t.request("POST", path, body, name=name, wait=wait)
+        return LeaseInfo.from_json(j)
+
+    # --- leases ---
+
+    def try_acquire(self, name: str, ttl: float = DEFAULT_TTL, *, data: Data = None,
+                    request_id: Optional[str] = None, keepalive: bool = True,
+                    on_lost: Optional[LostCallback] = None) -> Lease:
+        """Make one attempt to take the lease ``name`` for ``ttl`` seconds.
+
+        Raises ``Held`` (with the holder's owner, token and remaining time)
+        if someone else holds it, ``Invalid`` for bad input (nothing is
+        changed). Any other error (``Unreachable``, a 5xx) leaves it unknown
+        whether the server granted the lease: such a grant expires after its
+        TTL, or a retry with the same ``request_id`` gets it back. With
+        ``keepalive=False`` nobody renews the lease: it is lost at its deadline.
+        """
+        self._check_ttl(ttl)
+        rid = request_id or _random_id()
+        body = dict({"owner": self.owner, "ttl_ms": _ms(ttl), "request_id": rid}, **_data_members(data))
+        t0 = time.monotonic()
+        info = self._post_acquire(name_path("v1/leases", name, "acquire"), body, name, 0)
+        return Lease(self, info, self.owner, ttl, rid, t0, keepalive, on_lost)
+
+    def acquire(self, name: str, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *,
+                data: Data = None, request_id: Optional[str] = None, keepalive: bool = True,
+                on_lost: Optional[LostCallback] = None, on_wait: Optional[WaitCallback] = None) -> Lease:
+        """Take the lease ``name``, waiting in the server's FIFO queue.
+
+        It waits with long-polls of at most 30 s repeated with one request id
+        (so a lost answer never makes it wait behind its own grant), for at
+        most ``timeout`` seconds (None: without end), and raises ``Held`` with
+        the last holder when the time is up. ``Unreachable``, 503 and 429
+        answers are retried with jittered backoff; ``Invalid``,
+        ``Unauthorized`` and ``Forbidden`` are raised at once. ``on_wait``
+        is called with the first ``Held`` before waiting. If a grant may
+        have raced with giving up, it is released (best effort; else it
+        expires after its TTL).
+        """
+        self._check_ttl(ttl)
+        rid = request_id or _random_id()
+        body = dict({"owner": self.owner, "ttl_ms": _ms(ttl), "request_id": rid}, **_data_members(data))
+        path = name_path("v1/leases", name, "acquire")
+        return self._wait_grant(path, body, name, ttl, timeout, keepalive, on_lost, on_wait)
+
+    def lease(self, name: str, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, **kw: Any) -> Lease:
+        """``acquire`` for a ``with`` block: ``with client.lease("jobs/nightly", ttl=30) as lease: ...``.
+        The lease is released when the block ends; see ``Lease``."""
+        return self.acquire(name, ttl, timeout, **kw)
+
+    def _wait_grant(self, path: str, body: Dict[str, Any], name: str, ttl: float, timeout: Optional[float],
+                    keepalive: bool, on_lost: Optional[LostCallback], on_wait: Optional[WaitCallback]) -> Lease:
+        end = None if timeout is None else time.monotonic() + timeout
+        last: Optional[errors.LeaseholdError] = None
+        unknown = False  # an attempt's outcome was unknown: a grant may exist
+        fails = 0
+        first = True
+        while True:
+            now = time.monotonic()
+            wait = 0.0 if first else LONG_POLL
+            if end is not None:
+                if not first and end - now < 0.001:
+                    if unknown:
+                        self._reclaim(path, body, name)
+                    raise last if last is not None else errors.Held(name)
+                wait = min(wait, max(end - now, 0.0))
+            t0 = time.monotonic()
+            try:
+                info = self._post_acquire(path, dict(body), name, wait)
+            except errors.Held as e:
+                if first and on_wait is not None:
+                    on_wait(e)
+                first, last, unknown = False, e, False
+                continue
+            except (errors.Unreachable, errors.Unavailable, errors.RateLimited, errors.ProblemError) as e:
+                if isinstance(e, errors.ProblemError) and e.status < 500 and not isinstance(e, errors.RateLimited):
+                    raise
+                first, last, unknown = False, e, True
+                fails += 1
+                pause = min(2.0, 0.05 * 2 ** min(fails, 6)) * (0.5 + random.random() / 2)
+                if isinstance(e, errors.ProblemError) and e.retry_after:
+                    pause = max(pause, e.retry_after / 4)
+                if end is not None:
+                    pause = min(pause, max(end - time.monotonic(), 0.0))
+                time.sleep(pause)
+                continue
+            if time.monotonic() - t0 > ttl / 3:
+                # Granted at some moment of a long wait: renew to know the deadline afresh.
+                t0 = time.monotonic()
+                try:
+                    self._renew(info.name, self.owner, info.token, ttl, None)
+                except errors.NotHeld:
+                    first = False
+                    continue
+                except errors.LeaseholdError:
+                    self._quiet_release(info.name, info.token)
+                    first = False
+                    continue
+            return Lease(self, info, self.owner, ttl, body["request_id"], t0, keepalive, on_lost)
+
+    def _quiet_release(self, name: str, token: int) -> None:
+        try:
+            self._release(name, self.owner, token)
+        except errors.LeaseholdError:
+            pass
+
+    def _reclaim(self, path: str, body: Dict[str, Any], name: str) -> None:
+        """Release a grant that may have raced with giving up: an acquire with the
+        same request id gets exactly that grant back, if it exists."""
+        try:
+            info = self._post_acquire(path, dict(body), name, 0)
+        except errors.LeaseholdError:
+            return
+        self._quiet_release(info.name, info.token)
+
+    def get(self, name: str) -> LeaseInfo:
+        """The live lease ``name`` with its queued ``waiters``; raises ``NotFound``."""
+        _, _, j = self._t.request("GET", name_path("v1/leases", name), name=name)
+        return LeaseInfo.from_json(j)
+
+    def list(self, prefix: str = "") -> List[LeaseInfo]:
+        """The live leases whose names start with ``prefix``, sorted by name."""
+        _, _, j = self._t.request("GET", "/v1/leases", query={"prefix": prefix} if prefix else None)
+        return [LeaseInfo.from_json(x) for x in j.get("leases", [])]
+
+    def force_release(self, name: str) -> LeaseInfo:
+        """Admin only: free ``name`` whoever holds it; returns the grant it ended,
+        raises ``NotFound`` if none was live. The holder learns at its next renewal."""
+        _, _, j = self._t.request("POST", name_path("v1/leases", name, "force-release"), name=name)
+        return LeaseInfo.from_json(j)
+
+    # --- semaphores and elections ---
+
+    def semaphore(self, name: str, permits: int) -> "Semaphore":
+        """At most ``permits`` holders of ``name`` at once (permit I is the lease ``name/permit/I``,
+        shared with Go's ``Semaphore`` and ``leasehold run --permits``)."""
+        return Semaphore(self, name, permits)
+
+    def election(self, name: str) -> "Election":
+        """The election ``name``: a lease whose token is the leader's term."""
+        return Election(self, name)
+
+
+class Semaphore:
+    """A counting semaphore on the server. Each permit is a lease (``Lease.permit``
+    is its index); release it with ``Lease.release``. Waiting is not FIFO."""
+
+    def __init__(self, client: Client, name: str, permits: int) -> None:
+        if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= 1024:
+            raise errors.Invalid("permits", f"{permits!r} is outside [1, 1024]")
+        self._c, self.name, self.permits = client, name, permits
+
+    def _body(self, ttl: float, data: Data, request_id: Optional[str]) -> Dict[str, Any]:
+        self._c._check_ttl(ttl)
+        return dict({"owner": self._c.owner, "permits": self.permits, "ttl_ms": _ms(ttl),
+                     "request_id": request_id or _random_id()}, **_data_members(data))
+
+    def try_acquire(self, ttl: float = DEFAULT_TTL, *, data: Data = None, request_id: Optional[str] = None,
+                    keepalive: bool = True, on_lost: Optional[LostCallback] = None) -> Lease:
+        """One attempt at a permit; raises ``Held`` (the permit that expires first, and ``permits``) when all are held."""
+        body = self._body(ttl, data, request_id)
+        t0 = time.monotonic()
+        info = self._c._post_acquire(name_path("v1/semaphores", self.name, "acquire"), body, self.name, 0)
+        return Lease(self._c, info, self._c.owner, ttl, body["request_id"], t0, keepalive, on_lost)
+
+    def acquire(self, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *, data: Data = None,
+                request_id: Optional[str] = None, keepalive: bool = True,
+                on_lost: Optional[LostCallback] = None) -> Lease:
+        """Wait (at most ``timeout`` seconds; None: without end) for a permit, as ``Client.acquire`` waits."""
+        body = self._body(ttl, data, request_id)
+        return self._c._wait_grant(name_path("v1/semaphores", self.name, "acquire"), body, self.name,
+                                   ttl, timeout, keepalive, on_lost, None)
+
+
+class Election:
+    """Leader election: campaign by acquiring the election's lease (waiting in the
+    FIFO queue); the lease's token is the term, greater for every new leader.
+    Resign with ``Lease.release``; leadership ends when the lease is lost."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        self._c, self.name = client, name
+
+    def campaign(self, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *, data: Data = None,
+                 on_lost: Optional[LostCallback] = None) -> Lease:
+        """Become leader (``data``, an address say, tells followers where); returns the lease."""
+        return self._c.acquire(self.name, ttl, timeout, data=data, on_lost=on_lost)
+
+    def leader(self) -> Optional[LeaseInfo]:
+        """The current leader (with ``term``), or None when there is none."""
+        try:
+            _, _, j = self._c._t.request("GET", name_path("v1/elections", self.name, "leader"), name=self.name)
+        except errors.NotFound:
+            return None
+        return LeaseInfo.from_json(j)

@@ -1,0 +1,122 @@
+"""Typed exceptions of the leasehold client.
+
+They mirror the Go package's errors: ``Held`` is ``*leasehold.HeldError``,
+``NotHeld`` is ``ErrNotHeld``, ``Lost`` is ``ErrLost``, ``Conflict`` is
+``*leasehold.ConflictError``, ``Invalid`` is ``*leasehold.InvalidError``, and
+the server's other problem types (``unauthorized``, ``forbidden``,
+``rate-limited``, ``unavailable``, ...) have a class each. Every exception of
+this package derives from ``LeaseholdError``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class LeaseholdError(Exception):
+    """Base class of every error raised by this package."""
+
+
+class Held(LeaseholdError):
+    """Someone else holds the lease (or every permit of a semaphore).
+
+    ``owner``, ``token`` and ``remaining`` (seconds, rounded down by the
+    server) describe the current holder; ``acquired`` is its grant time as
+    an RFC 3339 string (empty when unknown); ``permits`` is set for a
+    semaphore. Nothing was changed.
+    """
+
+    def __init__(self, name: str, owner: str = "", token: int = 0, remaining: float = 0.0,
+                 acquired: str = "", permits: Optional[int] = None, detail: str = "") -> None:
+        self.name, self.owner, self.token = name, owner, token
+        self.remaining, self.acquired, self.permits = remaining, acquired, permits
+        super().__init__(detail or f"lease {name!r} is held by {owner!r} (token {token}, expires in {remaining:.3f}s)")
+
+
+class NotHeld(LeaseholdError):
+    """A renew or release named a grant (owner and token) that is not the live one. Nothing was changed."""
+
+
+class NotFound(LeaseholdError):
+    """No live lease, leader or record of that name."""
+
+
+class Lost(LeaseholdError):
+    """The lease is no longer known to be held: a renewal was refused, or its
+    local deadline passed without a confirmed renewal. Stop the work it protects."""
+
+
+class Released(LeaseholdError):
+    """The lease was released by its holder (the reason a released lease is no longer held)."""
+
+
+class Conflict(LeaseholdError):
+    """A record write's version condition did not hold (HTTP 412 or 409 ``conflict``).
+
+    ``key`` is the (first) key whose condition failed; ``expected_version``
+    what the write required (0: absent) and ``current_version`` what the
+    server has (0: absent). Nothing was changed: read again and retry.
+    """
+
+    def __init__(self, key: str, expected_version: int, current_version: int, detail: str = "") -> None:
+        self.key, self.expected_version, self.current_version = key, expected_version, current_version
+        super().__init__(detail or f"record {key!r}: expected version {expected_version}, found {current_version}")
+
+
+class Invalid(LeaseholdError, ValueError):
+    """Bad input (a name, owner, TTL, token, data, key, ...). ``field`` names it,
+    ``reason`` says why. Nothing was changed."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field, self.reason = field, reason
+        super().__init__(f"invalid {field}: {reason}")
+
+
+class ProblemError(LeaseholdError):
+    """A problem document of a type without a more specific class.
+
+    ``status`` is the HTTP status, ``type`` the problem type after
+    ``urn:leasehold:problem:``, ``retry_after`` the ``Retry-After`` header
+    in seconds (None without one).
+    """
+
+    def __init__(self, status: int, type: str, title: str = "", detail: str = "",
+                 retry_after: Optional[float] = None) -> None:
+        self.status, self.type, self.title, self.detail = status, type, title, detail
+        self.retry_after = retry_after
+        super().__init__(f"leasehold server: {status} {type}: {detail or title}")
+
+
+class Unauthorized(ProblemError):
+    """401: a missing or unknown bearer token. Nothing was changed."""
+
+
+class Forbidden(ProblemError):
+    """403: the token's grants do not allow this on that name. Nothing was changed."""
+
+
+class RateLimited(ProblemError):
+    """429: over the identity's rate limit; ``retry_after`` says when to ask again. Nothing was changed."""
+
+
+class Unavailable(ProblemError):
+    """503: the server is shutting down or not ready; retry (an acquire with the same request id)."""
+
+
+class NoSession(ProblemError):
+    """404 ``no-session``: unknown, closed or expired session."""
+
+
+class Unreachable(LeaseholdError, ConnectionError):
+    """The server could not be reached, or its answer was lost or malformed:
+    the outcome of the request is unknown. An acquire retried with the same
+    request id gets its grant back if there was one."""
+
+
+_PROBLEM_CLASSES = {
+    "unauthorized": Unauthorized,
+    "forbidden": Forbidden,
+    "rate-limited": RateLimited,
+    "unavailable": Unavailable,
+    "no-session": NoSession,
+}

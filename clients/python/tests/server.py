@@ -1,0 +1,71 @@
+"""Starts a real ``leasehold serve`` for the tests: the binary named by
+$LEASEHOLD_BIN (run_tests.sh builds it), on a free loopback port, with a
+temporary data directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.request
+from typing import Optional
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One server process; ``url`` is its HTTP address."""
+
+    def __init__(self) -> None:
+        binary = os.environ.get("LEASEHOLD_BIN", "")
+        if not binary or not os.access(binary, os.X_OK):
+            raise unittest.SkipTest("set LEASEHOLD_BIN to a leasehold binary (clients/python/run_tests.sh builds one)")
+        self.dir = tempfile.mkdtemp(prefix="leasehold-py-")
+        self.proc: Optional[subprocess.Popen] = None
+        for _ in range(5):  # a port taken between picking and binding: pick again
+            port = free_port()
+            self.url = f"http://127.0.0.1:{port}"
+            log = open(os.path.join(self.dir, "server.log"), "ab")
+            self.proc = subprocess.Popen(
+                [binary, "serve", "--addr", f"127.0.0.1:{port}", "--resp-addr", "",
+                 "--data-dir", os.path.join(self.dir, "data"), "--no-sync", "--log-level", "warn"],
+                stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+            log.close()
+            if self._ready(30.0):
+                return
+            self.proc.kill()
+            self.proc.wait()
+        self.stop()
+        raise RuntimeError("leasehold serve did not become ready")
+
+    def _ready(self, within: float) -> bool:
+        end = time.monotonic() + within
+        while time.monotonic() < end:
+            if self.proc is not None and self.proc.poll() is not None:
+                return False
+            try:
+                with urllib.request.urlopen(self.url + "/readyz", timeout=2) as r:
+                    if r.status == 200:
+                        return True
+            except OSError:
+                pass
+            time.sleep(0.05)
+        return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
