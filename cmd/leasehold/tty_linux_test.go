@@ -199,3 +199,40 @@ func TestTerminalJobControl(t *testing.T) {
 	p.typeIn("exit\n")
 	_ = sh.Wait()
 }
+
+// TestTerminalJobStoppedTooLong stops a job (Ctrl-Z) for longer than its
+// lease's renewal window: on fg the lease is lost, so the command's group
+// is killed instead of continued, and leasehold exits 76.
+func TestTerminalJobStoppedTooLong(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("bash is not installed: it is the job-control shell of this test")
+	}
+	store, _ := newStore(t)
+	ticks := filepath.Join(t.TempDir(), "ticks")
+	p := openPTY(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sh := exec.CommandContext(ctx, bash, "--norc", "--noprofile", "-i")
+	sh.Env = []string{"PATH=" + os.Getenv("PATH"), "TERM=dumb", "PS1=$ ", "HOME=" + t.TempDir()}
+	p.start(sh)
+	at := p.expect(0, "$ ")
+	p.typeIn(fmt.Sprintf("%s run --store %s --ttl 1s e2e/long -- sh -c 'echo st''arted; while :; do echo tick >> %s; sleep 0.02; done'\n",
+		bin, store, ticks))
+	at = p.expect(at, "started")
+	p.typeIn("\x1a") // Ctrl-Z
+	at = p.expect(at, "Stopped")
+	time.Sleep(2 * time.Second) // past the lease's deadline (0.985s after the last renewal)
+	size := func() int { b, _ := os.ReadFile(ticks); return len(b) }
+	before := size()
+	p.typeIn("fg\n")
+	at = p.expect(at, "lease e2e/long lost")
+	at = p.expect(at, "$ ")
+	p.typeIn("echo \"rc=$?\"\n")
+	p.expect(at, "rc=76")
+	if after := size(); after != before {
+		t.Errorf("the command wrote %d bytes after fg although its lease was lost", after-before)
+	}
+	p.typeIn("exit\n")
+	_ = sh.Wait()
+}
