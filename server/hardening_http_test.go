@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -136,5 +137,37 @@ func TestHTTPBodyDeadline(t *testing.T) {
 			t.Errorf("keep-alive request %d: %d", i, res.StatusCode)
 		}
 		time.Sleep(2 * timeout) // idle past the body deadline
+	}
+}
+
+// TestTLSHardening: with TLS, TLS 1.2 offers AEAD suites only (a CBC-only
+// client is refused) on both ports, and HTTP answers carry HSTS.
+func TestTLSHardening(t *testing.T) {
+	p := newPKI(t)
+	srv, _ := startServe(t, rtEngine(t), Config{RESPAddr: "127.0.0.1:0", TLSCert: p.certFile, TLSKey: p.keyFile})
+	for _, addr := range []string{srv.HTTPAddr().String(), srv.RESPAddr().String()} {
+		cbc := &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12,
+			CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA, tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256}}
+		if c, err := tls.Dial("tcp", addr, cbc); err == nil {
+			c.Close()
+			t.Errorf("%s: a TLS 1.2 CBC-only client was served", addr)
+		}
+		gcm := &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12,
+			CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256}}
+		c, err := tls.Dial("tcp", addr, gcm)
+		if err != nil {
+			t.Errorf("%s: TLS 1.2 with AES-GCM: %v", addr, err)
+			continue
+		}
+		c.Close()
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	res, err := client.Get("https://" + srv.HTTPAddr().String() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if got := res.Header.Get("Strict-Transport-Security"); got != "max-age=31536000" {
+		t.Errorf("Strict-Transport-Security = %q", got)
 	}
 }

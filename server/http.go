@@ -149,6 +149,10 @@ type httpReq struct {
 
 func (h *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &httpStatusWriter{ResponseWriter: w}
+	if r.TLS != nil {
+		// Served over TLS: browsers must not fall back to plain HTTP.
+		w.Header().Set("Strict-Transport-Security", "max-age=31536000")
+	}
 	h.bodyDeadline(w, r)
 	q := &httpReq{w: sw, r: r, route: "unmatched", start: time.Now()}
 	defer h.finish(q)

@@ -199,7 +199,7 @@ func loadTLS(cfg Config) (*tls.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("TLS certificate: %w", err)
 	}
-	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, CipherSuites: aeadSuites}
 	if cfg.ClientCA != "" {
 		pem, err := os.ReadFile(cfg.ClientCA)
 		if err != nil {
@@ -213,6 +213,15 @@ func loadTLS(cfg Config) (*tls.Config, error) {
 		tc.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return tc, nil
+}
+
+// aeadSuites are the TLS 1.2 cipher suites served: ECDHE with AES-GCM or
+// ChaCha20-Poly1305 only, no CBC (TLS 1.3's suites are all AEAD and not
+// configurable).
+var aeadSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
 func isLoopback(a net.Addr) bool {
