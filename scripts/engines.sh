@@ -142,6 +142,9 @@ missing_packages() {
 		have npm || echo npm
 	fi
 	chromium_bin >/dev/null || echo chromium
+	# Debian's own interpreter for the Python client's tests
+	# (clients/python/run_tests.sh).
+	[ -x /usr/bin/python3 ] || echo python3
 }
 
 # npm_installed: dynalite (MIT), a DynamoDB API on LevelDB or memory;

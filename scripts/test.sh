@@ -32,6 +32,9 @@ echo "== go test -race (everything but the fault suites)"
 pkgs=$(go list ./... | grep -v '/internal/verify')
 # shellcheck disable=SC2086 # one word per package
 go test -race -count=1 -timeout 40m $pkgs
+# The Python client (clients/python) against a real server built from this
+# checkout, with Debian's /usr/bin/python3 (see clients/python/run_tests.sh).
+clients/python/run_tests.sh
 # The fault suites (docs/verification.md) run their workers as processes and
 # time faults against lease TTLs: they run without the race detector, one
 # package at a time, and end with the verification report.

@@ -27,6 +27,8 @@ class Server:
     def __init__(self) -> None:
         binary = os.environ.get("LEASEHOLD_BIN", "")
         if not binary or not os.access(binary, os.X_OK):
+            if os.environ.get("LEASEHOLD_REQUIRE_ENGINES") == "1":
+                raise RuntimeError("LEASEHOLD_BIN is not an executable leasehold binary (LEASEHOLD_REQUIRE_ENGINES=1)")
             raise unittest.SkipTest("set LEASEHOLD_BIN to a leasehold binary (clients/python/run_tests.sh builds one)")
         self.dir = tempfile.mkdtemp(prefix="leasehold-py-")
         self.proc: Optional[subprocess.Popen] = None

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs the Python client's test suite (stdlib unittest) against a real
+# `leasehold serve`, built here from this checkout; each test module starts
+# its own server on a free loopback port with a temporary data directory.
+#
+# The interpreter is chosen deliberately: Debian's own /usr/bin/python3, not
+# the first python3 on PATH (pyenv, a virtualenv or /usr/local may shadow
+# it). Debian's packages, such as python3-boto3 for the DynamoDB extra (PyPI
+# is not reachable in CI), are installed for that interpreter only.
+# LEASEHOLD_PYTHON overrides it; LEASEHOLD_BIN uses a prebuilt binary.
+# Arguments go to unittest (e.g. -k takeover).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PY=${LEASEHOLD_PYTHON:-/usr/bin/python3}
+if [ ! -x "$PY" ]; then
+	echo "clients/python/run_tests.sh: no interpreter at $PY: apt-get install python3 (scripts/engines.sh installs it), or set LEASEHOLD_PYTHON" >&2
+	exit 1
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+if [ -z "${LEASEHOLD_BIN:-}" ]; then
+	(cd ../.. && go build -o "$tmp/leasehold" ./cmd/leasehold)
+	export LEASEHOLD_BIN="$tmp/leasehold"
+fi
+
+echo "== python client tests with $PY ($("$PY" --version 2>&1))"
+# Tests import the package from this directory (python -m puts the working
+# directory first on sys.path), never an installed copy.
+exec "$PY" -m unittest discover -s tests -t tests "$@"

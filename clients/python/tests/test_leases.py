@@ -1,0 +1,291 @@
+"""Leases through a real leasehold server: the conformance cases that make sense for a client."""
+
+from __future__ import annotations
+
+import threading
+import time
+import unittest
+import uuid
+
+import leasehold
+from leasehold import Client, Held, Invalid, Lost, NotFound, NotHeld, Released
+
+from server import Server
+
+SERVER: Server
+
+
+def setUpModule() -> None:
+    global SERVER
+    SERVER = Server()
+
+
+def tearDownModule() -> None:
+    SERVER.stop()
+
+
+def uniq(prefix: str) -> str:
+    return f"py/{prefix}/{uuid.uuid4().hex[:8]}"
+
+
+def wait_for(cond, within: float = 20.0) -> bool:
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return cond()
+
+
+class LeaseTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.a = Client(SERVER.url, owner="py-a")
+        self.b = Client(SERVER.url, owner="py-b")
+        self.c = Client(SERVER.url, owner="py-c")
+
+    def test_refusal_names_the_holder(self) -> None:
+        name = uniq("refusal")
+        la = self.a.try_acquire(name, ttl=30)
+        self.addCleanup(la.release)
+        with self.assertRaises(Held) as cm:
+            self.b.try_acquire(name, ttl=30)
+        e = cm.exception
+        self.assertEqual((e.name, e.owner, e.token), (name, "py-a", la.token))
+        self.assertGreater(e.remaining, 0)
+        self.assertLessEqual(e.remaining, 30)
+        self.assertTrue(e.acquired)
+        self.assertEqual(self.a.get(name).owner, "py-a")  # the refusal changed nothing
+
+    def test_expiry_takeover_gets_a_greater_token(self) -> None:
+        name = uniq("takeover")
+        la = self.a.try_acquire(name, ttl=0.3, keepalive=False)
+        with self.assertRaises(Held):
+            self.b.try_acquire(name, ttl=30)
+        lb = self.b.acquire(name, ttl=30, timeout=30)  # granted by the expiry
+        self.addCleanup(lb.release)
+        self.assertGreater(lb.token, la.token)
+        self.assertFalse(la.held)
+        # The old holder's release is owner-checked: it changes nothing.
+        with self.assertRaises(Lost):
+            la.release()
+        info = self.b.get(name)
+        self.assertEqual((info.owner, info.token), ("py-b", lb.token))
+        la.release()  # again: no error
+
+    def test_release_is_idempotent_and_owner_checked(self) -> None:
+        name = uniq("release")
+        la = self.a.try_acquire(name, ttl=30)
+        # Someone else's release of a's grant is refused and changes nothing.
+        with self.assertRaises(NotHeld):
+            self.b._release(name, "py-b", la.token)
+        with self.assertRaises(NotHeld):
+            self.a._release(name, "py-a", la.token + 1)
+        self.assertEqual(self.a.get(name).token, la.token)
+        la.release()
+        la.release()
+        self.assertTrue(la.done.is_set())
+        self.assertFalse(la.lost.is_set())
+        self.assertIsInstance(la.error, Released)
+        self.assertFalse(la.held)
+        with self.assertRaises(NotFound):
+            self.a.get(name)
+        lb = self.b.try_acquire(name, ttl=30)
+        self.assertGreater(lb.token, la.token)
+        lb.release()
+
+    def test_retry_with_the_same_request_id_gets_the_same_grant(self) -> None:
+        name = uniq("reqid")
+        l1 = self.a.try_acquire(name, ttl=30, request_id="retry-1")
+        l2 = self.a.try_acquire(name, ttl=30, request_id="retry-1")  # as after a lost reply
+        self.assertEqual(l1.token, l2.token)
+        with self.assertRaises(Held):
+            self.a.try_acquire(name, ttl=30, request_id="another")
+        l2.release()
+        l1.release()  # the same grant, released again: fine
+        with self.assertRaises(NotFound):
+            self.a.get(name)
+
+    def test_force_release_is_detected_before_the_deadline(self) -> None:
+        name = uniq("forced")
+        seen = []
+        la = self.a.try_acquire(name, ttl=3, on_lost=lambda l, e: seen.append((time.monotonic(), e)))
+        self.a.force_release(name)
+        deadline = la.deadline  # no renewal can be confirmed after the force release
+        self.assertTrue(la.lost.wait(10))
+        self.assertEqual(len(seen), 1)
+        at, err = seen[0]
+        self.assertIsInstance(err, Lost)
+        self.assertIn("refused", str(err))  # by the refused renewal, not the deadline
+        self.assertLess(at, deadline)
+        self.assertFalse(la.held)
+        la.release()  # the server remembers the freed grant: releasing it is fine
+        self.assertIsInstance(la.error, Lost)  # and it stays lost
+
+    def test_without_keepalive_held_is_false_before_another_is_granted(self) -> None:
+        for i in range(3):
+            name = uniq(f"nokeep{i}")
+            la = self.a.try_acquire(name, ttl=0.25, keepalive=False)
+            self.assertTrue(la.held)
+            lb = self.b.acquire(name, ttl=30, timeout=30)
+            # b was granted only after the server expired a's lease: a must know already.
+            self.assertFalse(la.held)
+            self.assertTrue(la.lost.wait(5))
+            self.assertGreater(lb.token, la.token)
+            lb.release()
+
+    def test_keepalive_holds_past_the_ttl(self) -> None:
+        name = uniq("keepalive")
+        la = self.a.try_acquire(name, ttl=0.6)
+        time.sleep(2.0)
+        self.assertTrue(la.held, la.error)
+        self.assertGreater(la.deadline, time.monotonic())
+        with self.assertRaises(Held):
+            self.b.try_acquire(name, ttl=1)
+        la.release()
+
+    def test_waiters_are_granted_in_arrival_order(self) -> None:
+        name = uniq("fifo")
+        la = self.a.try_acquire(name, ttl=30)
+        got = []
+        errs = []
+
+        def take(cl: Client) -> None:
+            try:
+                l = cl.acquire(name, ttl=30, timeout=60)
+                got.append((cl.owner, l.token))
+                l.release()
+            except Exception as e:  # collected, asserted on by the test thread
+                errs.append(e)
+
+        tb = threading.Thread(target=take, args=(self.b,))
+        tb.start()
+        self.assertTrue(wait_for(lambda: len(self.a.get(name).waiters) == 1))
+        tc = threading.Thread(target=take, args=(self.c,))
+        tc.start()
+        self.assertTrue(wait_for(lambda: len(self.a.get(name).waiters) == 2))
+        la.release()
+        tb.join(60)
+        tc.join(60)
+        self.assertEqual(errs, [])
+        self.assertEqual([o for o, _ in got], ["py-b", "py-c"])
+        self.assertEqual([t for _, t in got], [la.token + 1, la.token + 2])
+
+    def test_acquire_timeout_raises_held(self) -> None:
+        name = uniq("timeout")
+        la = self.a.try_acquire(name, ttl=30)
+        waits = []
+        with self.assertRaises(Held) as cm:
+            self.b.acquire(name, ttl=30, timeout=0.3, on_wait=waits.append)
+        self.assertEqual(cm.exception.owner, "py-a")
+        self.assertEqual(len(waits), 1)
+        self.assertEqual(self.a.get(name).waiters, [])  # the waiter left the queue
+        la.release()
+
+    def test_context_manager(self) -> None:
+        name = uniq("with")
+        with self.a.lease(name, ttl=30) as l:
+            self.assertTrue(l.held)
+            self.assertEqual(self.b.get(name).token, l.token)
+        self.assertTrue(l.done.is_set())
+        with self.assertRaises(NotFound):
+            self.b.get(name)
+        # Lost inside the block: leaving it raises Lost.
+        with self.assertRaises(Lost):
+            with self.a.lease(name, ttl=3) as l2:
+                self.a.force_release(name)
+                self.assertTrue(l2.lost.wait(10))
+        # An exception of the block wins, and the lease is released.
+        with self.assertRaises(KeyError):
+            with self.a.lease(name, ttl=30):
+                raise KeyError("boom")
+        with self.assertRaises(NotFound):
+            self.b.get(name)
+
+    def test_bad_input_is_invalid_and_changes_nothing(self) -> None:
+        base = uniq("bad")
+        cases = [
+            ("name", dict(name=base + "//x")),
+            ("name", dict(name=base + "/a\x00b")),
+            ("name", dict(name=base + "/../x")),
+            ("name", dict(name="")),
+            ("name", dict(name="n" * 300)),
+            ("ttl", dict(name=base, ttl=25 * 3600)),
+            ("ttl", dict(name=base, ttl=0.004)),
+            ("ttl", dict(name=base, ttl=0)),
+            ("data", dict(name=base, data=b"x" * (64 * 1024 + 1))),
+            ("request id", dict(name=base, request_id="r" * 129)),
+        ]
+        for field, kw in cases:
+            with self.subTest(field=field, kw={k: (v[:40] if isinstance(v, (str, bytes)) else v) for k, v in kw.items()}):
+                with self.assertRaises(Invalid) as cm:
+                    self.a.try_acquire(kw.pop("name"), **kw)
+                self.assertEqual(cm.exception.field, field)
+        self.assertEqual([l.name for l in self.a.list("py/bad")], [])
+        with self.assertRaises(Invalid):
+            Client(SERVER.url, owner="bad\nowner")
+        with self.assertRaises(Invalid):
+            Client("ftp://127.0.0.1:1")
+        la = self.a.try_acquire(base, ttl=30)
+        with self.assertRaises(Invalid):
+            self.a._renew(base, "py-a", la.token, 25 * 3600, None)
+        self.assertEqual(self.a.get(base).ttl, 30)
+        la.release()
+
+    def test_unreachable_server(self) -> None:
+        from server import free_port
+        cl = Client(f"http://127.0.0.1:{free_port()}", timeout=2)
+        with self.assertRaises(leasehold.Unreachable):
+            cl.try_acquire("x", ttl=1)
+        t0 = time.monotonic()
+        with self.assertRaises(leasehold.Unreachable):  # retried until the timeout, then the last error
+            cl.acquire("x", ttl=1, timeout=0.5)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.5)
+
+
+class SemaphoreElectionTest(unittest.TestCase):
+    def test_semaphore_permits(self) -> None:
+        name = uniq("sem")
+        clients = [Client(SERVER.url, owner=f"py-s{i}") for i in range(3)]
+        s = [c.semaphore(name, 2) for c in clients]
+        l0, l1 = s[0].try_acquire(ttl=30), s[1].try_acquire(ttl=30)
+        self.assertEqual(sorted([l0.permit, l1.permit]), [0, 1])
+        self.assertEqual({l0.name, l1.name}, {f"{name}/permit/0", f"{name}/permit/1"})
+        with self.assertRaises(Held) as cm:
+            s[2].try_acquire(ttl=30)
+        self.assertEqual(cm.exception.permits, 2)
+        done = []
+        t = threading.Thread(target=lambda: done.append(s[2].acquire(ttl=30, timeout=60)))
+        t.start()
+        time.sleep(0.2)
+        l0.release()
+        t.join(60)
+        self.assertEqual(len(done), 1)
+        self.assertEqual(done[0].permit, l0.permit)
+        self.assertGreater(done[0].token, l0.token)
+        done[0].release()
+        l1.release()
+        with self.assertRaises(Invalid):
+            clients[0].semaphore(name, 0)
+
+    def test_election(self) -> None:
+        name = uniq("elect")
+        n1, n2 = Client(SERVER.url, owner="node-1"), Client(SERVER.url, owner="node-2")
+        e1, e2 = n1.election(name), n2.election(name)
+        self.assertIsNone(e1.leader())
+        lead1 = e1.campaign(ttl=30, data="10.0.0.1:8080")
+        ld = e2.leader()
+        self.assertEqual((ld.owner, ld.term, ld.data), ("node-1", lead1.token, b"10.0.0.1:8080"))
+        got = []
+        t = threading.Thread(target=lambda: got.append(e2.campaign(ttl=30, timeout=60)))
+        t.start()
+        self.assertTrue(wait_for(lambda: len(n1.get(name).waiters) == 1))
+        lead1.release()  # resign
+        t.join(60)
+        self.assertEqual(len(got), 1)
+        self.assertGreater(got[0].token, lead1.token)
+        self.assertEqual(e1.leader().owner, "node-2")
+        got[0].release()
+
+
+if __name__ == "__main__":
+    unittest.main()
