@@ -114,3 +114,67 @@ func (r *rateLog) Warn(msg string, args ...any) {
 	}
 	r.log.Warn(msg, args...)
 }
+
+// Failed AUTHs are limited per client IP: authFailBurst failures at once,
+// then one more every authFailEvery. Over the limit every AUTH from that
+// address (a good one too: a guesser must not learn which guess was
+// right) is answered -RATELIMITED without a check.
+const (
+	authFailBurst = 10
+	authFailEvery = time.Second
+)
+
+// authLimiter counts failed AUTHs per client IP (token buckets).
+type authLimiter struct {
+	mu      sync.Mutex
+	buckets map[string]*authBucket
+}
+
+type authBucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// refill brings b up to now and reports whether it is full.
+func (b *authBucket) refill(now time.Time) bool {
+	b.tokens = min(authFailBurst, b.tokens+float64(now.Sub(b.last))/float64(authFailEvery))
+	b.last = now
+	return b.tokens >= authFailBurst
+}
+
+// allow reports whether addr may try an AUTH now.
+func (l *authLimiter) allow(addr string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.buckets[addr]
+	if !ok {
+		return true
+	}
+	b.refill(time.Now())
+	return b.tokens >= 1
+}
+
+// failed records a failed AUTH from addr.
+func (l *authLimiter) failed(addr string) {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.buckets == nil {
+		l.buckets = map[string]*authBucket{}
+	}
+	b, ok := l.buckets[addr]
+	if !ok {
+		b = &authBucket{tokens: authFailBurst, last: now}
+		l.buckets[addr] = b
+		if n := len(l.buckets); n >= 1024 && n&(n-1) == 0 { // at powers of two: forget full buckets
+			for k, v := range l.buckets {
+				if v.refill(now) {
+					delete(l.buckets, k)
+				}
+			}
+			l.buckets[addr] = b
+		}
+	}
+	b.refill(now)
+	b.tokens = max(0, b.tokens-1)
+}

@@ -30,7 +30,7 @@ import (
 //	leasehold_sessions                open sessions (gauge)
 //	leasehold_durable                 1 if acknowledged grants survive a crash
 //	leasehold_http_requests_total     HTTP requests by route template and status code
-//	leasehold_rate_limited_total      requests refused by the rate limit
+//	leasehold_rate_limited_total      requests refused by the rate limit (also AUTHs over the failed-AUTH limit)
 //	leasehold_resp_connections        open RESP connections (gauge)
 //	leasehold_resp_connections_closed_total  RESP connections refused or closed by a bound, by reason
 //	leasehold_http_body_timeouts_total HTTP request bodies cut by the body-read deadline
@@ -184,6 +184,14 @@ func (m *Metrics) respConnClosed() {
 func (m *Metrics) respClosed(reason string) {
 	if m != nil {
 		m.respClosedBy.WithLabelValues(reason).Inc()
+	}
+}
+
+// rateLimit counts a request refused by a rate limit (here: an AUTH over
+// the failed-AUTH limit).
+func (m *Metrics) rateLimit() {
+	if m != nil {
+		m.rateLimited.Inc()
 	}
 }
 

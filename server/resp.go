@@ -85,8 +85,9 @@ type RESPServer struct {
 	sessMu   sync.Mutex
 	sessions map[string]respSession // with auth on: who opened each session
 
-	workers *resp.Workers
-	warn    *rateLog // attacks and failed AUTHs: at most a line a second
+	workers  *resp.Workers
+	warn     *rateLog // attacks and failed AUTHs: at most a line a second
+	authFail authLimiter
 }
 
 type respSession struct {
@@ -513,8 +514,14 @@ func (c *respConn) authenticate(token []byte) bool {
 	if c.srv.opts.Auth == nil {
 		return true // auth off: any token is accepted
 	}
+	if !c.srv.authFail.allow(c.addr) {
+		c.srv.opts.Metrics.rateLimit()
+		c.replyError(resp.CodeRateLimited + " too many failed AUTH attempts from this address; try again in a few seconds")
+		return false
+	}
 	id, err := c.srv.opts.Auth.Authenticate(string(token))
 	if err != nil {
+		c.srv.authFail.failed(c.addr)
 		c.srv.warn.Warn("resp: authentication failed", "remote", c.nc.RemoteAddr())
 		c.replyError(resp.CodeWrongPass + " invalid token")
 		return false

@@ -713,6 +713,7 @@ func TestR11(t *testing.T) {
 		t.Run("resp-conn-flood", func(t *testing.T) { connFlood(t, p, verify.Size(2000, 3000)) })
 		t.Run("resp-pre-auth-memory", func(t *testing.T) { preAuthMemory(t, p, 3, 300) })
 		t.Run("resp-unread-replies", func(t *testing.T) { unreadReplies(t, p, 300) })
+		t.Run("resp-auth-guessing", func(t *testing.T) { authGuessing(t, p, 2000) })
 	})
 
 	t.Run("limited", func(t *testing.T) {

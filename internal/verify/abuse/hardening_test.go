@@ -533,3 +533,53 @@ func dripBody(addr, auth string, giveUp time.Duration) (string, time.Duration, e
 		nc.Write([]byte{' '})
 	}
 }
+
+// authGuessing pipelines n wrong AUTHs from one address: only a few are
+// checked (10, then one a second), the rest refused as rate-limited; a
+// polite client on another address keeps acquiring.
+func authGuessing(t *testing.T, p *serveProc, n int) {
+	pol := newRESPPolite(t, p.resp, "127.0.0.2", politeToken)
+	alone, aloneN := pol.baseline(t, 100)
+	counts := map[string]int{}
+	var elapsed time.Duration
+	violations := 0
+	under, underN, pw := pol.during(func() {
+		start := time.Now()
+		c, err := dialRESP(p.resp, "127.0.0.5", "")
+		if err != nil {
+			t.Fatalf("guesser: %v", err)
+		}
+		defer c.nc.Close()
+		c.nc.SetDeadline(time.Now().Add(120 * time.Second))
+		go func() {
+			var b []byte
+			for i := 0; i < n; i++ {
+				b = append(b, fmt.Sprintf("*2\r\n$4\r\nAUTH\r\n$12\r\nguess-%06d\r\n", i)...)
+			}
+			c.nc.Write(b)
+		}()
+		for i := 0; i < n; i++ {
+			v, err := c.rd.ReadValue()
+			if err != nil {
+				violations++
+				t.Errorf("answer %d: %v", i, err)
+				return
+			}
+			code, _, _ := strings.Cut(string(v.Str), " ")
+			counts[code]++
+		}
+		elapsed = time.Since(start)
+	})
+	checked := counts["WRONGPASS"]
+	if checked+counts["RATELIMITED"] != n || float64(checked) > 10+elapsed.Seconds()+1 {
+		violations++
+		t.Errorf("%d wrong AUTHs in %v: %v", n, elapsed, counts)
+	}
+	violations += len(pw)
+	for _, w := range pw[:min(len(pw), 3)] {
+		t.Errorf("polite RESP client: %s", w)
+	}
+	hdRow(t, "resp-auth-guessing", n+underN, n, violations,
+		fmt.Sprintf("%d wrong AUTHs pipelined from one address in %s: %d checked (WRONGPASS), %d refused RATELIMITED; polite RESP p99 %s alone (n=%d), %s under abuse (n=%d, another address)",
+			n, round(elapsed), checked, counts["RATELIMITED"], round(alone), aloneN, round(under), underN))
+}
