@@ -12,14 +12,22 @@ The server client needs only the standard library.
 
 from .client import DEFAULT_TTL, Client, Election, Semaphore
 from .errors import (Conflict, Forbidden, Held, Invalid, LeaseholdError, Lost, NoSession, NotFound, NotHeld,
-                     ProblemError, RateLimited, Released, Unauthorized, Unavailable, Unreachable)
+                     ProblemError, RateLimited, Released, Unauthorized, Unavailable, Unreachable, Unsupported)
 from .lease import Lease, LeaseInfo
 from .records import Record, Records, RetriesExhausted, Write
+
+
+def __getattr__(name: str):  # DynamoDBClient needs boto3 only when used
+    if name == "DynamoDBClient":
+        from .dynamodb import DynamoDBClient
+        return DynamoDBClient
+    raise AttributeError(name)
+
 
 __all__ = [
     "Client", "Election", "Semaphore", "Lease", "LeaseInfo", "Record", "Records", "Write", "DEFAULT_TTL",
     "LeaseholdError", "Held", "NotHeld", "NotFound", "Lost", "Released", "Conflict", "RetriesExhausted",
     "Invalid", "ProblemError", "Unauthorized", "Forbidden", "RateLimited", "Unavailable", "NoSession",
-    "Unreachable",
+    "Unreachable", "Unsupported", "DynamoDBClient",
 ]
 __version__ = "0.1.0"

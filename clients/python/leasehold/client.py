@@ -10,7 +10,7 @@ import socket
 import time
 from typing import Any, Callable, Dict, List, Optional, Union
 
-from . import errors
+from . import _validate, errors
 from ._http import Transport, name_path
 from .lease import Lease, LeaseInfo, LostCallback
 from .records import Records
@@ -58,13 +58,30 @@ class Client:
     it asks the server to wait. ``rho`` and ``eps`` are the drift allowance
     of the local deadline: ``t0 + ttl·(1−rho) − eps`` (defaults 1% and 5 ms).
 
+    ``Client("dynamodb://TABLE?region=...&endpoint=...")`` returns a
+    ``DynamoDBClient`` instead: leases directly on the DynamoDB store's
+    table (see ``leasehold.dynamodb``; it needs boto3).
+
     Safe for use from several threads; make one per owner identity.
     """
+
+    def __new__(cls, url: str, *args: Any, **kw: Any) -> "Client":
+        # Client("dynamodb://TABLE?...") is the DynamoDB client (needs boto3).
+        if cls is Client and isinstance(url, str) and url.startswith("dynamodb:"):
+            from .dynamodb import DynamoDBClient
+            return super().__new__(DynamoDBClient)
+        return super().__new__(cls)
 
     def __init__(self, url: str, token: Optional[str] = None, *, owner: Optional[str] = None,
                  timeout: float = 10.0, rho: float = 0.01, eps: float = 0.005) -> None:
         if token is None:
             token = os.environ.get("LEASEHOLD_AUTH_TOKEN") or None
+        self._init_common(owner, timeout, rho, eps)
+        self._t = Transport(url, token, timeout)
+        self.records = Records(self._t)
+        """Versioned records: get, put, delete, add, txn, update."""
+
+    def _init_common(self, owner: Optional[str], timeout: float, rho: float, eps: float) -> None:
         if not (0 <= rho < 1):
             raise errors.Invalid("rho", f"{rho} is outside [0, 1)")
         if eps < 0:
@@ -75,13 +92,19 @@ class Client:
             owner = f"{socket.gethostname()}/{os.getpid()}/{_random_id(4)}"
             if len(owner.encode()) > 256:
                 owner = f"pid-{os.getpid()}/{_random_id(4)}"
-        elif not owner or len(owner.encode()) > 256 or any(ord(ch) < 32 or ord(ch) == 127 for ch in owner):
-            raise errors.Invalid("owner", "must be 1-256 bytes of UTF-8 without control characters")
-        self._t = Transport(url, token, timeout)
+        else:
+            _validate.text("owner", owner, _validate.MAX_OWNER)
         self.owner: str = owner
         self.rho, self.eps = rho, eps
-        self.records = Records(self._t)
-        """Versioned records: get, put, delete, add, txn, update."""
+
+    def close(self) -> None:
+        """Close idle connections. Leases are not released (they expire after their TTL)."""
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     # --- helpers ---
 
@@ -135,8 +158,9 @@ class Client:
 
         It waits with long-polls of at most 30 s repeated with one request id
         (so a lost answer never makes it wait behind its own grant), for at
-        most ``timeout`` seconds (None: without end), and raises ``Held`` with
-        the last holder when the time is up. ``Unreachable``, 503 and 429
+        most ``timeout`` seconds (None: without end); when the time is up it
+        raises ``Held`` with the last holder (or the last error, such as
+        ``Unreachable``, if the last attempt failed). ``Unreachable``, 503 and 429
         answers are retried with jittered backoff; ``Invalid``,
         ``Unauthorized`` and ``Forbidden`` are raised at once. ``on_wait``
         is called with the first ``Held`` before waiting. If a grant may

@@ -120,3 +120,8 @@ _PROBLEM_CLASSES = {
     "unavailable": Unavailable,
     "no-session": NoSession,
 }
+
+
+class Unsupported(LeaseholdError, NotImplementedError):
+    """The store behind this client does not offer the operation (for example
+    force release or records directly on DynamoDB); nothing was sent."""

@@ -1,0 +1,451 @@
+"""Leases directly on a DynamoDB table, in the Go store's layout (needs boto3).
+
+``Client("dynamodb://TABLE?region=...&endpoint=...")`` returns a
+``DynamoDBClient``. Each lease is one item keyed by ``LockKey``; every
+operation is one conditional ``UpdateItem`` with the very expressions of the
+Go store (package dynamodb, ops.go and item.go), so Go programs,
+``leasehold run --store dynamodb://...``, the state machines of
+``leasehold sfn`` and Python exclude each other, and the item's ``Token``
+counter (never deleted) keeps fencing tokens increasing across all of them.
+
+DynamoDB has no clock of its own: expiry (``ExpiresAtMs``) is written from
+the writer's wall clock, and a lease is taken over only once
+``ExpiresAtMs + max_clock_skew < now`` on the taker's clock. This is safe
+while the clocks of all writers differ by less than ``max_clock_skew``
+(default 1s, the same default as Go; every writer of a table must use the
+same value or a larger one). The holder's own deadline is on
+``time.monotonic()`` as everywhere in this package. Waiting polls with
+jittered, capped backoff (DynamoDB cannot push).
+
+Only leases are offered here: records, semaphores, elections and force
+release raise ``Unsupported`` (use the server for them).
+"""
+
+from __future__ import annotations
+
+import datetime
+import random
+import re
+import time
+import urllib.parse
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import _validate, errors
+from .client import DEFAULT_TTL, Client, Data, WaitCallback, _random_id
+from .lease import Lease, LeaseInfo, LostCallback
+
+# The Go store's expressions (dynamodb/item.go), byte for byte.
+ACQUIRE_UPDATE = "SET #o = :o, RequestId = :r, #d = :d, TtlMs = :ttl, ExpiresAtMs = :exp, Held = :t, AcquiredAtMs = :now ADD #k :one"
+ACQUIRE_COND = "attribute_not_exists(LockKey) OR Held = :f OR ExpiresAtMs < :cut"
+REFRESH_UPDATE = "SET #d = :d, TtlMs = :ttl, ExpiresAtMs = :exp"
+REFRESH_COND = "#o = :o AND RequestId = :r AND #k = :k AND Held = :t AND ExpiresAtMs >= :now"
+RENEW_UPDATE = "SET TtlMs = :ttl, ExpiresAtMs = :exp"
+RENEW_COND = "#o = :o AND #k = :k AND Held = :t AND ExpiresAtMs >= :now"
+RELEASE_UPDATE = "SET Held = :f, ExpiresAtMs = :zero"
+RELEASE_COND = "#o = :o AND #k = :k"
+CLEAN_SET = ", ExpiresAt = :clean"
+LIST_FILTER = "begins_with(LockKey, :prefix)"
+PLACEHOLDERS = {"#o": "Owner", "#k": "Token", "#d": "Data"}
+CLEANUP_MARGIN_S = 7 * 24 * 3600
+MAX_ACQUIRE_ROUNDS = 10
+DEFAULT_MAX_CLOCK_SKEW = 1.0
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(s: str) -> float:
+    """A Go duration string ("1s", "500ms", "1m30s", "0") in seconds."""
+    if s == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(s) or not s:
+        raise errors.Invalid("dynamodb URL", f"max_clock_skew={s!r} is not a duration (e.g. 1s, 500ms)")
+    return total
+
+
+def _bool(k: str, v: str) -> bool:
+    if v in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if v in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    raise errors.Invalid("dynamodb URL", f"{k}={v!r} is not true or false")
+
+
+def parse_url(url: str) -> Dict[str, Any]:
+    """Parse ``dynamodb://TABLE?region=&endpoint=&max_clock_skew=&consistent=&create=&ttl_cleanup=&condition_values=``
+    with the Go store's rules; a bad URL raises ``Invalid`` before anything is sent."""
+    u = urllib.parse.urlsplit(url)
+    if u.scheme != "dynamodb":
+        raise errors.Invalid("dynamodb URL", "want dynamodb://TABLE[?region=...&endpoint=...]")
+    if "@" in u.netloc or u.port is not None or u.path not in ("", "/") or u.fragment:
+        raise errors.Invalid("dynamodb URL", "want dynamodb://TABLE[?param=value&...], with no user, port, path or fragment")
+    table = u.netloc
+    if not re.fullmatch(r"[a-zA-Z0-9_.-]{3,255}", table):
+        raise errors.Invalid("table", f"{table!r} is not a DynamoDB table name (3-255 characters of a-z A-Z 0-9 _ - .)")
+    p: Dict[str, Any] = {"table": table, "region": None, "endpoint": None, "skew": DEFAULT_MAX_CLOCK_SKEW,
+                         "consistent": True, "create": True, "ttl_cleanup": False}
+    q = urllib.parse.parse_qs(u.query, keep_blank_values=True)
+    for k, vs in q.items():
+        if len(vs) != 1:
+            raise errors.Invalid("dynamodb URL", f"{k}= given {len(vs)} times")
+        v = vs[0]
+        if k == "region":
+            if not re.fullmatch(r"[a-z0-9-]{1,64}", v):
+                raise errors.Invalid("dynamodb URL", f"region={v!r} is not a region name")
+            p["region"] = v
+        elif k == "endpoint":
+            e = urllib.parse.urlsplit(v)
+            if e.scheme not in ("http", "https") or not e.netloc or "@" in e.netloc or e.query or e.fragment:
+                raise errors.Invalid("dynamodb URL", f"endpoint={v!r}: want http(s)://host[:port]")
+            p["endpoint"] = v
+        elif k == "max_clock_skew":
+            skew = parse_duration(v)
+            if not 0 <= skew <= 3600:
+                raise errors.Invalid("max clock skew", f"{v} is outside [0, 1h]")
+            p["skew"] = skew
+        elif k in ("consistent", "create", "ttl_cleanup"):
+            p[k] = _bool(k, v)
+        elif k == "condition_values":
+            _bool(k, v)  # an optimisation of the Go store (one read fewer); this client always reads
+        else:
+            raise errors.Invalid("dynamodb URL", f"unknown parameter {k!r} (known: region, endpoint, max_clock_skew, "
+                                                 "consistent, create, ttl_cleanup, condition_values)")
+    return p
+
+
+def _names(*exprs: str) -> Dict[str, str]:
+    joined = " ".join(exprs)
+    return {ph: attr for ph, attr in PLACEHOLDERS.items() if ph in joined}
+
+
+def _s(v: str) -> Dict[str, str]:
+    return {"S": v}
+
+
+def _n(v: int) -> Dict[str, str]:
+    return {"N": str(v)}
+
+
+def _iso(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Row:
+    """One decoded lease item (attributes other writers may leave out default to zero values)."""
+
+    def __init__(self, item: Dict[str, Any]) -> None:
+        def get(attr: str, typ: str, default: Any) -> Any:
+            v = item.get(attr)
+            if v is None:
+                return default
+            if typ not in v:
+                raise errors.LeaseholdError(f"dynamodb: malformed lease item: {attr} is not of type {typ}")
+            return v[typ]
+        try:
+            self.name: str = get("LockKey", "S", "")
+            self.owner: str = get("Owner", "S", "")
+            self.request_id: str = get("RequestId", "S", "")
+            self.ttl_ms = int(get("TtlMs", "N", "0"))
+            self.exp_ms = int(get("ExpiresAtMs", "N", "0"))
+            self.acq_ms = int(get("AcquiredAtMs", "N", "0"))
+            self.token = int(get("Token", "N", "0"))
+        except ValueError as e:
+            raise errors.LeaseholdError(f"dynamodb: malformed lease item: {e}") from None
+        self.data: Optional[bytes] = bytes(get("Data", "B", b"")) or None
+        self.held: bool = bool(get("Held", "BOOL", False))
+
+    def live(self, now_ms: int) -> bool:
+        return self.held and self.exp_ms >= now_ms
+
+    def info(self, now_ms: int) -> LeaseInfo:
+        return LeaseInfo(name=self.name, owner=self.owner, token=self.token, ttl=self.ttl_ms / 1000,
+                         remaining=max(self.exp_ms - now_ms, 0) / 1000, acquired=_iso(self.acq_ms), data=self.data)
+
+    def held_error(self, now_ms: int) -> errors.Held:
+        return errors.Held(self.name, self.owner, self.token, max(self.exp_ms - now_ms, 0) / 1000, _iso(self.acq_ms))
+
+
+class DynamoDBClient(Client):
+    """Leases on a DynamoDB table, sharing them with the Go store (see the module doc).
+
+    ``DynamoDBClient(url, owner=None, timeout=10.0, rho=0.01, eps=0.005, boto_client=None)``;
+    it is what ``Client("dynamodb://...")`` returns. Credentials come from
+    boto3's default chain. With ``create=true`` (the default, as in Go) the
+    table is created if it is missing (on-demand, key ``LockKey``), waiting
+    until it is ACTIVE. ``boto_client`` is a boto3 DynamoDB client to use
+    instead of one made from the URL.
+    """
+
+    def __init__(self, url: str, token: Optional[str] = None, *, owner: Optional[str] = None,
+                 timeout: float = 10.0, rho: float = 0.01, eps: float = 0.005, boto_client: Any = None) -> None:
+        self._init_common(owner, timeout, rho, eps)
+        p = parse_url(url)
+        self.table: str = p["table"]
+        self.max_clock_skew: float = p["skew"]
+        self._skew_ms = int(-(-p["skew"] * 1000 // 1))  # rounded up to whole ms, as in Go
+        self._consistent, self._ttl_cleanup = p["consistent"], p["ttl_cleanup"]
+        self.records = None  # type: ignore[assignment]
+        try:
+            import boto3
+            import botocore.config
+            import botocore.exceptions
+        except ImportError:
+            raise errors.Unsupported("dynamodb:// needs boto3: pip install 'leasehold[dynamodb]' "
+                                     "(on Debian: apt-get install python3-boto3)") from None
+        self._botoexc = botocore.exceptions
+        self._own_client = boto_client is None
+        if boto_client is None:
+            region = p["region"]
+            if region is None and boto3.session.Session().region_name is None:
+                if p["endpoint"] is None:
+                    raise errors.Invalid("dynamodb URL", "no region: add region= to the URL or set AWS_REGION")
+                region = "us-east-1"  # local endpoints ignore it, but requests are signed for one
+            cfg = botocore.config.Config(connect_timeout=timeout, read_timeout=timeout,
+                                         retries={"max_attempts": 3, "mode": "standard"})
+            boto_client = boto3.client("dynamodb", region_name=region, endpoint_url=p["endpoint"], config=cfg)
+        self._ddb = boto_client
+        if p["create"]:
+            self._create_table()
+        else:
+            self._call("describe_table", TableName=self.table)
+
+    def close(self) -> None:
+        """Close the boto3 client's connections (if it was made here). Leases are not released."""
+        if self._own_client and hasattr(self._ddb, "close"):
+            self._ddb.close()
+
+    # --- plumbing ---
+
+    def _call(self, op: str, **kw: Any) -> Any:
+        """Call boto3; translate its errors. A failed condition is returned as None."""
+        try:
+            return getattr(self._ddb, op)(**kw)
+        except self._botoexc.ClientError as e:
+            err = e.response.get("Error", {})
+            code, msg = err.get("Code", ""), err.get("Message", "")
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            if code == "ConditionalCheckFailedException":
+                return None
+            if code == "ResourceNotFoundException":
+                raise errors.LeaseholdError(f"dynamodb: table {self.table!r} does not exist "
+                                            "(create it with create=true or \"leasehold store init\")") from None
+            if code in ("AccessDeniedException",):
+                raise errors.Forbidden(403, "forbidden", code, msg) from None
+            if code in ("UnrecognizedClientException", "InvalidSignatureException", "MissingAuthenticationTokenException"):
+                raise errors.Unauthorized(401, "unauthorized", code, msg) from None
+            if code in ("ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"):
+                raise errors.RateLimited(429, "rate-limited", code, msg) from None
+            if code == "ValidationException":
+                raise errors.Invalid("request", msg) from None
+            if status >= 500:
+                raise errors.Unreachable(f"dynamodb: {code}: {msg} (the outcome is unknown)") from None
+            raise errors.LeaseholdError(f"dynamodb: {code}: {msg}") from None
+        except self._botoexc.BotoCoreError as e:
+            raise errors.Unreachable(f"dynamodb unreachable (the outcome is unknown): {e}") from None
+
+    def _create_table(self) -> None:
+        try:
+            self._ddb.describe_table(TableName=self.table)
+            return
+        except self._botoexc.ClientError as e:
+            if e.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+                self._call("describe_table", TableName=self.table)  # raises translated
+        try:
+            self._ddb.create_table(TableName=self.table, BillingMode="PAY_PER_REQUEST",
+                                   AttributeDefinitions=[{"AttributeName": "LockKey", "AttributeType": "S"}],
+                                   KeySchema=[{"AttributeName": "LockKey", "KeyType": "HASH"}])
+        except self._botoexc.ClientError as e:
+            if e.response.get("Error", {}).get("Code") != "ResourceInUseException":  # a concurrent creator won
+                raise errors.LeaseholdError(f"dynamodb: create table {self.table!r}: {e}") from None
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            t = self._call("describe_table", TableName=self.table)
+            if t["Table"].get("TableStatus") == "ACTIVE":
+                return
+            time.sleep(0.2)
+        raise errors.LeaseholdError(f"dynamodb: table {self.table!r} is not ACTIVE after 120s")
+
+    def _update(self, name: str, update: str, cond: str, values: Dict[str, Any], clean_at_ms: int,
+                returns: bool = False) -> Optional[Dict[str, Any]]:
+        if self._ttl_cleanup:
+            update = update.replace(" ADD ", CLEAN_SET + " ADD ", 1) if " ADD " in update else update + CLEAN_SET
+            values[":clean"] = _n(clean_at_ms // 1000 + CLEANUP_MARGIN_S)
+        kw: Dict[str, Any] = dict(TableName=self.table, Key={"LockKey": _s(name)}, UpdateExpression=update,
+                                  ConditionExpression=cond, ExpressionAttributeNames=_names(update, cond),
+                                  ExpressionAttributeValues=values)
+        if returns:
+            kw["ReturnValues"] = "UPDATED_NEW"
+        out = self._call("update_item", **kw)
+        return None if out is None else (out.get("Attributes") or {})
+
+    def _get_item(self, name: str, consistent: bool) -> Optional[Dict[str, Any]]:
+        out = self._call("get_item", TableName=self.table, Key={"LockKey": _s(name)}, ConsistentRead=consistent)
+        return out.get("Item") or None
+
+    # --- the store operations (as the Go store's) ---
+
+    def _grant(self, name: str, rid: str, ttl_ms: int, data: bytes) -> Tuple[int, int]:
+        """One TryAcquire of the Go store: returns (token, acquired ms) or raises Held."""
+        rounds = 0
+        while True:
+            now = _now_ms()
+            out = self._update(name, ACQUIRE_UPDATE, ACQUIRE_COND, {
+                ":o": _s(self.owner), ":r": _s(rid), ":d": {"B": data}, ":ttl": _n(ttl_ms), ":exp": _n(now + ttl_ms),
+                ":t": {"BOOL": True}, ":now": _n(now), ":one": _n(1), ":f": {"BOOL": False}, ":cut": _n(now - self._skew_ms),
+            }, now + ttl_ms, returns=True)
+            if out is not None:
+                return int(out["Token"]["N"]), now
+            item = self._get_item(name, True)
+            now = _now_ms()
+            if item:
+                r = _Row(item)
+                if r.live(now) and rid and r.owner == self.owner and r.request_id == rid:
+                    ok = self._update(name, REFRESH_UPDATE, REFRESH_COND, {
+                        ":o": _s(self.owner), ":r": _s(rid), ":k": _n(r.token), ":t": {"BOOL": True},
+                        ":now": _n(now), ":d": {"B": data}, ":ttl": _n(ttl_ms), ":exp": _n(now + ttl_ms),
+                    }, now + ttl_ms)
+                    if ok is not None:
+                        return r.token, r.acq_ms
+                elif r.live(now):
+                    raise r.held_error(now)
+                elif r.held and r.exp_ms + self._skew_ms >= now:
+                    # Expired by this clock; a holder whose clock is behind may count it held for up to the skew.
+                    time.sleep((r.exp_ms + self._skew_ms + 1 - now) / 1000)
+                    continue
+            if rounds >= MAX_ACQUIRE_ROUNDS:
+                raise errors.Unreachable(f"dynamodb: lease {name!r} changed under {rounds + 1} acquire attempts in a row; try again")
+            rounds += 1
+
+    def _renew(self, name: str, owner: str, token: int, ttl: float, timeout: Optional[float]) -> None:
+        _validate.text("name", name, _validate.MAX_NAME)
+        _validate.token(token)
+        _validate.ttl(ttl)
+        now, ttl_ms = _now_ms(), int(ttl * 1000)
+        if self._update(name, RENEW_UPDATE, RENEW_COND, {
+                ":o": _s(owner), ":k": _n(token), ":t": {"BOOL": True}, ":now": _n(now),
+                ":ttl": _n(ttl_ms), ":exp": _n(now + ttl_ms)}, now + ttl_ms) is None:
+            raise errors.NotHeld(f"{name!r}: not held by {owner!r} with token {token}")
+
+    def _release(self, name: str, owner: str, token: int) -> None:
+        _validate.text("name", name, _validate.MAX_NAME)
+        _validate.token(token)
+        if self._update(name, RELEASE_UPDATE, RELEASE_COND, {
+                ":o": _s(owner), ":k": _n(token), ":f": {"BOOL": False}, ":zero": _n(0)}, _now_ms()) is None:
+            raise errors.NotHeld(f"{name!r}: not held by {owner!r} with token {token}")
+
+    def _prepare(self, name: str, ttl: float, data: Data, request_id: Optional[str]) -> Tuple[str, int, bytes]:
+        _validate.text("name", name, _validate.MAX_NAME)
+        _validate.ttl(ttl)
+        self._check_ttl(ttl)
+        rid = request_id or _random_id()
+        _validate.text("request id", rid, _validate.MAX_REQUEST_ID)
+        if data is None:
+            raw = b""
+        elif isinstance(data, str):
+            raw = data.encode("utf-8")
+        elif isinstance(data, (bytes, bytearray)):
+            raw = bytes(data)
+        else:
+            raise errors.Invalid("data", f"must be bytes or str, not {type(data).__name__}")
+        if len(raw) > _validate.MAX_DATA:
+            raise errors.Invalid("data", f"{len(raw)} bytes is more than the limit of {_validate.MAX_DATA}")
+        return rid, int(ttl * 1000), raw
+
+    # --- the public API ---
+
+    def try_acquire(self, name: str, ttl: float = DEFAULT_TTL, *, data: Data = None,
+                    request_id: Optional[str] = None, keepalive: bool = True,
+                    on_lost: Optional[LostCallback] = None) -> Lease:
+        """One attempt (as ``Client.try_acquire``). A lease that expired less than
+        ``max_clock_skew`` ago is waited for (at most the skew) before it is taken.
+        TTLs are kept to whole milliseconds."""
+        rid, ttl_ms, raw = self._prepare(name, ttl, data, request_id)
+        t0 = time.monotonic()
+        token, acq = self._grant(name, rid, ttl_ms, raw)
+        info = LeaseInfo(name=name, owner=self.owner, token=token, ttl=ttl_ms / 1000, remaining=ttl_ms / 1000,
+                         acquired=_iso(acq), data=raw or None)
+        return Lease(self, info, self.owner, ttl_ms / 1000, rid, t0, keepalive, on_lost)
+
+    def acquire(self, name: str, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *,
+                data: Data = None, request_id: Optional[str] = None, keepalive: bool = True,
+                on_lost: Optional[LostCallback] = None, on_wait: Optional[WaitCallback] = None) -> Lease:
+        """Take the lease, polling with jittered exponential backoff (2 ms to 250 ms, as
+        the Go client) that never sleeps past the holder's expiry; every attempt
+        uses one request id, so a lost reply never makes it wait behind its own
+        grant. Raises the last ``Held`` (or error) after ``timeout`` seconds."""
+        rid, _, _ = self._prepare(name, ttl, data, request_id)
+        end = None if timeout is None else time.monotonic() + timeout
+        cap, attempt, unknown = 0.002, 0, False
+        last: Optional[errors.LeaseholdError] = None
+        while True:
+            try:
+                return self.try_acquire(name, ttl, data=data, request_id=rid, keepalive=keepalive, on_lost=on_lost)
+            except errors.Held as e:
+                if attempt == 0 and on_wait is not None:
+                    on_wait(e)
+                last, unknown = e, False
+                pause = min(cap * (0.5 + random.random() / 2), e.remaining + 0.001)
+            except (errors.Unreachable, errors.RateLimited) as e:
+                last, unknown = e, True
+                pause = cap * (0.5 + random.random() / 2)
+            attempt += 1
+            cap = min(cap * 2, 0.25)
+            if end is not None:
+                left = end - time.monotonic()
+                if left <= 0:
+                    if unknown:  # a grant may have raced with giving up: the same request id gets it back
+                        try:
+                            self.try_acquire(name, ttl, request_id=rid, keepalive=False).release()
+                        except errors.LeaseholdError:
+                            pass
+                    raise last
+                pause = min(pause, left)
+            time.sleep(max(pause, 0.0))
+
+    def get(self, name: str) -> LeaseInfo:
+        """The live lease ``name`` (judged by this machine's clock); raises ``NotFound``."""
+        _validate.text("name", name, _validate.MAX_NAME)
+        item = self._get_item(name, self._consistent)
+        now = _now_ms()
+        if not item or not _Row(item).live(now):
+            raise errors.NotFound(f"{name!r}: not found")
+        return _Row(item).info(now)
+
+    def list(self, prefix: str = "") -> List[LeaseInfo]:
+        """The live leases whose names start with ``prefix``, by a Scan of the whole
+        table (for operators, not hot paths), sorted by name."""
+        kw: Dict[str, Any] = dict(TableName=self.table, ConsistentRead=self._consistent)
+        if prefix:
+            _validate.text("prefix", prefix, _validate.MAX_NAME)
+            kw.update(FilterExpression=LIST_FILTER, ExpressionAttributeValues={":prefix": _s(prefix)})
+        out: List[LeaseInfo] = []
+        while True:
+            page = self._call("scan", **kw)
+            now = _now_ms()
+            for item in page.get("Items", []):
+                r = _Row(item)
+                if r.live(now) and r.name.startswith(prefix):
+                    out.append(r.info(now))
+            if not page.get("LastEvaluatedKey"):
+                break
+            kw["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return sorted(out, key=lambda i: i.name)
+
+    def force_release(self, name: str) -> LeaseInfo:
+        raise errors.Unsupported("force release is not offered on DynamoDB directly (the Go store has none either)")
+
+    def semaphore(self, name: str, permits: int) -> Any:
+        raise errors.Unsupported("semaphores are offered through the server (Client('http://...')), not on DynamoDB directly")
+
+    def election(self, name: str) -> Any:
+        raise errors.Unsupported("elections are offered through the server (Client('http://...')), not on DynamoDB directly")

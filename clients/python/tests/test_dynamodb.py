@@ -1,0 +1,192 @@
+"""Leases directly on DynamoDB (dynalite in tests), shared with the Go store
+through ``leasehold run --store dynamodb://...``.
+
+Needs $LEASEHOLD_TEST_DYNAMODB (a dynamodb:// URL of a running endpoint,
+as scripts/engines.sh exports it), boto3 (Debian: python3-boto3) and
+$LEASEHOLD_BIN; each is skipped with a message when missing, or fails
+under LEASEHOLD_REQUIRE_ENGINES=1.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+import unittest
+import urllib.parse
+import uuid
+
+import leasehold
+from leasehold import Held, Invalid, Lost, NotFound, Unsupported
+
+
+def _need(what: str) -> None:
+    if os.environ.get("LEASEHOLD_REQUIRE_ENGINES") == "1":
+        raise RuntimeError(f"missing {what} (LEASEHOLD_REQUIRE_ENGINES=1)")
+    raise unittest.SkipTest(f"missing {what}")
+
+
+def table_url(table: str) -> str:
+    base = os.environ.get("LEASEHOLD_TEST_DYNAMODB", "")
+    if not base:
+        _need("$LEASEHOLD_TEST_DYNAMODB (start dynalite: scripts/engines.sh start)")
+    try:
+        import boto3  # noqa: F401
+    except ImportError:
+        _need("boto3 (apt-get install python3-boto3)")
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+    u = urllib.parse.urlsplit(base)
+    return urllib.parse.urlunsplit(("dynamodb", table, "", u.query, ""))
+
+
+URL = ""
+
+
+def setUpModule() -> None:
+    global URL
+    URL = table_url("leasehold_py_test")
+
+
+def uniq(prefix: str) -> str:
+    return f"py/{prefix}/{uuid.uuid4().hex[:8]}"
+
+
+class DynamoDBLeaseTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.a = leasehold.Client(URL, owner="py-a")
+        self.b = leasehold.Client(URL, owner="py-b")
+        self.addCleanup(self.a.close)
+        self.addCleanup(self.b.close)
+
+    def test_refusal_names_the_holder_and_retry_gets_the_same_grant(self) -> None:
+        name = uniq("refusal")
+        la = self.a.try_acquire(name, ttl=30, request_id="r-1")
+        self.assertIsInstance(self.a, leasehold.DynamoDBClient)
+        with self.assertRaises(Held) as cm:
+            self.b.try_acquire(name, ttl=30)
+        self.assertEqual((cm.exception.owner, cm.exception.token), ("py-a", la.token))
+        self.assertGreater(cm.exception.remaining, 0)
+        again = self.a.try_acquire(name, ttl=30, request_id="r-1")  # as after a lost reply
+        self.assertEqual(again.token, la.token)
+        again.release()
+        la.release()  # the same grant again: fine
+        with self.assertRaises(NotFound):
+            self.a.get(name)
+
+    def test_expiry_takeover_waits_out_the_skew_and_gets_a_greater_token(self) -> None:
+        name = uniq("takeover")
+        la = self.a.try_acquire(name, ttl=0.3, keepalive=False)
+        lb = self.b.acquire(name, ttl=30, timeout=30)
+        self.assertFalse(la.held)
+        self.assertGreater(lb.token, la.token)
+        # Not before expiry + max clock skew (1s) on this clock: the grant came after both.
+        self.assertGreaterEqual(time.monotonic() - (la.deadline - 0.3 * 0.99 + 0.005), 1.3 - 0.05)
+        with self.assertRaises(Lost):
+            la.release()  # owner-checked: changes nothing
+        self.assertEqual(self.a.get(name).owner, "py-b")
+        lb.release()
+
+    def test_keepalive_and_loss(self) -> None:
+        name = uniq("keep")
+        seen = []
+        la = self.a.try_acquire(name, ttl=0.6, on_lost=lambda l, e: seen.append(e))
+        time.sleep(1.5)
+        self.assertTrue(la.held, la.error)
+        # Another writer ends the grant behind the holder's back (as a takeover would):
+        # the next renewal is refused and the lease is lost.
+        self.a._ddb.update_item(TableName=self.a.table, Key={"LockKey": {"S": name}},
+                                UpdateExpression="SET Held = :f, ExpiresAtMs = :z",
+                                ExpressionAttributeValues={":f": {"BOOL": False}, ":z": {"N": "0"}})
+        self.assertTrue(la.lost.wait(10))
+        self.assertEqual(len(seen), 1)
+        self.assertIsInstance(seen[0], Lost)
+
+    def test_bad_input_is_invalid_and_changes_nothing(self) -> None:
+        base = uniq("bad")
+        for field, kw in [("name", dict(name="")), ("name", dict(name="a\x00b")), ("ttl", dict(name=base, ttl=0.001)),
+                          ("ttl", dict(name=base, ttl=25 * 3600)), ("data", dict(name=base, data=b"x" * 65537)),
+                          ("request id", dict(name=base, request_id="r" * 129))]:
+            with self.subTest(field=field):
+                with self.assertRaises(Invalid) as cm:
+                    self.a.try_acquire(kw.pop("name"), **kw)
+                self.assertEqual(cm.exception.field, field)
+        with self.assertRaises(NotFound):
+            self.a.get(base)
+        for bad in ["dynamodb://x", "dynamodb://tbl?nope=1", "dynamodb://tbl?max_clock_skew=fast",
+                    "dynamodb://tbl:99", "dynamodb://tbl?region=a&region=b"]:
+            with self.subTest(url=bad):
+                with self.assertRaises(Invalid):
+                    leasehold.Client(bad)
+        with self.assertRaises(Unsupported):
+            self.a.semaphore(base, 2)
+
+    def test_with_go_leasehold_run(self) -> None:
+        binary = os.environ.get("LEASEHOLD_BIN", "")
+        if not binary:
+            _need("$LEASEHOLD_BIN")
+        name = uniq("go")
+        store = URL
+        la = self.a.try_acquire(name, ttl=30)
+        run = [binary, "run", "--store", store, "--ttl", "5s", "--owner", "go-run", name, "--",
+               "sh", "-c", 'echo "$LEASEHOLD_TOKEN"']
+        held = subprocess.run(run[:2] + ["--no-wait"] + run[2:], capture_output=True, text=True, timeout=60)
+        self.assertEqual(held.returncode, 75, held.stderr)  # the Go store sees Python's grant
+        self.assertIn("py-a", held.stderr)
+        la.release()
+        ran = subprocess.run(run, capture_output=True, text=True, timeout=60)
+        self.assertEqual(ran.returncode, 0, ran.stderr)
+        go_token = int(ran.stdout.strip())
+        self.assertGreater(go_token, la.token)
+        lb = self.b.try_acquire(name, ttl=30)  # Go released: Python takes it with a greater token
+        self.assertGreater(lb.token, go_token)
+        # Python holds, Go waits; Python's release hands it over.
+        proc = subprocess.Popen(run[:2] + ["--wait", "60s"] + run[2:], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        self.assertIsNone(proc.poll())
+        lb.release()
+        out, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertGreater(int(out.strip()), lb.token)
+
+    def test_exclusion_between_threads(self) -> None:
+        name = uniq("excl")
+        inside = []
+        overlaps = []
+        tokens = []
+        errs = []
+        lock = threading.Lock()
+
+        def worker(i: int) -> None:
+            cl = leasehold.Client(URL, owner=f"py-w{i}")
+            self.addCleanup(cl.close)
+            try:
+                for _ in range(3):
+                    with cl.lease(name, ttl=5, timeout=60) as l:
+                        with lock:
+                            if inside:
+                                overlaps.append((inside[:], i))
+                            inside.append(i)
+                            tokens.append(l.token)
+                        time.sleep(0.02)
+                        with lock:
+                            inside.remove(i)
+            except Exception as e:
+                errs.append(e)
+
+        ts = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(120)
+        self.assertEqual(errs, [])
+        self.assertEqual(overlaps, [])
+        self.assertEqual(len(tokens), 9)
+        self.assertEqual(tokens, sorted(tokens))
+        self.assertEqual(len(set(tokens)), 9)
+
+
+if __name__ == "__main__":
+    unittest.main()
