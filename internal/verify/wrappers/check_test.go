@@ -143,3 +143,22 @@ func TestParseLog(t *testing.T) {
 		t.Fatal("want an error for a bad spec")
 	}
 }
+
+func TestCheckFreeze(t *testing.T) {
+	var recs []Record
+	recs = append(recs, tree("f", 1, 0, 600, 600)...)     // frozen 100..500, gone 100 after the thaw
+	recs = append(recs, tree("f", 2, 300, 800, 800)...)   // granted while 1 was frozen
+	recs = append(recs, tree("f", 3, 900, 2000, 2000)...) // frozen 1000..1400, alive past 1400 + 200
+	recs = append(recs, tree("f", 4, 1300, 1350, 1350)...)
+	opts := CheckOptions{FreezeBound: 200, Freezes: []Freeze{{Lease: "f", Token: 1, Stop: 100, Thaw: 500}, {Lease: "f", Token: 3, Stop: 1000, Thaw: 1400}}}
+	res := Check(recs, opts)
+	if res.Thawed != 1 || res.Excused != 0 {
+		t.Fatalf("want the overlap of trees 1 and 2 explained by the freeze, got thawed %d, excused %d, overlaps %v", res.Thawed, res.Excused, res.Overlaps)
+	}
+	if res.AfterThaw != 100 {
+		t.Fatalf("want tree 1 alive 100 after its thaw, got %s", res.AfterThaw)
+	}
+	if len(res.Late) != 1 || res.Late[0].Token != 3 || len(res.Overlaps) != 1 || res.Overlaps[0].Trees[1].Token != 4 {
+		t.Fatalf("want tree 3 late and overlapping tree 4, got late %v, overlaps %v", res.Late, res.Overlaps)
+	}
+}

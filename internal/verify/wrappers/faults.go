@@ -85,6 +85,8 @@ func (h *harness) inject(kind string) {
 			return
 		}
 		h.force(lease)
+	case FaultFreeze:
+		h.freeze()
 	default:
 		h.t.Fatalf("unknown fault %q", kind)
 	}
@@ -150,4 +152,57 @@ func (h *harness) killCommands() int {
 		}
 	}
 	return n
+}
+
+// freeze stops a supervisor whose command runs and that command's process
+// group together, for 1.5–3 × TTL, then continues both (FaultFreeze).
+func (h *harness) freeze() {
+	s, p, lease := h.pick()
+	if p == nil || lease == "" {
+		return
+	}
+	h.mu.Lock()
+	sup := fmt.Sprintf("%s.%d", s.id, s.n)
+	h.mu.Unlock()
+	rec, ok := h.tail.latest(sup)
+	if !ok {
+		return
+	}
+	pgrp := h.commandGroup(rec.Pid)
+	if pgrp <= 1 || pgrp == syscall.Getpgrp() {
+		return
+	}
+	stop := verify.Mono()
+	if p.Signal(syscall.SIGSTOP) != nil {
+		return
+	}
+	_ = syscall.Kill(-pgrp, syscall.SIGSTOP)
+	h.count(FaultFreeze)
+	time.Sleep(verify.Between(h.rng, 3*h.cfg.TTL/2, 3*h.cfg.TTL))
+	thaw := verify.Mono()
+	_ = syscall.Kill(-pgrp, syscall.SIGCONT)
+	_ = p.Signal(syscall.SIGCONT)
+	h.mu.Lock()
+	h.freezes = append(h.freezes, Freeze{Lease: rec.Lease, Token: rec.Token, Stop: stop, Thaw: thaw})
+	h.mu.Unlock()
+}
+
+// commandGroup returns the process group of pid if pid is a command of
+// this run, else 0.
+func (h *harness) commandGroup(pid int) int {
+	dir := filepath.Join("/proc", strconv.Itoa(pid))
+	if exe, err := os.Readlink(filepath.Join(dir, "exe")); err != nil || exe != h.exe {
+		return 0
+	}
+	stat, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+	f := bytes.Fields(stat[bytes.LastIndexByte(stat, ')')+1:])
+	if len(f) < 3 {
+		return 0
+	}
+	pg, _ := strconv.Atoi(string(f[2]))
+	return pg
 }

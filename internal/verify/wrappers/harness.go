@@ -27,6 +27,12 @@ const (
 	FaultTerm   = "term"   // SIGTERM a supervisor (a request to stop)
 	FaultEngine = "engine" // SIGKILL the engine or server, restart after 0.5–1 s
 	FaultForce  = "force"  // force-release a held lease through the server
+	// FaultFreeze SIGSTOPs a supervisor and its command's process group
+	// (keeper included) for 1.5–3 × TTL, then SIGCONTs both: a frozen
+	// host or container. Leasehold cannot see it (none of its processes
+	// runs); Check explains the overlaps it causes if the tree is gone
+	// within Config.FreezeBound of the thaw.
+	FaultFreeze = "freeze"
 )
 
 // Build builds the leasehold command (./cmd/leasehold of this module) into
@@ -89,7 +95,10 @@ type Config struct {
 	// mutation runs: one is all they need). Without force-releases an
 	// overlap in part of the log is one in all of it.
 	StopAtOverlap bool
-	Dir           string // for the logs
+	// FreezeBound is how long a frozen tree may live after its thaw
+	// (default 1 s).
+	FreezeBound time.Duration
+	Dir         string // for the logs
 }
 
 // Names of the leases, per mode.
@@ -126,7 +135,7 @@ func (o Outcome) Violations() int { return o.Result.Violations() + o.Survivors }
 // Note summarises the outcome for a report row.
 func (o Outcome) Note(cfg Config) string {
 	var kinds []string
-	for _, k := range []string{FaultKill, FaultStop, FaultTerm, FaultEngine, FaultForce} {
+	for _, k := range []string{FaultKill, FaultStop, FaultTerm, FaultEngine, FaultForce, FaultFreeze} {
 		if n, ok := o.Faults[k]; ok || (k == FaultForce && o.ForceTried > 0) {
 			if k == FaultForce {
 				kinds = append(kinds, fmt.Sprintf("%s %d (of %d asked)", k, n, o.ForceTried))
@@ -147,10 +156,15 @@ func (o Outcome) Note(cfg Config) string {
 	for _, ov := range o.Result.Overlaps {
 		overlaps[mode(ov.Lease)]++
 	}
-	return fmt.Sprintf("supervisors: run %d, elect %d, run --permits %d ×%d (%d started); grants (command trees): run %d, elect %d, permits %d; faults: %s; overlaps: run %d, elect %d, permits %d; %d force-released trees late, %d overlaps excused by a force (forced trees lived at most %s after the force), %d survivors; TTL %s, %s; exits %s",
+	frozen := ""
+	if o.Faults[FaultFreeze] > 0 {
+		frozen = fmt.Sprintf("; %d overlaps caused by a freeze (frozen trees lived at most %s after their thaw)",
+			o.Result.Thawed, o.Result.AfterThaw.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("supervisors: run %d, elect %d, run --permits %d ×%d (%d started); grants (command trees): run %d, elect %d, permits %d; faults: %s; overlaps: run %d, elect %d, permits %d; %d force-released trees late, %d overlaps excused by a force (forced trees lived at most %s after the force)%s, %d survivors; TTL %s, %s; exits %s",
 		cfg.Run, cfg.Elect, cfg.Permits, cfg.Sem, o.Supervisors, grants[RunName], grants[ElectName], grants[SemName],
 		strings.Join(kinds, ", "), overlaps[RunName], overlaps[ElectName], overlaps[SemName],
-		len(o.Result.Late), o.Result.Excused, o.Result.AfterForce.Round(time.Millisecond), o.Survivors, cfg.TTL, o.Took.Round(time.Second), strings.Join(exits, " "))
+		len(o.Result.Late), o.Result.Excused, o.Result.AfterForce.Round(time.Millisecond), frozen, o.Survivors, cfg.TTL, o.Took.Round(time.Second), strings.Join(exits, " "))
 }
 
 // mode returns the name of the mode a lease belongs to: RunName, ElectName
@@ -216,7 +230,10 @@ func Run(t testing.TB, cfg Config) Outcome {
 			t.Fatal(err)
 		}
 	}
-	opts := CheckOptions{TTL: cfg.TTL, Forces: h.forces}
+	if cfg.FreezeBound == 0 {
+		cfg.FreezeBound = time.Second
+	}
+	opts := CheckOptions{TTL: cfg.TTL, Forces: h.forces, Freezes: h.freezes, FreezeBound: cfg.FreezeBound}
 	if cfg.Sem > 0 {
 		opts.Permits = map[string]int{SemName: cfg.Permits}
 	}
@@ -278,6 +295,7 @@ type harness struct {
 	started        int
 	faults, exits  map[string]int
 	forces         []Force
+	freezes        []Freeze
 	forceAttempted int
 }
 

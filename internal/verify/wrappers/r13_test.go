@@ -107,3 +107,27 @@ func report(t *testing.T, suite, store string, cfg wrappers.Config, o wrappers.O
 		t.Errorf("no command ran:\n%s", wrappers.Logs(cfg.Dir))
 	}
 }
+
+// TestR13Freeze measures a fault leasehold cannot see: a supervisor and its
+// command's whole process group (the keeper included) SIGSTOPped together
+// for 1.5–3 × TTL, then continued — a frozen host or container. The next
+// grant's command may start meanwhile, and the frozen command runs again
+// for a moment after the thaw, until its keeper reads the clock: such
+// overlaps are counted, not failed. Pass: every frozen command gone within
+// 1 s of its thaw, and no other overlap. Long tier only.
+func TestR13Freeze(t *testing.T) {
+	if !verify.Long() {
+		t.Skip("R13-freeze is in the long tier (LEASEHOLD_LONG=1)")
+	}
+	bin := wrappers.Build(t, t.TempDir(), "")
+	seed := verify.Seed(t)
+	cfg := wrappers.Config{Target: verify.StartTarget(t, "sqlite"), Bin: bin, TTL: time.Second,
+		Run: 3, Elect: 3,
+		Faults:   []string{wrappers.FaultFreeze, wrappers.FaultFreeze, wrappers.FaultKill, wrappers.FaultTerm},
+		Duration: 2 * time.Minute,
+		Gap:      [2]time.Duration{300 * time.Millisecond, time.Second},
+		Work:     [2]time.Duration{time.Second, 4 * time.Second},
+		Seed:     seed, Dir: t.TempDir()}
+	o := wrappers.Run(t, cfg)
+	report(t, "R13-freeze", "sqlite", cfg, o, fmt.Sprintf("overlaps caused by a freeze are measured, not violations; seed %d", seed))
+}

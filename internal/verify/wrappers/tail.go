@@ -80,3 +80,11 @@ func (t *tailer) holders(window time.Duration) map[string]string {
 	}
 	return out
 }
+
+// latest returns the latest record of supervisor sup's commands.
+func (t *tailer) latest(sup string) (Record, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.last[sup]
+	return r, ok
+}
