@@ -183,7 +183,10 @@ func (r Result) Violations() int { return len(r.Overlaps) + len(r.Late) }
 // must stop its command by its lease's local deadline, at most one TTL
 // after the force was answered. A force-released tree that stopped by
 // then counts as holding only until the force was asked (an overlap after
-// that is Excused); one that lived longer is Late, a violation.
+// that is Excused); one that lived longer is Late, a violation. A frozen
+// tree (Freeze) is treated alike: it counts as holding until it was
+// stopped (an overlap after that is Thawed) if it was gone within
+// FreezeBound of its thaw, else it is Late.
 func Check(recs []Record, opts CheckOptions) Result {
 	trees := Trees(recs)
 	res := Result{Trees: trees}
