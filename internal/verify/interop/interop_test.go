@@ -1,0 +1,370 @@
+// Package interop is R15 of the verification plan: clients in other
+// languages in the same histories as Go and the CLI. Go worker processes
+// (the harness's lock workload), `leasehold run` processes whose commands
+// write under $LEASEHOLD_TOKEN, and Python processes (clients/python) contend
+// on one lease of the lease server and one of DynamoDB (dynalite), each
+// doing fenced read-modify-writes at the harness's oracle. The checks: no
+// two critical sections overlap, the fencing tokens of all of them
+// increase in the order the sections happened, whatever the language, the
+// oracle finds no lost update or stale write, and the porcupine lease model
+// accepts the Go and Python operations on a second lease they share.
+package interop
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/internal/verify"
+)
+
+func TestMain(m *testing.M) {
+	verify.MaybeWorker()
+	os.Exit(m.Run())
+}
+
+// python is Debian's own interpreter, chosen deliberately (not the first
+// python3 on PATH): Debian's python3-boto3, which the DynamoDB part needs,
+// is installed for it.
+const python = "/usr/bin/python3"
+
+// plan is one store's run.
+type plan struct {
+	goWorkers, goClients, goCycles int
+	pyWorkers, pyCycles            int
+	runLoops, runCycles            int
+	ttl                            time.Duration
+	hold                           time.Duration
+}
+
+func defaultPlan() plan {
+	return verify.Size(
+		plan{goWorkers: 2, goClients: 2, goCycles: 6, pyWorkers: 2, pyCycles: 10, runLoops: 2, runCycles: 4, ttl: 4 * time.Second, hold: 5 * time.Millisecond},
+		plan{goWorkers: 3, goClients: 2, goCycles: 30, pyWorkers: 3, pyCycles: 40, runLoops: 3, runCycles: 15, ttl: 4 * time.Second, hold: 5 * time.Millisecond},
+	)
+}
+
+func TestInterop(t *testing.T) {
+	if _, err := os.Stat(python); err != nil {
+		enginetest.Missing(t, "python3 (Debian's "+python+")", err.Error())
+	}
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := build(t, root)
+	t.Run("server", func(t *testing.T) {
+		run(t, "server", startServer(t, bin), bin, root)
+	})
+	t.Run("dynamodb", func(t *testing.T) {
+		base := enginetest.DynamoDBURL(t)
+		if out, err := exec.Command(python, "-c", "import boto3").CombinedOutput(); err != nil {
+			enginetest.Missing(t, "boto3 for "+python+" (apt-get install python3-boto3)", strings.TrimSpace(string(out)))
+		}
+		u, err := url.Parse(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Host = "leasehold_r15"
+		run(t, "dynamodb", u.String(), bin, root)
+	})
+}
+
+// run is one store's contention: key "cs" by Go, Python and `leasehold
+// run`; key "lin" by Go and Python only (every operation on it is recorded,
+// so porcupine can check it).
+func run(t *testing.T, store, storeURL, bin, root string) {
+	p := defaultPlan()
+	oracle, err := verify.NewOracle(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oracle.Close()
+	suffix := fmt.Sprintf("%d", time.Now().UnixNano())
+	csKey, linKey := "r15/cs/"+suffix, "r15/lin/"+suffix
+	start := time.Now()
+
+	goGroup := verify.StartWorkers(t, p.goWorkers, verify.WorkerConfig{
+		Store: storeURL, Keys: []string{csKey, linKey}, Clients: p.goClients, Cycles: p.goCycles,
+		TTL: p.ttl, Oracle: oracle.URL(), Hold: p.hold, AcquireTimeout: 120 * time.Second,
+	})
+	var mu sync.Mutex
+	var evs []verify.Event
+	var logs []string
+	var wg sync.WaitGroup
+	collect := func(id string, cmd *exec.Cmd) error {
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<16), 1<<20)
+		for sc.Scan() {
+			var ev verify.Event
+			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+				mu.Lock()
+				logs = append(logs, id+": bad event: "+sc.Text())
+				mu.Unlock()
+				continue
+			}
+			mu.Lock()
+			evs = append(evs, ev)
+			if ev.E == "log" {
+				logs = append(logs, id+": "+ev.Msg)
+			}
+			mu.Unlock()
+		}
+		err = cmd.Wait()
+		if s := strings.TrimSpace(stderr.String()); s != "" {
+			mu.Lock()
+			logs = append(logs, id+" stderr: "+verify.Clip(s, 20))
+			mu.Unlock()
+		}
+		return err
+	}
+	env := childEnv(root)
+	var errMu sync.Mutex
+	var errs []string
+	fail := func(format string, args ...any) {
+		errMu.Lock()
+		errs = append(errs, fmt.Sprintf(format, args...))
+		errMu.Unlock()
+	}
+	worker := filepath.Join(root, "internal/verify/interop/testdata/pyworker.py")
+	for i := 0; i < p.pyWorkers; i++ {
+		id := fmt.Sprintf("py%d", i)
+		for _, key := range []string{csKey, linKey} {
+			cfg, _ := json.Marshal(map[string]any{
+				"id": id + "-" + strings.Split(key, "/")[1], "store": storeURL, "key": key, "cycles": p.pyCycles / 2,
+				"ttl": p.ttl.Seconds(), "hold": p.hold.Seconds(), "oracle": oracle.URL(), "acquire_timeout": 120,
+			})
+			wg.Add(1)
+			go func(id string, cfg []byte) {
+				defer wg.Done()
+				cmd := exec.Command(python, worker, "lock", string(cfg))
+				cmd.Env = env
+				if err := collect(id, cmd); err != nil {
+					fail("%s: %v", id, err)
+				}
+			}(id, cfg)
+		}
+	}
+	runs := 0
+	for i := 0; i < p.runLoops; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for n := 0; n < p.runCycles; n++ {
+				id := fmt.Sprintf("run%d-%d", i, n)
+				cfg, _ := json.Marshal(map[string]any{"id": id, "key": csKey, "hold": p.hold.Seconds(), "oracle": oracle.URL()})
+				cmd := exec.Command(bin, "run", "--store", storeURL, "--ttl", p.ttl.String(), "--wait", "120s",
+					"--owner", "cli-"+id, csKey, "--", python, worker, "child", string(cfg))
+				cmd.Env = env
+				if err := collect(id, cmd); err != nil {
+					fail("%s: leasehold run: %v", id, err)
+					return
+				}
+				mu.Lock()
+				runs++
+				mu.Unlock()
+			}
+		}(i)
+	}
+	wg.Wait()
+	goGroup.Wait(5 * time.Minute)
+	elapsed := time.Since(start)
+
+	all := append(goGroup.History().Events, evs...)
+	allLogs := strings.Join(append(logs, goGroup.Logs()), "\n")
+	for _, e := range errs {
+		t.Error(e)
+	}
+
+	var cs, lin verify.History
+	for _, ev := range all {
+		switch ev.Key {
+		case csKey:
+			cs.Events = append(cs.Events, ev)
+		case linKey:
+			lin.Events = append(lin.Events, ev)
+		}
+	}
+	// Every critical section of "cs", by language.
+	byLang := map[string]int{}
+	wrote := 0
+	for _, ev := range cs.Events {
+		if ev.E != "cs" {
+			continue
+		}
+		byLang[lang(ev.Worker)]++
+		if ev.Wrote {
+			wrote++
+		}
+	}
+	resCS := verify.Check(&cs, verify.CheckOptions{NoLinearizability: true})
+	resLin := verify.Check(&lin, verify.CheckOptions{})
+	order, firstOrder := tokenOrder(cs.Events)
+	ores := oracle.Check()
+	t.Logf("%s: cs key: %s; by language %v; %d wrote; token order violations %d", store, resCS, byLang, wrote, order)
+	t.Logf("%s: lin key: %s", store, resLin)
+	t.Logf("%s: oracle: %+v; took %s", store, ores, elapsed.Round(time.Millisecond))
+
+	violations := resCS.Overlaps + resCS.TokenRegressions + order + resLin.Violations() + ores.Violations()
+	checker := "ok"
+	switch {
+	case !resLin.Passed():
+		checker = resLin.Checker()
+	case violations > 0:
+		checker = "violations"
+	}
+	ops := resLin.Ops + resCS.Ops + runs
+	verify.Report(t, verify.Row{
+		Suite: "R15", Store: store, Ops: ops, Faults: 0, Violations: violations, Checker: checker,
+		Note: fmt.Sprintf("Go %d, CLI %d, Python %d critical sections on one lease, %d fenced writes; Go+Python porcupine %d/%d keys ok; %s",
+			byLang["go"], byLang["cli"], byLang["python"], wrote, resLin.Ok, resLin.Keys, elapsed.Round(time.Second)),
+	})
+
+	// Every language must have taken part, and written, or the test proves nothing.
+	for _, l := range []string{"go", "cli", "python"} {
+		if byLang[l] == 0 {
+			t.Errorf("no critical section of %s on %s", l, csKey)
+		}
+	}
+	if want := p.runLoops * p.runCycles; runs != want {
+		t.Errorf("%d of %d leasehold run processes succeeded", runs, want)
+	}
+	if ores.Accepted == 0 {
+		t.Errorf("the oracle accepted no write")
+	}
+	if violations > 0 || !resLin.Passed() {
+		t.Errorf("R15 %s: %d violations (overlaps %d, token regressions %d, out-of-order tokens %d, oracle %d), porcupine %s\nfirst: %s %s %s %s\nlogs:\n%s",
+			store, violations, resCS.Overlaps, resCS.TokenRegressions, order, ores.Violations(), resLin.Checker(),
+			resCS.FirstBad, resLin.FirstBad, firstOrder, ores.First, verify.Clip(allLogs, 40))
+	}
+}
+
+// lang names a worker id's language.
+func lang(worker string) string {
+	switch {
+	case strings.HasPrefix(worker, "py"):
+		return "python"
+	case strings.HasPrefix(worker, "run"):
+		return "cli"
+	}
+	return "go"
+}
+
+// tokenOrder counts critical sections whose token is not above the token
+// of the section before them (sections ordered by start): with no overlaps,
+// every grant follows the one before it and must carry a greater token.
+func tokenOrder(evs []verify.Event) (int, string) {
+	var cs []verify.Event
+	for _, ev := range evs {
+		if ev.E == "cs" {
+			cs = append(cs, ev)
+		}
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].From < cs[j].From })
+	n, first := 0, ""
+	for i := 1; i < len(cs); i++ {
+		if cs[i].Token <= cs[i-1].Token {
+			n++
+			if first == "" {
+				first = fmt.Sprintf("%s (%s) held token %d after %s (%s) held token %d", cs[i].Worker, lang(cs[i].Worker), cs[i].Token,
+					cs[i-1].Worker, lang(cs[i-1].Worker), cs[i-1].Token)
+			}
+		}
+	}
+	return n, first
+}
+
+// childEnv is the environment of Python and `leasehold run` processes: the
+// client package on PYTHONPATH, nothing of the harness's or a user's
+// leasehold settings.
+func childEnv(root string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "LEASEHOLD_VERIFY_") || k == "LEASEHOLD_STORE" || k == "LEASEHOLD_TOKEN" ||
+			k == "LEASEHOLD_AUTH_TOKEN" || k == "PYTHONPATH" || k == "LEASEHOLD_MUTATION" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	env = append(env, "PYTHONPATH="+filepath.Join(root, "clients/python"), "PYTHONDONTWRITEBYTECODE=1")
+	if os.Getenv("AWS_ACCESS_KEY_ID") == "" {
+		env = append(env, "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test")
+	}
+	return env
+}
+
+// build builds the leasehold command of this checkout.
+func build(t *testing.T, root string) string {
+	t.Helper()
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goBin); err != nil {
+		if goBin, err = exec.LookPath("go"); err != nil {
+			t.Fatalf("R15 needs the go command to build leasehold: %v", err)
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "leasehold")
+	cmd := exec.Command(goBin, "build", "-o", bin, "./cmd/leasehold")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build leasehold: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startServer starts `leasehold serve` on a free loopback port with a
+// temporary data directory and returns its URL.
+func startServer(t *testing.T, bin string) string {
+	t.Helper()
+	port := enginetest.FreePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	log, err := os.Create(filepath.Join(t.TempDir(), "serve.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "serve", "--addr", addr, "--resp-addr", "", "--data-dir", t.TempDir(), "--no-sync", "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		log.Close()
+	})
+	u := "http://" + addr
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(u + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return u
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(log.Name())
+	t.Fatalf("leasehold serve did not become ready:\n%s", b)
+	return ""
+}
