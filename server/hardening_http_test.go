@@ -171,3 +171,52 @@ func TestTLSHardening(t *testing.T) {
 		t.Errorf("Strict-Transport-Security = %q", got)
 	}
 }
+
+// TestHTTPConnCaps: HTTP connections over the per-address or the total
+// cap get a 503 and are closed; closing one frees its place.
+func TestHTTPConnCaps(t *testing.T) {
+	m := NewMetrics(nil)
+	srv, _ := startServe(t, rtEngine(t), Config{Metrics: m, HTTPMaxConns: 4, HTTPMaxConnsPerAddr: 2, ReadHeaderTimeout: time.Minute})
+	addr := srv.HTTPAddr().String()
+	health := func(nc net.Conn) int {
+		nc.SetDeadline(time.Now().Add(30 * time.Second))
+		fmt.Fprintf(nc, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+		res, err := http.ReadResponse(bufio.NewReader(nc), nil)
+		if err != nil {
+			return 0
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	refused := func(src string) {
+		t.Helper()
+		closed, got := hdClosed(hdDialFrom(t, src, addr), 30*time.Second)
+		if !closed || !strings.HasPrefix(got, "HTTP/1.1 503") {
+			t.Errorf("connection from %s over a cap: closed %v, answer %.40q", src, closed, got)
+		}
+	}
+	a1, a2 := hdDialFrom(t, "127.0.0.1", addr), hdDialFrom(t, "127.0.0.1", addr)
+	for _, nc := range []net.Conn{a1, a2} {
+		if code := health(nc); code != 200 {
+			t.Fatalf("within the caps: %d", code)
+		}
+	}
+	refused("127.0.0.1")
+	for _, nc := range []net.Conn{hdDialFrom(t, "127.0.0.2", addr), hdDialFrom(t, "127.0.0.2", addr)} {
+		if code := health(nc); code != 200 {
+			t.Fatalf("from another address: %d", code)
+		}
+	}
+	refused("127.0.0.3")
+	for reason, want := range map[string]float64{closeMaxPerAddr: 1, closeMaxConns: 1} {
+		if n := hdValue(t, m.httpRefusedBy.WithLabelValues(reason)); n != want {
+			t.Errorf("refused for %s: %v, want %v", reason, n, want)
+		}
+	}
+	a1.Close()
+	rtWaitFor(t, "a place to be freed", func() bool {
+		nc := hdDialFrom(t, "127.0.0.1", addr)
+		defer nc.Close()
+		return health(nc) == 200
+	})
+}

@@ -95,3 +95,82 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// Defaults of the HTTP port's connection caps (Config.HTTPMaxConns and
+// HTTPMaxConnsPerAddr).
+const (
+	DefaultHTTPMaxConns        = 10000
+	DefaultHTTPMaxConnsPerAddr = 1000
+)
+
+// capListener accepts at most max connections at once, and at most
+// perAddr from one client IP; a connection over a cap is closed at once
+// (plain HTTP gets a 503 first). Its Accept never fails for that.
+type capListener struct {
+	net.Listener
+	max, perAddr int
+	plain        bool // not TLS: a refusal can be answered
+	metrics      *Metrics
+
+	mu     sync.Mutex
+	open   int
+	byAddr map[string]int
+}
+
+func newCapListener(ln net.Listener, max, perAddr int, plain bool, m *Metrics) *capListener {
+	return &capListener{Listener: ln, max: max, perAddr: perAddr, plain: plain, metrics: m, byAddr: map[string]int{}}
+}
+
+const httpRefusedAnswer = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: 36\r\n\r\ntoo many connections; try again soon\n"
+
+func (l *capListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		addr := addrKey(c.RemoteAddr())
+		reason := ""
+		l.mu.Lock()
+		switch {
+		case l.open >= l.max:
+			reason = closeMaxConns
+		case l.byAddr[addr] >= l.perAddr:
+			reason = closeMaxPerAddr
+		default:
+			l.open++
+			l.byAddr[addr]++
+		}
+		l.mu.Unlock()
+		if reason == "" {
+			return &capConn{Conn: c, l: l, addr: addr}, nil
+		}
+		l.metrics.httpRefused(reason)
+		if l.plain {
+			// A fresh socket's send buffer is empty: this does not block.
+			c.SetWriteDeadline(time.Now().Add(time.Second))
+			io.WriteString(c, httpRefusedAnswer)
+		}
+		c.Close()
+	}
+}
+
+// capConn gives its place back when closed.
+type capConn struct {
+	net.Conn
+	l    *capListener
+	addr string
+	once sync.Once
+}
+
+func (c *capConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		c.l.open--
+		if c.l.byAddr[c.addr]--; c.l.byAddr[c.addr] <= 0 {
+			delete(c.l.byAddr, c.addr)
+		}
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
+}

@@ -34,6 +34,7 @@ import (
 //	leasehold_resp_connections        open RESP connections (gauge)
 //	leasehold_resp_connections_closed_total  RESP connections refused or closed by a bound, by reason
 //	leasehold_http_body_timeouts_total HTTP request bodies cut by the body-read deadline
+//	leasehold_http_connections_refused_total  HTTP connections refused by a cap, by reason
 //	leasehold_http_misdirected_total  HTTP requests refused for their Host (auth off)
 type Metrics struct {
 	grants, releases, forced, expiries, renewals, waits prometheus.Counter
@@ -41,9 +42,9 @@ type Metrics struct {
 	handoff, syncSeconds, syncRecords                   prometheus.Histogram
 	requests                                            *prometheus.CounterVec
 
-	respConns                 prometheus.Gauge
-	respClosedBy              *prometheus.CounterVec
-	bodyTimeouts, misdirected prometheus.Counter
+	respConns                   prometheus.Gauge
+	respClosedBy, httpRefusedBy *prometheus.CounterVec
+	bodyTimeouts, misdirected   prometheus.Counter
 
 	backend atomic.Pointer[Backend]
 	gather  prometheus.Gatherer
@@ -98,15 +99,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "RESP connections refused or closed by a resource bound or a guard, by reason " +
 				"(max_conns, max_conns_per_addr, auth_timeout, tls_handshake, input_limit, output_limit, http_request, protocol_error).",
 		}, []string{"reason"}),
+		httpRefusedBy: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_http_connections_refused_total",
+			Help: "HTTP connections refused by a connection cap, by reason (max_conns, max_conns_per_addr).",
+		}, []string{"reason"}),
 		bodyTimeouts: counter("leasehold_http_body_timeouts_total", "HTTP request bodies cut by the body-read deadline."),
 		misdirected:  counter("leasehold_http_misdirected_total", "HTTP requests refused (421) because, with auth off, their Host is not an allowed one."),
 	}
 	for _, r := range []string{closeMaxConns, closeMaxPerAddr, closeAuthTimeout, closeHandshake, closeInputLimit, closeOutputLimit, closeHTTP, closeProtocolErr} {
 		m.respClosedBy.WithLabelValues(r)
 	}
+	m.httpRefusedBy.WithLabelValues(closeMaxConns)
+	m.httpRefusedBy.WithLabelValues(closeMaxPerAddr)
 	reg.MustRegister(m.grants, m.releases, m.forced, m.expiries, m.renewals, m.waits, m.lost, m.rateLimited,
 		m.handoff, m.syncSeconds, m.syncRecords, m.requests, statsCollector{m},
-		m.respConns, m.respClosedBy, m.bodyTimeouts, m.misdirected)
+		m.respConns, m.respClosedBy, m.httpRefusedBy, m.bodyTimeouts, m.misdirected)
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		m.gather = g
 	} else {
@@ -192,6 +199,12 @@ func (m *Metrics) respClosed(reason string) {
 func (m *Metrics) rateLimit() {
 	if m != nil {
 		m.rateLimited.Inc()
+	}
+}
+
+func (m *Metrics) httpRefused(reason string) {
+	if m != nil {
+		m.httpRefusedBy.WithLabelValues(reason).Inc()
 	}
 }
 

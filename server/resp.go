@@ -311,7 +311,7 @@ func (c *respConn) serve() {
 					reason = &closeInputLimitReason
 				}
 				c.closeReason.CompareAndSwap(nil, reason)
-			case preAuth && !c.authed && errors.As(err, &ne) && ne.Timeout():
+			case preAuth && !c.authed && errors.As(err, &ne) && ne.Timeout() && !srv.closing():
 				c.closeReason.CompareAndSwap(nil, &closeAuthTimeoutReason)
 			}
 			break
@@ -345,6 +345,14 @@ var (
 	closeAuthTimeoutReason = closeAuthTimeout
 	closeHTTPReason        = closeHTTP
 )
+
+// closing reports whether Shutdown has begun (its read deadlines are not
+// auth timeouts).
+func (s *RESPServer) closing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shutdown
+}
 
 // limitPreAuth sets the bounds of a connection that has not
 // authenticated: small commands, and AuthTimeout to authenticate.

@@ -55,6 +55,11 @@ type Config struct {
 	// AllowedHosts are the HTTP Host names served with auth off besides
 	// the loopback ones (see HandlerOptions.AllowedHosts).
 	AllowedHosts []string
+	// HTTPMaxConns caps the HTTP port's open connections (default
+	// 10,000) and HTTPMaxConnsPerAddr those from one client IP (default
+	// 1,000); a connection over a cap is closed at once (plain HTTP gets
+	// a 503 first).
+	HTTPMaxConns, HTTPMaxConnsPerAddr int
 	// RESP are the RESP port's resource bounds (zero fields: the
 	// defaults; see RESPOptions). Its Auth, Limits, Logger, TLS and
 	// Metrics are taken from this Config.
@@ -82,6 +87,12 @@ func (c *Config) defaults() {
 	}
 	if c.MaxHeaderBytes <= 0 {
 		c.MaxHeaderBytes = 16 << 10
+	}
+	if c.HTTPMaxConns <= 0 {
+		c.HTTPMaxConns = DefaultHTTPMaxConns
+	}
+	if c.HTTPMaxConnsPerAddr <= 0 {
+		c.HTTPMaxConnsPerAddr = DefaultHTTPMaxConnsPerAddr
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 10 * time.Second
@@ -144,6 +155,9 @@ func NewServer(b Backend, cfg Config) (*Server, error) {
 	}
 	if s.httpLn == nil && s.respLn == nil {
 		return nil, fmt.Errorf("%w: nothing to serve: no HTTP or RESP address", ErrConfig)
+	}
+	if s.httpLn != nil {
+		s.httpLn = newCapListener(s.httpLn, cfg.HTTPMaxConns, cfg.HTTPMaxConnsPerAddr, tc == nil, cfg.Metrics)
 	}
 	if tc != nil && s.httpLn != nil {
 		s.httpLn = tls.NewListener(s.httpLn, httpTLS(tc))

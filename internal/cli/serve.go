@@ -92,6 +92,8 @@ type serveOptions struct {
 	// The hardening bounds (docs/server.md, "Hardening").
 	allowedHosts         []string
 	bodyTimeout          time.Duration
+	httpMaxConns         int
+	httpMaxConnsPerAddr  int
 	respMaxConns         int
 	respMaxConnsPerAddr  int
 	respAuthTimeout      time.Duration
@@ -145,6 +147,8 @@ func newServeCmd(e *env) *cobra.Command {
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for in-flight requests")
 	f.StringSliceVar(&o.allowedHosts, "allowed-hosts", nil, "with auth off, HTTP Host names served besides localhost, loopback addresses and the server's own address (comma-separated; \"*\": any); others get 421 (DNS rebinding)")
 	f.DurationVar(&o.bodyTimeout, "body-timeout", server.DefaultBodyTimeout, "longest time to receive an HTTP request body, from its headers to its last byte")
+	f.IntVar(&o.httpMaxConns, "http-max-conns", server.DefaultHTTPMaxConns, "most open HTTP connections; more are refused")
+	f.IntVar(&o.httpMaxConnsPerAddr, "http-max-conns-per-addr", server.DefaultHTTPMaxConnsPerAddr, "most open HTTP connections from one client IP address")
 	f.IntVar(&o.respMaxConns, "resp-max-conns", server.DefaultRESPMaxConns, "most open RESP connections; more are refused")
 	f.IntVar(&o.respMaxConnsPerAddr, "resp-max-conns-per-addr", server.DefaultRESPMaxConnsPerAddr, "most open RESP connections from one client IP address")
 	f.DurationVar(&o.respAuthTimeout, "resp-auth-timeout", server.DefaultRESPAuthTimeout, "with auth on, a RESP connection that has not sent AUTH within this is closed")
@@ -299,6 +303,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		Auth: auth, Limits: limits, Logger: log, Metrics: metrics,
 		ShutdownTimeout: o.shutdownTimeout,
 		AllowedHosts:    o.allowedHosts, BodyTimeout: o.bodyTimeout,
+		HTTPMaxConns: o.httpMaxConns, HTTPMaxConnsPerAddr: o.httpMaxConnsPerAddr,
 		RESP: server.RESPOptions{
 			MaxConns: o.respMaxConns, MaxConnsPerAddr: o.respMaxConnsPerAddr,
 			AuthTimeout: o.respAuthTimeout, HandshakeTimeout: o.respHandshakeTimeout,
@@ -358,6 +363,8 @@ func (o *serveOptions) checkBounds() error {
 		ok   bool
 	}{
 		{"--body-timeout", o.bodyTimeout > 0},
+		{"--http-max-conns", o.httpMaxConns > 0},
+		{"--http-max-conns-per-addr", o.httpMaxConnsPerAddr > 0},
 		{"--resp-max-conns", o.respMaxConns > 0},
 		{"--resp-max-conns-per-addr", o.respMaxConnsPerAddr > 0},
 		{"--resp-auth-timeout", o.respAuthTimeout > 0},

@@ -213,6 +213,8 @@ func TestServeUsageErrors(t *testing.T) {
 		{"serve", "--data-dir", dir, "--resp-max-output-bytes", "0"},
 		{"serve", "--data-dir", dir, "--resp-max-command-bytes", "0"},
 		{"serve", "--data-dir", dir, "--body-timeout", "0s"},
+		{"serve", "--data-dir", dir, "--http-max-conns", "0"},
+		{"serve", "--data-dir", dir, "--http-max-conns-per-addr", "-5"},
 		{"serve", "--data-dir", dir, "--allowed-hosts", "http://leases.internal"},
 		{"serve", "--data-dir", dir, "--allowed-hosts", "leases.internal:7070"},
 		{"serve", "--data-dir", dir, "--allowed-hosts", "a,,b"},
