@@ -128,6 +128,21 @@ func (h *harness) force(lease string) {
 	h.count(FaultForce)
 }
 
+// abort SIGKILLs the supervisors, stops restarting them, waits for their
+// loops and SIGKILLs the commands left. After stop it finds nothing to do.
+func (h *harness) abort() {
+	h.mu.Lock()
+	h.stopping = true
+	for _, s := range h.slots {
+		if s.proc != nil {
+			_ = s.proc.Kill()
+		}
+	}
+	h.mu.Unlock()
+	h.wg.Wait()
+	h.killCommands()
+}
+
 // killCommands SIGKILLs every command process of this run still running
 // (this executable with the run's marker in its environment) and returns
 // how many there were.

@@ -198,11 +198,14 @@ func Run(t testing.TB, cfg Config) Outcome {
 		marker: fmt.Sprintf("%d-%d", os.Getpid(), rand.Uint64()),
 		rng:    rand.New(rand.NewPCG(cfg.Seed, 0x513)), faults: map[string]int{}, exits: map[string]int{}, paused: map[*os.Process]bool{},
 		tail: newTailer(filepath.Join(cfg.Dir, "beats.log"))}
-	defer h.killCommands()
+	// If the test fails half-way (a t.Fatal in a fault), stop the
+	// supervisors and their commands anyway.
+	defer h.abort()
 	h.addSlots("run", cfg.Run, "run")
 	h.addSlots("elect", cfg.Elect, "elect", "--on-lost", "restart")
 	h.addSlots("sem", cfg.Sem, "run", "--permits", strconv.Itoa(cfg.Permits))
 	stopTail := h.tail.run()
+	defer stopTail()
 	for _, s := range h.slots {
 		h.wg.Add(1)
 		go h.loop(s)
@@ -215,7 +218,6 @@ func Run(t testing.TB, cfg Config) Outcome {
 		}
 	}
 	survivors := h.stop()
-	stopTail()
 
 	f, err := os.Open(h.log)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -21,7 +21,8 @@ type tailer struct {
 
 func newTailer(path string) *tailer { return &tailer{path: path, last: map[string]Record{}} }
 
-// run follows the log every 20 ms until the returned function is called.
+// run follows the log every 20 ms until the returned function is called
+// (once or more).
 func (t *tailer) run() (stop func()) {
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -63,7 +64,8 @@ func (t *tailer) run() (stop func()) {
 			t.mu.Unlock()
 		}
 	}()
-	return func() { close(done); <-exited }
+	var once sync.Once
+	return func() { once.Do(func() { close(done); <-exited }) }
 }
 
 // holders returns the supervisors whose commands wrote a record within
