@@ -32,7 +32,11 @@ import (
 
 func TestMain(m *testing.M) {
 	verify.MaybeWorker()
-	os.Exit(m.Run())
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
 }
 
 // python is Debian's own interpreter, chosen deliberately (not the first
@@ -260,6 +264,60 @@ func run(t *testing.T, store, storeURL, bin, root string) {
 	}
 }
 
+// TestInteropControl is the negative control: two Python processes that
+// each take a lease of their own but work on one resource (a client that
+// ignores the shared lock) must be found overlapping by the same checks.
+func TestInteropControl(t *testing.T) {
+	if _, err := os.Stat(python); err != nil {
+		enginetest.Missing(t, "python3 (Debian's "+python+")", err.Error())
+	}
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, build(t, root))
+	oracle, err := verify.NewOracle(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oracle.Close()
+	key, dir := fmt.Sprintf("r15/control/%d", time.Now().UnixNano()), t.TempDir()
+	var mu sync.Mutex
+	var h verify.History
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		id := fmt.Sprintf("py%d", i)
+		cfg, _ := json.Marshal(map[string]any{
+			"id": id, "store": srv, "key": key, "lock_key": key + "/own/" + id, "cycles": 1, "ttl": 10.0,
+			"hold": 0.05, "oracle": oracle.URL(), "acquire_timeout": 60, "barrier": dir, "parties": 2,
+		})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.Command(python, filepath.Join(root, "internal/verify/interop/testdata/pyworker.py"), "lock", string(cfg))
+			cmd.Env = childEnv(root)
+			out, err := cmd.Output()
+			if err != nil {
+				t.Errorf("%s: %v", id, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				var ev verify.Event
+				if json.Unmarshal([]byte(line), &ev) == nil {
+					h.Events = append(h.Events, ev)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	res := verify.Check(&h, verify.CheckOptions{NoLinearizability: true})
+	t.Logf("control: %s", res)
+	if res.CS != 2 || res.Overlaps == 0 {
+		t.Fatalf("the control's two critical sections (%d recorded) were not found overlapping: %s", res.CS, res)
+	}
+}
+
 // lang names a worker id's language.
 func lang(worker string) string {
 	switch {
@@ -315,22 +373,38 @@ func childEnv(root string) []string {
 	return env
 }
 
-// build builds the leasehold command of this checkout.
+var (
+	buildOnce sync.Once
+	binDir    string
+	binPath   string
+	buildErr  error
+)
+
+// build builds the leasehold command of this checkout, once per test binary.
 func build(t *testing.T, root string) string {
 	t.Helper()
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		if goBin, err = exec.LookPath("go"); err != nil {
-			t.Fatalf("R15 needs the go command to build leasehold: %v", err)
+	buildOnce.Do(func() {
+		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(goBin); err != nil {
+			if goBin, err = exec.LookPath("go"); err != nil {
+				buildErr = fmt.Errorf("R15 needs the go command to build leasehold: %v", err)
+				return
+			}
 		}
+		if binDir, buildErr = os.MkdirTemp("", "leasehold-r15-"); buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "leasehold")
+		cmd := exec.Command(goBin, "build", "-o", binPath, "./cmd/leasehold")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build leasehold: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	bin := filepath.Join(t.TempDir(), "leasehold")
-	cmd := exec.Command(goBin, "build", "-o", bin, "./cmd/leasehold")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build leasehold: %v\n%s", err, out)
-	}
-	return bin
+	return binPath
 }
 
 // startServer starts `leasehold serve` on a free loopback port with a

@@ -3,6 +3,11 @@
     pyworker.py lock   CONFIG_JSON   # acquire, fenced read/write at the oracle, release; N cycles
     pyworker.py child  CONFIG_JSON   # run by `leasehold run`: one fenced read/write with $LEASEHOLD_TOKEN
 
+The negative control gives "lock_key" (the lease actually taken, records
+still under "key": a client that ignores the lock) and "barrier" (a
+directory: each holder waits there until every other one holds too, so
+their critical sections surely overlap).
+
 It writes the Go harness's events (internal/verify/event.go) to stdout, one
 JSON object a line: "call"/"ret" for every acquire and release (so the
 porcupine lease model checks Python's history with Go's), and "cs" for
@@ -60,7 +65,7 @@ def lock(cfg):
         emit({"e": "call", "w": wid, "seq": seq, "p": proc, "k": key, "op": "acquire", "o": owner, "rid": rid,
               "ttl": int(ttl * 1e9), "t": time.monotonic_ns()})
         try:
-            lease = client.acquire(key, ttl=ttl, timeout=cfg["acquire_timeout"], request_id=rid)
+            lease = client.acquire(cfg.get("lock_key", key), ttl=ttl, timeout=cfg["acquire_timeout"], request_id=rid)
         except leasehold.Held as e:
             emit({"e": "ret", "w": wid, "seq": seq, "k": key, "t": time.monotonic_ns(), "out": e.token, "h": e.owner})
             log(wid, f"acquire {key}: {e}")
@@ -73,6 +78,8 @@ def lock(cfg):
         frm = time.monotonic_ns()
         emit({"e": "ret", "w": wid, "seq": seq, "k": key, "t": frm, "ok": True, "out": lease.token})
         wrote = False
+        if cfg.get("barrier"):
+            barrier(cfg["barrier"], wid, cfg["parties"])
         v = oracle(cfg["oracle"], "read", key, proc, lease.token)
         if v is not None:
             time.sleep(cfg["hold"])
@@ -96,6 +103,13 @@ def lock(cfg):
             log(wid, f"release {key}: {e}")
             proc = f"p{n + 1}"
     client.close()
+
+
+def barrier(d, wid, parties):
+    open(os.path.join(d, wid), "w").close()
+    end = time.monotonic() + 60
+    while len(os.listdir(d)) < parties and time.monotonic() < end:
+        time.sleep(0.005)
 
 
 def child(cfg):
