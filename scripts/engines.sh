@@ -144,9 +144,10 @@ missing_packages() {
 	chromium_bin >/dev/null || echo chromium
 	# Debian's own interpreter for the Python client's tests
 	# (clients/python/run_tests.sh), with Debian's boto3 for its DynamoDB
-	# part (PyPI is not reachable in CI).
+	# part and PyYAML to read docs/openapi.yaml (PyPI is not reachable in CI).
 	[ -x /usr/bin/python3 ] || echo python3
 	/usr/bin/python3 -c 'import boto3' 2>/dev/null || echo python3-boto3
+	/usr/bin/python3 -c 'import yaml' 2>/dev/null || echo python3-yaml
 }
 
 # npm_installed: dynalite (MIT), a DynamoDB API on LevelDB or memory;
