@@ -279,9 +279,9 @@ func (c *respConn) serve() {
 	if tc, ok := c.nc.(*tls.Conn); ok {
 		// A client that never sends its ClientHello (or never finishes
 		// the handshake) is closed after HandshakeTimeout.
-		tc.SetDeadline(time.Now().Add(srv.opts.HandshakeTimeout))
+		c.setDeadline(time.Now().Add(srv.opts.HandshakeTimeout), true)
 		err := tc.HandshakeContext(c.ctx)
-		tc.SetDeadline(time.Time{})
+		c.setDeadline(time.Time{}, true)
 		if err != nil {
 			c.closeReason.CompareAndSwap(nil, &closeHandshakeReason)
 			c.srv.log.Debug("resp: TLS handshake", "remote", c.nc.RemoteAddr(), "err", err)
@@ -358,17 +358,26 @@ func (s *RESPServer) closing() bool {
 // authenticated: small commands, and AuthTimeout to authenticate.
 func (c *respConn) limitPreAuth(rd *resp.Reader) {
 	rd.MaxArray, rd.MaxBulk, rd.MaxInline = preAuthMaxArgs, preAuthMaxBulk, preAuthMaxBulk
-	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.AuthTimeout))
+	c.setDeadline(time.Now().Add(c.srv.opts.AuthTimeout), false)
 }
 
-// endPreAuth lifts the pre-auth bounds after a successful AUTH (unless
-// the server is shutting down: its deadline then stays).
+// endPreAuth lifts the pre-auth bounds after a successful AUTH.
 func (c *respConn) endPreAuth(rd *resp.Reader) {
 	rd.MaxArray, rd.MaxBulk, rd.MaxInline = 0, 0, respInlineMax
+	c.setDeadline(time.Time{}, false)
+}
+
+// setDeadline sets the connection's read deadline (and its write deadline
+// too if both), unless Shutdown has begun: the read deadline Shutdown set
+// to stop reading then stays.
+func (c *respConn) setDeadline(t time.Time, both bool) {
 	c.srv.mu.Lock()
 	defer c.srv.mu.Unlock()
+	if both {
+		c.nc.SetWriteDeadline(t)
+	}
 	if !c.srv.shutdown {
-		c.nc.SetReadDeadline(time.Time{})
+		c.nc.SetReadDeadline(t)
 	}
 }
 
