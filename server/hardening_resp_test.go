@@ -340,3 +340,16 @@ func TestRESPAuthFailureLimit(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond)
 	rtExpect(t, "a good token after the refill", c.do("AUTH", "team-token"), "+OK")
 }
+
+// TestRESPInlineLimit: inline lines up to 16 KiB are read, longer ones
+// refused, as docs/protocol.md says.
+func TestRESPInlineLimit(t *testing.T) {
+	_, addr := rtServe(t, rtEngine(t), RESPOptions{})
+	c := rtDial(t, addr)
+	c.send("ECHO " + strings.Repeat("i", 16000) + "\r\n")
+	if got := c.read(); len(got) != 1+16000 {
+		t.Errorf("a 16,005-byte inline line: %.40q (%d bytes)", got, len(got))
+	}
+	c.send("ECHO " + strings.Repeat("i", 17<<10) + "\r\n")
+	rtExpect(t, "a 17 KiB inline line", c.read(), "-ERR Protocol error: line longer than")
+}
