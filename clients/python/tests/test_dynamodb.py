@@ -91,8 +91,12 @@ class DynamoDBLeaseTest(unittest.TestCase):
     def test_keepalive_and_loss(self) -> None:
         name = uniq("keep")
         seen = []
-        la = self.a.try_acquire(name, ttl=0.6, on_lost=lambda l, e: seen.append(e))
-        time.sleep(1.5)
+        la = self.a.try_acquire(name, ttl=3, on_lost=lambda l, e: seen.append(e))
+        d0 = la.deadline
+        end = time.monotonic() + 30
+        while la.deadline <= d0 + 0.5 and time.monotonic() < end:  # a renewal moves the deadline on
+            time.sleep(0.01)
+        self.assertGreater(la.deadline, d0 + 0.5)
         self.assertTrue(la.held, la.error)
         # Another writer ends the grant behind the holder's back (as a takeover would):
         # the next renewal is refused and the lease is lost.

@@ -108,7 +108,7 @@ class LeaseTest(unittest.TestCase):
     def test_force_release_is_detected_before_the_deadline(self) -> None:
         name = uniq("forced")
         seen = []
-        la = self.a.try_acquire(name, ttl=3, on_lost=lambda l, e: seen.append((time.monotonic(), e)))
+        la = self.a.try_acquire(name, ttl=6, on_lost=lambda l, e: seen.append((time.monotonic(), e)))
         self.a.force_release(name)
         deadline = la.deadline  # no renewal can be confirmed after the force release
         self.assertTrue(la.lost.wait(10))
@@ -133,15 +133,18 @@ class LeaseTest(unittest.TestCase):
             self.assertGreater(lb.token, la.token)
             lb.release()
 
-    def test_keepalive_holds_past_the_ttl(self) -> None:
+    def test_keepalive_renews(self) -> None:
         name = uniq("keepalive")
-        la = self.a.try_acquire(name, ttl=0.6)
-        time.sleep(2.0)
+        la = self.a.try_acquire(name, ttl=3)
+        d0 = la.deadline
+        # A renewal confirmed by the keepalive thread moves the deadline on.
+        self.assertTrue(wait_for(lambda: la.deadline > d0 + 0.5, 30), la.error)
         self.assertTrue(la.held, la.error)
-        self.assertGreater(la.deadline, time.monotonic())
+        self.assertEqual(self.b.get(name).token, la.token)
         with self.assertRaises(Held):
             self.b.try_acquire(name, ttl=1)
         la.release()
+        self.assertFalse(la.lost.is_set())
 
     def test_waiters_are_granted_in_arrival_order(self) -> None:
         name = uniq("fifo")
