@@ -13,8 +13,9 @@
 // and Fail, with the fields Next, End, Output, Assign, Arguments,
 // Resource, TimeoutSeconds (a number or an expression), Retry, Catch,
 // Choices (Condition, Next, Output, Assign), Default, Seconds, Timestamp,
-// Error and Cause, and the machine's TimeoutSeconds. Any other state type
-// or field is refused when the execution starts, with an error naming it.
+// Error and Cause, and the machine's TimeoutSeconds; a Task's Credentials
+// are accepted and ignored (there is no IAM here). Any other state type or
+// field is refused when the execution starts, with an error naming it.
 //
 //   - JSONata: every string that is "{% expression %}" as a whole, in any
 //     field, is evaluated by the jsonata reference implementation (npm

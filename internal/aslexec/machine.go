@@ -69,7 +69,7 @@ type choiceRule struct {
 // does not implement fails loudly instead of running differently.
 var allowed = map[string][]string{
 	"Pass":    {"Next", "End", "Output", "Assign"},
-	"Task":    {"Next", "End", "Output", "Assign", "Arguments", "Resource", "TimeoutSeconds", "Retry", "Catch"},
+	"Task":    {"Next", "End", "Output", "Assign", "Arguments", "Resource", "TimeoutSeconds", "Retry", "Catch", "Credentials"},
 	"Choice":  {"Choices", "Default", "Output", "Assign"},
 	"Wait":    {"Next", "End", "Output", "Assign", "Seconds", "Timestamp"},
 	"Succeed": {"Output"},
