@@ -238,7 +238,7 @@ class Lease:
                 renew_at = self.deadline - self._c._life(self.ttl) + self.ttl / 3
             except errors.Lost:
                 return
-            except errors.LeaseholdError:
+            except Exception:  # unknown outcome (or an unexpected failure): try again before the deadline
                 fails += 1
                 lo, hi = max(self.ttl / 50, 0.001), max(self.ttl / 10, 0.001)
                 renew_at = time.monotonic() + min(hi, lo * (2 ** min(fails, 10))) * (0.5 + random.random() / 2)
