@@ -146,6 +146,20 @@ class LeaseTest(unittest.TestCase):
         la.release()
         self.assertFalse(la.lost.is_set())
 
+    def test_unreachable_server_means_lost_at_the_deadline(self) -> None:
+        own = Server()
+        self.addCleanup(own.stop)
+        cl = Client(own.url, owner="py-a", timeout=2)
+        la = cl.try_acquire(uniq("gone"), ttl=1.5)
+        own.proc.kill()  # renewals now fail: their outcome is unknown
+        own.proc.wait()
+        self.assertTrue(la.lost.wait(30))
+        lost_at = time.monotonic()
+        # Never lost before the deadline (unknown is not refused), and lost by it.
+        self.assertGreaterEqual(lost_at, la.deadline)
+        self.assertIn("deadline", str(la.error))
+        self.assertFalse(la.held)
+
     def test_waiters_are_granted_in_arrival_order(self) -> None:
         name = uniq("fifo")
         la = self.a.try_acquire(name, ttl=30)
