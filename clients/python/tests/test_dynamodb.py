@@ -124,7 +124,9 @@ class DynamoDBLeaseTest(unittest.TestCase):
                 with self.assertRaises(Invalid):
                     leasehold.Client(bad)
         with self.assertRaises(Unsupported):
-            self.a.semaphore(base, 2)
+            self.a.force_release(base)
+        with self.assertRaises(Invalid):
+            self.a.semaphore(base, 0)
 
     def test_with_go_leasehold_run(self) -> None:
         binary = os.environ.get("LEASEHOLD_BIN", "")
@@ -154,6 +156,40 @@ class DynamoDBLeaseTest(unittest.TestCase):
         out, err = proc.communicate(timeout=60)
         self.assertEqual(proc.returncode, 0, err)
         self.assertGreater(int(out.strip()), lb.token)
+
+    def test_semaphore_shared_with_leasehold_run_permits(self) -> None:
+        binary = os.environ.get("LEASEHOLD_BIN", "")
+        if not binary:
+            _need("$LEASEHOLD_BIN")
+        name = uniq("sem")
+        s_a, s_b = self.a.semaphore(name, 2), self.b.semaphore(name, 2)
+        p0, p1 = s_a.try_acquire(ttl=30), s_b.try_acquire(ttl=30)
+        self.assertEqual(sorted([p0.permit, p1.permit]), [0, 1])
+        self.assertEqual(p0.name, f"{name}/permit/{p0.permit}")
+        with self.assertRaises(Held) as cm:
+            s_a.try_acquire(ttl=30)
+        self.assertEqual(cm.exception.permits, 2)
+        run = [binary, "run", "--store", URL, "--ttl", "5s", "--permits", "2", "--owner", "go-run"]
+        full = subprocess.run(run + ["--no-wait", name, "--", "true"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(full.returncode, 75, full.stderr)  # Go sees both Python permits
+        p0.release()
+        ran = subprocess.run(run + [name, "--", "sh", "-c", 'echo "$LEASEHOLD_TOKEN"'], capture_output=True, text=True, timeout=60)
+        self.assertEqual(ran.returncode, 0, ran.stderr)
+        self.assertGreater(int(ran.stdout.strip()), p0.token)  # it took the permit Python freed
+        p1.release()
+
+    def test_election(self) -> None:
+        name = uniq("elect")
+        e1, e2 = self.a.election(name), self.b.election(name)
+        self.assertIsNone(e1.leader())
+        lead = e1.campaign(ttl=30, data="10.0.0.1:8080")
+        ld = e2.leader()
+        self.assertEqual((ld.owner, ld.term, ld.data), ("py-a", lead.token, b"10.0.0.1:8080"))
+        lead.release()
+        lead2 = e2.campaign(ttl=30, timeout=30)
+        self.assertGreater(lead2.token, lead.token)
+        self.assertEqual(e1.leader().owner, "py-b")
+        lead2.release()
 
     def test_exclusion_between_threads(self) -> None:
         name = uniq("excl")
