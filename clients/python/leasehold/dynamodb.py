@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import datetime
 import random
-import re
 import time
-import urllib.parse
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from . import _validate, errors
 from .client import DEFAULT_TTL, Client, Data, WaitCallback, _random_id
+from ._dynamodb_url import parse_url
 from .lease import Lease, LeaseInfo, LostCallback
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._dynamodb_recipes import DirectElection, DirectSemaphore
 
 # The Go store's expressions (dynamodb/item.go), byte for byte.
 ACQUIRE_UPDATE = "SET #o = :o, RequestId = :r, #d = :d, TtlMs = :ttl, ExpiresAtMs = :exp, Held = :t, AcquiredAtMs = :now ADD #k :one"
@@ -48,76 +50,6 @@ LIST_FILTER = "begins_with(LockKey, :prefix)"
 PLACEHOLDERS = {"#o": "Owner", "#k": "Token", "#d": "Data"}
 CLEANUP_MARGIN_S = 7 * 24 * 3600
 MAX_ACQUIRE_ROUNDS = 10
-DEFAULT_MAX_CLOCK_SKEW = 1.0
-
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(s: str) -> float:
-    """A Go duration string ("1s", "500ms", "1m30s", "0") in seconds."""
-    if s == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    for m in _DURATION.finditer(s):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    if pos != len(s) or not s:
-        raise errors.Invalid("dynamodb URL", f"max_clock_skew={s!r} is not a duration (e.g. 1s, 500ms)")
-    return total
-
-
-def _bool(k: str, v: str) -> bool:
-    if v in ("1", "t", "T", "TRUE", "true", "True"):
-        return True
-    if v in ("0", "f", "F", "FALSE", "false", "False"):
-        return False
-    raise errors.Invalid("dynamodb URL", f"{k}={v!r} is not true or false")
-
-
-def parse_url(url: str) -> Dict[str, Any]:
-    """Parse ``dynamodb://TABLE?region=&endpoint=&max_clock_skew=&consistent=&create=&ttl_cleanup=&condition_values=``
-    with the Go store's rules; a bad URL raises ``Invalid`` before anything is sent."""
-    u = urllib.parse.urlsplit(url)
-    if u.scheme != "dynamodb":
-        raise errors.Invalid("dynamodb URL", "want dynamodb://TABLE[?region=...&endpoint=...]")
-    if "@" in u.netloc or u.port is not None or u.path not in ("", "/") or u.fragment:
-        raise errors.Invalid("dynamodb URL", "want dynamodb://TABLE[?param=value&...], with no user, port, path or fragment")
-    table = u.netloc
-    if not re.fullmatch(r"[a-zA-Z0-9_.-]{3,255}", table):
-        raise errors.Invalid("table", f"{table!r} is not a DynamoDB table name (3-255 characters of a-z A-Z 0-9 _ - .)")
-    p: Dict[str, Any] = {"table": table, "region": None, "endpoint": None, "skew": DEFAULT_MAX_CLOCK_SKEW,
-                         "consistent": True, "create": True, "ttl_cleanup": False}
-    q = urllib.parse.parse_qs(u.query, keep_blank_values=True)
-    for k, vs in q.items():
-        if len(vs) != 1:
-            raise errors.Invalid("dynamodb URL", f"{k}= given {len(vs)} times")
-        v = vs[0]
-        if k == "region":
-            if not re.fullmatch(r"[a-z0-9-]{1,64}", v):
-                raise errors.Invalid("dynamodb URL", f"region={v!r} is not a region name")
-            p["region"] = v
-        elif k == "endpoint":
-            e = urllib.parse.urlsplit(v)
-            if e.scheme not in ("http", "https") or not e.netloc or "@" in e.netloc or e.query or e.fragment:
-                raise errors.Invalid("dynamodb URL", f"endpoint={v!r}: want http(s)://host[:port]")
-            p["endpoint"] = v
-        elif k == "max_clock_skew":
-            skew = parse_duration(v)
-            if not 0 <= skew <= 3600:
-                raise errors.Invalid("max clock skew", f"{v} is outside [0, 1h]")
-            p["skew"] = skew
-        elif k in ("consistent", "create", "ttl_cleanup"):
-            p[k] = _bool(k, v)
-        elif k == "condition_values":
-            _bool(k, v)  # an optimisation of the Go store (one read fewer); this client always reads
-        else:
-            raise errors.Invalid("dynamodb URL", f"unknown parameter {k!r} (known: region, endpoint, max_clock_skew, "
-                                                 "consistent, create, ttl_cleanup, condition_values)")
-    return p
-
 
 def _names(*exprs: str) -> Dict[str, str]:
     joined = " ".join(exprs)
@@ -447,87 +379,10 @@ class DynamoDBClient(Client):
     def semaphore(self, name: str, permits: int) -> "DirectSemaphore":
         """At most ``permits`` holders of ``name``: permit I is the lease ``name/permit/I``,
         shared with Go's ``Semaphore`` and ``leasehold run --permits`` on the same table."""
+        from ._dynamodb_recipes import DirectSemaphore
         return DirectSemaphore(self, name, permits)
 
     def election(self, name: str) -> "DirectElection":
         """The election ``name``: a lease whose token is the leader's term."""
+        from ._dynamodb_recipes import DirectElection
         return DirectElection(self, name)
-
-
-class DirectSemaphore:
-    """A counting semaphore on DynamoDB, as Go's ``Semaphore``: a lease per permit
-    (``NAME/permit/I``), tried in random order; waiting polls with jittered backoff."""
-
-    def __init__(self, client: DynamoDBClient, name: str, permits: int) -> None:
-        if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= 1024:
-            raise errors.Invalid("permits", f"{permits!r} is outside [1, 1024]")
-        _validate.text("name", name, _validate.MAX_NAME)
-        self._c, self.name, self.permits = client, name, permits
-
-    def try_acquire(self, ttl: float = DEFAULT_TTL, *, data: Data = None, request_id: Optional[str] = None,
-                    keepalive: bool = True, on_lost: Optional[LostCallback] = None) -> Lease:
-        """One pass over the permits; raises ``Held`` (the permit that expires first,
-        with ``permits``) when all are held."""
-        rid = request_id or _random_id()
-        order = list(range(self.permits))
-        random.shuffle(order)
-        soonest: Optional[errors.Held] = None
-        for i in order:
-            try:
-                lease = self._c.try_acquire(f"{self.name}/permit/{i}", ttl, data=data, request_id=rid,
-                                            keepalive=keepalive, on_lost=on_lost)
-            except errors.Held as e:
-                if soonest is None or e.remaining < soonest.remaining:
-                    soonest = e
-                continue
-            lease.permit = i
-            lease.info.permit = i
-            return lease
-        assert soonest is not None
-        soonest.permits = self.permits
-        raise soonest
-
-    def acquire(self, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *, data: Data = None,
-                request_id: Optional[str] = None, keepalive: bool = True,
-                on_lost: Optional[LostCallback] = None) -> Lease:
-        """Wait (at most ``timeout`` seconds; None: without end) for a permit, polling
-        with jittered backoff (2 ms to 250 ms) that never sleeps past the first expiry."""
-        rid = request_id or _random_id()
-        end = None if timeout is None else time.monotonic() + timeout
-        cap = 0.002
-        while True:
-            try:
-                return self.try_acquire(ttl, data=data, request_id=rid, keepalive=keepalive, on_lost=on_lost)
-            except (errors.Held, errors.Unreachable, errors.RateLimited) as e:
-                pause = cap * (0.5 + random.random() / 2)
-                if isinstance(e, errors.Held):
-                    pause = min(pause, e.remaining + 0.001)
-                cap = min(cap * 2, 0.25)
-                if end is not None:
-                    left = end - time.monotonic()
-                    if left <= 0:
-                        raise
-                    pause = min(pause, left)
-            time.sleep(max(pause, 0.0))
-
-
-class DirectElection:
-    """Leader election on DynamoDB: campaign by acquiring the election's lease; its
-    token is the term. Resign with ``Lease.release``."""
-
-    def __init__(self, client: DynamoDBClient, name: str) -> None:
-        self._c, self.name = client, name
-
-    def campaign(self, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *, data: Data = None,
-                 on_lost: Optional[LostCallback] = None) -> Lease:
-        """Become leader (``data`` tells followers where); returns the lease."""
-        return self._c.acquire(self.name, ttl, timeout, data=data, on_lost=on_lost)
-
-    def leader(self) -> Optional[LeaseInfo]:
-        """The current leader (``term`` set to its token), or None when there is none."""
-        try:
-            info = self._c.get(self.name)
-        except errors.NotFound:
-            return None
-        info.term = info.token
-        return info
