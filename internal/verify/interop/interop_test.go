@@ -313,6 +313,12 @@ func TestInteropControl(t *testing.T) {
 	wg.Wait()
 	res := verify.Check(&h, verify.CheckOptions{NoLinearizability: true})
 	t.Logf("control: %s", res)
+	caught := 0
+	if res.Overlaps > 0 {
+		caught = 1
+	}
+	verify.Report(t, verify.Row{Suite: "R15-control", Store: "server", Ops: res.Ops, Violations: res.Overlaps,
+		Checker: fmt.Sprintf("caught %d/1", caught), Note: "two Python clients, each on a lease of its own, on one resource"})
 	if res.CS != 2 || res.Overlaps == 0 {
 		t.Fatalf("the control's two critical sections (%d recorded) were not found overlapping: %s", res.CS, res)
 	}
