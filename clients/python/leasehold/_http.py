@@ -26,7 +26,8 @@ class Transport:
     """Sends requests to one server. Safe for concurrent use: every request
     opens its own connection (leases are few and long, so this costs little)."""
 
-    def __init__(self, url: str, token: Optional[str], timeout: float) -> None:
+    def __init__(self, url: str, token: Optional[str], timeout: float,
+                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
         u = urllib.parse.urlsplit(url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise errors.Invalid("url", f"{url!r} is not an http:// or https:// server address")
@@ -34,7 +35,7 @@ class Transport:
             raise errors.Invalid("url", f"{url!r}: give only scheme, host and port")
         self.scheme, self.host, self.port = u.scheme, u.hostname, u.port
         self.token, self.timeout = token, timeout
-        self._ssl = ssl.create_default_context() if u.scheme == "https" else None
+        self._ssl = (ssl_context or ssl.create_default_context()) if u.scheme == "https" else None
 
     def request(self, method: str, path: str, body: Any = None, *, raw: Optional[bytes] = None,
                 query: Optional[Dict[str, str]] = None, headers: Optional[Dict[str, str]] = None,

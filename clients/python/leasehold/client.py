@@ -7,6 +7,7 @@ import os
 import random
 import secrets
 import socket
+import ssl
 import time
 from typing import Any, Callable, Dict, List, Optional, Union
 
@@ -57,6 +58,9 @@ class Client:
     Go client). ``timeout`` (seconds) bounds every request besides the time
     it asks the server to wait. ``rho`` and ``eps`` are the drift allowance
     of the local deadline: ``t0 + ttl·(1−rho) − eps`` (defaults 1% and 5 ms).
+    ``ssl_context`` verifies an https:// server (default: the system's CAs;
+    build one with ``ssl.create_default_context(cafile=...)`` for a private
+    CA, and ``load_cert_chain`` on it for mutual TLS).
 
     ``Client("dynamodb://TABLE?region=...&endpoint=...")`` returns a
     ``DynamoDBClient`` instead: leases directly on the DynamoDB store's
@@ -73,11 +77,12 @@ class Client:
         return super().__new__(cls)
 
     def __init__(self, url: str, token: Optional[str] = None, *, owner: Optional[str] = None,
-                 timeout: float = 10.0, rho: float = 0.01, eps: float = 0.005) -> None:
+                 timeout: float = 10.0, rho: float = 0.01, eps: float = 0.005,
+                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
         if token is None:
             token = os.environ.get("LEASEHOLD_AUTH_TOKEN") or None
         self._init_common(owner, timeout, rho, eps)
-        self._t = Transport(url, token, timeout)
+        self._t = Transport(url, token, timeout, ssl_context)
         self.records = Records(self._t)
         """Versioned records: get, put, delete, add, txn, update."""
 

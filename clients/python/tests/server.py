@@ -24,21 +24,22 @@ def free_port() -> int:
 class Server:
     """One server process; ``url`` is its HTTP address."""
 
-    def __init__(self) -> None:
+    def __init__(self, *extra: str, scheme: str = "http", ssl_context=None) -> None:
         binary = os.environ.get("LEASEHOLD_BIN", "")
         if not binary or not os.access(binary, os.X_OK):
             if os.environ.get("LEASEHOLD_REQUIRE_ENGINES") == "1":
                 raise RuntimeError("LEASEHOLD_BIN is not an executable leasehold binary (LEASEHOLD_REQUIRE_ENGINES=1)")
             raise unittest.SkipTest("set LEASEHOLD_BIN to a leasehold binary (clients/python/run_tests.sh builds one)")
         self.dir = tempfile.mkdtemp(prefix="leasehold-py-")
+        self.ssl_context = ssl_context
         self.proc: Optional[subprocess.Popen] = None
         for _ in range(5):  # a port taken between picking and binding: pick again
             port = free_port()
-            self.url = f"http://127.0.0.1:{port}"
+            self.url = f"{scheme}://127.0.0.1:{port}"
             log = open(os.path.join(self.dir, "server.log"), "ab")
             self.proc = subprocess.Popen(
                 [binary, "serve", "--addr", f"127.0.0.1:{port}", "--resp-addr", "",
-                 "--data-dir", os.path.join(self.dir, "data"), "--no-sync", "--log-level", "warn"],
+                 "--data-dir", os.path.join(self.dir, "data"), "--no-sync", "--log-level", "warn", *extra],
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL)
             log.close()
             if self._ready(30.0):
@@ -54,7 +55,7 @@ class Server:
             if self.proc is not None and self.proc.poll() is not None:
                 return False
             try:
-                with urllib.request.urlopen(self.url + "/readyz", timeout=2) as r:
+                with urllib.request.urlopen(self.url + "/readyz", timeout=2, context=self.ssl_context) as r:
                     if r.status == 200:
                         return True
             except OSError:

@@ -259,6 +259,33 @@ class LeaseTest(unittest.TestCase):
         self.assertGreaterEqual(time.monotonic() - t0, 0.5)
 
 
+class TLSTest(unittest.TestCase):
+    def test_https_with_a_private_ca(self) -> None:
+        import shutil
+        import ssl
+        import subprocess
+        import tempfile
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            self.skipTest("no openssl command to make a certificate")
+        d = tempfile.mkdtemp(prefix="leasehold-py-tls-")
+        self.addCleanup(shutil.rmtree, d, True)
+        cert, key = f"{d}/cert.pem", f"{d}/key.pem"
+        subprocess.run([openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                        "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", key, "-out", cert], check=True, capture_output=True)
+        ctx = ssl.create_default_context(cafile=cert)
+        srv = Server("--tls-cert", cert, "--tls-key", key, scheme="https", ssl_context=ctx)
+        self.addCleanup(srv.stop)
+        l = Client(srv.url, owner="py-tls", ssl_context=ctx).try_acquire(uniq("tls"), ttl=30)
+        self.assertGreater(l.token, 0)
+        l.release()
+        # Without the CA the server's certificate is not trusted: nothing is sent.
+        with self.assertRaises(leasehold.Unreachable) as cm:
+            Client(srv.url, owner="py-tls").try_acquire(uniq("tls"), ttl=30)
+        self.assertIn("CERTIFICATE_VERIFY_FAILED", str(cm.exception))
+
+
 class SemaphoreElectionTest(unittest.TestCase):
     def test_semaphore_permits(self) -> None:
         name = uniq("sem")
