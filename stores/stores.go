@@ -2,7 +2,7 @@
 // the CLI can name any store in one string:
 //
 //	sqlite:///var/lib/leasehold/leases.db   the embedded default (absolute path)
-//	sqlite://leases.db                      a path relative to the working directory
+//	sqlite:./leases.db                      a path relative to the working directory (./ or ../ required)
 //	memory://                               an in-memory store (this process only)
 //
 // Stores for networked engines register here as they are added.
@@ -10,6 +10,7 @@ package stores
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -114,19 +115,57 @@ func DefaultPath() (string, error) {
 }
 
 func openSQLite(_ context.Context, rawURL string) (leasehold.Store, error) {
-	u, err := url.Parse(rawURL)
+	p, err := sqlitePath(rawURL)
 	if err != nil {
-		return nil, &leasehold.InvalidError{Field: "store URL", Reason: err.Error()}
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return nil, &leasehold.InvalidError{Field: "store URL", Reason: "sqlite URLs take no query or fragment"}
-	}
-	p := u.Host + u.Path // sqlite:///abs -> "/abs"; sqlite://rel/x -> "rel/x"
-	if u.Opaque != "" {
-		p = u.Opaque // sqlite:rel.db
-	}
-	if p == "" {
-		return nil, &leasehold.InvalidError{Field: "store URL", Reason: "sqlite URL has no path (sqlite:///path/to/leases.db)"}
+		return nil, err
 	}
 	return sqlite.Open(p)
+}
+
+// sqlitePath returns the file a sqlite: URL names. Two forms are accepted,
+// each meaning one file whatever the reader guesses:
+//
+//	sqlite:///var/lib/x.db   (or sqlite:/var/lib/x.db) an absolute path
+//	sqlite:./x.db            (or sqlite:../x.db) relative to the working directory
+//
+// Anything else is refused with a hint: a host part (sqlite://var/lib/x.db,
+// which would read as the relative path var/lib/x.db), a bare relative
+// path (sqlite:x.db), a query or a fragment.
+func sqlitePath(rawURL string) (string, error) {
+	bad := func(format string, args ...any) error {
+		return &leasehold.InvalidError{Field: "store URL", Reason: fmt.Sprintf(format, args...)}
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return "", bad("%v", err)
+	}
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		return "", bad("sqlite URLs take no query or fragment (sqlite:///path/to/leases.db)")
+	}
+	_, rest, _ := strings.Cut(rawURL, ":")
+	switch {
+	case u.Opaque != "":
+		p, err := url.PathUnescape(u.Opaque)
+		if err != nil {
+			return "", bad("%v", err)
+		}
+		if !strings.HasPrefix(p, "./") && !strings.HasPrefix(p, "../") {
+			return "", bad("%q is a relative path without ./; did you mean sqlite:./%s (relative to the working directory) or sqlite:///%s (absolute)?", p, p, p)
+		}
+		return p, nil
+	case u.Host != "" || u.User != nil:
+		// sqlite://var/lib/x.db: net/url reads "var" as a host.
+		hint := strings.TrimPrefix(rest, "//")
+		if strings.HasPrefix(hint, "./") || strings.HasPrefix(hint, "../") {
+			return "", bad("a sqlite URL has no host part; did you mean sqlite:%s (relative to the working directory)?", hint)
+		}
+		return "", bad("a sqlite URL has no host part (%q would be read as a relative path); did you mean sqlite:///%s?", u.Host, hint)
+	case u.Path != "":
+		return u.Path, nil // sqlite:///abs or sqlite:/abs
+	}
+	return "", bad("sqlite URL has no path (sqlite:///path/to/leases.db, or sqlite:./leases.db relative to the working directory)")
 }

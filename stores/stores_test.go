@@ -3,7 +3,9 @@ package stores_test
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,5 +67,61 @@ func TestMultiHostURLReachesTheEngine(t *testing.T) {
 	_, err := stores.Open(ctx, "postgres://127.0.0.1:1,127.0.0.1:2/db?connect_timeout=2&sslmode=disable")
 	if err == nil || errors.Is(err, leasehold.ErrInvalid) {
 		t.Fatalf("multi-host URL: %v, want a connection error from the engine", err)
+	}
+}
+
+// TestSQLiteURLs: every accepted form names one file whatever the working
+// directory, and the ambiguous forms are refused with a hint and leave the
+// disk untouched.
+func TestSQLiteURLs(t *testing.T) {
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	if err := os.Mkdir(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(work)
+	for _, tc := range []struct{ url, hint string }{
+		{"sqlite://var/lib/x.db", "did you mean sqlite:///var/lib/x.db?"},
+		{"sqlite://x.db", "did you mean sqlite:///x.db?"},
+		{"sqlite://./x.db", "did you mean sqlite:./x.db (relative"},
+		{"sqlite://../x.db", "did you mean sqlite:../x.db (relative"},
+		{"sqlite://user@/x.db", "no host part"},
+		{"sqlite://localhost:1/x.db", "no host part"},
+		{"sqlite:relative.db", "did you mean sqlite:./relative.db (relative to the working directory) or sqlite:///relative.db"},
+		{"sqlite:var/x.db", "did you mean sqlite:./var/x.db"},
+		{"sqlite://", "no path"},
+		{"sqlite:", "no path"},
+		{"sqlite:///x.db?mode=ro", "no query"},
+		{"sqlite:./x.db?", "no query"},
+		{"sqlite:///x.db#frag", "no query or fragment"},
+	} {
+		_, err := stores.Open(context.Background(), tc.url)
+		if !errors.Is(err, leasehold.ErrInvalid) || !strings.Contains(err.Error(), tc.hint) {
+			t.Errorf("Open(%q) = %v, want ErrInvalid with %q", tc.url, err, tc.hint)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*", "*")); len(left) != 0 {
+		t.Errorf("refused URLs left files behind: %v", left)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*.db")); len(left) != 0 {
+		t.Errorf("refused URLs left files behind: %v", left)
+	}
+
+	for _, tc := range []struct{ url, want string }{
+		{"sqlite:./rel.db", filepath.Join(work, "rel.db")},
+		{"sqlite:../up.db", filepath.Join(dir, "up.db")},
+		{"sqlite:./sub/dir%20x/in.db", filepath.Join(work, "sub", "dir x", "in.db")},
+		{"sqlite://" + filepath.Join(dir, "abs.db"), filepath.Join(dir, "abs.db")},
+		{"sqlite:" + filepath.Join(dir, "abs1.db"), filepath.Join(dir, "abs1.db")},
+	} {
+		s, err := stores.Open(context.Background(), tc.url)
+		if err != nil {
+			t.Errorf("Open(%q): %v", tc.url, err)
+			continue
+		}
+		s.Close()
+		if _, err := os.Stat(tc.want); err != nil {
+			t.Errorf("Open(%q) did not create %s: %v", tc.url, tc.want, err)
+		}
 	}
 }
