@@ -60,7 +60,8 @@ type RESPOptions struct {
 var ErrRESPServerClosed = errors.New("resp server closed")
 
 // RESPServer serves a Backend over RESP2, the Redis protocol, so that any
-// Redis client can call it (see docs/protocol.md). Each connection is read
+// Redis client can call it (see docs/protocol.md); a client that says
+// HELLO 3 gets RESP3, with lease replies as maps of labelled fields. Each connection is read
 // by one goroutine that starts every command as soon as it is parsed, so
 // the commands pipelined on a connection run concurrently (and a durable
 // backend commits their grants together); a second goroutine writes the
@@ -253,6 +254,7 @@ type respConn struct {
 	authed bool
 	name   string
 	upper  [32]byte
+	resp3  bool                          // the client said HELLO 3: lease replies are maps
 	subs   map[string]context.CancelFunc // watch mode: the subscriptions
 }
 
@@ -547,15 +549,20 @@ func (c *respConn) authenticate(token []byte) bool {
 	return true
 }
 
-// hello answers HELLO [2 [AUTH user token] [SETNAME name]]. Only RESP2 is
-// spoken: HELLO 3 gets NOPROTO, which Redis clients take as "fall back to
-// RESP2".
+// hello answers HELLO [2|3 [AUTH user token] [SETNAME name]]. HELLO 3
+// switches the connection to RESP3, where lease replies are maps with
+// labelled fields; HELLO 2 switches back; other versions get NOPROTO. The
+// switch takes effect with HELLO's own reply, and only once the whole
+// command has been accepted.
 func (c *respConn) hello(args [][]byte) {
+	resp3 := c.resp3
 	if len(args) > 1 {
-		if v, ok := resp.ParseInt(args[1]); !ok || v != 2 {
+		v, ok := resp.ParseInt(args[1])
+		if !ok || (v != 2 && v != 3) {
 			c.replyError("NOPROTO unsupported protocol version")
 			return
 		}
+		resp3 = v == 3
 	}
 	for i := 2; i < len(args); i++ {
 		switch string(c.word(args[i])) {
@@ -585,14 +592,21 @@ func (c *respConn) hello(args [][]byte) {
 		return
 	}
 	id := c.id
+	c.resp3 = resp3
 	c.reply(func(b []byte) []byte {
-		b = resp.AppendArray(b, 14)
+		proto := int64(2)
+		if resp3 {
+			proto = 3
+			b = resp.AppendMap(b, 7)
+		} else {
+			b = resp.AppendArray(b, 14)
+		}
 		b = resp.AppendBulkString(b, "server")
 		b = resp.AppendBulkString(b, "leasehold")
 		b = resp.AppendBulkString(b, "version")
 		b = resp.AppendBulkString(b, "1")
 		b = resp.AppendBulkString(b, "proto")
-		b = resp.AppendInt(b, 2)
+		b = resp.AppendInt(b, proto)
 		b = resp.AppendBulkString(b, "id")
 		b = resp.AppendInt(b, id)
 		b = resp.AppendBulkString(b, "mode")
@@ -771,11 +785,14 @@ func (c *respConn) acquire(args [][]byte) {
 	if req.Wait > 0 {
 		ctx = c.waitCtx
 	}
-	srv := c.srv
+	srv, resp3 := c.srv, c.resp3
 	c.async(req.Name, req.Wait > 0, func(b []byte) []byte {
 		rec, err := srv.b.Acquire(ctx, req)
 		if err != nil {
 			return srv.appendErr(b, err)
+		}
+		if resp3 {
+			return resp.AppendGrantMap(b, &rec)
 		}
 		return resp.AppendGrant(b, &rec)
 	})
@@ -867,16 +884,18 @@ func (c *respConn) get(args [][]byte) {
 		c.noPerm("read", name)
 		return
 	}
-	srv, ctx := c.srv, c.ctx
+	srv, ctx, resp3 := c.srv, c.ctx, c.resp3
 	c.async(name, false, func(b []byte) []byte {
 		rec, err := srv.b.Get(ctx, name)
 		switch {
+		case errors.Is(err, leasehold.ErrNotFound) && resp3:
+			return resp.AppendNull3(b)
 		case errors.Is(err, leasehold.ErrNotFound):
 			return resp.AppendNull(b)
 		case err != nil:
 			return srv.appendErr(b, err)
 		}
-		return resp.AppendRecord(b, &rec)
+		return appendRecord(b, &rec, resp3)
 	})
 }
 
@@ -900,7 +919,7 @@ func (c *respConn) list(args [][]byte) {
 		c.noPerm("list", prefix)
 		return
 	}
-	srv, ctx := c.srv, c.ctx
+	srv, ctx, resp3 := c.srv, c.ctx, c.resp3
 	c.async("", false, func(b []byte) []byte {
 		recs, err := srv.b.List(ctx, prefix)
 		if err != nil {
@@ -915,7 +934,7 @@ func (c *respConn) list(args [][]byte) {
 		}
 		b = resp.AppendArray(b, n)
 		for i := range recs[:n] {
-			b = resp.AppendRecord(b, &recs[i])
+			b = appendRecord(b, &recs[i], resp3)
 		}
 		return b
 	})
@@ -937,14 +956,23 @@ func (c *respConn) forceRelease(args [][]byte) {
 		c.noPerm("force-release", name)
 		return
 	}
-	srv, ctx := c.srv, c.ctx
+	srv, ctx, resp3 := c.srv, c.ctx, c.resp3
 	c.async(name, false, func(b []byte) []byte {
 		rec, err := srv.b.ForceRelease(ctx, name)
 		if err != nil {
 			return srv.appendErr(b, err)
 		}
-		return resp.AppendRecord(b, &rec)
+		return appendRecord(b, &rec, resp3)
 	})
+}
+
+// appendRecord appends a full record: a map of labelled fields in RESP3,
+// a positional array in RESP2.
+func appendRecord(b []byte, rec *leasehold.Record, resp3 bool) []byte {
+	if resp3 {
+		return resp.AppendRecordMap(b, rec)
+	}
+	return resp.AppendRecord(b, rec)
 }
 
 // LH.SESSION OPEN ttl_ms | KEEPALIVE id | CLOSE id
@@ -953,7 +981,7 @@ func (c *respConn) session(args [][]byte) {
 		c.wrongArgs(args[0])
 		return
 	}
-	srv, ctx, id := c.srv, c.ctx, c.ident
+	srv, ctx, id, resp3 := c.srv, c.ctx, c.ident, c.resp3
 	switch string(c.word(args[1])) {
 	case "OPEN":
 		ttl, err := parseMillis(args[2], "ttl")
@@ -987,6 +1015,15 @@ func (c *respConn) session(args [][]byte) {
 				return srv.appendErr(b, err)
 			}
 			srv.bindSession(id, sess)
+			if resp3 {
+				b = resp.AppendMap(b, 3)
+				b = resp.AppendBulkString(b, "ttl_ms")
+				b = resp.AppendInt(b, resp.Millis(sess.TTL))
+				b = resp.AppendBulkString(b, "remaining_ms")
+				b = resp.AppendInt(b, resp.CeilMillis(sess.Remaining))
+				b = resp.AppendBulkString(b, "leases")
+				return resp.AppendInt(b, int64(sess.Leases))
+			}
 			b = resp.AppendArray(b, 3)
 			b = resp.AppendInt(b, resp.Millis(sess.TTL))
 			b = resp.AppendInt(b, resp.CeilMillis(sess.Remaining))
@@ -1087,10 +1124,10 @@ func (c *respConn) subscribe(args [][]byte) {
 		ctx, cancel := context.WithCancel(c.waitCtx)
 		events := c.srv.b.Subscribe(ctx, name)
 		c.subs[name] = cancel
-		go c.notify(ctx, name, events)
+		go c.notify(ctx, name, events, c.resp3)
 	}
-	n := int64(len(c.subs))
-	c.reply(func(b []byte) []byte { return appendSubReply(b, "subscribe", name, n) })
+	n, resp3 := int64(len(c.subs)), c.resp3
+	c.reply(func(b []byte) []byte { return appendSubReply(b, "subscribe", name, n, resp3) })
 }
 
 func (c *respConn) unsubscribe(args [][]byte) {
@@ -1106,19 +1143,31 @@ func (c *respConn) unsubscribe(args [][]byte) {
 	if c.subs == nil {
 		c.subs = map[string]context.CancelFunc{} // watch mode all the same
 	}
-	n := int64(len(c.subs))
-	c.reply(func(b []byte) []byte { return appendSubReply(b, "unsubscribe", name, n) })
+	n, resp3 := int64(len(c.subs)), c.resp3
+	c.reply(func(b []byte) []byte { return appendSubReply(b, "unsubscribe", name, n, resp3) })
 }
 
-func appendSubReply(b []byte, kind, name string, n int64) []byte {
-	b = resp.AppendArray(b, 3)
+// appendSubReply answers (un)subscribe: an array in RESP2, a push in
+// RESP3 (as Redis does).
+func appendSubReply(b []byte, kind, name string, n int64, resp3 bool) []byte {
+	b = appendMessage(b, 3, resp3)
 	b = resp.AppendBulkString(b, kind)
 	b = resp.AppendBulkString(b, name)
 	return resp.AppendInt(b, n)
 }
 
-// notify pushes the frees of name until ctx ends.
-func (c *respConn) notify(ctx context.Context, name string, events <-chan Event) {
+// appendMessage appends the header of a watch-mode message of n
+// elements: an array in RESP2, a push in RESP3.
+func appendMessage(b []byte, n int, resp3 bool) []byte {
+	if resp3 {
+		return resp.AppendPush(b, n)
+	}
+	return resp.AppendArray(b, n)
+}
+
+// notify pushes the frees of name until ctx ends, as RESP3 pushes if
+// resp3 (the protocol cannot change in watch mode: HELLO is refused there).
+func (c *respConn) notify(ctx context.Context, name string, events <-chan Event, resp3 bool) {
 	for ev := range events {
 		switch {
 		case ev.Type == EventOverflow:
@@ -1129,7 +1178,7 @@ func (c *respConn) notify(ctx context.Context, name string, events <-chan Event)
 			continue
 		}
 		c.out.Push(ctx, func(b []byte) []byte {
-			b = resp.AppendArray(b, 3)
+			b = appendMessage(b, 3, resp3)
 			b = resp.AppendBulkString(b, "freed")
 			b = resp.AppendBulkString(b, name)
 			return resp.AppendBulkString(b, string(ev.Type))

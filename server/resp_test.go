@@ -141,7 +141,7 @@ func TestRESPCommands(t *testing.T) {
 			rtExpect(t, "CLIENT SETINFO", c.do("CLIENT", "SETINFO", "LIB-NAME", "x"), "+OK")
 			rtExpect(t, "HELLO", c.do("HELLO"), "[$server $leasehold $version")
 			rtExpect(t, "HELLO 2", c.do("HELLO", "2"), "[$server")
-			rtExpect(t, "HELLO 3", c.do("HELLO", "3"), "-NOPROTO")
+			rtExpect(t, "HELLO 4", c.do("HELLO", "4"), "-NOPROTO")
 			rtExpect(t, "unknown", c.do("SET", "a", "b"), "-ERR unknown command 'SET'")
 			rtExpect(t, "READY", c.do("LH.READY"), "+OK")
 
@@ -426,14 +426,15 @@ func TestRESPRateLimit(t *testing.T) {
 	rtExpect(t, "nothing acquired", admin.do("LH.GET", "team/x"), "$nil")
 }
 
-// TestRESPGoRedis: a stock Redis client (go-redis, which probes HELLO 3 and
-// sends CLIENT SETINFO) works, with and without a password.
+// TestRESPGoRedis: a stock Redis client (go-redis, which sends CLIENT
+// SETINFO) works over RESP2, with and without a password. (Its default,
+// HELLO 3, gets maps: TestRESP3GoRedis.)
 func TestRESPGoRedis(t *testing.T) {
 	ctx := context.Background()
 	for _, auth := range []bool{false, true} {
 		t.Run(fmt.Sprint("auth=", auth), func(t *testing.T) {
 			opts := RESPOptions{}
-			ro := &redis.Options{MaxRetries: -1}
+			ro := &redis.Options{MaxRetries: -1, Protocol: 2}
 			if auth {
 				opts.Auth, ro.Password = rtAuth(t), "team-token"
 			}
