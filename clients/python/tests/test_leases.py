@@ -28,6 +28,54 @@ def uniq(prefix: str) -> str:
     return f"py/{prefix}/{uuid.uuid4().hex[:8]}"
 
 
+class DelayProxy:
+    """A TCP proxy in front of a server that holds every answer back for delay seconds."""
+
+    def __init__(self, upstream: str, delay: float) -> None:
+        import socket
+        import urllib.parse
+        u = urllib.parse.urlsplit(upstream)
+        self.up, self.delay = (u.hostname, u.port), delay
+        self.ln = socket.socket()
+        self.ln.bind(("127.0.0.1", 0))
+        self.ln.listen(16)
+        self.url = f"http://127.0.0.1:{self.ln.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        while True:
+            try:
+                c, _ = self.ln.accept()
+            except OSError:
+                return
+            s = socket.create_connection(self.up)
+            threading.Thread(target=self._pipe, args=(c, s, 0.0), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(s, c, self.delay), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst, delay: float) -> None:
+        try:
+            while True:
+                b = src.recv(65536)
+                if not b:
+                    break
+                if delay:
+                    time.sleep(delay)
+                dst.sendall(b)
+        except OSError:
+            pass
+        finally:
+            for x in (src, dst):
+                try:
+                    x.shutdown(2)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.ln.close()
+
+
 def wait_for(cond, within: float = 20.0) -> bool:
     end = time.monotonic() + within
     while time.monotonic() < end:
@@ -145,6 +193,22 @@ class LeaseTest(unittest.TestCase):
             self.b.try_acquire(name, ttl=1)
         la.release()
         self.assertFalse(la.lost.is_set())
+
+    def test_deadline_counts_from_before_the_request(self) -> None:
+        delay = 0.5
+        proxy = DelayProxy(SERVER.url, delay)
+        self.addCleanup(proxy.close)
+        cl = Client(proxy.url, owner="py-slow")
+        life = 30 * (1 - cl.rho) - cl.eps
+        before = time.monotonic()
+        la = cl.try_acquire(uniq("slow"), ttl=30, keepalive=False)
+        after = time.monotonic()
+        self.addCleanup(la.release)
+        self.assertGreaterEqual(after - before, delay)  # the answer was held back
+        t0 = la.deadline - life
+        self.assertGreaterEqual(t0, before)
+        # Taken before the request, not when the (late) answer arrived.
+        self.assertLess(t0, after - delay / 2)
 
     def test_unreachable_server_means_lost_at_the_deadline(self) -> None:
         own = Server()
