@@ -209,6 +209,14 @@ class LeaseTest(unittest.TestCase):
         self.assertGreaterEqual(t0, before)
         # Taken before the request, not when the (late) answer arrived.
         self.assertLess(t0, after - delay / 2)
+        # The same for a renewal by the keepalive thread (TTL 3 s: renewed after 1 s).
+        lk = cl.try_acquire(uniq("slow"), ttl=3)
+        self.addCleanup(lk.release)
+        d0 = lk.deadline
+        self.assertTrue(wait_for(lambda: lk.deadline != d0, 30), lk.error)
+        seen = time.monotonic()
+        renew_t0 = lk.deadline - (3 * (1 - cl.rho) - cl.eps)
+        self.assertLess(renew_t0, seen - delay / 2)
 
     def test_unreachable_server_means_lost_at_the_deadline(self) -> None:
         own = Server()
