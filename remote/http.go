@@ -429,14 +429,24 @@ func (s *HTTPStore) do(ctx context.Context, c call, out any) (int, error) {
 	return resp.StatusCode, nil
 }
 
-// transportError keeps a context's error recognisable and says that the
+// transportError keeps a context's error recognisable and says whether
+// the request may have reached the server: not if the connection was never
+// made (refused, no route, unknown host: nothing was sent), else the
 // outcome is unknown.
 func (s *HTTPStore) transportError(ctx context.Context, err error) error {
 	if s.closed.Load() {
 		return leasehold.ErrClosed
 	}
+	var oe *net.OpError
+	dial := errors.As(err, &oe) && oe.Op == "dial"
 	if cerr := ctx.Err(); cerr != nil {
+		if dial {
+			return fmt.Errorf("leasehold server: %w while connecting (nothing was sent)", cerr)
+		}
 		return fmt.Errorf("leasehold server: %w (the outcome is unknown)", cerr)
+	}
+	if dial {
+		return fmt.Errorf("leasehold server not reached (nothing was sent): %w", err)
 	}
 	return fmt.Errorf("leasehold server unreachable (the outcome is unknown): %w", err)
 }
