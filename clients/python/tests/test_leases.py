@@ -71,6 +71,7 @@ class DelayProxy:
                     x.shutdown(2)
                 except OSError:
                     pass
+                x.close()
 
     def close(self) -> None:
         self.ln.close()
