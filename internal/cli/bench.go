@@ -14,6 +14,11 @@ func newBenchCmd(e *env) *cobra.Command {
 		Use:   "bench",
 		Short: "Measure leasehold against a reference engine on this machine",
 		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cmd.SetOut(e.stderr)
+			_ = cmd.Help()
+			return usagef("bench: missing subcommand")
+		},
 	}
 	cfg := serverbench.Config{}
 	srv := &cobra.Command{

@@ -13,14 +13,13 @@ func newBenchWorkflowCmd(e *env) *cobra.Command {
 	cfg := workflowbench.Config{}
 	cmd := &cobra.Command{
 		Use:   "workflow [flags]",
-		Short: "Run the 100-worker workflow experiment: every strategy beside the source document's",
-		Long: `Run the workflow experiment of source document 004 in one process: 100
-workers on one workflow instance, every strategy of package workflow
-(optimistic, pessimistic, lease, adaptive) on every engine at hand, and the
-document's own three strategies (its "optimistic" lock that takes FOR
-UPDATE, its pessimistic FOR UPDATE NOWAIT, its Redis SET NX lock with 3 tries
-100ms apart), ported as it describes them, as baselines on PostgreSQL (and
-Redis for the lock).
+		Short: "Run the 100-worker workflow experiment: every strategy beside three common baselines",
+		Long: `Run the workflow experiment in one process: 100 workers on one workflow
+instance, every strategy of package workflow (optimistic, pessimistic,
+lease, adaptive) on every engine at hand, and three common hand-written
+strategies as baselines: an "optimistic" lock that takes FOR UPDATE, a
+pessimistic FOR UPDATE NOWAIT, and a Redis SET NX lock with 3 tries 100ms
+apart, on PostgreSQL (and Redis for the lock).
 
 Two workloads: advance (each worker performs 20 transitions n → n+1,
 reading n first and asking again from the state it is told whenever the

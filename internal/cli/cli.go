@@ -86,6 +86,8 @@ type env struct {
 	// open opens a store from a URL; stores.Open unless a test says
 	// otherwise.
 	open func(ctx context.Context, url string) (leasehold.Store, error)
+	// connectTimeout is --connect-timeout (store.go, openStore).
+	connectTimeout connectTimeout
 }
 
 // Main runs the leasehold command with args (without the program name),
@@ -149,10 +151,21 @@ The store is named by a URL (--store), else by $` + stores.EnvStore + `, else it
 the default SQLite file (` + defaultPathHint() + `):
 
   sqlite:///var/lib/leasehold/leases.db   one file shared by the processes of a host
-  memory://                               in this process only (useful for "demo")`,
+  memory://                               in this process only (useful for "demo")
+  postgres://user@db.internal/leases      PostgreSQL (also postgresql://)
+  redis://127.0.0.1:6379/0                Redis, one instance (rediss:// for TLS)
+  dynamodb://TABLE?region=eu-west-1       a DynamoDB table ("leasehold store init")
+  etcd://10.0.0.1:2379                    etcd v3 (etcds:// for TLS)
+  http://127.0.0.1:7070                   a "leasehold serve" over HTTP (https://)
+  leasehold://127.0.0.1:7071              a "leasehold serve" over RESP (leaseholds://)
+
+The URL parameters of each engine are in docs/stores/ and docs/server.md.`,
 		Example: `  leasehold run backup/nightly -- /usr/local/bin/backup.sh
+  leasehold run -n -E 0 backup/nightly -- backup.sh   # skip quietly if running
+  leasehold hold deploy/prod                           # until Ctrl-C
   leasehold status
   leasehold demo --workers 3`,
+		Version:       versionLine(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -164,9 +177,12 @@ the default SQLite file (` + defaultPathHint() + `):
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
 	root.SetIn(e.stdin)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usagef("%v", err) })
+	root.PersistentFlags().Var(&e.connectTimeout, "connect-timeout", connectTimeoutUsage)
+	root.SetVersionTemplate("leasehold {{.Version}}\n")
+	root.SetFlagErrorFunc(flagError)
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newRunCmd(e), newElectCmd(e), newStatusCmd(e), newStoreCmd(e), newSfnCmd(e), newDemoCmd(e), newVersionCmd(e), newServeCmd(e), newBenchCmd(e))
+	root.AddCommand(newRunCmd(e), newElectCmd(e), newStatusCmd(e), newStoreCmd(e), newSfnCmd(e), newDemoCmd(e), newVersionCmd(e), newServeCmd(e), newBenchCmd(e),
+		newHoldCmd(e), newReleaseCmd(e), newForceReleaseCmd(e))
 	return root
 }
 
@@ -176,7 +192,7 @@ func newVersionCmd(e *env) *cobra.Command {
 		Short: "Print the version of leasehold",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, err := fmt.Fprintf(e.stdout, "leasehold %s\n", version())
+			_, err := fmt.Fprintf(e.stdout, "leasehold %s\n", versionLine())
 			return err
 		},
 	}
@@ -200,13 +216,4 @@ func defaultPathHint() string {
 		return "~/.local/share/leasehold/leases.db"
 	}
 	return p
-}
-
-// openStore opens the store named by the --store flag (empty: the default).
-func (e *env) openStore(ctx context.Context, url string) (leasehold.Store, error) {
-	s, err := e.open(ctx, url)
-	if err != nil {
-		return nil, classify(err, "open store")
-	}
-	return s, nil
 }

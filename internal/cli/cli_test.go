@@ -242,9 +242,16 @@ func TestStatus(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	r := newHarness(t).run("version")
-	if r.code != 0 || r.stdout != "leasehold "+version()+"\n" {
-		t.Errorf("version: code %d, stdout %q", r.code, r.stdout)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		r := newHarness(t).run(args...)
+		if r.code != 0 || r.stdout != "leasehold "+versionLine()+"\n" {
+			t.Errorf("%s: code %d, stdout %q", args[0], r.code, r.stdout)
+		}
+		// Built by "go test", the binary has no VCS stamp: the fields say
+		// so instead of being left empty.
+		if !strings.HasPrefix(r.stdout, "leasehold "+version()+" (commit ") || !strings.Contains(r.stdout, ", dated ") {
+			t.Errorf("%s: %q lacks the version, commit or date", args[0], r.stdout)
+		}
 	}
 }
 

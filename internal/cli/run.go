@@ -25,11 +25,14 @@ type runOptions struct {
 	ttl     time.Duration
 	wait    time.Duration
 	noWait  bool
-	owner   string
-	grace   time.Duration
-	data    string
-	name    string
-	command []string
+	// notAcquired is the exit code when the lease was not acquired
+	// (--conflict-exit-code; ExitNotAcquired by default).
+	notAcquired int
+	owner       string
+	grace       time.Duration
+	data        string
+	name        string
+	command     []string
 }
 
 const runLong = `Run takes the lease NAME, runs CMD with ARGS while holding it, and releases
@@ -117,7 +120,7 @@ const runExample = `  # Run the nightly backup unless another host is already ru
   leasehold run jobs/report -- sh -c 'generate-report --fence "$LEASEHOLD_TOKEN"'`
 
 func newRunCmd(e *env) *cobra.Command {
-	o := &runOptions{verb: "run"}
+	o := &runOptions{verb: "run", notAcquired: ExitNotAcquired}
 	cmd := &cobra.Command{
 		Use:     "run [flags] NAME -- CMD [ARGS...]",
 		Short:   "Run a command while holding a lease",
@@ -133,10 +136,9 @@ func newRunCmd(e *env) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.store, "store", "", "store URL (default $LEASEHOLD_STORE, else the default SQLite file)")
 	f.DurationVar(&o.ttl, "ttl", leasehold.DefaultTTL, "lease time to live; renewed every TTL/3 while CMD runs")
-	f.DurationVar(&o.wait, "wait", 0, "longest time to wait for the lease (0: wait forever)")
-	f.BoolVar(&o.noWait, "no-wait", false, "try once; exit 75 at once if the lease is held")
+	o.waitFlags(cmd)
 	f.StringVar(&o.owner, "owner", "", "owner identity (default HOSTNAME/PID/RANDOM)")
-	f.DurationVar(&o.grace, "grace", 0, "SIGTERM CMD this long before the lease's deadline if no renewal was confirmed (default TTL/3; must be < TTL*0.99 - 5ms - TTL/3)")
+	f.DurationVar(&o.grace, "grace", 0, "SIGTERM CMD this long before the lease's deadline if no renewal was confirmed (default TTL/3, or half the renewal window if TTL/3 is not inside it; must be < TTL*0.99 - 5ms - TTL/3)")
 	f.StringVar(&o.data, "data", "", "data to attach to the lease (shown by status --json)")
 	f.IntVar(&o.permits, "permits", 0, "take one of N permits of NAME instead of NAME itself: at most N commands run at once (a semaphore)")
 	return cmd
@@ -158,6 +160,17 @@ func (o *runOptions) parse(cmd *cobra.Command, args []string) error {
 		return usagef("%s: missing command after --", o.verb)
 	}
 	o.name, o.command = args[0], args[1:]
+	if err := o.check(cmd); err != nil {
+		return err
+	}
+	if _, err := exec.LookPath(o.command[0]); err != nil {
+		return startError(o.command[0], err)
+	}
+	return nil
+}
+
+// check validates the flags and o.name without touching the store.
+func (o *runOptions) check(cmd *cobra.Command) error {
 	if err := leasehold.ValidateName(o.name); err != nil {
 		return usagef("%s: %v", o.verb, err)
 	}
@@ -170,13 +183,16 @@ func (o *runOptions) parse(cmd *cobra.Command, args []string) error {
 	if o.noWait && cmd.Flags().Changed("wait") {
 		return usagef("%s: --wait and --no-wait exclude each other", o.verb)
 	}
+	if o.notAcquired < 0 || o.notAcquired > 255 {
+		return usagef("%s: --conflict-exit-code %d must be in [0, 255]", o.verb, o.notAcquired)
+	}
 	if cmd.Flags().Changed("owner") {
 		if err := leasehold.ValidateOwner(o.owner); err != nil {
 			return usagef("%s: --owner: %v", o.verb, err)
 		}
 	}
 	if !cmd.Flags().Changed("grace") {
-		o.grace = o.ttl / 3
+		o.grace = defaultGrace(o.ttl)
 	}
 	if w := leasehold.RenewalWindow(o.ttl); o.grace <= 0 || o.grace >= w {
 		return usagef("%s: --grace %s must be more than 0 and less than the renewal window TTL*0.99 - 5ms - TTL/3 (%s)", o.verb, o.grace, w)
@@ -187,10 +203,26 @@ func (o *runOptions) parse(cmd *cobra.Command, args []string) error {
 	if err := leasehold.ValidateData([]byte(o.data)); err != nil {
 		return usagef("%s: --data: %v", o.verb, err)
 	}
-	if _, err := exec.LookPath(o.command[0]); err != nil {
-		return startError(o.command[0], err)
-	}
 	return nil
+}
+
+// waitFlags adds the flags that say how long to wait for the lease and
+// what to exit with when it was not acquired (run and hold).
+func (o *runOptions) waitFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.DurationVarP(&o.wait, "wait", "w", 0, "longest time to wait for the lease (0: wait forever)")
+	f.BoolVarP(&o.noWait, "no-wait", "n", false, "try once; exit at once (75, or -E's code) if the lease is held")
+	f.IntVarP(&o.notAcquired, "conflict-exit-code", "E", ExitNotAcquired, "exit code when the lease was not acquired (--no-wait found it held, --wait timed out)")
+}
+
+// defaultGrace is --grace when it is not given: TTL/3 where that is inside
+// the renewal window (TTLs above about 16ms), else half the window (short
+// TTLs, down to the 10ms minimum).
+func defaultGrace(ttl time.Duration) time.Duration {
+	if w := leasehold.RenewalWindow(ttl); ttl/3 >= w {
+		return w / 2
+	}
+	return ttl / 3
 }
 
 // startError maps a failure to find or start the command to 127 or 126.
@@ -276,7 +308,7 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 	case !errors.As(err, &held):
 		return nil, classify(err, "acquire %s", o.name)
 	case o.noWait:
-		return nil, exitf(ExitNotAcquired, "%s is held by %s (token %d, expires in %s)",
+		return nil, exitf(o.notAcquired, "%s is held by %s (token %d, expires in %s)",
 			o.name, held.Owner, held.Token, roundDuration(held.Remaining))
 	}
 
@@ -325,10 +357,10 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 		return nil, exitf(ExitInternal, "%s: cancelled while waiting for %s", o.verb, o.name)
 	case errors.Is(cause, errWaitTimeout):
 		if held := ws.last(); held != nil {
-			return nil, exitf(ExitNotAcquired, "gave up waiting for %s after %s: held by %s (token %d)",
+			return nil, exitf(o.notAcquired, "gave up waiting for %s after %s: held by %s (token %d)",
 				o.name, o.wait, held.Owner, held.Token)
 		}
-		return nil, exitf(ExitNotAcquired, "gave up waiting for %s after %s", o.name, o.wait)
+		return nil, exitf(o.notAcquired, "gave up waiting for %s after %s", o.name, o.wait)
 	}
 	return nil, classify(err, "acquire %s", o.name)
 }

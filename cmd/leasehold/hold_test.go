@@ -1,0 +1,222 @@
+//go:build unix
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// holdStores returns the stores the hold/release tests run on: a SQLite
+// file and a `leasehold serve` over HTTP.
+func holdStores(t *testing.T) map[string]string {
+	t.Helper()
+	sq, _ := newStore(t)
+	srv, _ := startServer(t, filepath.Join(t.TempDir(), "data"), freeAddr(t))
+	return map[string]string{"sqlite": sq, "serve": srv}
+}
+
+// holder is a running "leasehold hold --json".
+type holder struct {
+	cmd   *exec.Cmd
+	grant struct {
+		Name, Lease, Owner string
+		Token              uint64
+		TTLMS              int64 `json:"ttl_ms"`
+		Deadline           string
+	}
+	done chan int // the exit code, once it exited
+}
+
+// startHold starts "hold --json" with args and waits for its grant line.
+func startHold(t *testing.T, store string, args ...string) *holder {
+	t.Helper()
+	h := &holder{done: make(chan int, 1)}
+	h.cmd = leasehold(context.Background(), append([]string{"hold", "--json", "--store", store}, args...)...)
+	out, err := h.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	startGroup(t, h.cmd)
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		lines <- line
+		h.done <- exitCode(h.cmd.Wait())
+	}()
+	select {
+	case line := <-lines:
+		if err := json.Unmarshal([]byte(line), &h.grant); err != nil {
+			t.Fatalf("hold --json printed %q: %v", line, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("hold printed no grant within 30s")
+	}
+	return h
+}
+
+// wait returns hold's exit code, failing after a generous limit.
+func (h *holder) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case code := <-h.done:
+		return code
+	case <-time.After(30 * time.Second):
+		t.Fatal("hold did not exit within 30s")
+		return -1
+	}
+}
+
+// runLH runs the binary to the end and returns its exit code and output.
+func runLH(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := leasehold(ctx, args...).CombinedOutput()
+	return exitCode(err), string(out)
+}
+
+func heldBy(t *testing.T, store, name string) (leaseJSON, bool) {
+	t.Helper()
+	for _, l := range status(t, store, name) {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return leaseJSON{}, false
+}
+
+// TestHoldRelease holds a lease with "hold", sees run -n refused (with the
+// default and a -E exit code), a release with the wrong token refused with
+// nothing changed, then releases it with the right owner and token; the
+// holder learns at its next renewal and exits 76.
+func TestHoldRelease(t *testing.T) {
+	for kind, store := range holdStores(t) {
+		t.Run(kind, func(t *testing.T) {
+			h := startHold(t, store, "--ttl", "3s", "--owner", "tester/1", "hr/a")
+			if h.grant.Name != "hr/a" || h.grant.Owner != "tester/1" || h.grant.Token == 0 || h.grant.TTLMS != 3000 {
+				t.Fatalf("grant %+v", h.grant)
+			}
+			if _, err := time.Parse(time.RFC3339Nano, h.grant.Deadline); err != nil {
+				t.Errorf("deadline %q: %v", h.grant.Deadline, err)
+			}
+			if code, out := runLH(t, "run", "-n", "--store", store, "hr/a", "--", "true"); code != 75 || !strings.Contains(out, "tester/1") {
+				t.Errorf("run -n on a held lease: exit %d, want 75\n%s", code, out)
+			}
+			if code, out := runLH(t, "run", "-n", "-E", "3", "--store", store, "hr/a", "--", "true"); code != 3 {
+				t.Errorf("run -n -E 3 on a held lease: exit %d, want 3\n%s", code, out)
+			}
+			tok := strconv.FormatUint(h.grant.Token, 10)
+			wrong := strconv.FormatUint(h.grant.Token+1, 10)
+			if code, out := runLH(t, "release", "--store", store, "hr/a", "--owner", "tester/1", "--token", wrong); code != 76 || !strings.Contains(out, "not held") {
+				t.Errorf("release with a wrong token: exit %d, want 76\n%s", code, out)
+			}
+			if l, ok := heldBy(t, store, "hr/a"); !ok || l.Token != h.grant.Token {
+				t.Fatalf("after a refused release: held=%v %+v, want still token %d", ok, l, h.grant.Token)
+			}
+			if code, out := runLH(t, "release", "--store", store, "hr/a", "--owner", "tester/1", "--token", "x1"); code != 64 {
+				t.Errorf("release --token x1: exit %d, want 64\n%s", code, out)
+			}
+			if code, out := runLH(t, "release", "--store", store, "hr/a", "--owner", "tester/1", "--token", tok); code != 0 {
+				t.Fatalf("release: exit %d\n%s", code, out)
+			}
+			if _, ok := heldBy(t, store, "hr/a"); ok {
+				t.Error("still held after release")
+			}
+			if code := h.wait(t); code != 76 {
+				t.Errorf("hold after its lease was released: exit %d, want 76", code)
+			}
+		})
+	}
+}
+
+// TestHoldInterrupt: SIGTERM and SIGINT make hold release and exit 0.
+func TestHoldInterrupt(t *testing.T) {
+	store, _ := newStore(t)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		h := startHold(t, store, "hi/a")
+		if err := h.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		if code := h.wait(t); code != 0 {
+			t.Errorf("hold after %s: exit %d, want 0", sig, code)
+		}
+		if _, ok := heldBy(t, store, "hi/a"); ok {
+			t.Errorf("still held after hold got %s", sig)
+		}
+	}
+}
+
+// TestHoldWait: a second hold with -w gives up with 75 (or -E's code), and
+// -n and -w together are refused.
+func TestHoldWait(t *testing.T) {
+	store, _ := newStore(t)
+	h := startHold(t, store, "hw/a")
+	if code, out := runLH(t, "hold", "-w", "200ms", "--store", store, "hw/a"); code != 75 || !strings.Contains(out, "gave up waiting") {
+		t.Errorf("hold -w 200ms: exit %d, want 75\n%s", code, out)
+	}
+	if code, out := runLH(t, "hold", "-w", "200ms", "-E", "9", "--store", store, "hw/a"); code != 9 {
+		t.Errorf("hold -w 200ms -E 9: exit %d, want 9\n%s", code, out)
+	}
+	if code, out := runLH(t, "hold", "-n", "-w", "1s", "--store", store, "hw/a"); code != 64 {
+		t.Errorf("hold -n -w: exit %d, want 64\n%s", code, out)
+	}
+	if code, out := runLH(t, "hold", "-E", "256", "--store", store, "hw/b"); code != 64 {
+		t.Errorf("hold -E 256: exit %d, want 64\n%s", code, out)
+	}
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	if code := h.wait(t); code != 0 {
+		t.Errorf("hold after SIGTERM: exit %d", code)
+	}
+}
+
+// TestReleaseFromRunEnv: a command started by run releases its own lease
+// with "leasehold release NAME" from LEASEHOLD_OWNER and LEASEHOLD_TOKEN.
+func TestReleaseFromRunEnv(t *testing.T) {
+	store, _ := newStore(t)
+	script := `"$1" release --store "$2" "$LEASEHOLD_NAME"; echo "release=$?"`
+	code, out := runLH(t, "run", "--store", store, "re/a", "--", "sh", "-c", script, "sh", bin, store)
+	if !strings.Contains(out, "release=0") {
+		t.Fatalf("release from run's command did not succeed (run exit %d)\n%s", code, out)
+	}
+	if _, ok := heldBy(t, store, "re/a"); ok {
+		t.Error("still held after the command released it")
+	}
+}
+
+// TestForceRelease: refused without a terminal and without --yes (nothing
+// changed); with --yes the holder loses the lease (hold exits 76); again on
+// a free lease: 76, not held.
+func TestForceRelease(t *testing.T) {
+	for kind, store := range holdStores(t) {
+		t.Run(kind, func(t *testing.T) {
+			h := startHold(t, store, "--ttl", "3s", "fr/a")
+			if code, out := runLH(t, "force-release", "--store", store, "fr/a"); code != 64 || !strings.Contains(out, "--yes") {
+				t.Errorf("force-release without a terminal: exit %d, want 64\n%s", code, out)
+			}
+			if l, ok := heldBy(t, store, "fr/a"); !ok || l.Token != h.grant.Token {
+				t.Fatalf("after a refused force-release: held=%v %+v", ok, l)
+			}
+			if code, out := runLH(t, "force-release", "--yes", "--store", store, "fr/a"); code != 0 || !strings.Contains(out, h.grant.Owner) {
+				t.Fatalf("force-release --yes: exit %d\n%s", code, out)
+			}
+			if _, ok := heldBy(t, store, "fr/a"); ok {
+				t.Error("still held after force-release")
+			}
+			if code := h.wait(t); code != 76 {
+				t.Errorf("hold after force-release: exit %d, want 76", code)
+			}
+			if code, out := runLH(t, "force-release", "--yes", "--store", store, "fr/a"); code != 76 || !strings.Contains(out, "not held") {
+				t.Errorf("force-release of a free lease: exit %d, want 76\n%s", code, out)
+			}
+		})
+	}
+}

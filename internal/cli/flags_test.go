@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/leasehold/leasehold"
+)
+
+// TestFlagDidYouMean: a mistyped flag is a usage error that names the
+// nearest flag of the command; a flag far from all gets no suggestion.
+func TestFlagDidYouMean(t *testing.T) {
+	h := newHarness(t)
+	cases := []struct {
+		args []string
+		want string // "" for no suggestion
+	}{
+		{[]string{"run", "--wiat", "1s", "a", "--", "true"}, "--wait"},
+		{[]string{"run", "--no-wiat", "a", "--", "true"}, "--no-wait"},
+		{[]string{"run", "--permit", "2", "a", "--", "true"}, "--permits"},
+		{[]string{"hold", "--tll", "1s", "a"}, "--ttl"},
+		{[]string{"status", "--jsno"}, "--json"},
+		{[]string{"release", "--tokn", "1", "a"}, "--token"},
+		{[]string{"run", "--zzzzzzzz", "a", "--", "true"}, ""},
+	}
+	for _, c := range cases {
+		r := h.run(c.args...)
+		if r.code != ExitUsage {
+			t.Errorf("%q: exit %d, want %d", c.args, r.code, ExitUsage)
+		}
+		got := strings.Contains(r.stderr, "Did you mean")
+		if c.want == "" && got {
+			t.Errorf("%q: unexpected suggestion:\n%s", c.args, r.stderr)
+		}
+		if c.want != "" && !strings.Contains(r.stderr, "Did you mean "+c.want+"?") {
+			t.Errorf("%q: no suggestion of %s:\n%s", c.args, c.want, r.stderr)
+		}
+	}
+}
+
+// TestFlagShortForms: -n, -w and -E on run mean --no-wait, --wait and
+// --conflict-exit-code.
+func TestFlagShortForms(t *testing.T) {
+	h := newHarness(t)
+	h.hold("a", "other")
+	if r := h.run("run", "--store", h.url, "-n", "a", "--", "true"); r.code != ExitNotAcquired || !strings.Contains(r.stderr, "held by other") {
+		t.Errorf("run -n: exit %d, want %d; stderr %q", r.code, ExitNotAcquired, r.stderr)
+	}
+	if r := h.run("run", "--store", h.url, "-n", "-E", "0", "a", "--", "true"); r.code != 0 || !strings.Contains(r.stderr, "held by other") {
+		t.Errorf("run -n -E 0: exit %d, want 0; stderr %q", r.code, r.stderr)
+	}
+	if r := h.run("run", "--store", h.url, "-w", "100ms", "-E", "12", "a", "--", "true"); r.code != 12 || !strings.Contains(r.stderr, "gave up waiting") {
+		t.Errorf("run -w 100ms -E 12: exit %d, want 12; stderr %q", r.code, r.stderr)
+	}
+	for _, bad := range []string{"-1", "256"} {
+		if r := h.run("run", "--store", h.url, "-n", "-E", bad, "b", "--", "true"); r.code != ExitUsage {
+			t.Errorf("run -E %s: exit %d, want %d", bad, r.code, ExitUsage)
+		}
+	}
+	if l, err := h.store().Get(t.Context(), "b"); err == nil {
+		t.Errorf("a refused -E took the lease: %+v", l)
+	}
+}
+
+// TestGraceDerivedFromTTL: without --grace, every TTL from the 10ms
+// minimum up gets a grace inside its renewal window, and the usual
+// TTL/3 where that fits.
+func TestGraceDerivedFromTTL(t *testing.T) {
+	for _, ttl := range []time.Duration{leasehold.MinTTL, 11 * time.Millisecond, 16 * time.Millisecond, 50 * time.Millisecond, time.Second, leasehold.DefaultTTL} {
+		g, w := defaultGrace(ttl), leasehold.RenewalWindow(ttl)
+		if g <= 0 || g >= w {
+			t.Errorf("ttl %s: grace %s not in (0, %s)", ttl, g, w)
+		}
+	}
+	if g := defaultGrace(30 * time.Second); g != 10*time.Second {
+		t.Errorf("ttl 30s: grace %s, want 10s", g)
+	}
+	// The command no longer fails on a --grace the user never gave.
+	h := newHarness(t)
+	r := h.run("run", "--store", h.url, "--ttl", "10ms", "a", "--", "true")
+	if r.code == ExitUsage || strings.Contains(r.stderr, "--grace") {
+		t.Errorf("run --ttl 10ms: exit %d; stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestHelpBareParents: a parent command without a subcommand prints its
+// help on stderr and exits 64, as the bare root does.
+func TestHelpBareParents(t *testing.T) {
+	h := newHarness(t)
+	for _, args := range [][]string{{}, {"store"}, {"bench"}} {
+		r := h.run(args...)
+		if r.code != ExitUsage || !strings.Contains(r.stderr, "Usage:") || r.stdout != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr:\n%s", args, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+// TestHelpListsSchemes: the top-level help names every store scheme and
+// the new commands; no help text mentions "source document".
+func TestHelpListsSchemes(t *testing.T) {
+	h := newHarness(t)
+	r := h.run("--help")
+	for _, want := range []string{"sqlite://", "memory://", "postgres://", "redis://", "rediss://", "dynamodb://",
+		"etcd://", "etcds://", "http://", "https://", "leasehold://", "leaseholds://", "hold", "release", "force-release"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("leasehold --help lacks %q", want)
+		}
+	}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		text := c.Short + c.Long + c.Example
+		c.Flags().VisitAll(func(f *pflag.Flag) { text += f.Usage })
+		if strings.Contains(strings.ToLower(text), "source document") {
+			t.Errorf("%s --help mentions a source document", c.CommandPath())
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRoot(&env{}))
+}

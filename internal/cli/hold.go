@@ -1,0 +1,157 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold"
+)
+
+const holdLong = `Hold takes the lease NAME and keeps it (renewing it every TTL/3) until
+leasehold gets SIGINT (Ctrl-C) or SIGTERM, then releases it and exits 0.
+It is "leasehold run" without a command, for a shell: hold a lease in one
+terminal while you work in another, or hold it from a script that
+releases it later with "leasehold release".
+
+Once the lease is held, hold prints one line to stdout with the lease's
+name, owner, fencing token and deadline (the deadline moves on with every
+renewal); with --json it prints one JSON object instead:
+
+  {"name":"deploy/prod","lease":"deploy/prod","owner":"host/123/abc",
+   "token":7,"ttl_ms":30000,"deadline":"2026-12-01T16:00:30.5Z"}
+
+("lease" is the permit's own lease, NAME/permit/I, with --permits.)
+
+Waiting works as for "run": by default hold waits as long as it takes,
+-w/--wait bounds the wait, -n/--no-wait makes one attempt.
+
+Exit codes:
+  0        released after SIGINT or SIGTERM
+  64       usage error (nothing is written to the store)
+  70       store or internal error
+  75       lease not acquired: --no-wait found it held, or --wait timed out
+           (-E/--conflict-exit-code sets another code)
+  76       lease lost: a renewal was refused or not confirmed in time
+  128+N    a signal N ended the wait for the lease`
+
+const holdExample = `  # Hold deploy/prod until Ctrl-C.
+  leasehold hold deploy/prod
+
+  # From a script: hold in the background, read the grant, release later.
+  leasehold hold --json --owner "$(hostname)/deploy" deploy/prod > grant.json &
+  ...
+  leasehold release deploy/prod --owner "$(hostname)/deploy" --token "$(jq .token grant.json)"`
+
+// holdJSON is what "hold --json" prints once the lease is held.
+type holdJSON struct {
+	Name     string `json:"name"`
+	Lease    string `json:"lease"`
+	Owner    string `json:"owner"`
+	Token    uint64 `json:"token"`
+	TTLMS    int64  `json:"ttl_ms"`
+	Deadline string `json:"deadline"`
+}
+
+func newHoldCmd(e *env) *cobra.Command {
+	o := &runOptions{verb: "hold", notAcquired: ExitNotAcquired}
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:     "hold [flags] NAME",
+		Short:   "Hold a lease until interrupted (Ctrl-C), keeping it alive",
+		Long:    holdLong,
+		Example: holdExample,
+		Args:    cobra.ExactArgs(1),
+		RunE: wrapRun(func(cmd *cobra.Command, args []string) error {
+			o.name = args[0]
+			if err := o.check(cmd); err != nil {
+				return err
+			}
+			return o.hold(cmd.Context(), e, asJSON)
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.store, "store", "", "store URL (default $LEASEHOLD_STORE, else the default SQLite file)")
+	f.DurationVar(&o.ttl, "ttl", leasehold.DefaultTTL, "lease time to live; renewed every TTL/3")
+	o.waitFlags(cmd)
+	f.StringVar(&o.owner, "owner", "", "owner identity (default HOSTNAME/PID/RANDOM)")
+	f.StringVar(&o.data, "data", "", "data to attach to the lease (shown by status --json)")
+	f.IntVar(&o.permits, "permits", 0, "take one of N permits of NAME instead of NAME itself (a semaphore)")
+	f.BoolVar(&asJSON, "json", false, "print the grant as one JSON object (once held)")
+	return cmd
+}
+
+// hold acquires the lease, reports it and keeps it until SIGINT or SIGTERM
+// (released, nil) or until it is lost (exit 76).
+func (o *runOptions) hold(ctx context.Context, e *env, asJSON bool) error {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	store, err := e.openStore(ctx, o.store)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	var opts []leasehold.Option
+	if o.owner != "" {
+		opts = append(opts, leasehold.WithOwner(o.owner))
+	}
+	client, err := leasehold.New(store, opts...)
+	if err != nil {
+		return classify(err, "hold")
+	}
+	lease, err := o.acquire(ctx, e, client, sigs)
+	if err != nil {
+		return err
+	}
+	deadline := lease.Deadline()
+	if asJSON {
+		b, _ := json.Marshal(holdJSON{
+			Name: o.name, Lease: lease.Name(), Owner: lease.Owner(), Token: lease.Token(),
+			TTLMS: lease.TTL().Milliseconds(), Deadline: deadline.UTC().Format(time.RFC3339Nano),
+		})
+		fmt.Fprintf(e.stdout, "%s\n", b)
+	} else {
+		what := o.name
+		if lease.Name() != o.name {
+			what = fmt.Sprintf("%s (permit %s)", o.name, lease.Name())
+		}
+		fmt.Fprintf(e.stdout, "holding %s as %s, token %d; deadline %s, renewed every %s; Ctrl-C releases it\n",
+			what, lease.Owner(), lease.Token(), deadline.Local().Format("15:04:05.000"), shortDuration(lease.TTL()/3))
+	}
+
+	select {
+	case sig := <-sigs:
+		if err := releaseLease(lease); err != nil {
+			if errors.Is(err, leasehold.ErrLost) {
+				return exitf(ExitLost, "hold: %s lost before the release: %v", o.name, err)
+			}
+			return exitf(ExitInternal, "hold: %v", err)
+		}
+		fmt.Fprintf(e.stderr, "leasehold: %s: released %s (token %d)\n", sig, lease.Name(), lease.Token())
+		return nil
+	case <-lease.Done():
+		_ = releaseLease(lease)
+		return exitf(ExitLost, "hold: lost %s (token %d): %v", lease.Name(), lease.Token(), lease.Err())
+	case <-ctx.Done():
+		_ = releaseLease(lease)
+		return exitf(ExitInternal, "hold: cancelled")
+	}
+}
+
+// shortDuration rounds d for display like roundDuration, but to the
+// millisecond under a second (short TTLs).
+func shortDuration(d time.Duration) time.Duration {
+	if d < time.Second {
+		return d.Round(time.Millisecond)
+	}
+	return roundDuration(d)
+}

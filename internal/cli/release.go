@@ -1,0 +1,202 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/leasehold/leasehold"
+)
+
+const releaseLong = `Release frees the lease NAME, checked by owner and fencing token: it is
+released only if that owner holds it with that token, so a release can
+never free a later holder's grant.
+
+The owner and token come from --owner and --token, else from
+$LEASEHOLD_OWNER and $LEASEHOLD_TOKEN, which "run" and "elect" set for
+their command (so a command can release its own lease early). For a
+permit of a semaphore, NAME is the permit's lease (NAME/permit/I, in
+$LEASEHOLD_PERMIT); given the semaphore's NAME, release uses
+$LEASEHOLD_PERMIT when it names one of NAME's permits.
+
+Releasing a grant that was already released by this owner again succeeds
+(while the store remembers it). The holder, if it is a "hold" or "run",
+learns of the release at its next renewal and exits 76 (for "run", after
+stopping its command).
+
+Exit codes:
+  0   released
+  64  usage error: bad name, owner or token, or none given (nothing changed)
+  70  store or internal error
+  76  not held by that owner and token: never granted to it, expired and
+      taken over, or released by someone else (nothing changed)`
+
+const forceReleaseLong = `Force-release frees the lease NAME whoever holds it: an operator's tool
+for a holder that is stuck. The holder is not told; it learns at its next
+renewal (and "run" then stops its command and exits 76). Anyone relying on
+the lease's fencing token is still protected: the next grant gets a greater
+token.
+
+On a terminal it shows the holder and asks for confirmation; --yes skips
+the question. Without a terminal it refuses unless --yes is given.
+
+Through the lease server (http://, https://, leasehold://, leaseholds://)
+this is the server's force-release (it needs admin access when the server
+has auth on). On a store used directly (sqlite, memory, postgres, redis,
+dynamodb, etcd) it releases the holder's grant by its owner and token as
+read just before: if the lease changed hands in between, nothing is
+released and it says so.
+
+Exit codes:
+  0   released
+  64  usage error, or no terminal to confirm on and no --yes (nothing changed)
+  70  store or internal error
+  76  not held (nothing to release), or the holder changed before the
+      release (nothing changed)`
+
+// forceReleaser is implemented by the stores that talk to the lease server.
+type forceReleaser interface {
+	ForceRelease(ctx context.Context, name string) (leasehold.Record, error)
+}
+
+func newReleaseCmd(e *env) *cobra.Command {
+	var store, owner, token string
+	cmd := &cobra.Command{
+		Use:   "release [flags] NAME",
+		Short: "Release a lease held by an owner with a token",
+		Long:  releaseLong,
+		Example: `  # In a command started by "leasehold run": release early.
+  leasehold release "$LEASEHOLD_NAME"
+
+  leasehold release deploy/prod --owner web1/deploy --token 7`,
+		Args: cobra.ExactArgs(1),
+		RunE: wrapRun(func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if !cmd.Flags().Changed("owner") {
+				owner = os.Getenv("LEASEHOLD_OWNER")
+			}
+			if !cmd.Flags().Changed("token") {
+				token = os.Getenv("LEASEHOLD_TOKEN")
+				if p := os.Getenv("LEASEHOLD_PERMIT"); strings.HasPrefix(p, name+"/permit/") {
+					name = p
+				}
+			}
+			if owner == "" {
+				return usagef("release: no owner: give --owner or set $LEASEHOLD_OWNER")
+			}
+			if token == "" {
+				return usagef("release: no token: give --token or set $LEASEHOLD_TOKEN")
+			}
+			tok, err := strconv.ParseUint(token, 10, 64)
+			if err != nil || tok == 0 {
+				return usagef("release: token %q is not a fencing token (a decimal number above 0)", token)
+			}
+			if err := leasehold.ValidateHolder(name, owner, tok); err != nil {
+				return usagef("release: %v", err)
+			}
+			s, err := e.openStore(cmd.Context(), store)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			err = s.Release(cmd.Context(), name, owner, tok)
+			switch {
+			case errors.Is(err, leasehold.ErrNotHeld):
+				return exitf(ExitLost, "release: %s is not held by %s with token %d (it expired and was taken over, was released, or never was theirs); nothing changed", name, owner, tok)
+			case err != nil:
+				return classify(err, "release %s", name)
+			}
+			fmt.Fprintf(e.stderr, "leasehold: released %s (owner %s, token %d)\n", name, owner, tok)
+			return nil
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&store, "store", "", "store URL (default $LEASEHOLD_STORE, else the default SQLite file)")
+	f.StringVar(&owner, "owner", "", "the holder's owner identity (default $LEASEHOLD_OWNER)")
+	f.StringVar(&token, "token", "", "the holder's fencing token (default $LEASEHOLD_TOKEN)")
+	return cmd
+}
+
+func newForceReleaseCmd(e *env) *cobra.Command {
+	var store string
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "force-release [flags] NAME",
+		Short: "Free a lease whoever holds it (operators; asks first)",
+		Long:  forceReleaseLong,
+		Example: `  leasehold force-release deploy/prod
+  leasehold force-release --yes --store http://leases.internal:7070 deploy/prod`,
+		Args: cobra.ExactArgs(1),
+		RunE: wrapRun(func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if err := leasehold.ValidateName(name); err != nil {
+				return usagef("force-release: %v", err)
+			}
+			in, interactive := e.terminalIn()
+			if !yes && !interactive {
+				return usagef("force-release: no terminal to confirm on; give --yes to release %s without asking", name)
+			}
+			ctx := cmd.Context()
+			s, err := e.openStore(ctx, store)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			rec, err := s.Get(ctx, name)
+			switch {
+			case errors.Is(err, leasehold.ErrNotFound):
+				return exitf(ExitLost, "force-release: %s is not held; nothing to release", name)
+			case err != nil:
+				return classify(err, "force-release %s", name)
+			}
+			if !yes {
+				fmt.Fprintf(e.stderr, "Force-release %s, held by %s (token %d, expires in %s)? [y/N] ",
+					name, rec.Owner, rec.Token, roundDuration(rec.Remaining))
+				line, _ := bufio.NewReader(in).ReadString('\n')
+				if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+					return usagef("force-release: not confirmed; nothing changed")
+				}
+			}
+			if fr, ok := s.(forceReleaser); ok {
+				rec, err = fr.ForceRelease(ctx, name)
+				switch {
+				case errors.Is(err, leasehold.ErrNotFound):
+					return exitf(ExitLost, "force-release: %s is not held any more; nothing to release", name)
+				case err != nil:
+					return classify(err, "force-release %s", name)
+				}
+			} else {
+				err = s.Release(ctx, name, rec.Owner, rec.Token)
+				switch {
+				case errors.Is(err, leasehold.ErrNotHeld):
+					return exitf(ExitLost, "force-release: %s changed hands (or expired) after it was read as held by %s with token %d; nothing changed", name, rec.Owner, rec.Token)
+				case err != nil:
+					return classify(err, "force-release %s", name)
+				}
+			}
+			fmt.Fprintf(e.stderr, "leasehold: force-released %s (was held by %s, token %d)\n", name, rec.Owner, rec.Token)
+			return nil
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&store, "store", "", "store URL (default $LEASEHOLD_STORE, else the default SQLite file)")
+	f.BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation (needed without a terminal)")
+	return cmd
+}
+
+// terminalIn returns stdin and whether both it and stderr (where the
+// question goes) are terminals.
+func (e *env) terminalIn() (*os.File, bool) {
+	f, ok := e.stdin.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) || terminalFD(e.stderr) < 0 {
+		return nil, false
+	}
+	return f, true
+}

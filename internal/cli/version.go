@@ -1,0 +1,99 @@
+package cli
+
+import (
+	"fmt"
+	"runtime/debug"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// versionLine is what "leasehold version" and "leasehold --version" print
+// after "leasehold ": the version, the VCS commit and its date as the
+// build recorded them, "unknown" for what it did not (a build with
+// -buildvcs=false records neither).
+func versionLine() string {
+	commit, date, modified := "unknown", "unknown", false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				commit = s.Value
+			case "vcs.time":
+				date = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	if modified {
+		commit += "+modified"
+	}
+	return fmt.Sprintf("%s (commit %s, dated %s)", version(), commit, date)
+}
+
+// flagError makes cobra's flag errors usage errors, with a suggestion for
+// an unknown flag that is close to one the command has.
+func flagError(cmd *cobra.Command, err error) error {
+	msg := err.Error()
+	var bad string
+	switch {
+	case strings.HasPrefix(msg, "unknown flag: --"):
+		bad = strings.TrimPrefix(msg, "unknown flag: --")
+	case strings.HasPrefix(msg, "unknown shorthand flag: "):
+		// "unknown shorthand flag: 'x' in -xyz": suggest for the whole word
+		if i := strings.LastIndex(msg, " in -"); i >= 0 {
+			bad = msg[i+len(" in -"):]
+		}
+	}
+	if bad != "" {
+		if s := suggestFlag(cmd, bad); s != "" {
+			return usagef("%v\nDid you mean --%s?", err, s)
+		}
+	}
+	return usagef("%v", err)
+}
+
+// suggestFlag returns the name of cmd's flag nearest to bad (an edit
+// distance of at most 2, or bad a prefix of it), or "".
+func suggestFlag(cmd *cobra.Command, bad string) string {
+	bad = strings.ToLower(strings.SplitN(bad, "=", 2)[0])
+	best, bestD := "", 3
+	visit := func(f *pflag.Flag) {
+		if f.Hidden {
+			return
+		}
+		d := editDistance(bad, f.Name)
+		if len(bad) >= 2 && strings.HasPrefix(f.Name, bad) {
+			d = min(d, 1)
+		}
+		if d < bestD {
+			best, bestD = f.Name, d
+		}
+	}
+	cmd.Flags().VisitAll(visit)
+	cmd.InheritedFlags().VisitAll(visit)
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
