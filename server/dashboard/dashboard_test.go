@@ -64,13 +64,20 @@ type browser struct {
 
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
+	return newBrowserAt(t, 1280, 800)
+}
+
+// newBrowserAt opens a tab in a window of width × height CSS pixels
+// (Chromium's --window-size).
+func newBrowserAt(t *testing.T, width, height int) *browser {
+	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium(t)),
 		chromedp.Headless,
 		chromedp.NoSandbox, // the tests run as root
 		chromedp.DisableGPU,
 		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(1280, 800),
+		chromedp.WindowSize(width, height),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(actx)
@@ -366,7 +373,7 @@ func testDashboard(t *testing.T, be server.Backend) {
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}
-	checkScreenshot(t, shot)
+	checkScreenshot(t, shot, 800)
 }
 
 // TestDashboardWithAuth: the page asks for a token on 401, uses it for the
@@ -431,9 +438,10 @@ func TestDashboardWithAuth(t *testing.T) {
 	}
 }
 
-// checkScreenshot checks that shot is a PNG of a drawn page (not blank)
-// and keeps it in a temporary directory and in LEASEHOLD_SCREENSHOT_DIR.
-func checkScreenshot(t *testing.T, shot []byte) {
+// checkScreenshot checks that shot is a PNG of a drawn page (not blank), at
+// least minWidth pixels wide, and keeps it in a temporary directory and in
+// LEASEHOLD_SCREENSHOT_DIR.
+func checkScreenshot(t *testing.T, shot []byte, minWidth int) {
 	t.Helper()
 	for _, dir := range []string{t.TempDir(), os.Getenv("LEASEHOLD_SCREENSHOT_DIR")} {
 		if dir == "" {
@@ -451,7 +459,7 @@ func checkScreenshot(t *testing.T, shot []byte) {
 		t.Fatalf("the screenshot is not a PNG: %v", err)
 	}
 	bounds := img.Bounds()
-	if bounds.Dx() < 800 || bounds.Dy() < 400 || bounds.Dx() > 10000 || bounds.Dy() > 20000 {
+	if bounds.Dx() < minWidth || bounds.Dy() < 400 || bounds.Dx() > 10000 || bounds.Dy() > 20000 {
 		t.Errorf("screenshot size %v", bounds.Size())
 	}
 	colours, drawn := distinctColours(img)

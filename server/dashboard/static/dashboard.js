@@ -12,7 +12,11 @@
   const MIN_REFRESH_MS = 250; // at most 4 re-reads a second
   const POLL_MS = 2000; // without the event stream
   const RESYNC_MS = 15000; // with it, now and then all the same
-  const EVENTS_N = 50;
+  const EVENTS_N = 50; // events listed
+  const HISTORY_N = 1000; // events read for the pictures (the server keeps fewer)
+  const WINDOW_MS = 5 * 60 * 1000; // what the timeline and charts show
+  const BUCKET_MS = 10 * 1000; // grants per second are counted per bucket
+  const draw = window.leaseholdDraw;
   const MAX_COUNT_FETCHES = 16; // waiter counts read per refresh, at most
 
   const $ = (id) => document.getElementById(id);
@@ -24,6 +28,9 @@
     selected: '', // name whose waiters are shown
     detail: null, // {lease, waiters, readAt} or {missing: true}
     events: [],
+    history: new Map(), // key → event, the last minutes', from reads and the stream
+    samples: [], // {t, waiters}: the server's queued waiters at each read
+    skew: 0, // server clock minus this one, when they differ by seconds
     counts: new Map(), // name → waiters, from events and detail reads
     authNeeded: false,
     live: false,
@@ -196,6 +203,7 @@
       signal: opts.signal,
       cache: 'no-store',
     });
+    noteDate(res);
     if (!res.ok) {
       const e = await problem(res);
       if (e.status === 401) needAuth(e);
@@ -205,6 +213,17 @@
     const text = await res.text();
     return text.trim() === '' ? null : JSON.parse(text);
   }
+
+  // noteDate keeps the server's clock offset from its Date header (whole
+  // seconds), so that the pictures' "now" matches the events' times.
+  function noteDate(res) {
+    const d = Date.parse(res.headers.get('Date') || '');
+    if (isNaN(d)) return;
+    const off = d - Date.now();
+    state.skew = Math.abs(off) > 2000 ? off : 0;
+  }
+
+  const serverNow = () => Date.now() + state.skew;
 
   const leasePath = (name) => 'v1/leases/' + encodeURIComponent(name);
 
@@ -296,7 +315,7 @@
     const [leases, stats, events] = await Promise.allSettled([
       api('v1/leases?prefix=' + encodeURIComponent(state.prefix)),
       api('v1/stats'),
-      api(`v1/events/recent?n=${EVENTS_N}${q}`),
+      api(`v1/events/recent?n=${HISTORY_N}${q}`),
     ]);
     if (state.authNeeded) return;
     if (leases.status === 'rejected') {
@@ -314,16 +333,47 @@
 
     state.leases = listOf(leases.value, 'leases', 'Leases').map(normLease);
     state.readAt = performance.now();
-    if (stats.status === 'fulfilled') renderStats(stats.value);
+    if (stats.status === 'fulfilled') {
+      renderStats(stats.value);
+      sample(stats.value);
+    }
     if (events.status === 'fulfilled') {
       const evs = listOf(events.value, 'events', 'Events').map(normEvent);
       evs.forEach((ev) => countFrom(ev)); // oldest first, so the last word stays
-      state.events = evs.filter((ev) => !state.prefix || !ev.name || ev.name.startsWith(state.prefix));
+      const mine = evs.filter((ev) => !state.prefix || !ev.name || ev.name.startsWith(state.prefix));
+      mine.forEach(remember);
+      state.events = mine.slice(-EVENTS_N);
     }
     const names = new Set(state.leases.map((l) => l.name));
     for (const n of state.counts.keys()) if (!names.has(n)) state.counts.delete(n);
     await Promise.all([readDetail(), readCounts()]);
     render();
+  }
+
+  // remember keeps ev for the pictures; the same event read twice (from
+  // the stream and from a read) is kept once.
+  function remember(ev) {
+    if (ev.time === undefined || !ev.name || ev.type === 'overflow') return;
+    const key = [ev.time, ev.type, ev.name, ev.owner, ev.token ?? '', ev.waiters ?? ''].join('\u0000');
+    if (!state.history.has(key)) state.history.set(key, ev);
+  }
+
+  function sample(body) {
+    const w = num(pick(body, 'waiters', 'Waiters'));
+    if (w === undefined) return;
+    const now = serverNow();
+    const last = state.samples.at(-1);
+    if (last && now - last.t < 500 && last.waiters === w) return;
+    state.samples.push({ t: now, waiters: w });
+  }
+
+  // prune forgets what is older than the pictures show.
+  function prune() {
+    const from = serverNow() - WINDOW_MS - 60000;
+    for (const [k, ev] of state.history) if (ev.time < from) state.history.delete(k);
+    const i = state.samples.findIndex((s) => s.t >= from);
+    state.samples.splice(0, i < 0 ? state.samples.length : Math.max(0, i - 1));
+    if (state.samples.length > 5000) state.samples.splice(0, state.samples.length - 5000);
   }
 
   function countFrom(ev) {
@@ -464,6 +514,7 @@
       state.counts.clear();
     } else if (ev) {
       countFrom(ev);
+      if (!state.prefix || ev.name.startsWith(state.prefix)) remember(ev);
     }
     scheduleRefresh();
   }
@@ -498,12 +549,13 @@
     });
     tr.append(
       el('th', { scope: 'row' }, nameBtn),
-      el('td', { class: 'owner' }),
-      el('td', { class: 'num token' }),
-      el('td', { class: 'num age' }),
-      el('td', { class: 'num remaining' }),
-      el('td', { class: 'num waiters' }),
-      el('td', { class: 'session' }),
+      el('td', { class: 'owner', 'data-label': 'Holder' }),
+      el('td', { class: 'num token', 'data-label': 'Token' }),
+      el('td', { class: 'num age', 'data-label': 'Age' }),
+      el('td', { class: 'num remaining', 'data-label': 'Remaining' }),
+      el('td', { class: 'num waiters', 'data-label': 'Waiters' }),
+      el('td', { class: 'session', 'data-label': 'Session' }),
+      el('td', { class: 'data', 'data-label': 'Data' }),
       el('td', { class: 'actions' }, force),
     );
     return tr;
@@ -525,15 +577,19 @@
       }
       const c = tr.children;
       const nameBtn = c[0].firstChild;
-      setText(nameBtn, l.name);
+      setText(nameBtn, draw.visible(l.name));
       nameBtn.setAttribute('aria-expanded', String(state.selected === l.name));
-      setText(c[1], l.owner);
+      setText(c[1], draw.visible(l.owner));
       setText(c[2], l.token === undefined ? '–' : String(l.token));
       const w = l.waiters ?? state.counts.get(l.name);
       setText(c[5], w === undefined ? '…' : String(w));
       setText(c[6], l.session);
       c[6].title = l.session;
-      c[7].firstChild.setAttribute('aria-label', `Force release ${l.name}`);
+      const d = dataText(l);
+      setText(c[7], d.short);
+      c[7].title = d.long;
+      c[7].classList.toggle('binary', d.binary);
+      c[8].firstChild.setAttribute('aria-label', `Force release ${l.name}`);
       tr.classList.toggle('selected', state.selected === l.name);
       if (tbody.children[i] !== tr) tbody.insertBefore(tr, tbody.children[i] || null);
     });
@@ -547,7 +603,40 @@
     $('no-leases').hidden = state.leases.length > 0;
     renderDetail();
     renderEvents();
+    renderPictures();
     tick();
+  }
+
+  // dataText shows a lease's data with visible escapes: text as text,
+  // binary data (sent as base64) byte by byte; short in the cell, longer in
+  // its tooltip.
+  function dataText(l) {
+    if (l.data !== undefined && l.data !== '') {
+      const v = draw.visible(l.data);
+      return { short: draw.cut(v, 48), long: draw.cut(v, 1000), binary: false };
+    }
+    if (l.dataBase64) {
+      let bytes;
+      try {
+        bytes = Uint8Array.from(atob(l.dataBase64), (ch) => ch.charCodeAt(0));
+      } catch {
+        return { short: 'binary data', long: '', binary: true };
+      }
+      const v = draw.visibleBytes(bytes);
+      return { short: `${bytes.length} B: ${draw.cut(v, 40)}`, long: draw.cut(v, 1000), binary: true };
+    }
+    return { short: '', long: '', binary: false };
+  }
+
+  // renderPictures redraws the charts and the timeline from the events and
+  // readings of the last WINDOW_MS.
+  function renderPictures() {
+    prune();
+    const now = serverNow();
+    const evs = [...state.history.values()].sort((a, b) => a.time - b.time);
+    draw.charts(document.querySelector('section.charts'), evs, state.samples, now, WINDOW_MS, BUCKET_MS);
+    const lanes = draw.timeline($('timeline'), evs, state.leases, now, WINDOW_MS);
+    $('no-timeline').hidden = lanes > 0;
   }
 
   // tick moves the clocks on between reads: age, remaining TTL, time waited.
@@ -585,7 +674,7 @@
       return;
     }
     sec.hidden = false;
-    setText($('detail-name'), state.selected);
+    setText($('detail-name'), draw.visible(state.selected));
     const d = state.detail;
     const ol = $('detail-waiters');
     const holder = $('detail-holder');
@@ -602,17 +691,17 @@
       return;
     }
     const l = d.lease;
-    const parts = [`Held by ${l.owner}, token ${l.token}`];
+    const parts = [`Held by ${draw.visible(l.owner)}, token ${l.token}`];
     if (l.session) parts.push(`session ${l.session}`);
-    if (l.data !== undefined && l.data !== '') parts.push(`data ${l.data.length > 80 ? l.data.slice(0, 80) + '…' : l.data}`);
-    else if (l.dataBase64) parts.push(`${Math.floor((l.dataBase64.length * 3) / 4)} bytes of binary data`);
+    const data = dataText(l);
+    if (data.long) parts.push(`data ${draw.cut(data.long, 80)}`);
     holder.textContent = parts.join(' · ') + '.';
     ol.replaceChildren(
       ...d.waiters.map((w) =>
         el(
           'li',
           { dataset: { owner: w.owner } },
-          el('strong', { class: 'owner', text: w.owner }),
+          el('strong', { class: 'owner', text: draw.visible(w.owner) }),
           w.session ? el('span', { class: 'session-of', text: `session ${w.session}` }) : null,
           el('span', { class: 'since', text: w.waited === undefined ? '' : `waiting ${fmtDur(w.waited)}` }),
         ),
@@ -630,7 +719,7 @@
     list.replaceChildren(
       ...evs.map((ev) => {
         const extra = [];
-        if (ev.owner) extra.push(ev.owner);
+        if (ev.owner) extra.push(draw.visible(ev.owner));
         if (ev.token !== undefined && ev.token !== 0) extra.push(`token ${ev.token}`);
         if (ev.handoff) extra.push(`handoff ${fmtDur(ev.handoff)}`);
         if (ev.waiters) extra.push(`${ev.waiters} waiting`);
@@ -639,7 +728,7 @@
           { dataset: { type: ev.type } },
           el('time', { datetime: ev.time ? new Date(ev.time).toISOString() : undefined, text: fmtClock(ev.time) }),
           el('span', { class: 'badge ' + ev.type.replace(/[^a-z]/g, ''), text: ev.type }),
-          el('span', { class: 'what', text: ev.name || (ev.type === 'overflow' ? 'events missed' : '') }),
+          el('span', { class: 'what', text: ev.name ? draw.visible(ev.name) : ev.type === 'overflow' ? 'events missed' : '' }),
           extra.length ? el('span', { class: 'extra', text: extra.join(' · ') }) : null,
         );
       }),
@@ -685,6 +774,8 @@
 
   function restart() {
     state.counts.clear();
+    state.history.clear();
+    state.samples = [];
     state.detail = null;
     startStream();
     scheduleRefresh();
@@ -727,6 +818,12 @@
       }, 300);
     });
     setInterval(tick, 250);
+    setInterval(renderPictures, 2000); // the time axis moves on
+    let resizeTimer = null;
+    window.addEventListener('resize', () => {
+      clearTimeout(resizeTimer);
+      resizeTimer = setTimeout(renderPictures, 150);
+    });
     // Poll without the stream; re-sync now and then with it.
     let lastPoll = 0;
     setInterval(() => {

@@ -1,0 +1,349 @@
+// leasehold dashboard pictures: visible escapes for names and data, a
+// timeline per name and small charts, drawn as inline SVG from the server's
+// recent events and stats. No library; every piece of server data reaches
+// the page as a text node or an attribute, never through HTML parsing.
+'use strict';
+
+window.leaseholdDraw = (() => {
+  const NS = 'http://www.w3.org/2000/svg';
+
+  // ---- visible escapes --------------------------------------------------
+
+  // Characters a reader cannot see or tell from others: controls, format
+  // characters (bidi overrides, zero-width), unassigned and private-use code
+  // points, lone surrogates, line separators and non-ASCII spaces.
+  const HIDDEN =
+    /[\p{Cc}\p{Cf}\p{Co}\p{Cn}\p{Cs}\p{Zl}\p{Zp}\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000\u034f\u115f\u1160\u3164\uffa0\ufe00-\ufe0f\u{e0100}-\u{e01ef}]/u;
+  const SHORT = { '\\': '\\\\', '\n': '\\n', '\r': '\\r', '\t': '\\t' };
+
+  const hex = (n, w) => n.toString(16).toUpperCase().padStart(w, '0');
+
+  // visible returns s with every character a reader could not see written
+  // as an escape (\n, \t, \x1B, \u202E, \u{E0041}), and backslashes doubled,
+  // so that two different names never look alike.
+  function visible(s) {
+    let out = '';
+    for (const ch of String(s)) {
+      const c = ch.codePointAt(0);
+      if (SHORT[ch]) out += SHORT[ch];
+      else if (c < 0x100 && HIDDEN.test(ch)) out += '\\x' + hex(c, 2);
+      else if (HIDDEN.test(ch)) out += c > 0xffff ? `\\u{${hex(c, 5)}}` : '\\u' + hex(c, 4);
+      else out += ch;
+    }
+    return out;
+  }
+
+  // visibleBytes shows binary data: printable ASCII as is, other bytes as
+  // \xNN.
+  function visibleBytes(bytes) {
+    let out = '';
+    for (const b of bytes) {
+      if (b === 0x5c) out += '\\\\';
+      else if (b >= 0x20 && b < 0x7f) out += String.fromCharCode(b);
+      else out += '\\x' + hex(b, 2);
+    }
+    return out;
+  }
+
+  // cut shortens s to n code points, marking the cut with an ellipsis.
+  function cut(s, n) {
+    const cps = Array.from(s);
+    return cps.length > n ? cps.slice(0, n).join('') + '…' : s;
+  }
+
+  // ---- SVG helpers ------------------------------------------------------
+
+  function svg(tag, attrs, ...children) {
+    const e = document.createElementNS(NS, tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v !== undefined && v !== null) e.setAttribute(k, String(v));
+    }
+    for (const c of children) if (c) e.append(c);
+    return e;
+  }
+
+  function title(text) {
+    const t = document.createElementNS(NS, 'title');
+    t.textContent = text;
+    return t;
+  }
+
+  function label(x, y, text, cls, anchor) {
+    const t = svg('text', { x, y, class: cls, 'text-anchor': anchor || 'start' });
+    t.textContent = text;
+    return t;
+  }
+
+  const CHAR_W = 6.6; // px per character of the 11 px labels, generously
+
+  function clock(t) {
+    const d = new Date(t);
+    const p = (n) => String(n).padStart(2, '0');
+    return `${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+  }
+
+  function dur(ms) {
+    if (ms < 1) return ms.toFixed(2) + ' ms';
+    if (ms < 1000) return Math.round(ms) + ' ms';
+    if (ms < 60000) return (ms / 1000).toFixed(1) + ' s';
+    return Math.floor(ms / 60000) + 'm ' + String(Math.floor((ms % 60000) / 1000)).padStart(2, '0') + 's';
+  }
+
+  function width(node) {
+    return Math.max(120, Math.floor(node.getBoundingClientRect().width));
+  }
+
+  // ---- timeline ---------------------------------------------------------
+
+  const LANES = 12;
+
+  // spans turns one name's events (oldest first) into holds, waits and
+  // marks (force releases, expiries) within [from, now].
+  function spans(evs, from, now, heldToken) {
+    const holds = [];
+    const waits = [];
+    const marks = [];
+    const waiting = new Map(); // owner → since
+    let open = null;
+    const close = (end, how) => {
+      holds.push({ ...open, end, how });
+      open = null;
+    };
+    for (const ev of evs) {
+      const t = Math.max(from, ev.time);
+      switch (ev.type) {
+        case 'granted':
+          if (open) close(t, 'replaced');
+          open = { owner: ev.owner, token: ev.token, start: t, handoff: ev.handoff };
+          if (waiting.has(ev.owner)) {
+            waits.push({ owner: ev.owner, start: waiting.get(ev.owner), end: t, how: 'granted' });
+            waiting.delete(ev.owner);
+          }
+          break;
+        case 'renewed':
+          if (!open) open = { owner: ev.owner, token: ev.token, start: from, clipped: true };
+          break;
+        case 'released':
+        case 'forced':
+        case 'expired':
+          if (!open) open = { owner: ev.owner, token: ev.token, start: from, clipped: true };
+          close(t, ev.type);
+          if (ev.type !== 'released') marks.push({ type: ev.type, time: t, owner: ev.owner, token: ev.token });
+          break;
+        case 'queued':
+          waiting.set(ev.owner, t);
+          break;
+        case 'dequeued':
+          if (waiting.has(ev.owner)) {
+            waits.push({ owner: ev.owner, start: waiting.get(ev.owner), end: t, how: 'gave up' });
+            waiting.delete(ev.owner);
+          }
+          break;
+      }
+    }
+    if (open) holds.push({ ...open, end: now, how: heldToken === open.token ? 'held' : 'unknown' });
+    for (const [owner, start] of waiting) waits.push({ owner, start, end: now, how: 'waiting' });
+    return { holds, waits, marks };
+  }
+
+  // timeline draws a lane per name: who held it when (bars with owner and
+  // token), who waited (thin bars below) and force releases and expiries
+  // (red and amber marks), over [now - windowMs, now].
+  function timeline(root, events, leases, now, windowMs) {
+    const from = now - windowMs;
+    const byName = new Map();
+    for (const ev of events) {
+      if (!ev.name || ev.time === undefined || ev.time < from || ev.type === 'overflow') continue;
+      if (!byName.has(ev.name)) byName.set(ev.name, []);
+      byName.get(ev.name).push(ev);
+    }
+    const held = new Map(leases.map((l) => [l.name, l.token]));
+    const names = [...byName.keys()].sort((a, b) => {
+      const la = byName.get(a).at(-1).time;
+      const lb = byName.get(b).at(-1).time;
+      return lb - la || (a < b ? -1 : 1);
+    });
+    const shown = names.slice(0, LANES);
+    const w = width(root);
+    const x = (t) => ((Math.min(now, Math.max(from, t)) - from) / windowMs) * w;
+    const lanes = shown.map((name) => {
+      const s = spans(byName.get(name), from, now, held.get(name));
+      const g = svg('svg', { class: 'tl-svg', width: w, height: 34, viewBox: `0 0 ${w} 34`, role: 'img' });
+      g.append(title(`${visible(name)}: ${s.holds.length} holds, ${s.waits.length} waits in the last ${windowMs / 60000} minutes`));
+      g.append(svg('line', { x1: 0, x2: w, y1: 12, y2: 12, class: 'tl-track' }));
+      for (const h of s.holds) {
+        const x0 = x(h.start);
+        const bw = Math.max(2, x(h.end) - x0);
+        const text = `${visible(h.owner)} #${h.token}`;
+        const what =
+          `${visible(h.owner)} held it with token ${h.token}, ` +
+          `${h.clipped ? 'before ' : ''}${clock(h.start)} to ${h.how === 'held' ? 'now' : clock(h.end)} ` +
+          `(${dur(h.end - h.start)}${h.how === 'held' || h.how === 'unknown' ? '' : ', ' + h.how})` +
+          (h.handoff ? `, handed over in ${dur(h.handoff)}` : '');
+        const bar = svg('g', {
+          class: 'tl-hold' + (h.how === 'held' ? ' live' : ''),
+          'data-owner': h.owner,
+          'data-token': h.token,
+        });
+        bar.append(title(what), svg('rect', { x: x0, y: 3, width: Math.min(bw, w - x0), height: 18, rx: 3 }));
+        if (text.length * CHAR_W + 8 <= Math.min(bw, w - x0)) bar.append(label(x0 + 4, 16, text, 'tl-label'));
+        g.append(bar);
+      }
+      for (const wt of s.waits) {
+        const x0 = x(wt.start);
+        const bw = Math.max(2, Math.min(x(wt.end) - x0, w - x0));
+        g.append(
+          svg(
+            'rect',
+            { class: 'tl-wait', 'data-owner': wt.owner, x: x0, y: 25, width: bw, height: 6, rx: 2 },
+            title(`${visible(wt.owner)} waited from ${clock(wt.start)} (${dur(wt.end - wt.start)}, ${wt.how})`),
+          ),
+        );
+      }
+      for (const m of s.marks) {
+        const mx = Math.min(w - 1, Math.max(1, x(m.time)));
+        g.append(
+          svg(
+            'path',
+            { class: 'tl-mark tl-' + m.type, 'data-owner': m.owner, d: `M${mx} 0 V34 M${mx - 4} 0 H${mx + 4} L${mx} 6 Z` },
+            title(`${m.type === 'forced' ? 'force-released' : 'expired'} at ${clock(m.time)}: ${visible(m.owner)}, token ${m.token}`),
+          ),
+        );
+      }
+      const lane = document.createElement('li');
+      lane.className = 'tl-lane';
+      lane.dataset.name = name;
+      const head = document.createElement('div');
+      head.className = 'tl-name';
+      head.textContent = visible(name);
+      lane.append(head, g);
+      return lane;
+    });
+    const list = document.createElement('ol');
+    list.className = 'tl-lanes';
+    list.append(...lanes);
+    const axis = document.createElement('div');
+    axis.className = 'tl-axis';
+    for (const text of [`−${windowMs / 60000} min (${clock(from)})`, `now (${clock(now)})`]) {
+      const s = document.createElement('span');
+      s.textContent = text;
+      axis.append(s);
+    }
+    const more = document.createElement('p');
+    more.className = 'empty';
+    more.hidden = names.length <= LANES;
+    more.textContent = `and ${names.length - LANES} more names`;
+    root.replaceChildren(...(lanes.length ? [list, axis, more] : []));
+    return lanes.length;
+  }
+
+  // ---- charts -----------------------------------------------------------
+
+  const CH = 80; // chart height
+
+  function frame(w, max, unit, from, now) {
+    const g = svg('svg', { class: 'chart-svg', width: w, height: CH + 16, viewBox: `0 0 ${w} ${CH + 16}`, role: 'img' });
+    g.append(
+      svg('line', { class: 'axis', x1: 0, x2: w, y1: CH, y2: CH }),
+      svg('line', { class: 'grid', x1: 0, x2: w, y1: 4, y2: 4 }),
+      label(2, 14, `${max} ${unit}`.trim(), 'chart-label'),
+      label(2, CH + 13, `−${Math.round((now - from) / 60000)} min`, 'chart-label'),
+      label(w - 2, CH + 13, 'now', 'chart-label', 'end'),
+    );
+    return g;
+  }
+
+  function nice(v) {
+    if (v <= 0) return 1;
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const k of [1, 2, 5, 10]) if (k * p >= v) return k * p;
+    return 10 * p;
+  }
+
+  // grants draws grants per second in buckets of bucketMs.
+  function grants(fig, events, now, windowMs, bucketMs) {
+    const from = now - windowMs;
+    const n = Math.round(windowMs / bucketMs);
+    const counts = new Array(n).fill(0);
+    for (const ev of events) {
+      if (ev.type !== 'granted' || ev.time === undefined || ev.time < from || ev.time > now) continue;
+      counts[Math.min(n - 1, Math.floor((ev.time - from) / bucketMs))]++;
+    }
+    const rates = counts.map((c) => c / (bucketMs / 1000));
+    const max = nice(Math.max(...rates));
+    const w = width(fig);
+    const g = frame(w, max, '/s', from, now);
+    const bw = w / n;
+    counts.forEach((c, i) => {
+      const h = (rates[i] / max) * (CH - 4);
+      const t0 = from + i * bucketMs;
+      g.append(
+        svg(
+          'rect',
+          { class: 'bar', 'data-count': c, x: i * bw + 0.5, y: CH - h, width: Math.max(1, bw - 1), height: h },
+          title(`${clock(t0)}–${clock(t0 + bucketMs)}: ${c} grants (${rates[i].toFixed(2)}/s)`),
+        ),
+      );
+    });
+    const total = counts.reduce((a, b) => a + b, 0);
+    return { svg: g, value: `${(total / (windowMs / 1000)).toFixed(2)}/s average, ${total} in all` };
+  }
+
+  // waiters draws the queued waiters the server reported at each read.
+  function waiters(fig, samples, now, windowMs) {
+    const from = now - windowMs;
+    const pts = samples.filter((s) => s.t >= from - 60000 && s.t <= now + 5000);
+    const max = nice(Math.max(1, ...pts.map((s) => s.waiters)));
+    const w = width(fig);
+    const g = frame(w, max, '', from, now);
+    const x = (t) => ((Math.max(from, Math.min(now, t)) - from) / windowMs) * w;
+    const y = (v) => CH - (v / max) * (CH - 4);
+    if (pts.length) {
+      let d = `M${x(pts[0].t)} ${y(pts[0].waiters)}`;
+      for (let i = 1; i < pts.length; i++) d += ` H${x(pts[i].t)} V${y(pts[i].waiters)}`;
+      d += ` H${x(now)}`;
+      g.append(svg('path', { class: 'line', d, 'data-points': pts.length }, title(`${pts.length} readings`)));
+    }
+    const last = pts.at(-1);
+    return { svg: g, value: last ? `${last.waiters} now` : 'no reading yet' };
+  }
+
+  // handoffs draws one dot per grant handed to a queued waiter: the time
+  // from the release (or expiry) to that grant.
+  function handoffs(fig, events, now, windowMs) {
+    const from = now - windowMs;
+    const hs = events.filter((ev) => ev.type === 'granted' && ev.handoff > 0 && ev.time >= from && ev.time <= now);
+    const max = nice(Math.max(0.001, ...hs.map((ev) => ev.handoff)));
+    const w = width(fig);
+    const g = frame(w, dur(max), '', from, now);
+    for (const ev of hs) {
+      const cx = Math.min(w - 3, Math.max(3, ((ev.time - from) / windowMs) * w));
+      g.append(
+        svg(
+          'circle',
+          { class: 'dot', cx, cy: CH - (ev.handoff / max) * (CH - 4), r: 3, 'data-ms': ev.handoff },
+          title(`${clock(ev.time)}: ${visible(ev.name)} handed to ${visible(ev.owner)} in ${dur(ev.handoff)}`),
+        ),
+      );
+    }
+    const last = hs.at(-1);
+    return { svg: g, value: last ? `last ${dur(last.handoff)}, max ${dur(Math.max(...hs.map((e) => e.handoff)))}` : 'no handoffs' };
+  }
+
+  // charts fills the three figures of root (#chart-grants, #chart-waiters,
+  // #chart-handoff).
+  function charts(root, events, samples, now, windowMs, bucketMs) {
+    const put = (id, r) => {
+      const fig = root.querySelector('#' + id);
+      const plot = fig.querySelector('.plot');
+      plot.replaceChildren(r.svg);
+      fig.querySelector('.value').textContent = r.value;
+    };
+    const plotOf = (id) => root.querySelector('#' + id + ' .plot');
+    put('chart-grants', grants(plotOf('chart-grants'), events, now, windowMs, bucketMs));
+    put('chart-waiters', waiters(plotOf('chart-waiters'), samples, now, windowMs));
+    put('chart-handoff', handoffs(plotOf('chart-handoff'), events, now, windowMs));
+  }
+
+  return { visible, visibleBytes, cut, timeline, charts };
+})();
