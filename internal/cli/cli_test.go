@@ -294,7 +294,7 @@ func TestStatusLine(t *testing.T) {
 	h := &leasehold.HeldError{Name: "n", Owner: "o", Token: 7, Remaining: 12400 * time.Millisecond,
 		Acquired: time.Date(2024, 1, 2, 3, 4, 5, 0, time.Local)}
 	got := statusLine("n", h, 400*time.Millisecond)
-	want := "waiting for n: held by o (token 7) since 03:04:05, expires in 12s"
+	want := "waiting for n (held by o, token 7, since 03:04:05, expires in 12s)"
 	if got != want {
 		t.Errorf("statusLine = %q, want %q", got, want)
 	}

@@ -44,10 +44,12 @@ With --permits N, run takes one of N permits of NAME instead (a
 semaphore: at most N commands run at once); each permit is a lease of its
 own, named NAME/permit/I, passed to CMD in LEASEHOLD_PERMIT.
 
-By default run waits for the lease as long as it takes; --wait bounds the
-wait and --no-wait makes one attempt. While waiting it shows who holds the
-lease (a status line updated in place when stderr is a terminal, else one
-line).
+By default run waits for the lease as long as it takes; -w/--wait bounds
+the wait and -n/--no-wait makes one attempt (as flock's -w and -n); when
+the lease was not acquired run exits 75, or the code -E/--conflict-exit-code
+gives (-E 0: skip quietly). While waiting it shows who holds the lease, since
+when and when it expires (with --permits: every holder of the N permits), on
+a status line updated in place when stderr is a terminal, else on one line.
 
 CMD runs with stdin, stdout and stderr inherited and these variables added:
 
@@ -56,6 +58,16 @@ CMD runs with stdin, stdout and stderr inherited and these variables added:
   LEASEHOLD_TOKEN   the fencing token (decimal): strictly greater than the
                     token of every earlier holder of NAME; pass it to the
                     resources you write so they can reject stale writers
+  LEASEHOLD_PERMIT  with --permits only: the permit's own lease name,
+                    NAME/permit/I (I from 0 to N-1)
+
+With --permits, LEASEHOLD_TOKEN is the token of that permit's lease: each
+permit counts its own grants, so the first holders of two permits both get
+token 1 (permits are granted independently, with no counter shared
+between them). A resource that fences writers of a permit compares tokens
+of that LEASEHOLD_PERMIT only: for each permit, every grant's token is
+greater than the one before. "leasehold release NAME" in CMD releases the
+permit (it reads LEASEHOLD_PERMIT).
 
 CMD runs in a process group of its own, led by a small keeper process
 (leasehold started again), and the whole group lives and dies with the
@@ -104,6 +116,7 @@ Exit codes:
            TTL, grace or store URL (nothing is written to the store)
   70       store or internal error (also: the keeper could not be started)
   75       lease not acquired: --no-wait found it held, or --wait timed out
+           (-E/--conflict-exit-code sets another code)
   76       lease lost (or not renewed in time) while CMD ran; CMD's group
            was stopped
   126, 127 CMD could not be started, or was not found
@@ -284,6 +297,7 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 	if o.data != "" {
 		aopts = append(aopts, leasehold.Data([]byte(o.data)))
 	}
+	var holders func(context.Context) ([]leasehold.Record, error)
 	try := func(ctx context.Context, opts ...leasehold.AcquireOption) (*leasehold.Lease, error) {
 		return client.TryAcquire(ctx, o.name, opts...)
 	}
@@ -295,7 +309,7 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 		if err != nil {
 			return nil, classify(err, "%s --permits", o.verb)
 		}
-		try, wait = sem.TryAcquire, sem.Acquire
+		try, wait, holders = sem.TryAcquire, sem.Acquire, sem.Holders
 	}
 	// One attempt first, also when waiting: Acquire retries every store
 	// error but invalid arguments for as long as it waits, so a store
@@ -307,6 +321,16 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 		return l, nil
 	case !errors.As(err, &held):
 		return nil, classify(err, "acquire %s", o.name)
+	case o.noWait && holders != nil:
+		if recs, herr := holders(ctx); herr == nil {
+			ws := &waitStatus{name: o.name, permits: o.permits}
+			ws.recs = recs
+			ws.keepPermits()
+			if len(ws.recs) > 0 {
+				return nil, exitf(o.notAcquired, "%s: all %d permits are held (%s)", o.name, o.permits, permitHolders(ws.recs))
+			}
+		}
+		fallthrough
 	case o.noWait:
 		return nil, exitf(o.notAcquired, "%s is held by %s (token %d, expires in %s)",
 			o.name, held.Owner, held.Token, roundDuration(held.Remaining))
@@ -319,7 +343,7 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 		wctx, stop = context.WithTimeoutCause(wctx, o.wait, errWaitTimeout)
 		defer stop()
 	}
-	ws := newWaitStatus(e.stderr, o.name)
+	ws := newPermitWaitStatus(e.stderr, o.name, o.permits, holders)
 	defer ws.stop()
 	ws.update(held)
 	aopts = append(aopts, leasehold.OnWait(ws.update))

@@ -131,7 +131,9 @@ func TestRunWaitTimeout(t *testing.T) {
 	if r.code != ExitNotAcquired {
 		t.Errorf("code %d, want %d; stderr %q", r.code, ExitNotAcquired, r.stderr)
 	}
-	for _, want := range []string{"waiting for t/held (held by holder, token 1)", "gave up waiting for t/held after 300ms"} {
+	// Off a terminal, the one waiting line has what the terminal's line
+	// has: since when and for how long the holder holds it.
+	for _, want := range []string{"waiting for t/held (held by holder, token 1, since ", ", expires in ", "gave up waiting for t/held after 300ms"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
 		}

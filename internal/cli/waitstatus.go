@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,13 +15,21 @@ import (
 
 // waitStatus shows who holds the lease while "run" waits for it. On a
 // terminal it keeps one status line up to date in place (redrawn every
-// second, so the countdown moves); elsewhere it prints one line when the
-// wait begins. Its update method is the OnWait callback and never blocks:
-// all writing happens on the waitStatus goroutine.
+// second, so the countdown moves); elsewhere it prints the same line once
+// when the wait begins. Its update method is the OnWait callback and never
+// blocks: all writing (and, for permits, reading the holders) happens on
+// the waitStatus goroutine.
 type waitStatus struct {
 	w    io.Writer
 	name string
 	fd   int // terminal file descriptor, or -1
+	// permits and holders, for a semaphore: the line names every holder
+	// of the permits below permits, read with holders after each update.
+	permits int
+	holders func(ctx context.Context) ([]leasehold.Record, error)
+	ctx     context.Context // ends holders calls at stop
+	cancel  context.CancelFunc
+	recs    []leasehold.Record // loop goroutine only
 
 	mu       sync.Mutex
 	held     *leasehold.HeldError
@@ -47,10 +57,17 @@ func terminalFD(w io.Writer) int {
 }
 
 func newWaitStatus(w io.Writer, name string) *waitStatus {
+	return newPermitWaitStatus(w, name, 0, nil)
+}
+
+// newPermitWaitStatus is newWaitStatus for one of n permits of name, whose
+// holders are read with holders (nil: only the holder OnWait reports).
+func newPermitWaitStatus(w io.Writer, name string, n int, holders func(context.Context) ([]leasehold.Record, error)) *waitStatus {
 	s := &waitStatus{
-		w: w, name: name, fd: terminalFD(w),
+		w: w, name: name, fd: terminalFD(w), permits: n, holders: holders,
 		kick: make(chan struct{}, 1), done: make(chan struct{}), finished: make(chan struct{}),
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	go s.loop()
 	return s
 }
@@ -76,8 +93,42 @@ func (s *waitStatus) last() *leasehold.HeldError {
 // stop ends the display and clears the status line. It may be called more
 // than once.
 func (s *waitStatus) stop() {
-	s.stopOnce.Do(func() { close(s.done) })
+	s.stopOnce.Do(func() {
+		close(s.done)
+		s.cancel()
+	})
 	<-s.finished
+}
+
+// holdersTimeout bounds one read of a semaphore's holders for the line.
+const holdersTimeout = 5 * time.Second
+
+// refresh reads the semaphore's holders; on failure the line falls back
+// to the one holder OnWait reported.
+func (s *waitStatus) refresh() {
+	if s.holders == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, holdersTimeout)
+	defer cancel()
+	recs, err := s.holders(ctx)
+	if err != nil {
+		s.recs = nil
+		return
+	}
+	s.recs = recs
+	s.keepPermits()
+}
+
+// keepPermits keeps in s.recs only the permits below s.permits.
+func (s *waitStatus) keepPermits() {
+	recs := s.recs[:0]
+	for _, r := range s.recs {
+		if i, ok := leasehold.PermitIndex(s.name, r.Name); ok && i < s.permits {
+			recs = append(recs, r)
+		}
+	}
+	s.recs = recs
 }
 
 func (s *waitStatus) loop() {
@@ -89,6 +140,7 @@ func (s *waitStatus) loop() {
 		tick = t.C
 	}
 	shown := false
+	var read time.Time // when recs were read
 	for {
 		select {
 		case <-s.done:
@@ -97,6 +149,10 @@ func (s *waitStatus) loop() {
 			}
 			return
 		case <-s.kick:
+			if s.holders != nil && (s.fd >= 0 || !shown) {
+				s.refresh()
+				read = time.Now()
+			}
 		case <-tick:
 		}
 		s.mu.Lock()
@@ -105,12 +161,16 @@ func (s *waitStatus) loop() {
 		if h == nil {
 			continue
 		}
+		line := statusLine(s.name, h, time.Since(seen))
+		if len(s.recs) > 0 {
+			line = permitLine(s.name, s.permits, s.recs, time.Since(read))
+		}
 		switch {
 		case s.fd >= 0:
-			fmt.Fprint(s.w, "\r\x1b[K"+truncate(statusLine(s.name, h, time.Since(seen)), s.width()))
+			fmt.Fprint(s.w, "\r\x1b[K"+truncate(line, s.width()))
 			shown = true
 		case !shown:
-			fmt.Fprintf(s.w, "leasehold: waiting for %s (held by %s, token %d)\n", s.name, h.Owner, h.Token)
+			fmt.Fprintf(s.w, "leasehold: %s\n", line)
 			shown = true
 		}
 	}
@@ -127,13 +187,38 @@ func (s *waitStatus) width() int {
 
 // statusLine describes the holder h, observed elapsed ago.
 func statusLine(name string, h *leasehold.HeldError, elapsed time.Duration) string {
-	since := ""
-	if !h.Acquired.IsZero() {
-		since = " since " + h.Acquired.Local().Format(time.TimeOnly)
+	return fmt.Sprintf("waiting for %s (held by %s, %s)", name, h.Owner, grantDetails(h.Token, h.Acquired, h.Remaining-elapsed))
+}
+
+// permitLine describes the holders recs of name's n permits, read elapsed
+// ago: "waiting for pool (2/2 permits held by A, B; A: token 3, since
+// 15:04:05, expires in 5s; B: ...)".
+func permitLine(name string, n int, recs []leasehold.Record, elapsed time.Duration) string {
+	return fmt.Sprintf("waiting for %s (%d/%d permits held by %s)", name, len(recs), n, permitHoldersAfter(recs, elapsed))
+}
+
+// permitHolders is "A, B; A: token 3, since 15:04:05, expires in 5s; B:
+// ..." for the permits recs.
+func permitHolders(recs []leasehold.Record) string { return permitHoldersAfter(recs, 0) }
+
+func permitHoldersAfter(recs []leasehold.Record, elapsed time.Duration) string {
+	owners := make([]string, len(recs))
+	details := make([]string, len(recs))
+	for i, r := range recs {
+		owners[i] = r.Owner
+		details[i] = r.Owner + ": " + grantDetails(r.Token, r.Acquired, r.Remaining-elapsed)
 	}
-	rem := max(h.Remaining-elapsed, 0)
-	return fmt.Sprintf("waiting for %s: held by %s (token %d)%s, expires in %s",
-		name, h.Owner, h.Token, since, rem.Round(time.Second))
+	return strings.Join(owners, ", ") + "; " + strings.Join(details, "; ")
+}
+
+// grantDetails is "token 7, since 15:04:05, expires in 12s" (no "since"
+// when the store did not say).
+func grantDetails(token uint64, acquired time.Time, remaining time.Duration) string {
+	since := ""
+	if !acquired.IsZero() {
+		since = ", since " + acquired.Local().Format(time.TimeOnly)
+	}
+	return fmt.Sprintf("token %d%s, expires in %s", token, since, max(remaining, 0).Round(time.Second))
 }
 
 // truncate shortens line to fit in width-1 columns (counting runes), so
