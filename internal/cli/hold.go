@@ -91,8 +91,14 @@ func newHoldCmd(e *env) *cobra.Command {
 // hold acquires the lease, reports it and keeps it until SIGINT or SIGTERM
 // (released, nil) or until it is lost (exit 76).
 func (o *runOptions) hold(ctx context.Context, e *env, asJSON bool) error {
+	// A signal ignored when hold started (SIGINT for a background job of
+	// a script) stays ignored.
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGTERM} {
+		if !signal.Ignored(sig) {
+			signal.Notify(sigs, sig)
+		}
+	}
 	defer signal.Stop(sigs)
 
 	store, err := e.openStore(ctx, o.store)
