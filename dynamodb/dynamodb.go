@@ -33,6 +33,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/leasehold/leasehold"
@@ -190,7 +191,9 @@ func newStore(client *ddb.Client, table string, cfg settings) *Store {
 //	condition_values=BOOL    see WithConditionFailureValues (default false)
 //
 // Credentials come from the AWS SDK's default chain (environment, shared
-// files, SSO, web identity, container and instance roles). A bad URL or
+// files, SSO, web identity, container and instance roles). With an
+// endpoint= the EC2 instance metadata service is not asked, and Open fails
+// at once, before any request, if the chain finds no credentials. A bad URL or
 // parameter returns an *leasehold.InvalidError before anything is sent.
 // Open checks the table with DescribeTable, creating it first if it is
 // missing and creation is on.
@@ -266,6 +269,12 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// errNoCredentials reports that the SDK's chain found no credentials for a
+// custom endpoint.
+func errNoCredentials(endpoint, why string) error {
+	return fmt.Errorf("dynamodb: no AWS credentials for endpoint %s (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE; a local endpoint accepts any values): %s", endpoint, why)
+}
+
 // newClient loads the default AWS configuration with the URL's overrides.
 // Its HTTP client keeps enough idle connections for many concurrent
 // leases (the SDK's default keeps 10 per host).
@@ -279,6 +288,12 @@ func newClient(ctx context.Context, region, endpoint string) (*ddb.Client, *tran
 	if region != "" {
 		loadOpts = append(loadOpts, config.WithRegion(region))
 	}
+	if endpoint != "" {
+		// A custom endpoint (DynamoDB Local, a VPC endpoint) is no reason
+		// to ask the EC2 metadata service for credentials or a region:
+		// off EC2 its address does not answer and the SDK waits for it.
+		loadOpts = append(loadOpts, config.WithEC2IMDSClientEnableState(imds.ClientDisabled))
+	}
 	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -291,6 +306,19 @@ func newClient(ctx context.Context, region, endpoint string) (*ddb.Client, *tran
 			return nil, nil, &leasehold.InvalidError{Field: "dynamodb URL", Reason: "no region: add region= to the URL or set AWS_REGION"}
 		}
 		cfg.Region = "us-east-1" // local endpoints ignore it, but requests must be signed for one
+	}
+	if endpoint != "" {
+		// Without credentials the first request would fail anyway, after
+		// the SDK's retries; say so now, in words a user can act on.
+		if cfg.Credentials == nil {
+			return nil, nil, errNoCredentials(endpoint, "none configured")
+		}
+		if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil, nil, ctx.Err()
+			}
+			return nil, nil, errNoCredentials(endpoint, err.Error())
+		}
 	}
 	client := ddb.NewFromConfig(cfg, func(o *ddb.Options) {
 		if endpoint != "" {

@@ -25,7 +25,10 @@ func RegisterInit(scheme string, f Initializer) {
 
 // Init prepares the store named by rawURL (empty: as in Open) so that
 // operators can run schema changes ahead of time, with rights the
-// applications need not have. It is idempotent.
+// applications need not have. It is idempotent. The URL's connect_timeout=
+// bounds it if given; DefaultConnectTimeout does not (creating a table can
+// take longer), except where Init opens the store (schemes without an
+// initializer).
 func Init(ctx context.Context, rawURL string) error {
 	if rawURL == "" {
 		rawURL = os.Getenv(EnvStore)
@@ -36,7 +39,18 @@ func Init(ctx context.Context, rawURL string) error {
 			return err
 		}
 		if f, ok := initializers[scheme]; ok {
-			return redact.Error(f(ctx, rawURL), redact.Secrets(rawURL)...)
+			// Only an explicit connect_timeout= bounds it: creating a
+			// table can take longer than connecting (DynamoDB's does).
+			d, rest, set, err := splitConnectTimeout(scheme, rawURL)
+			if err != nil {
+				return err
+			}
+			if set {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, d)
+				defer cancel()
+			}
+			return redact.Error(timedOut(ctx, d, f(ctx, rest)), redact.Secrets(rawURL)...)
 		}
 	}
 	s, err := Open(ctx, rawURL)

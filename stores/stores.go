@@ -59,6 +59,13 @@ func Schemes() []string {
 // Open opens the store named by rawURL. An empty rawURL means the value of
 // LEASEHOLD_STORE, or if that is empty too, the default SQLite file (see
 // DefaultPath).
+//
+// Every networked scheme takes the parameter connect_timeout= (a duration
+// such as 5s; whole seconds also do): it bounds Open, which fails with an
+// error saying so when the store has not answered in time. Without it
+// Open is bounded by ctx's deadline, or by DefaultConnectTimeout if ctx
+// has none. Open does not keep ctx: the store's later operations are
+// bounded by their own contexts.
 func Open(ctx context.Context, rawURL string) (leasehold.Store, error) {
 	if rawURL == "" {
 		rawURL = os.Getenv(EnvStore)
@@ -79,9 +86,14 @@ func Open(ctx context.Context, rawURL string) (leasehold.Store, error) {
 		return nil, &leasehold.InvalidError{Field: "store URL",
 			Reason: fmt.Sprintf("unknown scheme %q (known: %s)", scheme, strings.Join(Schemes(), ", "))}
 	}
-	st, err := o(ctx, rawURL)
+	ctx, cancel, rest, d, err := withConnectTimeout(ctx, scheme, rawURL)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	st, err := o(ctx, rest)
 	// A driver's error may quote the URL, and with it a password or token.
-	return st, redact.Error(err, redact.Secrets(rawURL)...)
+	return st, redact.Error(timedOut(ctx, d, err), redact.Secrets(rawURL)...)
 }
 
 // schemeOf returns the URL scheme of rawURL (RFC 3986: a letter, then

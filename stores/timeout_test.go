@@ -1,0 +1,171 @@
+package stores_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/stores"
+)
+
+// silentServer accepts connections and never answers; Accepted counts them.
+type silentServer struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newSilentServer(t *testing.T) *silentServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &silentServer{ln: ln}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.conns = append(s.conns, c)
+			s.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, c := range s.conns {
+			c.Close()
+		}
+	})
+	return s
+}
+
+func (s *silentServer) Addr() string { return s.ln.Addr().String() }
+
+func (s *silentServer) Accepted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+func TestConnectTimeoutParameter(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		want time.Duration
+		ok   bool
+	}{
+		{"redis://h:6379/0?connect_timeout=5s", 5 * time.Second, true},
+		{"postgres://h1,h2/db?sslmode=disable&connect_timeout=2", 2 * time.Second, true},
+		{"etcd://h/?prefix=x/&connect_timeout=1500ms#f", 1500 * time.Millisecond, true},
+		{"http://h/?connect%5Ftimeout=1m", time.Minute, true},
+		{"redis://h:6379/0", 0, false},
+		{"redis://h:6379/0?connect_timeouts=5s", 0, false},
+		{"sqlite:///x.db?connect_timeout=5s", 0, false}, // not networked: the sqlite parser refuses the query
+		{"memory://", 0, false},
+	} {
+		d, ok, err := stores.ConnectTimeout(tc.url)
+		if err != nil || d != tc.want || ok != tc.ok {
+			t.Errorf("ConnectTimeout(%q) = %s, %v, %v; want %s, %v", tc.url, d, ok, err, tc.want, tc.ok)
+		}
+	}
+	for _, bad := range []string{
+		"redis://h?connect_timeout=0", "redis://h?connect_timeout=-1s", "redis://h?connect_timeout=soon",
+		"redis://h?connect_timeout=", "redis://h?connect_timeout=1s&connect_timeout=2s", "postgres://h/db?connect_timeout=%zz",
+	} {
+		if _, _, err := stores.ConnectTimeout(bad); !errors.Is(err, leasehold.ErrInvalid) {
+			t.Errorf("ConnectTimeout(%q): %v, want ErrInvalid", bad, err)
+		}
+		// Refused before anything is dialled: h does not exist.
+		if _, err := stores.Open(context.Background(), bad); !errors.Is(err, leasehold.ErrInvalid) {
+			t.Errorf("Open(%q): %v, want ErrInvalid", bad, err)
+		}
+	}
+}
+
+// TestOpenGivesUpAfterConnectTimeout: every networked scheme takes
+// connect_timeout=, and a server that accepts connections but never
+// answers makes Open fail saying so, not hang on ctx (which has no end).
+// (The server's stores, http:// and leasehold://, send nothing when
+// opened; the command asks them once, see internal/cli.)
+func TestOpenGivesUpAfterConnectTimeout(t *testing.T) {
+	srv := newSilentServer(t)
+	a := srv.Addr()
+	for _, u := range []string{
+		"redis://" + a + "/0?connect_timeout=1s",
+		"postgres://u@" + a + "/db?sslmode=disable&connect_timeout=1s",
+		"etcd://" + a + "/?connect_timeout=1s",
+		"dynamodb://table?endpoint=http://" + a + "&region=eu-west-1&connect_timeout=1s",
+	} {
+		t.Run(strings.Split(u, ":")[0], func(t *testing.T) {
+			if strings.HasPrefix(u, "dynamodb") {
+				t.Setenv("AWS_ACCESS_KEY_ID", "x")
+				t.Setenv("AWS_SECRET_ACCESS_KEY", "y")
+			}
+			before := srv.Accepted()
+			done := make(chan error, 1)
+			go func() {
+				s, err := stores.Open(context.Background(), u)
+				if s != nil {
+					s.Close()
+				}
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil || errors.Is(err, leasehold.ErrInvalid) || !strings.Contains(err.Error(), "no answer within 1s") {
+					t.Errorf("Open(%q) = %v, want an error saying there was no answer within 1s", u, err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatalf("Open(%q) still hanging after 60s", u)
+			}
+			if srv.Accepted() == before {
+				t.Errorf("Open(%q) never connected to the silent server", u)
+			}
+		})
+	}
+}
+
+// TestDynamoDBLocalEndpointWithoutCredentials: with endpoint= and no
+// credentials anywhere, Open fails at once saying so, without asking the
+// EC2 metadata service (pointed here at a listener that counts) and
+// without sending anything to the endpoint.
+func TestDynamoDBLocalEndpointWithoutCredentials(t *testing.T) {
+	imds, endpoint := newSilentServer(t), newSilentServer(t)
+	dir := t.TempDir()
+	for k, v := range map[string]string{
+		"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_SESSION_TOKEN": "", "AWS_PROFILE": "",
+		"AWS_CONFIG_FILE": dir + "/config", "AWS_SHARED_CREDENTIALS_FILE": dir + "/credentials",
+		"AWS_WEB_IDENTITY_TOKEN_FILE": "", "AWS_ROLE_ARN": "", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "",
+		"AWS_CONTAINER_CREDENTIALS_FULL_URI": "", "AWS_EC2_METADATA_DISABLED": "",
+		"AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://" + imds.Addr(),
+	} {
+		t.Setenv(k, v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := stores.Open(ctx, "dynamodb://table?endpoint=http://"+endpoint.Addr())
+	if err == nil || !strings.Contains(err.Error(), "no AWS credentials") {
+		t.Errorf("Open without credentials = %v, want a \"no AWS credentials\" error", err)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("Open waited for its context to end: %v", err)
+	}
+	if n := imds.Accepted(); n != 0 {
+		t.Errorf("the EC2 metadata service was asked (%d connections)", n)
+	}
+	if n := endpoint.Accepted(); n != 0 {
+		t.Errorf("the endpoint was contacted (%d connections) without credentials", n)
+	}
+}
