@@ -64,6 +64,7 @@ const picturesJS = `(() => {
 		Grants: bars.reduce((n, b) => n + Number(b.dataset.count), 0),
 		Handoffs: document.querySelectorAll('#chart-handoff .dot').length,
 		WaiterLines: document.querySelectorAll('#chart-waiters .line').length,
+		WaitersMax: (document.querySelector('#chart-waiters .line') || {dataset: {}}).dataset.max || '',
 		Waiters: document.querySelector('#chart-waiters .value').textContent,
 	};
 })()`
@@ -80,6 +81,7 @@ type pictures struct {
 	Grants      int
 	Handoffs    int
 	WaiterLines int
+	WaitersMax  string
 	Waiters     string
 }
 
@@ -88,6 +90,8 @@ type pictures struct {
 const (
 	oddName = "pic/odd\u202Eevil"
 	oddData = "line1\nline2\t<img src=x onerror=\"window.__xss=1\">\u200b\\"
+	// An owner as programs make them: long, without a space to break at.
+	longOwner = "worker-7f3a9c1e.build-cluster.internal.example.com:pid=48213"
 )
 
 // TestDashboardPictures: after a grant, a wait, a handoff, a force release
@@ -142,7 +146,7 @@ func TestDashboardPictures(t *testing.T) {
 		t.Fatal(err)
 	}
 	carol, err := be.Acquire(ctx, server.AcquireRequest{AcquireRequest: leasehold.AcquireRequest{
-		Name: "pic/b", Owner: "carol", TTL: 10 * time.Minute, Data: []byte{0, 1, 0xff, 'A'}}})
+		Name: "pic/b", Owner: longOwner, TTL: 10 * time.Minute, Data: []byte{0, 1, 0xff, 'A'}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +154,7 @@ func TestDashboardPictures(t *testing.T) {
 	wantLanes := map[string]lane{
 		"pic/a": {Label: "pic/a", Holds: []string{fmt.Sprintf("alice#%d", alice.Token), fmt.Sprintf("bob#%d", bob.Token)}, Waits: []string{"bob"}, Forced: 1},
 		oddName: {Label: `pic/odd\u202Eevil`, Holds: []string{fmt.Sprintf("eve\u200b#%d live", odd.Token)}},
-		"pic/b": {Label: "pic/b", Holds: []string{fmt.Sprintf("carol#%d live", carol.Token)}},
+		"pic/b": {Label: "pic/b", Holds: []string{fmt.Sprintf("%s#%d live", longOwner, carol.Token)}},
 	}
 	for _, size := range []struct{ w, h int }{{1280, 800}, {390, 844}} {
 		t.Run(fmt.Sprint(size.w), func(t *testing.T) {
@@ -179,9 +183,10 @@ func TestDashboardPictures(t *testing.T) {
 				if len(p.Lanes) != len(wantLanes) {
 					return fmt.Sprintf("%d lanes, want %d", len(p.Lanes), len(wantLanes))
 				}
-				if p.Bars != 30 || p.Grants != 4 || p.Handoffs != 1 || p.WaiterLines != 1 || p.Waiters != "0 now" {
-					return fmt.Sprintf("charts: %d bars counting %d grants, %d handoff dots, %d waiter lines (%q); "+
-						"want 30 bars counting 4 grants, 1 dot, 1 line (\"0 now\")", p.Bars, p.Grants, p.Handoffs, p.WaiterLines, p.Waiters)
+				// bob's wait is the one step of the waiters' line.
+				if p.Bars != 30 || p.Grants != 4 || p.Handoffs != 1 || p.WaiterLines != 1 || p.WaitersMax != "1" || p.Waiters != "0 now" {
+					return fmt.Sprintf("charts: %d bars counting %d grants, %d handoff dots, %d waiter lines (max %q, %q); "+
+						"want 30 bars counting 4 grants, 1 dot, 1 line (max 1, \"0 now\")", p.Bars, p.Grants, p.Handoffs, p.WaiterLines, p.WaitersMax, p.Waiters)
 				}
 				return ""
 			})
@@ -196,7 +201,7 @@ func TestDashboardPictures(t *testing.T) {
 					// The cell shows 48 characters, its tooltip all.
 					oddName: `pic/odd\u202Eevil | eve\u200B | line1\nline2\t<img src=x onerror="window.__xss=1… | ` +
 						`line1\nline2\t<img src=x onerror="window.__xss=1">\u200B\\`,
-					"pic/b": `pic/b | carol | 4 B: \x00\x01\xFFA | \x00\x01\xFFA`,
+					"pic/b": `pic/b | ` + longOwner + ` | 4 B: \x00\x01\xFFA | \x00\x01\xFFA`,
 				}
 				for name, w := range want {
 					if cells[name] != w {

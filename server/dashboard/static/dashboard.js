@@ -84,6 +84,7 @@
   function fmtDur(v) {
     if (v === undefined || isNaN(v)) return '–';
     if (v < 0) v = 0;
+    if (v > 0 && v < 10) return v.toFixed(v < 1 ? 2 : 1) + ' ms';
     if (v < 1000) return Math.round(v) + ' ms';
     const s = v / 1000;
     if (s < 60) return s.toFixed(s < 10 ? 1 : 0) + ' s';
@@ -635,7 +636,7 @@
     const now = serverNow();
     const evs = [...state.history.values()].sort((a, b) => a.time - b.time);
     draw.charts(document.querySelector('section.charts'), evs, state.samples, now, WINDOW_MS, BUCKET_MS);
-    const lanes = draw.timeline($('timeline'), evs, state.leases, now, WINDOW_MS);
+    const lanes = draw.timeline($('timeline'), evs, state.leases, now, draw.zoom(evs, now, WINDOW_MS));
     $('no-timeline').hidden = lanes > 0;
   }
 

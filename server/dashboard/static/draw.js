@@ -89,6 +89,16 @@ window.leaseholdDraw = (() => {
     return Math.floor(ms / 60000) + 'm ' + String(Math.floor((ms % 60000) / 1000)).padStart(2, '0') + 's';
   }
 
+  const span = (ms) => (ms < 60000 ? `${Math.round(ms / 1000)} s` : `${Math.round(ms / 60000)} min`);
+
+  // zoom picks the timeline's span: enough to show the first of events,
+  // from 30 s up to max.
+  function zoom(events, now, max) {
+    const first = events.length ? events[0].time : now;
+    for (const s of [30e3, 60e3, 120e3, 300e3, 600e3, 1800e3]) if (s >= max || now - first <= s * 0.9) return Math.min(s, max);
+    return max;
+  }
+
   function width(node) {
     return Math.max(120, Math.floor(node.getBoundingClientRect().width));
   }
@@ -169,7 +179,7 @@ window.leaseholdDraw = (() => {
     const lanes = shown.map((name) => {
       const s = spans(byName.get(name), from, now, held.get(name));
       const g = svg('svg', { class: 'tl-svg', width: w, height: 34, viewBox: `0 0 ${w} 34`, role: 'img' });
-      g.append(title(`${visible(name)}: ${s.holds.length} holds, ${s.waits.length} waits in the last ${windowMs / 60000} minutes`));
+      g.append(title(`${visible(name)}: ${s.holds.length} holds, ${s.waits.length} waits in the last ${span(windowMs)}`));
       g.append(svg('line', { x1: 0, x2: w, y1: 12, y2: 12, class: 'tl-track' }));
       for (const h of s.holds) {
         const x0 = x(h.start);
@@ -224,7 +234,7 @@ window.leaseholdDraw = (() => {
     list.append(...lanes);
     const axis = document.createElement('div');
     axis.className = 'tl-axis';
-    for (const text of [`−${windowMs / 60000} min (${clock(from)})`, `now (${clock(now)})`]) {
+    for (const text of [`−${span(windowMs)} (${clock(from)})`, `now (${clock(now)})`]) {
       const s = document.createElement('span');
       s.textContent = text;
       axis.append(s);
@@ -247,7 +257,7 @@ window.leaseholdDraw = (() => {
       svg('line', { class: 'axis', x1: 0, x2: w, y1: CH, y2: CH }),
       svg('line', { class: 'grid', x1: 0, x2: w, y1: 4, y2: 4 }),
       label(2, 14, `${max} ${unit}`.trim(), 'chart-label'),
-      label(2, CH + 13, `−${Math.round((now - from) / 60000)} min`, 'chart-label'),
+      label(2, CH + 13, `−${span(now - from)}`, 'chart-label'),
       label(w - 2, CH + 13, 'now', 'chart-label', 'end'),
     );
     return g;
@@ -289,10 +299,42 @@ window.leaseholdDraw = (() => {
     return { svg: g, value: `${(total / (windowMs / 1000)).toFixed(2)}/s average, ${total} in all` };
   }
 
-  // waiters draws the queued waiters the server reported at each read.
-  function waiters(fig, samples, now, windowMs) {
+  // queueDelta is how an event changed its name's queue.
+  function queueDelta(ev) {
+    if (ev.type === 'queued') return 1;
+    if (ev.type === 'dequeued' || (ev.type === 'granted' && ev.handoff > 0)) return -1;
+    return 0;
+  }
+
+  // waiterSeries is the server's queued waiters over [from, now]: each event
+  // carries its name's queue length after it, so the steps come from the
+  // events; the waiters of names without events come from the latest
+  // reading of the server's stats. Without events, the readings alone.
+  function waiterSeries(events, samples, from, now) {
+    const last = samples.at(-1);
+    const evs = events.filter((ev) => ev.waiters !== undefined && ev.time >= from && ev.time <= now);
+    if (!evs.length) return samples.filter((s) => s.t >= from - 60000 && s.t <= now + 5000);
+    const cur = new Map(); // name → its queue before its first event, then after each
+    for (const ev of evs) if (!cur.has(ev.name)) cur.set(ev.name, Math.max(0, ev.waiters - queueDelta(ev)));
+    const latest = new Map();
+    for (const ev of evs) latest.set(ev.name, ev.waiters);
+    let known = 0;
+    for (const v of latest.values()) known += v;
+    let total = last ? Math.max(0, last.waiters - known) : 0;
+    for (const v of cur.values()) total += v;
+    const pts = [{ t: from, waiters: total }];
+    for (const ev of evs) {
+      total += ev.waiters - cur.get(ev.name);
+      cur.set(ev.name, ev.waiters);
+      pts.push({ t: ev.time, waiters: total });
+    }
+    return pts;
+  }
+
+  // waiters draws the queued waiters over the window.
+  function waiters(fig, events, samples, now, windowMs) {
     const from = now - windowMs;
-    const pts = samples.filter((s) => s.t >= from - 60000 && s.t <= now + 5000);
+    const pts = waiterSeries(events, samples, from, now);
     const max = nice(Math.max(1, ...pts.map((s) => s.waiters)));
     const w = width(fig);
     const g = frame(w, max, '', from, now);
@@ -302,7 +344,8 @@ window.leaseholdDraw = (() => {
       let d = `M${x(pts[0].t)} ${y(pts[0].waiters)}`;
       for (let i = 1; i < pts.length; i++) d += ` H${x(pts[i].t)} V${y(pts[i].waiters)}`;
       d += ` H${x(now)}`;
-      g.append(svg('path', { class: 'line', d, 'data-points': pts.length }, title(`${pts.length} readings`)));
+      const top = Math.max(...pts.map((p) => p.waiters));
+      g.append(svg('path', { class: 'line', d, 'data-points': pts.length, 'data-max': top }, title(`at most ${top} waiting`)));
     }
     const last = pts.at(-1);
     return { svg: g, value: last ? `${last.waiters} now` : 'no reading yet' };
@@ -341,9 +384,9 @@ window.leaseholdDraw = (() => {
     };
     const plotOf = (id) => root.querySelector('#' + id + ' .plot');
     put('chart-grants', grants(plotOf('chart-grants'), events, now, windowMs, bucketMs));
-    put('chart-waiters', waiters(plotOf('chart-waiters'), samples, now, windowMs));
+    put('chart-waiters', waiters(plotOf('chart-waiters'), events, samples, now, windowMs));
     put('chart-handoff', handoffs(plotOf('chart-handoff'), events, now, windowMs));
   }
 
-  return { visible, visibleBytes, cut, timeline, charts };
+  return { visible, visibleBytes, cut, zoom, timeline, charts };
 })();
