@@ -56,7 +56,8 @@ released and it says so.
 
 Exit codes:
   0   released
-  64  usage error, or no terminal to confirm on and no --yes (nothing changed)
+  64  usage error, no terminal to confirm on and no --yes, or the answer
+      was not y (nothing changed)
   70  store or internal error
   76  not held (nothing to release), or the holder changed before the
       release (nothing changed)`
