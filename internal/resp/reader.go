@@ -1,7 +1,9 @@
 // Package resp reads and writes RESP2, the Redis serialization protocol, as
 // leasehold's pipelined wire protocol uses it: commands are arrays of bulk
 // strings (or inline lines typed into telnet), replies are simple strings,
-// errors, integers, bulk strings, nulls and arrays. It is shared by the
+// errors, integers, bulk strings, nulls and arrays (and, for a client that
+// said HELLO 3, the RESP3 maps, nulls and pushes of resp3.go, which the
+// server writes and this Reader does not read). It is shared by the
 // server (server.RESPServer) and the client (remote.RESPStore), and also
 // holds the client's auto-pipelined connections (Client).
 //
