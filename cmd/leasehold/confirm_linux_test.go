@@ -13,7 +13,7 @@ import (
 // 64, "y" releases (the holder then exits 76).
 func TestForceReleaseConfirm(t *testing.T) {
 	store, _ := newStore(t)
-	h := startHold(t, store, "--ttl", "3s", "--owner", "tester/9", "fc/a")
+	h := startHold(t, store, "--ttl", "6s", "--owner", "tester/9", "fc/a")
 	ask := func(answer string) int {
 		t.Helper()
 		p := openPTY(t)

@@ -101,8 +101,8 @@ func heldBy(t *testing.T, store, name string) (leaseJSON, bool) {
 func TestHoldRelease(t *testing.T) {
 	for kind, store := range holdStores(t) {
 		t.Run(kind, func(t *testing.T) {
-			h := startHold(t, store, "--ttl", "3s", "--owner", "tester/1", "hr/a")
-			if h.grant.Name != "hr/a" || h.grant.Owner != "tester/1" || h.grant.Token == 0 || h.grant.TTLMS != 3000 {
+			h := startHold(t, store, "--ttl", "6s", "--owner", "tester/1", "hr/a")
+			if h.grant.Name != "hr/a" || h.grant.Owner != "tester/1" || h.grant.Token == 0 || h.grant.TTLMS != 6000 {
 				t.Fatalf("grant %+v", h.grant)
 			}
 			if _, err := time.Parse(time.RFC3339Nano, h.grant.Deadline); err != nil {
@@ -198,7 +198,7 @@ func TestReleaseFromRunEnv(t *testing.T) {
 func TestForceRelease(t *testing.T) {
 	for kind, store := range holdStores(t) {
 		t.Run(kind, func(t *testing.T) {
-			h := startHold(t, store, "--ttl", "3s", "fr/a")
+			h := startHold(t, store, "--ttl", "6s", "fr/a")
 			if code, out := runLH(t, "force-release", "--store", store, "fr/a"); code != 64 || !strings.Contains(out, "--yes") {
 				t.Errorf("force-release without a terminal: exit %d, want 64\n%s", code, out)
 			}

@@ -16,7 +16,7 @@ func TestPermitWaitingLine(t *testing.T) {
 	a := h.hold("pool/permit/0", "A")
 	b := h.hold("pool/permit/1", "B")
 	h.hold("pool/permit/5", "C") // outside --permits 2
-	r := h.run("run", "--store", h.url, "--permits", "2", "-w", "300ms", "pool", "--", "true")
+	r := h.run("run", "--store", h.url, "--permits", "2", "-w", "2s", "pool", "--", "true")
 	if r.code != ExitNotAcquired {
 		t.Fatalf("exit %d, want %d; stderr %q", r.code, ExitNotAcquired, r.stderr)
 	}
@@ -24,7 +24,7 @@ func TestPermitWaitingLine(t *testing.T) {
 		"leasehold: waiting for pool (2/2 permits held by A, B; A: token 1, since ",
 		"; B: token 1, since ",
 		", expires in ",
-		"gave up waiting for pool after 300ms",
+		"gave up waiting for pool after 2s",
 	} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
