@@ -26,8 +26,9 @@ permit of a semaphore, NAME is the permit's lease (NAME/permit/I, in
 $LEASEHOLD_PERMIT); given the semaphore's NAME, release uses
 $LEASEHOLD_PERMIT when it names one of NAME's permits.
 
-Releasing a grant that was already released by this owner again succeeds
-(while the store remembers it). The holder, if it is a "hold" or "run",
+Releasing one's own grant that is already free (released, force-released,
+or expired and not taken since) succeeds too, while the store remembers
+that grant (the lease server: at least 10 minutes). The holder, if it is a "hold" or "run",
 learns of the release at its next renewal and exits 76 (for "run", after
 stopping its command).
 
