@@ -28,9 +28,10 @@ $LEASEHOLD_PERMIT when it names one of NAME's permits.
 
 Releasing one's own grant that is already free (released, force-released,
 or expired and not taken since) succeeds too, while the store remembers
-that grant (the lease server: at least 10 minutes). The holder, if it is a "hold" or "run",
-learns of the release at its next renewal and exits 76 (for "run", after
-stopping its command).
+that grant (the lease server: at least 10 minutes).
+
+The holder, if it is a "hold" or "run", learns of the release at its next
+renewal and exits 76 (for "run", after stopping its command).
 
 Exit codes:
   0   released
