@@ -1,12 +1,174 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/redact"
+	"github.com/leasehold/leasehold/redis"
+	"github.com/leasehold/leasehold/remote"
 	"github.com/leasehold/leasehold/stores"
 )
+
+// The store's errors say what failed, in one line; go-redis's pool would
+// add its own lines about each dial and retry.
+func init() { redis.DiscardClientLogs() }
+
+// connectTimeoutUsage is the help of the global --connect-timeout flag.
+const connectTimeoutUsage = "how long opening the store may take before the command gives up (exit 70); a store URL's connect_timeout= parameter overrides it"
+
+// connectTimeout is the value of --connect-timeout: a positive duration,
+// zero until set (openStore then uses stores.DefaultConnectTimeout).
+type connectTimeout time.Duration
+
+func (c *connectTimeout) String() string {
+	if *c == 0 {
+		return stores.DefaultConnectTimeout.String()
+	}
+	return time.Duration(*c).String()
+}
+
+func (c *connectTimeout) Type() string { return "duration" }
+
+func (c *connectTimeout) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("%q is not a positive duration such as 5s", s)
+	}
+	*c = connectTimeout(d)
+	return nil
+}
+
+// openSignals end the opening of a store; the command then exits 128+N.
+var openSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}
+
+// probeName is the lease name read once from a store that does not
+// contact its engine when opened; it need not exist.
+const probeName = "leasehold/connect-check"
+
+// openStore opens the store named by url (from --store; empty: the value
+// of $LEASEHOLD_STORE, else the default SQLite file). Opening is bounded
+// by the URL's connect_timeout= if it has one, else by --connect-timeout
+// (default stores.DefaultConnectTimeout), and is ended by SIGINT or
+// SIGTERM (exit 128+N). A store that contacts nothing when opened (the
+// server's HTTP API) is asked once for a lease under the same bounds, so
+// that a server that accepts connections but never answers is found here
+// rather than by the command's first operation. Errors name the store,
+// with its secrets redacted, and say when it came from the environment.
+func (e *env) openStore(ctx context.Context, url string) (leasehold.Store, error) {
+	name := "the default store"
+	if p, err := stores.DefaultPath(); err == nil {
+		name += " sqlite://" + p
+	}
+	if url != "" {
+		name = redact.URL(url)
+	} else if url = os.Getenv(stores.EnvStore); url != "" {
+		name = "$" + stores.EnvStore + "=" + redact.URL(url)
+	}
+	d, source := time.Duration(e.connectTimeout), "--connect-timeout"
+	if d <= 0 {
+		d = stores.DefaultConnectTimeout
+	}
+	if ud, ok, err := stores.ConnectTimeout(url); err != nil && url != "" {
+		return nil, classify(err, "open store %s", name)
+	} else if ok {
+		d, source = ud, "connect_timeout="
+	}
+
+	tctx, cancelTimeout := context.WithTimeout(ctx, d)
+	defer cancelTimeout()
+	octx, cancel := context.WithCancelCause(tctx)
+	defer cancel(nil)
+	var watched []os.Signal
+	for _, sig := range openSignals {
+		if !signal.Ignored(sig) {
+			watched = append(watched, sig)
+		}
+	}
+	sigs, stop, stopped := make(chan os.Signal, 1), make(chan struct{}), make(chan struct{})
+	signalled := make(chan struct{}) // closed after a signal cancelled octx
+	if len(watched) > 0 {
+		signal.Notify(sigs, watched...)
+	}
+	go func() {
+		defer close(stopped)
+		select {
+		case sig := <-sigs:
+			cancel(&signalError{sig})
+			close(signalled)
+		case <-stop:
+		}
+	}()
+	defer func() {
+		signal.Stop(sigs)
+		close(stop)
+		<-stopped
+	}()
+
+	// Engines honour a deadline promptly but may notice a cancellation
+	// only at their next timeout (go-redis in a read), so a signal does
+	// not wait for the open: it goes on in the background and closes
+	// what it opened.
+	type opened struct {
+		s   leasehold.Store
+		err error
+	}
+	result := make(chan opened, 1)
+	go func() {
+		s, err := e.open(octx, url)
+		if err == nil {
+			switch s.(type) {
+			case *remote.HTTPStore, *remote.RESPStore:
+				// Only the end of octx counts: any answer, even an
+				// error, shows the server is there, and the command's
+				// own operation reports that error better.
+				if _, perr := s.Get(octx, probeName); perr != nil && octx.Err() != nil {
+					s.Close()
+					s, err = nil, perr
+				}
+			}
+		}
+		result <- opened{s, err}
+	}()
+	var s leasehold.Store
+	var err error
+	select {
+	case r := <-result:
+		s, err = r.s, r.err
+	case <-signalled:
+		go func() {
+			if r := <-result; r.s != nil {
+				r.s.Close()
+			}
+		}()
+		err = context.Cause(octx)
+	}
+	if err == nil {
+		return s, nil
+	}
+	err = redact.Error(err, redact.Secrets(url)...)
+	var se *signalError
+	switch {
+	case errors.As(context.Cause(octx), &se):
+		return nil, exitf(signalExitCode(se.sig), "%s while opening %s", se.sig, name)
+	case ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded):
+		msg := err.Error()
+		if !strings.Contains(msg, "no answer within") {
+			msg = fmt.Sprintf("no answer within %s: %s", d, msg)
+		}
+		return nil, exitf(ExitInternal, "open store %s: %s (raise %s if it is only slow)", name, msg, source)
+	}
+	return nil, classify(err, "open store %s", name)
+}
 
 const storeInitLong = `Init prepares a store for leasehold ahead of time: it creates the tables
 (or schema, or file) that the store would otherwise create when it is first
