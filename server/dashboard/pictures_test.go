@@ -228,3 +228,47 @@ func TestDashboardPictures(t *testing.T) {
 		})
 	}
 }
+
+// TestDashboardBusyName: grants made while the page is open reach the
+// pictures through the event stream, beyond the events the server keeps
+// (256), and a name with more holds than half its lane's pixels is drawn
+// with one bar per pixel column.
+func TestDashboardBusyName(t *testing.T) {
+	chromium(t)
+	ctx := context.Background()
+	be := openEngine(t)
+	ts := httptest.NewServer(server.NewHandler(be, server.HandlerOptions{Dashboard: dashboard.Handler()}))
+	t.Cleanup(ts.Close)
+
+	b := newBrowserAt(t, 390, 844)
+	b.do("setting the viewport", chromedp.EmulateViewport(390, 844))
+	b.do("loading the dashboard", chromedp.Navigate(ts.URL+"/dashboard/"))
+	b.eventually("a live stream", func() string {
+		if c := b.text("conn-text"); c != "live" {
+			return fmt.Sprintf("connection %q", c)
+		}
+		return ""
+	})
+	const n = 500 // more than the lane's pixels at 390 px
+	for i := 0; i < n; i++ {
+		rec := acquire(t, be, "busy/job", "worker")
+		if err := be.Release(ctx, "busy/job", "worker", rec.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type busy struct{ Grants, Holds, Width int }
+	b.eventually("every grant counted, the holds thinned", func() string {
+		got, err := eval[busy](b, `({
+			Grants: Array.from(document.querySelectorAll('#chart-grants .bar')).reduce((n, b) => n + Number(b.dataset.count), 0),
+			Holds: document.querySelectorAll('#timeline .tl-lane[data-name="busy/job"] .tl-hold').length,
+			Width: Math.round((document.querySelector('#timeline .tl-svg') || {getBoundingClientRect: () => ({width: 0})}).getBoundingClientRect().width),
+		})`)
+		if err != nil {
+			return err.Error()
+		}
+		if got.Grants != n || got.Holds < 1 || got.Holds > got.Width {
+			return fmt.Sprintf("%d grants counted, %d holds drawn in a lane of %d px; want %d grants and at most one hold per pixel column", got.Grants, got.Holds, got.Width, n)
+		}
+		return ""
+	})
+}

@@ -16,6 +16,7 @@
   const HISTORY_N = 1000; // events read for the pictures (the server keeps fewer)
   const WINDOW_MS = 5 * 60 * 1000; // what the timeline and charts show
   const BUCKET_MS = 10 * 1000; // grants per second are counted per bucket
+  const MAX_HISTORY = 20000; // events kept for the pictures, at most
   const draw = window.leaseholdDraw;
   const MAX_COUNT_FETCHES = 16; // waiter counts read per refresh, at most
 
@@ -372,6 +373,11 @@
   function prune() {
     const from = serverNow() - WINDOW_MS - 60000;
     for (const [k, ev] of state.history) if (ev.time < from) state.history.delete(k);
+    // A busy server: keep the latest MAX_HISTORY (kept in arrival order).
+    for (const k of state.history.keys()) {
+      if (state.history.size <= MAX_HISTORY) break;
+      state.history.delete(k);
+    }
     const i = state.samples.findIndex((s) => s.t >= from);
     state.samples.splice(0, i < 0 ? state.samples.length : Math.max(0, i - 1));
     if (state.samples.length > 5000) state.samples.splice(0, state.samples.length - 5000);

@@ -181,8 +181,13 @@ window.leaseholdDraw = (() => {
       const g = svg('svg', { class: 'tl-svg', width: w, height: 34, viewBox: `0 0 ${w} 34`, role: 'img' });
       g.append(title(`${visible(name)}: ${s.holds.length} holds, ${s.waits.length} waits in the last ${span(windowMs)}`));
       g.append(svg('line', { x1: 0, x2: w, y1: 12, y2: 12, class: 'tl-track' }));
+      // Many holds (a busy name): one bar per pixel column is enough.
+      let lastX = -1;
+      const thin = s.holds.length > w / 2;
       for (const h of s.holds) {
         const x0 = x(h.start);
+        if (thin && Math.floor(x0) === lastX) continue;
+        lastX = Math.floor(x0);
         const bw = Math.max(2, x(h.end) - x0);
         const text = `${visible(h.owner)} #${h.token}`;
         const what =
