@@ -151,6 +151,7 @@ The store is named by a URL (--store), else by $` + stores.EnvStore + `, else it
 the default SQLite file (` + defaultPathHint() + `):
 
   sqlite:///var/lib/leasehold/leases.db   one file shared by the processes of a host
+  sqlite:./leases.db                      relative to the working directory (./ or ../ required)
   memory://                               in this process only (useful for "demo")
   postgres://user@db.internal/leases      PostgreSQL (also postgresql://)
   redis://127.0.0.1:6379/0                Redis, one instance (rediss:// for TLS)
@@ -159,7 +160,9 @@ the default SQLite file (` + defaultPathHint() + `):
   http://127.0.0.1:7070                   a "leasehold serve" over HTTP (https://)
   leasehold://127.0.0.1:7071              a "leasehold serve" over RESP (leaseholds://)
 
-The URL parameters of each engine are in docs/stores/ and docs/server.md.`,
+The URL parameters of each engine are in docs/stores/ and docs/server.md.
+Opening a networked store gives up after --connect-timeout (default 10s),
+or the URL's connect_timeout=5s; Ctrl-C or SIGTERM ends the wait (130/143).`,
 		Example: `  leasehold run backup/nightly -- /usr/local/bin/backup.sh
   leasehold run -n -E 0 backup/nightly -- backup.sh   # skip quietly if running
   leasehold hold deploy/prod                           # until Ctrl-C

@@ -262,4 +262,7 @@ func TestConnectTimeoutFlag(t *testing.T) {
 	if r := h.run("status", "--help"); !strings.Contains(r.stdout, "--connect-timeout duration") || !strings.Contains(r.stdout, "(default 10s)") {
 		t.Errorf("status --help does not show --connect-timeout and its default:\n%s", r.stdout)
 	}
+	if r := h.run("--help"); !strings.Contains(r.stdout, "sqlite:./leases.db") || !strings.Contains(r.stdout, "connect_timeout=") {
+		t.Errorf("leasehold --help shows neither the relative sqlite: form nor connect_timeout=:\n%s", r.stdout)
+	}
 }
