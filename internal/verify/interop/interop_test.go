@@ -3,7 +3,10 @@
 // (the harness's lock workload), `leasehold run` processes whose commands
 // write under $LEASEHOLD_TOKEN, and Python processes (clients/python) contend
 // on one lease of the lease server and one of DynamoDB (dynalite), each
-// doing fenced read-modify-writes at the harness's oracle. The checks: no
+// doing fenced read-modify-writes at the harness's oracle; on DynamoDB,
+// executions of the Step Functions machine that package sfn generates, run
+// by the test executor (internal/aslexec, as R14 runs them), contend too,
+// their Lambda bodies doing the same fenced writes. The checks: no
 // two critical sections overlap, the fencing tokens of all of them
 // increase in the order the sections happened, whatever the language, the
 // oracle finds no lost update or stale write, and the porcupine lease model
@@ -12,8 +15,10 @@ package interop
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
@@ -26,8 +31,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/dynamodb"
+	"github.com/leasehold/leasehold/internal/aslexec"
 	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/internal/verify/stepfn"
 )
 
 func TestMain(m *testing.M) {
@@ -49,14 +57,20 @@ type plan struct {
 	goWorkers, goClients, goCycles int
 	pyWorkers, pyCycles            int
 	runLoops, runCycles            int
-	ttl                            time.Duration
-	hold                           time.Duration
+	// sfnSlots executions of the generated Lambda machine at once,
+	// sfnEach one after the other in every slot (DynamoDB only).
+	sfnSlots, sfnEach int
+	// gap: the Python and CLI clients' longest pause between cycles when
+	// the machines take part.
+	gap  time.Duration
+	ttl  time.Duration
+	hold time.Duration
 }
 
 func defaultPlan() plan {
 	return verify.Size(
-		plan{goWorkers: 2, goClients: 2, goCycles: 6, pyWorkers: 2, pyCycles: 10, runLoops: 2, runCycles: 4, ttl: 4 * time.Second, hold: 5 * time.Millisecond},
-		plan{goWorkers: 3, goClients: 2, goCycles: 30, pyWorkers: 3, pyCycles: 40, runLoops: 3, runCycles: 15, ttl: 4 * time.Second, hold: 5 * time.Millisecond},
+		plan{goWorkers: 2, goClients: 2, goCycles: 6, pyWorkers: 2, pyCycles: 10, runLoops: 2, runCycles: 4, sfnSlots: 6, sfnEach: 2, gap: time.Second, ttl: 4 * time.Second, hold: 5 * time.Millisecond},
+		plan{goWorkers: 3, goClients: 2, goCycles: 30, pyWorkers: 3, pyCycles: 40, runLoops: 3, runCycles: 15, sfnSlots: 6, sfnEach: 8, gap: time.Second, ttl: 4 * time.Second, hold: 5 * time.Millisecond},
 	)
 }
 
@@ -70,7 +84,7 @@ func TestInterop(t *testing.T) {
 	}
 	bin := build(t, root)
 	t.Run("server", func(t *testing.T) {
-		run(t, "server", startServer(t, bin), bin, root)
+		run(t, "server", startServer(t, bin), bin, root, nil)
 	})
 	t.Run("dynamodb", func(t *testing.T) {
 		base := enginetest.DynamoDBURL(t)
@@ -82,22 +96,57 @@ func TestInterop(t *testing.T) {
 			t.Fatal(err)
 		}
 		u.Host = "leasehold_r15"
-		run(t, "dynamodb", u.String(), bin, root)
+		run(t, "dynamodb", u.String(), bin, root, sfnEnv(t, u.String()))
 	})
 }
 
-// run is one store's contention: key "cs" by Go, Python and `leasehold
-// run`; key "lin" by Go and Python only (every operation on it is recorded,
-// so porcupine can check it).
-func run(t *testing.T, store, storeURL, bin, root string) {
-	p := defaultPlan()
-	oracle, err := verify.NewOracle(true)
-	if err != nil {
-		t.Fatal(err)
+// The generated machines' lease time and their Lambda function's own
+// timeout (R14's: the generator needs the TTL to fit the function, its
+// 10 s start allowance and a margin).
+const (
+	sfnTTL           = 16 * time.Second
+	sfnLambdaTimeout = 2 * time.Second
+)
+
+// sfnEnv creates the table and starts the Step Functions test executor
+// (one, with no clock skew) and R14's Lambda function on storeURL; its
+// oracle is the run's.
+func sfnEnv(t *testing.T, storeURL string) *stepfn.Env {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := dynamodb.Init(ctx, storeURL); err != nil {
+		t.Fatalf("create the table: %v", err)
 	}
-	defer oracle.Close()
+	return stepfn.NewEnv(t, storeURL, []time.Duration{0}, sfnLambdaTimeout)
+}
+
+// run is one store's contention: key "cs" by Go, Python, `leasehold run`
+// and, when sfn is not nil, executions of the generated Lambda machine;
+// key "lin" by Go and Python only (every operation on it is recorded, so
+// porcupine can check it).
+func run(t *testing.T, store, storeURL, bin, root string, sfn *stepfn.Env) {
+	p := defaultPlan()
+	var oracle *verify.Oracle
+	if sfn != nil {
+		oracle = sfn.Oracle // the Lambda bodies write there; closed when the test ends
+	} else {
+		o, err := verify.NewOracle(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Close()
+		oracle = o
+	}
 	suffix := fmt.Sprintf("%d", time.Now().UnixNano())
 	csKey, linKey := "r15/cs/"+suffix, "r15/lin/"+suffix
+	// With the machines, which poll for the lock once a second at most,
+	// the Python and CLI clients pause up to gap between their cycles:
+	// otherwise they and the Go workers, polling every few milliseconds,
+	// keep the lock busy until they are done, and the machines run last.
+	var gap time.Duration
+	if sfn != nil {
+		gap = p.gap
+	}
 	start := time.Now()
 
 	goGroup := verify.StartWorkers(t, p.goWorkers, verify.WorkerConfig{
@@ -157,7 +206,7 @@ func run(t *testing.T, store, storeURL, bin, root string) {
 		for _, key := range []string{csKey, linKey} {
 			cfg, _ := json.Marshal(map[string]any{
 				"id": id + "-" + strings.Split(key, "/")[1], "store": storeURL, "key": key, "cycles": p.pyCycles / 2,
-				"ttl": p.ttl.Seconds(), "hold": p.hold.Seconds(), "oracle": oracle.URL(), "acquire_timeout": 120,
+				"ttl": p.ttl.Seconds(), "hold": p.hold.Seconds(), "oracle": oracle.URL(), "acquire_timeout": 120, "gap": gap.Seconds(),
 			})
 			wg.Add(1)
 			go func(id string, cfg []byte) {
@@ -169,6 +218,20 @@ func run(t *testing.T, store, storeURL, bin, root string) {
 				}
 			}(id, cfg)
 		}
+	}
+	var sfnRes stepfn.ExecutionsResult
+	if sfn != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			sfnRes, err = sfn.RunExecutions(stepfn.Executions{Lock: csKey, Prefix: "r15-" + suffix, TTL: sfnTTL,
+				MaxDelay: time.Second, Slots: p.sfnSlots, Each: p.sfnEach, Hold: [2]time.Duration{p.hold, p.hold},
+				Timeout: 5 * time.Minute, Seed: uint64(time.Now().UnixNano())})
+			if err != nil {
+				fail("step functions: %v", err)
+			}
+		}()
 	}
 	runs := 0
 	for i := 0; i < p.runLoops; i++ {
@@ -188,6 +251,7 @@ func run(t *testing.T, store, storeURL, bin, root string) {
 				mu.Lock()
 				runs++
 				mu.Unlock()
+				time.Sleep(rand.N(gap + 1))
 			}
 		}(i)
 	}
@@ -196,6 +260,10 @@ func run(t *testing.T, store, storeURL, bin, root string) {
 	elapsed := time.Since(start)
 
 	all := append(goGroup.History().Events, evs...)
+	all = append(all, sfnRes.Events...)
+	for _, l := range sfnRes.Logs {
+		logs = append(logs, "sfn: "+l)
+	}
 	allLogs := strings.Join(append(logs, goGroup.Logs()), "\n")
 	for _, e := range errs {
 		t.Error(e)
@@ -229,6 +297,9 @@ func run(t *testing.T, store, storeURL, bin, root string) {
 	t.Logf("%s: cs key: %s; by language %v; %d wrote; token order violations %d", store, resCS, byLang, wrote, order)
 	t.Logf("%s: lin key: %s", store, resLin)
 	t.Logf("%s: oracle: %+v; took %s", store, ores, elapsed.Round(time.Millisecond))
+	if sfn != nil {
+		t.Logf("%s: step functions executions: %v", store, sfnRes.Counts)
+	}
 
 	violations := resCS.Overlaps + resCS.TokenRegressions + order + resLin.Violations() + ores.Violations()
 	checker := "ok"
@@ -239,16 +310,34 @@ func run(t *testing.T, store, storeURL, bin, root string) {
 		checker = "violations"
 	}
 	ops := resLin.Ops + resCS.Ops + runs
+	sfnNote := "Step Functions -"
+	langs := []string{"go", "cli", "python"}
+	if sfn != nil {
+		sfnNote = fmt.Sprintf("Step Functions %d (%d of %d executions succeeded, %d handoffs to or from other languages)", byLang["sfn"],
+			sfnRes.Counts[string(aslexec.Succeeded)], p.sfnSlots*p.sfnEach, handoffs(cs.Events, "sfn"))
+		langs = append(langs, "sfn")
+	}
 	verify.Report(t, verify.Row{
 		Suite: "R15", Store: store, Ops: ops, Faults: 0, Violations: violations, Checker: checker,
-		Note: fmt.Sprintf("Go %d, CLI %d, Python %d critical sections on one lease, %d fenced writes; Go+Python porcupine %d/%d keys ok; %s",
-			byLang["go"], byLang["cli"], byLang["python"], wrote, resLin.Ok, resLin.Keys, elapsed.Round(time.Second)),
+		Note: fmt.Sprintf("Go %d, CLI %d, Python %d, %s critical sections on one lease, %d fenced writes; Go+Python porcupine %d/%d keys ok; %s",
+			byLang["go"], byLang["cli"], byLang["python"], sfnNote, wrote, resLin.Ok, resLin.Keys, elapsed.Round(time.Second)),
 	})
 
-	// Every language must have taken part, and written, or the test proves nothing.
-	for _, l := range []string{"go", "cli", "python"} {
+	// Every language must have taken part, or the test proves nothing.
+	for _, l := range langs {
 		if byLang[l] == 0 {
 			t.Errorf("no critical section of %s on %s", l, csKey)
+		}
+	}
+	// An execution may give up waiting for a busy lock; any other end is a
+	// failure of the machine or of the executor.
+	for k, n := range sfnRes.Counts {
+		status, _, _ := strings.Cut(k, " ")
+		switch aslexec.Status(status) {
+		case aslexec.Failed, aslexec.TimedOut, aslexec.Aborted:
+			if k != "FAILED Leasehold.LockNotAcquired" {
+				t.Errorf("%d Step Functions executions ended %s", n, k)
+			}
 		}
 	}
 	if want := p.runLoops * p.runCycles; runs != want {
@@ -324,6 +413,85 @@ func TestInteropControl(t *testing.T) {
 	}
 }
 
+// TestInteropControlSFN is the negative control of the Step Functions
+// part: R14's Lambda body invoked by a machine that skips the lock (its
+// Task alone, with a token it never got) while a Python client holds the
+// DynamoDB lock must be found overlapping the Python section.
+func TestInteropControlSFN(t *testing.T) {
+	if _, err := os.Stat(python); err != nil {
+		enginetest.Missing(t, "python3 (Debian's "+python+")", err.Error())
+	}
+	if out, err := exec.Command(python, "-c", "import boto3").CombinedOutput(); err != nil {
+		enginetest.Missing(t, "boto3 for "+python+" (apt-get install python3-boto3)", strings.TrimSpace(string(out)))
+	}
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(enginetest.DynamoDBURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = "leasehold_r15"
+	env := sfnEnv(t, u.String())
+	key, dir := fmt.Sprintf("r15/control-sfn/%d", time.Now().UnixNano()), t.TempDir()
+	// The Python client holds the lock for 5 s after the barrier: the
+	// execution below starts when the client holds it and is at the
+	// barrier, and its body must begin well within those 5 s.
+	cfg, _ := json.Marshal(map[string]any{
+		"id": "py0", "store": u.String(), "key": key, "cycles": 1, "ttl": 30.0, "hold": 5.0,
+		"oracle": env.Oracle.URL(), "acquire_timeout": 60, "barrier": dir, "parties": 2,
+	})
+	cmd := exec.Command(python, filepath.Join(root, "internal/verify/interop/testdata/pyworker.py"), "lock", string(cfg))
+	cmd.Env = childEnv(root)
+	var out, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("the Python client never held the lock: %s", verify.Clip(stderr.String(), 20))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sfn"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := env.RunExecutions(stepfn.Executions{Lock: key, Prefix: "r15-control", TTL: sfnTTL, MaxDelay: time.Second,
+		Slots: 1, Each: 1, Hold: [2]time.Duration{time.Second, time.Second}, Timeout: time.Minute, NoLock: true, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("python: %v: %s", err, verify.Clip(stderr.String(), 20))
+	}
+	h := verify.History{Events: res.Events}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var ev verify.Event
+		if json.Unmarshal([]byte(line), &ev) == nil {
+			h.Events = append(h.Events, ev)
+		}
+	}
+	r := verify.Check(&h, verify.CheckOptions{NoLinearizability: true})
+	t.Logf("control: %s; executions %v", r, res.Counts)
+	caught := 0
+	if r.Overlaps > 0 {
+		caught = 1
+	}
+	verify.Report(t, verify.Row{Suite: "R15-control", Store: "dynamodb", Ops: r.Ops, Violations: r.Overlaps,
+		Checker: fmt.Sprintf("caught %d/1", caught), Note: "the Step Functions Lambda body run without the lock beside a Python holder"})
+	if r.CS != 2 || r.Overlaps == 0 {
+		t.Fatalf("the control's two critical sections (%d recorded) were not found overlapping: %s", r.CS, r)
+	}
+}
+
 // lang names a worker id's language.
 func lang(worker string) string {
 	switch {
@@ -331,8 +499,30 @@ func lang(worker string) string {
 		return "python"
 	case strings.HasPrefix(worker, "run"):
 		return "cli"
+	case worker == "sfn":
+		return "sfn"
 	}
 	return "go"
+}
+
+// handoffs counts the pairs of consecutive critical sections (ordered by
+// start) of which one is of language l and the other is not: how often
+// the lease passed between l and the other languages.
+func handoffs(evs []verify.Event, l string) int {
+	var cs []verify.Event
+	for _, ev := range evs {
+		if ev.E == "cs" {
+			cs = append(cs, ev)
+		}
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].From < cs[j].From })
+	n := 0
+	for i := 1; i < len(cs); i++ {
+		if (lang(cs[i].Worker) == l) != (lang(cs[i-1].Worker) == l) {
+			n++
+		}
+	}
+	return n
 }
 
 // tokenOrder counts critical sections whose token is not above the token

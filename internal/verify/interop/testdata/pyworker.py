@@ -18,6 +18,7 @@ verify.Mono reads). It imports the leasehold package from PYTHONPATH.
 
 import json
 import os
+import random
 import sys
 import threading
 import time
@@ -102,6 +103,8 @@ def lock(cfg):
             emit({"e": "ret", "w": wid, "seq": seq, "k": key, "t": time.monotonic_ns(), "unk": True})
             log(wid, f"release {key}: {e}")
             proc = f"p{n + 1}"
+        if cfg.get("gap"):
+            time.sleep(random.uniform(0, cfg["gap"]))  # leave the lock idle now and then
     client.close()
 
 
