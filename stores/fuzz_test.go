@@ -53,12 +53,13 @@ func secrets(rawURL string) []string {
 // disk or the network — a malformed or unknown scheme (an *InvalidError
 // naming the store URL), memory://, and http(s):// (the server's HTTP
 // API, whose store does not connect until used; URLs naming certificate
-// files are left out). Other schemes (sqlite://, which creates files, and
-// the networked engines, which dial) are only checked to be registered.
+// files are left out; a memory: URL with a query is refused). Other
+// schemes (sqlite://, which creates files, and the networked engines,
+// which dial) are only checked to be registered.
 // An error never repeats the URL's password or token.
 func FuzzStoreURL(f *testing.F) {
 	for _, s := range []string{
-		"memory://", "memory:", "MEMORY://x?y#z", "sqlite:///var/lib/leasehold/leases.db", "sqlite://leases.db", "sqlite:rel.db",
+		"memory://", "memory:", "MEMORY://x?y#z", "memory://?#x", "memory://#a?b", "sqlite:///var/lib/leasehold/leases.db", "sqlite://leases.db", "sqlite:rel.db",
 		"postgres://u:pw@localhost:5432/db?sslmode=disable&table=leases", "postgresql://h1,h2/db", "redis://:secret@localhost:6379/0",
 		"rediss://localhost?prefix=lh:", "etcd://a:2379,b:2379/?prefix=x/", "etcds://u:pass@h", "dynamodb://table?region=eu-west-1",
 		"http://127.0.0.1:7070", "https://h/?token=abcdef123&timeout=10s", "https://h/?ca=/nonexistent", "http://h/?bogus=1",
@@ -117,6 +118,8 @@ func FuzzStoreURL(f *testing.F) {
 			if !strings.Contains(oerr.Error(), "sqlite") {
 				t.Fatalf("Open(%q): %v does not list the known schemes", raw, oerr)
 			}
+		case scheme == "memory" && memoryQuery(raw):
+			checkURLInvalid(t, raw, oerr)
 		case scheme == "memory":
 			if oerr != nil {
 				t.Fatalf("Open(%q): %v", raw, oerr)
@@ -137,6 +140,13 @@ func FuzzStoreURL(f *testing.F) {
 			}
 		}
 	})
+}
+
+// memoryQuery reports whether a memory: URL has a query, which it may not.
+func memoryQuery(raw string) bool {
+	beforeFragment, _, _ := strings.Cut(raw, "#")
+	_, q, _ := strings.Cut(beforeFragment, "?")
+	return q != ""
 }
 
 func checkURLInvalid(t *testing.T, raw string, err error) {

@@ -34,7 +34,7 @@ type Opener func(ctx context.Context, rawURL string) (leasehold.Store, error)
 
 var openers = map[string]Opener{
 	"sqlite": openSQLite,
-	"memory": func(context.Context, string) (leasehold.Store, error) { return memory.New(), nil },
+	"memory": openMemory,
 }
 
 // Register adds an opener for a URL scheme. It is meant to be called from
@@ -180,4 +180,14 @@ func sqlitePath(rawURL string) (string, error) {
 		return u.Path, nil // sqlite:///abs or sqlite:/abs
 	}
 	return "", bad("sqlite URL has no path (sqlite:///path/to/leases.db, or sqlite:./leases.db relative to the working directory)")
+}
+
+// openMemory opens a new in-memory store. memory:// takes no parameters:
+// a query is refused rather than ignored.
+func openMemory(_ context.Context, rawURL string) (leasehold.Store, error) {
+	beforeFragment, _, _ := strings.Cut(rawURL, "#")
+	if _, q, _ := strings.Cut(beforeFragment, "?"); q != "" {
+		return nil, &leasehold.InvalidError{Field: "store URL", Reason: "memory:// takes no parameters"}
+	}
+	return memory.New(), nil
 }

@@ -125,3 +125,21 @@ func TestSQLiteURLs(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryURLTakesNoParameters: memory:// has no parameters, so one is
+// refused rather than ignored.
+func TestMemoryURLTakesNoParameters(t *testing.T) {
+	for _, u := range []string{"memory://?size=10", "memory:?x", "MEMORY://x?y#z"} {
+		if _, err := stores.Open(context.Background(), u); !errors.Is(err, leasehold.ErrInvalid) || !strings.Contains(err.Error(), "no parameters") {
+			t.Errorf("Open(%q) = %v, want ErrInvalid saying memory:// takes no parameters", u, err)
+		}
+	}
+	for _, u := range []string{"memory://", "memory:", "memory://?", "memory://#a?b"} {
+		s, err := stores.Open(context.Background(), u)
+		if err != nil {
+			t.Errorf("Open(%q): %v", u, err)
+			continue
+		}
+		s.Close()
+	}
+}
