@@ -59,12 +59,37 @@ const probeName = "leasehold/connect-check"
 // of $LEASEHOLD_STORE, else the default SQLite file). Opening is bounded
 // by the URL's connect_timeout= if it has one, else by --connect-timeout
 // (default stores.DefaultConnectTimeout), and is ended by SIGINT or
-// SIGTERM (exit 128+N). A store that contacts nothing when opened (the
-// server's HTTP API) is asked once for a lease under the same bounds, so
-// that a server that accepts connections but never answers is found here
-// rather than by the command's first operation. Errors name the store,
-// with its secrets redacted, and say when it came from the environment.
+// SIGTERM (exit 128+N). A store that sends nothing when opened (the
+// server's, http:// and leasehold://) is asked once for a lease under the
+// same bounds, so that a server that accepts connections but never
+// answers is found here rather than by the command's first operation.
+// Errors name the store, with its secrets redacted, and say when it came
+// from the environment.
 func (e *env) openStore(ctx context.Context, url string) (leasehold.Store, error) {
+	return e.connect(ctx, url, "open store", true, func(ctx context.Context, url string) (leasehold.Store, error) {
+		s, err := e.open(ctx, url)
+		if err != nil {
+			return nil, err
+		}
+		switch s.(type) {
+		case *remote.HTTPStore, *remote.RESPStore:
+			// Only the end of ctx counts: any answer, even an error,
+			// shows the server is there, and the command's own
+			// operation reports that error better.
+			if _, perr := s.Get(ctx, probeName); perr != nil && ctx.Err() != nil {
+				s.Close()
+				return nil, perr
+			}
+		}
+		return s, nil
+	})
+}
+
+// connect runs f, which opens or initialises the store named by url, as
+// openStore describes; what (as "open store") starts its messages. With
+// bound false only a connect_timeout= of the URL bounds it, not the
+// default of --connect-timeout.
+func (e *env) connect(ctx context.Context, url, what string, bound bool, f func(ctx context.Context, url string) (leasehold.Store, error)) (leasehold.Store, error) {
 	name := "the default store"
 	if p, err := stores.DefaultPath(); err == nil {
 		name += " sqlite://" + p
@@ -79,12 +104,15 @@ func (e *env) openStore(ctx context.Context, url string) (leasehold.Store, error
 		d = stores.DefaultConnectTimeout
 	}
 	if ud, ok, err := stores.ConnectTimeout(url); err != nil && url != "" {
-		return nil, classify(err, "open store %s", name)
+		return nil, classify(err, "%s %s", what, name)
 	} else if ok {
-		d, source = ud, "connect_timeout="
+		d, source, bound = ud, "connect_timeout=", true
 	}
 
-	tctx, cancelTimeout := context.WithTimeout(ctx, d)
+	tctx, cancelTimeout := ctx, context.CancelFunc(func() {})
+	if bound {
+		tctx, cancelTimeout = context.WithTimeout(ctx, d)
+	}
 	defer cancelTimeout()
 	octx, cancel := context.WithCancelCause(tctx)
 	defer cancel(nil)
@@ -116,27 +144,15 @@ func (e *env) openStore(ctx context.Context, url string) (leasehold.Store, error
 
 	// Engines honour a deadline promptly but may notice a cancellation
 	// only at their next timeout (go-redis in a read), so a signal does
-	// not wait for the open: it goes on in the background and closes
-	// what it opened.
+	// not wait for f: it goes on in the background and its store, if it
+	// makes one, is closed.
 	type opened struct {
 		s   leasehold.Store
 		err error
 	}
 	result := make(chan opened, 1)
 	go func() {
-		s, err := e.open(octx, url)
-		if err == nil {
-			switch s.(type) {
-			case *remote.HTTPStore, *remote.RESPStore:
-				// Only the end of octx counts: any answer, even an
-				// error, shows the server is there, and the command's
-				// own operation reports that error better.
-				if _, perr := s.Get(octx, probeName); perr != nil && octx.Err() != nil {
-					s.Close()
-					s, err = nil, perr
-				}
-			}
-		}
+		s, err := f(octx, url)
 		result <- opened{s, err}
 	}()
 	var s leasehold.Store
@@ -159,15 +175,24 @@ func (e *env) openStore(ctx context.Context, url string) (leasehold.Store, error
 	var se *signalError
 	switch {
 	case errors.As(context.Cause(octx), &se):
-		return nil, exitf(signalExitCode(se.sig), "%s while opening %s", se.sig, name)
-	case ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded):
+		return nil, exitf(signalExitCode(se.sig), "%s while %s %s", se.sig, gerund(what), name)
+	case bound && ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded):
 		msg := err.Error()
 		if !strings.Contains(msg, "no answer within") {
 			msg = fmt.Sprintf("no answer within %s: %s", d, msg)
 		}
-		return nil, exitf(ExitInternal, "open store %s: %s (raise %s if it is only slow)", name, msg, source)
+		return nil, exitf(ExitInternal, "%s %s: %s (raise %s if it is only slow)", what, name, msg, source)
 	}
-	return nil, classify(err, "open store %s", name)
+	return nil, classify(err, "%s %s", what, name)
+}
+
+// gerund turns "open store" into "opening", "store init" into
+// "initialising", for the line a signal ends them with.
+func gerund(what string) string {
+	if what == "store init" {
+		return "initialising"
+	}
+	return "opening"
 }
 
 const storeInitLong = `Init prepares a store for leasehold ahead of time: it creates the tables
@@ -176,9 +201,11 @@ opened, so that operators can run it once with rights the applications do
 not need. It is safe to run again.
 
 The store is named by --store, else by $` + stores.EnvStore + `, else it is the
-default SQLite file.
+default SQLite file. Creating a table can take a while, so only an explicit
+--connect-timeout or the URL's connect_timeout= limits how long it may take;
+Ctrl-C or SIGTERM ends it.
 
-Exit codes: 0 success, 64 usage error, 70 store error.`
+Exit codes: 0 success, 64 usage error, 70 store error, 128+N signal N.`
 
 func newStoreCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
@@ -200,8 +227,12 @@ func newStoreCmd(e *env) *cobra.Command {
   leasehold store init --store sqlite:///var/lib/leasehold/leases.db`,
 		Args: cobra.NoArgs,
 		RunE: wrapRun(func(cmd *cobra.Command, args []string) error {
-			if err := stores.Init(cmd.Context(), store); err != nil {
-				return classify(err, "store init")
+			// Creating a table can take longer than connecting
+			// (DynamoDB's does): only an explicit --connect-timeout or
+			// connect_timeout= bounds it; a signal always ends it.
+			if _, err := e.connect(cmd.Context(), store, "store init", cmd.Flags().Changed("connect-timeout"),
+				func(ctx context.Context, url string) (leasehold.Store, error) { return nil, stores.Init(ctx, url) }); err != nil {
+				return err
 			}
 			fmt.Fprintln(e.stdout, "store initialised")
 			return nil

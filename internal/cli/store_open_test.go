@@ -266,3 +266,26 @@ func TestConnectTimeoutFlag(t *testing.T) {
 		t.Errorf("leasehold --help shows neither the relative sqlite: form nor connect_timeout=:\n%s", r.stdout)
 	}
 }
+
+// TestStoreInitHangingStore: "store init" is ended by a signal, and by an
+// explicit --connect-timeout, like opening a store.
+func TestStoreInitHangingStore(t *testing.T) {
+	srv := newSilentListener(t)
+	url := "postgres://u:sekrit-pass-1@" + srv.ln.Addr().String() + "/db?sslmode=disable"
+	before := srv.accepted()
+	cmd, stderr := leaseholdProcess(t, "store", "init", "--store", url)
+	srv.waitAccepted(t, before)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, cmd); code != 143 || !strings.Contains(stderr.String(), "while initialising postgres://") {
+		t.Errorf("SIGTERM: exit %d, stderr %q; want 143 and a line naming the store", code, stderr)
+	}
+	cmd, stderr = leaseholdProcess(t, "store", "init", "--connect-timeout", "1s", "--store", url)
+	if code := exitCode(t, cmd); code != ExitInternal {
+		t.Errorf("--connect-timeout 1s: exit %d, stderr %q; want %d", code, stderr, ExitInternal)
+	}
+	if msg := stderr.String(); !strings.Contains(msg, "store init postgres://") || !strings.Contains(msg, "no answer within 1s") || strings.Contains(msg, "sekrit-pass-1") {
+		t.Errorf("--connect-timeout 1s: stderr %q; want the store (no secrets) and no answer within 1s", msg)
+	}
+}
