@@ -13,7 +13,16 @@ func newBenchCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure leasehold against a reference engine on this machine",
-		Args:  cobra.NoArgs,
+		Long: `Bench measures leasehold side by side with a reference on this machine, in
+one run, and prints medians and p99s next to each other. Pick what to
+measure:
+
+  leasehold bench server     the lease server against Redis (pairs/s, latency, handoff)
+  leasehold bench workflow   workflow strategies against three common baselines
+
+Timings depend on the machine and its load: compare figures from one run.
+Without a subcommand bench prints this help and exits 64.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cmd.SetOut(e.stderr)
 			_ = cmd.Help()

@@ -211,7 +211,15 @@ func newStoreCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "store",
 		Short: "Manage a store",
-		Args:  cobra.NoArgs,
+		Long: `Store acts on the store itself rather than on its leases. Today it has one
+subcommand:
+
+  leasehold store init --store URL   create the table, schema or file ahead of time
+
+The store is named by --store, else by $LEASEHOLD_STORE, else it is the
+default SQLite file; "leasehold --help" lists the URL forms. Without a
+subcommand store prints this help and exits 64.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cmd.SetOut(e.stderr)
 			_ = cmd.Help()
