@@ -755,15 +755,20 @@ func (ss *RESPSession) TTL() time.Duration { return ss.ttl }
 // lost (their Err matches leasehold.ErrLost); Err then matches
 // leasehold.ErrReleased. Closing an ended session returns nil if Close
 // already ended it, else the error that ended it.
+//
+// The session ends here, and its leases are lost, before the server is
+// asked to close it: the server frees the leases as soon as it reads the
+// request, so no lease may still count as held by then, also when the
+// reply is lost.
 func (ss *RESPSession) Close(ctx context.Context) error {
 	ss.closing.Store(true)
 	ss.stop()
 	ss.wg.Wait()
-	if err := ss.Err(); err != nil {
-		if errors.Is(err, leasehold.ErrReleased) {
-			return nil
+	if !ss.end(fmt.Errorf("session %s closed: %w", ss.id, leasehold.ErrReleased)) {
+		if err := ss.Err(); !errors.Is(err, leasehold.ErrReleased) {
+			return err
 		}
-		return err
+		return nil
 	}
 	err := ss.s.cl.Do(ctx, func(b []byte) []byte {
 		return resp.AppendCommand(b, "LH.SESSION", "CLOSE", ss.id)
@@ -771,7 +776,6 @@ func (ss *RESPSession) Close(ctx context.Context) error {
 	if err != nil && !errors.Is(err, ErrNoSession) {
 		return ss.s.mapErr(err)
 	}
-	ss.end(fmt.Errorf("session %s closed: %w", ss.id, leasehold.ErrReleased))
 	return nil
 }
 
