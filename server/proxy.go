@@ -646,15 +646,20 @@ func (p *Proxy) Renew(ctx context.Context, name, owner string, token uint64, ttl
 		return err
 	}
 	p.mu.Lock()
-	if s := p.leaseSession[proxyLeaseKey{name, token}]; s != nil && !s.ended {
+	if s != nil && (s.ended || !p.clock.Now().Before(s.expires)) {
+		// The session expired or ended while the store renewed: the
+		// session loop frees the lease, so the renewal cannot be
+		// confirmed.
+		p.mu.Unlock()
+		return leasehold.ErrNotHeld
+	}
+	if s := p.leaseSession[proxyLeaseKey{name, token}]; s != nil {
 		// A session lease: the proxy renews it with this TTL from now on,
 		// and (as with the Engine) its holder's renewal keeps the session
 		// alive.
 		l := s.leases[proxyLeaseKey{name, token}]
 		l.ttl, l.renewAt = ttl, t0.Add(ttl/3)
-		if p.clock.Now().Before(s.expires) {
-			s.expires = p.clock.Now().Add(s.ttl)
-		}
+		s.expires = p.clock.Now().Add(s.ttl)
 		p.armLocked(s)
 	}
 	p.emitUnlock(Event{Type: EventRenewed, Name: name, Owner: owner, Token: token})
