@@ -703,7 +703,9 @@ func (s *RESPStore) OpenSession(ctx context.Context, ttl time.Duration, opts ...
 		b = resp.AppendArray(b, 3)
 		b = resp.AppendBulkString(b, "LH.SESSION")
 		b = resp.AppendBulkString(b, "OPEN")
-		return resp.AppendBulkInt(b, resp.Millis(ttl))
+		// Rounded up, as the HTTP store does: the server's session must not
+		// end before the deadline the client keeps for it.
+		return resp.AppendBulkInt(b, resp.CeilMillis(ttl))
 	}, func(v resp.Value) error {
 		switch {
 		case v.Type == resp.Error:
