@@ -240,6 +240,7 @@ func (k *keeper) run(argv []string) int {
 				continue
 			}
 			latest = d
+			timer.Reset(0) // an earlier deadline is acted on at once
 		case <-timer.C:
 			left := latest.left(hostNow())
 			if !k.enforce {
@@ -298,9 +299,32 @@ func (k *keeper) stopLeftovers(deadlines <-chan hostTime, latest hostTime) (left
 		return "kill", true
 	}
 	empty := func() bool { return errors.Is(unix.Kill(-k.pgid, 0), unix.ESRCH) }
+	kill := func() {
+		_ = unix.Kill(-k.pgid, unix.SIGKILL)
+	}
+	// obey waits up to pause for the control pipe and applies it: its end
+	// (the supervisor is gone) or a passed deadline kills the group.
+	obey := func(pause time.Duration) {
+		select {
+		case d, ok := <-deadlines:
+			if !ok {
+				deadlines = nil
+				if k.enforce {
+					kill()
+					os.Exit(ExitLost)
+				}
+			} else {
+				latest = d
+			}
+		case <-time.After(pause):
+		}
+		if k.enforce && latest.left(hostNow()) <= 0 {
+			kill()
+		}
+	}
 	// Processes that were dying with the command (a signal to the group)
 	// may not be reaped yet: give them a moment before calling them left.
-	for end := time.Now().Add(settleTime); !empty(); time.Sleep(2 * time.Millisecond) {
+	for end := time.Now().Add(settleTime); !empty(); obey(2 * time.Millisecond) {
 		if time.Now().After(end) {
 			break
 		}
@@ -308,31 +332,13 @@ func (k *keeper) stopLeftovers(deadlines <-chan hostTime, latest hostTime) (left
 	if empty() {
 		return "", false
 	}
-	kill := func() {
-		_ = unix.Kill(-k.pgid, unix.SIGKILL)
-	}
 	waitEmpty := func(d time.Duration) bool {
 		end := time.Now().Add(d)
 		for !empty() {
 			if time.Now().After(end) {
 				return false
 			}
-			select {
-			case d, ok := <-deadlines:
-				if !ok {
-					deadlines = nil
-					if k.enforce {
-						kill()
-						os.Exit(ExitLost)
-					}
-				} else {
-					latest = d
-				}
-			case <-time.After(5 * time.Millisecond):
-			}
-			if k.enforce && latest.left(hostNow()) <= 0 {
-				kill()
-			}
+			obey(5 * time.Millisecond)
 		}
 		return true
 	}

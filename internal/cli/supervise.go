@@ -34,7 +34,7 @@ func (o *runOptions) supervise(ctx context.Context, e *env, lease *leasehold.Lea
 	t, err := startTree(treeSpec{
 		argv: o.command, env: env,
 		stdin: e.stdin, stdout: e.stdout, stderr: e.stderr,
-		remaining: lease.Remaining(), foreground: true,
+		foreground: true, // the first deadline comes from the watchdog below
 	})
 	if err != nil {
 		if rerr := releaseLease(lease); rerr != nil {
@@ -48,11 +48,24 @@ func (o *runOptions) supervise(ctx context.Context, e *env, lease *leasehold.Lea
 	}
 
 	w := &watchdog{lease: lease, grace: o.grace, tree: t, stderr: e.stderr, name: o.name}
+	// The keeper waits for its first deadline before it starts the
+	// command: sentDeadline is still zero, so this always sends it.
+	w.passDeadline()
 	ev := w.loop(ctx, t, sigs)
+	// Whether the lease was still held when the command was found dead: if
+	// this process was stopped past the deadline, the keeper killed the
+	// group there, and releasing may still succeed on some stores.
+	expired := !lease.Held()
 	t.close()
 	rep := t.report()
 
 	lost := w.lost
+	if lost == nil && expired {
+		lost = lease.Err()
+		if lost == nil {
+			lost = errors.New("the lease's local deadline passed before the command's end was seen")
+		}
+	}
 	if lost == nil && errors.Is(lease.Err(), leasehold.ErrLost) {
 		lost = lease.Err()
 	}
@@ -104,6 +117,13 @@ type commandTree interface {
 	setRemaining(d time.Duration)
 }
 
+// remainingSetter is a commandTree that reads its clocks before it asks
+// remaining for the time left, so that any delay between the two makes
+// the deadline it passes on earlier, never later (tree on unix).
+type remainingSetter interface {
+	setRemainingOf(remaining func() time.Duration)
+}
+
 // watchdog enforces the lease on the running command's process group.
 //
 // The rules: if no renewal has been confirmed by grace before the lease's
@@ -123,6 +143,7 @@ type watchdog struct {
 	name   string
 
 	termSent, killSent bool
+	capped             bool          // the keeper was given the planned SIGKILL after a refusal: no later deadline
 	killBelow          time.Duration // SIGKILL once Remaining is at most this (after a refusal)
 	sentDeadline       time.Time     // the lease's deadline last passed to the keeper
 	lost               error         // why the command was terminated
@@ -178,15 +199,31 @@ func (w *watchdog) onDone(left time.Duration) {
 	default:
 		w.term(fmt.Sprintf("lease %s lost: %v", w.name, err))
 		w.killBelow = max(left-w.grace, 0)
+		// The keeper kills the group at the planned SIGKILL too, should
+		// this process be stopped from now on.
+		w.capped = true
+		w.sendRemaining(func() time.Duration { return min(w.grace, w.lease.Remaining()) })
 	}
 }
 
-// passDeadline gives the keeper the lease's deadline if it moved.
+// passDeadline gives the keeper the lease's deadline if it moved. The
+// deadline is read first: a renewal after it is passed on at the next tick.
 func (w *watchdog) passDeadline() {
-	if d := w.lease.Deadline(); !d.Equal(w.sentDeadline) {
+	if d := w.lease.Deadline(); !d.Equal(w.sentDeadline) && !w.capped {
 		w.sentDeadline = d
-		w.tree.setRemaining(w.lease.Remaining())
+		w.sendRemaining(w.lease.Remaining)
 	}
+}
+
+// sendRemaining passes the time left that remaining returns on to the
+// keeper, measured from a reading of the clocks taken before it is called
+// where the tree can do so.
+func (w *watchdog) sendRemaining(remaining func() time.Duration) {
+	if rs, ok := w.tree.(remainingSetter); ok {
+		rs.setRemainingOf(remaining)
+		return
+	}
+	w.tree.setRemaining(remaining())
 }
 
 func (w *watchdog) term(why string) {

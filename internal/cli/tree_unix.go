@@ -101,9 +101,13 @@ func startTree(s treeSpec) (*tree, error) {
 		}
 		return nil, err
 	}
-	// The first deadline waits in the pipe for the keeper.
-	if _, err := io.WriteString(ctlW, deadlineIn(s.remaining).String()); err != nil {
-		return fail(err)
+	// The keeper waits for the first deadline before it starts the
+	// command: the supervisor sends it with setRemainingOf (or, if given
+	// here, it waits in the pipe).
+	if s.remaining > 0 {
+		if _, err := io.WriteString(ctlW, deadlineIn(s.remaining).String()); err != nil {
+			return fail(err)
+		}
 	}
 	stdin, err := t.inFile(s.stdin)
 	if err != nil {
@@ -258,8 +262,18 @@ func (t *tree) signal(sig os.Signal) {
 // setRemaining tells the keeper the lease's time left: it kills the group
 // when that passes without a newer one. It never blocks: a deadline the
 // keeper has not read yet is replaced.
-func (t *tree) setRemaining(d time.Duration) {
-	dl := deadlineIn(d)
+func (t *tree) setRemaining(d time.Duration) { t.setDeadline(deadlineIn(d)) }
+
+// setRemainingOf is setRemaining(remaining()), but with the host's clocks
+// read before remaining is called: a delay between the two (preemption,
+// a stop) makes the deadline earlier, never later than the lease's.
+func (t *tree) setRemainingOf(remaining func() time.Duration) {
+	now := hostNow()
+	d := remaining()
+	t.setDeadline(hostTime{boot: now.boot + d, mono: now.mono + d})
+}
+
+func (t *tree) setDeadline(dl hostTime) {
 	select {
 	case <-t.dl:
 	default:

@@ -34,7 +34,6 @@ const orphanWait = 100 * time.Millisecond
 func (w *watchdog) loop(ctx context.Context, t *tree, sigs <-chan os.Signal) treeEvent {
 	tick := time.NewTicker(checkInterval(w.grace))
 	defer tick.Stop()
-	w.sentDeadline = w.lease.Deadline()
 	var conts chan os.Signal
 	if t.tty != nil {
 		conts = make(chan os.Signal, 1)
