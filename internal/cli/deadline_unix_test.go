@@ -73,8 +73,9 @@ func TestWatchdogDeadlineOrder(t *testing.T) {
 	}
 }
 
-// A renewal refused by the store: the keeper is given the planned SIGKILL
-// (grace from now) as its deadline, and no later one afterwards.
+// A renewal refused by the store: the keeper is given a deadline a grace
+// after the planned SIGKILL (2·grace from now, the lease's deadline being
+// 10s away), and no later one afterwards.
 func TestWatchdogRefusalShortensKeeperDeadline(t *testing.T) {
 	fk := clock.NewFake(time.Unix(1_000_000, 0))
 	st := memory.New()
@@ -100,8 +101,8 @@ func TestWatchdogRefusalShortensKeeperDeadline(t *testing.T) {
 	if want := []os.Signal{sigTERM}; !slices.Equal(tr.sigs, want) {
 		t.Errorf("signals %v, want %v", tr.sigs, want)
 	}
-	if want := []time.Duration{time.Second}; !slices.Equal(tr.remaining, want) {
-		t.Errorf("keeper given %v after the refusal, want %v (the planned SIGKILL)", tr.remaining, want)
+	if want := []time.Duration{2 * time.Second}; !slices.Equal(tr.remaining, want) {
+		t.Errorf("keeper given %v after the refusal, want %v (a grace after the planned SIGKILL)", tr.remaining, want)
 	}
 	w.sentDeadline = time.Time{} // as if the deadline moved
 	w.tick()

@@ -199,10 +199,12 @@ func (w *watchdog) onDone(left time.Duration) {
 	default:
 		w.term(fmt.Sprintf("lease %s lost: %v", w.name, err))
 		w.killBelow = max(left-w.grace, 0)
-		// The keeper kills the group at the planned SIGKILL too, should
-		// this process be stopped from now on.
+		// The keeper kills the group too, should this process be stopped
+		// from now on: a grace after the planned SIGKILL (so that it
+		// backs this process up rather than races it), never after the
+		// lease's deadline.
 		w.capped = true
-		w.sendRemaining(func() time.Duration { return min(w.grace, w.lease.Remaining()) })
+		w.sendRemaining(func() time.Duration { return min(2*w.grace, w.lease.Remaining()) })
 	}
 }
 
