@@ -41,8 +41,12 @@ import (
 //     releases the lease after that.
 //
 // The keeper survives the signals sent to the group (it catches them and
-// does nothing), except SIGKILL and the job-control stops, which it shares
-// with the command.
+// does nothing), except SIGKILL and SIGSTOP. It catches the job-control
+// stops (SIGTSTP, SIGTTIN, SIGTTOU) too, so that it keeps enforcing the
+// deadline while the command is stopped, or when the command ignores them
+// (Ctrl-Z while leasehold itself is stopped): it reports the command's
+// stops and continues on the report pipe ("stopped SIG", "continued"), and
+// the supervisor stops its own job on that report.
 
 // keeperEnv, set in the environment, makes the leasehold binary (or a test
 // binary that calls RunKeeper) a keeper. Its value is keeperProtocol.
@@ -54,7 +58,7 @@ const keeperProtocol = "leasehold-keeper/1"
 // The keeper's file descriptors (after stdin, stdout and stderr).
 const (
 	keeperCtlFD    = 3 // read: "d BOOT MONO" deadline lines; EOF: the supervisor is gone
-	keeperReportFD = 4 // write: "pid N", then "exit N" or "signal N" (and "left term|kill"), or "error CODE MSG"
+	keeperReportFD = 4 // write: "pid N", "stopped SIG" and "continued", then "exit N" or "signal N" (and "left term|kill"), or "error CODE MSG"
 )
 
 // leftoverGrace is how long processes the command left in its group get
@@ -72,7 +76,7 @@ const keeperTick = 100 * time.Millisecond
 // keeperSignals are caught by the keeper so that it survives them when they
 // are sent to the group; the command gets their default action (a signal
 // that was ignored when leasehold started stays ignored for both).
-var keeperSignals = append([]os.Signal{syscall.SIGALRM, syscall.SIGPIPE}, forwardedSignals...)
+var keeperSignals = append([]os.Signal{syscall.SIGALRM, syscall.SIGPIPE, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU}, forwardedSignals...)
 
 // KeeperRequested reports whether this process was started by leasehold as
 // the keeper of a command's process group; main must then call RunKeeper
@@ -132,16 +136,22 @@ func startCommand(argv []string) (int, error) {
 }
 
 // reapChildren waits for every child of the keeper until it has none
-// left, and sends the command's status (cmd is its pid) to exited.
-func reapChildren(cmd int, exited chan<- syscall.WaitStatus) {
+// left, sends the command's status (cmd is its pid) to exited and its
+// stops and continues to jobs (as report lines).
+func reapChildren(cmd int, exited chan<- syscall.WaitStatus, jobs chan<- string) {
 	for {
 		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		pid, err := syscall.Wait4(-1, &ws, syscall.WUNTRACED|unix.WCONTINUED, nil)
 		switch {
 		case errors.Is(err, syscall.EINTR):
 		case err != nil:
 			return // no children: none can appear any more
-		case pid == cmd:
+		case pid != cmd:
+		case ws.Stopped():
+			jobs <- fmt.Sprintf("stopped %d", int(ws.StopSignal()))
+		case ws.Continued():
+			jobs <- "continued"
+		default:
 			exited <- ws
 		}
 	}
@@ -224,7 +234,8 @@ func (k *keeper) run(argv []string) int {
 	// Reap the command, and whatever it leaves behind once this process
 	// is their subreaper (Linux), so that no zombie stays in the group.
 	exited := make(chan syscall.WaitStatus, 1)
-	go reapChildren(pid, exited)
+	jobs := make(chan string, 16)
+	go reapChildren(pid, exited, jobs)
 	var ws syscall.WaitStatus
 
 	timer := time.NewTimer(0)
@@ -249,6 +260,8 @@ func (k *keeper) run(argv []string) int {
 				k.killAll() // the lease's deadline passed unrenewed
 			}
 			timer.Reset(max(min(left, keeperTick), time.Millisecond))
+		case j := <-jobs:
+			k.say("%s", j)
 		case ws = <-exited:
 			done = true
 		}

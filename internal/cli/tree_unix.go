@@ -30,6 +30,7 @@ type tree struct {
 	group bool      // signal the group, not only the command (off under the no-group-signal mutation)
 
 	events     chan treeEvent // from the waiter: the keeper stopped or exited
+	jobs       chan treeEvent // from the report: the command stopped or continued
 	dl         chan hostTime  // the latest deadline not yet written
 	stop       chan struct{}  // stops the deadline writer
 	wg         sync.WaitGroup // the deadline writer and the report reader
@@ -41,11 +42,14 @@ type tree struct {
 	rep treeReport
 }
 
-// treeEvent is a change of the keeper's state.
+// treeEvent is a change of the keeper's state, or (on jobs) of the
+// command's as the keeper reported it.
 type treeEvent struct {
-	stopped bool               // it stopped (Ctrl-Z); else it exited
-	status  syscall.WaitStatus // the keeper's status
-	err     error              // waiting failed
+	stopped   bool               // it stopped (Ctrl-Z); else it exited
+	continued bool               // (jobs) the command was continued
+	status    syscall.WaitStatus // the keeper's status
+	sig       syscall.Signal     // (jobs) the signal that stopped the command
+	err       error              // waiting failed
 }
 
 // treeReport is what the keeper reported.
@@ -88,7 +92,7 @@ func startTree(s treeSpec) (*tree, error) {
 	}
 	t := &tree{
 		ctl: ctlW, group: !mutation.On("no-group-signal"),
-		events: make(chan treeEvent, 4), dl: make(chan hostTime, 1), stop: make(chan struct{}),
+		events: make(chan treeEvent, 4), jobs: make(chan treeEvent, 8), dl: make(chan hostTime, 1), stop: make(chan struct{}),
 	}
 	fail := func(err error) (*tree, error) {
 		ctlR.Close()
@@ -313,6 +317,12 @@ func (t *tree) readReport(r *os.File) {
 			t.rep.done = true
 		case "left":
 			t.rep.leftover = rest
+		case "stopped", "continued":
+			sig, _ := strconv.Atoi(rest)
+			select { // never blocks: the loop may be gone
+			case t.jobs <- treeEvent{stopped: word == "stopped", continued: word == "continued", sig: syscall.Signal(sig)}:
+			default:
+			}
 		case "error":
 			c, msg, _ := strings.Cut(rest, " ")
 			t.rep.errCode, _ = strconv.Atoi(c)

@@ -24,10 +24,14 @@ const orphanWait = 100 * time.Millisecond
 // loop runs until the keeper exits and returns how it ended.
 //
 // Job control (only when leasehold has a controlling terminal): when the
-// command's group stops (Ctrl-Z, or a read of the terminal from the
-// background), leasehold takes the terminal back if the group had it and
-// stops its own process group with the same signal, so that the shell sees
-// its job stopped; when it is continued (fg, bg: SIGCONT), it gives the
+// command stops (Ctrl-Z, or a read of the terminal from the background), as
+// its keeper reports (the keeper does not stop: it goes on enforcing the
+// lease's deadline, killing the group at it, stopped or not), or when the
+// keeper itself is stopped (SIGSTOP), leasehold takes the terminal back if
+// the group had it and stops its own process group with SIGTSTP, so that
+// the shell sees its job stopped. A command that ignores SIGTSTP is not
+// stopped, so leasehold is not either: it goes on renewing the lease while
+// the command runs. When leasehold is continued (fg, bg: SIGCONT), it gives the
 // terminal to the command's group if its own group has it and continues
 // the group, unless the lease was lost meanwhile: then the group gets
 // SIGKILL instead.
@@ -51,6 +55,18 @@ func (w *watchdog) loop(ctx context.Context, t *tree, sigs <-chan os.Signal) tre
 		t.tty.give(t.pgid)
 		t.signal(syscall.SIGCONT)
 	}
+	// stopJob stops our own job after the command's stopped: with
+	// SIGTSTP, one an orphaned group discards (and not SIGTTOU, which we
+	// ignore, nor SIGTTIN, whose stop the shell would report alike).
+	stopJob := func() {
+		if t.tty == nil || w.killSent || stopped {
+			return
+		}
+		stopped = true
+		t.tty.takeBack(t.pgid)
+		_ = unix.Kill(0, syscall.SIGTSTP)
+		orphan = time.After(orphanWait)
+	}
 	done, ctxDone := w.lease.Done(), ctx.Done()
 	for {
 		select {
@@ -58,17 +74,11 @@ func (w *watchdog) loop(ctx context.Context, t *tree, sigs <-chan os.Signal) tre
 			if !ev.stopped {
 				return ev
 			}
-			if t.tty == nil || w.killSent {
-				continue
+			stopJob() // the keeper itself was stopped (SIGSTOP)
+		case ev := <-t.jobs:
+			if ev.stopped {
+				stopJob() // the keeper stays awake and enforces the deadline
 			}
-			stopped = true
-			t.tty.takeBack(t.pgid)
-			sig := ev.status.StopSignal()
-			if sig == syscall.SIGSTOP {
-				sig = syscall.SIGTSTP // one an orphaned group discards
-			}
-			_ = unix.Kill(0, sig)
-			orphan = time.After(orphanWait)
 		case <-conts:
 			resume()
 		case <-orphan:
