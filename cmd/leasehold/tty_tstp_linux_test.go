@@ -45,7 +45,7 @@ func TestTerminalCtrlZIgnoredKeepsLease(t *testing.T) {
 	waitHeld(t, store, "e2e/tstp")
 	size := func() int { b, _ := os.ReadFile(ticks); return len(b) }
 
-	p.typeIn("\x1a") // Ctrl-Z: ignored by the command
+	p.typeIn("\x1a")            // Ctrl-Z: ignored by the command
 	time.Sleep(5 * time.Second) // over twice the TTL
 	for i := range 3 {
 		held := len(status(t, store, "e2e/tstp")) == 1
