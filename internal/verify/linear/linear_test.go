@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 const keys = 16
 
 func TestR2Linearizable(t *testing.T) {
-	opsPerKey := verify.Size(150, 1000)
+	opsPerKey := verify.Size(100, 1000)
 	for _, name := range verify.AllStores {
 		t.Run(name, func(t *testing.T) {
 			direct := verify.StartTarget(t, name)
