@@ -65,14 +65,7 @@ var tableActions = []any{"dynamodb:UpdateItem"}
 // cleanup machine. It needs LambdaARN: a Task state's permissions cannot
 // be known here.
 func CloudFormation(c Config) ([]byte, error) {
-	if len(c.Task) > 0 && c.LambdaARN == "" {
-		return nil, fmt.Errorf("templates need a Lambda function (--lambda): the permissions of a --task state cannot be known; write its role yourself (docs/step-functions.md)")
-	}
-	machine, _, err := c.machine()
-	if err != nil {
-		return nil, err
-	}
-	cleanup, err := c.cleanupMachine()
+	machine, cleanup, err := c.templateMachines()
 	if err != nil {
 		return nil, err
 	}
@@ -192,14 +185,7 @@ func tfJSON(v any) (string, error) {
 // aws_sfn_state_machine for both machines, aws_cloudwatch_event_rule and
 // aws_cloudwatch_event_target.
 func Terraform(c Config) ([]byte, error) {
-	if len(c.Task) > 0 && c.LambdaARN == "" {
-		return nil, fmt.Errorf("templates need a Lambda function (--lambda): the permissions of a --task state cannot be known; write its role yourself (docs/step-functions.md)")
-	}
-	machine, _, err := c.machine()
-	if err != nil {
-		return nil, err
-	}
-	cleanup, err := c.cleanupMachine()
+	machine, cleanup, err := c.templateMachines()
 	if err != nil {
 		return nil, err
 	}
@@ -286,4 +272,20 @@ func Terraform(c Config) ([]byte, error) {
 		"cleanup_state_machine_arn": obj{"value": "${aws_sfn_state_machine.cleanup.arn}"},
 	}
 	return json.MarshalIndent(conf, "", "  ")
+}
+
+// templateMachines returns the machine and the cleanup machine that both
+// templates deploy. Templates need LambdaARN: the permissions of a Task
+// state cannot be known here.
+func (c *Config) templateMachines() (machine, cleanup obj, err error) {
+	if len(c.Task) > 0 && c.LambdaARN == "" {
+		return nil, nil, fmt.Errorf("templates need a Lambda function (--lambda): the permissions of a --task state cannot be known; write its role yourself (docs/step-functions.md)")
+	}
+	if machine, _, err = c.machine(); err != nil {
+		return nil, nil, err
+	}
+	if cleanup, err = c.cleanupMachine(); err != nil {
+		return nil, nil, err
+	}
+	return machine, cleanup, nil
 }
