@@ -54,6 +54,13 @@ type RESPOptions struct {
 	// arguments together (default 2 MiB; one bulk string stays under 1
 	// MiB).
 	MaxCommandBytes int
+
+	// Holders, if set, makes grants' secrets the proof of holding a
+	// lease: LH.ACQUIRE's reply carries the grant's secret, and LH.RENEW
+	// and LH.RELEASE check the one given with SECRET (a missing one only
+	// if Holders.Required) and answer BADPROOF, changing nothing, when it
+	// does not match. nil: no secrets.
+	Holders *HolderProofs
 }
 
 // ErrRESPServerClosed is returned by Serve after Shutdown.
@@ -791,11 +798,57 @@ func (c *respConn) acquire(args [][]byte) {
 		if err != nil {
 			return srv.appendErr(b, err)
 		}
-		if resp3 {
-			return resp.AppendGrantMap(b, &rec)
-		}
-		return resp.AppendGrant(b, &rec)
+		return srv.appendGrant(b, &rec, resp3)
 	})
+}
+
+// appendGrant appends the reply to a successful LH.ACQUIRE: with holder
+// proofs on, the grant and its secret.
+func (s *RESPServer) appendGrant(b []byte, rec *leasehold.Record, resp3 bool) []byte {
+	if h := s.opts.Holders; h != nil {
+		secret := h.Secret(rec.Name, rec.Owner, rec.Token)
+		if resp3 {
+			return resp.AppendGrantMapSecret(b, rec, secret)
+		}
+		return resp.AppendGrantSecret(b, rec, secret)
+	}
+	if resp3 {
+		return resp.AppendGrantMap(b, rec)
+	}
+	return resp.AppendGrant(b, rec)
+}
+
+// badProof is the reply to a renew or release whose secret does not
+// prove holding the grant.
+const badProof = resp.CodeBadProof + " the holder proof (secret) does not match the grant"
+
+// secretOption parses the trailing options of LH.RENEW and LH.RELEASE:
+// nothing, or SECRET <s>.
+func (c *respConn) secretOption(opts [][]byte) (secret string, ok bool) {
+	switch {
+	case len(opts) == 0:
+		return "", true
+	case len(opts) == 2 && string(c.word(opts[0])) == "SECRET":
+		if len(opts[1]) == 0 {
+			c.replyErr(invalid("secret", "must not be empty"))
+			return "", false
+		}
+		return string(opts[1]), true
+	case len(opts) == 2:
+		c.replyError(fmt.Sprintf("ERR syntax error: unknown option '%s'", printable(opts[0])))
+	default:
+		c.replyError("ERR syntax error: the only option is SECRET <secret>")
+	}
+	return "", false
+}
+
+// checkProof checks a holder's secret; on failure it replies BADPROOF.
+func (c *respConn) checkProof(name, owner string, token uint64, secret string) bool {
+	if err := c.srv.opts.Holders.Check(name, owner, token, secret); err != nil {
+		c.replyError(badProof)
+		return false
+	}
+	return true
 }
 
 // holder parses "name owner token" and checks it.
@@ -815,9 +868,9 @@ func (c *respConn) holder(args [][]byte) (name, owner string, token uint64, ok b
 	return name, owner, token, true
 }
 
-// LH.RENEW name owner token ttl_ms
+// LH.RENEW name owner token ttl_ms [SECRET s]
 func (c *respConn) renew(args [][]byte) {
-	if len(args) != 5 {
+	if len(args) != 5 && len(args) != 7 {
 		c.wrongArgs(args[0])
 		return
 	}
@@ -833,8 +886,15 @@ func (c *respConn) renew(args [][]byte) {
 		c.replyErr(err)
 		return
 	}
+	secret, ok := c.secretOption(args[5:])
+	if !ok {
+		return
+	}
 	if !c.ident.Allowed(name, AccessWrite) {
 		c.noPerm("renew", name)
+		return
+	}
+	if !c.checkProof(name, owner, token, secret) {
 		return
 	}
 	srv, ctx := c.srv, c.ctx
@@ -846,9 +906,9 @@ func (c *respConn) renew(args [][]byte) {
 	})
 }
 
-// LH.RELEASE name owner token
+// LH.RELEASE name owner token [SECRET s]
 func (c *respConn) release(args [][]byte) {
-	if len(args) != 4 {
+	if len(args) != 4 && len(args) != 6 {
 		c.wrongArgs(args[0])
 		return
 	}
@@ -856,8 +916,15 @@ func (c *respConn) release(args [][]byte) {
 	if !ok {
 		return
 	}
+	secret, ok := c.secretOption(args[4:])
+	if !ok {
+		return
+	}
 	if !c.ident.Allowed(name, AccessWrite) {
 		c.noPerm("release", name)
+		return
+	}
+	if !c.checkProof(name, owner, token, secret) {
 		return
 	}
 	srv, ctx := c.srv, c.ctx

@@ -24,16 +24,22 @@ const (
 	CodeWrongPass   = "WRONGPASS"   // AUTH with an unknown token
 	CodeNoPerm      = "NOPERM"      // the identity may not do that on that name
 	CodeRateLimited = "RATELIMITED" // over the identity's rate limit; nothing changed
+	CodeBadProof    = "BADPROOF"    // renew or release without the grant's secret; nothing changed
+	CodeTooMany     = "TOOMANY"     // LH.LIST over the server's cap: page with LH.SCAN
 	CodeErr         = "ERR"         // anything else
 )
 
 // GrantLen and RecordLen are the lengths of the arrays describing a grant
 // (the reply to LH.ACQUIRE) and a full record (LH.GET, LH.LIST,
 // LH.FORCERELEASE): token, ttl_ms, remaining_ms, acquired_unix_ms, data,
-// and for a record also name and owner.
+// and for a record also name and owner. A server with holder proofs
+// answers LH.ACQUIRE with GrantSecretLen elements: the grant's, then its
+// secret (the proof of holding it that LH.RENEW and LH.RELEASE take as
+// SECRET).
 const (
-	GrantLen  = 5
-	RecordLen = 7
+	GrantLen       = 5
+	GrantSecretLen = 6
+	RecordLen      = 7
 )
 
 // Millis is d in whole milliseconds, truncated.
@@ -68,6 +74,14 @@ func AppendGrant(b []byte, rec *leasehold.Record) []byte {
 	return appendGrantFields(b, rec)
 }
 
+// AppendGrantSecret appends the reply to a successful LH.ACQUIRE of a
+// server with holder proofs: the grant's fields, then its secret.
+func AppendGrantSecret(b []byte, rec *leasehold.Record, secret string) []byte {
+	b = AppendArray(b, GrantSecretLen)
+	b = appendGrantFields(b, rec)
+	return AppendBulkString(b, secret)
+}
+
 func appendGrantFields(b []byte, rec *leasehold.Record) []byte {
 	b = AppendInt(b, int64(rec.Token))
 	b = AppendInt(b, Millis(rec.TTL))
@@ -85,22 +99,38 @@ func AppendRecord(b []byte, rec *leasehold.Record) []byte {
 	return AppendBulkString(b, rec.Owner)
 }
 
-// DecodeRecord decodes a grant or a full record into rec. A grant leaves
-// rec's Name and Owner as they are (the caller knows them). Data is copied;
-// empty data decodes as nil.
+// DecodeRecord decodes a grant (with or without its secret, which it
+// drops) or a full record into rec. A grant leaves rec's Name and Owner as
+// they are (the caller knows them). Data is copied; empty data decodes as
+// nil.
 func DecodeRecord(v Value, rec *leasehold.Record) error {
-	if v.Type != Array || (len(v.Array) != GrantLen && len(v.Array) != RecordLen) {
-		return fmt.Errorf("unexpected reply: want an array of %d or %d elements, got %s", GrantLen, RecordLen, describe(v))
+	_, err := decodeRecord(v, rec)
+	return err
+}
+
+// DecodeGrant decodes the reply to LH.ACQUIRE into rec (as DecodeRecord)
+// and returns the grant's secret: "" from a server without holder proofs
+// (a reply of GrantLen elements).
+func DecodeGrant(v Value, rec *leasehold.Record) (secret string, err error) {
+	if v.Type == Array && len(v.Array) == RecordLen {
+		return "", fmt.Errorf("unexpected reply: want an array of %d or %d elements, got %s", GrantLen, GrantSecretLen, describe(v))
+	}
+	return decodeRecord(v, rec)
+}
+
+func decodeRecord(v Value, rec *leasehold.Record) (secret string, err error) {
+	if v.Type != Array || (len(v.Array) != GrantLen && len(v.Array) != GrantSecretLen && len(v.Array) != RecordLen) {
+		return "", fmt.Errorf("unexpected reply: want an array of %d, %d or %d elements, got %s", GrantLen, GrantSecretLen, RecordLen, describe(v))
 	}
 	a := v.Array
 	for i := 0; i < 4; i++ {
 		if a[i].Type != Integer || a[i].Int < 0 {
-			return fmt.Errorf("unexpected reply: element %d is %s, want a non-negative integer", i, describe(a[i]))
+			return "", fmt.Errorf("unexpected reply: element %d is %s, want a non-negative integer", i, describe(a[i]))
 		}
 	}
 	for i := 4; i < len(a); i++ {
 		if a[i].Type != BulkString || a[i].Null {
-			return fmt.Errorf("unexpected reply: element %d is %s, want a bulk string", i, describe(a[i]))
+			return "", fmt.Errorf("unexpected reply: element %d is %s, want a bulk string", i, describe(a[i]))
 		}
 	}
 	rec.Token = uint64(a[0].Int)
@@ -111,11 +141,14 @@ func DecodeRecord(v Value, rec *leasehold.Record) error {
 	if len(a[4].Str) > 0 {
 		rec.Data = bytes.Clone(a[4].Str)
 	}
-	if len(a) == RecordLen {
+	switch len(a) {
+	case GrantSecretLen:
+		secret = string(a[5].Str)
+	case RecordLen:
 		rec.Name = string(a[5].Str)
 		rec.Owner = string(a[6].Str)
 	}
-	return nil
+	return secret, nil
 }
 
 func describe(v Value) string {

@@ -48,6 +48,15 @@ func AppendGrantMap(b []byte, rec *leasehold.Record) []byte {
 	return appendGrantPairs(b, rec)
 }
 
+// AppendGrantMapSecret appends the RESP3 reply to a successful LH.ACQUIRE
+// of a server with holder proofs: GrantFields, then "secret".
+func AppendGrantMapSecret(b []byte, rec *leasehold.Record, secret string) []byte {
+	b = AppendMap(b, len(GrantFields)+1)
+	b = appendGrantPairs(b, rec)
+	b = AppendBulkString(b, "secret")
+	return AppendBulkString(b, secret)
+}
+
 // AppendRecordMap appends a full record in RESP3: a map of RecordFields.
 func AppendRecordMap(b []byte, rec *leasehold.Record) []byte {
 	b = AppendMap(b, len(RecordFields))

@@ -20,6 +20,7 @@ func TestRESP3Append(t *testing.T) {
 		{"AppendPush", string(AppendPush(nil, 2)), ">2\r\n"},
 		{"AppendNull3", string(AppendNull3(nil)), "_\r\n"},
 		{"AppendGrantMap", string(AppendGrantMap(nil, rec)), "%5\r\n$5\r\ntoken\r\n" + grant},
+		{"AppendGrantMapSecret", string(AppendGrantMapSecret(nil, rec, "s")), "%6\r\n$5\r\ntoken\r\n" + grant + "$6\r\nsecret\r\n$1\r\ns\r\n"},
 		{"AppendRecordMap", string(AppendRecordMap(nil, rec)), "%7\r\n$4\r\nname\r\n$6\r\njobs/a\r\n$5\r\nowner\r\n$2\r\nme\r\n$5\r\ntoken\r\n" + grant},
 		{"AppendGrantMap, no data", string(AppendGrantMap(nil, &leasehold.Record{Token: 1})),
 			"%5\r\n$5\r\ntoken\r\n:1\r\n$6\r\nttl_ms\r\n:0\r\n$12\r\nremaining_ms\r\n:0\r\n$16\r\nacquired_unix_ms\r\n:0\r\n$4\r\ndata\r\n$0\r\n\r\n"},

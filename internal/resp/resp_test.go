@@ -212,6 +212,27 @@ func TestLeaseholdFormats(t *testing.T) {
 		}
 	}
 
+	// A grant with its secret: DecodeRecord drops it, DecodeGrant returns
+	// it; DecodeGrant refuses a full record.
+	r = reader(string(AppendGrantSecret(AppendGrant(AppendRecord(nil, &rec), &rec), &rec, "s3cret")))
+	for i, want := range []string{"record", "", "s3cret"} {
+		v, err := r.ReadValue()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got leasehold.Record
+		if err := DecodeRecord(v, &got); err != nil || got.Token != 42 {
+			t.Errorf("DecodeRecord %d: %+v, %v", i, got, err)
+		}
+		secret, err := DecodeGrant(v, &got)
+		switch {
+		case want == "record" && err == nil:
+			t.Errorf("DecodeGrant accepted a full record")
+		case want != "record" && (err != nil || secret != want || got.Token != 42):
+			t.Errorf("DecodeGrant %d: %q, %v; want %q", i, secret, err, want)
+		}
+	}
+
 	he := &leasehold.HeldError{Owner: "worker 7 on host a", Token: 9, Remaining: 999 * time.Microsecond, Acquired: acq}
 	msg := AppendHeld(nil, he)
 	err := ParseError(bytes.TrimSuffix(msg[1:], []byte("\r\n")), "n")
