@@ -1,0 +1,240 @@
+package server
+
+// The engine (engine.go). Acquire: granting a free lease, queueing waiters and handing the lease to them in arrival order.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/mutation"
+)
+
+// Acquire implements Backend.
+func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Record, error) {
+	if err := validateAcquire(req); err != nil {
+		return leasehold.Record{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return leasehold.Record{}, err
+	}
+	ch := make(chan grantResult, 1)
+	e.lock()
+	if e.closed {
+		e.unlock()
+		return leasehold.Record{}, leasehold.ErrClosed
+	}
+	now := e.now()
+	var sess *engSession
+	if req.Session != "" {
+		sess = e.sessions[req.Session]
+		if sess == nil || !sess.liveAt(now) {
+			e.unlock()
+			return leasehold.Record{}, ErrNoSession
+		}
+	}
+	ent := e.leases[req.Name]
+	if ent != nil {
+		e.expireIfDue(ent, now)
+	}
+	switch {
+	case ent.live(now) && req.RequestID != "" && ent.reqID == req.RequestID && ent.owner == req.Owner:
+		// A retried acquire: the same grant, with a fresh expiry.
+		e.refresh(ent, req, sess, now, ch)
+	case ent.live(now) && !mutation.On("grant-no-recheck") || ent != nil && len(ent.queue()) > 0:
+		if req.Wait <= 0 {
+			return leasehold.Record{}, e.refuse(ent, ent.heldError(now))
+		}
+		w := &engWaiter{req: req, sess: sess, since: e.clk.Now(), at: now, ch: ch}
+		ent.setQueue(append(ent.queue(), w))
+		e.waiters++
+		if sess != nil {
+			sess.waits[w] = struct{}{}
+		}
+		n := len(ent.queue())
+		e.commit(nil, nil, func(error) {
+			e.emit(Event{Type: EventQueued, Name: req.Name, Owner: req.Owner, Time: w.since, Waiters: n})
+		})
+		e.unlock()
+		return e.wait(ctx, ent, w)
+	default:
+		if ent == nil {
+			ent = &engEntry{name: req.Name}
+			ent.dl.ent = ent
+			ent.dl.idx = -1
+			e.leases[req.Name] = ent
+		}
+		e.grant(ent, req, sess, now, 0, ch)
+	}
+	e.unlock()
+	r := <-ch
+	return r.rec, r.err
+}
+
+// refuse returns err, a refusal that reports ent's state (held by someone
+// else, not held), once that state is durable (see settle). Called with
+// e.mu held; it unlocks.
+func (e *Engine) refuse(ent *engEntry, err error) error {
+	if cerr := e.settle(ent); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// settle returns once every record appended for ent so far is durable (at
+// once when none is pending, or ent is nil), with the log's error if that
+// failed. Every answer that reports a name's state (a refusal, a read)
+// waits for it: it must not report a grant, a release or an expiry that a
+// crash can still undo, after which the recovered state would contradict
+// it. Called with e.mu held; it unlocks.
+func (e *Engine) settle(ent *engEntry) error {
+	if ent == nil || ent.pending.Load() == 0 {
+		// Nothing pending: everything appended for ent is durable (pending
+		// drops only once the log reports a record durable).
+		e.unlock()
+		return nil
+	}
+	ch := make(chan error, 1)
+	e.commit(ent, nil, func(cerr error) { ch <- cerr })
+	e.unlock()
+	return <-ch
+}
+
+// wait blocks a queued waiter until it is granted, its wait ends, or ctx
+// ends.
+func (e *Engine) wait(ctx context.Context, ent *engEntry, w *engWaiter) (leasehold.Record, error) {
+	t := e.clk.NewTimer(w.req.Wait)
+	defer t.Stop()
+	select {
+	case r := <-w.ch:
+		return r.rec, r.err
+	case <-ctx.Done():
+	case <-t.C():
+	}
+	e.lock()
+	if !w.done && ctx.Err() == nil && !e.closed {
+		// The wait ran out. The holder's expiry may be due at this very
+		// moment while the expiry loop has not applied it yet (its timer
+		// fires at the same instant, or it runs late on a loaded machine):
+		// apply it first, which grants the lease to the head waiter,
+		// perhaps this one.
+		e.expireIfDue(ent, e.now())
+	}
+	if !w.done {
+		e.dequeue(ent, w)
+		now := e.now()
+		if err := ctx.Err(); err != nil {
+			e.unlock()
+			return leasehold.Record{}, err
+		}
+		if ent.live(now) {
+			return leasehold.Record{}, e.refuse(ent, ent.heldError(now))
+		}
+		return leasehold.Record{}, e.refuse(ent, &leasehold.HeldError{Name: ent.name, Owner: ent.owner, Token: ent.token, Acquired: time.Unix(0, ent.acquired)})
+	}
+	e.unlock()
+	// Granted as the wait ended: the grant is coming.
+	r := <-w.ch
+	if r.err != nil || ctx.Err() == nil {
+		return r.rec, r.err
+	}
+	// The caller is gone: free the grant it will never learn of.
+	_ = e.Release(context.Background(), r.rec.Name, r.rec.Owner, r.rec.Token)
+	return leasehold.Record{}, ctx.Err()
+}
+
+// dequeue removes a waiter that leaves without a grant. e.mu held.
+func (e *Engine) dequeue(ent *engEntry, w *engWaiter) {
+	w.done = true
+	q := ent.queue()
+	for i, x := range q {
+		if x == w {
+			ent.setQueue(append(q[:i], q[i+1:]...))
+			break
+		}
+	}
+	e.waiters--
+	if w.sess != nil {
+		delete(w.sess.waits, w)
+	}
+	n := len(ent.queue())
+	e.commit(nil, nil, func(error) {
+		e.emit(Event{Type: EventDequeued, Name: ent.name, Owner: w.req.Owner, Time: e.clk.Now(), Waiters: n})
+	})
+	e.forgetIfIdle(ent)
+}
+
+// grant makes a new grant of ent to req and reports it on ch once durable.
+// freedAt is when the release or expiry that made room happened (0 for a
+// direct grant). e.mu held.
+func (e *Engine) grant(ent *engEntry, req AcquireRequest, sess *engSession, now, freedAt int64, ch chan grantResult) {
+	e.token++
+	if ent.held {
+		e.held-- // an expired grant being replaced
+	}
+	e.unTomb(ent)
+	ent.owner, ent.reqID, ent.data = req.Owner, req.RequestID, string(req.Data)
+	ent.token, ent.ttl, ent.loggedTTL = e.token, req.TTL, req.TTL
+	ent.acquired = e.clk.Now().UnixNano()
+	ent.held = true
+	e.held++
+	e.attach(ent, sess)
+	if sess == nil {
+		e.dl.set(&ent.dl, now+int64(req.TTL))
+	} else {
+		e.dl.remove(&ent.dl)
+	}
+	e.pokeIfEarlier()
+	rec := ent.record(now)
+	waiters := len(ent.queue())
+	e.commit(ent, encodeGrant(ent), func(err error) {
+		if err != nil {
+			ch <- grantResult{err: fmt.Errorf("persist grant: %w", err)}
+			return
+		}
+		ev := Event{Type: EventGranted, Name: rec.Name, Owner: rec.Owner, Token: rec.Token, Time: rec.Acquired, Waiters: waiters}
+		if freedAt != 0 {
+			ev.Handoff = time.Duration(e.now() - freedAt)
+		}
+		e.emit(ev)
+		ch <- grantResult{rec: rec}
+	})
+}
+
+// refresh answers a retried acquire with the grant it already has.
+func (e *Engine) refresh(ent *engEntry, req AcquireRequest, sess *engSession, now int64, ch chan grantResult) {
+	ent.data = string(req.Data)
+	ent.ttl = req.TTL
+	var rec []byte
+	if sess == nil && ent.sess == nil {
+		e.dl.set(&ent.dl, now+int64(req.TTL))
+		e.pokeIfEarlier()
+		if req.TTL > ent.loggedTTL {
+			ent.loggedTTL = req.TTL
+			rec = encodeTTL(ent)
+		}
+	}
+	r := ent.record(now)
+	e.commit(ent, rec, func(err error) { ch <- grantResult{rec: r, err: err} })
+}
+
+func (e *Engine) attach(ent *engEntry, sess *engSession) {
+	if ent.sess != nil && ent.sess != sess {
+		delete(ent.sess.leases, ent)
+	}
+	ent.sess = sess
+	if sess != nil {
+		sess.leases[ent] = struct{}{}
+	}
+}
+
+func validateAcquire(req AcquireRequest) error {
+	if err := req.AcquireRequest.Validate(); err != nil {
+		return err
+	}
+	if req.Wait < 0 {
+		return &leasehold.InvalidError{Field: "wait", Reason: "must not be negative"}
+	}
+	return nil
+}

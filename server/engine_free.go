@@ -1,0 +1,183 @@
+package server
+
+// The engine (engine.go). Renew, release, force-release and expiry: how a grant ends and the lease passes on.
+
+import (
+	"context"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/mutation"
+)
+
+// lockEntry takes e.mu and returns name's entry (nil if none) with any
+// expiry that is due applied, or ErrClosed (and e.mu not held).
+func (e *Engine) lockEntry(name string) (*engEntry, int64, error) {
+	e.lock()
+	if e.closed {
+		e.unlock()
+		return nil, 0, leasehold.ErrClosed
+	}
+	now := e.now()
+	ent := e.leases[name]
+	if ent != nil {
+		e.expireIfDue(ent, now)
+	}
+	return ent, now, nil
+}
+
+// Renew implements Backend.
+func (e *Engine) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
+	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+		return err
+	}
+	if err := leasehold.ValidateTTL(ttl); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ch := make(chan error, 1)
+	ent, now, err := e.lockEntry(name)
+	if err != nil {
+		return err
+	}
+	if !ent.live(now) || ent.owner != owner || ent.token != token {
+		return e.refuse(ent, leasehold.ErrNotHeld)
+	}
+	ent.ttl = ttl
+	var rec []byte
+	if ent.sess != nil {
+		e.dl.set(&ent.sess.dl, now+int64(ent.sess.ttl)) // a session lease's renewal keeps its session alive
+	} else {
+		e.dl.set(&ent.dl, now+int64(ttl))
+		if ttl > ent.loggedTTL {
+			ent.loggedTTL = ttl
+			rec = encodeTTL(ent)
+		}
+	}
+	e.pokeIfEarlier()
+	ev := Event{Type: EventRenewed, Name: name, Owner: owner, Token: token, Time: e.clk.Now(), Waiters: len(ent.queue())}
+	e.commit(ent, rec, func(err error) {
+		if err == nil {
+			e.emit(ev)
+		}
+		ch <- err
+	})
+	e.unlock()
+	return <-ch
+}
+
+// Release implements Backend.
+func (e *Engine) Release(ctx context.Context, name, owner string, token uint64) error {
+	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ch := make(chan error, 1)
+	ent, now, err := e.lockEntry(name)
+	if err != nil {
+		return err
+	}
+	if ent == nil || (ent.owner != owner || ent.token != token) && !mutation.On("release-no-owner") {
+		return e.refuse(ent, leasehold.ErrNotHeld)
+	}
+	if !ent.held {
+		// Already released (or expired): repeat the answer once the
+		// release is durable.
+		e.commit(ent, nil, func(err error) { ch <- err })
+		e.unlock()
+		return <-ch
+	}
+	e.free(ent, now, EventReleased, func(err error) { ch <- err })
+	e.unlock()
+	return <-ch
+}
+
+// ForceRelease implements Backend.
+func (e *Engine) ForceRelease(ctx context.Context, name string) (leasehold.Record, error) {
+	if err := leasehold.ValidateName(name); err != nil {
+		return leasehold.Record{}, err
+	}
+	ch := make(chan error, 1)
+	ent, now, err := e.lockEntry(name)
+	if err != nil {
+		return leasehold.Record{}, err
+	}
+	if !ent.live(now) {
+		return leasehold.Record{}, e.refuse(ent, leasehold.ErrNotFound)
+	}
+	rec := ent.record(now)
+	e.free(ent, now, EventForced, func(err error) { ch <- err })
+	e.unlock()
+	return rec, <-ch
+}
+
+// free ends ent's grant (release, force, expiry), logs it, and hands the
+// lease to the first live waiter. e.mu held.
+func (e *Engine) free(ent *engEntry, now int64, why EventType, done func(error)) {
+	ev := Event{Type: why, Name: ent.name, Owner: ent.owner, Token: ent.token, Time: e.clk.Now()}
+	ent.held = false
+	e.held--
+	e.attach(ent, nil)
+	e.dl.remove(&ent.dl)
+	ev.Waiters = len(ent.queue())
+	e.commit(ent, encodeRelease(ent), func(err error) {
+		if err == nil {
+			e.emit(ev)
+		}
+		if done != nil {
+			done(err)
+		}
+	})
+	if len(ent.queue()) > 0 {
+		q := ent.queue()
+		w := q[0]
+		ent.setQueue(q[1:])
+		e.waiters--
+		w.done = true
+		if w.sess != nil {
+			delete(w.sess.waits, w)
+		}
+		e.grant(ent, w.req, w.sess, now, now, w.ch)
+		return
+	}
+	e.tomb(ent, now)
+}
+
+// expireIfDue ends ent's grant if its TTL (or session) ran out. e.mu held.
+func (e *Engine) expireIfDue(ent *engEntry, now int64) {
+	if ent.held && !ent.live(now) {
+		e.free(ent, now, EventExpired, nil)
+	}
+}
+
+func (ent *engEntry) queue() []*engWaiter {
+	if ent.wq == nil {
+		return nil
+	}
+	return *ent.wq
+}
+
+func (ent *engEntry) setQueue(q []*engWaiter) {
+	if len(q) == 0 {
+		ent.wq = nil
+		return
+	}
+	if ent.wq == nil {
+		ent.wq = new([]*engWaiter)
+	}
+	*ent.wq = q
+}
+
+// forgetIfIdle drops an entry that is neither held, queued on, nor a
+// recent tombstone.
+func (e *Engine) forgetIfIdle(ent *engEntry) {
+	if !ent.held && len(ent.queue()) == 0 && !ent.tomb && ent.pending.Load() == 0 {
+		if e.leases[ent.name] == ent {
+			delete(e.leases, ent.name)
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package server
+
+// The engine (engine.go). Reads: Get, List, waiters, events, readiness and stats.
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold"
+)
+
+// Get implements Backend. It reports only durable state: a grant, release
+// or expiry of name still waiting for its group commit (acknowledged to no
+// one yet, and undone by a crash before the commit) is reported once it is
+// durable, so Get may wait for the group commit under way and the next.
+func (e *Engine) Get(ctx context.Context, name string) (leasehold.Record, error) {
+	if err := leasehold.ValidateName(name); err != nil {
+		return leasehold.Record{}, err
+	}
+	e.lock()
+	if e.closed {
+		e.unlock()
+		return leasehold.Record{}, leasehold.ErrClosed
+	}
+	now := e.now()
+	ent := e.leases[name]
+	if !ent.live(now) {
+		return leasehold.Record{}, e.refuse(ent, leasehold.ErrNotFound)
+	}
+	rec := ent.record(now)
+	if err := e.settle(ent); err != nil {
+		return leasehold.Record{}, err
+	}
+	return rec, nil
+}
+
+// List implements Backend. Like Get, it reports only durable state: when a
+// change of a name it looked at (listed or not) is not durable yet, it
+// answers once every change made so far is.
+func (e *Engine) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
+	if prefix != "" {
+		if err := leasehold.ValidatePrefix(prefix); err != nil {
+			return nil, err
+		}
+	}
+	e.lock()
+	if e.closed {
+		e.unlock()
+		return nil, leasehold.ErrClosed
+	}
+	now := e.now()
+	out := []leasehold.Record{}
+	pending := false
+	for name, ent := range e.leases {
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		if ent.live(now) {
+			out = append(out, ent.record(now))
+		}
+		pending = pending || ent.pending.Load() > 0
+	}
+	ch := make(chan error, 1)
+	if pending {
+		// One barrier after every record appended so far.
+		e.commit(nil, encodeNop(), func(err error) { ch <- err })
+	} else {
+		ch <- nil
+	}
+	e.unlock()
+	if err := <-ch; err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Waiters implements Backend.
+func (e *Engine) Waiters(name string) []Waiter {
+	e.lock()
+	defer e.unlock()
+	ent := e.leases[name]
+	if ent == nil {
+		return nil
+	}
+	now := e.now()
+	out := make([]Waiter, 0, len(ent.queue()))
+	for _, w := range ent.queue() {
+		out = append(out, Waiter{Owner: w.req.Owner, Session: w.req.Session, Since: w.since, Waited: time.Duration(now - w.at)})
+	}
+	return out
+}
+
+// Subscribe implements Backend.
+func (e *Engine) Subscribe(ctx context.Context, prefix string) <-chan Event {
+	return e.hub.subscribe(ctx, prefix)
+}
+
+// Recent implements Backend.
+func (e *Engine) Recent(n int) []Event { return e.hub.recent(n) }
+
+// Ready implements Backend.
+func (e *Engine) Ready(ctx context.Context) error {
+	e.lock()
+	defer e.unlock()
+	if e.closed {
+		return leasehold.ErrClosed
+	}
+	return nil
+}
+
+// Stats implements Backend.
+func (e *Engine) Stats() Stats {
+	e.lock()
+	defer e.unlock()
+	return Stats{Held: e.held, Waiters: e.waiters, Sessions: len(e.sessions), Durable: e.log != nil && !e.cfg.NoSync}
+}
