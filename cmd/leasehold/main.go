@@ -1,6 +1,10 @@
-// Command leasehold takes leases from the command line: it runs commands
-// while holding a lease, lists live leases and demonstrates turn-taking.
-// See "leasehold --help".
+// Command leasehold takes leases from the command line and serves them: it
+// runs commands while holding a lease (run) or while elected leader (elect),
+// holds, releases and force-releases leases, lists live leases (status),
+// prepares a store (store init), runs the lease server (serve), writes Step
+// Functions state machines (sfn), measures (bench) and shows workers taking
+// turns (demo). The commands live in package internal/cli; see
+// "leasehold --help".
 package main
 
 import (

@@ -1,5 +1,17 @@
-// Package cli implements the leasehold command: run a command while holding
-// a lease, list live leases, and a demo of workers taking turns.
+// Package cli implements the leasehold command. Its subcommands:
+//
+//   - run: run a command while holding a lease (--permits N: one of N)
+//   - elect: run a command only while this instance is the elected leader
+//   - hold: hold a lease until interrupted, keeping it alive
+//   - release: release a lease by its owner and token
+//   - force-release: free a lease whoever holds it (operators)
+//   - status: list live leases
+//   - store init: create what a store needs (table, schema, file)
+//   - serve: run the lease server (HTTP API, dashboard, metrics, RESP)
+//   - sfn: write a Step Functions state machine that runs a task under a lock
+//   - bench: measurements (bench server, bench workflow)
+//   - demo: workers taking turns on one lease
+//   - version: print the version
 //
 // The command is a thin layer over package leasehold: stores are opened by
 // URL with package stores, and every failure is mapped to one of the exit
@@ -184,7 +196,7 @@ or the URL's connect_timeout=5s; Ctrl-C or SIGTERM ends the wait (130/143).`,
 	root.SetVersionTemplate("leasehold {{.Version}}\n")
 	root.SetFlagErrorFunc(flagError)
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newRunCmd(e), newElectCmd(e), newStatusCmd(e), newStoreCmd(e), newSfnCmd(e), newDemoCmd(e), newVersionCmd(e), newServeCmd(e), newBenchCmd(e),
+	root.AddCommand(newRunCmd(e), newElectCmd(e), newStatusCmd(e), newStoreCmd(e), newSfnCmd(e), newDemoCmd(e), newVersionCmd(e), newServeCmd(e),
 		newHoldCmd(e), newReleaseCmd(e), newForceReleaseCmd(e))
 	return root
 }
