@@ -2,9 +2,8 @@
 // runs commands while holding a lease (run) or while elected leader (elect),
 // holds, releases and force-releases leases, lists live leases (status),
 // prepares a store (store init), runs the lease server (serve), writes Step
-// Functions state machines (sfn), measures (bench) and shows workers taking
-// turns (demo). The commands live in package internal/cli; see
-// "leasehold --help".
+// Functions state machines (sfn) and shows workers taking turns (demo).
+// The commands live in package internal/cli; see "leasehold --help".
 package main
 
 import (

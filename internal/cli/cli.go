@@ -9,7 +9,6 @@
 //   - store init: create what a store needs (table, schema, file)
 //   - serve: run the lease server (HTTP API, dashboard, metrics, RESP)
 //   - sfn: write a Step Functions state machine that runs a task under a lock
-//   - bench: measurements (bench server, bench workflow)
 //   - demo: workers taking turns on one lease
 //   - version: print the version
 //
