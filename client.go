@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/internal/check"
 	"github.com/leasehold/leasehold/internal/mutation"
 )
 
@@ -32,7 +33,7 @@ type Option func(*Client) error
 // "HOSTNAME/PID/RANDOM", unique per Client.
 func WithOwner(owner string) Option {
 	return func(c *Client) error {
-		if err := ValidateOwner(owner); err != nil {
+		if err := asInvalid(check.Owner(owner)); err != nil {
 			return err
 		}
 		c.owner = owner
@@ -118,7 +119,7 @@ func New(store Store, opts ...Option) (*Client, error) {
 			host = "unknown"
 		}
 		c.owner = fmt.Sprintf("%s/%d/%s", host, os.Getpid(), randomID(4))
-		if ValidateOwner(c.owner) != nil {
+		if check.Owner(c.owner) != nil {
 			c.owner = fmt.Sprintf("pid-%d/%s", os.Getpid(), randomID(4))
 		}
 	}

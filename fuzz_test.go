@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/memory"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // Fuzz targets of suite R12 for the argument rules (validate.go). Each
@@ -75,10 +76,10 @@ func FuzzValidateText(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		checkText(t, "name "+strings.ToValidUTF8(s, "?"), "name", leasehold.ValidateName(s), textOK(s, leasehold.MaxNameLen, false))
-		checkText(t, "prefix", "prefix", leasehold.ValidatePrefix(s), textOK(s, leasehold.MaxNameLen, true))
-		checkText(t, "owner", "owner", leasehold.ValidateOwner(s), textOK(s, leasehold.MaxOwnerLen, false))
-		checkText(t, "request id", "request id", leasehold.ValidateRequestID(s), textOK(s, leasehold.MaxRequestIDLen, true))
+		checkText(t, "name "+strings.ToValidUTF8(s, "?"), "name", storekit.ValidateName(s), textOK(s, leasehold.MaxNameLen, false))
+		checkText(t, "prefix", "prefix", storekit.ValidatePrefix(s), textOK(s, leasehold.MaxNameLen, true))
+		checkText(t, "owner", "owner", storekit.ValidateOwner(s), textOK(s, leasehold.MaxOwnerLen, false))
+		checkText(t, "request id", "request id", storekit.ValidateRequestID(s), textOK(s, leasehold.MaxRequestIDLen, true))
 	})
 }
 
@@ -91,10 +92,10 @@ func FuzzValidateTTL(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, ns int64, token uint64) {
 		ttl := time.Duration(ns)
-		err := leasehold.ValidateTTL(ttl)
+		err := storekit.ValidateTTL(ttl)
 		want := ttl >= leasehold.MinTTL && ttl <= leasehold.MaxTTL
 		checkText(t, "ttl "+ttl.String(), "ttl", err, want)
-		checkText(t, "token", "token", leasehold.ValidateToken(token), token != 0)
+		checkText(t, "token", "token", storekit.ValidateToken(token), token != 0)
 	})
 }
 
@@ -160,7 +161,7 @@ func FuzzAcquireRequest(f *testing.F) {
 			}
 		}
 
-		holderErr := leasehold.ValidateHolder(name, owner, token)
+		holderErr := storekit.ValidateHolder(name, owner, token)
 		switch {
 		case !checks[0].ok:
 			checkInvalid(t, "ValidateHolder", holderErr, "name")

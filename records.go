@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/check"
 )
 
 // Versioned records: the second small interface a store may implement,
@@ -15,7 +17,7 @@ import (
 // apart from leases.
 
 // MaxValueLen is the largest record value, in bytes.
-const MaxValueLen = 64 << 10
+const MaxValueLen = check.MaxValueLen
 
 // MaxTxnOps is the most conditions plus writes one transaction may carry
 // (DynamoDB's TransactWriteItems allows 100 items).
@@ -35,7 +37,7 @@ type Versioned struct {
 
 // RecordStore is implemented by stores that keep versioned records. Each
 // method is one atomic operation on the engine. Keys follow the rules of
-// lease names (ValidateName); values are at most MaxValueLen bytes.
+// lease names (see MaxNameLen); values are at most MaxValueLen bytes.
 type RecordStore interface {
 	// GetRecord returns the record, or ErrNotFound.
 	GetRecord(ctx context.Context, key string) (Versioned, error)
@@ -121,17 +123,6 @@ func (e *ConflictError) Error() string {
 // Is makes errors.Is(err, ErrConflict) true for a *ConflictError.
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
-// ValidateKey checks a record key with the rules of lease names.
-func ValidateKey(key string) error { return validateText("key", key, MaxNameLen) }
-
-// ValidateValue checks a record value's size.
-func ValidateValue(v []byte) error {
-	if len(v) > MaxValueLen {
-		return invalid("value", "%d bytes is more than the limit of %d", len(v), MaxValueLen)
-	}
-	return nil
-}
-
 // Validate checks a transaction: valid keys and values, at most MaxTxnOps
 // entries, at least one write, no key written twice, no key conditioned
 // twice, and each write doing exactly one thing.
@@ -144,8 +135,8 @@ func (t Txn) Validate() error {
 	}
 	seen := map[string]bool{}
 	for _, c := range t.If {
-		if err := ValidateKey(c.Key); err != nil {
-			return err
+		if p := check.Key(c.Key); p != nil {
+			return asInvalid(p)
 		}
 		if seen[c.Key] {
 			return invalid("txn", "key %q has two conditions", c.Key)
@@ -154,11 +145,11 @@ func (t Txn) Validate() error {
 	}
 	clear(seen)
 	for _, w := range t.Then {
-		if err := ValidateKey(w.Key); err != nil {
-			return err
+		if p := check.Key(w.Key); p != nil {
+			return asInvalid(p)
 		}
-		if err := ValidateValue(w.Value); err != nil {
-			return err
+		if p := check.Value(w.Value); p != nil {
+			return asInvalid(p)
 		}
 		if seen[w.Key] {
 			return invalid("txn", "key %q is written twice", w.Key)
@@ -179,24 +170,6 @@ func (t Txn) Validate() error {
 		}
 	}
 	return nil
-}
-
-// ParseCounter parses a counter's value.
-func ParseCounter(key string, value []byte) (int64, error) {
-	n, err := strconv.ParseInt(string(value), 10, 64)
-	if err != nil {
-		return 0, invalid("value", "record %q is not a counter (a decimal int64)", key)
-	}
-	return n, nil
-}
-
-// AddInt64 adds delta to n, or returns an *InvalidError on overflow.
-func AddInt64(key string, n, delta int64) (int64, error) {
-	s := n + delta
-	if (delta > 0 && s < n) || (delta < 0 && s > n) {
-		return 0, invalid("delta", "adding %d to counter %q (%d) overflows int64", delta, key, n)
-	}
-	return s, nil
 }
 
 // UpdateOptions bound Update's retries.

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/check"
 )
 
 // ErrNoPermit reports that every permit of a semaphore is held.
@@ -42,10 +44,10 @@ func (c *Client) Semaphore(name string, n int) (*Semaphore, error) {
 	if n < 1 || n > MaxPermits {
 		return nil, invalid("permits", "%d must be in [1, %d]", n, MaxPermits)
 	}
-	if err := ValidateName(name); err != nil {
+	if err := asInvalid(check.Name(name)); err != nil {
 		return nil, err
 	}
-	if err := ValidateName(permitName(name, n-1)); err != nil {
+	if check.Name(permitName(name, n-1)) != nil {
 		return nil, invalid("name", "%q is too long to carry a permit suffix", name)
 	}
 	return &Semaphore{c: c, name: name, n: n}, nil

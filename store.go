@@ -11,8 +11,8 @@ import (
 // caller's. Every store in this module passes the conformance suite in
 // package storetest.
 //
-// Stores validate their arguments (see AcquireRequest.Validate and
-// ValidateHolder) and return an *InvalidError without changing anything when
+// Stores validate their arguments (see AcquireRequest.Validate, and
+// package storekit for the checks a store makes) and return an *InvalidError without changing anything when
 // they are bad. Errors from the engine are translated at the store boundary;
 // no engine type leaks through this interface.
 type Store interface {

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // maxAcquireRounds bounds the rounds of one TryAcquire in which the item
@@ -134,10 +135,10 @@ func (s *Store) refresh(ctx context.Context, req leasehold.AcquireRequest, r row
 // token, Held and ExpiresAtMs >= now by this store's clock, so a holder
 // renewing after its own expiry is refused even if nobody took over.
 func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
-	if err := leasehold.ValidateTTL(ttl); err != nil {
+	if err := storekit.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	if err := s.check(ctx); err != nil {
@@ -154,7 +155,7 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 // free (Held = false, ExpiresAtMs = 0), conditioned on owner and token. The
 // item and its token stay.
 func (s *Store) Release(ctx context.Context, name, owner string, token uint64) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
 	if err := s.check(ctx); err != nil {
@@ -183,7 +184,7 @@ func (s *Store) update1(ctx context.Context, in *ddb.UpdateItemInput) error {
 // WithConsistentReads(false)). A lease is live through ExpiresAtMs on this
 // store's clock.
 func (s *Store) Get(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
 	if err := s.check(ctx); err != nil {
@@ -222,7 +223,7 @@ func (s *Store) getItem(ctx context.Context, name string, consistent bool) (map[
 // WithConsistentReads(false)), page by page. It reads every item of the
 // table, so it is meant for operators, not for hot paths.
 func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
-	if err := leasehold.ValidatePrefix(prefix); err != nil {
+	if err := storekit.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
 	if err := s.check(ctx); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // Records (leasehold.RecordStore) share the lease table. A record is an
@@ -228,7 +229,7 @@ func (s *Store) readRecord(ctx context.Context, key string) (recItem, error) {
 
 // GetRecord implements leasehold.RecordStore with one consistent GetItem.
 func (s *Store) GetRecord(ctx context.Context, key string) (leasehold.Versioned, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return leasehold.Versioned{}, err
 	}
 	if err := s.check(ctx); err != nil {
@@ -258,10 +259,10 @@ func versionOut(key string, attrs map[string]types.AttributeValue) (uint64, erro
 // version found (and writes again if the read shows the condition holding
 // by then: the item changed in between).
 func (s *Store) PutRecord(ctx context.Context, key string, value []byte, expect uint64) (uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, err
 	}
-	if err := leasehold.ValidateValue(value); err != nil {
+	if err := storekit.ValidateValue(value); err != nil {
 		return 0, err
 	}
 	if err := s.check(ctx); err != nil {
@@ -311,7 +312,7 @@ func (s *Store) PutRecord(ctx context.Context, key string, value []byte, expect 
 // DeleteRecord implements leasehold.RecordStore with one conditional
 // UpdateItem that leaves a tombstone (or, with expect 0, one read).
 func (s *Store) DeleteRecord(ctx context.Context, key string, expect uint64) error {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return err
 	}
 	if err := s.check(ctx); err != nil {
@@ -359,7 +360,7 @@ func (s *Store) DeleteRecord(ctx context.Context, key string, expect uint64) err
 // written in a non-canonical form such as "+7", which is then rewritten
 // with the sum by a write conditioned on its version.
 func (s *Store) AddCounter(ctx context.Context, key string, delta int64) (int64, uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, 0, err
 	}
 	if err := s.check(ctx); err != nil {
@@ -395,11 +396,11 @@ func (s *Store) AddCounter(ctx context.Context, key string, delta int64) (int64,
 			return 0, 0, err
 		}
 		if r.live {
-			n, err := leasehold.ParseCounter(key, r.value)
+			n, err := storekit.ParseCounter(key, r.value)
 			if err != nil {
 				return 0, 0, err
 			}
-			sum, err := leasehold.AddInt64(key, n, delta)
+			sum, err := storekit.AddInt64(key, n, delta)
 			if err != nil {
 				return 0, 0, err
 			}
@@ -600,11 +601,11 @@ func (s *Store) txnItems(txn leasehold.Txn, keys []string, writes map[string]lea
 				var n int64
 				if r.live {
 					var err error
-					if n, err = leasehold.ParseCounter(key, r.value); err != nil {
+					if n, err = storekit.ParseCounter(key, r.value); err != nil {
 						return nil, nil, err
 					}
 				}
-				sum, err := leasehold.AddInt64(key, n, w.Add)
+				sum, err := storekit.AddInt64(key, n, w.Add)
 				if err != nil {
 					return nil, nil, err
 				}

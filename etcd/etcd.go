@@ -41,6 +41,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 var (
@@ -81,7 +82,7 @@ type Option func(*Store) error
 // be non-empty valid UTF-8 without control characters.
 func WithPrefix(prefix string) Option {
 	return func(s *Store) error {
-		if err := leasehold.ValidatePrefix(prefix); err != nil || prefix == "" {
+		if err := storekit.ValidatePrefix(prefix); err != nil || prefix == "" {
 			return &leasehold.InvalidError{Field: "prefix", Reason: fmt.Sprintf("%q must be non-empty UTF-8 without control characters", prefix)}
 		}
 		s.prefix = prefix

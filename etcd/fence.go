@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // Fencing: a lease alone cannot stop a holder that was paused (GC, swap, a
@@ -42,7 +43,7 @@ func tokenString(t uint64) string { return fmt.Sprintf("%020d", t) }
 // an *leasehold.InvalidError; etcd errors come back as plain errors with
 // etcd's message, and context errors pass through.
 func FencedTxn(ctx context.Context, kv clientv3.KV, key string, token uint64, ops ...clientv3.Op) error {
-	if err := leasehold.ValidateToken(token); err != nil {
+	if err := storekit.ValidateToken(token); err != nil {
 		return err
 	}
 	fk := FenceKey(key)

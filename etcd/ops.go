@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // maxAttempts bounds the loops that start over when a key changed between
@@ -171,10 +172,10 @@ func refreshFailed(ctx context.Context, token uint64, err error) error {
 // else's grant. A renewal with a different TTL also rewrites the record,
 // moving it to an etcd lease of the new length if that differs.
 func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
-	if err := leasehold.ValidateTTL(ttl); err != nil {
+	if err := storekit.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	if err := s.begin(ctx); err != nil {
@@ -260,7 +261,7 @@ func (s *Store) retime(ctx context.Context, name string, kv *mvccpb.KeyValue, cu
 // already gone, so a repeated release succeeds). The grant's etcd lease
 // then becomes a spare, or is revoked in the background (see spares.go).
 func (s *Store) Release(ctx context.Context, name, owner string, token uint64) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
 	if err := s.begin(ctx); err != nil {

@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // Judging expiry. etcd's leader expires a lease on its own clock, to the
@@ -88,7 +89,7 @@ func (s *Store) resolve(ctx context.Context, name string, kv *mvccpb.KeyValue) (
 // Get implements leasehold.Store: one range read, and one TimeToLive for
 // the remaining time (see judge for the last second of a lease).
 func (s *Store) Get(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
 	if err := s.begin(ctx); err != nil {
@@ -115,7 +116,7 @@ const listParallel = 16
 // under the prefix (sorted by name, as etcd sorts keys), then one
 // TimeToLive per lease found, at most listParallel at a time.
 func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
-	if err := leasehold.ValidatePrefix(prefix); err != nil {
+	if err := storekit.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
 	if err := s.begin(ctx); err != nil {

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // Records (leasehold.RecordStore). A record is one etcd key, apart from
@@ -47,7 +48,7 @@ func (s *Store) recordKey(key string) string { return s.prefix + "r/" + key }
 
 // GetRecord implements leasehold.RecordStore with one linearizable Get.
 func (s *Store) GetRecord(ctx context.Context, key string) (leasehold.Versioned, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return leasehold.Versioned{}, err
 	}
 	if err := s.begin(ctx); err != nil {
@@ -75,10 +76,10 @@ func cmpVersion(rk string, v uint64) clientv3.Cmp {
 
 // PutRecord implements leasehold.RecordStore with one etcd Txn.
 func (s *Store) PutRecord(ctx context.Context, key string, value []byte, expect uint64) (uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, err
 	}
-	if err := leasehold.ValidateValue(value); err != nil {
+	if err := storekit.ValidateValue(value); err != nil {
 		return 0, err
 	}
 	if err := s.begin(ctx); err != nil {
@@ -115,7 +116,7 @@ func (s *Store) conflictNow(ctx context.Context, key string, expect uint64) erro
 
 // DeleteRecord implements leasehold.RecordStore with one etcd Txn.
 func (s *Store) DeleteRecord(ctx context.Context, key string, expect uint64) error {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return err
 	}
 	if err := s.begin(ctx); err != nil {
@@ -153,7 +154,7 @@ func (s *Store) DeleteRecord(ctx context.Context, key string, expect uint64) err
 // writes the sum if the counter is still at the version read, repeated
 // with the value its Else branch reads until one applies.
 func (s *Store) AddCounter(ctx context.Context, key string, delta int64) (int64, uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, 0, err
 	}
 	if err := s.begin(ctx); err != nil {
@@ -199,11 +200,11 @@ func addTo(key string, kv *mvccpb.KeyValue, delta int64) (int64, error) {
 	var n int64
 	if kv != nil {
 		var err error
-		if n, err = leasehold.ParseCounter(key, kv.Value); err != nil {
+		if n, err = storekit.ParseCounter(key, kv.Value); err != nil {
 			return 0, err
 		}
 	}
-	return leasehold.AddInt64(key, n, delta)
+	return storekit.AddInt64(key, n, delta)
 }
 
 // Txn implements leasehold.RecordStore with one etcd Txn: the conditions

@@ -7,7 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // watchReadyWait bounds how long Watch waits for etcd to confirm the watch.
@@ -28,7 +28,7 @@ const watchReadyWait = 3 * time.Second
 // something may have been missed. The channel is closed after ctx ends or
 // the store is closed.
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return nil, err
 	}
 	if err := s.begin(ctx); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/internal/leasestate"
 	"github.com/leasehold/leasehold/internal/watchset"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 var (
@@ -79,10 +80,10 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 
 // Renew implements leasehold.Store.
 func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
-	if err := leasehold.ValidateTTL(ttl); err != nil {
+	if err := storekit.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -103,7 +104,7 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 
 // Release implements leasehold.Store.
 func (s *Store) Release(ctx context.Context, name, owner string, token uint64) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -125,7 +126,7 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 
 // Get implements leasehold.Store.
 func (s *Store) Get(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
 	s.mu.Lock()
@@ -145,7 +146,7 @@ func (s *Store) Get(ctx context.Context, name string) (leasehold.Record, error) 
 
 // List implements leasehold.Store.
 func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
-	if err := leasehold.ValidatePrefix(prefix); err != nil {
+	if err := storekit.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -170,7 +171,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, er
 // lease is released. Expiry sends nothing; waiters wake at the holder's
 // remaining time instead.
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return nil, err
 	}
 	return s.watch.Add(ctx, name)

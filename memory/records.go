@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 var _ leasehold.RecordStore = (*Store)(nil)
@@ -57,7 +58,7 @@ func conflict(key string, expected uint64, cur record, exists bool) error {
 
 // GetRecord implements leasehold.RecordStore.
 func (s *Store) GetRecord(ctx context.Context, key string) (leasehold.Versioned, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return leasehold.Versioned{}, err
 	}
 	if err := s.lockRecords(ctx); err != nil {
@@ -73,10 +74,10 @@ func (s *Store) GetRecord(ctx context.Context, key string) (leasehold.Versioned,
 
 // PutRecord implements leasehold.RecordStore.
 func (s *Store) PutRecord(ctx context.Context, key string, value []byte, expect uint64) (uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, err
 	}
-	if err := leasehold.ValidateValue(value); err != nil {
+	if err := storekit.ValidateValue(value); err != nil {
 		return 0, err
 	}
 	value = cloneValue(value)
@@ -95,7 +96,7 @@ func (s *Store) PutRecord(ctx context.Context, key string, value []byte, expect 
 
 // DeleteRecord implements leasehold.RecordStore.
 func (s *Store) DeleteRecord(ctx context.Context, key string, expect uint64) error {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return err
 	}
 	if err := s.lockRecords(ctx); err != nil {
@@ -116,7 +117,7 @@ func (s *Store) DeleteRecord(ctx context.Context, key string, expect uint64) err
 
 // AddCounter implements leasehold.RecordStore.
 func (s *Store) AddCounter(ctx context.Context, key string, delta int64) (int64, uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, 0, err
 	}
 	if err := s.lockRecords(ctx); err != nil {
@@ -137,11 +138,11 @@ func (s *Store) added(key string, delta int64) (int64, error) {
 	n := int64(0)
 	if cur, ok := s.recs.records[key]; ok {
 		var err error
-		if n, err = leasehold.ParseCounter(key, cur.value); err != nil {
+		if n, err = storekit.ParseCounter(key, cur.value); err != nil {
 			return 0, err
 		}
 	}
-	return leasehold.AddInt64(key, n, delta)
+	return storekit.AddInt64(key, n, delta)
 }
 
 // Txn implements leasehold.RecordStore: under the store's mutex it checks

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // Every operation is one statement: one round trip, one implicit
@@ -153,10 +154,10 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 
 // Renew implements leasehold.Store.
 func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
-	if err := leasehold.ValidateTTL(ttl); err != nil {
+	if err := storekit.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	if err := s.begin(ctx); err != nil {
@@ -184,7 +185,7 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 // process, are notified through NOTIFY when the release commits, and at once
 // in this process.
 func (s *Store) Release(ctx context.Context, name, owner string, token uint64) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
 	if err := s.begin(ctx); err != nil {
@@ -215,7 +216,7 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 
 // Get implements leasehold.Store.
 func (s *Store) Get(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
 	if err := s.begin(ctx); err != nil {
@@ -241,7 +242,7 @@ func (s *Store) Get(ctx context.Context, name string) (leasehold.Record, error) 
 // List implements leasehold.Store. Names are ordered byte for byte, as Go
 // compares strings.
 func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
-	if err := leasehold.ValidatePrefix(prefix); err != nil {
+	if err := storekit.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
 	if err := s.begin(ctx); err != nil {

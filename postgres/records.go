@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 var (
@@ -196,7 +197,7 @@ func recConflict(key string, expect uint64, o outcome) error {
 
 // GetRecord implements leasehold.RecordStore.
 func (s *Store) GetRecord(ctx context.Context, key string) (leasehold.Versioned, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return leasehold.Versioned{}, err
 	}
 	if err := s.begin(ctx); err != nil {
@@ -220,10 +221,10 @@ func (s *Store) GetRecord(ctx context.Context, key string) (leasehold.Versioned,
 
 // PutRecord implements leasehold.RecordStore.
 func (s *Store) PutRecord(ctx context.Context, key string, value []byte, expect uint64) (uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, err
 	}
-	if err := leasehold.ValidateValue(value); err != nil {
+	if err := storekit.ValidateValue(value); err != nil {
 		return 0, err
 	}
 	if value == nil {
@@ -250,7 +251,7 @@ func (s *Store) PutRecord(ctx context.Context, key string, value []byte, expect 
 
 // DeleteRecord implements leasehold.RecordStore.
 func (s *Store) DeleteRecord(ctx context.Context, key string, expect uint64) error {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return err
 	}
 	v := int64(expect)
@@ -271,7 +272,7 @@ func (s *Store) DeleteRecord(ctx context.Context, key string, expect uint64) err
 
 // AddCounter implements leasehold.RecordStore.
 func (s *Store) AddCounter(ctx context.Context, key string, delta int64) (int64, uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, 0, err
 	}
 	o, err := s.write(ctx, true, 0, s.rq.add, key, delta)
@@ -280,9 +281,9 @@ func (s *Store) AddCounter(ctx context.Context, key string, delta int64) (int64,
 	}
 	if !o.ok {
 		// Refused: say why, from the row as the statement found it.
-		n, err := leasehold.ParseCounter(key, o.value)
+		n, err := storekit.ParseCounter(key, o.value)
 		if err == nil {
-			_, err = leasehold.AddInt64(key, n, delta)
+			_, err = storekit.AddInt64(key, n, delta)
 		}
 		if err == nil {
 			err = &leasehold.InvalidError{Field: "value", Reason: fmt.Sprintf("record %q is not a counter, or adding %d overflows it", key, delta)}
@@ -436,11 +437,11 @@ func applyTxn(ctx context.Context, tx pgx.Tx, q recordQueries, txn leasehold.Txn
 			n := int64(0)
 			if r.live {
 				var err error
-				if n, err = leasehold.ParseCounter(w.Key, r.value); err != nil {
+				if n, err = storekit.ParseCounter(w.Key, r.value); err != nil {
 					return leasehold.TxnResult{}, err
 				}
 			}
-			n, err := leasehold.AddInt64(w.Key, n, w.Add)
+			n, err := storekit.AddInt64(w.Key, n, w.Add)
 			if err != nil {
 				return leasehold.TxnResult{}, err
 			}
@@ -476,7 +477,7 @@ func applyTxn(ctx context.Context, tx pgx.Tx, q recordQueries, txn leasehold.Txn
 // leasehold.ErrLockTimeout. lock_timeout counts whole milliseconds: wait is
 // rounded up, and a wait below 1ms waits 1ms.
 func (s *Store) LockedTxn(ctx context.Context, key string, wait time.Duration, fn func(cur leasehold.Versioned, exists bool) (leasehold.Txn, error)) (leasehold.TxnResult, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return leasehold.TxnResult{}, err
 	}
 	if err := s.begin(ctx); err != nil {

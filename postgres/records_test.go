@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/postgres"
+	"github.com/leasehold/leasehold/storekit"
 	"github.com/leasehold/leasehold/storetest"
 )
 
@@ -252,7 +253,7 @@ func TestLockedTxn(t *testing.T) {
 					if !exists {
 						return leasehold.Txn{If: []leasehold.Condition{{Key: "n"}}, Then: []leasehold.Write{{Key: "n", Value: []byte("1")}}}, nil
 					}
-					n, err := leasehold.ParseCounter("n", cur.Value)
+					n, err := storekit.ParseCounter("n", cur.Value)
 					if err != nil {
 						return leasehold.Txn{}, err
 					}

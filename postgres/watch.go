@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/watchset"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // Listener timing. The listener reconnects with jittered exponential
@@ -61,7 +62,7 @@ func (h *hub) init(cfg *pgxpool.Config, channel string) {
 // nothing: waiters wake at the holder's remaining time instead. The channel
 // is closed after ctx ends.
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return nil, err
 	}
 	h := &s.watch

@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // A lease does not fence writes by itself: a holder that stalls past its
@@ -36,7 +37,7 @@ var ErrFenced = fmt.Errorf("%w: a write with a greater fencing token was already
 // holder may write many times. client is any go-redis client (a cluster
 // client too: only key is touched). Other errors are the connection's.
 func FencedSet(ctx context.Context, client goredis.Scripter, key, value string, token uint64) error {
-	if err := leasehold.ValidateToken(token); err != nil {
+	if err := storekit.ValidateToken(token); err != nil {
 		return err
 	}
 	res, err := fencedSetScript.Run(ctx, client, []string{key}, value, strconv.FormatUint(token, 10)).Slice()

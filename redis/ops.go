@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // The scripts. goredis.Script.Run sends EVALSHA and falls back to EVAL
@@ -154,10 +155,10 @@ func (s *Store) confirm(ctx context.Context, req leasehold.AcquireRequest, token
 
 // Renew implements leasehold.Store.
 func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
-	if err := leasehold.ValidateTTL(ttl); err != nil {
+	if err := storekit.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	if err := s.usable(ctx); err != nil {
@@ -178,7 +179,7 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 // Release implements leasehold.Store. A release that frees the lease
 // publishes the name on the store's channel, which wakes watchers.
 func (s *Store) Release(ctx context.Context, name, owner string, token uint64) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
 	if err := s.usable(ctx); err != nil {
@@ -198,7 +199,7 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 
 // Get implements leasehold.Store.
 func (s *Store) Get(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
 	if err := s.usable(ctx); err != nil {
@@ -249,7 +250,7 @@ const listBatch = 256
 // reads the matching leases in pipelines: O(keys in the database), meant
 // for operators and tools, not for hot paths.
 func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
-	if err := leasehold.ValidatePrefix(prefix); err != nil {
+	if err := storekit.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
 	if err := s.usable(ctx); err != nil {

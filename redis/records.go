@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // Records (leasehold.RecordStore). A record is a hash under the store's
@@ -61,7 +62,7 @@ func (s *Store) recordKey(key string) string { return s.prefix + "rec:" + key }
 
 // GetRecord implements leasehold.RecordStore with one HMGET.
 func (s *Store) GetRecord(ctx context.Context, key string) (leasehold.Versioned, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return leasehold.Versioned{}, err
 	}
 	if err := s.usable(ctx); err != nil {
@@ -85,10 +86,10 @@ func (s *Store) GetRecord(ctx context.Context, key string) (leasehold.Versioned,
 
 // PutRecord implements leasehold.RecordStore with one script.
 func (s *Store) PutRecord(ctx context.Context, key string, value []byte, expect uint64) (uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, err
 	}
-	if err := leasehold.ValidateValue(value); err != nil {
+	if err := storekit.ValidateValue(value); err != nil {
 		return 0, err
 	}
 	if err := s.usable(ctx); err != nil {
@@ -114,7 +115,7 @@ func (s *Store) PutRecord(ctx context.Context, key string, value []byte, expect 
 
 // DeleteRecord implements leasehold.RecordStore with one script.
 func (s *Store) DeleteRecord(ctx context.Context, key string, expect uint64) error {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return err
 	}
 	if err := s.usable(ctx); err != nil {
@@ -142,7 +143,7 @@ func (s *Store) DeleteRecord(ctx context.Context, key string, expect uint64) err
 // AddCounter implements leasehold.RecordStore with one script (HINCRBY,
 // which is exact over int64 and refuses overflow).
 func (s *Store) AddCounter(ctx context.Context, key string, delta int64) (int64, uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, 0, err
 	}
 	if err := s.usable(ctx); err != nil {
@@ -159,7 +160,7 @@ func (s *Store) AddCounter(ctx context.Context, key string, delta int64) (int64,
 			return 0, 0, err
 		}
 		str, _ := res[1].(string)
-		n, err := leasehold.ParseCounter(key, []byte(str))
+		n, err := storekit.ParseCounter(key, []byte(str))
 		if err != nil {
 			return 0, 0, err
 		}
@@ -174,11 +175,11 @@ func (s *Store) AddCounter(ctx context.Context, key string, delta int64) (int64,
 // refused (not a counter, or overflow), from the value it found.
 func addError(key string, found any, delta int64) error {
 	str, _ := found.(string)
-	n, err := leasehold.ParseCounter(key, []byte(str))
+	n, err := storekit.ParseCounter(key, []byte(str))
 	if err != nil {
 		return err
 	}
-	if _, err := leasehold.AddInt64(key, n, delta); err != nil {
+	if _, err := storekit.AddInt64(key, n, delta); err != nil {
 		return err
 	}
 	return fmt.Errorf("redis add to counter %q: refused by the server (value %q, delta %d)", key, str, delta)

@@ -8,6 +8,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // subscribeWait bounds how long Watch waits for the first subscription to
@@ -26,7 +27,7 @@ const subscribeWait = 10 * time.Second
 // Watch returns once the subscription is confirmed, so a release after
 // Watch returns is not missed while the connection lasts.
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return nil, err
 	}
 	if err := s.usable(ctx); err != nil {

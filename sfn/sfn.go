@@ -112,6 +112,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/dynamodb"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // Config describes the machine to write. The zero value of every optional
@@ -350,7 +351,7 @@ func roundUp(d time.Duration) time.Duration {
 // (leasehold.ValidateName: 1-256 bytes of UTF-8 without control
 // characters), and refuses the DynamoDB store's record key space.
 func ValidateLock(name string) error {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}
 	if strings.HasPrefix(name, dynamodb.RecordKeyPrefix) {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 var _ leasehold.RecordStore = (*Store)(nil)
@@ -125,11 +126,11 @@ func addTo(key string, r recRow, delta int64) (int64, []byte, error) {
 	n := int64(0)
 	if r.live {
 		var err error
-		if n, err = leasehold.ParseCounter(key, r.value); err != nil {
+		if n, err = storekit.ParseCounter(key, r.value); err != nil {
 			return 0, nil, err
 		}
 	}
-	n, err := leasehold.AddInt64(key, n, delta)
+	n, err := storekit.AddInt64(key, n, delta)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -138,7 +139,7 @@ func addTo(key string, r recRow, delta int64) (int64, []byte, error) {
 
 // GetRecord implements leasehold.RecordStore.
 func (s *Store) GetRecord(ctx context.Context, key string) (leasehold.Versioned, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return leasehold.Versioned{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -162,10 +163,10 @@ func (s *Store) GetRecord(ctx context.Context, key string) (leasehold.Versioned,
 
 // PutRecord implements leasehold.RecordStore.
 func (s *Store) PutRecord(ctx context.Context, key string, value []byte, expect uint64) (uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, err
 	}
-	if err := leasehold.ValidateValue(value); err != nil {
+	if err := storekit.ValidateValue(value); err != nil {
 		return 0, err
 	}
 	var v uint64
@@ -185,7 +186,7 @@ func (s *Store) PutRecord(ctx context.Context, key string, value []byte, expect 
 
 // DeleteRecord implements leasehold.RecordStore.
 func (s *Store) DeleteRecord(ctx context.Context, key string, expect uint64) error {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return err
 	}
 	return s.recTx(ctx, func(tx *sql.Tx) error {
@@ -204,7 +205,7 @@ func (s *Store) DeleteRecord(ctx context.Context, key string, expect uint64) err
 
 // AddCounter implements leasehold.RecordStore.
 func (s *Store) AddCounter(ctx context.Context, key string, delta int64) (int64, uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, 0, err
 	}
 	var n int64

@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/sqlite"
+	"github.com/leasehold/leasehold/storekit"
 	"github.com/leasehold/leasehold/storetest"
 )
 
@@ -115,7 +116,7 @@ func recordsChild(path, id string) error {
 			n := int64(0)
 			if exists {
 				var err error
-				if n, err = leasehold.ParseCounter("updates", old); err != nil {
+				if n, err = storekit.ParseCounter("updates", old); err != nil {
 					return nil, err
 				}
 			}

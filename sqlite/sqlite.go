@@ -28,6 +28,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/internal/leasestate"
+	"github.com/leasehold/leasehold/storekit"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -193,7 +194,7 @@ func (s *Store) load(ctx context.Context, q queryer, name string) (*leasestate.R
 
 // Get implements leasehold.Store.
 func (s *Store) Get(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
 	r, err := s.load(ctx, s.db, name)
@@ -209,7 +210,7 @@ func (s *Store) Get(ctx context.Context, name string) (leasehold.Record, error) 
 
 // List implements leasehold.Store.
 func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
-	if err := leasehold.ValidatePrefix(prefix); err != nil {
+	if err := storekit.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
 	now := s.now()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/watchset"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // pollInterval is how often the watch goroutine asks SQLite whether another
@@ -35,7 +36,7 @@ func (h *watchHub) init(s *Store) { h.s = s }
 
 // Watch implements leasehold.Watcher.
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return nil, err
 	}
 	h := &s.watch

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // RecordsHarness tells the records suite how to get at a store.
@@ -515,7 +516,7 @@ func testRecUpdateConcurrent(t *testing.T, h RecordsHarness) {
 					n := int64(0)
 					if exists {
 						var err error
-						if n, err = leasehold.ParseCounter(k, old); err != nil {
+						if n, err = storekit.ParseCounter(k, old); err != nil {
 							return nil, err
 						}
 					}
@@ -748,8 +749,8 @@ func testRecTxnTransfers(t *testing.T, h RecordsHarness) {
 						fail(err)
 						return
 					}
-					sb, err1 := leasehold.ParseCounter(src.Key, src.Value)
-					db, err2 := leasehold.ParseCounter(dst.Key, dst.Value)
+					sb, err1 := storekit.ParseCounter(src.Key, src.Value)
+					db, err2 := storekit.ParseCounter(dst.Key, dst.Value)
 					if err := errors.Join(err1, err2); err != nil {
 						fail(err)
 						return
@@ -799,7 +800,7 @@ func testRecTxnTransfers(t *testing.T, h RecordsHarness) {
 	total := int64(0)
 	for i := 0; i < accounts; i++ {
 		r := mustGet(t, s, acct(i))
-		n, err := leasehold.ParseCounter(r.Key, r.Value)
+		n, err := storekit.ParseCounter(r.Key, r.Value)
 		if err != nil || n < 0 {
 			t.Errorf("balance %d = %q, %v", i, r.Value, err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // The compare-and-set register model that record histories are checked
@@ -124,7 +125,7 @@ func (s recState) counterAfter(delta int64) (int64, bool) {
 		}
 		old = n
 	}
-	n, err := leasehold.AddInt64("", old, delta)
+	n, err := storekit.AddInt64("", old, delta)
 	return n, err == nil
 }
 

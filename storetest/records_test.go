@@ -9,6 +9,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // refRecords is a small in-memory RecordStore written independently of
@@ -76,7 +77,7 @@ func (s *refRecords) check(key string, expect uint64) error {
 }
 
 func (s *refRecords) GetRecord(ctx context.Context, key string) (leasehold.Versioned, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return leasehold.Versioned{}, err
 	}
 	s.mu.Lock()
@@ -89,10 +90,10 @@ func (s *refRecords) GetRecord(ctx context.Context, key string) (leasehold.Versi
 }
 
 func (s *refRecords) PutRecord(ctx context.Context, key string, value []byte, expect uint64) (uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, err
 	}
-	if err := leasehold.ValidateValue(value); err != nil {
+	if err := storekit.ValidateValue(value); err != nil {
 		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -109,7 +110,7 @@ func (s *refRecords) PutRecord(ctx context.Context, key string, value []byte, ex
 }
 
 func (s *refRecords) DeleteRecord(ctx context.Context, key string, expect uint64) error {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -125,7 +126,7 @@ func (s *refRecords) DeleteRecord(ctx context.Context, key string, expect uint64
 }
 
 func (s *refRecords) AddCounter(ctx context.Context, key string, delta int64) (int64, uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, 0, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -152,11 +153,11 @@ func (s *refRecords) added(key string, delta int64) (int64, error) {
 	n := int64(0)
 	if r, _ := s.cur(key); r != nil {
 		var err error
-		if n, err = leasehold.ParseCounter(key, r.value); err != nil {
+		if n, err = storekit.ParseCounter(key, r.value); err != nil {
 			return 0, err
 		}
 	}
-	return leasehold.AddInt64(key, n, delta)
+	return storekit.AddInt64(key, n, delta)
 }
 
 func (s *refRecords) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult, error) {

@@ -6,16 +6,25 @@ import (
 	"fmt"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // Request is one transition asked of an instance: move Instance from From
-// to To on behalf of Actor, once per RequestID. Every field is required.
-// RequestID names one intent of one caller: make it once, before the first
-// attempt, and send it again with every retry of that intent.
+// to To on behalf of Actor, once per RequestID. Every field but Label is
+// required. RequestID names one intent of one caller: make it once, before
+// the first attempt, and send it again with every retry of that intent.
 type Request struct {
-	Instance  string
-	From, To  string
-	Actor     string
+	Instance string
+	From, To string
+	// Actor is who asks, as recorded in the history entry (Entry.Actor) and
+	// compared when a request id is asked again. A server that
+	// authenticates its callers passes the authenticated identity here,
+	// never a name the caller chose (see docs/workflows.md).
+	Actor string
+	// Label is optional free text recorded beside Actor (Entry.Label), such
+	// as the name a caller gives itself; it is not compared when a request
+	// id is asked again. The same rules as Actor apply when it is given.
+	Label     string
 	RequestID string
 }
 
@@ -54,7 +63,7 @@ func (w *Workflows) Lookup(ctx context.Context, instance, requestID string) (Ent
 	if requestID == "" {
 		return Entry{}, &leasehold.InvalidError{Field: "request id", Reason: "must not be empty"}
 	}
-	if err := leasehold.ValidateRequestID(requestID); err != nil {
+	if err := storekit.ValidateRequestID(requestID); err != nil {
 		return Entry{}, err
 	}
 	e, found, err := w.readRequest(ctx, instance, requestID)

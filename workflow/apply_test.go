@@ -78,3 +78,61 @@ func TestApply(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyLabel: a Request's Label is recorded beside its Actor (the
+// result, the instance's last entry, the history, Lookup), is checked like
+// an actor when given, and is not part of the request's identity: the same
+// request id asked again with another label is Repeated, with the label
+// first recorded. Records written before labels existed stay readable.
+func TestApplyLabel(t *testing.T) {
+	ctx := context.Background()
+	e := engines(t)[0] // memory: what is tested is the entry, not the store
+	for _, s := range strategies {
+		t.Run(string(s), func(t *testing.T) {
+			def := approval(unique("label"))
+			w := newWF(t, def, e, s)
+			// An instance written by an older version: no label anywhere.
+			const at = "2025-01-02T03:04:05Z"
+			old := `{"instance":"d","version":1,"from":"DRAFT","to":"PENDING","actor":"alice","request_id":"s1","at":"` + at + `","strategy":"optimistic"}`
+			for key, value := range map[string]string{
+				"wf/" + def.Name + "/i/d":                      `{"state":"PENDING","version":1,"created":"` + at + `","last":` + old + `}`,
+				"wf/" + def.Name + "/h/d/00000000000000000001": old,
+				"wf/" + def.Name + "/r/d/s1":                   old,
+			} {
+				if _, err := e.records.PutRecord(ctx, key, []byte(value), 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			bad := workflow.Request{Instance: "d", From: "PENDING", To: "APPROVED", Actor: "bob", Label: "x\x00y", RequestID: "a1"}
+			var inv *leasehold.InvalidError
+			if _, err := w.Apply(ctx, bad); !errors.As(err, &inv) || inv.Field != "label" {
+				t.Fatalf("label with a NUL: %v, want an *InvalidError on label", err)
+			}
+			approve := workflow.Request{Instance: "d", From: "PENDING", To: "APPROVED", Actor: "bob", Label: "admin", RequestID: "a1"}
+			r, err := w.Apply(ctx, approve)
+			if err != nil || r.Outcome != workflow.Applied || r.Entry.Actor != "bob" || r.Entry.Label != "admin" || r.Version != 2 {
+				t.Fatalf("approve: %+v %v", r, err)
+			}
+			again := approve
+			again.Label = "someone else"
+			r, err = w.Apply(ctx, again)
+			if err != nil || r.Outcome != workflow.Repeated || r.Entry.Label != "admin" {
+				t.Fatalf("the same request with another label: %+v %v, want Repeated with label admin", r, err)
+			}
+			in, err := w.Get(ctx, "d")
+			if err != nil || in.LastActor != "bob" || in.Last == nil || in.Last.Label != "admin" {
+				t.Fatalf("instance: %+v %v", in, err)
+			}
+			h, err := w.History(ctx, "d")
+			if err != nil || len(h) != 2 || h[0].Actor != "alice" || h[0].Label != "" || h[1].Actor != "bob" || h[1].Label != "admin" {
+				t.Fatalf("history: %+v %v", h, err)
+			}
+			if l, err := w.Lookup(ctx, "d", "a1"); err != nil || l.Label != "admin" {
+				t.Fatalf("lookup: %+v %v", l, err)
+			}
+			if l, err := w.Lookup(ctx, "d", "s1"); err != nil || l.Actor != "alice" || l.Label != "" {
+				t.Fatalf("lookup of the old entry: %+v %v", l, err)
+			}
+		})
+	}
+}

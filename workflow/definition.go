@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // MaxNameLen is the longest workflow name, instance id and state name, in
@@ -105,7 +106,7 @@ func (d Definition) hasState(s string) bool {
 // checkName applies the rules of lease names, a shorter limit, and no '/'
 // (the separator of the record keys).
 func checkName(field, s string) error {
-	if err := leasehold.ValidateName(s); err != nil {
+	if err := storekit.ValidateName(s); err != nil {
 		var inv *leasehold.InvalidError
 		if errors.As(err, &inv) {
 			return &leasehold.InvalidError{Field: field, Reason: inv.Reason}

@@ -86,6 +86,7 @@ type Entry struct {
 	From      string    `json:"from"`
 	To        string    `json:"to"`
 	Actor     string    `json:"actor"`
+	Label     string    `json:"label,omitempty"` // free text given beside Actor (Request.Label); "" if none
 	RequestID string    `json:"request_id"`
 	At        time.Time `json:"at"`
 	// Strategy is how it was applied (optimistic, pessimistic, lease or

@@ -21,6 +21,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // Config configures Workflows.
@@ -165,7 +166,7 @@ func New(def Definition, cfg Config) (*Workflows, error) {
 	case cfg.QueueSlice < 0:
 		return nil, bad("queue slice", "%s is negative", cfg.QueueSlice)
 	}
-	if err := leasehold.ValidateTTL(cfg.LeaseTTL); err != nil {
+	if err := storekit.ValidateTTL(cfg.LeaseTTL); err != nil {
 		return nil, err
 	}
 	w := &Workflows{def: def, cfg: cfg, records: cfg.Records, clock: cfg.Clock, hot: map[string]*hotInstance{}}
@@ -265,6 +266,7 @@ func (w *Workflows) instance(id string, r instRec) Instance {
 type command struct {
 	ctx                            context.Context
 	id, from, to, actor, requestID string
+	label                          string       // recorded beside actor (Request.Label)
 	enqueued                       time.Time    // when its request id first arrived (queue mode)
 	done                           chan outcome // buffered 1 (queue mode)
 	final                          bool         // set by the head before delivering: not a refusal
@@ -314,7 +316,7 @@ func (w *Workflows) Transition(ctx context.Context, instance, from, to, actor, r
 
 func (w *Workflows) transition(ctx context.Context, r Request) (Result, error) {
 	instance, from, to, actor, requestID := r.Instance, r.From, r.To, r.Actor, r.RequestID
-	c := &command{ctx: ctx, id: instance, from: from, to: to, actor: actor, requestID: requestID}
+	c := &command{ctx: ctx, id: instance, from: from, to: to, actor: actor, requestID: requestID, label: r.Label}
 	if err := w.check(c); err != nil {
 		return Result{}, err
 	}
@@ -342,17 +344,26 @@ func (w *Workflows) check(c *command) error {
 	if err := checkName("instance", c.id); err != nil {
 		return err
 	}
-	if err := leasehold.ValidateOwner(c.actor); err != nil {
+	if err := storekit.ValidateOwner(c.actor); err != nil {
 		var inv *leasehold.InvalidError
 		if errors.As(err, &inv) {
 			return &leasehold.InvalidError{Field: "actor", Reason: inv.Reason}
 		}
 		return err
 	}
+	if c.label != "" {
+		if err := storekit.ValidateOwner(c.label); err != nil {
+			var inv *leasehold.InvalidError
+			if errors.As(err, &inv) {
+				return &leasehold.InvalidError{Field: "label", Reason: inv.Reason}
+			}
+			return err
+		}
+	}
 	if c.requestID == "" {
 		return &leasehold.InvalidError{Field: "request id", Reason: "must not be empty: it makes the transition idempotent"}
 	}
-	if err := leasehold.ValidateRequestID(c.requestID); err != nil {
+	if err := storekit.ValidateRequestID(c.requestID); err != nil {
 		return err
 	}
 	if !w.def.Allowed(c.from, c.to) {
@@ -370,8 +381,8 @@ func (w *Workflows) check(c *command) error {
 
 // entry is the history entry applying c to an instance at version v.
 func (w *Workflows) entry(c *command, v uint64, s Strategy, token uint64) Entry {
-	return Entry{Instance: c.id, Version: v + 1, From: c.from, To: c.to, Actor: c.actor, RequestID: c.requestID,
-		At: w.now(), Strategy: s, Token: token}
+	return Entry{Instance: c.id, Version: v + 1, From: c.from, To: c.to, Actor: c.actor, Label: c.label,
+		RequestID: c.requestID, At: w.now(), Strategy: s, Token: token}
 }
 
 // apply returns the plan that applies c to rec (record version ver).

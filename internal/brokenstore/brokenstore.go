@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/internal/leasestate"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // Bug selects the mistake the store makes.
@@ -109,10 +110,10 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 
 // Renew implements leasehold.Store.
 func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
-	if err := leasehold.ValidateTTL(ttl); err != nil {
+	if err := storekit.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -126,7 +127,7 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 
 // Release implements leasehold.Store, with the bug.
 func (s *Store) Release(ctx context.Context, name, owner string, token uint64) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
 	s.mu.Lock()
