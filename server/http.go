@@ -55,6 +55,11 @@ type HandlerOptions struct {
 	// headers to its last byte (default 10s); a slower body gets 400 or
 	// its connection closed.
 	BodyTimeout time.Duration
+	// Holders, if set, gives every grant a secret (returned only in the
+	// acquire response) and checks it on renew and release: a wrong
+	// secret, or a missing one when Holders.Required, gets 403 bad-proof
+	// and changes nothing. Nil turns holder proofs off.
+	Holders *HolderProofs
 }
 
 // DefaultMaxBodyBytes is HandlerOptions.MaxBodyBytes's default: room for
@@ -95,6 +100,7 @@ type httpAPI struct {
 	allowedHosts map[string]bool // lower case; "*" allows any
 
 	workflows map[string]*workflow.Workflows
+	holders   *HolderProofs
 
 	// sessions binds each session opened here to its identity (auth on).
 	sessions httpSessions
@@ -113,7 +119,7 @@ func newHTTPAPI(b Backend, opts HandlerOptions) *httpAPI {
 	h := &httpAPI{
 		b: b, auth: opts.Auth, limits: opts.Limits, log: opts.Logger,
 		metrics: opts.Metrics, dash: opts.Dashboard, maxBody: opts.MaxBodyBytes,
-		workflows: opts.Workflows,
+		workflows: opts.Workflows, holders: opts.Holders,
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -610,7 +616,27 @@ func (h *httpAPI) acquire(q *httpReq, name string) {
 	}
 	lj := httpLease(rec)
 	lj.Session = req.Session
+	lj.Secret = h.secret(rec)
 	h.json(q, http.StatusOK, lj)
+}
+
+// secret is the holder proof of a grant, for the acquirer only ("" with
+// proofs off).
+func (h *httpAPI) secret(rec leasehold.Record) string {
+	if h.holders == nil {
+		return ""
+	}
+	return h.holders.Secret(rec.Name, rec.Owner, rec.Token)
+}
+
+// checkProof answers 403 bad-proof unless secret proves holding the grant
+// (name, owner, token).
+func (h *httpAPI) checkProof(q *httpReq, name, owner string, token uint64, secret string) bool {
+	if err := h.holders.Check(name, owner, token, secret); err != nil {
+		h.fail(q, err)
+		return false
+	}
+	return true
 }
 
 // drainable derives a context that also ends when the server drains, for
@@ -622,9 +648,10 @@ func (h *httpAPI) drainable(ctx context.Context) (context.Context, context.Cance
 }
 
 type httpRenewBody struct {
-	Owner string `json:"owner"`
-	Token uint64 `json:"token"`
-	TTLMS int64  `json:"ttl_ms"`
+	Owner  string `json:"owner"`
+	Token  uint64 `json:"token"`
+	TTLMS  int64  `json:"ttl_ms"`
+	Secret string `json:"secret"`
 }
 
 type httpRenewJSON struct {
@@ -641,6 +668,9 @@ func (h *httpAPI) renew(q *httpReq, name string) {
 	if !h.decode(q, &body) {
 		return
 	}
+	if !h.checkProof(q, name, body.Owner, body.Token, body.Secret) {
+		return
+	}
 	ttl := httpMS(body.TTLMS)
 	if err := h.b.Renew(q.r.Context(), name, body.Owner, body.Token, ttl); err != nil {
 		if errors.Is(err, leasehold.ErrNotHeld) && h.metrics != nil {
@@ -653,8 +683,9 @@ func (h *httpAPI) renew(q *httpReq, name string) {
 }
 
 type httpReleaseBody struct {
-	Owner string `json:"owner"`
-	Token uint64 `json:"token"`
+	Owner  string `json:"owner"`
+	Token  uint64 `json:"token"`
+	Secret string `json:"secret"`
 }
 
 func (h *httpAPI) release(q *httpReq, name string) {
@@ -663,6 +694,9 @@ func (h *httpAPI) release(q *httpReq, name string) {
 	}
 	var body httpReleaseBody
 	if !h.decode(q, &body) {
+		return
+	}
+	if !h.checkProof(q, name, body.Owner, body.Token, body.Secret) {
 		return
 	}
 	if err := h.b.Release(q.r.Context(), name, body.Owner, body.Token); err != nil {
@@ -746,12 +780,14 @@ type httpLeaseJSON struct {
 	Acquired    string `json:"acquired"`
 	// Data is the lease's data when it is valid UTF-8; otherwise it is in
 	// DataBase64. Neither is set when the lease has no data.
-	Data       *string           `json:"data,omitempty"`
-	DataBase64 string            `json:"data_base64,omitempty"`
-	Session    string            `json:"session,omitempty"`
-	Permit     *int              `json:"permit,omitempty"`
-	Term       uint64            `json:"term,omitempty"`
-	Waiters    *[]httpWaiterJSON `json:"waiters,omitempty"` // GET only: always a list there
+	Data       *string `json:"data,omitempty"`
+	DataBase64 string  `json:"data_base64,omitempty"`
+	Session    string  `json:"session,omitempty"`
+	Permit     *int    `json:"permit,omitempty"`
+	Term       uint64  `json:"term,omitempty"`
+	// Secret is the grant's holder proof: acquire responses only.
+	Secret  string            `json:"secret,omitempty"`
+	Waiters *[]httpWaiterJSON `json:"waiters,omitempty"` // GET only: always a list there
 }
 
 type httpWaiterJSON struct {
@@ -1252,6 +1288,9 @@ func (h *httpAPI) fail(q *httpReq, err error) {
 	case errors.As(err, &inv):
 		h.problem(q, http.StatusBadRequest, "invalid", "Invalid request", inv.Error(),
 			map[string]any{"field": inv.Field, "reason": inv.Reason})
+	case errors.Is(err, ErrBadProof):
+		h.problem(q, http.StatusForbidden, "bad-proof", "Bad holder proof",
+			"renewing or releasing a lease needs the secret returned with its grant (\"secret\" in the acquire response); it is missing or does not match; nothing was changed", nil)
 	case errors.Is(err, ErrNoSession):
 		h.problem(q, http.StatusNotFound, "no-session", "No such session", ErrNoSession.Error(), nil)
 	case errors.Is(err, leasehold.ErrClosed):

@@ -96,6 +96,7 @@ func (h *httpAPI) semaphore(q *httpReq, rest string) {
 	lj := httpLease(rec)
 	lj.Session = req.Session
 	lj.Permit = &idx
+	lj.Secret = h.secret(rec)
 	h.json(q, http.StatusOK, lj)
 }
 
