@@ -104,7 +104,10 @@ type Worker struct {
 // client is that process's number; it returns when ctx ends or its cycles
 // are done.
 var workerModes = map[string]func(ctx context.Context, w *Worker, client int){
-	"lock": lockClient,
+	"lock":      lockWorkload.run,
+	"election":  electionWorkload.run,
+	"semaphore": semaphoreWorkload.run,
+	"random":    randomClient,
 }
 
 // MaybeWorker turns the current process into a worker if EnvWorker is set,

@@ -4,103 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
 )
-
-// lockClient is the lock workload: acquire a random key, read the oracle's
-// counter, hold, write the value plus one (fenced by the lease's token),
-// release. It emits one "cs" event per grant: the interval during which it
-// believed it held the lease.
-func lockClient(ctx context.Context, w *Worker, client int) {
-	cfg := w.Cfg
-	rng := w.Rand(client)
-	store, owner := w.Recorded(client)
-	rec := store.(*recStore)
-	k := w.clock(client)
-	opts := []leasehold.Option{leasehold.WithOwner(owner), leasehold.WithBackoff(5*time.Millisecond, cfg.TTL/4)}
-	if k != nil {
-		opts = append(opts, leasehold.WithClock(k))
-	}
-	if w.Wrap != nil {
-		store = w.Wrap(client, store)
-	}
-	c, err := leasehold.New(store, opts...)
-	if err != nil {
-		w.Logf("client: %v", err)
-		return
-	}
-	for n := 0; cfg.Cycles == 0 || n < cfg.Cycles; n++ {
-		if ctx.Err() != nil {
-			return
-		}
-		key := cfg.Keys[rng.IntN(len(cfg.Keys))]
-		l, err := acquireLock(ctx, w, c, rng, owner, key)
-		if err != nil {
-			if ctx.Err() == nil {
-				w.Logf("%s acquire %s: %v", owner, key, err)
-			}
-			continue
-		}
-		from := Mono()
-		b := &belief{k: k, l: l}
-		b.held()
-		wrote := false
-		if cfg.Oracle != "" {
-			wrote = criticalSection(ctx, w, client, rec.proc(), key, b)
-		} else {
-			if w.MidCS != nil {
-				w.MidCS(client, key, l)
-			}
-			if cfg.Hold > 0 {
-				time.Sleep(cfg.Hold)
-			}
-			b.held()
-		}
-		to := Mono()
-		if k != nil {
-			to = b.last
-		} else if dl := MonoOf(l.Deadline()); dl < to {
-			to = dl
-		}
-		lost := l.Err() != nil
-		w.Emit(Event{E: "cs", Proc: rec.proc(), Key: key, Token: l.Token(), From: from, To: to, Wrote: wrote, Lost: lost, T: Mono()})
-		releaseLock(ctx, w, l, owner, key)
-	}
-}
-
-// releaseRetries is how often a release that failed with a store error is
-// tried again when cfg.ErrorPause is set.
-const releaseRetries = 4
-
-// releaseLock releases l. With cfg.ErrorPause set, a release that failed
-// with a store error (outcome unknown) is tried again after ErrorPause, a
-// few times: a lease whose release was lost stays held until it expires,
-// and on a store that gives recovered leases a fresh TTL at each restart
-// (etcd, the lease server) it never does while restarts keep coming.
-func releaseLock(ctx context.Context, w *Worker, l *leasehold.Lease, owner, key string) {
-	cfg := w.Cfg
-	for attempt := 0; ; attempt++ {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.OpTimeout)
-		err := l.Release(rctx)
-		cancel()
-		if err == nil || errors.Is(err, leasehold.ErrLost) {
-			return
-		}
-		w.Logf("%s release %s: %v", owner, key, err)
-		if cfg.ErrorPause <= 0 || attempt == releaseRetries || ctx.Err() != nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(cfg.ErrorPause):
-		}
-	}
-}
 
 // acquireLock takes key within cfg.AcquireTimeout. With cfg.ErrorPause set,
 // a store error ends the attempt, and after ErrorPause it starts again with
@@ -108,14 +16,14 @@ func releaseLock(ctx context.Context, w *Worker, l *leasehold.Lease, owner, key 
 // (a retry) instead of being left to expire, while a store that is down
 // sees (and the history records) one indeterminate attempt per pause
 // rather than one per backoff step.
-func acquireLock(ctx context.Context, w *Worker, c *leasehold.Client, rng *rand.Rand, owner, key string) (*leasehold.Lease, error) {
-	cfg := w.Cfg
+func acquireLock(ctx context.Context, p *proc, c *leasehold.Client, key string) (*leasehold.Lease, error) {
+	cfg := p.cfg
 	actx, cancel := context.WithTimeout(ctx, cfg.AcquireTimeout)
 	defer cancel()
 	if cfg.ErrorPause <= 0 {
 		return c.Acquire(actx, key, leasehold.TTL(cfg.TTL))
 	}
-	reqID := fmt.Sprintf("%016x", rng.Uint64())
+	reqID := fmt.Sprintf("%016x", p.rng.Uint64())
 	for {
 		tctx, stop := context.WithCancel(actx)
 		var storeErr error
@@ -125,7 +33,7 @@ func acquireLock(ctx context.Context, w *Worker, c *leasehold.Client, rng *rand.
 		if err == nil || storeErr == nil || actx.Err() != nil {
 			return l, err
 		}
-		w.Logf("%s acquire %s: %v (again in %s)", owner, key, storeErr, cfg.ErrorPause)
+		p.w.Logf("%s acquire %s: %v (again in %s)", p.owner, key, storeErr, cfg.ErrorPause)
 		select {
 		case <-actx.Done():
 			return nil, storeErr

@@ -9,18 +9,14 @@ import (
 	"github.com/leasehold/leasehold"
 )
 
-func init() { workerModes["random"] = randomClient }
-
 // randomClient is the linearizability workload (R2): random store-level
 // operations — acquires (new, and retried with the same request id),
 // renewals, releases, and renewals and releases with someone else's token —
 // with short TTLs so that leases also expire under it. Every answer is
 // recorded as the store gave it; the history goes to porcupine.
 func randomClient(ctx context.Context, w *Worker, client int) {
-	cfg := w.Cfg
-	rng := w.Rand(client)
-	s, owner := w.Recorded(client)
-	rec := s.(*recStore)
+	lp := w.proc(client)
+	cfg, rng, s, owner := lp.cfg, lp.rng, lp.rec, lp.owner
 	ttls := []time.Duration{cfg.TTL, cfg.TTL * 2}
 	type mine struct {
 		token uint64
@@ -29,11 +25,7 @@ func randomClient(ctx context.Context, w *Worker, client int) {
 	}
 	held := map[string]mine{}   // what this process believes it holds
 	seen := map[string]uint64{} // a token seen held by someone else
-	for n := 0; cfg.Cycles == 0 || n < cfg.Cycles; n++ {
-		if ctx.Err() != nil {
-			return
-		}
-		key := cfg.Keys[rng.IntN(len(cfg.Keys))]
+	for n, key := range lp.cycles(ctx) {
 		m, have := held[key]
 		p := rng.IntN(100)
 		octx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
@@ -57,7 +49,7 @@ func randomClient(ctx context.Context, w *Worker, client int) {
 			err = s.Renew(octx, key, owner, seen[key], ttls[0])
 		default:
 			ttl := ttls[rng.IntN(len(ttls))]
-			rid := fmt.Sprintf("%s-%d", rec.proc(), n)
+			rid := fmt.Sprintf("%s-%d", s.proc(), n)
 			var r leasehold.Record
 			r, err = s.TryAcquire(octx, leasehold.AcquireRequest{Name: key, Owner: owner, RequestID: rid, TTL: ttl})
 			var he *leasehold.HeldError
