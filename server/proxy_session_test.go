@@ -193,3 +193,200 @@ func TestProxyRenewDuringSessionCloseRefused(t *testing.T) {
 		}
 	}
 }
+
+// pxStep advances the fake clock and waits until the session loop has done
+// what became due (it has armed its next timer, or the session ended).
+func pxStep(t *testing.T, fc *clock.Fake, p *Proxy, d time.Duration) {
+	t.Helper()
+	fc.Advance(d)
+	pxWaitUntil(t, "session loop idle", func() bool { return fc.Timers() >= 1 || p.Stats().Sessions == 0 })
+}
+
+func TestProxySessionKeepsLeases(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1_000_000, 0))
+	p := pxNew(t, memory.New(memory.WithClock(fc)), ProxyConfig{Clock: fc})
+	ctx := context.Background()
+	sess, err := p.OpenSession(ctx, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.WaitForTimers(1)
+
+	short := pxReq("s/short", "o", 300*time.Millisecond)
+	short.Session = sess.ID
+	a := pxAcquire(t, p, short)
+	dflt := pxReq("s/default", "o", 0) // TTL 0: the session's TTL
+	dflt.Session = sess.ID
+	b := pxAcquire(t, p, dflt)
+	if b.TTL != time.Second {
+		t.Fatalf("lease with TTL 0 in a session has TTL %s, want the session's 1s", b.TTL)
+	}
+	other := pxAcquire(t, p, pxReq("s/plain", "o", 300*time.Millisecond))
+
+	// 3s: ten times the short lease's TTL, three times the session's.
+	for range 60 {
+		pxStep(t, fc, p, 50*time.Millisecond)
+		s, err := p.KeepAlive(ctx, sess.ID)
+		if err != nil {
+			t.Fatalf("KeepAlive: %v", err)
+		}
+		if s.Leases != 2 {
+			t.Fatalf("at %s: session has %d leases, want 2", fc.Now(), s.Leases)
+		}
+	}
+	for _, want := range []leasehold.Record{a, b} {
+		rec, err := p.Get(ctx, want.Name)
+		if err != nil || rec.Owner != "o" || rec.Token != want.Token {
+			t.Fatalf("Get(%s) = %+v, %v; want token %d still held", want.Name, rec, err, want.Token)
+		}
+	}
+	if _, err := p.Get(ctx, other.Name); !errors.Is(err, leasehold.ErrNotFound) {
+		t.Fatalf("a lease outside the session outlived its TTL: %v", err)
+	}
+
+	if err := p.CloseSession(ctx, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{a.Name, b.Name} {
+		if rec, err := p.Get(ctx, name); !errors.Is(err, leasehold.ErrNotFound) {
+			t.Fatalf("Get(%s) after CloseSession = %+v, %v", name, rec, err)
+		}
+	}
+	if _, err := p.KeepAlive(ctx, sess.ID); !errors.Is(err, ErrNoSession) {
+		t.Fatalf("KeepAlive after close: %v", err)
+	}
+	if err := p.CloseSession(ctx, sess.ID); !errors.Is(err, ErrNoSession) {
+		t.Fatalf("CloseSession twice: %v", err)
+	}
+	if st := p.Stats(); st.Sessions != 0 {
+		t.Fatalf("Stats.Sessions = %d", st.Sessions)
+	}
+}
+
+func TestProxySessionExpires(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1_000_000, 0))
+	p := pxNew(t, memory.New(memory.WithClock(fc)), ProxyConfig{Clock: fc})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := p.Subscribe(ctx, "e/")
+	sess, err := p.OpenSession(ctx, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.WaitForTimers(1)
+	// A lease TTL longer than the session's: only the proxy's release can
+	// free it when the session expires.
+	req := pxReq("e/lease", "o", time.Hour)
+	req.Session = sess.ID
+	rec := pxAcquire(t, p, req)
+	if st := p.Stats(); st.Sessions != 1 {
+		t.Fatalf("Stats.Sessions = %d", st.Sessions)
+	}
+
+	for range 10 {
+		pxStep(t, fc, p, 50*time.Millisecond)
+		if _, err := p.KeepAlive(ctx, sess.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 30 { // 1.5s without KeepAlive
+		pxStep(t, fc, p, 50*time.Millisecond)
+	}
+	ev := pxNextOf(t, events, EventExpired, EventReleased)
+	if ev.Type != EventExpired || ev.Name != rec.Name || ev.Token != rec.Token {
+		t.Fatalf("event %+v, want expired for token %d", ev, rec.Token)
+	}
+	if got, err := p.Get(ctx, rec.Name); !errors.Is(err, leasehold.ErrNotFound) {
+		t.Fatalf("Get after session expiry = %+v, %v", got, err)
+	}
+	if _, err := p.KeepAlive(ctx, sess.ID); !errors.Is(err, ErrNoSession) {
+		t.Fatalf("KeepAlive after expiry: %v", err)
+	}
+	req.RequestID = ""
+	if _, err := p.Acquire(ctx, req); !errors.Is(err, ErrNoSession) {
+		t.Fatalf("Acquire in expired session: %v", err)
+	}
+	if st := p.Stats(); st.Sessions != 0 {
+		t.Fatalf("Stats.Sessions = %d", st.Sessions)
+	}
+}
+
+func TestProxyUnknownSession(t *testing.T) {
+	p := pxNew(t, memory.New(), ProxyConfig{})
+	ctx := context.Background()
+	for _, wait := range []time.Duration{0, time.Minute} {
+		req := pxReq("u", "o", time.Minute)
+		req.Session, req.Wait = "0123456789abcdef0123456789abcdef", wait
+		if _, err := p.Acquire(ctx, req); !errors.Is(err, ErrNoSession) {
+			t.Fatalf("Acquire with unknown session (wait %s): %v", wait, err)
+		}
+	}
+	if recs, err := p.List(ctx, ""); err != nil || len(recs) != 0 {
+		t.Fatalf("List = %v, %v; want nothing acquired", recs, err)
+	}
+	if _, err := p.KeepAlive(ctx, "nope"); !errors.Is(err, ErrNoSession) {
+		t.Fatalf("KeepAlive: %v", err)
+	}
+	if err := p.CloseSession(ctx, "nope"); !errors.Is(err, ErrNoSession) {
+		t.Fatalf("CloseSession: %v", err)
+	}
+	if ev := p.Recent(10); len(ev) != 0 {
+		t.Fatalf("events %v", ev)
+	}
+}
+
+func TestProxyWaiterLeavesWithSession(t *testing.T) {
+	p := pxNew(t, memory.New(), ProxyConfig{})
+	ctx := context.Background()
+	pxAcquire(t, p, pxReq("job", "holder", time.Minute))
+	sess, err := p.OpenSession(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := pxReq("job", "w", 0)
+	req.Session, req.Wait = sess.ID, time.Hour
+	errc := make(chan error, 1)
+	go func() { _, err := p.Acquire(ctx, req); errc <- err }()
+	pxWaitUntil(t, "w queued", func() bool { return len(p.Waiters("job")) == 1 })
+	if ws := p.Waiters("job"); ws[0].Session != sess.ID {
+		t.Fatalf("waiter's session %q", ws[0].Session)
+	}
+	if err := p.CloseSession(ctx, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, ErrNoSession) {
+		t.Fatalf("waiter after its session closed: %v", err)
+	}
+	pxWaitUntil(t, "queue empty", func() bool { return len(p.Waiters("job")) == 0 })
+}
+
+// A holder's Renew of a session lease keeps the session alive and sets the
+// TTL the proxy renews the lease with.
+func TestProxyRenewSessionLease(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1_000_000, 0))
+	p := pxNew(t, memory.New(memory.WithClock(fc)), ProxyConfig{Clock: fc})
+	ctx := context.Background()
+	sess, err := p.OpenSession(ctx, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := pxReq("r", "o", 300*time.Millisecond)
+	req.Session = sess.ID
+	rec := pxAcquire(t, p, req)
+	for range 10 {
+		pxStep(t, fc, p, 50*time.Millisecond)
+	}
+	if err := p.Renew(ctx, "r", "o", rec.Token, 600*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	for range 14 { // 1.2s since the last KeepAlive (there was none)
+		pxStep(t, fc, p, 50*time.Millisecond)
+	}
+	if _, err := p.KeepAlive(ctx, sess.ID); err != nil {
+		t.Fatalf("session ended although its lease was renewed 0.7s ago: %v", err)
+	}
+	got, err := p.Get(ctx, "r")
+	if err != nil || got.Token != rec.Token || got.TTL != 600*time.Millisecond {
+		t.Fatalf("Get = %+v, %v; want token %d renewed with 600ms", got, err, rec.Token)
+	}
+}
