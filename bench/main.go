@@ -1,280 +1,193 @@
-// Command bench measures leasehold's stores side by side with the raw engine
-// primitives and with peer libraries, on the same servers in one run, and
-// prints a Markdown table. It is a separate module so that the main module
-// does not depend on the peers.
+// Command bench measures leasehold side by side with references on this
+// machine, in one run, and prints Markdown tables with medians and p99s.
+// It is a module of its own so that neither the leasehold binary nor the
+// main module's users link the peers (redsync, redislock) or the plotting
+// library.
 //
-//	cd bench && go run . -redis redis://127.0.0.1:6379/0 -postgres postgres://...
+//	cd bench && go run . all                 # every table of docs/benchmarks.md
+//	cd bench && go run . --smoke all         # every suite, tiny counts (CI)
+//	cd bench && go run . server --help       # one suite's flags
 //
-// Every figure is a median and a p99 (or a rate) measured in this run; quote
-// ratios, not absolutes. See docs/benchmarks.md.
+// Suites: stores (leasehold's networked stores beside raw primitives and
+// peer libraries), server (the lease server beside Redis), workflow (the
+// workflow strategies beside three hand-written baselines) and all. The
+// engines default to those of scripts/engines.sh ($LEASEHOLD_TEST_*).
+//
+// Every figure is measured in this run: quote ratios, not absolutes. A
+// suite that cannot run an implementation or its reference fails (exit 1);
+// timings never do. See docs/benchmarks.md.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
-	"slices"
-
+	"os/signal"
 	"strings"
-	"sync"
-	"sync/atomic"
+	"syscall"
 	"time"
 )
 
-// locker is one lock implementation under test.
-type locker struct {
-	name string
-	// try makes one attempt; ok is false when the lock is held.
-	try func(ctx context.Context, key string) (unlock func(context.Context) error, ok bool, err error)
-	// wait blocks until the lock is taken (the library's own waiting).
-	wait func(ctx context.Context, key string) (unlock func(context.Context) error, err error)
+// suite is one benchmark suite: its flags and how to run it.
+type suite struct {
+	name, what string
+	flags      *flag.FlagSet
+	run        func(ctx context.Context, smoke bool) error
 }
 
-var (
-	pairs    = flag.Int("pairs", 2000, "uncontended acquire+release pairs per implementation")
-	handoffs = flag.Int("handoffs", 300, "handoffs measured per implementation")
-	waiters  = flag.Int("waiters", 8, "blocked waiters in the handoff measure")
-	clients  = flag.Int("clients", 32, "clients in the throughput measures")
-	duration = flag.Duration("duration", 3*time.Second, "length of each throughput measure")
-	only     = flag.String("only", "", "comma-separated implementation name prefixes to run (default all)")
-)
+func suites(out, progress io.Writer) []*suite {
+	st := &suite{name: "stores", what: "leasehold's Redis, PostgreSQL and etcd stores beside raw primitives and peers (redsync, redislock, advisory locks, etcd's Mutex)"}
+	st.flags = flag.NewFlagSet("stores", flag.ContinueOnError)
+	sc := storesFlags(st.flags)
+	st.run = func(ctx context.Context, smoke bool) error {
+		if smoke {
+			sc.smoke()
+		}
+		return runStores(ctx, sc, smoke, out)
+	}
+
+	sv := &suite{name: "server", what: "the lease server (leasehold serve's engine, durable and not) beside Redis: pairs/s, latency, handoff, memory per lease"}
+	sv.flags = flag.NewFlagSet("server", flag.ContinueOnError)
+	svc := serverFlags(sv.flags)
+	sv.run = func(ctx context.Context, smoke bool) error { return runServer(ctx, svc, smoke, out) }
+
+	wf := &suite{name: "workflow", what: "the workflow strategies (100 workers on one instance) beside three hand-written baselines"}
+	wf.flags = flag.NewFlagSet("workflow", flag.ContinueOnError)
+	wfc := workflowFlags(wf.flags)
+	wf.run = func(ctx context.Context, smoke bool) error { return runWorkflow(ctx, wfc, smoke, out, progress) }
+	return []*suite{st, sv, wf}
+}
 
 func main() {
-	redisURL := flag.String("redis", os.Getenv("LEASEHOLD_TEST_REDIS"), "Redis URL (default $LEASEHOLD_TEST_REDIS)")
-	pgURL := flag.String("postgres", os.Getenv("LEASEHOLD_TEST_POSTGRES"), "PostgreSQL URL (default $LEASEHOLD_TEST_POSTGRES)")
-	flag.Parse()
-	ctx := context.Background()
-	var lockers []locker
-	if *redisURL != "" {
-		ls, err := redisLockers(ctx, *redisURL)
-		check(err)
-		lockers = append(lockers, ls...)
-	}
-	if *pgURL != "" {
-		ls, err := postgresLockers(ctx, *pgURL)
-		check(err)
-		lockers = append(lockers, ls...)
-	}
-	if len(lockers) == 0 {
-		fmt.Fprintln(os.Stderr, "bench: no engine given (-redis, -postgres)")
-		os.Exit(2)
-	}
-	fmt.Printf("| implementation | uncontended pair p50 / p99 | handoff p50 / p99 (%d waiters) | %d clients, distinct keys | same key: handoffs/s (holder changes) |\n", *waiters, *clients)
-	fmt.Println("| --- | --- | --- | --- | --- |")
-	for _, l := range lockers {
-		if !selected(l.name) {
-			continue
-		}
-		row := []string{l.name, "—", "—", "—", "—"}
-		if l.try != nil {
-			row[1] = pct(measurePairs(ctx, l))
-			row[3] = fmt.Sprintf("%.0f/s", measureDistinct(ctx, l))
-		}
-		if l.wait != nil {
-			row[2] = pct(measureHandoff(ctx, l))
-			rate, changes := measureSameKey(ctx, l)
-			row[4] = fmt.Sprintf("%.0f/s (%.0f %%)", rate, 100*changes)
-		}
-		fmt.Println("| " + strings.Join(row, " | ") + " |")
-	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
-func selected(name string) bool {
-	if *only == "" {
-		return true
-	}
-	for _, p := range strings.Split(*only, ",") {
-		if strings.HasPrefix(name, p) {
-			return true
+// run parses args ([--smoke] SUITE [SUITE FLAGS], or all) and runs; it
+// returns the exit code: 0, 1 (a suite failed) or 2 (usage).
+func run(ctx context.Context, args []string, out, errOut io.Writer) int {
+	all := suites(out, errOut)
+	global := flag.NewFlagSet("bench", flag.ContinueOnError)
+	global.SetOutput(errOut)
+	smoke := global.Bool("smoke", false, "tiny counts and durations, every engine and reference required: checks that each suite still runs (CI); the figures mean nothing")
+	global.Usage = func() { usage(errOut, global, all) }
+	for _, s := range all {
+		s.flags.SetOutput(errOut)
+		s.flags.BoolVar(smoke, "smoke", false, "as the global --smoke")
+		s.flags.Usage = func() {
+			fmt.Fprintf(errOut, "usage: go run . %s [flags]\n\n%s.\n\nflags:\n", s.name, s.what)
+			s.flags.PrintDefaults()
 		}
 	}
-	return false
-}
-
-func check(err error) {
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
-}
-
-var keySeq atomic.Int64
-
-func freshKey(what string) string {
-	return fmt.Sprintf("bench/%s/%d/%d", what, time.Now().UnixNano(), keySeq.Add(1))
-}
-
-func pct(d []time.Duration) string {
-	if len(d) == 0 {
-		return "no samples"
-	}
-	slices.Sort(d)
-	return fmt.Sprintf("%s / %s", short(d[len(d)/2]), short(d[len(d)*99/100]))
-}
-
-func short(d time.Duration) string {
-	switch {
-	case d < time.Millisecond:
-		return fmt.Sprintf("%d µs", d.Microseconds())
-	case d < time.Second:
-		return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000)
-	}
-	return fmt.Sprintf("%.2f s", d.Seconds())
-}
-
-// measurePairs: one client, uncontended try+release of one key.
-func measurePairs(ctx context.Context, l locker) []time.Duration {
-	key := freshKey("pair")
-	out := make([]time.Duration, 0, *pairs)
-	for i := -*pairs / 10; i < *pairs; i++ { // the first tenth warms up connections and caches
-		if i == 0 {
-			out = out[:0]
+	if err := global.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
 		}
+		return 2
+	}
+	if global.NArg() == 0 {
+		usage(errOut, global, all)
+		fmt.Fprintln(errOut, "\nbench: name a suite (or all)")
+		return 2
+	}
+	name, rest := global.Arg(0), global.Args()[1:]
+	var chosen []*suite
+	switch name {
+	case "all":
+		if len(rest) > 0 && !(len(rest) == 1 && (rest[0] == "--smoke" || rest[0] == "-smoke")) {
+			if rest[0] == "-h" || rest[0] == "--help" || rest[0] == "-help" {
+				usage(errOut, global, all)
+				return 0
+			}
+			fmt.Fprintf(errOut, "bench: all takes no flags but --smoke (got %s); run one suite to set its flags\n", strings.Join(rest, " "))
+			return 2
+		}
+		*smoke = *smoke || len(rest) == 1
+		chosen = all
+	case "help":
+		usage(errOut, global, all)
+		return 0
+	default:
+		for _, s := range all {
+			if s.name == name {
+				chosen = []*suite{s}
+			}
+		}
+		if chosen == nil {
+			fmt.Fprintf(errOut, "bench: unknown suite %q (stores, server, workflow, all)\n", name)
+			return 2
+		}
+		if err := chosen[0].flags.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			return 2
+		}
+		if chosen[0].flags.NArg() > 0 {
+			fmt.Fprintf(errOut, "bench: unexpected arguments %q\n", chosen[0].flags.Args())
+			return 2
+		}
+	}
+	failed := 0
+	for _, s := range chosen {
+		fmt.Fprintf(out, "## %s\n\n", s.name)
 		t0 := time.Now()
-		unlock, ok, err := l.try(ctx, key)
-		if err != nil || !ok {
-			fmt.Fprintf(os.Stderr, "%s: pair %d: ok=%v err=%v\n", l.name, i, ok, err)
-			return out
+		err := s.run(ctx, *smoke)
+		fmt.Fprintf(errOut, "bench: %s: %s\n", s.name, map[bool]string{true: "ok", false: "FAILED"}[err == nil]+" in "+time.Since(t0).Round(100*time.Millisecond).String())
+		if err != nil {
+			fmt.Fprintf(errOut, "bench: %s: %v\n", s.name, err)
+			failed++
 		}
-		if err := unlock(ctx); err != nil {
-			fmt.Fprintf(os.Stderr, "%s: release: %v\n", l.name, err)
-			return out
-		}
-		out = append(out, time.Since(t0))
-	}
-	return out
-}
-
-// measureHandoff: waiters+1 workers contend for one key; each holder works
-// 500 µs, notes the time and releases, and joins the waiters again only once
-// another worker holds the lock, so every handoff goes to a blocked waiter.
-// The next holder records how long after the release call it got the lock.
-func measureHandoff(ctx context.Context, l locker) []time.Duration {
-	key := freshKey("handoff")
-	var mu sync.Mutex
-	var out []time.Duration
-	var relAt, gen atomic.Int64
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	var wg sync.WaitGroup
-	for w := 0; w <= *waiters; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				unlock, err := l.wait(ctx, key)
-				if err != nil {
-					if ctx.Err() == nil {
-						fmt.Fprintf(os.Stderr, "%s: wait: %v\n", l.name, err)
-						cancel()
-					}
-					return
-				}
-				got := time.Since(start)
-				mine := gen.Add(1)
-				if r := relAt.Load(); r > 0 {
-					mu.Lock()
-					out = append(out, got-time.Duration(r))
-					if len(out) >= *handoffs {
-						cancel()
-					}
-					mu.Unlock()
-				}
-				time.Sleep(500 * time.Microsecond)
-				relAt.Store(int64(time.Since(start)))
-				if err := unlock(context.WithoutCancel(ctx)); err != nil && ctx.Err() == nil {
-					fmt.Fprintf(os.Stderr, "%s: release: %v\n", l.name, err)
-				}
-				for gen.Load() == mine && ctx.Err() == nil {
-					time.Sleep(100 * time.Microsecond)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return out
-}
-
-// measureDistinct: clients try+release their own keys for the duration.
-func measureDistinct(ctx context.Context, l locker) float64 {
-	ctx, cancel := context.WithTimeout(ctx, *duration)
-	defer cancel()
-	var n atomic.Int64
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	for c := 0; c < *clients; c++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key := freshKey("distinct")
-			for ctx.Err() == nil {
-				unlock, ok, err := l.try(ctx, key)
-				if err != nil || !ok {
-					continue
-				}
-				if unlock(context.WithoutCancel(ctx)) == nil {
-					n.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return float64(n.Load()) / time.Since(t0).Seconds()
-}
-
-// measureSameKey: clients take turns on one key with the library's waiting
-// and no work; returns handoffs/s and the share of grants that went to a
-// different client than the previous one.
-func measureSameKey(ctx context.Context, l locker) (float64, float64) {
-	key := freshKey("same")
-	ctx, cancel := context.WithTimeout(ctx, *duration)
-	defer cancel()
-	var mu sync.Mutex
-	last, grants, changes := -1, 0, 0
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	for c := 0; c < *clients; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				unlock, err := l.wait(ctx, key)
-				if err != nil {
-					return
-				}
-				mu.Lock()
-				grants++
-				if last != -1 && last != c {
-					changes++
-				}
-				last = c
-				mu.Unlock()
-				_ = unlock(context.WithoutCancel(ctx))
-			}
-		}(c)
-	}
-	wg.Wait()
-	if grants == 0 {
-		return 0, 0
-	}
-	return float64(grants) / time.Since(t0).Seconds(), float64(changes) / float64(max(grants-1, 1))
-}
-
-// pollWait turns a try into a blocking wait that polls every interval.
-func pollWait(try func(context.Context, string) (func(context.Context) error, bool, error), every time.Duration) func(context.Context, string) (func(context.Context) error, error) {
-	return func(ctx context.Context, key string) (func(context.Context) error, error) {
-		for {
-			unlock, ok, err := try(ctx, key)
-			if err != nil || ok {
-				return unlock, err
-			}
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(every):
-			}
+		fmt.Fprintln(out)
+		if ctx.Err() != nil {
+			break
 		}
 	}
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer, global *flag.FlagSet, all []*suite) {
+	fmt.Fprint(w, `usage: go run . [--smoke] SUITE [SUITE FLAGS]
+       go run . [--smoke] all
+       go run . SUITE --help
+
+Measures leasehold beside references on this machine, in one run, and
+prints Markdown tables. Timings depend on the machine and its load: compare
+the rows of one run. Engines default to those of scripts/engines.sh
+($LEASEHOLD_TEST_REDIS, $LEASEHOLD_TEST_POSTGRES, $LEASEHOLD_TEST_ETCD).
+Exit 1 when a suite cannot run an implementation or its reference.
+
+suites:
+`)
+	for _, s := range all {
+		fmt.Fprintf(w, "  %-9s %s\n", s.name, s.what)
+	}
+	fmt.Fprintf(w, "  %-9s %s\n\nglobal flags:\n", "all", "every suite above, in this order, with its defaults")
+	global.VisitAll(func(f *flag.Flag) { printFlag(w, f) })
+	for _, s := range all {
+		fmt.Fprintf(w, "\n%s flags:\n", s.name)
+		s.flags.VisitAll(func(f *flag.Flag) {
+			if f.Name != "smoke" {
+				printFlag(w, f)
+			}
+		})
+	}
+}
+
+// printFlag prints one line of the help; a default taken from the
+// environment is not shown (the usage names the variable).
+func printFlag(w io.Writer, f *flag.Flag) {
+	def := ""
+	if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" && !strings.Contains(f.Usage, "(default") {
+		def = " (default " + f.DefValue + ")"
+	}
+	fmt.Fprintf(w, "  --%-15s %s%s\n", f.Name, f.Usage, def)
 }

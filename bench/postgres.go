@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -71,7 +70,7 @@ func postgresLockers(ctx context.Context, url string) ([]locker, error) {
 	advisory := locker{name: "raw PostgreSQL advisory lock (blocking wait; session-bound, no expiry, no token)", try: advisoryTry, wait: advisoryWait}
 	ours, err := leaseholdLockers(ctx, "PostgreSQL", url)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench: leasehold on PostgreSQL skipped: %v\n", err)
+		return nil, fmt.Errorf("leasehold on PostgreSQL: %w", err)
 	}
 	return append([]locker{upsert, advisory}, ours...), nil
 }

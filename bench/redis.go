@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"strings"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -103,9 +103,17 @@ func redisLockers(ctx context.Context, url string) ([]locker, error) {
 	// A throwaway test server without persistence would make leasehold hold
 	// back its first grants for 30s after the server started (see
 	// docs/stores/redis.md); the benchmark measures the steady state.
-	ours, err := leaseholdLockers(ctx, "Redis", url+"?holdback=0")
+	ours, err := leaseholdLockers(ctx, "Redis", withParam(url, "holdback=0"))
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench: leasehold on Redis skipped: %v\n", err)
+		return nil, fmt.Errorf("leasehold on Redis: %w", err)
 	}
 	return append([]locker{raw, redsyncL, redislockL}, ours...), nil
+}
+
+// withParam adds a query parameter to a URL.
+func withParam(url, param string) string {
+	if strings.Contains(url, "?") {
+		return url + "&" + param
+	}
+	return url + "?" + param
 }

@@ -53,7 +53,8 @@ func BenchmarkTransition(b *testing.B) {
 // transition. Engines: $WFBENCH_ENGINES (default memory; postgres needs
 // $WFBENCH_POSTGRES or starts a private server with fsync on, redis needs
 // $LEASEHOLD_TEST_REDIS); systems: $WFBENCH_SYSTEMS (substrings, default
-// all). For the full table and plot use `leasehold bench workflow`.
+// all). For the full table and plot use the bench module: `cd bench && go
+// run . workflow`.
 func BenchmarkExperiment(b *testing.B) {
 	cfg := workflowbench.Config{
 		Workloads:         []string{"advance"},

@@ -91,7 +91,7 @@ func TestGraceDerivedFromTTL(t *testing.T) {
 // help on stderr and exits 64, as the bare root does.
 func TestHelpBareParents(t *testing.T) {
 	h := newHarness(t)
-	for _, args := range [][]string{{}, {"store"}, {"bench"}} {
+	for _, args := range [][]string{{}, {"store"}} {
 		r := h.run(args...)
 		if r.code != ExitUsage || !strings.Contains(r.stderr, "Usage:") || r.stdout != "" {
 			t.Errorf("%q: exit %d, stdout %q, stderr:\n%s", args, r.code, r.stdout, r.stderr)

@@ -1,7 +1,7 @@
 // Package serverbench measures the lease server side by side with Redis in
 // one run: acquire+release pairs per second with many clients, handoff
 // latency to queued waiters, memory per held lease and restart time. It
-// backs `leasehold bench server`.
+// backs the bench module's server suite (`cd bench && go run . server`).
 package serverbench
 
 import (
@@ -148,9 +148,12 @@ func Run(ctx context.Context, cfg Config) error {
 
 	if cfg.Leases > 0 {
 		fmt.Fprintln(cfg.Out)
-		res, err := server.MeasureScale(ctx, filepath.Join(dir, "scale"), cfg.Leases)
+		res, err := MeasureScale(ctx, filepath.Join(dir, "scale"), cfg.Leases)
 		if err != nil {
 			return err
+		}
+		if res.Recovered != res.Leases {
+			return fmt.Errorf("scale: %d of %d leases recovered after the restart", res.Recovered, res.Leases)
 		}
 		fmt.Fprintf(cfg.Out, "leasehold engine, %d held leases: heap %.0f B/lease (%.0f MB), process RSS %.0f MB, granted in %s, restart %s (%d recovered)\n",
 			res.Leases, res.HeapPerLease, float64(res.HeapTotal)/1e6, float64(res.RSS)/1e6,

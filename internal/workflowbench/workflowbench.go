@@ -2,8 +2,9 @@
 // run side by side in one process: 100 workers on one workflow instance,
 // every strategy of package workflow on every engine at hand, and the
 // document's own three strategies (ported as it describes them) as
-// baselines on PostgreSQL and Redis. It backs `leasehold bench workflow`
-// and the workflow package's benchmark.
+// baselines on PostgreSQL and Redis. It backs the bench module's workflow
+// suite (`cd bench && go run . workflow`) and the workflow package's
+// benchmark.
 //
 // Two workloads:
 //
@@ -56,8 +57,10 @@ type Config struct {
 	// RedisURL is the Redis to run on (empty: none; the Redis-lock baseline
 	// needs it and PostgreSQL).
 	RedisURL string
-	// Dir holds the SQLite database and the private PostgreSQL (default: a
-	// temporary directory).
+	// Dir holds the SQLite database and the private PostgreSQL (default:
+	// new directories under the system's temporary directory). As root the
+	// private PostgreSQL runs as the postgres user, who must be able to
+	// enter Dir.
 	Dir string
 	// Engines limits the engines (memory, sqlite, postgres, redis; default
 	// all available).
@@ -491,7 +494,7 @@ func openEngines(ctx context.Context, cfg *Config) (*engines, error) {
 		url := cfg.PostgresURL
 		how := "given"
 		if url == "" {
-			p, err := startPostgres(ctx, dir)
+			p, err := startPostgres(ctx, cfg.Dir)
 			if err != nil {
 				if len(cfg.Engines) > 0 {
 					return nil, err

@@ -1,4 +1,4 @@
-package server
+package serverbench
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/server"
 )
 
 // ScaleResult is what MeasureScale saw.
@@ -32,13 +33,13 @@ func (r ScaleResult) String() string {
 		r.RestartTime.Round(time.Millisecond), r.Recovered)
 }
 
-// MeasureScale fills a durable engine in dir with n held leases (names
+// MeasureScale fills a durable lease server engine in dir with n held leases (names
 // like "scale/000123", owners "owner-N", TTL 1 h), measures the live heap
 // they take, closes the engine and measures how long reopening takes.
 func MeasureScale(ctx context.Context, dir string, n int) (ScaleResult, error) {
 	res := ScaleResult{Leases: n}
 	heap0 := liveHeap()
-	e, err := OpenEngine(EngineConfig{Dir: dir})
+	e, err := server.OpenEngine(server.EngineConfig{Dir: dir})
 	if err != nil {
 		return res, err
 	}
@@ -51,7 +52,7 @@ func MeasureScale(ctx context.Context, dir string, n int) (ScaleResult, error) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < n; i += workers {
-				_, err := e.Acquire(ctx, AcquireRequest{AcquireRequest: leasehold.AcquireRequest{
+				_, err := e.Acquire(ctx, server.AcquireRequest{AcquireRequest: leasehold.AcquireRequest{
 					Name: "scale/" + strconv.Itoa(i), Owner: "owner-" + strconv.Itoa(i%1000), TTL: time.Hour}})
 				if err != nil {
 					errs <- err
@@ -75,7 +76,7 @@ func MeasureScale(ctx context.Context, dir string, n int) (ScaleResult, error) {
 		return res, err
 	}
 	start = time.Now()
-	e, err = OpenEngine(EngineConfig{Dir: dir})
+	e, err = server.OpenEngine(server.EngineConfig{Dir: dir})
 	if err != nil {
 		return res, err
 	}

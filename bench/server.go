@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/serverbench"
+)
+
+// The server suite: the lease server's engine beside Redis.
+
+func serverFlags(fs *flag.FlagSet) *serverbench.Config {
+	c := &serverbench.Config{}
+	fs.StringVar(&c.RedisURL, "redis", os.Getenv("LEASEHOLD_TEST_REDIS"), `Redis URL of the reference (default $LEASEHOLD_TEST_REDIS; "off": none). Run it with --save "" --appendonly no for the "no persistence" figure`)
+	fs.IntVar(&c.Clients, "clients", 32, "concurrent clients for the pairs figure")
+	fs.DurationVar(&c.Duration, "duration", 3*time.Second, "length of each round per implementation")
+	fs.IntVar(&c.Rounds, "rounds", 3, "interleaved rounds")
+	fs.IntVar(&c.Waiters, "waiters", 8, "queued waiters for the handoff figure")
+	fs.IntVar(&c.Handoffs, "handoffs", 2000, "handoffs to measure")
+	fs.IntVar(&c.Leases, "leases", 0, "also hold this many leases to measure memory and restart time (e.g. 1000000)")
+	fs.StringVar(&c.Dir, "dir", "", "data directory for the server's log (default: a temporary directory on the default temp disk)")
+	return c
+}
+
+func runServer(ctx context.Context, c *serverbench.Config, smoke bool, out io.Writer) error {
+	if c.RedisURL == "off" {
+		c.RedisURL = ""
+	}
+	if smoke {
+		if c.RedisURL == "" {
+			return errors.New("no Redis: the smoke run measures the server beside its reference")
+		}
+		c.Clients, c.Duration, c.Rounds, c.Waiters, c.Handoffs, c.Leases = 4, 200*time.Millisecond, 1, 4, 50, 2000
+	}
+	c.Out = out
+	return serverbench.Run(ctx, *c)
+}

@@ -1,0 +1,362 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The stores suite: leasehold's networked stores beside the raw engine
+// primitives and peer libraries, on the same servers in one run.
+
+// locker is one lock implementation under test.
+type locker struct {
+	name string
+	// try makes one attempt; ok is false when the lock is held.
+	try func(ctx context.Context, key string) (unlock func(context.Context) error, ok bool, err error)
+	// wait blocks until the lock is taken (the library's own waiting).
+	wait func(ctx context.Context, key string) (unlock func(context.Context) error, err error)
+}
+
+type storesConfig struct {
+	redis, postgres, etcd string
+	pairs, handoffs       int
+	waiters, clients      int
+	duration              time.Duration
+	only                  string
+}
+
+func storesFlags(fs *flag.FlagSet) *storesConfig {
+	c := &storesConfig{}
+	fs.StringVar(&c.redis, "redis", os.Getenv("LEASEHOLD_TEST_REDIS"), `Redis URL (default $LEASEHOLD_TEST_REDIS; "off": none)`)
+	fs.StringVar(&c.postgres, "postgres", os.Getenv("LEASEHOLD_TEST_POSTGRES"), `PostgreSQL URL (default $LEASEHOLD_TEST_POSTGRES; "off": none)`)
+	fs.StringVar(&c.etcd, "etcd", os.Getenv("LEASEHOLD_TEST_ETCD"), `etcd store URL, etcd://host:port (default $LEASEHOLD_TEST_ETCD; "off": none)`)
+	fs.IntVar(&c.pairs, "pairs", 2000, "uncontended acquire+release pairs per implementation")
+	fs.IntVar(&c.handoffs, "handoffs", 300, "handoffs measured per implementation")
+	fs.IntVar(&c.waiters, "waiters", 8, "blocked waiters in the handoff measure")
+	fs.IntVar(&c.clients, "clients", 32, "clients in the throughput measures")
+	fs.DurationVar(&c.duration, "duration", 3*time.Second, "length of each throughput measure")
+	fs.StringVar(&c.only, "only", "", "comma-separated implementation name prefixes to run (default all)")
+	return c
+}
+
+func (c *storesConfig) smoke() {
+	c.pairs, c.handoffs, c.waiters, c.clients, c.duration = 50, 20, 4, 4, 300*time.Millisecond
+}
+
+// runStores prints the table to out. Every engine given must be reachable,
+// and every implementation selected must complete every measure; with
+// smoke, every engine must be given.
+func runStores(ctx context.Context, c *storesConfig, smoke bool, out io.Writer) error {
+	var lockers []locker
+	engines := []struct {
+		name, url string
+		open      func(context.Context, string) ([]locker, error)
+	}{
+		{"Redis", c.redis, redisLockers},
+		{"PostgreSQL", c.postgres, postgresLockers},
+		{"etcd", c.etcd, etcdLockers},
+	}
+	for _, e := range engines {
+		if e.url == "" || e.url == "off" {
+			if smoke {
+				return fmt.Errorf("no %s: the smoke run measures every engine and its references", e.name)
+			}
+			continue
+		}
+		ls, err := e.open(ctx, e.url)
+		if err != nil {
+			return fmt.Errorf("%s: %w", e.name, err)
+		}
+		lockers = append(lockers, ls...)
+	}
+	if len(lockers) == 0 {
+		return errors.New("no engine given (--redis, --postgres, --etcd)")
+	}
+	fmt.Fprintf(out, "| implementation | uncontended pair p50 / p99 | handoff p50 / p99 (%d waiters) | %d clients, distinct keys | same key: handoffs/s (holder changes) |\n", c.waiters, c.clients)
+	fmt.Fprintln(out, "| --- | --- | --- | --- | --- |")
+	var failed []string
+	for _, l := range lockers {
+		if !selected(c.only, l.name) {
+			continue
+		}
+		row := []string{l.name, "—", "—", "—", "—"}
+		var errs []error
+		if l.try != nil {
+			d, err := measurePairs(ctx, c, l)
+			row[1] = pct(d)
+			errs = append(errs, err)
+			rate, err := measureDistinct(ctx, c, l)
+			row[3] = fmt.Sprintf("%.0f/s", rate)
+			errs = append(errs, err)
+		}
+		if l.wait != nil {
+			d, err := measureHandoff(ctx, c, l)
+			row[2] = pct(d)
+			errs = append(errs, err)
+			rate, changes, err := measureSameKey(ctx, c, l)
+			row[4] = fmt.Sprintf("%.0f/s (%.0f %%)", rate, 100*changes)
+			errs = append(errs, err)
+		}
+		fmt.Fprintln(out, "| "+strings.Join(row, " | ")+" |")
+		if err := errors.Join(errs...); err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", l.name, err))
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d implementation(s) did not complete:\n  %s", len(failed), strings.Join(failed, "\n  "))
+	}
+	return nil
+}
+
+func selected(only, name string) bool {
+	if only == "" {
+		return true
+	}
+	for _, p := range strings.Split(only, ",") {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+var keySeq atomic.Int64
+
+func freshKey(what string) string {
+	return fmt.Sprintf("bench/%s/%d/%d", what, time.Now().UnixNano(), keySeq.Add(1))
+}
+
+func pct(d []time.Duration) string {
+	if len(d) == 0 {
+		return "no samples"
+	}
+	slices.Sort(d)
+	return fmt.Sprintf("%s / %s", short(d[len(d)/2]), short(d[len(d)*99/100]))
+}
+
+func short(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return fmt.Sprintf("%d µs", d.Microseconds())
+	case d < time.Second:
+		return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000)
+	}
+	return fmt.Sprintf("%.2f s", d.Seconds())
+}
+
+// measurePairs: one client, uncontended try+release of one key.
+func measurePairs(ctx context.Context, c *storesConfig, l locker) ([]time.Duration, error) {
+	key := freshKey("pair")
+	out := make([]time.Duration, 0, c.pairs)
+	for i := -c.pairs / 10; i < c.pairs; i++ { // the first tenth warms up connections and caches
+		if i == 0 {
+			out = out[:0]
+		}
+		t0 := time.Now()
+		unlock, ok, err := l.try(ctx, key)
+		if err != nil {
+			return out, fmt.Errorf("pair %d: %w", i, err)
+		}
+		if !ok {
+			return out, fmt.Errorf("pair %d: refused an uncontended key", i)
+		}
+		if err := unlock(ctx); err != nil {
+			return out, fmt.Errorf("pair %d: release: %w", i, err)
+		}
+		out = append(out, time.Since(t0))
+	}
+	return out, nil
+}
+
+// firstErr keeps the first error that several goroutines report.
+type firstErr struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (f *firstErr) set(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil {
+		f.err = err
+	}
+}
+
+func (f *firstErr) get() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
+
+// measureHandoff: waiters+1 workers contend for one key; each holder works
+// 500 µs, notes the time and releases, and joins the waiters again only once
+// another worker holds the lock, so every handoff goes to a blocked waiter.
+// The next holder records how long after the release call it got the lock.
+func measureHandoff(ctx context.Context, c *storesConfig, l locker) ([]time.Duration, error) {
+	key := freshKey("handoff")
+	var mu sync.Mutex
+	var out []time.Duration
+	var relAt, gen atomic.Int64
+	var failed firstErr
+	start := time.Now()
+	const limit = 2 * time.Minute
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := 0; w <= c.waiters; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				unlock, err := l.wait(ctx, key)
+				if err != nil {
+					if ctx.Err() == nil {
+						failed.set(fmt.Errorf("handoff: wait: %w", err))
+						cancel()
+					}
+					return
+				}
+				got := time.Since(start)
+				mine := gen.Add(1)
+				if r := relAt.Load(); r > 0 {
+					mu.Lock()
+					out = append(out, got-time.Duration(r))
+					if len(out) >= c.handoffs {
+						cancel()
+					}
+					mu.Unlock()
+				}
+				time.Sleep(500 * time.Microsecond)
+				relAt.Store(int64(time.Since(start)))
+				if err := unlock(context.WithoutCancel(ctx)); err != nil && ctx.Err() == nil {
+					failed.set(fmt.Errorf("handoff: release: %w", err))
+					cancel()
+				}
+				for gen.Load() == mine && ctx.Err() == nil {
+					time.Sleep(100 * time.Microsecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := failed.get(); err != nil {
+		return out, err
+	}
+	if len(out) < c.handoffs {
+		return out, fmt.Errorf("handoff: %d of %d handoffs in %s", len(out), c.handoffs, limit)
+	}
+	return out, nil
+}
+
+// measureDistinct: clients try+release their own keys for the duration.
+func measureDistinct(ctx context.Context, c *storesConfig, l locker) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.duration)
+	defer cancel()
+	var n atomic.Int64
+	var failed firstErr
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range c.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := freshKey("distinct")
+			for ctx.Err() == nil {
+				unlock, ok, err := l.try(ctx, key)
+				if err != nil && ctx.Err() == nil {
+					failed.set(fmt.Errorf("distinct keys: %w", err))
+				}
+				if err != nil || !ok {
+					continue
+				}
+				if err := unlock(context.WithoutCancel(ctx)); err != nil {
+					failed.set(fmt.Errorf("distinct keys: release: %w", err))
+					continue
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	rate := float64(n.Load()) / time.Since(t0).Seconds()
+	if err := failed.get(); err != nil {
+		return rate, err
+	}
+	if n.Load() == 0 {
+		return 0, errors.New("distinct keys: no pair completed")
+	}
+	return rate, nil
+}
+
+// measureSameKey: clients take turns on one key with the library's waiting
+// and no work; returns handoffs/s and the share of grants that went to a
+// different client than the previous one.
+func measureSameKey(ctx context.Context, c *storesConfig, l locker) (float64, float64, error) {
+	key := freshKey("same")
+	ctx, cancel := context.WithTimeout(ctx, c.duration)
+	defer cancel()
+	var mu sync.Mutex
+	var failed firstErr
+	last, grants, changes := -1, 0, 0
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := range c.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				unlock, err := l.wait(ctx, key)
+				if err != nil {
+					if ctx.Err() == nil {
+						failed.set(fmt.Errorf("same key: wait: %w", err))
+					}
+					return
+				}
+				mu.Lock()
+				grants++
+				if last != -1 && last != i {
+					changes++
+				}
+				last = i
+				mu.Unlock()
+				if err := unlock(context.WithoutCancel(ctx)); err != nil {
+					failed.set(fmt.Errorf("same key: release: %w", err))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := failed.get(); err != nil {
+		return 0, 0, err
+	}
+	if grants == 0 {
+		return 0, 0, errors.New("same key: no grant")
+	}
+	return float64(grants) / time.Since(t0).Seconds(), float64(changes) / float64(max(grants-1, 1)), nil
+}
+
+// pollWait turns a try into a blocking wait that polls every interval.
+func pollWait(try func(context.Context, string) (func(context.Context) error, bool, error), every time.Duration) func(context.Context, string) (func(context.Context) error, error) {
+	return func(ctx context.Context, key string) (func(context.Context) error, error) {
+		for {
+			unlock, ok, err := try(ctx, key)
+			if err != nil || ok {
+				return unlock, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(every):
+			}
+		}
+	}
+}
