@@ -1,0 +1,123 @@
+package server
+
+// The proxy (proxy.go). Renew, release and force-release: passed through to the store, with their events.
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/leasehold/leasehold"
+)
+
+// Renew implements Backend.
+func (p *Proxy) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
+	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+		return err
+	}
+	if err := leasehold.ValidateTTL(ttl); err != nil {
+		return err
+	}
+	ns := p.ref(name)
+	defer p.unref(ns)
+	if err := ns.lock(ctx); err != nil {
+		return err
+	}
+	defer ns.unlock()
+	p.mu.Lock()
+	s := p.leaseSession[proxyLeaseKey{name, token}]
+	ended := s != nil && (s.ended || !p.clock.Now().Before(s.expires))
+	p.mu.Unlock()
+	if ended {
+		// Its session has expired or ended, and the proxy frees (or has
+		// just freed) the lease on the store: as with the Engine, it is
+		// not held any more, and a renewal must not say otherwise.
+		return leasehold.ErrNotHeld
+	}
+	t0 := p.clock.Now()
+	if err := p.store.Renew(ctx, name, owner, token, ttl); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	if s != nil && (s.ended || !p.clock.Now().Before(s.expires)) {
+		// The session expired or ended while the store renewed: the
+		// session loop frees the lease, so the renewal cannot be
+		// confirmed.
+		p.mu.Unlock()
+		return leasehold.ErrNotHeld
+	}
+	if s := p.leaseSession[proxyLeaseKey{name, token}]; s != nil {
+		// A session lease: the proxy renews it with this TTL from now on,
+		// and (as with the Engine) its holder's renewal keeps the session
+		// alive.
+		l := s.leases[proxyLeaseKey{name, token}]
+		l.ttl, l.renewAt = ttl, t0.Add(ttl/3)
+		s.expires = p.clock.Now().Add(s.ttl)
+		p.armLocked(s)
+	}
+	p.emitUnlock(Event{Type: EventRenewed, Name: name, Owner: owner, Token: token})
+	return nil
+}
+
+// Release implements Backend.
+func (p *Proxy) Release(ctx context.Context, name, owner string, token uint64) error {
+	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+		return err
+	}
+	return p.release(ctx, name, owner, token, EventReleased)
+}
+
+// release frees a grant on the store under the name's lock, detaches it
+// from its session and reports it as typ.
+func (p *Proxy) release(ctx context.Context, name, owner string, token uint64, typ EventType) error {
+	ns := p.ref(name)
+	defer p.unref(ns)
+	if err := ns.lock(ctx); err != nil {
+		return err
+	}
+	defer ns.unlock()
+	if err := p.store.Release(ctx, name, owner, token); err != nil {
+		return err
+	}
+	p.held.Add(-1)
+	p.mu.Lock()
+	p.detachLocked(proxyLeaseKey{name, token})
+	now := p.clock.Now()
+	ns.releasedAt = now
+	p.emitUnlock(Event{Type: typ, Name: name, Owner: owner, Token: token, Time: now})
+	return nil
+}
+
+// releaseGrant releases a grant the proxy itself is giving up, whatever the
+// caller's context, and logs a failure.
+func (p *Proxy) releaseGrant(name, owner string, token uint64, typ EventType) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := p.release(ctx, name, owner, token, typ)
+	if err != nil && !errors.Is(err, leasehold.ErrNotHeld) {
+		p.log.Warn("leasehold proxy: release failed; the lease expires by its TTL",
+			"name", name, "owner", owner, "token", token, "err", err)
+	}
+}
+
+// ForceRelease implements Backend.
+func (p *Proxy) ForceRelease(ctx context.Context, name string) (leasehold.Record, error) {
+	if err := leasehold.ValidateName(name); err != nil {
+		return leasehold.Record{}, err
+	}
+	for attempt := 0; ; attempt++ {
+		rec, err := p.store.Get(ctx, name)
+		if err != nil {
+			return leasehold.Record{}, err
+		}
+		err = p.release(ctx, name, rec.Owner, rec.Token, EventForced)
+		if err == nil {
+			return rec, nil
+		}
+		// ErrNotHeld: the grant ended (and maybe another began) between
+		// the read and the release; look again.
+		if !errors.Is(err, leasehold.ErrNotHeld) || attempt == 4 {
+			return leasehold.Record{}, err
+		}
+	}
+}
