@@ -1,23 +1,21 @@
 // Package leasehold gives processes leases — exclusive, time-limited grants
-// of a name — with fencing tokens, on a store they already run: an embedded
-// SQLite file (the default), PostgreSQL, Redis, DynamoDB, etcd, or the
-// leasehold server. This comment is the safety model in short; [safety.md]
-// gives it per store, with its assumptions and the fault suites that check it.
+// of a name — with fencing tokens, on a store they already run (an embedded
+// SQLite file by default, PostgreSQL, Redis, DynamoDB, etcd, or the leasehold
+// server). This is the safety model in short; [safety.md] has it per store.
 //
 // # Leases and fencing tokens
 //
-// A [Client] acquires a named lease from a [Store] for a TTL. The store grants
-// it only if the name is free, expired, or already granted to the same
-// acquire request (a retry after a lost reply gets its own grant back). Every
-// grant carries a token, [Lease.Token], strictly greater than the token of
-// every earlier grant of that name in that store: across releases, expiry
-// takeovers, crashes and restarts, under each store's assumptions (the
-// in-memory store starts again at 1; a restored backup or a deleted row can
-// rewind a counter: see [safety.md]). A lease does not stop a holder that was
-// paused past its deadline from writing. Pass the token to the resource you
-// protect and have it refuse any token lower than the highest it has seen;
-// the postgres, redis, dynamodb and etcd packages have helpers for such
-// fenced writes.
+// A [Client] acquires a named lease from a [Store] for a TTL, granted only if
+// the name is free, expired, or already granted to the same acquire request
+// (a retry after a lost reply gets its own grant back). Every grant carries a
+// token, [Lease.Token], strictly greater than the token of every earlier
+// grant of that name in that store, across releases, expiry takeovers,
+// crashes and restarts, under each store's assumptions (the in-memory store
+// starts again at 1; a restored backup or a deleted row can rewind a
+// counter). A lease does not stop a holder paused past its deadline from
+// writing: pass the token to the resource you protect and have it refuse any
+// token lower than the highest it has seen. The postgres, redis, dynamodb and
+// etcd packages have helpers for such fenced writes.
 //
 // # When a holder stops holding
 //
@@ -33,9 +31,9 @@
 //
 // where ρ bounds the rate error between its clock and the store's
 // ([DefaultDriftRate], 1 %) and ε is a fixed margin ([DefaultDriftMargin],
-// 5 ms); [WithDrift] sets both. That deadline is checked on the monotonic
-// and on the boot-time clock, so a holder whose machine was suspended knows.
-// A [Lease] renews itself at about a third of its TTL.
+// 5 ms); [WithDrift] sets both. The deadline is checked on the monotonic and
+// the boot-time clock (a suspended holder knows), and a [Lease] renews itself
+// at about a third of its TTL.
 //
 // # Loss is visible
 //
@@ -48,10 +46,9 @@
 // # Release
 //
 // [Lease.Release] is checked by owner and token: it frees only this grant,
-// and releasing twice is fine. A release by anyone else changes nothing (the
-// store answers [ErrNotHeld]); so does releasing a lease that expired and was
-// granted to someone else, for which Release returns an error matching
-// [ErrLost].
+// and releasing twice is fine. Anyone else's release changes nothing (the
+// store answers [ErrNotHeld]); releasing a lease that expired and was taken
+// over changes nothing either and returns an error matching [ErrLost].
 //
 // # Example
 //
