@@ -7,7 +7,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -58,62 +57,6 @@ type httpCounterJSON struct {
 	Key     string `json:"key"`
 	Value   int64  `json:"value"`
 	Version uint64 `json:"version"`
-}
-
-// record routes /v1/records/{key} (GET, HEAD, PUT, DELETE) and
-// /v1/records/{key}/add (POST). Keys contain '/': the action is the last
-// segment of a POST's path, and the key is everything else, decoded once.
-func (h *httpAPI) record(q *httpReq, rest string) {
-	switch q.r.Method {
-	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete:
-		q.route = "/v1/records/{key}"
-		key, ok := h.recordKey(q, rest)
-		if !ok {
-			return
-		}
-		switch q.r.Method {
-		case http.MethodPut:
-			h.putRecord(q, key)
-		case http.MethodDelete:
-			h.deleteRecord(q, key)
-		default:
-			h.getRecord(q, key)
-		}
-	case http.MethodPost:
-		escaped, ok := strings.CutSuffix(rest, "/add")
-		if !ok {
-			q.route = "/v1/records/{key}"
-			h.methodNotAllowed(q, "GET, HEAD, PUT, DELETE")
-			return
-		}
-		q.route = "/v1/records/{key}/add"
-		key, ok := h.recordKey(q, escaped)
-		if !ok {
-			return
-		}
-		h.addRecord(q, key)
-	default:
-		q.route = "/v1/records/{key}"
-		h.methodNotAllowed(q, "GET, HEAD, PUT, DELETE")
-	}
-}
-
-// recordKey authenticates the caller and decodes the key from the path
-// once, with the rules of lease names. On failure it has answered.
-func (h *httpAPI) recordKey(q *httpReq, escaped string) (string, bool) {
-	if !h.authenticate(q) {
-		return "", false
-	}
-	key, err := url.PathUnescape(escaped)
-	if err != nil {
-		h.fail(q, &leasehold.InvalidError{Field: "key", Reason: "malformed percent-encoding in the path"})
-		return "", false
-	}
-	if err := httpCheckKey(key); err != nil {
-		h.fail(q, err)
-		return "", false
-	}
-	return key, true
 }
 
 // httpCheckKey is httpCheckName for a record key: the same rules, with
@@ -240,9 +183,6 @@ func httpWantsJSON(r *http.Request) bool {
 }
 
 func (h *httpAPI) getRecord(q *httpReq, key string) {
-	if !h.allow(q, key, AccessRead) {
-		return
-	}
 	rs, ok := h.records(q)
 	if !ok {
 		return
@@ -274,7 +214,7 @@ func (h *httpAPI) getRecord(q *httpReq, key string) {
 }
 
 func (h *httpAPI) putRecord(q *httpReq, key string) {
-	if !h.allow(q, key, AccessWrite) {
+	if !h.workflowWrite(q, key) {
 		return
 	}
 	expect, ok := h.recordExpect(q, true)
@@ -329,7 +269,7 @@ func (h *httpAPI) readValue(q *httpReq) ([]byte, bool) {
 }
 
 func (h *httpAPI) deleteRecord(q *httpReq, key string) {
-	if !h.allow(q, key, AccessWrite) {
+	if !h.workflowWrite(q, key) {
 		return
 	}
 	expect, ok := h.recordExpect(q, false)
@@ -352,7 +292,7 @@ type httpAddBody struct {
 }
 
 func (h *httpAPI) addRecord(q *httpReq, key string) {
-	if !h.allow(q, key, AccessWrite) {
+	if !h.workflowWrite(q, key) {
 		return
 	}
 	var body httpAddBody
@@ -398,13 +338,11 @@ type httpTxnJSON struct {
 	Versions map[string]uint64 `json:"versions"`
 }
 
-// txn serves POST /v1/txn. The caller needs read access to every key it
+// txn serves POST /v1/txn (the route table's preamble has authenticated
+// the caller). The caller needs read access to every key it
 // conditions on and write access to every key it writes; every check is
 // made before anything is done.
 func (h *httpAPI) txn(q *httpReq) {
-	if !h.methods(q, http.MethodPost) || !h.authenticate(q) {
-		return
-	}
 	var body httpTxnBody
 	if !h.decode(q, &body) {
 		return
@@ -452,7 +390,7 @@ func (h *httpAPI) txn(q *httpReq) {
 		}
 	}
 	for _, w := range txn.Then {
-		if !h.allow(q, w.Key, AccessWrite) {
+		if !h.allow(q, w.Key, AccessWrite) || !h.workflowWrite(q, w.Key) {
 			return
 		}
 	}

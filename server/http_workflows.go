@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
-	"strings"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/workflow"
@@ -27,6 +25,7 @@ type httpEntryJSON struct {
 	From      string `json:"from"`
 	To        string `json:"to"`
 	Actor     string `json:"actor"`
+	Label     string `json:"label,omitempty"`
 	RequestID string `json:"request_id"`
 	At        string `json:"at"`
 	Strategy  string `json:"strategy"`
@@ -34,7 +33,7 @@ type httpEntryJSON struct {
 }
 
 func httpEntry(e workflow.Entry) httpEntryJSON {
-	return httpEntryJSON{Version: e.Version, From: e.From, To: e.To, Actor: e.Actor, RequestID: e.RequestID,
+	return httpEntryJSON{Version: e.Version, From: e.From, To: e.To, Actor: e.Actor, Label: e.Label, RequestID: e.RequestID,
 		At: httpTime(e.At), Strategy: string(e.Strategy), Token: e.Token}
 }
 
@@ -63,6 +62,7 @@ type httpTransitionBody struct {
 	From      string `json:"from"`
 	To        string `json:"to"`
 	Actor     string `json:"actor"`
+	Label     string `json:"label"`
 	RequestID string `json:"request_id"`
 }
 
@@ -86,78 +86,30 @@ type httpResultJSON struct {
 	Summary  string        `json:"summary"`
 }
 
-// workflowRoute routes /v1/workflows/{definition}/{instance}[/transition |
-// /requests/{request_id}].
-// Definition and instance names contain no '/'.
-func (h *httpAPI) workflowRoute(q *httpReq, rest string) {
-	segs := strings.Split(rest, "/")
-	switch {
-	case len(segs) == 3 && segs[2] == "transition":
-		q.route = "/v1/workflows/{definition}/{instance}/transition"
-		if !h.methods(q, http.MethodPost) {
-			return
-		}
-	case len(segs) == 2:
-		q.route = "/v1/workflows/{definition}/{instance}"
-		if !h.methods(q, http.MethodGet, http.MethodHead, http.MethodPost) {
-			return
-		}
-	case len(segs) == 4 && segs[2] == "requests":
-		q.route = "/v1/workflows/{definition}/{instance}/requests/{request_id}"
-		if !h.methods(q, http.MethodGet, http.MethodHead) {
-			return
-		}
-	default:
-		h.problem(q, http.StatusNotFound, "no-route", "No such endpoint",
-			"no such endpoint (/v1/workflows/{definition}/{instance}, .../transition and .../requests/{request_id})", nil)
-		return
-	}
-	if !h.authenticate(q) {
-		return
-	}
-	var names [2]string
-	for i, field := range []string{"definition", "instance"} {
-		s, err := url.PathUnescape(segs[i])
-		if err == nil {
-			err = httpCheckName(s)
-		}
-		if err == nil && strings.Contains(s, "/") {
-			err = errors.New("contains '/'")
-		}
-		if err != nil {
-			reason := "malformed: " + err.Error()
-			var inv *leasehold.InvalidError
-			if errors.As(err, &inv) {
-				reason = inv.Reason
-			}
-			h.fail(q, &leasehold.InvalidError{Field: field, Reason: reason})
-			return
-		}
-		names[i] = s
-	}
-	def, inst := names[0], names[1]
+// workflowRoute serves the workflow rows of the route table
+// (http_table.go): the preamble has checked the definition and instance
+// names and the caller's access on the instance's record key.
+func (h *httpAPI) workflowRoute(q *httpReq, a *httpArgs) {
+	def, inst := a.params["definition"], a.params["instance"]
 	wf := h.workflows[def]
 	if wf == nil {
 		h.problem(q, http.StatusNotFound, "not-found", "Not found",
 			fmt.Sprintf("no workflow definition %q on this server", def), nil)
 		return
 	}
-	need := AccessWrite
-	if q.r.Method == http.MethodGet || q.r.Method == http.MethodHead {
-		need = AccessRead
-	}
-	// The instance's record key: grants on records govern workflows.
-	if !h.allow(q, "wf/"+wf.Definition().Name+"/i/"+inst, need) {
-		return
-	}
 	ctx := q.r.Context()
 	switch {
-	case segs[len(segs)-1] == "transition" && len(segs) == 3:
+	case q.op == "workflow.transition":
 		var body httpTransitionBody
 		if !h.decode(q, &body) {
 			return
 		}
-		res, err := wf.Apply(ctx, workflow.Request{Instance: inst, From: body.From, To: body.To, Actor: body.Actor, RequestID: body.RequestID})
+		actor, label, err := transitionActor(q.id, body.Actor, body.Label)
+		if err != nil {
+			h.fail(q, err)
+			return
+		}
+		res, err := wf.Apply(ctx, workflow.Request{Instance: inst, From: body.From, To: body.To, Actor: actor, Label: label, RequestID: body.RequestID})
 		if err != nil {
 			h.workflowFail(q, err)
 			return
@@ -172,13 +124,8 @@ func (h *httpAPI) workflowRoute(q *httpReq, rest string) {
 			By: res.Entry.Actor, Entry: httpEntry(res.Entry), Strategy: string(res.Strategy),
 			Attempts: res.Attempts, Summary: res.String(),
 		})
-	case len(segs) == 4:
-		rid, err := url.PathUnescape(segs[3])
-		if err != nil {
-			h.fail(q, &leasehold.InvalidError{Field: "request id", Reason: "malformed: " + err.Error()})
-			return
-		}
-		e, err := wf.Lookup(ctx, inst, rid)
+	case q.op == "workflow.lookup":
+		e, err := wf.Lookup(ctx, inst, a.params["request_id"])
 		if err != nil {
 			h.workflowFail(q, err)
 			return

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -29,22 +28,11 @@ type httpSemaphoreBody struct {
 	Session    string  `json:"session"`
 }
 
-// semaphore routes POST /v1/semaphores/{name}/acquire.
-func (h *httpAPI) semaphore(q *httpReq, rest string) {
-	escaped, ok := strings.CutSuffix(rest, "/acquire")
-	if !ok {
-		h.problem(q, http.StatusNotFound, "not-found", "Not found",
-			"no such endpoint (POST /v1/semaphores/{name}/acquire; release a permit with POST /v1/leases/{permit name}/release)", nil)
-		return
-	}
-	q.route = "/v1/semaphores/{name}/acquire"
-	if !h.methods(q, http.MethodPost) {
-		return
-	}
-	name, ok := h.pathName(q, escaped)
-	if !ok {
-		return
-	}
+// semaphore serves POST /v1/semaphores/{name}/acquire. The preamble has
+// checked write access on permit 0; the others are checked here, once the
+// body says how many there are.
+func (h *httpAPI) semaphore(q *httpReq, a *httpArgs) {
+	name := a.name
 	var body httpSemaphoreBody
 	if !h.decode(q, &body) {
 		return
@@ -59,7 +47,7 @@ func (h *httpAPI) semaphore(q *httpReq, rest string) {
 	}
 	// Every permit this request may take must be writable: a more
 	// specific grant may deny some of them.
-	for i := 0; i < body.Permits; i++ {
+	for i := 1; i < body.Permits; i++ {
 		if !h.allow(q, httpPermitName(name, i), AccessWrite) {
 			return
 		}
