@@ -16,6 +16,7 @@ const (
 	DefaultRESPHandshakeTimeout = 10 * time.Second
 	DefaultRESPMaxOutputBytes   = 32 << 20
 	DefaultRESPMaxCommandBytes  = 2 << 20
+	DefaultRESPMaxList          = 10000
 )
 
 // Until a connection has authenticated (auth on), a command has at most
@@ -69,6 +70,9 @@ func (o *RESPOptions) defaults() {
 	}
 	if o.MaxCommandBytes <= 0 {
 		o.MaxCommandBytes = DefaultRESPMaxCommandBytes
+	}
+	if o.MaxList <= 0 {
+		o.MaxList = DefaultRESPMaxList
 	}
 }
 

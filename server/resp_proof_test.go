@@ -58,7 +58,7 @@ func TestRESPHolderProofs(t *testing.T) {
 		{"LH.RELEASE|team/p|alice|" + tok + "|SECRET", "-ERR wrong number"},
 		{"LH.RELEASE|team/p|alice|" + tok + "|TOKEN|" + secret, "-ERR syntax error: unknown option 'TOKEN'"},
 		{"LH.RELEASE|team/p|alice|" + tok + "|SECRET|", "-INVALID secret: "},
-		{"LH.RENEW|team/p|alice|" + tok + "|60000|SECRET|" + secret + "|SECRET|" + secret, "-ERR wrong number"},
+		{"LH.RENEW|team/p|alice|" + tok + "|60000|SECRET|" + secret + "|SECRET|" + secret, "-ERR syntax error: option 'SECRET' given twice"},
 	} {
 		rtExpect(t, bad.args, spy.do(strings.Split(bad.args, "|")...), bad.want)
 	}

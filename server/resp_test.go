@@ -397,7 +397,11 @@ func TestRESPAuth(t *testing.T) {
 
 	// Sessions belong to the identity that opened them.
 	sid := strings.TrimPrefix(team.do("LH.SESSION", "OPEN", "10000"), "$")
-	rtExpect(t, "another identity's keepalive", reader.do("LH.SESSION", "KEEPALIVE", sid), "-NOSESSION")
+	rtExpect(t, "another identity's keepalive", admin.do("LH.SESSION", "KEEPALIVE", sid), "-NOSESSION")
+	// Sessions need write access (to some prefix), as on HTTP.
+	rtExpect(t, "read-only keepalive", reader.do("LH.SESSION", "KEEPALIVE", sid), "-NOPERM")
+	rtExpect(t, "read-only open", reader.do("LH.SESSION", "OPEN", "10000"), "-NOPERM")
+	rtExpect(t, "read-only close", reader.do("LH.SESSION", "CLOSE", sid), "-NOPERM")
 	rtExpect(t, "another identity's close", admin.do("LH.SESSION", "CLOSE", sid), "-NOSESSION")
 	rtExpect(t, "attach to another identity's session", admin.do("LH.ACQUIRE", "other/s", "admin", "30000", "SESSION", sid), "-NOSESSION")
 	rtExpect(t, "own keepalive", team.do("LH.SESSION", "KEEPALIVE", sid), "[:10000")

@@ -1,0 +1,246 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/resp"
+)
+
+// The connection: its reader loop, the bounds before AUTH, and the replies
+// (written in request order by resp.Replies). Commands go through the
+// table's preamble (exec, in resp_table.go).
+
+// respWordMax is the longest command, subcommand or option name.
+const respWordMax = 32
+
+var closeOutputLimitReason = closeOutputLimit
+
+// respConn is one client connection.
+type respConn struct {
+	srv  *RESPServer
+	nc   net.Conn
+	id   int64
+	addr string // the client IP, for the per-address cap
+
+	// closeReason is set by whoever closes the connection for a bound
+	// (the output-buffer limit is hit on a writer or worker goroutine).
+	closeReason atomic.Pointer[string]
+
+	// Cancelled when the connection ends (ctx) or stops being read (waitCtx:
+	// queued waiters are dropped as soon as the peer is gone).
+	ctx, waitCtx       context.Context
+	cancel, waitCancel context.CancelFunc
+
+	out *resp.Replies // replies in request order; closed by the reader
+
+	// Used only by the reader goroutine.
+	ident  *Identity
+	authed bool
+	name   string
+	upper  [respWordMax]byte
+	resp3  bool                          // the client said HELLO 3: lease replies are maps
+	subs   map[string]context.CancelFunc // watch mode: the subscriptions
+}
+
+func (c *respConn) abort() {
+	c.cancel()
+	c.nc.Close()
+}
+
+func (c *respConn) serve() {
+	srv := c.srv
+	defer func() {
+		srv.mu.Lock()
+		delete(srv.conns, c)
+		if srv.perAddr[c.addr]--; srv.perAddr[c.addr] <= 0 {
+			delete(srv.perAddr, c.addr)
+		}
+		srv.mu.Unlock()
+		if r := c.closeReason.Load(); r != nil {
+			srv.opts.Metrics.respClosed(*r)
+		}
+		srv.opts.Metrics.respConnClosed()
+		srv.connWG.Done()
+	}()
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		// A client that never sends its ClientHello (or never finishes
+		// the handshake) is closed after HandshakeTimeout.
+		c.setDeadline(time.Now().Add(srv.opts.HandshakeTimeout), true)
+		err := tc.HandshakeContext(c.ctx)
+		c.setDeadline(time.Time{}, true)
+		if err != nil {
+			c.closeReason.CompareAndSwap(nil, &closeHandshakeReason)
+			c.srv.log.Debug("resp: TLS handshake", "remote", c.nc.RemoteAddr(), "err", err)
+			c.out.Close()
+			c.abort()
+			return
+		}
+	}
+	writerDone := make(chan struct{})
+	go func() { defer close(writerDone); c.out.Run() }()
+	rd := resp.NewReader(bufio.NewReaderSize(c.nc, respInlineMax))
+	rd.MaxCommand, rd.MaxInline = srv.opts.MaxCommandBytes, respInlineMax
+	preAuth := srv.opts.Auth != nil
+	if preAuth {
+		c.limitPreAuth(rd)
+	}
+	for {
+		args, err := rd.ReadCommand()
+		if err != nil {
+			var ne net.Error
+			switch {
+			case errors.Is(err, resp.ErrProtocol):
+				c.srv.log.Debug("resp: closing connection", "remote", c.nc.RemoteAddr(), "err", err)
+				c.replyError("ERR " + err.Error())
+				reason := &closeProtocolErrReason
+				if strings.Contains(err.Error(), "longer than") || strings.Contains(err.Error(), "over the limit") {
+					reason = &closeInputLimitReason
+				}
+				c.closeReason.CompareAndSwap(nil, reason)
+			case preAuth && !c.authed && errors.As(err, &ne) && ne.Timeout() && !srv.closing():
+				c.closeReason.CompareAndSwap(nil, &closeAuthTimeoutReason)
+			}
+			break
+		}
+		if resp.LooksLikeHTTP(args) {
+			// A browser (or another protocol) smuggling commands in: run
+			// nothing, answer nothing.
+			c.closeReason.CompareAndSwap(nil, &closeHTTPReason)
+			srv.warn.Warn("resp: possible cross-protocol attack (an HTTP request sent to the RESP port): connection closed",
+				"remote", c.nc.RemoteAddr())
+			break
+		}
+		if len(args) > 0 && c.exec(args) {
+			break // QUIT
+		}
+		if preAuth && c.authed {
+			preAuth = false
+			c.endPreAuth(rd)
+		}
+	}
+	c.waitCancel() // also ends the subscriptions, so no push holds up Close
+	c.out.Close()
+	<-writerDone
+	c.abort()
+}
+
+var (
+	closeHandshakeReason   = closeHandshake
+	closeProtocolErrReason = closeProtocolErr
+	closeInputLimitReason  = closeInputLimit
+	closeAuthTimeoutReason = closeAuthTimeout
+	closeHTTPReason        = closeHTTP
+)
+
+// closing reports whether Shutdown has begun (its read deadlines are not
+// auth timeouts).
+func (s *RESPServer) closing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shutdown
+}
+
+// limitPreAuth sets the bounds of a connection that has not
+// authenticated: small commands, and AuthTimeout to authenticate.
+func (c *respConn) limitPreAuth(rd *resp.Reader) {
+	rd.MaxArray, rd.MaxBulk, rd.MaxInline = preAuthMaxArgs, preAuthMaxBulk, preAuthMaxBulk
+	c.setDeadline(time.Now().Add(c.srv.opts.AuthTimeout), false)
+}
+
+// endPreAuth lifts the pre-auth bounds after a successful AUTH.
+func (c *respConn) endPreAuth(rd *resp.Reader) {
+	rd.MaxArray, rd.MaxBulk, rd.MaxInline = 0, 0, respInlineMax
+	c.setDeadline(time.Time{}, false)
+}
+
+// setDeadline sets the connection's read deadline (and its write deadline
+// too if both), unless Shutdown has begun: the read deadline Shutdown set
+// to stop reading then stays.
+func (c *respConn) setDeadline(t time.Time, both bool) {
+	c.srv.mu.Lock()
+	defer c.srv.mu.Unlock()
+	if both {
+		c.nc.SetWriteDeadline(t)
+	}
+	if !c.srv.shutdown {
+		c.nc.SetReadDeadline(t)
+	}
+}
+
+func (c *respConn) reply(f func(b []byte) []byte) { c.out.Now(f) }
+
+func (c *respConn) replyError(msg string) {
+	c.out.Now(func(b []byte) []byte { return resp.AppendError(b, msg) })
+}
+
+func (c *respConn) replyOK() {
+	c.out.Now(func(b []byte) []byte { return append(b, "+OK\r\n"...) })
+}
+
+// async runs fn as the next command's reply (see resp.Replies.Async):
+// commands naming the same lease take effect in the order sent.
+func (c *respConn) async(name string, blocking bool, fn func(b []byte) []byte) {
+	c.out.Async(name, blocking, fn)
+}
+
+// word upper-cases a command or option name into a scratch buffer (no
+// allocation); too long a word comes back empty.
+func (c *respConn) word(b []byte) []byte {
+	if len(b) > len(c.upper) {
+		return nil
+	}
+	w := c.upper[:len(b)]
+	for i, ch := range b {
+		if 'a' <= ch && ch <= 'z' {
+			ch -= 'a' - 'A'
+		}
+		w[i] = ch
+	}
+	return w
+}
+
+func printable(b []byte) string {
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	q := strconv.QuoteToASCII(string(b))
+	return q[1 : len(q)-1]
+}
+
+// replyErr answers with the error reply for err (see appendErr).
+func (c *respConn) replyErr(err error) {
+	c.out.Now(func(b []byte) []byte { return c.srv.appendErr(b, err) })
+}
+
+// appendErr maps a backend or validation error to its error reply.
+func (s *RESPServer) appendErr(b []byte, err error) []byte {
+	var he *leasehold.HeldError
+	var ie *leasehold.InvalidError
+	switch {
+	case errors.As(err, &he):
+		return resp.AppendHeld(b, he)
+	case errors.As(err, &ie):
+		return resp.AppendInvalid(b, ie)
+	case errors.Is(err, leasehold.ErrNotHeld):
+		return resp.AppendError(b, resp.CodeNotHeld+" lease not held (never granted, expired, released, or another owner or token); nothing was changed")
+	case errors.Is(err, leasehold.ErrNotFound):
+		return resp.AppendError(b, resp.CodeNotFound+" no live lease with that name")
+	case errors.Is(err, ErrNoSession):
+		return resp.AppendError(b, resp.CodeNoSession+" no such session (unknown, closed or expired)")
+	case errors.Is(err, leasehold.ErrClosed):
+		return resp.AppendError(b, "ERR the server is shutting down")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return resp.AppendError(b, "ERR request cancelled")
+	}
+	s.log.Warn("resp: backend error", "err", err)
+	return resp.AppendError(b, "ERR "+err.Error())
+}

@@ -1,0 +1,156 @@
+package server
+
+import (
+	"strings"
+	"testing"
+)
+
+// rtRoleTokens: one token per role on the prefix "p/" ("none" has no
+// grant at all).
+var rtRoles = []struct {
+	role   string
+	token  string
+	access Access // on names under p/ (and on no other name)
+}{
+	{"none", "none-token", AccessNone},
+	{"read", "read-token", AccessRead},
+	{"write", "write-token", AccessWrite},
+	{"admin", "admin-token", AccessAdmin},
+}
+
+func rtRoleAuth(t *testing.T) *Auth {
+	cfg := AuthConfig{}
+	for _, r := range rtRoles {
+		tc := TokenConfig{Identity: r.role, Token: r.token}
+		if r.access != AccessNone {
+			tc.Grants = []Grant{{Prefix: "p/", Access: r.access.String()}}
+		}
+		cfg.Tokens = append(cfg.Tokens, tc)
+	}
+	a, err := NewAuth(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// rtSample returns arguments that make a valid call of row on name (a
+// lease name, or for prefix rows a prefix), with token the caller's.
+func rtSample(t *testing.T, row *respCmd, name, token string) []string {
+	var args []string
+	switch row.op {
+	case "conn.ping", "conn.quit", "conn.command", "conn.client.getname", "conn.client.id", "ready":
+	case "conn.auth":
+		args = []string{token}
+	case "conn.hello":
+		args = []string{"2", "AUTH", "default", token}
+	case "conn.echo", "conn.client.setname":
+		args = []string{"x"}
+	case "conn.client.setinfo":
+		args = []string{"LIB-NAME", "x"}
+	case "lease.acquire":
+		args = []string{name, "me", "30000"}
+	case "lease.renew":
+		args = []string{name, "me", "1", "30000"}
+	case "lease.release":
+		args = []string{name, "me", "1"}
+	case "lease.get", "lease.forcerelease", "events.subscribe", "events.unsubscribe":
+		args = []string{name}
+	case "lease.list":
+		args = []string{name}
+		if row.name == "LH.SCAN" {
+			args = append(args, "0", "COUNT", "10")
+		}
+	case "session.open":
+		args = []string{"10000"}
+	case "session.keepalive", "session.close":
+		args = []string{"no-such-session"}
+	default:
+		t.Fatalf("no sample arguments for the row %s %s (op %s): add them here", row.name, row.sub, row.op)
+	}
+	if row.sub != "" {
+		args = append([]string{row.sub}, args...)
+	}
+	return append([]string{row.name}, args...)
+}
+
+// TestRESPTableRoles walks the command table with every role: with auth
+// on, a connection that has not authenticated, and tokens of roles none,
+// read, write and admin on "p/", run every row once on a name inside p/
+// and once outside. A call is refused (NOAUTH without AUTH, NOPERM
+// otherwise) exactly when the caller is below the row's access.
+func TestRESPTableRoles(t *testing.T) {
+	_, addr := rtServe(t, rtEngine(t), RESPOptions{Auth: rtRoleAuth(t)})
+	calls := 0
+	for _, row := range respCommands {
+		for _, inside := range []bool{true, false} {
+			name, prefix := "q/x", "q/"
+			if inside {
+				name, prefix = "p/x", "p/"
+			}
+			if row.scope == scopePrefix {
+				name = prefix
+			}
+			// Not authenticated: refused unless the row is allowed
+			// before AUTH.
+			c := rtDial(t, addr)
+			args := rtSample(t, row, name, "none-token")
+			got := c.do(args...)
+			if refused := strings.HasPrefix(got, "-NOAUTH"); refused != !row.preAuth {
+				t.Errorf("without AUTH: %q = %q; want NOAUTH: %v", args, got, !row.preAuth)
+			}
+			calls++
+			for _, r := range rtRoles {
+				c := rtDial(t, addr)
+				rtExpect(t, r.role+" AUTH", c.do("AUTH", r.token), "+OK")
+				have := AccessNone
+				switch row.scope {
+				case scopeName, scopePrefix:
+					if inside {
+						have = r.access
+					}
+				case scopeAny:
+					have = r.access // its only grant, wherever the name is
+				}
+				want := have < row.access
+				args := rtSample(t, row, name, r.token)
+				got := c.do(args...)
+				if refused := strings.HasPrefix(got, "-NOPERM"); refused != want {
+					t.Errorf("%s (%v on p/): %q = %q; want NOPERM: %v (the row needs %v)", r.role, r.access, args, got, want, row.access)
+				}
+				if strings.HasPrefix(got, "-NOAUTH") || strings.HasPrefix(got, "-ERR") {
+					t.Errorf("%s: %q = %q: the sample is not a valid call", r.role, args, got)
+				}
+				calls++
+			}
+		}
+	}
+	if want := len(respCommands) * 2 * (len(rtRoles) + 1); calls != want || len(respCommands) < 20 {
+		t.Errorf("%d calls over %d rows, want %d", calls, len(respCommands), want)
+	}
+}
+
+// TestRESPOps: the operations both APIs have need these accesses (the
+// HTTP API's, server/table_parity_test.go checks the two tables agree).
+func TestRESPOps(t *testing.T) {
+	want := map[string]Access{
+		"lease.acquire": AccessWrite, "lease.renew": AccessWrite, "lease.release": AccessWrite,
+		"lease.get": AccessRead, "lease.list": AccessRead, "lease.forcerelease": AccessAdmin,
+		"session.open": AccessWrite, "session.keepalive": AccessWrite, "session.close": AccessWrite,
+		"events.subscribe": AccessRead, "ready": AccessNone,
+	}
+	ops := respOps()
+	for op, a := range want {
+		if got, ok := ops[op]; !ok || got != a {
+			t.Errorf("respOps()[%q] = %v, %v; want %v", op, got, ok, a)
+		}
+	}
+	for _, row := range respCommands {
+		if row.op == "" || row.handler == nil {
+			t.Errorf("row %s %s has no op or no handler", row.name, row.sub)
+		}
+		if _, shared := want[row.op]; !shared && !strings.HasPrefix(row.op, "conn.") && row.op != "events.unsubscribe" {
+			t.Errorf("row %s: op %q is neither shared with HTTP nor a connection command", row.name, row.op)
+		}
+	}
+}
