@@ -47,6 +47,11 @@ type Config struct {
 	Dashboard http.Handler
 	// Workflows are served at /v1/workflows/{name}/... (see HandlerOptions).
 	Workflows map[string]*workflow.Workflows
+	// Holders, if set, are the holder proofs of both ports: every grant
+	// gets a secret, returned only to its acquirer, that renew and release
+	// must present (see HandlerOptions.Holders, RESPOptions.Holders). Nil
+	// turns holder proofs off.
+	Holders *HolderProofs
 	// MaxBodyBytes caps HTTP request bodies (default 128 KiB).
 	MaxBodyBytes int64
 	// BodyTimeout bounds reading an HTTP request body (default 10s; see
@@ -61,8 +66,8 @@ type Config struct {
 	// a 503 first).
 	HTTPMaxConns, HTTPMaxConnsPerAddr int
 	// RESP are the RESP port's resource bounds (zero fields: the
-	// defaults; see RESPOptions). Its Auth, Limits, Logger, TLS and
-	// Metrics are taken from this Config.
+	// defaults; see RESPOptions). Its Auth, Limits, Logger, TLS, Metrics
+	// and Holders are taken from this Config.
 	RESP RESPOptions
 
 	// ReadHeaderTimeout bounds reading a request's headers (default 5s).
@@ -166,6 +171,7 @@ func NewServer(b Backend, cfg Config) (*Server, error) {
 		Auth: cfg.Auth, Limits: cfg.Limits, Logger: cfg.Logger, Metrics: cfg.Metrics,
 		Dashboard: cfg.Dashboard, MaxBodyBytes: cfg.MaxBodyBytes,
 		Workflows: cfg.Workflows, BodyTimeout: cfg.BodyTimeout, AllowedHosts: cfg.AllowedHosts,
+		Holders: cfg.Holders,
 	})
 	s.hs = &http.Server{
 		Handler:           s.api,
@@ -181,6 +187,7 @@ func NewServer(b Backend, cfg Config) (*Server, error) {
 		}
 		ro := cfg.RESP
 		ro.Auth, ro.Limits, ro.Logger, ro.TLS, ro.Metrics = cfg.Auth, cfg.Limits, cfg.Logger, rt, cfg.Metrics
+		ro.Holders = cfg.Holders
 		s.resp = NewRESPServer(b, ro)
 	}
 	if !cfg.Auth.Enabled() {

@@ -50,6 +50,18 @@ read, write or admin access on name prefixes; the longest matching prefix
 decides. Without it every client may do everything: keep the addresses on
 loopback, or put the server behind TLS and auth. See docs/http-api.md.
 
+Holder proofs: every grant comes with a secret, returned only to the
+client that acquired it, and renewing or releasing the lease takes that
+secret, so a client that can read a lease's owner and token cannot act as
+its holder. With auth on the secret is required; with auth off a wrong one
+is refused but none may be given. The secret is an HMAC under a key in
+--holder-key-file (created if missing; keep it private). The engine keeps
+it in --data-dir/holder.key by default, so secrets survive restarts. With
+--store and no --holder-key-file the key is random: the secrets of leases
+held when the server restarts stop matching (their holders can no longer
+renew them, and they expire), and servers in front of one store only
+accept each other's secrets if they share one key file.
+
 SIGINT or SIGTERM shuts the server down gracefully: it stops accepting,
 ends long-polls (waiting clients get 503 and retry), lets other requests
 finish for up to --shutdown-timeout and closes the state. A second signal
@@ -80,6 +92,7 @@ type serveOptions struct {
 	workflows       string
 	noSync          bool
 	authFile        string
+	holderKeyFile   string
 	rateLimit       float64
 	rateBurst       int
 	tlsCert, tlsKey string
@@ -135,6 +148,7 @@ func newServeCmd(e *env) *cobra.Command {
 	f.StringVar(&o.store, "store", "", "serve a proxy in front of this store URL instead of the engine (env LEASEHOLD_SERVE_STORE)")
 	f.BoolVar(&o.noSync, "no-sync", false, "UNSAFE: skip fsync; grants survive a crash of the process but not of the machine, so tokens may repeat after a power loss")
 	f.StringVar(&o.authFile, "auth-file", "", "JSON file of bearer tokens and their per-prefix grants (default: auth off)")
+	f.StringVar(&o.holderKeyFile, "holder-key-file", "", "file of the key that signs grants' secrets (holder proofs), created (mode 0600) if missing; servers in front of one store must share it (default: holder.key in --data-dir; with --store a random key per process)")
 	f.Float64Var(&o.rateLimit, "rate-limit", 0, "sustained requests per second allowed per identity (0: unlimited)")
 	f.IntVar(&o.rateBurst, "rate-burst", 0, "requests an identity may send at once above the rate (default: the rate)")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate chain: serve HTTPS and RESP over TLS")
@@ -250,7 +264,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := server.NewMetrics(reg)
 	var backend server.Backend
-	var what string
+	var what, keyFile string
 	if o.store != "" {
 		if o.dataDir != "" || o.noSync {
 			return usagef("serve: --data-dir and --no-sync are for the engine; with --store the store keeps the state")
@@ -266,6 +280,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 			Durable: scheme != "memory" && scheme != "redis",
 		})
 		what = "proxy in front of " + redact.URL(o.store)
+		keyFile = o.holderKeyFile
 	} else {
 		dir := o.dataDir
 		if dir == "" {
@@ -282,10 +297,20 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		}
 		backend = eng
 		what = "engine in " + dir
+		keyFile = o.holderKeyFile
+		if keyFile == "" {
+			keyFile = filepath.Join(dir, holderKeyName)
+		}
 		if o.noSync {
 			what += " (--no-sync: NOT durable across a machine crash)"
 			log.Warn("--no-sync: grants are not fsynced; after a machine crash tokens may repeat")
 		}
+	}
+
+	holders, holderLine, err := o.holderProofs(keyFile, auth, log)
+	if err != nil {
+		backend.Close()
+		return err
 	}
 
 	var flows map[string]*workflow.Workflows
@@ -301,6 +326,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		Addr:      o.addr, RESPAddr: o.respAddr,
 		TLSCert: o.tlsCert, TLSKey: o.tlsKey, ClientCA: o.clientCA,
 		Auth: auth, Limits: limits, Logger: log, Metrics: metrics,
+		Holders:         holders,
 		ShutdownTimeout: o.shutdownTimeout,
 		AllowedHosts:    o.allowedHosts, BodyTimeout: o.bodyTimeout,
 		HTTPMaxConns: o.httpMaxConns, HTTPMaxConnsPerAddr: o.httpMaxConnsPerAddr,
@@ -326,6 +352,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		scheme = "https"
 	}
 	fmt.Fprintf(e.stdout, "leasehold: state: %s\n", what)
+	fmt.Fprintf(e.stdout, "leasehold: holder proofs: %s\n", holderLine)
 	if a := srv.HTTPAddr(); a != nil {
 		fmt.Fprintf(e.stdout, "leasehold: HTTP API on %s://%s/v1/", scheme, a)
 		if o.dashboard {
@@ -353,6 +380,42 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	}
 	fmt.Fprintln(e.stdout, "leasehold: stopped")
 	return nil
+}
+
+// holderKeyName is the holder key's file in the engine's data directory.
+const holderKeyName = "holder.key"
+
+// holderProofs loads (or creates) the holder key in keyFile, or, if
+// keyFile is empty (a proxy without --holder-key-file), makes a random
+// one and logs what that means. Secrets are required when auth is on.
+// It also returns the start-up line that says where the key is.
+func (o *serveOptions) holderProofs(keyFile string, auth *server.Auth, log *slog.Logger) (*server.HolderProofs, string, error) {
+	var p *server.HolderProofs
+	var line string
+	if keyFile == "" {
+		p = server.RandomHolderProofs()
+		line = "random key (no --holder-key-file)"
+		log.Warn("holder proofs: no --holder-key-file, so grants' secrets are signed with a random key: " +
+			"the secrets of leases held when this server restarts stop matching (their holders cannot renew or release them; they expire), " +
+			"and several servers in front of one store must share one key file")
+	} else {
+		var err error
+		if p, err = server.LoadHolderKey(keyFile); err != nil {
+			return nil, "", usagef("serve: --holder-key-file: %v", err)
+		}
+		line = "key in " + keyFile
+		if fi, err := os.Stat(keyFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			log.Warn("holder proofs: the key file is readable by others; whoever reads it can act as any lease's holder (chmod 600 it)",
+				"file", keyFile, "mode", fi.Mode().Perm().String())
+		}
+	}
+	p.Required = auth.Enabled()
+	if p.Required {
+		line += "; secrets required"
+	} else {
+		line += "; secrets checked when given (auth is off)"
+	}
+	return p, line, nil
 }
 
 // checkBounds refuses hardening flags that would turn a bound off or make

@@ -234,7 +234,8 @@ func TestServeHelp(t *testing.T) {
 	r := h.run("serve", "--help")
 	for _, want := range []string{"--addr", "--resp-addr", "--data-dir", "--store", "--no-sync", "UNSAFE",
 		"--auth-file", "--rate-limit", "--rate-burst", "--tls-cert", "--tls-key", "--client-ca",
-		"--log-level", "--log-format", "LEASEHOLD_SERVE_STORE", "SIGTERM", "Examples:"} {
+		"--log-level", "--log-format", "LEASEHOLD_SERVE_STORE", "SIGTERM", "Examples:",
+		"--holder-key-file", "Holder proofs", "holder.key", "share one key file"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("serve --help lacks %q", want)
 		}

@@ -1,0 +1,175 @@
+//go:build unix
+
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// holderCall is one HTTP call of the holder-proof tests: method POST,
+// bearer token tok, JSON body; it returns the status and decoded body.
+func holderCall(t *testing.T, url, tok, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	m := map[string]any{}
+	_ = json.Unmarshal(b, &m)
+	return res.StatusCode, m
+}
+
+func holderAuthFile(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "tokens.json")
+	if err := os.WriteFile(p, []byte(`{"tokens":[{"identity":"a","token":"tok-a","grants":[{"prefix":"svc/","access":"write"}]}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestServeHolderKeyEngine: the engine's holder key is holder.key in its
+// data directory (created 0600), secrets are required with auth on, and a
+// grant's secret still works after a restart.
+func TestServeHolderKeyEngine(t *testing.T) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	dir := filepath.Join(t.TempDir(), "data")
+	args := []string{"--addr", "127.0.0.1:0", "--resp-addr", "", "--data-dir", dir, "--auth-file", holderAuthFile(t), "--log-level", "warn"}
+	s := startServing(t, args...)
+	keyFile := filepath.Join(dir, "holder.key")
+	if out := s.out.String(); !strings.Contains(out, "holder proofs: key in "+keyFile+"; secrets required") {
+		t.Errorf("start-up lines:\n%s", out)
+	}
+	fi, err := os.Stat(keyFile)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("holder key file: %v %v", fi, err)
+	}
+	code, a := holderCall(t, s.base+"/v1/leases/svc/x/acquire", "tok-a", `{"owner":"a","ttl_ms":3600000}`)
+	sec, _ := a["secret"].(string)
+	if code != 200 || sec == "" {
+		t.Fatalf("acquire: %d %v", code, a)
+	}
+	tok := a["token"]
+	if code, m := holderCall(t, s.base+"/v1/leases/svc/x/renew", "tok-a", fmt.Sprintf(`{"owner":"a","token":%v,"ttl_ms":3600000}`, tok)); code != 403 || !strings.HasSuffix(fmt.Sprint(m["type"]), "bad-proof") {
+		t.Errorf("renew without the secret: %d %v", code, m)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.wait(t); r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+
+	s = startServing(t, args...)
+	if code, m := holderCall(t, s.base+"/v1/leases/svc/x/renew", "tok-a", fmt.Sprintf(`{"owner":"a","token":%v,"ttl_ms":3600000,"secret":%q}`, tok, sec)); code != 200 {
+		t.Errorf("renew with the secret after a restart: %d %v", code, m)
+	}
+	if code, m := holderCall(t, s.base+"/v1/leases/svc/x/release", "tok-a", fmt.Sprintf(`{"owner":"a","token":%v,"secret":%q}`, tok, sec)); code != 204 {
+		t.Errorf("release with the secret after a restart: %d %v", code, m)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.wait(t); r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// TestServeHolderKeyProxies: two proxies in front of one store given one
+// --holder-key-file accept each other's secrets; a proxy without it uses
+// a random key (and says so in its log), so it refuses them.
+func TestServeHolderKeyProxies(t *testing.T) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	tmp := t.TempDir()
+	store := "sqlite://" + filepath.Join(tmp, "leases.db")
+	keyFile := filepath.Join(tmp, "keys", "holder.key")
+	auth := holderAuthFile(t)
+	common := []string{"--addr", "127.0.0.1:0", "--resp-addr", "", "--store", store, "--auth-file", auth}
+	s1 := startServing(t, append(common, "--holder-key-file", keyFile)...)
+	s2 := startServing(t, append(common, "--holder-key-file", keyFile)...)
+	s3 := startServing(t, common...)
+	for _, s := range []*serving{s1, s2} {
+		if out := s.out.String(); !strings.Contains(out, "holder proofs: key in "+keyFile+"; secrets required") {
+			t.Errorf("start-up lines:\n%s", out)
+		}
+		if strings.Contains(s.errb.String(), "random key") {
+			t.Errorf("random-key warning with --holder-key-file:\n%s", s.errb.String())
+		}
+	}
+	if out, log := s3.out.String(), s3.errb.String(); !strings.Contains(out, "holder proofs: random key") ||
+		!strings.Contains(log, "restarts stop matching") || !strings.Contains(log, "share one key file") {
+		t.Errorf("proxy without --holder-key-file: start-up lines:\n%s\nlog:\n%s", out, log)
+	}
+
+	code, a := holderCall(t, s1.base+"/v1/leases/svc/x/acquire", "tok-a", `{"owner":"a","ttl_ms":3600000}`)
+	sec, _ := a["secret"].(string)
+	if code != 200 || sec == "" {
+		t.Fatalf("acquire: %d %v", code, a)
+	}
+	renew := fmt.Sprintf(`{"owner":"a","token":%v,"ttl_ms":3600000,"secret":%q}`, a["token"], sec)
+	if code, m := holderCall(t, s3.base+"/v1/leases/svc/x/renew", "tok-a", renew); code != 403 {
+		t.Errorf("renew through the random-key proxy: %d %v", code, m)
+	}
+	if code, m := holderCall(t, s2.base+"/v1/leases/svc/x/renew", "tok-a", renew); code != 200 {
+		t.Errorf("renew through the other proxy with the shared key: %d %v", code, m)
+	}
+	if code, m := holderCall(t, s2.base+"/v1/leases/svc/x/release", "tok-a", fmt.Sprintf(`{"owner":"a","token":%v,"secret":%q}`, a["token"], sec)); code != 204 {
+		t.Errorf("release through the other proxy: %d %v", code, m)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*serving{s1, s2, s3} {
+		if r := s.wait(t); r.code != 0 {
+			t.Fatalf("exit %d\n%s", r.code, r.stderr)
+		}
+	}
+}
+
+// TestServeHolderKeyBad: a key file that is not a key is a usage error.
+func TestServeHolderKeyBad(t *testing.T) {
+	h := newHarness(t)
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.key")
+	if err := os.WriteFile(bad, []byte("not a key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	short := filepath.Join(dir, "short.key")
+	if err := os.WriteFile(short, []byte("abcd\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{bad, short, dir} {
+		r := h.run("serve", "--addr", "127.0.0.1:0", "--resp-addr", "", "--data-dir", filepath.Join(dir, "data"), "--holder-key-file", f)
+		if r.code != ExitUsage || !strings.Contains(r.stderr, "--holder-key-file") {
+			t.Errorf("--holder-key-file %s: exit %d\n%s", f, r.code, r.stderr)
+		}
+	}
+	if b, _ := os.ReadFile(bad); string(b) != "not a key\n" {
+		t.Errorf("the bad key file was changed: %q", b)
+	}
+}
