@@ -11,16 +11,18 @@ package enginetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/pgcluster"
 )
 
 const howTo = "start the engines with: eval \"$(scripts/engines.sh start)\" (or run scripts/test.sh)"
@@ -95,13 +97,13 @@ func Partial(t testing.TB, engine, why string) {
 // [Missing].
 func PostgresURL(t testing.TB) string {
 	t.Helper()
-	return envOrMissing(t, "LEASEHOLD_TEST_POSTGRES", "PostgreSQL")
+	return SharedURL(t, "postgres")
 }
 
 // RedisURL returns the shared test Redis URL; without one, see [Missing].
 func RedisURL(t testing.TB) string {
 	t.Helper()
-	return envOrMissing(t, "LEASEHOLD_TEST_REDIS", "Redis")
+	return SharedURL(t, "redis")
 }
 
 func envOrMissing(t testing.TB, key, what string) string {
@@ -263,7 +265,12 @@ func (s *Server) portOpen() bool {
 // appended to its command line. Without redis-server, see [Missing].
 func StartRedis(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	bin := binary(t, "LEASEHOLD_TEST_REDIS_SERVER", "redis-server")
+	return startRedis(t, mustLookup("redis"), extra...)
+}
+
+func startRedis(t testing.TB, e Engine, extra ...string) *Server {
+	t.Helper()
+	bin := binary(t, e.BinVar, "redis-server")
 	s := &Server{t: t, Port: FreePort(t), Dir: t.TempDir()}
 	s.argv = append([]string{bin, "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.Dir}, extra...)
@@ -278,13 +285,14 @@ func (s *Server) RedisURL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0"
 // postgres user when running as root). Without the binaries, see [Missing].
 func StartPostgres(t testing.TB) *Server {
 	t.Helper()
-	bin := os.Getenv("LEASEHOLD_TEST_PG_BIN")
-	if bin == "" {
-		matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-		if len(matches) == 0 {
-			Missing(t, "PostgreSQL", "$LEASEHOLD_TEST_PG_BIN is empty and there is no /usr/lib/postgresql/*/bin")
-		}
-		bin = matches[len(matches)-1]
+	return startPostgres(t, mustLookup("postgres"))
+}
+
+func startPostgres(t testing.TB, e Engine, _ ...string) *Server {
+	t.Helper()
+	bin, err := pgcluster.BinDir()
+	if err != nil {
+		Missing(t, e.Title, err.Error())
 	}
 	dir, err := os.MkdirTemp("", "leasehold-pgtest-")
 	if err != nil {
@@ -292,23 +300,14 @@ func StartPostgres(t testing.TB) *Server {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	s := &Server{t: t, Port: FreePort(t), Dir: dir}
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			Missing(t, "PostgreSQL", fmt.Sprintf("running as root and there is no postgres user to run it as: %v", err))
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		s.uid = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
-		}
+	c, err := pgcluster.Init(context.Background(), bin, dir)
+	if errors.Is(err, pgcluster.ErrNoOwner) {
+		Missing(t, e.Title, err.Error())
 	}
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", "postgres", "--auth=trust", "-E", "UTF8")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: s.uid}
-	if out, err := initdb.CombinedOutput(); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
+	if err != nil {
+		t.Fatal(err)
 	}
+	s.uid = c.Credential()
 	s.argv = []string{filepath.Join(bin, "postgres"), "-D", filepath.Join(dir, "data"), "-p", strconv.Itoa(s.Port),
 		"-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "full_page_writes=off"}
 	s.wait = func() bool { return s.portOpen() && s.pgReady(bin) }
@@ -332,14 +331,14 @@ func (s *Server) PostgresURL() string {
 // without one, see [Missing].
 func DynamoDBURL(t testing.TB) string {
 	t.Helper()
-	return envOrMissing(t, "LEASEHOLD_TEST_DYNAMODB", "DynamoDB (dynalite)")
+	return SharedURL(t, "dynamodb")
 }
 
 // EtcdURL returns the shared test etcd store URL; without one, see
 // [Missing].
 func EtcdURL(t testing.TB) string {
 	t.Helper()
-	return envOrMissing(t, "LEASEHOLD_TEST_ETCD", "etcd")
+	return SharedURL(t, "etcd")
 }
 
 // StartDynalite starts a private dynalite (in memory, so a restart loses
@@ -347,13 +346,27 @@ func EtcdURL(t testing.TB) string {
 // dynalite or node, see [Missing].
 func StartDynalite(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	cli := os.Getenv("LEASEHOLD_TEST_DYNALITE")
+	return startDynalite(t, mustLookup("dynamodb"), extra...)
+}
+
+func startDynalite(t testing.TB, e Engine, extra ...string) *Server {
+	t.Helper()
+	cli := os.Getenv(e.BinVar)
 	node, err := exec.LookPath("node")
 	if cli == "" || err != nil {
-		Missing(t, "dynalite", "$LEASEHOLD_TEST_DYNALITE is empty or node is not in PATH")
+		Missing(t, "dynalite", "$"+e.BinVar+" is empty or node is not in PATH")
 	}
 	s := &Server{t: t, Port: FreePort(t), Dir: t.TempDir()}
-	s.argv = append([]string{node, cli, "--port", strconv.Itoa(s.Port), "--host", "127.0.0.1"}, extra...)
+	// dynalite rethrows a request aborted by its client (ECONNRESET
+	// "aborted": a killed worker, a call abandoned at its deadline) as an
+	// uncaught exception and exits, where DynamoDB itself drops the
+	// request; a preload script ignores exactly that error, as
+	// scripts/engines.sh does for the shared server.
+	preload := filepath.Join(s.Dir, "ignore-aborted.js")
+	if err := os.WriteFile(preload, []byte(ignoreAborted), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.argv = append([]string{node, "--require", preload, cli, "--port", strconv.Itoa(s.Port), "--host", "127.0.0.1"}, extra...)
 	s.wait = s.portOpen
 	return s.launch()
 }
@@ -365,7 +378,12 @@ func (s *Server) DynamoDBEndpoint() string { return fmt.Sprintf("http://127.0.0.
 // directory that survives Restart. Without etcd, see [Missing].
 func StartEtcd(t testing.TB) *Server {
 	t.Helper()
-	bin := binary(t, "LEASEHOLD_TEST_ETCD_BIN", "etcd")
+	return startEtcd(t, mustLookup("etcd"))
+}
+
+func startEtcd(t testing.TB, e Engine, _ ...string) *Server {
+	t.Helper()
+	bin := binary(t, e.BinVar, "etcd")
 	s := &Server{t: t, Port: FreePort(t), Dir: t.TempDir()}
 	peer := FreePort(t)
 	client, peerURL := fmt.Sprintf("http://127.0.0.1:%d", s.Port), fmt.Sprintf("http://127.0.0.1:%d", peer)
@@ -379,3 +397,13 @@ func StartEtcd(t testing.TB) *Server {
 
 // EtcdURL returns the store URL of a private etcd.
 func (s *Server) EtcdURL() string { return fmt.Sprintf("etcd://127.0.0.1:%d", s.Port) }
+
+const ignoreAborted = `process.on('uncaughtException', function (err) {
+  if (err && err.code === 'ECONNRESET' && err.message === 'aborted') {
+    console.error('enginetest: ignored a request aborted by its client');
+    return;
+  }
+  console.error(err);
+  process.exit(7);
+});
+`

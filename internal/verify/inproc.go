@@ -3,10 +3,7 @@ package verify
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"os"
-	"sync"
-	"time"
+	"slices"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
@@ -59,27 +56,11 @@ func RunInProcess(ctx context.Context, store leasehold.Store, cfg WorkerConfig, 
 	if len(cfg.Keys) == 0 {
 		return nil, fmt.Errorf("no keys")
 	}
-	var mu sync.Mutex
-	h := &History{}
-	w := &Worker{Cfg: cfg, Store: store, InProcess: in, pid: os.Getpid(),
-		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
-	w.Emit = func(ev Event) {
-		ev.Worker = cfg.ID
-		mu.Lock()
-		defer mu.Unlock()
-		h.Events = append(h.Events, ev)
-	}
-	var wg sync.WaitGroup
-	for c := 0; c < cfg.Clients; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			mode(ctx, w, c)
-		}(c)
-	}
-	wg.Wait()
+	var events []Event // appended to under w.emitMu
+	w := newWorker(cfg, store, in, func(ev Event) { events = append(events, ev) })
+	w.run(ctx, mode)
 	w.http.CloseIdleConnections()
-	mu.Lock()
-	defer mu.Unlock()
-	return &History{Events: append([]Event(nil), h.Events...)}, nil
+	w.emitMu.Lock()
+	defer w.emitMu.Unlock()
+	return &History{Events: slices.Clone(events)}, nil
 }

@@ -2,23 +2,37 @@ package verify
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/dynamodb"
 	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/stores"
 )
 
-// AllStores names every store a suite can run on. "server" is a
-// `leasehold serve` process (its own durable log) reached over RESP.
-var AllStores = []string{"sqlite", "redis", "postgres", "dynamodb", "etcd", "server"}
+// AllStores names every store a suite can run on: the rows of
+// enginetest.Engines, the one table of stores (add a store there). "server"
+// is a `leasehold serve` process (its own durable log) reached over RESP.
+var AllStores = enginetest.Stores()
+
+// Networked returns the stores of AllStores that clients reach over a
+// network (all but the Embedded ones).
+func Networked() []string {
+	var out []string
+	for _, e := range enginetest.Engines {
+		if e.Kind != enginetest.Embedded {
+			out = append(out, e.Store)
+		}
+	}
+	return out
+}
 
 // RedisAsRun names the Redis targets configured as most Redis servers run,
 // losing acknowledged writes when killed: "redis-nopersist" (no RDB, no
@@ -28,6 +42,13 @@ var AllStores = []string{"sqlite", "redis", "postgres", "dynamodb", "etcd", "ser
 // then all that keeps grants exclusive and tokens increasing. Suites R3
 // and R5 run them; they are not in AllStores.
 var RedisAsRun = []string{"redis-nopersist", "redis-rdb"}
+
+// asRun are the RedisAsRun targets' redis-server arguments (instead of the
+// row's Durable ones).
+var asRun = map[string][]string{
+	"redis-nopersist": {"--save", "", "--appendonly", "no"},    // no snapshots
+	"redis-rdb":       {"--save", "1 1", "--appendonly", "no"}, // a snapshot after every second with a change
+}
 
 // RedisAsRunHoldback is the hold-back the RedisAsRun targets' URLs give the
 // store: suites that use them must not use a longer TTL.
@@ -47,97 +68,77 @@ type Target struct {
 	Start  func() // start it again (same port and data) after Kill
 	Pause  func() // SIGSTOP
 	Resume func() // SIGCONT
+	// Engine is the store's row of enginetest.Engines (for a proxy
+	// target, the lease server's).
+	Engine enginetest.Engine
 }
 
 // Embedded reports whether the store runs inside its clients.
 func (t Target) Embedded() bool { return t.Kill == nil }
 
-// StartTarget starts a private instance of the named store, configured to
-// keep acknowledged writes across a SIGKILL of its process (Redis with
-// appendfsync always, dynalite on disk) — except the RedisAsRun targets,
-// which lose them — and stops it when the test ends. It skips the test
-// when the engine is not installed.
+// Fit adapts a suite's store URL and lease TTL to the target's store, all
+// of whose clients run on this machine's clock: a TTL below the store's
+// MinTTL is raised to it, and the URL gets the store's SameClock parameter
+// (a takeover need not wait out a clock skew). note says what changed,
+// "" if nothing did.
+func (t Target) Fit(url string, ttl time.Duration) (string, time.Duration, string) {
+	var notes []string
+	if e := t.Engine; e.MinTTL > ttl {
+		ttl = e.MinTTL
+		notes = append(notes, fmt.Sprintf("TTL %s: %s's minimum lease TTL", ttl, e.Store))
+	}
+	if p := t.Engine.SameClock; p != "" {
+		url += p
+		notes = append(notes, strings.TrimPrefix(p, "&"))
+	}
+	return url, ttl, strings.Join(notes, "; ")
+}
+
+// StartTarget starts a private instance of the named store (a row of
+// enginetest.Engines, or one of RedisAsRun), configured to keep
+// acknowledged writes across a SIGKILL of its process (the row's Durable
+// arguments: Redis with appendfsync always, dynalite on disk) — except the
+// RedisAsRun targets, which lose them — and stops it when the test ends.
+// It skips the test when the engine is not installed.
 func StartTarget(t testing.TB, name string) Target {
 	t.Helper()
-	switch name {
-	case "sqlite":
-		u := "sqlite://" + filepath.Join(t.TempDir(), "leases.db")
-		return Target{Name: name, URL: u}
-	case "redis":
-		s := enginetest.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
-		return engineTarget(name, s, func(addr string) string { return "redis://" + addr + "/0" })
-	case "redis-nopersist", "redis-rdb":
-		save := "" // no snapshots
-		if name == "redis-rdb" {
-			save = "1 1" // a snapshot after every second with a change
-		}
-		s := enginetest.StartRedis(t, "--save", save, "--appendonly", "no")
-		hb := "holdback=" + RedisAsRunHoldback.String()
-		return engineTarget(name, s, func(addr string) string { return "redis://" + addr + "/0?" + hb })
-	case "postgres":
-		s := enginetest.StartPostgres(t)
-		return engineTarget(name, s, func(addr string) string {
-			return "postgres://postgres@" + addr + "/postgres?sslmode=disable&connect_timeout=5"
-		})
-	case "dynamodb":
-		dir := t.TempDir()
-		keepDynaliteUp(t)
-		s := enginetest.StartDynalite(t, "--path", dir)
-		tg := engineTarget(name, s, func(addr string) string {
-			return "dynamodb://lh_verify?endpoint=http://" + addr + "&region=us-east-1"
-		})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := dynamodb.Init(ctx, tg.URL); err != nil { // create the table once, not in every worker
-			t.Fatalf("create the table: %v", err)
-		}
-		return tg
-	case "etcd":
-		s := enginetest.StartEtcd(t)
-		return engineTarget(name, s, func(addr string) string { return "etcd://" + addr })
-	case "server":
+	row := name
+	if _, ok := asRun[name]; ok {
+		row = "redis"
+	}
+	e, ok := enginetest.Lookup(row)
+	if !ok {
+		t.Fatalf("unknown store %q (known: %v, %v)", name, AllStores, RedisAsRun)
+	}
+	switch e.Kind {
+	case enginetest.Embedded:
+		return Target{Name: name, URL: e.URL(t.TempDir()), Engine: e}
+	case enginetest.LeaseServer:
 		return serverTarget(t)
 	}
-	t.Fatalf("unknown store %q (known: %v, %v)", name, AllStores, RedisAsRun)
-	return Target{}
-}
-
-// keepDynaliteUp keeps dynalite (the engine behind the "dynamodb" target)
-// from exiting when a client closes its connection before the request was
-// read to the end (a worker killed, a call abandoned at its deadline, a TCP
-// reset): dynalite rethrows the request's "aborted" error (ECONNRESET) as
-// an uncaught exception, where DynamoDB itself would drop the request. A
-// preload script, passed to node in NODE_OPTIONS for the rest of the test,
-// ignores exactly that error.
-func keepDynaliteUp(t testing.TB) {
-	t.Helper()
-	preload := filepath.Join(t.TempDir(), "ignore-aborted.js")
-	js := `process.on('uncaughtException', function (err) {
-  if (err && err.code === 'ECONNRESET' && err.message === 'aborted') {
-    console.error('verify: ignored a request aborted by its client');
-    return;
-  }
-  console.error(err);
-  process.exit(7);
-});
-`
-	if err := os.WriteFile(preload, []byte(js), 0o644); err != nil {
-		t.Fatal(err)
+	urlFor := e.URL
+	args, asRunning := asRun[name]
+	if asRunning {
+		hb := "holdback=" + RedisAsRunHoldback.String()
+		urlFor = func(addr string) string { return e.URL(addr) + "?" + hb }
+	} else if e.Durable != nil {
+		args = e.Durable(t)
 	}
-	opts := os.Getenv("NODE_OPTIONS")
-	if opts != "" {
-		opts += " "
-	}
-	t.Setenv("NODE_OPTIONS", opts+"--require "+strconv.Quote(preload))
-}
-
-func engineTarget(name string, s *enginetest.Server, urlFor func(string) string) Target {
+	s := e.Start(t, args...)
 	addr := "127.0.0.1:" + strconv.Itoa(s.Port)
-	return Target{Name: name, URL: urlFor(addr), Addr: addr, URLFor: urlFor,
+	tg := Target{Name: name, URL: urlFor(addr), Addr: addr, URLFor: urlFor, Engine: e,
 		Kill: s.Kill, Start: s.Start,
 		Pause:  func() { s.Signal(syscall.SIGSTOP) },
 		Resume: func() { s.Signal(syscall.SIGCONT) },
 	}
+	if e.Init { // once here, not in every worker
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := stores.Init(ctx, tg.URL); err != nil {
+			t.Fatalf("initialise the store: %v", err)
+		}
+	}
+	return tg
 }
 
 // EnvCLI makes a process started by StartCLI run the leasehold command
@@ -166,8 +167,9 @@ func startServe(t testing.TB, args ...string) Target {
 		}}
 	p.start()
 	t.Cleanup(p.kill)
-	urlFor := func(addr string) string { return "leasehold://" + addr }
-	return Target{Name: "server", URL: urlFor(respAddr), Addr: respAddr, URLFor: urlFor,
+	e, _ := enginetest.Lookup("server")
+	urlFor := e.URL
+	return Target{Name: "server", URL: urlFor(respAddr), Addr: respAddr, URLFor: urlFor, Engine: e,
 		Kill: p.kill, Start: p.start,
 		Pause:  func() { p.signal(syscall.SIGSTOP) },
 		Resume: func() { p.signal(syscall.SIGCONT) },

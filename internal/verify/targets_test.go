@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/internal/verify"
 )
 
@@ -38,5 +39,31 @@ func TestTargetsRestart(t *testing.T) {
 				t.Fatalf("no write was accepted\nlogs:\n%s", g.Logs())
 			}
 		})
+	}
+}
+
+// TestFit checks that a target adapts a suite's URL and TTL to its row of
+// enginetest.Engines: etcd's minimum TTL, DynamoDB's clock-skew parameter.
+func TestFit(t *testing.T) {
+	for _, c := range []struct {
+		store, url string
+		ttl        time.Duration
+		wantURL    string
+		wantTTL    time.Duration
+		wantNote   string
+	}{
+		{"sqlite", "sqlite://x", time.Second, "sqlite://x", time.Second, ""},
+		{"etcd", "etcd://x", time.Second, "etcd://x", 2 * time.Second, "TTL 2s: etcd's minimum lease TTL"},
+		{"etcd", "etcd://x", 3 * time.Second, "etcd://x", 3 * time.Second, ""},
+		{"dynamodb", "dynamodb://t?region=r", time.Second, "dynamodb://t?region=r&max_clock_skew=50ms", time.Second, "max_clock_skew=50ms"},
+	} {
+		e, ok := enginetest.Lookup(c.store)
+		if !ok {
+			t.Fatalf("no row for %s", c.store)
+		}
+		url, ttl, note := verify.Target{Name: c.store, Engine: e}.Fit(c.url, c.ttl)
+		if url != c.wantURL || ttl != c.wantTTL || note != c.wantNote {
+			t.Errorf("%s Fit(%q, %s) = %q, %s, %q; want %q, %s, %q", c.store, c.url, c.ttl, url, ttl, note, c.wantURL, c.wantTTL, c.wantNote)
+		}
 	}
 }

@@ -95,9 +95,10 @@ type Worker struct {
 	// injected clock per logical process, a fault layer, a hook in the
 	// critical section. Zero in worker processes.
 	InProcess
-	seq  atomic.Int64
-	http *http.Client
-	pid  int
+	seq    atomic.Int64
+	http   *http.Client
+	pid    int
+	emitMu sync.Mutex // held by Emit
 }
 
 // workerModes maps WorkerConfig.Mode to what each logical process runs.
@@ -165,26 +166,33 @@ func RunWorker(cfg WorkerConfig, out io.Writer) error {
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer store.Close()
-	var mu sync.Mutex
 	enc := json.NewEncoder(out)
-	w := &Worker{Cfg: cfg, Store: store, pid: os.Getpid(),
+	newWorker(cfg, store, InProcess{}, func(ev Event) { _ = enc.Encode(ev) }).run(ctx, mode)
+	return nil
+}
+
+// newWorker returns the worker of cfg on store; its Emit stamps each event
+// with the worker's id and hands it to emit, one at a time.
+func newWorker(cfg WorkerConfig, store leasehold.Store, in InProcess, emit func(Event)) *Worker {
+	w := &Worker{Cfg: cfg, Store: store, InProcess: in, pid: os.Getpid(),
 		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	w.Emit = func(ev Event) {
 		ev.Worker = cfg.ID
-		mu.Lock()
-		defer mu.Unlock()
-		_ = enc.Encode(ev)
+		w.emitMu.Lock()
+		defer w.emitMu.Unlock()
+		emit(ev)
 	}
+	return w
+}
+
+// run runs mode in each of Cfg.Clients logical processes and returns when
+// all have.
+func (w *Worker) run(ctx context.Context, mode func(ctx context.Context, w *Worker, client int)) {
 	var wg sync.WaitGroup
-	for c := 0; c < cfg.Clients; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			mode(ctx, w, c)
-		}(c)
+	for c := 0; c < w.Cfg.Clients; c++ {
+		wg.Go(func() { mode(ctx, w, c) })
 	}
 	wg.Wait()
-	return nil
 }
 
 // Recorded returns a Store for logical process client that records every

@@ -3,6 +3,7 @@ package crash
 import (
 	"fmt"
 
+	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/internal/verify"
 )
 
@@ -12,14 +13,22 @@ type Restart struct{ Killed, Up int64 }
 
 // ExtendsOnRecovery names the targets that, by design, give every lease
 // they recover after a restart its full TTL again from the moment of
-// recovery: the lease server (its engine does not log renewals that keep
-// the TTL, so it cannot know how much of a lease was left) and etcd (a
-// member that becomes leader gives every lease its full TTL plus an
-// election timeout). Their holders never notice: a holder's own deadline
-// is earlier still. But a lease that was about to expire, or had expired
-// with its expiry not yet logged, is reported held again for a TTL after
-// the restart.
-var ExtendsOnRecovery = map[string]bool{"server": true, "etcd": true}
+// recovery (their rows of enginetest.Engines say so): the lease server
+// (its engine does not log renewals that keep the TTL, so it cannot know
+// how much of a lease was left) and etcd (a member that becomes leader
+// gives every lease its full TTL plus an election timeout). Their holders
+// never notice: a holder's own deadline is earlier still. But a lease that
+// was about to expire, or had expired with its expiry not yet logged, is
+// reported held again for a TTL after the restart.
+var ExtendsOnRecovery = func() map[string]bool {
+	m := map[string]bool{}
+	for _, e := range enginetest.Engines {
+		if e.ExtendsOnRecovery {
+			m[e.Store] = true
+		}
+	}
+	return m
+}()
 
 // RecoveryRenewals returns a copy of h with the effect of such a recovery
 // made explicit for the model: for every restart and every key, an

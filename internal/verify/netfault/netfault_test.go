@@ -91,7 +91,7 @@ func measure(gs map[string][]int64, keys []string, faults []netfault.Done, ttl t
 
 // netStores are the stores with a network, by tier.
 func netStores() []string {
-	return verify.Size([]string{"redis", "server"}, []string{"redis", "postgres", "dynamodb", "etcd", "server"})
+	return verify.Size([]string{"redis", "server"}, verify.Networked())
 }
 
 // TestNetworkFaults is R6: the lock workload runs through a TCP proxy in
@@ -128,16 +128,9 @@ func networkFaults(t *testing.T, name string) {
 	// TTL 1 s: latency up to 500 ms each way still leaves a renewal time
 	// to land most of the time. etcd's leases have whole-second TTLs with a
 	// 2 s minimum, so there a 1 s lease would stay held 2 s: use 2 s.
-	ttl, note := time.Second, ""
-	url := tg.URLFor(px.Addr())
-	switch name {
-	case "etcd":
-		ttl, note = 2*time.Second, "; TTL 2s: etcd's minimum lease TTL"
-	case "dynamodb":
-		// Takeovers wait out max_clock_skew (default 1 s); every client
-		// here shares this machine's clock.
-		url += "&max_clock_skew=50ms"
-		note = "; max_clock_skew=50ms"
+	url, ttl, note := tg.Fit(tg.URLFor(px.Addr()), time.Second)
+	if note != "" {
+		note = "; " + note
 	}
 	o, err := verify.NewOracle(true)
 	if err != nil {

@@ -33,15 +33,8 @@ type store struct {
 // clock, so the suite sets it to 50 ms.
 func prepare(t *testing.T, name string) store {
 	tg := verify.StartTarget(t, name)
-	s := store{name: name, url: tg.URL, ttl: 500 * time.Millisecond}
-	switch name {
-	case "etcd":
-		s.ttl = 2 * time.Second
-		s.note = "TTL 2s: etcd's minimum lease TTL"
-	case "dynamodb":
-		s.url += "&max_clock_skew=50ms"
-		s.note = "max_clock_skew=50ms"
-	}
+	s := store{name: name}
+	s.url, s.ttl, s.note = tg.Fit(tg.URL, 500*time.Millisecond)
 	return s
 }
 

@@ -68,17 +68,9 @@ func TestR9(t *testing.T) {
 func run(t *testing.T, tg verify.Target) {
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 0x59))
-	url, ttl, note := tg.URL, time.Second, ""
-	switch tg.Name {
-	case "etcd":
-		// etcd keeps whole-second TTLs of 2 s and more exactly; a shorter
-		// one stays held on etcd for 2 s.
-		ttl, note = 2*time.Second, "; TTL 2s: etcd's minimum lease TTL"
-	case "dynamodb":
-		// Every worker runs on this machine's clock: a takeover need not
-		// wait out the default 1 s of clock skew.
-		url += "&max_clock_skew=50ms"
-		note = "; max_clock_skew=50ms"
+	url, ttl, note := tg.Fit(tg.URL, time.Second)
+	if note != "" {
+		note = "; " + note
 	}
 	length := verify.Size(40*time.Second, 3*time.Minute)
 

@@ -63,7 +63,7 @@ func TestR14(t *testing.T) {
 	if testing.Short() {
 		t.Skip("R14 runs for about two minutes")
 	}
-	tg := verify.StartTarget(t, "dynamodb") // sets NODE_OPTIONS: not in a parallel test
+	tg := verify.StartTarget(t, "dynamodb")
 	t.Run("faults", func(t *testing.T) {
 		t.Parallel()
 		testFaults(t, tg)
