@@ -32,6 +32,12 @@ echo "== go test -race (everything but the fault suites)"
 pkgs=$(go list ./... | grep -v '/internal/verify')
 # shellcheck disable=SC2086 # one word per package
 go test -race -count=1 -timeout 40m $pkgs
+# Every benchmark suite of the bench module (its own go.mod) once with tiny
+# counts (docs/benchmarks.md), so that none can rot: a suite that cannot run
+# an implementation or its reference fails; timings never do. A change to
+# the main go.mod can leave bench/go.mod behind: cd bench && go mod tidy.
+echo "== bench --smoke (every benchmark suite, tiny counts)"
+(cd bench && go vet ./... && go run . --smoke all >/dev/null)
 # The Python client (clients/python) against a real server built from this
 # checkout, with Debian's /usr/bin/python3 (see clients/python/run_tests.sh).
 clients/python/run_tests.sh
