@@ -1,7 +1,9 @@
 // Package dashboard serves the lease server's web dashboard: one HTML page,
-// a style sheet and a script, embedded in the binary. The page reads the
-// server's JSON API (/v1/...) from the browser; this package serves only the
-// static files and knows nothing of the server.
+// a style sheet and its scripts (dashboard.js, an ES module importing
+// read.js and format.js, and draw.js), every file of static/ embedded in
+// the binary. The page reads the server's JSON API (/v1/...) from the
+// browser; this package serves only the static files and knows nothing of
+// the server.
 package dashboard
 
 import (

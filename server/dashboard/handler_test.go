@@ -29,6 +29,8 @@ func TestHandlerServesFiles(t *testing.T) {
 		{"/dashboard/", "text/html; charset=utf-8", `<script src="dashboard.js"`},
 		{"/dashboard/dashboard.js", "text/javascript; charset=utf-8", "textContent"},
 		{"/dashboard/draw.js", "text/javascript; charset=utf-8", "createElementNS"},
+		{"/dashboard/read.js", "text/javascript; charset=utf-8", "export function scheduleRefresh"},
+		{"/dashboard/format.js", "text/javascript; charset=utf-8", "export function normLease"},
 		{"/dashboard/dashboard.css", "text/css; charset=utf-8", "--accent"},
 		{"/dashboard/favicon.svg", "image/svg+xml", "<svg"},
 		// Mounted behind http.StripPrefix the paths arrive without the prefix.
@@ -88,7 +90,7 @@ func TestHandlerRefuses(t *testing.T) {
 // (the Content-Security-Policy forbids both).
 func TestPageIsSelfContained(t *testing.T) {
 	h := dashboard.Handler()
-	for _, p := range []string{"/dashboard/", "/dashboard/dashboard.js", "/dashboard/draw.js", "/dashboard/dashboard.css"} {
+	for _, p := range []string{"/dashboard/", "/dashboard/dashboard.js", "/dashboard/read.js", "/dashboard/format.js", "/dashboard/draw.js", "/dashboard/dashboard.css"} {
 		body, _ := io.ReadAll(get(t, h, http.MethodGet, p).Body)
 		s := string(body)
 		for _, bad := range []string{"http://", "https://", "//cdn", "innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("} {

@@ -13,7 +13,7 @@ window.leaseholdDraw = (() => {
   // characters (bidi overrides, zero-width), unassigned and private-use code
   // points, lone surrogates, line separators and non-ASCII spaces.
   const HIDDEN =
-    /[\p{Cc}\p{Cf}\p{Co}\p{Cn}\p{Cs}\p{Zl}\p{Zp}\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000\u034f\u115f\u1160\u3164\uffa0\ufe00-\ufe0f\u{e0100}-\u{e01ef}]/u;
+    /[\p{Cc}\p{Cf}\p{Co}\p{Cn}\p{Cs}\p{Zl}\p{Zp}\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\uffa0\ufe00-\ufe0f\u{e0100}-\u{e01ef}]/u;
   const SHORT = { '\\': '\\\\', '\n': '\\n', '\r': '\\r', '\t': '\\t' };
 
   const hex = (n, w) => n.toString(16).toUpperCase().padStart(w, '0');
@@ -29,6 +29,20 @@ window.leaseholdDraw = (() => {
       else if (c < 0x100 && HIDDEN.test(ch)) out += '\\x' + hex(c, 2);
       else if (HIDDEN.test(ch)) out += c > 0xffff ? `\\u{${hex(c, 5)}}` : '\\u' + hex(c, 4);
       else out += ch;
+    }
+    return out;
+  }
+
+  // unhide returns a message (such as a problem's detail, which quotes names
+  // itself) with only the characters a reader could not see escaped as in
+  // visible; backslashes and line breaks stay as they are.
+  function unhide(s) {
+    let out = '';
+    for (const ch of String(s)) {
+      const c = ch.codePointAt(0);
+      if (ch === '\n' || !HIDDEN.test(ch)) out += ch;
+      else if (c < 0x100) out += '\\x' + hex(c, 2);
+      else out += c > 0xffff ? `\\u{${hex(c, 5)}}` : '\\u' + hex(c, 4);
     }
     return out;
   }
@@ -393,5 +407,5 @@ window.leaseholdDraw = (() => {
     put('chart-handoff', handoffs(plotOf('chart-handoff'), events, now, windowMs));
   }
 
-  return { visible, visibleBytes, cut, zoom, timeline, charts };
+  return { visible, unhide, visibleBytes, cut, zoom, timeline, charts };
 })();

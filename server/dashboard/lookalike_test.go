@@ -1,0 +1,87 @@
+package dashboard_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/leasehold/leasehold/server"
+	"github.com/leasehold/leasehold/server/dashboard"
+)
+
+// TestDashboardLookAlikeNames: a store may hold names the server's API
+// would refuse (made by the Go library straight on the store): "x/admin"
+// and "x/admin" + U+200B, the second held by an owner ending in a bidi
+// override. The list, the button's label, the confirm dialog of a force
+// release and the error that follows (the server refuses such a name) show
+// the invisible characters as escapes, so the operator can tell which
+// lease is meant; nothing is freed.
+func TestDashboardLookAlikeNames(t *testing.T) {
+	chromium(t)
+	be := openProxy(t)
+	ts := httptest.NewServer(server.NewHandler(be, server.HandlerOptions{Dashboard: dashboard.Handler()}))
+	t.Cleanup(ts.Close)
+	const plain, odd = "x/admin", "x/admin\u200b"
+	acquire(t, be, plain, "alice")
+	oddRec := acquire(t, be, odd, "alice\u202e")
+
+	b := newBrowser(t)
+	b.do("loading the dashboard", chromedp.Navigate(ts.URL+"/dashboard/"))
+	// Each row as the page shows it: name button, holder, button label.
+	const shownJS = `Array.from(document.querySelectorAll('#lease-rows tr')).map(tr =>
+		[tr.querySelector('.lease-name').textContent, tr.children[1].textContent,
+		 tr.querySelector('button.danger').getAttribute('aria-label')].join(' | '))`
+	b.eventually("both leases listed, the look-alike escaped", func() string {
+		got, err := eval[[]string](b, shownJS)
+		if err != nil {
+			return err.Error()
+		}
+		want := map[string]bool{
+			`x/admin | alice | Force release x/admin`:                   true,
+			`x/admin\u200B | alice\u202E | Force release x/admin\u200B`: true,
+		}
+		if len(got) != 2 || !want[got[0]] || !want[got[1]] || got[0] == got[1] {
+			return fmt.Sprintf("rows %q, want %q", got, slices.Collect(maps.Keys(want)))
+		}
+		return ""
+	})
+
+	// Force release of the look-alike: the dialog (accepted by the
+	// browser helper) names it with its escape.
+	b.do("clicking Force release on the look-alike", chromedp.Evaluate[chromedp.Void](
+		`Array.from(document.querySelectorAll('#lease-rows tr')).find(tr => tr.dataset.name === 'x/admin\u200b').querySelector('button.danger').click()`))
+	// The server's API refuses such a name (server.CheckName), so the
+	// force release is refused and changes nothing; the page says so,
+	// escaped too.
+	b.eventually("the refusal shown, escaped", func() string {
+		msg := b.text("error")
+		if !strings.HasPrefix(msg, `Force release of "x/admin\u200B" refused (400)`) || !strings.Contains(msg, "U+200B") {
+			return fmt.Sprintf("the page says %q", msg)
+		}
+		if strings.ContainsAny(msg, "\u200b\u202e") {
+			return fmt.Sprintf("the message %q holds the invisible characters themselves", msg)
+		}
+		return ""
+	})
+	for _, name := range []string{plain, odd} {
+		if _, err := be.Get(context.Background(), name); err != nil {
+			t.Errorf("%q was freed: %v", name, err)
+		}
+	}
+	ds := b.dialogMessages()
+	wantDialog := fmt.Sprintf(`Force release "x/admin\u200B", held by alice\u202E (token %d)?`, oddRec.Token)
+	if len(ds) != 1 || !strings.HasPrefix(ds[0], wantDialog) {
+		t.Errorf("confirmation dialogs %q: want one starting %q", ds, wantDialog)
+	}
+	for _, d := range ds {
+		if strings.ContainsAny(d, "\u200b\u202e") {
+			t.Errorf("confirmation dialog %q holds the invisible characters themselves", d)
+		}
+	}
+}
