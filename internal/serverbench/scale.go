@@ -33,9 +33,10 @@ func (r ScaleResult) String() string {
 		r.RestartTime.Round(time.Millisecond), r.Recovered)
 }
 
-// MeasureScale fills a durable lease server engine in dir with n held leases (names
-// like "scale/000123", owners "owner-N", TTL 1 h), measures the live heap
-// they take, closes the engine and measures how long reopening takes.
+// MeasureScale fills a durable lease server engine in dir with n held
+// leases (names like "scale/000123", owners "owner-N", TTL 1 h), measures
+// the live heap they take, closes the engine and measures how long
+// reopening takes.
 func MeasureScale(ctx context.Context, dir string, n int) (ScaleResult, error) {
 	res := ScaleResult{Leases: n}
 	heap0 := liveHeap()
