@@ -1,5 +1,6 @@
 // Package enginetest finds the engines that scripts/engines.sh started for
 // the tests, and starts private instances that a test may kill and restart.
+// The stores the tests know are one table, [Engines].
 //
 // A test whose engine is not configured skips, with a message saying how to
 // start the engines, so that a bare "go test ./..." passes anywhere. Where
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/pgcluster"
+	"github.com/leasehold/leasehold/internal/proctest"
 )
 
 const howTo = "start the engines with: eval \"$(scripts/engines.sh start)\" (or run scripts/test.sh)"
@@ -118,12 +120,9 @@ func envOrMissing(t testing.TB, key, what string) string {
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	_, port, _ := net.SplitHostPort(proctest.FreeAddr(t))
+	p, _ := strconv.Atoi(port)
+	return p
 }
 
 // Server is a private engine process that a test may kill and restart. It
@@ -263,10 +262,7 @@ func (s *Server) portOpen() bool {
 // StartRedis starts a private redis-server without persistence (so a
 // restart loses its data, as a cache-configured Redis would). extra args are
 // appended to its command line. Without redis-server, see [Missing].
-func StartRedis(t testing.TB, extra ...string) *Server {
-	t.Helper()
-	return startRedis(t, mustLookup("redis"), extra...)
-}
+func StartRedis(t testing.TB, extra ...string) *Server { return mustLookup("redis").Start(t, extra...) }
 
 func startRedis(t testing.TB, e Engine, extra ...string) *Server {
 	t.Helper()
@@ -283,10 +279,7 @@ func (s *Server) RedisURL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0"
 
 // StartPostgres initialises and starts a private PostgreSQL cluster (as the
 // postgres user when running as root). Without the binaries, see [Missing].
-func StartPostgres(t testing.TB) *Server {
-	t.Helper()
-	return startPostgres(t, mustLookup("postgres"))
-}
+func StartPostgres(t testing.TB) *Server { return mustLookup("postgres").Start(t) }
 
 func startPostgres(t testing.TB, e Engine, _ ...string) *Server {
 	t.Helper()
@@ -345,8 +338,7 @@ func EtcdURL(t testing.TB) string {
 // its data, unless extra has "--path", DIR for LevelDB on disk). Without
 // dynalite or node, see [Missing].
 func StartDynalite(t testing.TB, extra ...string) *Server {
-	t.Helper()
-	return startDynalite(t, mustLookup("dynamodb"), extra...)
+	return mustLookup("dynamodb").Start(t, extra...)
 }
 
 func startDynalite(t testing.TB, e Engine, extra ...string) *Server {
@@ -376,10 +368,7 @@ func (s *Server) DynamoDBEndpoint() string { return fmt.Sprintf("http://127.0.0.
 
 // StartEtcd starts a private single-member etcd with its data in a
 // directory that survives Restart. Without etcd, see [Missing].
-func StartEtcd(t testing.TB) *Server {
-	t.Helper()
-	return startEtcd(t, mustLookup("etcd"))
-}
+func StartEtcd(t testing.TB) *Server { return mustLookup("etcd").Start(t) }
 
 func startEtcd(t testing.TB, e Engine, _ ...string) *Server {
 	t.Helper()

@@ -3,8 +3,6 @@ package verify
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/stores"
 )
 
@@ -68,6 +67,9 @@ type Target struct {
 	Start  func() // start it again (same port and data) after Kill
 	Pause  func() // SIGSTOP
 	Resume func() // SIGCONT
+	// HTTPAddr is the lease server's HTTP API (host:port): "" but for
+	// StartServe's targets.
+	HTTPAddr string
 	// Engine is the store's row of enginetest.Engines (for a proxy
 	// target, the lease server's).
 	Engine enginetest.Engine
@@ -149,27 +151,26 @@ const EnvCLI = "LEASEHOLD_VERIFY_CLI"
 // that survives restarts; workers reach it over RESP (leasehold://).
 func serverTarget(t testing.TB) Target {
 	t.Helper()
-	return startServe(t, "--data-dir", t.TempDir())
+	return StartServe(t, "--data-dir", t.TempDir())
 }
 
-func startServe(t testing.TB, args ...string) Target {
+// StartServe runs `leasehold serve` with args added (its store: --data-dir
+// or --store; --workflows ...) as a process of the current test binary
+// (EnvCLI), and returns it as a target reached over RESP once it is ready;
+// HTTPAddr is its HTTP API. Kill and Start stop and restart it with the
+// same arguments (same addresses and data); it is killed when the test
+// ends.
+func StartServe(t testing.TB, args ...string) Target {
 	t.Helper()
-	respAddr, httpAddr := freeAddr(t), freeAddr(t)
+	respAddr, httpAddr := proctest.FreeAddr(t), proctest.FreeAddr(t)
 	args = append([]string{"serve", "--addr", httpAddr, "--resp-addr", respAddr, "--log-level", "warn"}, args...)
 	p := &cliProc{t: t, args: args,
-		ready: func() bool {
-			resp, err := http.Get("http://" + httpAddr + "/readyz")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		}}
+		ready: func() bool { return proctest.Ready("http://" + httpAddr + "/readyz") }}
 	p.start()
 	t.Cleanup(p.kill)
 	e, _ := enginetest.Lookup("server")
 	urlFor := e.URL
-	return Target{Name: "server", URL: urlFor(respAddr), Addr: respAddr, URLFor: urlFor, Engine: e,
+	return Target{Name: "server", URL: urlFor(respAddr), Addr: respAddr, URLFor: urlFor, Engine: e, HTTPAddr: httpAddr,
 		Kill: p.kill, Start: p.start,
 		Pause:  func() { p.signal(syscall.SIGSTOP) },
 		Resume: func() { p.signal(syscall.SIGCONT) },
@@ -182,19 +183,9 @@ func startServe(t testing.TB, args ...string) Target {
 // store behind it.
 func ProxyTarget(t testing.TB, inner Target) Target {
 	t.Helper()
-	tg := startServe(t, "--store", inner.URL)
+	tg := StartServe(t, "--store", inner.URL)
 	tg.Name = "server(" + inner.Name + ")"
 	return tg
-}
-
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // cliProc is a leasehold command-line process: the current executable run

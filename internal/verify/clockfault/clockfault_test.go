@@ -57,90 +57,6 @@ func openStore(t *testing.T, name string, k clock.Clock) (leasehold.Store, strin
 	return s, note
 }
 
-// link is the fault layer between one client and its recorder: it can cut
-// the client's renewals off (they hang until their context ends, and never
-// reach the store) and freeze every call (while the client is suspended).
-type link struct {
-	inner leasehold.Store
-	// rest is how long the client does something else after a release,
-	// so that it does not take the lease straight back before the
-	// clients waiting for it poll again.
-	rest time.Duration
-
-	mu     sync.Mutex
-	cut    bool
-	thawed chan struct{} // non-nil while frozen
-}
-
-func (l *link) setCut(cut bool) {
-	l.mu.Lock()
-	l.cut = cut
-	l.mu.Unlock()
-}
-
-func (l *link) freeze() {
-	l.mu.Lock()
-	if l.thawed == nil {
-		l.thawed = make(chan struct{})
-	}
-	l.mu.Unlock()
-}
-
-func (l *link) thaw() {
-	l.mu.Lock()
-	if l.thawed != nil {
-		close(l.thawed)
-		l.thawed = nil
-	}
-	l.mu.Unlock()
-}
-
-// wait blocks while the link is frozen: a suspended process neither sends
-// nor notices its deadlines passing.
-func (l *link) wait() (cut bool) {
-	l.mu.Lock()
-	ch := l.thawed
-	l.mu.Unlock()
-	if ch != nil {
-		<-ch
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.cut
-}
-
-func (l *link) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
-	l.wait()
-	return l.inner.TryAcquire(ctx, req)
-}
-
-func (l *link) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if l.wait() {
-		<-ctx.Done() // lost on the way
-		return ctx.Err()
-	}
-	return l.inner.Renew(ctx, name, owner, token, ttl)
-}
-
-// Release ends the cut: the holder is done, and its release must arrive.
-func (l *link) Release(ctx context.Context, name, owner string, token uint64) error {
-	l.wait()
-	l.setCut(false)
-	err := l.inner.Release(ctx, name, owner, token)
-	time.Sleep(l.rest)
-	return err
-}
-
-func (l *link) Get(ctx context.Context, name string) (leasehold.Record, error) {
-	return l.inner.Get(ctx, name)
-}
-
-func (l *link) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
-	return l.inner.List(ctx, prefix)
-}
-
-func (l *link) Close() error { return nil }
-
 // run is one in-process run of the lock workload: clients with their own
 // clocks and links, an oracle, a hook in every critical section.
 type run struct {
@@ -149,7 +65,7 @@ type run struct {
 	cfg    verify.WorkerConfig
 	fenced bool
 	clocks []*clock.Skewed
-	links  []*link
+	links  []*verify.Link
 	// dur ends the run (its clients finish the cycle they are in);
 	// done, when it closes, ends it earlier.
 	dur   time.Duration
@@ -162,7 +78,7 @@ func newRun(id string, store leasehold.Store, cfg verify.WorkerConfig, skews ...
 	r := &run{id: id, store: store, cfg: cfg}
 	for i := 0; i < cfg.Clients; i++ {
 		r.clocks = append(r.clocks, clock.NewSkewed(skews[i%len(skews)]))
-		r.links = append(r.links, &link{})
+		r.links = append(r.links, &verify.Link{})
 	}
 	return r
 }
@@ -206,7 +122,7 @@ func (r *run) exec(t *testing.T) outcome {
 	in := verify.InProcess{
 		Clock: func(c int) clock.Clock { return r.clocks[c] },
 		Wrap: func(c int, s leasehold.Store) leasehold.Store {
-			r.links[c].inner = s
+			r.links[c].Inner = s
 			return r.links[c]
 		},
 	}
@@ -353,11 +269,11 @@ func skewRun(id string, store leasehold.Store, p skewParams, skew float64, fence
 	r := newRun(id, store, cfg, -skew, skew, -skew, -skew)
 	r.fenced, r.dur = fenced, p.dur
 	for _, l := range r.links {
-		l.rest = cfg.TTL / 4
+		l.Rest = cfg.TTL / 4
 	}
 	var episodes atomic.Int64
 	r.midCS = func(ctx context.Context, c int, key string, l *leasehold.Lease) {
-		r.links[c].setCut(true)
+		r.links[c].SetCut(true)
 		episodes.Add(1)
 		holdToEnd(ctx, r.clocks[c], l, 12*time.Millisecond)
 	}
@@ -529,9 +445,9 @@ func TestSuspend(t *testing.T) {
 				}
 				k, ln := r.clocks[c], r.links[c]
 				k.Suspend()
-				ln.freeze()
+				ln.Freeze()
 				time.Sleep(2 * ttl)
-				ln.thaw()
+				ln.Thaw()
 				k.Resume()
 				held := l.Held()
 				select {

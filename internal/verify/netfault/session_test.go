@@ -2,15 +2,9 @@ package netfault_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"os"
-	"os/exec"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -175,49 +169,12 @@ var (
 	_ leasehold.BoundedStore = boundLayer{}
 )
 
-// serve runs `leasehold serve` (this test binary as the command line, see
-// verify.MaybeWorker) with its own log, and returns its HTTP and RESP
-// addresses.
+// serve runs `leasehold serve` with its own log (verify.StartServe), and
+// returns its HTTP and RESP addresses.
 func serve(t *testing.T) (httpAddr, respAddr string) {
 	t.Helper()
-	httpAddr, respAddr = freeAddr(t), freeAddr(t)
-	args, err := json.Marshal([]string{"serve", "--addr", httpAddr, "--resp-addr", respAddr, "--log-level", "warn", "--data-dir", t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), verify.EnvCLI+"="+string(args))
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if resp, err := http.Get("http://" + httpAddr + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return httpAddr, respAddr
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("leasehold serve did not become ready within 60s")
-		}
-	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	tg := verify.StartServe(t, "--data-dir", t.TempDir())
+	return tg.HTTPAddr, tg.Addr
 }
 
 // TestNetworkFaultsSessions is R6 with session leases: the lock workload's

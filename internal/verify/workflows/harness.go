@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -88,10 +86,10 @@ func RunTrial(t *testing.T, tr Trial) Outcome {
 		mu.Unlock()
 	}
 	out := Outcome{}
-	var apis []*apiServer
+	var apis []verify.Target
 	for i := range tr.API {
 		apis = append(apis, startAPI(t, tr, name))
-		base.HTTP = append(base.HTTP, "http://"+apis[i].addr)
+		base.HTTP = append(base.HTTP, "http://"+apis[i].HTTPAddr)
 	}
 	var wg sync.WaitGroup
 	if mem != nil {
@@ -135,8 +133,8 @@ func RunTrial(t *testing.T, tr Trial) Outcome {
 			}
 			if len(apis) > 0 {
 				a := apis[k%len(apis)]
-				a.kill()
-				a.start()
+				a.Kill()
+				a.Start()
 				out.Faults++
 				continue
 			}
@@ -227,67 +225,15 @@ func (p *workerProc) wait(limit time.Duration) {
 // and leases); Kill and Start stop and restart the process on the same data.
 func Serve(t *testing.T) verify.Target {
 	t.Helper()
-	addr := freeAddr(t)
-	dir := t.TempDir()
-	var cmd *exec.Cmd
-	start := func() {
-		exe, err := os.Executable()
-		if err != nil {
-			t.Fatal(err)
-		}
-		args, _ := json.Marshal([]string{"serve", "--addr", addr, "--resp-addr", freeAddr(t), "--data-dir", dir, "--log-level", "warn"})
-		cmd = exec.Command(exe, "-test.run=^$")
-		cmd.Env = append(os.Environ(), verify.EnvCLI+"="+string(args))
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			resp, err := http.Get("http://" + addr + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("leasehold serve not ready after 60s")
-			}
-		}
-	}
-	kill := func() {
-		if cmd != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			cmd = nil
-		}
-	}
-	start()
-	t.Cleanup(kill)
-	return verify.Target{Name: "server", URL: "http://" + addr, Addr: addr, Kill: kill, Start: start}
+	tg := verify.StartServe(t, "--data-dir", t.TempDir())
+	return verify.Target{Name: "server", URL: "http://" + tg.HTTPAddr, Addr: tg.HTTPAddr, HTTPAddr: tg.HTTPAddr,
+		Kill: tg.Kill, Start: tg.Start}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// apiServer is a `leasehold serve` in front of the trial's store, serving
-// the trial's definition with its strategy.
-type apiServer struct {
-	t     *testing.T
-	addr  string
-	args  []string
-	cmd   *exec.Cmd
-	ready func() bool
-}
-
-func startAPI(t *testing.T, tr Trial, name string) *apiServer {
+// startAPI runs a `leasehold serve` in front of the trial's store, serving
+// the trial's definition with its strategy (verify.StartServe: its
+// HTTPAddr is the API).
+func startAPI(t *testing.T, tr Trial, name string) verify.Target {
 	t.Helper()
 	def := Chain(name)
 	wf := map[string]any{"name": name, "initial": def.Initial, "transitions": def.Transitions, "strategy": string(tr.Strategy)}
@@ -303,45 +249,5 @@ func startAPI(t *testing.T, tr Trial, name string) *apiServer {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a := &apiServer{t: t, addr: freeAddr(t)}
-	a.args = []string{"serve", "--addr", a.addr, "--resp-addr", freeAddr(t), "--store", tr.Target.URL,
-		"--workflows", path, "--log-level", "warn"}
-	a.start()
-	t.Cleanup(a.kill)
-	return a
-}
-
-func (a *apiServer) start() {
-	a.t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	args, _ := json.Marshal(a.args)
-	a.cmd = exec.Command(exe, "-test.run=^$")
-	a.cmd.Env = append(os.Environ(), verify.EnvCLI+"="+string(args))
-	a.cmd.Stderr = os.Stderr
-	if err := a.cmd.Start(); err != nil {
-		a.t.Fatal(err)
-	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		resp, err := http.Get("http://" + a.addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			a.t.Fatalf("leasehold %v not ready after 60s", a.args)
-		}
-	}
-}
-
-func (a *apiServer) kill() {
-	if a.cmd != nil {
-		_ = a.cmd.Process.Kill()
-		_ = a.cmd.Wait()
-		a.cmd = nil
-	}
+	return verify.StartServe(t, "--store", tr.Target.URL, "--workflows", path)
 }

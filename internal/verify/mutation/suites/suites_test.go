@@ -31,105 +31,11 @@ func needMutated(t *testing.T) {
 	}
 }
 
-// link is a fault layer between one client and its recorder: it can block
-// every call (a paused process), lose renewals (cut off from the store),
-// hold back granted acquire replies, and make the client rest after a
-// release.
-type link struct {
-	inner leasehold.Store
-	delay time.Duration // added to every granted acquire's reply
-	rest  time.Duration // after each release
-
-	mu     sync.Mutex
-	cut    bool
-	thawed chan struct{} // non-nil while frozen
-}
-
-func (l *link) setCut(cut bool) {
-	l.mu.Lock()
-	l.cut = cut
-	l.mu.Unlock()
-}
-
-func (l *link) freeze() {
-	l.mu.Lock()
-	if l.thawed == nil {
-		l.thawed = make(chan struct{})
-	}
-	l.mu.Unlock()
-}
-
-func (l *link) thaw() {
-	l.mu.Lock()
-	if l.thawed != nil {
-		close(l.thawed)
-		l.thawed = nil
-	}
-	l.mu.Unlock()
-}
-
-// wait blocks while frozen; a call whose context ended meanwhile is not
-// sent.
-func (l *link) wait(ctx context.Context) (cut bool, err error) {
-	l.mu.Lock()
-	ch := l.thawed
-	l.mu.Unlock()
-	if ch != nil {
-		<-ch
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.cut, ctx.Err()
-}
-
-func (l *link) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
-	if _, err := l.wait(ctx); err != nil {
-		return leasehold.Record{}, err
-	}
-	rec, err := l.inner.TryAcquire(ctx, req)
-	if err == nil && l.delay > 0 {
-		time.Sleep(l.delay)
-	}
-	return rec, err
-}
-
-func (l *link) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	cut, err := l.wait(ctx)
-	if err != nil {
-		return err
-	}
-	if cut {
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	return l.inner.Renew(ctx, name, owner, token, ttl)
-}
-
-func (l *link) Release(ctx context.Context, name, owner string, token uint64) error {
-	if _, err := l.wait(ctx); err != nil {
-		return err
-	}
-	l.setCut(false)
-	err := l.inner.Release(ctx, name, owner, token)
-	time.Sleep(l.rest)
-	return err
-}
-
-func (l *link) Get(ctx context.Context, name string) (leasehold.Record, error) {
-	return l.inner.Get(ctx, name)
-}
-
-func (l *link) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
-	return l.inner.List(ctx, prefix)
-}
-
-func (l *link) Close() error { return nil }
-
 // suite is one run of the lock workload in this process.
 type suite struct {
 	store leasehold.Store
 	cfg   verify.WorkerConfig
-	links []*link
+	links []*verify.Link
 	dur   time.Duration
 	midCS func(ctx context.Context, client int, key string, l *leasehold.Lease)
 	clock func(client int) clock.Clock
@@ -142,7 +48,7 @@ func newSuite(store leasehold.Store, cfg verify.WorkerConfig, dur time.Duration)
 	cfg.Seed = rand.Uint64()
 	s := &suite{store: store, cfg: cfg, dur: dur}
 	for i := 0; i < cfg.Clients; i++ {
-		s.links = append(s.links, &link{})
+		s.links = append(s.links, &verify.Link{Drop: true})
 	}
 	return s
 }
@@ -168,7 +74,7 @@ func (s *suite) runWith(t *testing.T, faults func()) {
 	in := verify.InProcess{
 		Clock: s.clock,
 		Wrap: func(c int, st leasehold.Store) leasehold.Store {
-			s.links[c].inner = st
+			s.links[c].Inner = st
 			return s.links[c]
 		},
 	}
@@ -255,9 +161,9 @@ func TestSuiteEngine(t *testing.T) {
 		if !pause {
 			return
 		}
-		s.links[c].freeze()
+		s.links[c].Freeze()
 		sleepCtx(ctx, 3*ttl/2)
-		s.links[c].thaw()
+		s.links[c].Thaw()
 	}
 	s.run(t)
 }
@@ -366,12 +272,12 @@ func TestSuiteReplyDelay(t *testing.T) {
 	defer store.Close()
 	const ttl = 500 * time.Millisecond
 	s := newSuite(store, verify.WorkerConfig{Keys: keys(1), Clients: 2, TTL: ttl, WriteMargin: 2 * time.Millisecond}, 3*time.Second)
-	s.links[0].delay = 2 * ttl / 5
+	s.links[0].Delay = 2 * ttl / 5
 	for _, l := range s.links {
-		l.rest = ttl / 4
+		l.Rest = ttl / 4
 	}
 	s.midCS = func(ctx context.Context, c int, key string, l *leasehold.Lease) {
-		s.links[c].setCut(true)
+		s.links[c].SetCut(true)
 		if wait := time.Until(l.Deadline()) - 50*time.Millisecond; wait > 0 {
 			select {
 			case <-time.After(wait):
