@@ -85,6 +85,8 @@ func (e *ProblemError) Is(target error) bool {
 		return e.Type == "unavailable"
 	case ErrNoSession:
 		return e.Type == "no-session"
+	case ErrBadProof, leasehold.ErrNotHeld:
+		return e.Type == "bad-proof"
 	}
 	return false
 }
@@ -117,6 +119,10 @@ type conn struct {
 	ctx    context.Context // ends at Close: ends watches and sessions
 	cancel context.CancelFunc
 	closed atomic.Bool
+
+	// secrets are the holder proofs of the grants acquired here (by any
+	// store of this connection: sessions' stores too).
+	secrets *holderSecrets
 }
 
 // OpenHTTP opens a store on the server at rawURL:
@@ -225,6 +231,7 @@ func OpenHTTP(rawURL string) (*HTTPStore, error) {
 		timeout: timeout,
 		ctx:     ctx,
 		cancel:  cancel,
+		secrets: newHolderSecrets(),
 	}
 	return &HTTPStore{conn: c}, nil
 }
@@ -278,6 +285,8 @@ type leaseJSON struct {
 	Session     string  `json:"session"`
 	Permit      *int    `json:"permit"`
 	Term        uint64  `json:"term"`
+	// Secret is the grant's holder proof: in acquire answers only.
+	Secret string `json:"secret"`
 }
 
 func (l *leaseJSON) record() (leasehold.Record, error) {
@@ -531,7 +540,15 @@ func (s *HTTPStore) acquire(ctx context.Context, req leasehold.AcquireRequest, w
 	if err != nil {
 		return leasehold.Record{}, err
 	}
-	return lj.record()
+	rec, err := lj.record()
+	if err != nil {
+		return leasehold.Record{}, err
+	}
+	s.secrets.put(rec, lj.Secret, s.session)
+	if s.sess != nil && s.sess.Err() != nil {
+		s.secrets.dropSession(s.session) // ended meanwhile: its grants are freed
+	}
+	return rec, nil
 }
 
 // AcquireWait implements leasehold.Queuer: it waits in the server's FIFO
@@ -604,12 +621,16 @@ func (s *HTTPStore) reclaim(req leasehold.AcquireRequest) {
 }
 
 type renewJSON struct {
-	Owner string `json:"owner"`
-	Token uint64 `json:"token"`
-	TTLMS int64  `json:"ttl_ms"`
+	Owner  string `json:"owner"`
+	Token  uint64 `json:"token"`
+	TTLMS  int64  `json:"ttl_ms"`
+	Secret string `json:"secret,omitempty"`
 }
 
-// Renew implements leasehold.Store.
+// Renew implements leasehold.Store. It sends the grant's secret if this
+// store acquired the grant (and the server gave one); a server with holder
+// proofs refuses a renew without the right one with an error matching
+// ErrBadProof and leasehold.ErrNotHeld.
 func (s *HTTPStore) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
 	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
 		return err
@@ -619,26 +640,50 @@ func (s *HTTPStore) Renew(ctx context.Context, name, owner string, token uint64,
 	}
 	_, err := s.do(ctx, call{
 		method: http.MethodPost, path: s.namePath("leases", name, "renew"),
-		body: renewJSON{Owner: owner, Token: token, TTLMS: ceilMS(ttl)}, replayable: true, name: name,
+		body:       renewJSON{Owner: owner, Token: token, TTLMS: ceilMS(ttl), Secret: s.secrets.get(name, owner, token)},
+		replayable: true, name: name,
 	}, nil)
+	s.secrets.settle(name, owner, token, ttl, err)
 	return err
 }
 
 type releaseJSON struct {
-	Owner string `json:"owner"`
-	Token uint64 `json:"token"`
+	Owner  string `json:"owner"`
+	Token  uint64 `json:"token"`
+	Secret string `json:"secret,omitempty"`
 }
 
-// Release implements leasehold.Store.
+// Release implements leasehold.Store. Like Renew, it sends the grant's
+// secret if this store has it.
 func (s *HTTPStore) Release(ctx context.Context, name, owner string, token uint64) error {
 	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
 	_, err := s.do(ctx, call{
 		method: http.MethodPost, path: s.namePath("leases", name, "release"),
-		body: releaseJSON{Owner: owner, Token: token}, replayable: true, name: name,
+		body:       releaseJSON{Owner: owner, Token: token, Secret: s.secrets.get(name, owner, token)},
+		replayable: true, name: name,
 	}, nil)
+	s.secrets.settle(name, owner, token, 0, err)
 	return err
+}
+
+// HolderSecret returns the secret (holder proof) of a grant acquired
+// through this store's connection and not ended since, or "" if it has
+// none (the server gives none, or the grant was acquired elsewhere). A
+// process that hands a grant to another (to release it early, say) hands
+// over the secret too: the other's store takes it with SetHolderSecret.
+// Treat it as a credential.
+func (s *HTTPStore) HolderSecret(name, owner string, token uint64) string {
+	return s.secrets.get(name, owner, token)
+}
+
+// SetHolderSecret gives the store the secret of a grant acquired
+// elsewhere, so that its Renew and Release of the grant send it. It is
+// kept until the grant is released or found not held, or a minute after
+// the last renewal through this store's connection (or after this call).
+func (s *HTTPStore) SetHolderSecret(name, owner string, token uint64, secret string) {
+	s.secrets.importSecret(name, owner, token, secret)
 }
 
 // ForceRelease frees a lease whoever holds it (it needs admin access) and
@@ -667,30 +712,49 @@ func (s *HTTPStore) Get(ctx context.Context, name string) (leasehold.Record, err
 }
 
 // List implements leasehold.Store. With auth on, it lists only the leases
-// the token may read.
+// the token may read. The server answers in pages (of up to 10,000
+// leases); List asks for the next one, after the last name of the page
+// before, until there are no more. A lease held throughout is listed once;
+// one granted or freed meanwhile may or may not be.
 func (s *HTTPStore) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
 	if err := leasehold.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
-	var out struct {
-		Leases []leaseJSON `json:"leases"`
-	}
-	q := url.Values{}
-	if prefix != "" {
-		q.Set("prefix", prefix)
-	}
-	if _, err := s.do(ctx, call{method: http.MethodGet, path: "/v1/leases", query: q}, &out); err != nil {
-		return nil, err
-	}
-	recs := make([]leasehold.Record, 0, len(out.Leases))
-	for i := range out.Leases {
-		r, err := out.Leases[i].record()
-		if err != nil {
+	var recs []leasehold.Record
+	after := ""
+	for {
+		var out struct {
+			Leases []leaseJSON `json:"leases"`
+			Next   string      `json:"next"`
+		}
+		q := url.Values{}
+		if prefix != "" {
+			q.Set("prefix", prefix)
+		}
+		if after != "" {
+			q.Set("after", after)
+		}
+		if _, err := s.do(ctx, call{method: http.MethodGet, path: "/v1/leases", query: q}, &out); err != nil {
 			return nil, err
 		}
-		recs = append(recs, r)
+		if recs == nil {
+			recs = make([]leasehold.Record, 0, len(out.Leases))
+		}
+		for i := range out.Leases {
+			r, err := out.Leases[i].record()
+			if err != nil {
+				return nil, err
+			}
+			recs = append(recs, r)
+		}
+		if out.Next == "" {
+			return recs, nil
+		}
+		if out.Next <= after {
+			return nil, fmt.Errorf("leasehold server: malformed answer to GET /v1/leases: next %q does not follow %q", out.Next, after)
+		}
+		after = out.Next
 	}
-	return recs, nil
 }
 
 // Ready asks the server whether it can serve (GET /readyz).
@@ -878,6 +942,7 @@ func (s *HTTPStore) OpenSession(ctx context.Context, ttl time.Duration, opts ...
 	}
 	kctx, stop := context.WithCancel(s.ctx)
 	x := &Session{keeper: newKeeper(sj.ID, ttl, cfg, t0, b0), s: s, stop: stop}
+	x.onEnd = func() { s.secrets.dropSession(sj.ID) }
 	x.wg.Add(1)
 	go func() {
 		defer x.wg.Done()

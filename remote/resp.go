@@ -45,8 +45,11 @@ const DefaultRESPPort = "7071"
 // token, remaining time), leasehold.ErrNotHeld, leasehold.ErrNotFound,
 // *leasehold.InvalidError (field and reason); leasehold.ErrClosed after
 // Close. Refusals by the server are *RESPError values matching
-// ErrUnauthorized, ErrForbidden, ErrRateLimited, ErrUnavailable or
-// ErrNoSession with errors.Is.
+// ErrUnauthorized, ErrForbidden, ErrRateLimited, ErrUnavailable,
+// ErrNoSession or ErrBadProof with errors.Is.
+//
+// With holder proofs on the server, each grant's secret is kept and sent
+// with its Renew and Release (see ErrBadProof, HolderSecret).
 type RESPStore struct {
 	cl        *resp.Client
 	addr      string
@@ -58,6 +61,10 @@ type RESPStore struct {
 
 	subOnce sync.Once
 	sub     *resp.Subscriber // Watch's connection, made on first use
+
+	// secrets are the holder proofs of the grants acquired here (its
+	// sessions' stores included).
+	secrets *holderSecrets
 }
 
 var (
@@ -237,7 +244,7 @@ func newRESPStore(ctx context.Context, cfg respConfig) (*RESPStore, error) {
 			return c.Do(func(b []byte) []byte { return resp.AppendCommand(b, "AUTH", token) }, expectOK(""))
 		}
 	}
-	s := &RESPStore{addr: cfg.addr, timeout: cfg.timeout, waitChunk: cfg.waitChunk}
+	s := &RESPStore{addr: cfg.addr, timeout: cfg.timeout, waitChunk: cfg.waitChunk, secrets: newHolderSecrets()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.cl = resp.NewClient(resp.ClientOptions{
 		Dial: dial, Init: init, Conns: cfg.conns, MaxIdle: cfg.idle, Timeout: cfg.timeout,
@@ -343,6 +350,8 @@ func (e *RESPError) Is(target error) bool {
 		return target == ErrRateLimited
 	case resp.CodeNoSession:
 		return target == ErrNoSession
+	case resp.CodeBadProof:
+		return target == ErrBadProof || target == leasehold.ErrNotHeld
 	case resp.CodeErr:
 		return target == ErrUnavailable && e.Msg == "ERR the server is shutting down"
 	}
@@ -437,23 +446,38 @@ func appendAcquire(b []byte, req *leasehold.AcquireRequest, session string, wait
 	return b
 }
 
-// acquireReply decodes the reply to LH.ACQUIRE into rec.
-func acquireReply(req *leasehold.AcquireRequest, rec *leasehold.Record) func(v resp.Value) error {
+// acquireReply decodes the reply to LH.ACQUIRE into rec and the grant's
+// secret (if the server gives one).
+func acquireReply(req *leasehold.AcquireRequest, rec *leasehold.Record, secret *string) func(v resp.Value) error {
 	return func(v resp.Value) error {
 		if v.Type == resp.Error {
 			return replyErr(v.Str, req.Name)
 		}
 		rec.Name, rec.Owner = req.Name, req.Owner
-		return resp.DecodeRecord(v, rec)
+		var err error
+		*secret, err = resp.DecodeGrant(v, rec)
+		return err
+	}
+}
+
+// keepSecret keeps the secret of a grant made through session (or none).
+func (s *RESPStore) keepSecret(rec leasehold.Record, secret string, session *RESPSession) {
+	if session == nil {
+		s.secrets.put(rec, secret, "")
+		return
+	}
+	s.secrets.put(rec, secret, session.id)
+	if session.Err() != nil {
+		s.secrets.dropSession(session.id) // ended meanwhile: its grants are freed
 	}
 }
 
 // TryAcquire implements leasehold.Store.
 func (s *RESPStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
-	return s.tryAcquire(ctx, req, "")
+	return s.tryAcquire(ctx, req, nil)
 }
 
-func (s *RESPStore) tryAcquire(ctx context.Context, req leasehold.AcquireRequest, session string) (leasehold.Record, error) {
+func (s *RESPStore) tryAcquire(ctx context.Context, req leasehold.AcquireRequest, ss *RESPSession) (leasehold.Record, error) {
 	if err := req.Validate(); err != nil {
 		return leasehold.Record{}, err
 	}
@@ -461,12 +485,14 @@ func (s *RESPStore) tryAcquire(ctx context.Context, req leasehold.AcquireRequest
 		return leasehold.Record{}, err
 	}
 	var rec leasehold.Record
+	var secret string
 	err := s.cl.Do(ctx,
-		func(b []byte) []byte { return appendAcquire(b, &req, session, 0) },
-		acquireReply(&req, &rec))
+		func(b []byte) []byte { return appendAcquire(b, &req, ss.sessionID(), 0) },
+		acquireReply(&req, &rec, &secret))
 	if err != nil {
 		return leasehold.Record{}, s.mapErr(err)
 	}
+	s.keepSecret(rec, secret, ss)
 	return rec, nil
 }
 
@@ -477,10 +503,10 @@ func (s *RESPStore) tryAcquire(ctx context.Context, req leasehold.AcquireRequest
 // queue. If ctx ends mid-wait the connection is closed, which makes the
 // server drop the waiter; a grant that raced with the end is released.
 func (s *RESPStore) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
-	return s.acquireWait(ctx, req, "")
+	return s.acquireWait(ctx, req, nil)
 }
 
-func (s *RESPStore) acquireWait(ctx context.Context, req leasehold.AcquireRequest, session string) (leasehold.Record, error) {
+func (s *RESPStore) acquireWait(ctx context.Context, req leasehold.AcquireRequest, ss *RESPSession) (leasehold.Record, error) {
 	if err := req.Validate(); err != nil {
 		return leasehold.Record{}, err
 	}
@@ -499,9 +525,13 @@ func (s *RESPStore) acquireWait(ctx context.Context, req leasehold.AcquireReques
 			wait = max(min(wait, time.Until(dl)), time.Millisecond)
 		}
 		var rec leasehold.Record
+		var secret string
 		err := s.cl.DoBlocking(ctx, wait+s.timeout,
-			func(b []byte) []byte { return appendAcquire(b, &req, session, wait) },
-			acquireReply(&req, &rec))
+			func(b []byte) []byte { return appendAcquire(b, &req, ss.sessionID(), wait) },
+			acquireReply(&req, &rec, &secret))
+		if err == nil {
+			s.keepSecret(rec, secret, ss)
+		}
 		var held *leasehold.HeldError
 		switch {
 		case err == nil && ctx.Err() != nil:
@@ -527,7 +557,10 @@ func newRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Renew implements leasehold.Store.
+// Renew implements leasehold.Store. It sends the grant's secret (SECRET)
+// if this store acquired the grant (and the server gave one); a server
+// with holder proofs refuses a renew without the right one with an error
+// matching ErrBadProof and leasehold.ErrNotHeld.
 func (s *RESPStore) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
 	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
 		return err
@@ -538,21 +571,40 @@ func (s *RESPStore) Renew(ctx context.Context, name, owner string, token uint64,
 	if err := s.check(); err != nil {
 		return err
 	}
+	secret := s.secrets.get(name, owner, token)
 	err := s.cl.Do(ctx, func(b []byte) []byte {
-		b = resp.AppendArray(b, 5)
+		b = resp.AppendArray(b, 5+secretArgs(secret))
 		b = resp.AppendBulkString(b, "LH.RENEW")
 		b = resp.AppendBulkString(b, name)
 		b = resp.AppendBulkString(b, owner)
 		b = resp.AppendBulkInt(b, int64(token))
-		return resp.AppendBulkInt(b, resp.Millis(ttl))
+		b = resp.AppendBulkInt(b, resp.Millis(ttl))
+		return appendSecret(b, secret)
 	}, expectOK(name))
 	if err != nil {
-		return s.mapErr(err)
+		err = s.mapErr(err)
 	}
-	return nil
+	s.secrets.settle(name, owner, token, ttl, err)
+	return err
 }
 
-// Release implements leasehold.Store.
+func secretArgs(secret string) int {
+	if secret == "" {
+		return 0
+	}
+	return 2
+}
+
+func appendSecret(b []byte, secret string) []byte {
+	if secret == "" {
+		return b
+	}
+	b = resp.AppendBulkString(b, "SECRET")
+	return resp.AppendBulkString(b, secret)
+}
+
+// Release implements leasehold.Store. Like Renew, it sends the grant's
+// secret if this store has it.
 func (s *RESPStore) Release(ctx context.Context, name, owner string, token uint64) error {
 	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
 		return err
@@ -560,17 +612,38 @@ func (s *RESPStore) Release(ctx context.Context, name, owner string, token uint6
 	if err := s.check(); err != nil {
 		return err
 	}
+	secret := s.secrets.get(name, owner, token)
 	err := s.cl.Do(ctx, func(b []byte) []byte {
-		b = resp.AppendArray(b, 4)
+		b = resp.AppendArray(b, 4+secretArgs(secret))
 		b = resp.AppendBulkString(b, "LH.RELEASE")
 		b = resp.AppendBulkString(b, name)
 		b = resp.AppendBulkString(b, owner)
-		return resp.AppendBulkInt(b, int64(token))
+		b = resp.AppendBulkInt(b, int64(token))
+		return appendSecret(b, secret)
 	}, expectOK(name))
 	if err != nil {
-		return s.mapErr(err)
+		err = s.mapErr(err)
 	}
-	return nil
+	s.secrets.settle(name, owner, token, 0, err)
+	return err
+}
+
+// HolderSecret returns the secret (holder proof) of a grant acquired
+// through this store and not ended since, or "" if it has none (the
+// server gives none, or the grant was acquired elsewhere). A process that
+// hands a grant to another (to release it early, say) hands over the
+// secret too: the other's store takes it with SetHolderSecret. Treat it
+// as a credential.
+func (s *RESPStore) HolderSecret(name, owner string, token uint64) string {
+	return s.secrets.get(name, owner, token)
+}
+
+// SetHolderSecret gives the store the secret of a grant acquired
+// elsewhere, so that its Renew and Release of the grant send it. It is
+// kept until the grant is released or found not held, or a minute after
+// the last renewal through this store (or after this call).
+func (s *RESPStore) SetHolderSecret(name, owner string, token uint64, secret string) {
+	s.secrets.importSecret(name, owner, token, secret)
 }
 
 func recordReply(name string, rec *leasehold.Record) func(v resp.Value) error {
@@ -632,7 +705,9 @@ func (s *RESPStore) ForceRelease(ctx context.Context, name string) (leasehold.Re
 }
 
 // List implements leasehold.Store. With auth on, only the leases the token
-// may read are listed.
+// may read are listed. It reads the leases page by page with LH.SCAN
+// (the server caps LH.LIST): a lease held throughout is listed once; one
+// granted or freed meanwhile may or may not be.
 func (s *RESPStore) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
 	if err := leasehold.ValidatePrefix(prefix); err != nil {
 		return nil, err
@@ -640,27 +715,45 @@ func (s *RESPStore) List(ctx context.Context, prefix string) ([]leasehold.Record
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	var out []leasehold.Record
-	err := s.cl.Do(ctx, func(b []byte) []byte { return resp.AppendCommand(b, "LH.LIST", prefix) }, func(v resp.Value) error {
-		if v.Type == resp.Error {
-			return replyErr(v.Str, prefix)
-		}
-		if v.Type != resp.Array || v.Null {
-			return errors.New("unexpected reply to LH.LIST: not an array")
-		}
-		out = make([]leasehold.Record, len(v.Array))
-		for i, e := range v.Array {
-			if err := resp.DecodeRecord(e, &out[i]); err != nil {
-				return err
+	out := []leasehold.Record{}
+	cursor := "0"
+	for {
+		var next string
+		err := s.cl.Do(ctx, func(b []byte) []byte {
+			return resp.AppendCommand(b, "LH.SCAN", prefix, cursor, "COUNT", strconv.Itoa(scanCount))
+		}, func(v resp.Value) error {
+			if v.Type == resp.Error {
+				return replyErr(v.Str, prefix)
 			}
+			if v.Type != resp.Array || v.Null || len(v.Array) != 2 || v.Array[0].Type != resp.BulkString ||
+				v.Array[0].Null || v.Array[1].Type != resp.Array || v.Array[1].Null {
+				return errors.New("unexpected reply to LH.SCAN: not [cursor, [records]]")
+			}
+			next = string(v.Array[0].Str)
+			for _, e := range v.Array[1].Array {
+				var rec leasehold.Record
+				if err := resp.DecodeRecord(e, &rec); err != nil {
+					return err
+				}
+				out = append(out, rec)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, s.mapErr(err)
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, s.mapErr(err)
+		if next == "0" {
+			return out, nil
+		}
+		if next == cursor {
+			return nil, fmt.Errorf("leasehold server %s: LH.SCAN returned the cursor it was given", s.addr)
+		}
+		cursor = next
 	}
-	return out, nil
 }
+
+// scanCount is List's LH.SCAN page size.
+const scanCount = 5000
 
 // RESPSession is a server session: leases taken through its Store live as
 // long as the session does, kept alive by one keepalive (every TTL/3) for
@@ -720,6 +813,7 @@ func (s *RESPStore) OpenSession(ctx context.Context, ttl time.Duration, opts ...
 		return nil, s.mapErr(err)
 	}
 	ss := &RESPSession{keeper: newKeeper(id, ttl, cfg, t0, b0), s: s}
+	ss.onEnd = func() { s.secrets.dropSession(id) }
 	ss.ctx, ss.stop = context.WithCancel(s.ctx)
 	ss.wg.Add(1)
 	go func() {
@@ -748,6 +842,14 @@ func (s *RESPStore) OpenSession(ctx context.Context, ttl time.Duration, opts ...
 
 // ID returns the session's id. Treat it as a secret.
 func (ss *RESPSession) ID() string { return ss.id }
+
+// sessionID is ss's id, or "" for nil (no session).
+func (ss *RESPSession) sessionID() string {
+	if ss == nil {
+		return ""
+	}
+	return ss.id
+}
 
 // TTL is the session's time to live.
 func (ss *RESPSession) TTL() time.Duration { return ss.ttl }
@@ -801,11 +903,11 @@ var (
 func (v sessionStore) LeaseBound(leasehold.Record) leasehold.Bound { return v.ss }
 
 func (v sessionStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
-	return v.ss.s.tryAcquire(ctx, req, v.ss.id)
+	return v.ss.s.tryAcquire(ctx, req, v.ss)
 }
 
 func (v sessionStore) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
-	return v.ss.s.acquireWait(ctx, req, v.ss.id)
+	return v.ss.s.acquireWait(ctx, req, v.ss)
 }
 
 func (v sessionStore) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {

@@ -86,6 +86,10 @@ type keeper struct {
 	deadline time.Time     // monotonic
 	boot     time.Duration // the same deadline on the boot-time clock
 	err      error
+
+	// onEnd, if set, is called (with mu held) when the session ends: it
+	// forgets the secrets of the session's grants.
+	onEnd func()
 }
 
 // newKeeper returns the keeper of a session opened by a request sent at
@@ -140,6 +144,9 @@ func (k *keeper) endLocked(err error) bool {
 	k.boot = min(k.boot, boot)
 	k.err = err
 	close(k.done)
+	if k.onEnd != nil {
+		k.onEnd()
+	}
 	return true
 }
 
