@@ -39,7 +39,7 @@ type suite struct {
 }
 
 func suites(out, progress io.Writer) []*suite {
-	st := &suite{name: "stores", what: "leasehold's Redis, PostgreSQL and etcd stores beside raw primitives and peers (redsync, redislock, advisory locks, etcd's Mutex)"}
+	st := &suite{name: "stores", what: "every leasehold store (memory, SQLite, Redis, PostgreSQL, etcd, DynamoDB) beside the engine's raw primitives and peers (redsync, redislock, advisory locks, etcd's Mutex)"}
 	st.flags = flag.NewFlagSet("stores", flag.ContinueOnError)
 	sc := storesFlags(st.flags)
 	st.run = func(ctx context.Context, smoke bool) error {

@@ -27,18 +27,22 @@ type locker struct {
 }
 
 type storesConfig struct {
-	redis, postgres, etcd string
-	pairs, handoffs       int
-	waiters, clients      int
-	duration              time.Duration
-	only                  string
+	sqlite, memory                  string
+	redis, postgres, etcd, dynamodb string
+	pairs, handoffs                 int
+	waiters, clients                int
+	duration                        time.Duration
+	only                            string
 }
 
 func storesFlags(fs *flag.FlagSet) *storesConfig {
 	c := &storesConfig{}
+	fs.StringVar(&c.memory, "memory", "on", `the in-process memory store ("off": none)`)
+	fs.StringVar(&c.sqlite, "sqlite", "", `directory for the SQLite files (default: a new temporary directory; "off": no SQLite)`)
 	fs.StringVar(&c.redis, "redis", os.Getenv("LEASEHOLD_TEST_REDIS"), `Redis URL (default $LEASEHOLD_TEST_REDIS; "off": none)`)
 	fs.StringVar(&c.postgres, "postgres", os.Getenv("LEASEHOLD_TEST_POSTGRES"), `PostgreSQL URL (default $LEASEHOLD_TEST_POSTGRES; "off": none)`)
 	fs.StringVar(&c.etcd, "etcd", os.Getenv("LEASEHOLD_TEST_ETCD"), `etcd store URL, etcd://host:port (default $LEASEHOLD_TEST_ETCD; "off": none)`)
+	fs.StringVar(&c.dynamodb, "dynamodb", os.Getenv("LEASEHOLD_TEST_DYNAMODB"), `DynamoDB store URL (default $LEASEHOLD_TEST_DYNAMODB; "off": none)`)
 	fs.IntVar(&c.pairs, "pairs", 2000, "uncontended acquire+release pairs per implementation")
 	fs.IntVar(&c.handoffs, "handoffs", 300, "handoffs measured per implementation")
 	fs.IntVar(&c.waiters, "waiters", 8, "blocked waiters in the handoff measure")
@@ -49,7 +53,7 @@ func storesFlags(fs *flag.FlagSet) *storesConfig {
 }
 
 func (c *storesConfig) smoke() {
-	c.pairs, c.handoffs, c.waiters, c.clients, c.duration = 50, 20, 4, 4, 300*time.Millisecond
+	c.pairs, c.handoffs, c.waiters, c.clients, c.duration = 20, 10, 2, 4, 150*time.Millisecond
 }
 
 // runStores prints the table to out. Every engine given must be reachable,
@@ -57,6 +61,21 @@ func (c *storesConfig) smoke() {
 // smoke, every engine must be given.
 func runStores(ctx context.Context, c *storesConfig, smoke bool, out io.Writer) error {
 	var lockers []locker
+	if c.memory != "off" {
+		ls, err := leaseholdLockers(ctx, "memory", "memory://")
+		if err != nil {
+			return fmt.Errorf("memory: %w", err)
+		}
+		lockers = append(lockers, ls...)
+	}
+	if c.sqlite != "off" {
+		ls, done, err := sqliteLockers(ctx, c.sqlite)
+		if err != nil {
+			return fmt.Errorf("SQLite: %w", err)
+		}
+		defer done()
+		lockers = append(lockers, ls...)
+	}
 	engines := []struct {
 		name, url string
 		open      func(context.Context, string) ([]locker, error)
@@ -64,6 +83,7 @@ func runStores(ctx context.Context, c *storesConfig, smoke bool, out io.Writer) 
 		{"Redis", c.redis, redisLockers},
 		{"PostgreSQL", c.postgres, postgresLockers},
 		{"etcd", c.etcd, etcdLockers},
+		{"DynamoDB", c.dynamodb, dynamoLockers},
 	}
 	for _, e := range engines {
 		if e.url == "" || e.url == "off" {
@@ -78,8 +98,8 @@ func runStores(ctx context.Context, c *storesConfig, smoke bool, out io.Writer) 
 		}
 		lockers = append(lockers, ls...)
 	}
-	if len(lockers) == 0 {
-		return errors.New("no engine given (--redis, --postgres, --etcd)")
+	if len(lockers) == 0 { // every engine is off
+		return errors.New("no engine given (--memory, --sqlite, --redis, --postgres, --etcd, --dynamodb)")
 	}
 	fmt.Fprintf(out, "| implementation | uncontended pair p50 / p99 | handoff p50 / p99 (%d waiters) | %d clients, distinct keys | same key: handoffs/s (holder changes) |\n", c.waiters, c.clients)
 	fmt.Fprintln(out, "| --- | --- | --- | --- | --- |")
