@@ -66,8 +66,16 @@ func (h *httpAPI) workflowWrite(q *httpReq, key string) bool {
 // on the actor is the authenticated identity, whatever the body says: the
 // body's "actor", when it names someone else, is kept as the label (free
 // text beside the identity); a body that gives both a label and another
-// actor is refused, since one of them would be lost.
+// actor is refused, since one of them would be lost. The text given is
+// refused, like a name, when it holds a character no one could see
+// (CheckVisible): it is shown to whoever reads the history.
 func transitionActor(id *Identity, actor, label string) (string, string, error) {
+	if err := CheckVisible("actor", actor); err != nil {
+		return "", "", err
+	}
+	if err := CheckVisible("label", label); err != nil {
+		return "", "", err
+	}
 	if id == nil {
 		return actor, label, nil
 	}
