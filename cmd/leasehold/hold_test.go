@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/proctest"
 )
 
 // holdStores returns the stores the hold/release tests run on: a SQLite
@@ -20,7 +22,7 @@ import (
 func holdStores(t *testing.T) map[string]string {
 	t.Helper()
 	sq, _ := newStore(t)
-	srv, _ := startServer(t, filepath.Join(t.TempDir(), "data"), freeAddr(t))
+	srv, _ := startServer(t, filepath.Join(t.TempDir(), "data"), proctest.FreeAddr(t))
 	return map[string]string{"sqlite": sq, "serve": srv}
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	lh "github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/remote"
 )
 
@@ -26,40 +26,11 @@ func startServer(t *testing.T, dir, addr string) (url string, kill func()) {
 	cmd := leasehold(context.Background(), "serve", "--data-dir", dir, "--addr", addr, "--resp-addr", "", "--log-level", "warn")
 	startGroup(t, cmd)
 	url = "http://" + addr
-	waitReady(t, url)
+	proctest.WaitReady(t, url+"/readyz", 30*time.Second)
 	return url, func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		_ = cmd.Wait()
 	}
-}
-
-// waitReady polls url/readyz until it answers 200.
-func waitReady(t *testing.T, url string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(url + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server %s not ready after 30s: %v", url, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // TestServerKilled SIGKILLs a durable server while leases are held, grants
@@ -68,7 +39,7 @@ func freeAddr(t *testing.T) string {
 // that nobody else gets a held lease, and that tokens never go back.
 func TestServerKilled(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	addr := freeAddr(t)
+	addr := proctest.FreeAddr(t)
 	url, kill := startServer(t, dir, addr)
 	s, err := remote.OpenHTTP(url)
 	if err != nil {
@@ -187,7 +158,7 @@ func TestServerKilled(t *testing.T) {
 // TestRunThroughServer runs the `leasehold run` exclusion test with the
 // server's HTTP API as the store (the remote store, FIFO waiting).
 func TestRunThroughServer(t *testing.T) {
-	url, _ := startServer(t, filepath.Join(t.TempDir(), "data"), freeAddr(t))
+	url, _ := startServer(t, filepath.Join(t.TempDir(), "data"), proctest.FreeAddr(t))
 	mutualExclusion(t, url)
 	if ls := status(t, url, "e2e/"); len(ls) != 0 {
 		t.Errorf("leases left after every run ended: %+v", ls)
@@ -204,11 +175,11 @@ func TestServeWorkflows(t *testing.T) {
 		"transitions": {"PENDING": ["APPROVED", "REJECTED"]}, "strategy": "adaptive"}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := proctest.FreeAddr(t)
 	start := func() func() {
 		cmd := leasehold(context.Background(), "serve", "--data-dir", filepath.Join(tmp, "data"), "--addr", addr, "--resp-addr", "", "--workflows", defs)
 		startGroup(t, cmd)
-		waitReady(t, "http://"+addr)
+		proctest.WaitReady(t, "http://"+addr+"/readyz", 30*time.Second)
 		return func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() }
 	}
 	kill := start()

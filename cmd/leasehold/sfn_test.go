@@ -107,6 +107,25 @@ func send(t *testing.T, client *ddb.Client, args map[string]any) (*ddb.UpdateIte
 	return client.UpdateItem(context.Background(), in)
 }
 
+// newTable makes a fresh table, named prefix_<time>, on the shared test
+// dynalite with "leasehold store init", and returns its name, its store
+// URL and a DynamoDB client of it.
+func newTable(ctx context.Context, t *testing.T, prefix string) (table, url string, client *ddb.Client) {
+	t.Helper()
+	base := enginetest.DynamoDBURL(t)
+	table = fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
+	url = "dynamodb://" + table + base[len("dynamodb://leasehold_test"):]
+	if out, err := leasehold(ctx, "store", "init", "--store", url).CombinedOutput(); err != nil {
+		t.Fatalf("store init: %v\n%s", err, out)
+	}
+	store, err := dynamodb.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return table, url, store.Client()
+}
+
 func strPtr(s string) *string { return &s }
 
 func conditionFailed(err error) bool {
@@ -118,20 +137,9 @@ func conditionFailed(err error) bool {
 // of the machine that "leasehold sfn" writes exclude each other on one lock
 // in dynalite, and share its fencing counter.
 func TestStateMachineAndRunExclude(t *testing.T) {
-	base := enginetest.DynamoDBURL(t)
-	table := fmt.Sprintf("sfn_e2e_%d", time.Now().UnixNano())
-	u := "dynamodb://" + table + base[len("dynamodb://leasehold_test"):]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if out, err := leasehold(ctx, "store", "init", "--store", u).CombinedOutput(); err != nil {
-		t.Fatalf("store init: %v\n%s", err, out)
-	}
-	store, err := dynamodb.Open(ctx, u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	client := store.Client()
+	table, u, client := newTable(ctx, t, "sfn_e2e")
 
 	def, err := sfn.Generate(sfn.Config{Table: table, Lock: "nightly",
 		LambdaARN: "arn:aws:lambda:us-east-1:123456789012:function:job", LambdaTimeout: time.Minute, TTL: time.Hour})
@@ -226,20 +234,9 @@ func TestStateMachineAndRunExclude(t *testing.T) {
 // grant the same execution took after it ended (a redrive) nor another
 // execution's; leasehold run then gets the lock with a greater token.
 func TestCleanupMachineReleasesDeadExecution(t *testing.T) {
-	base := enginetest.DynamoDBURL(t)
-	table := fmt.Sprintf("sfn_cleanup_%d", time.Now().UnixNano())
-	u := "dynamodb://" + table + base[len("dynamodb://leasehold_test"):]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if out, err := leasehold(ctx, "store", "init", "--store", u).CombinedOutput(); err != nil {
-		t.Fatalf("store init: %v\n%s", err, out)
-	}
-	store, err := dynamodb.Open(ctx, u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	client := store.Client()
+	table, u, client := newTable(ctx, t, "sfn_cleanup")
 
 	cfg := sfn.Config{Table: table, Lock: "nightly", LambdaARN: "arn:aws:lambda:us-east-1:123456789012:function:job",
 		LambdaTimeout: time.Minute, TTL: time.Hour}

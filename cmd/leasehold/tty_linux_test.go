@@ -147,29 +147,15 @@ sleep 0.5; trap - INT; kill -INT $$`
 // lease stays held), fg continues it, and Ctrl-C then ends it: exit 130,
 // lease released.
 func TestTerminalJobControl(t *testing.T) {
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Skip("bash is not installed: it is the job-control shell of this test")
-	}
 	store, _ := newStore(t)
 	ticks := filepath.Join(t.TempDir(), "ticks")
-	p := openPTY(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	sh := exec.CommandContext(ctx, bash, "--norc", "--noprofile", "-i")
-	sh.Env = []string{"PATH=" + os.Getenv("PATH"), "TERM=dumb", "PS1=$ ", "HOME=" + t.TempDir()}
-	p.start(sh)
-	at := p.expect(0, "$ ")
-	// One command per line: bash goes on with the rest of a line when a
-	// job of it stops.
-	p.typeIn(fmt.Sprintf("%s run --store %s --ttl 10s e2e/job -- sh -c 'echo st''arted; while :; do echo tick >> %s; sleep 0.02; done'\n",
-		bin, store, ticks))
-	at = p.expect(at, "started")
+	p, sh, at := startJobShell(t)
+	at = runTicks(p, at, store, "10s", "e2e/job", ticks)
 	waitHeld(t, store, "e2e/job")
 
 	p.typeIn("\x1a") // Ctrl-Z
 	at = p.expect(at, "Stopped")
-	size := func() int { b, _ := os.ReadFile(ticks); return len(b) }
+	size := func() int { return fileSize(ticks) }
 	time.Sleep(100 * time.Millisecond)
 	before := size()
 	time.Sleep(400 * time.Millisecond)
@@ -204,26 +190,14 @@ func TestTerminalJobControl(t *testing.T) {
 // lease's renewal window: on fg the lease is lost, so the command's group
 // is killed instead of continued, and leasehold exits 76.
 func TestTerminalJobStoppedTooLong(t *testing.T) {
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Skip("bash is not installed: it is the job-control shell of this test")
-	}
 	store, _ := newStore(t)
 	ticks := filepath.Join(t.TempDir(), "ticks")
-	p := openPTY(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	sh := exec.CommandContext(ctx, bash, "--norc", "--noprofile", "-i")
-	sh.Env = []string{"PATH=" + os.Getenv("PATH"), "TERM=dumb", "PS1=$ ", "HOME=" + t.TempDir()}
-	p.start(sh)
-	at := p.expect(0, "$ ")
-	p.typeIn(fmt.Sprintf("%s run --store %s --ttl 1s e2e/long -- sh -c 'echo st''arted; while :; do echo tick >> %s; sleep 0.02; done'\n",
-		bin, store, ticks))
-	at = p.expect(at, "started")
+	p, sh, at := startJobShell(t)
+	at = runTicks(p, at, store, "1s", "e2e/long", ticks)
 	p.typeIn("\x1a") // Ctrl-Z
 	at = p.expect(at, "Stopped")
 	time.Sleep(2 * time.Second) // past the lease's deadline (0.985s after the last renewal)
-	size := func() int { b, _ := os.ReadFile(ticks); return len(b) }
+	size := func() int { return fileSize(ticks) }
 	before := size()
 	p.typeIn("fg\n")
 	at = p.expect(at, "lease e2e/long lost")

@@ -32,6 +32,24 @@ func startJobShell(t *testing.T) (*pty, *exec.Cmd, int) {
 	return p, sh, p.expect(0, "$ ")
 }
 
+// runTicks types, into the shell on p, a "leasehold run" with this TTL on
+// lease name of a command that appends a line to ticks every 20 ms, and
+// waits until the command has started. It returns the terminal's output
+// position after that.
+func runTicks(p *pty, at int, store, ttl, name, ticks string) int {
+	// One command per line: bash goes on with the rest of a line when a
+	// job of it stops.
+	p.typeIn(fmt.Sprintf("%s run --store %s --ttl %s %s -- sh -c 'echo st''arted; while :; do echo tick >> %s; sleep 0.02; done'\n",
+		bin, store, ttl, name, ticks))
+	return p.expect(at, "started")
+}
+
+// fileSize is the size of the file at path (0 if it is missing).
+func fileSize(path string) int {
+	b, _ := os.ReadFile(path)
+	return len(b)
+}
+
 // Ctrl-Z on a command that ignores SIGTSTP: the command is not stopped, so
 // its lease must not be left unrenewed while it runs. Long after the TTL,
 // the command still writes only while the lease is held.
@@ -43,7 +61,7 @@ func TestTerminalCtrlZIgnoredKeepsLease(t *testing.T) {
 		bin, store, ticks))
 	at = p.expect(at, "started")
 	waitHeld(t, store, "e2e/tstp")
-	size := func() int { b, _ := os.ReadFile(ticks); return len(b) }
+	size := func() int { return fileSize(ticks) }
 
 	p.typeIn("\x1a")            // Ctrl-Z: ignored by the command
 	time.Sleep(5 * time.Second) // over twice the TTL
