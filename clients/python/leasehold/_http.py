@@ -111,6 +111,8 @@ def problem_error(status: int, headers: Dict[str, str], payload: bytes, name: st
                            acquired=h.get("acquired", ""), permits=p.get("permits"), detail=detail)
     if typ == "not-held":
         return errors.NotHeld(detail or f"{name!r}: not held by that owner and token")
+    if typ == "bad-proof":
+        return errors.BadProof(f"{name!r}: " + (detail or "the holder proof (secret) is missing or does not match the grant"))
     if typ == "not-found":
         return errors.NotFound(detail or f"{name!r}: not found")
     if typ == "invalid":

@@ -122,12 +122,18 @@ class Client:
         if self._life(ttl) <= 0:
             raise errors.Invalid("ttl", f"{ttl}s leaves no time after the drift margin (rho {self.rho}, eps {self.eps}s)")
 
-    def _renew(self, name: str, owner: str, token: int, ttl: float, timeout: Optional[float]) -> None:
-        self._t.request("POST", name_path("v1/leases", name, "renew"),
-                        {"owner": owner, "token": token, "ttl_ms": _ms(ttl)}, name=name, timeout=timeout)
+    def _renew(self, name: str, owner: str, token: int, ttl: float, timeout: Optional[float], *,
+               secret: str = "") -> None:
+        body: Dict[str, Any] = {"owner": owner, "token": token, "ttl_ms": _ms(ttl)}
+        if secret:
+            body["secret"] = secret
+        self._t.request("POST", name_path("v1/leases", name, "renew"), body, name=name, timeout=timeout)
 
-    def _release(self, name: str, owner: str, token: int) -> None:
-        self._t.request("POST", name_path("v1/leases", name, "release"), {"owner": owner, "token": token}, name=name)
+    def _release(self, name: str, owner: str, token: int, *, secret: str = "") -> None:
+        body: Dict[str, Any] = {"owner": owner, "token": token}
+        if secret:
+            body["secret"] = secret
+        self._t.request("POST", name_path("v1/leases", name, "release"), body, name=name)
 
     def _post_acquire(self, path: str, body: Dict[str, Any], name: str, wait: float) -> LeaseInfo:
         if wait > 0:
@@ -223,19 +229,19 @@ class Client:
                 # Granted at some moment of a long wait: renew to know the deadline afresh.
                 t0 = time.monotonic()
                 try:
-                    self._renew(info.name, self.owner, info.token, ttl, None)
+                    self._renew(info.name, self.owner, info.token, ttl, None, secret=info.secret)
                 except errors.NotHeld:
                     first = False
                     continue
                 except errors.LeaseholdError:
-                    self._quiet_release(info.name, info.token)
+                    self._quiet_release(info.name, info.token, info.secret)
                     first = False
                     continue
             return Lease(self, info, self.owner, ttl, body["request_id"], t0, keepalive, on_lost)
 
-    def _quiet_release(self, name: str, token: int) -> None:
+    def _quiet_release(self, name: str, token: int, secret: str) -> None:
         try:
-            self._release(name, self.owner, token)
+            self._release(name, self.owner, token, secret=secret)
         except errors.LeaseholdError:
             pass
 
@@ -246,7 +252,7 @@ class Client:
             info = self._post_acquire(path, dict(body), name, 0)
         except errors.LeaseholdError:
             return
-        self._quiet_release(info.name, info.token)
+        self._quiet_release(info.name, info.token, info.secret)
 
     def get(self, name: str) -> LeaseInfo:
         """The live lease ``name`` with its queued ``waiters``; raises ``NotFound``."""
@@ -254,9 +260,23 @@ class Client:
         return LeaseInfo.from_json(j)
 
     def list(self, prefix: str = "") -> List[LeaseInfo]:
-        """The live leases whose names start with ``prefix``, sorted by name."""
-        _, _, j = self._t.request("GET", "/v1/leases", query={"prefix": prefix} if prefix else None)
-        return [LeaseInfo.from_json(x) for x in j.get("leases", [])]
+        """The live leases whose names start with ``prefix``, sorted by name. The
+        server answers in pages (of up to 10,000); this asks for each in turn
+        (``after`` the last name of the page before) until there are no more."""
+        out: List[LeaseInfo] = []
+        after = ""
+        while True:
+            query = {"prefix": prefix} if prefix else {}
+            if after:
+                query["after"] = after
+            _, _, j = self._t.request("GET", "/v1/leases", query=query or None)
+            out.extend(LeaseInfo.from_json(x) for x in j.get("leases", []))
+            nxt = j.get("next") or ""
+            if not nxt:
+                return out
+            if nxt <= after:
+                raise errors.Unreachable(f"leasehold server: malformed answer to GET /v1/leases: next {nxt!r} does not follow {after!r}")
+            after = nxt
 
     def force_release(self, name: str) -> LeaseInfo:
         """Admin only: free ``name`` whoever holds it; returns the grant it ended,

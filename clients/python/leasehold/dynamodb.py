@@ -258,7 +258,9 @@ class DynamoDBClient(Client):
                 raise errors.Unreachable(f"dynamodb: lease {name!r} changed under {rounds + 1} acquire attempts in a row; try again")
             rounds += 1
 
-    def _renew(self, name: str, owner: str, token: int, ttl: float, timeout: Optional[float]) -> None:
+    def _renew(self, name: str, owner: str, token: int, ttl: float, timeout: Optional[float], *,
+               secret: str = "") -> None:
+        # secret: the lease server's holder proof; DynamoDB has none.
         _validate.text("name", name, _validate.MAX_NAME)
         _validate.token(token)
         _validate.ttl(ttl)
@@ -268,7 +270,7 @@ class DynamoDBClient(Client):
                 ":ttl": _n(ttl_ms), ":exp": _n(now + ttl_ms)}, now + ttl_ms) is None:
             raise errors.NotHeld(f"{name!r}: not held by {owner!r} with token {token}")
 
-    def _release(self, name: str, owner: str, token: int) -> None:
+    def _release(self, name: str, owner: str, token: int, *, secret: str = "") -> None:
         _validate.text("name", name, _validate.MAX_NAME)
         _validate.token(token)
         if self._update(name, RELEASE_UPDATE, RELEASE_COND, {

@@ -37,6 +37,14 @@ class NotHeld(LeaseholdError):
     """A renew or release named a grant (owner and token) that is not the live one. Nothing was changed."""
 
 
+class BadProof(NotHeld):
+    """403 ``bad-proof``: a renew or release without the grant's secret (the
+    holder proof the server returns only to the acquirer, kept by ``Lease``),
+    or with a wrong one: this client did not acquire the grant, or the
+    server's holder key changed since. It is a ``NotHeld``: only the
+    acquirer can renew or release a grant. Nothing was changed."""
+
+
 class NotFound(LeaseholdError):
     """No live lease, leader or record of that name."""
 

@@ -30,6 +30,9 @@ class LeaseInfo:
     permit: Optional[int] = None
     term: Optional[int] = None
     waiters: List[Dict[str, Any]] = field(default_factory=list)
+    secret: str = field(default="", repr=False)
+    """The grant's holder proof, in acquire answers only (never shown by repr):
+    renew and release send it. Treat it as a credential."""
 
     @classmethod
     def from_json(cls, j: Dict[str, Any]) -> "LeaseInfo":
@@ -42,7 +45,8 @@ class LeaseInfo:
         return cls(name=j["name"], owner=j["owner"], token=int(j["token"]),
                    ttl=int(j.get("ttl_ms", 0)) / 1000.0, remaining=int(j.get("remaining_ms", 0)) / 1000.0,
                    acquired=j.get("acquired", ""), data=data, session=j.get("session", ""),
-                   permit=j.get("permit"), term=j.get("term"), waiters=j.get("waiters") or [])
+                   permit=j.get("permit"), term=j.get("term"), waiters=j.get("waiters") or [],
+                   secret=j.get("secret") or "")
 
 
 LostCallback = Callable[["Lease", errors.LeaseholdError], None]
@@ -154,7 +158,7 @@ class Lease:
     def _renew_once(self, timeout: Optional[float]) -> None:
         t0 = time.monotonic()
         try:
-            self._c._renew(self.name, self.owner, self.token, self.ttl, timeout)
+            self._c._renew(self.name, self.owner, self.token, self.ttl, timeout, secret=self.info.secret)
         except errors.NotHeld:
             lerr = errors.Lost(f"renew {self.name!r} (token {self.token}) refused: the server no longer has it for this owner")
             self._finish(lerr)
@@ -187,7 +191,7 @@ class Lease:
                 self._thread.join()
             self._finish(errors.Released(f"{self.name!r} (token {self.token}) was released"))
             try:
-                self._c._release(self.name, self.owner, self.token)
+                self._c._release(self.name, self.owner, self.token, secret=self.info.secret)
             except errors.NotHeld:
                 self._released = True
                 raise errors.Lost(f"release {self.name!r} (token {self.token}): the server no longer had it for this owner") from None
