@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/internal/proctest"
 )
 
 // fakeEngine is a stand-in for an engine's program that cannot start. It
@@ -62,7 +63,7 @@ func TestEnginesStartFails(t *testing.T) {
 			state, record := t.TempDir(), filepath.Join(t.TempDir(), "pids")
 			t.Cleanup(func() { killRecorded(record) }) // should there be any left, after a failure
 			cmd := exec.Command("bash", script, "start")
-			cmd.Env = append(environWithout("LEASEHOLD_ENGINES_DIR", "LEASEHOLD_NPM_DIR", "PATH", "FAKE_ENGINE_RECORD"),
+			cmd.Env = append(proctest.EnvWithout("LEASEHOLD_ENGINES_DIR", "LEASEHOLD_NPM_DIR", "PATH", "FAKE_ENGINE_RECORD"),
 				"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
 				"LEASEHOLD_ENGINES_DIR="+state,
 				"LEASEHOLD_ENGINES_NO_INSTALL=1",

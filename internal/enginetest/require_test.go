@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/internal/proctest"
 )
 
 // childEnv, set, makes TestChild run the cases: it runs in a copy of this
@@ -55,7 +56,7 @@ func TestMissingEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := environWithout("CI", "LEASEHOLD_REQUIRE_ENGINES", "PATH",
+	base := proctest.EnvWithout("CI", "LEASEHOLD_REQUIRE_ENGINES", "PATH",
 		"LEASEHOLD_TEST_POSTGRES", "LEASEHOLD_TEST_REDIS", "LEASEHOLD_TEST_DYNAMODB", "LEASEHOLD_TEST_ETCD",
 		"LEASEHOLD_TEST_REDIS_SERVER", "LEASEHOLD_TEST_ETCD_BIN", "LEASEHOLD_TEST_DYNALITE")
 	base = append(base, "PATH=", childEnv+"=1")
@@ -126,19 +127,4 @@ func childOutput(out string) (logs, results map[string]string) {
 		}
 	}
 	return logs, results
-}
-
-// environWithout returns the environment without the named variables.
-func environWithout(names ...string) []string {
-	var env []string
-next:
-	for _, kv := range os.Environ() {
-		for _, n := range names {
-			if strings.HasPrefix(kv, n+"=") {
-				continue next
-			}
-		}
-		env = append(env, kv)
-	}
-	return env
 }

@@ -1,5 +1,6 @@
-// Package proctest holds what tests that run servers as processes share:
-// a free loopback address to give a server, and waiting for it to answer.
+// Package proctest holds what tests that run programs and servers as
+// processes share: a free loopback address to give a server, waiting for
+// it to answer, a child's environment, the go command.
 // Both cmd/leasehold's end-to-end tests and the verification suites
 // (internal/verify) use it.
 package proctest
@@ -7,6 +8,12 @@ package proctest
 import (
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -42,4 +49,33 @@ func WaitReady(t testing.TB, url string, d time.Duration) {
 			t.Fatalf("%s did not answer 200 within %s", url, d)
 		}
 	}
+}
+
+// EnvWithout returns this process's environment without the variables
+// named in drop.
+func EnvWithout(drop ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(drop, k) {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// GoCommand returns the go command: the one of the toolchain that built
+// this test binary, else the first on PATH; "" where there is none.
+func GoCommand() string {
+	if root := runtime.GOROOT(); root != "" {
+		p := filepath.Join(root, "bin", "go")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	p, err := exec.LookPath("go")
+	if err != nil {
+		return ""
+	}
+	return p
 }

@@ -35,12 +35,15 @@ func (r Row) String() string {
 
 var reportMu sync.Mutex
 
+// EnvReport names the file that Report appends its rows to.
+const EnvReport = "LEASEHOLD_VERIFY_REPORT"
+
 // Report logs row on t and, when $LEASEHOLD_VERIFY_REPORT names a file,
 // appends it there as a JSON line for scripts/verify.sh to print.
 func Report(t testing.TB, row Row) {
 	t.Helper()
 	t.Log("verify: " + row.String())
-	path := os.Getenv("LEASEHOLD_VERIFY_REPORT")
+	path := os.Getenv(EnvReport)
 	if path == "" {
 		return
 	}

@@ -24,7 +24,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -34,6 +33,7 @@ import (
 	"github.com/leasehold/leasehold/dynamodb"
 	"github.com/leasehold/leasehold/internal/aslexec"
 	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/internal/verify/stepfn"
 )
@@ -580,12 +580,10 @@ var (
 func build(t *testing.T, root string) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goBin); err != nil {
-			if goBin, err = exec.LookPath("go"); err != nil {
-				buildErr = fmt.Errorf("R15 needs the go command to build leasehold: %v", err)
-				return
-			}
+		goBin := proctest.GoCommand()
+		if goBin == "" {
+			buildErr = fmt.Errorf("R15 needs the go command to build leasehold (not in GOROOT/bin nor on PATH)")
+			return
 		}
 		if binDir, buildErr = os.MkdirTemp("", "leasehold-r15-"); buildErr != nil {
 			return

@@ -5,16 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/mutation"
 	"github.com/leasehold/leasehold/internal/verify"
 )
 
@@ -30,40 +27,6 @@ var bugs = []struct{ name, suite string }{
 }
 
 const runsPerBug = 10
-
-// goCommand finds the go command: the one of the toolchain that built this
-// test, else the first on PATH.
-func goCommand() string {
-	if root := runtime.GOROOT(); root != "" {
-		p := filepath.Join(root, "bin", "go")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	p, err := exec.LookPath("go")
-	if err != nil {
-		return ""
-	}
-	return p
-}
-
-// childEnv is this process's environment without what would switch a bug
-// on or make the suites write report rows of their own.
-func childEnv(bug string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		switch k {
-		case mutation.Env, "LEASEHOLD_VERIFY_REPORT", verify.EnvWorker, verify.EnvCLI:
-			continue
-		}
-		env = append(env, kv)
-	}
-	if bug != "" {
-		env = append(env, mutation.Env+"="+bug)
-	}
-	return env
-}
 
 type outcome int
 
@@ -90,19 +53,9 @@ func TestMutationsCaught(t *testing.T) {
 	if testing.Short() {
 		t.Skip("R10 builds and runs a mutated test binary 65 times")
 	}
-	goBin := goCommand()
-	if goBin == "" {
-		t.Skip("R10 needs the go command (not in GOROOT/bin nor on PATH) to build the mutated suites")
-	}
-	bin := filepath.Join(t.TempDir(), "suites.test")
 	start := time.Now()
-	build := exec.Command(goBin, "test", "-c", "-tags", "leasehold_mutations", "-o", bin, "./suites")
-	build.Env = childEnv("")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the mutated suites: %v\n%s", err, out)
-	}
+	bin := verify.BuildMutated(t, "./suites", "R10")
 	buildTook := time.Since(start)
-	t.Logf("built the mutated suites in %s", buildTook.Round(time.Millisecond))
 
 	type job struct{ bug, suite string }
 	var jobs []job
@@ -197,7 +150,7 @@ func runSuite(bin, bug, suite string) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "-test.run", "^"+suite+"$", "-test.count=1", "-test.v", "-test.timeout=2m")
-	cmd.Env = childEnv(bug)
+	cmd.Env = verify.MutationEnv(bug)
 	cmd.Dir = filepath.Dir(bin)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -7,14 +7,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/mutation"
 	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/sfn"
 )
@@ -107,7 +104,7 @@ func TestR14Trials(t *testing.T) {
 // on (each must find a violation: at least 9 of 10), and three with no
 // bug switched on (the control: none may).
 func testMutation(t *testing.T, tg verify.Target) {
-	bin := buildMutated(t)
+	bin := verify.BuildMutated(t, ".", "R14's mutation")
 	seed := verify.Seed(t)
 	type child struct {
 		bug, prefix string
@@ -124,7 +121,7 @@ func testMutation(t *testing.T, tg verify.Target) {
 			defer wg.Done()
 			spec, _ := json.Marshal(trialsSpec{StoreURL: tg.URL, Prefix: c.prefix, Trials: c.trials, Seed: seed})
 			cmd := exec.Command(bin, "-test.run=^TestR14Trials$", "-test.v", "-test.count=1", "-test.timeout=10m")
-			cmd.Env = append(childEnv(c.bug), envTrials+"="+string(spec))
+			cmd.Env = append(verify.MutationEnv(c.bug, envTrials), envTrials+"="+string(spec))
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			c.err = cmd.Run()
@@ -186,43 +183,4 @@ func testMutation(t *testing.T, tg verify.Target) {
 	}
 	verify.Report(t, verify.Row{Suite: "R14-mutation", Store: "none (dynalite)", Ops: cs, Faults: redrives, Violations: viol,
 		Checker: checker, Note: fmt.Sprintf("the mutated build with no bug switched on: the control, %d trials", ctl.trials)})
-}
-
-// buildMutated builds this package's test binary with the tag
-// leasehold_mutations.
-func buildMutated(t *testing.T) string {
-	t.Helper()
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		if goBin, err = exec.LookPath("go"); err != nil {
-			t.Skip("R14's mutation needs the go command (not in GOROOT/bin nor on PATH)")
-		}
-	}
-	bin := filepath.Join(t.TempDir(), "stepfn.test")
-	start := time.Now()
-	cmd := exec.Command(goBin, "test", "-c", "-tags", "leasehold_mutations", "-o", bin, ".")
-	cmd.Env = childEnv("")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the tests with leasehold_mutations: %v\n%s", err, out)
-	}
-	t.Logf("built the mutated tests in %s", time.Since(start).Round(time.Millisecond))
-	return bin
-}
-
-// childEnv is this process's environment without what would switch a bug
-// on, make a child write report rows, or make it a worker; plus the bug.
-func childEnv(bug string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		switch k {
-		case mutation.Env, "LEASEHOLD_VERIFY_REPORT", verify.EnvWorker, verify.EnvCLI, envTrials:
-			continue
-		}
-		env = append(env, kv)
-	}
-	if bug != "" {
-		env = append(env, mutation.Env+"="+bug)
-	}
-	return env
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/internal/verify"
 )
 
@@ -39,11 +39,9 @@ const (
 // dir with the given build tags ("" for none) and returns its path.
 func Build(t testing.TB, dir, tags string) string {
 	t.Helper()
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		if goBin, err = exec.LookPath("go"); err != nil {
-			t.Skip("R13 needs the go command (not in GOROOT/bin nor on PATH) to build leasehold")
-		}
+	goBin := proctest.GoCommand()
+	if goBin == "" {
+		t.Skip("R13 needs the go command (not in GOROOT/bin nor on PATH) to build leasehold")
 	}
 	bin := filepath.Join(dir, "leasehold")
 	args := []string{"build", "-o", bin}
