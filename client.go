@@ -2,16 +2,16 @@ package leasehold
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/internal/backoff"
 	"github.com/leasehold/leasehold/internal/check"
 	"github.com/leasehold/leasehold/internal/mutation"
+	"github.com/leasehold/leasehold/internal/randid"
 )
 
 // Client takes leases from a Store on behalf of one owner. It is safe for
@@ -118,9 +118,9 @@ func New(store Store, opts ...Option) (*Client, error) {
 		if host == "" {
 			host = "unknown"
 		}
-		c.owner = fmt.Sprintf("%s/%d/%s", host, os.Getpid(), randomID(4))
+		c.owner = fmt.Sprintf("%s/%d/%s", host, os.Getpid(), randid.Hex(4))
 		if check.Owner(c.owner) != nil {
-			c.owner = fmt.Sprintf("pid-%d/%s", os.Getpid(), randomID(4))
+			c.owner = fmt.Sprintf("pid-%d/%s", os.Getpid(), randid.Hex(4))
 		}
 	}
 	return c, nil
@@ -179,7 +179,7 @@ func (c *Client) config(name string, opts []AcquireOption) (AcquireRequest, acqu
 		o(&cfg)
 	}
 	if cfg.requestID == "" {
-		cfg.requestID = randomID(12)
+		cfg.requestID = randid.Hex(12)
 	}
 	req := AcquireRequest{Name: name, Owner: c.owner, RequestID: cfg.requestID, TTL: cfg.ttl, Data: cfg.data}
 	if err := req.Validate(); err != nil {
@@ -246,7 +246,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 			notify = ch
 		}
 	}
-	bo := newBackoff(c.backoffMin, c.backoffMax)
+	bo := backoff.New(c.backoffMin, c.backoffMax)
 	for {
 		l, err := c.try(ctx, req, cfg)
 		if err == nil {
@@ -272,7 +272,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 			if notify != nil {
 				wait = until // a release arrives by push; expiry by this timer
 			} else {
-				wait = min(bo.next(), until)
+				wait = min(bo.Next(), until)
 			}
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
 			return nil, err
@@ -280,7 +280,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 			if cfg.onError != nil {
 				cfg.onError(err)
 			}
-			wait = bo.next() // transient: retry with the same request id
+			wait = bo.Next() // transient: retry with the same request id
 		}
 		t := c.clock.NewTimer(max(wait, 0))
 		select {
@@ -336,12 +336,6 @@ func LeaseFromContext(ctx context.Context) (*Lease, bool) {
 	return l, ok
 }
 
-func randomID(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // acquireQueued waits in the store's own FIFO queue (Queuer). It tries
 // once first so that OnWait learns who holds the lease.
 func (c *Client) acquireQueued(ctx context.Context, q Queuer, req AcquireRequest, cfg acquireConfig) (*Lease, error) {
@@ -353,7 +347,7 @@ func (c *Client) acquireQueued(ctx context.Context, q Queuer, req AcquireRequest
 	if errors.As(err, &held) && cfg.onWait != nil {
 		cfg.onWait(held)
 	}
-	bo := newBackoff(c.backoffMin, c.backoffMax)
+	bo := backoff.New(c.backoffMin, c.backoffMax)
 	for {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -365,7 +359,7 @@ func (c *Client) acquireQueued(ctx context.Context, q Queuer, req AcquireRequest
 			if cfg.onError != nil {
 				cfg.onError(err)
 			}
-			t := c.clock.NewTimer(bo.next())
+			t := c.clock.NewTimer(bo.Next())
 			select {
 			case <-ctx.Done():
 				t.Stop()

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/backoff"
 	"github.com/leasehold/leasehold/internal/mutation"
 )
 
@@ -307,7 +308,7 @@ func (l *Lease) run(keepalive bool, renewAt time.Time) {
 	defer close(l.stopped)
 	k := l.c.clock
 	boundDone := l.boundDone()
-	retry := newBackoff(max(l.TTL()/50, time.Millisecond), max(l.TTL()/10, time.Millisecond))
+	retry := backoff.New(max(l.TTL()/50, time.Millisecond), max(l.TTL()/10, time.Millisecond))
 	for {
 		l.mu.Lock()
 		lost := l.lostLocked()
@@ -357,11 +358,11 @@ func (l *Lease) run(keepalive bool, renewAt time.Time) {
 		switch {
 		case err == nil:
 			renewAt = start.Add(l.TTL() / 3)
-			retry = newBackoff(retry.min, retry.max)
+			retry.Reset()
 		case errors.Is(err, ErrLost):
 			return
 		default:
-			renewAt = k.Now().Add(retry.next())
+			renewAt = k.Now().Add(retry.Next())
 		}
 	}
 }

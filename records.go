@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/backoff"
 	"github.com/leasehold/leasehold/internal/check"
 )
 
@@ -221,7 +221,7 @@ func Update(ctx context.Context, s RecordStore, key string, fn func(old []byte, 
 	}
 	opts.BackoffMax = max(opts.BackoffMax, opts.BackoffMin)
 	var last *ConflictError
-	wait := opts.BackoffMin
+	bo := backoff.NewFull(opts.BackoffMin, opts.BackoffMax)
 	for attempt := 1; attempt <= opts.MaxAttempts; attempt++ {
 		cur, err := s.GetRecord(ctx, key)
 		exists := err == nil
@@ -242,16 +242,9 @@ func Update(ctx context.Context, s RecordStore, key string, fn func(old []byte, 
 		if attempt == opts.MaxAttempts {
 			break
 		}
-		// Full jitter: sleep a random time up to the current bound.
-		d := time.Duration(rand.Int64N(int64(wait)) + 1)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return UpdateResult{Attempts: attempt}, ctx.Err()
-		case <-t.C:
+		if err := backoff.Sleep(ctx, bo.Next()); err != nil {
+			return UpdateResult{Attempts: attempt}, err
 		}
-		wait = min(2*wait, opts.BackoffMax)
 	}
 	return UpdateResult{Attempts: opts.MaxAttempts}, &RetriesExhaustedError{Key: key, Attempts: opts.MaxAttempts, Last: last}
 }

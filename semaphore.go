@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/backoff"
 	"github.com/leasehold/leasehold/internal/check"
 )
 
@@ -160,7 +161,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease,
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	notify := s.watchAll(wctx)
-	bo := newBackoff(s.c.backoffMin, s.c.backoffMax)
+	bo := backoff.New(s.c.backoffMin, s.c.backoffMax)
 	for {
 		l, soonest, err := s.try(ctx, cfg)
 		if err == nil {
@@ -178,7 +179,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease,
 			if notify != nil {
 				wait = soonest.Remaining + time.Millisecond
 			} else {
-				wait = min(bo.next(), soonest.Remaining+time.Millisecond)
+				wait = min(bo.Next(), soonest.Remaining+time.Millisecond)
 			}
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
 			return nil, err
@@ -186,7 +187,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease,
 			if cfg.onError != nil {
 				cfg.onError(err)
 			}
-			wait = bo.next()
+			wait = bo.Next()
 		}
 		t := s.c.clock.NewTimer(wait)
 		select {

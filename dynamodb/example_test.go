@@ -17,9 +17,9 @@ import (
 
 // A fenced write to another table: the account item keeps the highest
 // token that wrote it, and DynamoDB refuses a write with an older one.
-func ExampleFenceCondition() {
+func ExampleFence() {
 	var token uint64 = 7 // from Lease.Token()
-	f := dynamodb.FenceCondition("fence", token)
+	f := dynamodb.Fence("fence", token)
 	in := &ddb.UpdateItemInput{
 		TableName:                 aws.String("accounts"),
 		Key:                       map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: "acct-1"}},
@@ -34,7 +34,7 @@ func ExampleFenceCondition() {
 	fmt.Println(*in.ConditionExpression)
 	fmt.Println(in.ExpressionAttributeNames["#lh_fence"], in.ExpressionAttributeValues[":lh_fence_token"].(*types.AttributeValueMemberN).Value)
 	// Send it with client.UpdateItem(ctx, in), and pass the error through
-	// dynamodb.FenceError: ErrFenced means a newer holder has written.
+	// f.Err: ErrFenced means a newer holder has written.
 	// Output:
 	// SET #b = :b, #lh_fence = :lh_fence_token
 	// attribute_not_exists(#lh_fence) OR #lh_fence <= :lh_fence_token

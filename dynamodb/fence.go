@@ -24,29 +24,29 @@ import (
 // errors.Is, since a newer token means the lease was taken over.
 var ErrFenced = fmt.Errorf("%w: fenced write refused: the item was written with a newer token", leasehold.ErrLost)
 
-// Fence holds the parts of a fenced write to an item of any table: put
+// FenceExpr holds the parts of a fenced write to an item of any table: put
 // Condition into the ConditionExpression (AND it with your own condition,
 // in parentheses), Set into the SET clause of the UpdateExpression, and
 // Names and Values into the expression attribute maps. Its placeholders
 // (#lh_fence, :lh_fence_token) do not collide with names of your own that
 // do not start with "lh_fence".
-type Fence struct {
+type FenceExpr struct {
 	Condition string                          // "attribute_not_exists(#lh_fence) OR #lh_fence <= :lh_fence_token"
 	Set       string                          // "#lh_fence = :lh_fence_token"
 	Names     map[string]string               // #lh_fence -> attr
 	Values    map[string]types.AttributeValue // :lh_fence_token -> token (N)
 }
 
-// FenceCondition returns the fence for a write carrying token to an item
-// whose fencing attribute (a number) is attr. The write is applied if the
+// Fence returns the guard for a write carrying token to an item whose
+// fencing attribute (a number) is attr. The write is applied if the
 // item has no such attribute yet or holds a token no newer than this one,
 // and it records token in attr. It panics if attr is empty or token is 0,
 // which are programming errors (tokens start at 1).
-func FenceCondition(attr string, token uint64) Fence {
+func Fence(attr string, token uint64) FenceExpr {
 	if attr == "" || token == 0 {
-		panic(fmt.Sprintf("dynamodb.FenceCondition(%q, %d): want an attribute name and a token >= 1", attr, token))
+		panic(fmt.Sprintf("dynamodb.Fence(%q, %d): want an attribute name and a token >= 1", attr, token))
 	}
-	return Fence{
+	return FenceExpr{
 		Condition: "attribute_not_exists(#lh_fence) OR #lh_fence <= :lh_fence_token",
 		Set:       "#lh_fence = :lh_fence_token",
 		Names:     map[string]string{"#lh_fence": attr},
@@ -54,10 +54,11 @@ func FenceCondition(attr string, token uint64) Fence {
 	}
 }
 
-// FenceError returns ErrFenced if err is DynamoDB's conditional check
-// failure of a fenced write, and err unchanged otherwise. If the write had
-// conditions of its own, a failure of those also comes back as ErrFenced.
-func FenceError(err error) error {
+// Err returns ErrFenced if err is DynamoDB's conditional check failure of
+// the write guarded by f, and err unchanged otherwise (nil stays nil). If
+// the write had conditions of its own, a failure of those also comes back
+// as ErrFenced.
+func (f FenceExpr) Err(err error) error {
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
 		return ErrFenced

@@ -43,7 +43,7 @@ func createResourceTable(t *testing.T, c *ddb.Client, table string) {
 
 // fencedPut writes balance to the account item with token's fence.
 func fencedPut(ctx context.Context, c *ddb.Client, table string, token uint64, balance string) error {
-	f := dynamodb.FenceCondition("fence", token)
+	f := dynamodb.Fence("fence", token)
 	names := map[string]string{"#b": "balance"}
 	for k, v := range f.Names {
 		names[k] = v
@@ -60,7 +60,7 @@ func fencedPut(ctx context.Context, c *ddb.Client, table string, token uint64, b
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	})
-	return dynamodb.FenceError(err)
+	return f.Err(err)
 }
 
 // TestFencedWrite: a holder paused past its expiry writes with its old
@@ -103,12 +103,12 @@ func TestFencedWrite(t *testing.T) {
 	if attrN(out.Item, "balance") != "250" || attrN(out.Item, "fence") == "" {
 		t.Errorf("resource after the writes: %v", out.Item)
 	}
-	if err := dynamodb.FenceError(nil); err != nil {
-		t.Errorf("FenceError(nil) = %v", err)
+	if err := dynamodb.Fence("fence", 1).Err(nil); err != nil {
+		t.Errorf("FenceExpr.Err(nil) = %v", err)
 	}
 }
 
-func TestFenceConditionPanics(t *testing.T) {
+func TestFencePanics(t *testing.T) {
 	for _, tc := range []struct {
 		attr  string
 		token uint64
@@ -116,10 +116,10 @@ func TestFenceConditionPanics(t *testing.T) {
 		func() {
 			defer func() {
 				if recover() == nil {
-					t.Errorf("FenceCondition(%q, %d) did not panic", tc.attr, tc.token)
+					t.Errorf("Fence(%q, %d) did not panic", tc.attr, tc.token)
 				}
 			}()
-			dynamodb.FenceCondition(tc.attr, tc.token)
+			dynamodb.Fence(tc.attr, tc.token)
 		}()
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/backoff"
 	"github.com/leasehold/leasehold/storekit"
 )
 
@@ -508,7 +508,7 @@ func (s *Store) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult
 			seen[w.Key] = true
 		}
 	}
-	wait := 2 * time.Millisecond
+	retry := backoff.NewFull(2*time.Millisecond, 200*time.Millisecond)
 	for attempt := 1; ; attempt++ {
 		read, err := s.readRecords(ctx, keys)
 		if err != nil {
@@ -541,10 +541,9 @@ func (s *Store) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult
 		}
 		// Full jitter, after the first retry.
 		if attempt > 1 {
-			if err := s.sleep(ctx, time.Duration(rand.Int64N(int64(wait)))+1); err != nil {
+			if err := s.sleep(ctx, retry.Next()); err != nil {
 				return leasehold.TxnResult{}, err
 			}
-			wait = min(2*wait, 200*time.Millisecond)
 		}
 	}
 }
@@ -652,7 +651,7 @@ func (s *Store) readRecords(ctx context.Context, keys []string) (map[string]recI
 	for i, k := range keys {
 		req[i] = recordKey(k)
 	}
-	wait := 5 * time.Millisecond
+	retry := backoff.New(5*time.Millisecond, time.Second)
 	for len(req) > 0 {
 		resp, err := s.client.BatchGetItem(ctx, &ddb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
 			s.table: {Keys: req, ConsistentRead: aws.Bool(true)},
@@ -674,10 +673,9 @@ func (s *Store) readRecords(ctx context.Context, keys []string) (map[string]recI
 		}
 		req = resp.UnprocessedKeys[s.table].Keys
 		if len(req) > 0 {
-			if err := s.sleep(ctx, wait); err != nil {
+			if err := s.sleep(ctx, retry.Next()); err != nil {
 				return nil, err
 			}
-			wait = min(2*wait, time.Second)
 		}
 	}
 	return out, nil

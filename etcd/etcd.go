@@ -74,19 +74,24 @@ type Store struct {
 	cancel context.CancelFunc
 }
 
-// Option configures a Store.
-type Option func(*Store) error
+// Option configures a Store. A bad value makes Open or New return an
+// *leasehold.InvalidError.
+type Option func(*config)
+
+type config struct {
+	prefix string
+	err    error // the first bad option value
+}
 
 // WithPrefix sets the prefix of every key the store writes (default
 // DefaultPrefix). Stores with different prefixes are independent. It must
 // be non-empty valid UTF-8 without control characters.
 func WithPrefix(prefix string) Option {
-	return func(s *Store) error {
-		if err := storekit.ValidatePrefix(prefix); err != nil || prefix == "" {
-			return &leasehold.InvalidError{Field: "prefix", Reason: fmt.Sprintf("%q must be non-empty UTF-8 without control characters", prefix)}
+	return func(c *config) {
+		if err := storekit.ValidatePrefix(prefix); (err != nil || prefix == "") && c.err == nil {
+			c.err = &leasehold.InvalidError{Field: "prefix", Reason: fmt.Sprintf("%q must be non-empty UTF-8 without control characters", prefix)}
 		}
-		s.prefix = prefix
-		return nil
+		c.prefix = prefix
 	}
 }
 
@@ -96,26 +101,27 @@ func New(cli *clientv3.Client, opts ...Option) (*Store, error) {
 	if cli == nil {
 		return nil, &leasehold.InvalidError{Field: "client", Reason: "must not be nil"}
 	}
-	return newStore(cli, false, opts)
-}
-
-func newStore(cli *clientv3.Client, owned bool, opts []Option) (*Store, error) {
-	s := &Store{cli: cli, owned: owned, prefix: DefaultPrefix, spares: newPool(), bgSem: make(chan struct{}, 16)}
-	if err := s.apply(opts); err != nil {
+	cfg, err := configure(opts)
+	if err != nil {
 		return nil, err
 	}
-	s.stop, s.cancel = context.WithCancel(context.Background())
-	s.refresher = newRefresher(cli, s.stop)
-	return s, nil
+	return newStore(cli, false, cfg), nil
 }
 
-func (s *Store) apply(opts []Option) error {
+// configure applies opts to the defaults and checks the result.
+func configure(opts []Option) (config, error) {
+	cfg := config{prefix: DefaultPrefix}
 	for _, o := range opts {
-		if err := o(s); err != nil {
-			return err
-		}
+		o(&cfg)
 	}
-	return nil
+	return cfg, cfg.err
+}
+
+func newStore(cli *clientv3.Client, owned bool, cfg config) *Store {
+	s := &Store{cli: cli, owned: owned, prefix: cfg.prefix, spares: newPool(), bgSem: make(chan struct{}, 16)}
+	s.stop, s.cancel = context.WithCancel(context.Background())
+	s.refresher = newRefresher(cli, s.stop)
+	return s
 }
 
 // Open connects to the etcd cluster named by rawURL and checks that it can
@@ -129,35 +135,36 @@ func (s *Store) apply(opts []Option) error {
 // default "leasehold/") and dial_timeout (a Go duration, default 5s). A bad
 // URL or parameter is an *leasehold.InvalidError.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
-	cfg, prefix, err := parseURL(rawURL)
+	ccfg, prefix, err := parseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Context = context.WithoutCancel(ctx)
-	cfg.Logger = zap.NewNop()
+	ccfg.Context = context.WithoutCancel(ctx)
+	ccfg.Logger = zap.NewNop()
 	if prefix != "" {
 		opts = append(opts[:len(opts):len(opts)], WithPrefix(prefix))
 	}
 	// Validate the options before dialling.
-	if err := (&Store{}).apply(opts); err != nil {
+	cfg, err := configure(opts)
+	if err != nil {
 		return nil, err
 	}
-	cli, err := clientv3.New(cfg)
+	cli, err := clientv3.New(ccfg)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("etcd: connect to %s: %s", strings.Join(cfg.Endpoints, ","), err.Error())
+		return nil, fmt.Errorf("etcd: connect to %s: %s", strings.Join(ccfg.Endpoints, ","), err.Error())
 	}
-	s, _ := newStore(cli, true, opts)
-	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	s := newStore(cli, true, cfg)
+	pctx, cancel := context.WithTimeout(ctx, ccfg.DialTimeout)
 	defer cancel()
 	if _, err := cli.Get(pctx, s.prefix, clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly()); err != nil {
 		cli.Close()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("etcd: reach %s: %s", strings.Join(cfg.Endpoints, ","), err.Error())
+		return nil, fmt.Errorf("etcd: reach %s: %s", strings.Join(ccfg.Endpoints, ","), err.Error())
 	}
 	return s, nil
 }

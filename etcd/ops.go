@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -60,7 +61,7 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 			}
 			s.used(g)
 			return leasehold.Record{
-				Name: req.Name, Owner: req.Owner, Token: uint64(resp.Header.Revision), Data: clone(req.Data),
+				Name: req.Name, Owner: req.Owner, Token: uint64(resp.Header.Revision), Data: bytes.Clone(req.Data),
 				TTL: req.TTL, Remaining: time.Duration(g.granted) * time.Second, Acquired: time.Unix(0, now.UnixNano()),
 			}, nil
 		}
@@ -150,7 +151,7 @@ func (s *Store) reacquire(ctx context.Context, req leasehold.AcquireRequest, kv 
 		s.replaced(req.Name, old, false, nil)
 	}
 	return leasehold.Record{
-		Name: req.Name, Owner: req.Owner, Token: uint64(kv.CreateRevision), Data: clone(req.Data),
+		Name: req.Name, Owner: req.Owner, Token: uint64(kv.CreateRevision), Data: bytes.Clone(req.Data),
 		TTL: req.TTL, Remaining: time.Duration(granted) * time.Second, Acquired: cur.acquired,
 	}, true, nil
 }
@@ -282,23 +283,4 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 		s.replaced(name, clientv3.LeaseID(prev[0].Lease), true, prev[0].Value)
 	}
 	return nil
-}
-
-func clone(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	return append([]byte(nil), b...)
-}
-
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/backoff"
 	"github.com/leasehold/leasehold/storekit"
 )
 
@@ -49,7 +50,7 @@ func (s *Store) judge(ctx context.Context, id clientv3.LeaseID) (remaining time.
 		case time.Since(start) > pollLimit:
 			return 0, true, nil
 		}
-		if err := sleep(ctx, pollInterval); err != nil {
+		if err := backoff.Sleep(ctx, pollInterval); err != nil {
 			return 0, false, err
 		}
 	}

@@ -3,7 +3,6 @@ package etcd
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/backoff"
 	"github.com/leasehold/leasehold/storekit"
 )
 
@@ -166,7 +166,7 @@ func (s *Store) AddCounter(ctx context.Context, key string, delta int64) (int64,
 		return 0, 0, s.fail(ctx, "add to counter", err)
 	}
 	kv := first(resp.Kvs)
-	var b backoff
+	var b retryWait
 	for attempt := 1; ; attempt++ {
 		n, err := addTo(key, kv, delta)
 		if err != nil {
@@ -257,7 +257,7 @@ func (s *Store) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult
 		}
 		state = kvsOf(resp.Responses)
 	}
-	var b backoff
+	var b retryWait
 	for attempt := 1; ; attempt++ {
 		if state != nil {
 			// Conditions first, as if the Txn had been sent at the read.
@@ -365,25 +365,16 @@ func valueOf(kv *mvccpb.KeyValue) []byte {
 	return kv.Value
 }
 
-// backoff spaces the retries of a contended add: none after the first
+// retryWait spaces the retries of a contended write: none after the first
 // failures, then full jitter up to a bound doubling from 1ms to 50ms.
-type backoff struct{ bound time.Duration }
+type retryWait struct{ b *backoff.Backoff }
 
-func (b *backoff) wait(ctx context.Context, attempt int) error {
+func (r *retryWait) wait(ctx context.Context, attempt int) error {
 	if attempt < 3 {
 		return nil
 	}
-	if b.bound == 0 {
-		b.bound = time.Millisecond
+	if r.b == nil {
+		r.b = backoff.NewFull(time.Millisecond, 50*time.Millisecond)
 	}
-	d := time.Duration(rand.Int64N(int64(b.bound))) + 1
-	b.bound = min(2*b.bound, 50*time.Millisecond)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return backoff.Sleep(ctx, r.b.Next())
 }

@@ -7,6 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/leasehold/leasehold/internal/backoff"
 	"github.com/leasehold/leasehold/storekit"
 )
 
@@ -76,7 +77,7 @@ func (w *watch) ping() {
 func (w *watch) run(ctx context.Context) {
 	defer close(w.ch)
 	var rev int64 // revision to resume from; 0 = the current one
-	backoff := 50 * time.Millisecond
+	retry := backoff.New(50*time.Millisecond, 2*time.Second)
 	for ctx.Err() == nil {
 		opts := []clientv3.OpOption{clientv3.WithFilterPut(), clientv3.WithCreatedNotify()}
 		if rev > 0 {
@@ -86,7 +87,7 @@ func (w *watch) run(ctx context.Context) {
 		for resp := range w.s.cli.Watch(wctx, w.key, opts...) {
 			if resp.Created {
 				w.confirmed()
-				backoff = 50 * time.Millisecond
+				retry.Reset()
 			}
 			if resp.CompactRevision != 0 {
 				rev = 0
@@ -107,10 +108,9 @@ func (w *watch) run(ctx context.Context) {
 			return
 		}
 		w.ping() // the watch broke; something may have been missed
-		if sleep(ctx, backoff) != nil {
+		if backoff.Sleep(ctx, retry.Next()) != nil {
 			return
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 

@@ -5,6 +5,7 @@
 package memory
 
 import (
+	"bytes"
 	"context"
 	"sort"
 	"strings"
@@ -38,17 +39,22 @@ type Store struct {
 }
 
 // Option configures a Store.
-type Option func(*Store)
+type Option func(*config)
+
+type config struct {
+	clock clock.Clock
+}
 
 // WithClock sets the clock that judges expiry. Default: clock.Real().
-func WithClock(c clock.Clock) Option { return func(s *Store) { s.clock = c } }
+func WithClock(c clock.Clock) Option { return func(cfg *config) { cfg.clock = c } }
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
-	s := &Store{clock: clock.Real(), rows: map[string]*leasestate.Row{}}
+	cfg := config{clock: clock.Real()}
 	for _, o := range opts {
-		o(s)
+		o(&cfg)
 	}
+	s := &Store{clock: cfg.clock, rows: map[string]*leasestate.Row{}}
 	s.origin = s.clock.Now()
 	return s
 }
@@ -63,7 +69,7 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 	if err := ctx.Err(); err != nil {
 		return leasehold.Record{}, err
 	}
-	req.Data = clone(req.Data)
+	req.Data = bytes.Clone(req.Data)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -74,7 +80,7 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 		return leasehold.Record{}, err
 	}
 	s.rows[req.Name] = &next
-	rec.Data = clone(rec.Data)
+	rec.Data = bytes.Clone(rec.Data)
 	return rec, nil
 }
 
@@ -140,7 +146,7 @@ func (s *Store) Get(ctx context.Context, name string) (leasehold.Record, error) 
 		return leasehold.Record{}, leasehold.ErrNotFound
 	}
 	rec := r.Record(now)
-	rec.Data = clone(rec.Data)
+	rec.Data = bytes.Clone(rec.Data)
 	return rec, nil
 }
 
@@ -159,7 +165,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, er
 	for name, r := range s.rows {
 		if strings.HasPrefix(name, prefix) && r.Live(now) {
 			rec := r.Record(now)
-			rec.Data = clone(rec.Data)
+			rec.Data = bytes.Clone(rec.Data)
 			out = append(out, rec)
 		}
 	}
@@ -184,11 +190,4 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.watch.Close()
 	return nil
-}
-
-func clone(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	return append([]byte(nil), b...)
 }

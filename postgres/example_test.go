@@ -46,7 +46,7 @@ func Example_fencing() {
 	db.Exec(ctx, `CREATE TABLE IF NOT EXISTS example_reports (id text PRIMARY KEY, body text, fence bigint NOT NULL DEFAULT 0)`)
 	db.Exec(ctx, `DELETE FROM example_reports WHERE id = 'nightly'`)
 	db.Exec(ctx, `INSERT INTO example_reports (id) VALUES ('nightly')`)
-	write := `UPDATE example_reports SET body = $2, fence = $3 WHERE id = $1 AND ` + postgres.FenceClause("fence", 3)
+	write := `UPDATE example_reports SET body = $2, fence = $3 WHERE id = $1 AND ` + postgres.Fence("fence", 3)
 
 	a, _ := leasehold.New(store, leasehold.WithOwner("worker-a"))
 	b, _ := leasehold.New(store, leasehold.WithOwner("worker-b"))
@@ -59,7 +59,7 @@ func Example_fencing() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("a writes:", postgres.ExecFenced(ctx, db, write, "nightly", "draft by a", la.Token()))
+	fmt.Println("a writes:", postgres.FencedExec(ctx, db, write, "nightly", "draft by a", la.Token()))
 
 	// worker-b waits for the lease (it frees when a's expires) and writes.
 	lb, err := b.Acquire(ctx, name, leasehold.TTL(10*time.Second))
@@ -67,10 +67,10 @@ func Example_fencing() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("b writes:", postgres.ExecFenced(ctx, db, write, "nightly", "final by b", lb.Token()))
+	fmt.Println("b writes:", postgres.FencedExec(ctx, db, write, "nightly", "final by b", lb.Token()))
 
 	// worker-a wakes up and, not checking its lease, writes again: refused.
-	err = postgres.ExecFenced(ctx, db, write, "nightly", "late draft by a", la.Token())
+	err = postgres.FencedExec(ctx, db, write, "nightly", "late draft by a", la.Token())
 	fmt.Println("a's late write refused:", errors.Is(err, postgres.ErrFenced), errors.Is(err, leasehold.ErrLost))
 
 	var body string
@@ -106,9 +106,9 @@ func TestExampleFencing(t *testing.T) {
 	}
 }
 
-func TestFenceClause(t *testing.T) {
-	if got := postgres.FenceClause("fence", 3); got != `"fence" <= $3` {
-		t.Errorf("FenceClause = %s", got)
+func TestFence(t *testing.T) {
+	if got := postgres.Fence("fence", 3); got != `"fence" <= $3` {
+		t.Errorf("Fence = %s", got)
 	}
 	for _, bad := range []struct {
 		col string
@@ -117,10 +117,10 @@ func TestFenceClause(t *testing.T) {
 		func() {
 			defer func() {
 				if recover() == nil {
-					t.Errorf("FenceClause(%q, %d) did not panic", bad.col, bad.n)
+					t.Errorf("Fence(%q, %d) did not panic", bad.col, bad.n)
 				}
 			}()
-			postgres.FenceClause(bad.col, bad.n)
+			postgres.Fence(bad.col, bad.n)
 		}()
 	}
 }

@@ -22,7 +22,7 @@ import (
 //	ALTER TABLE accounts ADD COLUMN fence bigint NOT NULL DEFAULT 0;
 //
 //	UPDATE accounts SET balance = $2, fence = $3
-//	WHERE id = $1 AND "fence" <= $3     -- FenceClause("fence", 3)
+//	WHERE id = $1 AND "fence" <= $3     -- Fence("fence", 3)
 //
 // Use one lease name per protected resource: tokens of different names are
 // unrelated.
@@ -35,29 +35,29 @@ var ErrFenced = fmt.Errorf("%w: fenced write refused: a newer token has written,
 
 var columnRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// FenceClause returns the predicate that admits a write carrying the token
+// Fence returns the predicate that admits a write carrying the token
 // in parameter $param: `"column" <= $param`, with column quoted (it must be
 // a plain identifier, [A-Za-z_][A-Za-z0-9_]*, matched case-sensitively). Put
 // it in the WHERE clause of an UPDATE that also sets column = $param. It
 // panics on a bad column or a param below 1, which are programming errors.
-func FenceClause(column string, param int) string {
+func Fence(column string, param int) string {
 	if !columnRE.MatchString(column) || param < 1 {
-		panic(fmt.Sprintf("postgres.FenceClause(%q, %d): want a plain identifier and a parameter number >= 1", column, param))
+		panic(fmt.Sprintf("postgres.Fence(%q, %d): want a plain identifier and a parameter number >= 1", column, param))
 	}
 	return fmt.Sprintf("%s <= $%d", pgx.Identifier{column}.Sanitize(), param)
 }
 
-// Execer is what ExecFenced runs a statement on: a *pgxpool.Pool, a
+// Execer is what FencedExec runs a statement on: a *pgxpool.Pool, a
 // *pgx.Conn or a pgx.Tx.
 type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// ExecFenced runs stmt, a write guarded by FenceClause, and returns
+// FencedExec runs stmt, a write guarded by Fence, and returns
 // ErrFenced when it changed no row. Database errors come back with their
 // message (no driver types); context errors pass through. Pass the token as
 // an int64 or uint64 argument.
-func ExecFenced(ctx context.Context, db Execer, stmt string, args ...any) error {
+func FencedExec(ctx context.Context, db Execer, stmt string, args ...any) error {
 	tag, err := db.Exec(ctx, stmt, args...)
 	switch {
 	case err != nil && ctx.Err() != nil:

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/backoff"
 	"github.com/leasehold/leasehold/internal/watchset"
 	"github.com/leasehold/leasehold/storekit"
 )
@@ -116,18 +116,17 @@ func (h *hub) run() {
 		case <-ctx.Done():
 		}
 	}()
-	wait := listenBackoffMin
+	retry := backoff.New(listenBackoffMin, listenBackoffMax)
 	for ctx.Err() == nil {
 		if h.listen(ctx) {
-			wait = listenBackoffMin
+			retry.Reset()
 		}
-		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
+		t := time.NewTimer(retry.Next())
 		select {
 		case <-ctx.Done():
 		case <-t.C:
 		}
 		t.Stop()
-		wait = min(2*wait, listenBackoffMax)
 	}
 }
 

@@ -25,15 +25,15 @@ var fencedSetSrc string
 var fencedSetScript = goredis.NewScript(fencedSetSrc)
 
 // ErrFenced reports a write refused because a write with a greater fencing
-// token was already stored: the writer's lease was taken over. It matches
-// leasehold.ErrNotHeld with errors.Is too.
-var ErrFenced = fmt.Errorf("%w: a write with a greater fencing token was already stored", leasehold.ErrNotHeld)
+// token was already stored. It matches leasehold.ErrLost with errors.Is,
+// since a greater token means the writer's lease was taken over.
+var ErrFenced = fmt.Errorf("%w: a write with a greater fencing token was already stored", leasehold.ErrLost)
 
 // FencedSet stores value under key (a hash with the fields value and
 // token) as a write made with the lease token token, atomically and in one
 // round trip, unless the key already holds a write with a greater token;
 // then it changes nothing and returns an error matching ErrFenced (and
-// leasehold.ErrNotHeld). Writes with an equal token are accepted, so one
+// leasehold.ErrLost). Writes with an equal token are accepted, so one
 // holder may write many times. client is any go-redis client (a cluster
 // client too: only key is touched). Other errors are the connection's.
 func FencedSet(ctx context.Context, client goredis.Scripter, key, value string, token uint64) error {

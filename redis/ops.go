@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
 	"errors"
@@ -99,7 +100,7 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 			}
 		}
 		return leasehold.Record{
-			Name: req.Name, Owner: req.Owner, Token: token, Data: clone(req.Data),
+			Name: req.Name, Owner: req.Owner, Token: token, Data: bytes.Clone(req.Data),
 			TTL: req.TTL, Remaining: req.TTL, Acquired: time.UnixMicro(acq),
 		}, nil
 	case code == 1 && len(res) == 6:
@@ -341,11 +342,4 @@ func (s *Store) readBatch(ctx context.Context, keys []string) ([]leasehold.Recor
 		}
 		return out, nil
 	}
-}
-
-func clone(b []byte) []byte {
-	if len(b) == 0 {
-		return nil
-	}
-	return append([]byte(nil), b...)
 }

@@ -72,11 +72,18 @@ type Store struct {
 
 // Option configures a Store. A bad value makes Open or New return an
 // *leasehold.InvalidError.
-type Option func(*config) error
+type Option func(*config)
 
 type config struct {
 	prefix   string
 	holdback time.Duration
+	err      error // the first bad option value
+}
+
+func (c *config) invalid(field, format string, args ...any) {
+	if c.err == nil {
+		c.err = &leasehold.InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
 }
 
 // WithKeyPrefix sets the prefix of every key the store uses and of its
@@ -84,17 +91,17 @@ type config struct {
 // on one Redis are independent. It must be 1 to 128 bytes without '{', '}'
 // or control characters.
 func WithKeyPrefix(p string) Option {
-	return func(c *config) error {
+	return func(c *config) {
 		if p == "" || len(p) > 128 {
-			return &leasehold.InvalidError{Field: "key prefix", Reason: fmt.Sprintf("%d bytes; want 1 to 128", len(p))}
+			c.invalid("key prefix", "%d bytes; want 1 to 128", len(p))
 		}
 		for _, r := range p {
 			if r == '{' || r == '}' || r < 0x20 || r == 0x7f {
-				return &leasehold.InvalidError{Field: "key prefix", Reason: fmt.Sprintf("%q contains %q", p, r)}
+				c.invalid("key prefix", "%q contains %q", p, r)
+				break
 			}
 		}
 		c.prefix = p
-		return nil
 	}
 }
 
@@ -106,12 +113,11 @@ func WithKeyPrefix(p string) Option {
 // store skips the hold-back by itself when the server reports appendonly
 // yes with appendfsync always and is not a freshly promoted replica.
 func WithHoldback(d time.Duration) Option {
-	return func(c *config) error {
+	return func(c *config) {
 		if d < 0 || d > MaxHoldback {
-			return &leasehold.InvalidError{Field: "holdback", Reason: fmt.Sprintf("%s is outside [0, %s]", d, MaxHoldback)}
+			c.invalid("holdback", "%s is outside [0, %s]", d, MaxHoldback)
 		}
 		c.holdback = d
-		return nil
 	}
 }
 
@@ -190,11 +196,9 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 func configure(opts []Option) (config, error) {
 	cfg := config{prefix: DefaultKeyPrefix, holdback: DefaultHoldback}
 	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return cfg, err
-		}
+		o(&cfg)
 	}
-	return cfg, nil
+	return cfg, cfg.err
 }
 
 func newStore(client goredis.UniversalClient, own bool, cfg config) *Store {

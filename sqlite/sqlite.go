@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/internal/backoff"
 	"github.com/leasehold/leasehold/internal/leasestate"
 	"github.com/leasehold/leasehold/storekit"
 
@@ -77,15 +77,20 @@ type Store struct {
 }
 
 // Option configures a Store.
-type Option func(*Store)
+type Option func(*config)
+
+type config struct {
+	clock  clock.Clock
+	bootID string
+}
 
 // WithClock sets the clock whose Boot reading judges expiry. Default:
 // clock.Real(). Every process sharing a file must use the host's clock.
-func WithClock(c clock.Clock) Option { return func(s *Store) { s.clock = c } }
+func WithClock(c clock.Clock) Option { return func(cfg *config) { cfg.clock = c } }
 
 // WithBootID overrides the boot id read from the kernel (for tests that
 // simulate a reboot).
-func WithBootID(id string) Option { return func(s *Store) { s.bootID = id } }
+func WithBootID(id string) Option { return func(cfg *config) { cfg.bootID = id } }
 
 // Open opens (creating if needed) the store file at path, and its parent
 // directory.
@@ -96,13 +101,14 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if strings.ContainsAny(path, "?#\x00") {
 		return nil, &leasehold.InvalidError{Field: "path", Reason: fmt.Sprintf("%q must not contain '?', '#' or NUL", path)}
 	}
-	s := &Store{path: path, clock: clock.Real()}
+	cfg := config{clock: clock.Real()}
 	for _, o := range opts {
-		o(s)
+		o(&cfg)
 	}
-	if s.bootID == "" {
-		s.bootID = readBootID()
+	if cfg.bootID == "" {
+		cfg.bootID = readBootID()
 	}
+	s := &Store{path: path, clock: cfg.clock, bootID: cfg.bootID}
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("sqlite: create directory: %w", err)
@@ -135,14 +141,13 @@ func Open(path string, opts ...Option) (*Store, error) {
 // (busy_timeout does not apply): retry with jittered backoff for up to 30s.
 func createSchema(db *sql.DB) error {
 	deadline := time.Now().Add(30 * time.Second)
-	wait := 2 * time.Millisecond
+	retry := backoff.New(2*time.Millisecond, 200*time.Millisecond)
 	for {
 		_, err := db.Exec(schema)
 		if err == nil || !isBusy(err) || time.Now().After(deadline) {
 			return err
 		}
-		time.Sleep(wait/2 + time.Duration(rand.Int64N(int64(wait))))
-		wait = min(wait*2, 200*time.Millisecond)
+		time.Sleep(retry.Next())
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -82,36 +81,17 @@ func CheckHistories(ctx context.Context, store leasehold.Store, cfg HistoryConfi
 	cfg.defaults()
 	res := HistoryResult{Seed: cfg.Seed, Histories: cfg.Histories}
 	start := time.Now()
-	var mu sync.Mutex
-	sem := make(chan struct{}, cfg.Parallel)
-	var wg sync.WaitGroup
-	for h := 0; h < cfg.Histories; h++ {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(h int) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			name := fmt.Sprintf("%s%d-%d", cfg.Prefix, cfg.Seed%100000, h)
-			ops := runHistory(ctx, store, name, cfg, start, rand.New(rand.NewPCG(cfg.Seed, uint64(h))))
-			result := porcupine.CheckOperationsTimeout(LeaseModel(), ops, cfg.Timeout)
-			mu.Lock()
-			defer mu.Unlock()
-			res.Operations += len(ops)
-			countOps(&res, ops)
-			switch result {
-			case porcupine.Ok:
-				res.Ok++
-			case porcupine.Illegal:
-				res.Illegal++
-				if res.FirstBad == "" {
-					res.FirstBad = describe(name, ops)
-				}
-			default:
-				res.Undecided++
-			}
-		}(h)
-	}
-	wg.Wait()
+	name := func(h int) string { return fmt.Sprintf("%s%d-%d", cfg.Prefix, cfg.Seed%100000, h) }
+	v := historyRun{
+		histories: cfg.Histories, clients: cfg.Clients, parallel: cfg.Parallel,
+		seed: cfg.Seed, clientStream: 7, timeout: cfg.Timeout, model: LeaseModel(),
+		client: func(ctx context.Context, h, c int, r *rand.Rand) []porcupine.Operation {
+			return runClient(ctx, store, name(h), fmt.Sprintf("c%d", c), c, cfg, start, r)
+		},
+		tally:    func(ops []porcupine.Operation) { countOps(&res, ops) },
+		describe: func(h int, ops []porcupine.Operation) string { return describe(name(h), ops) },
+	}.run(ctx)
+	res.Operations, res.Ok, res.Illegal, res.Undecided, res.FirstBad = v.operations, v.ok, v.illegal, v.undecided, v.firstBad
 	return res
 }
 
@@ -158,31 +138,8 @@ func describe(name string, ops []porcupine.Operation) string {
 	return s
 }
 
-// runHistory drives cfg.Clients clients against one name and records their
-// operations.
-func runHistory(ctx context.Context, store leasehold.Store, name string, cfg HistoryConfig, start time.Time, rng *rand.Rand) []porcupine.Operation {
-	var mu sync.Mutex
-	var ops []porcupine.Operation
-	seeds := make([]uint64, cfg.Clients)
-	for i := range seeds {
-		seeds[i] = rng.Uint64()
-	}
-	var wg sync.WaitGroup
-	for c := 0; c < cfg.Clients; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(seeds[c], 7))
-			mine := runClient(ctx, store, name, fmt.Sprintf("c%d", c), c, cfg, start, r)
-			mu.Lock()
-			ops = append(ops, mine...)
-			mu.Unlock()
-		}(c)
-	}
-	wg.Wait()
-	return ops
-}
-
+// runClient issues cfg.OpsPerClient random operations on name as owner and
+// records them.
 func runClient(ctx context.Context, store leasehold.Store, name, owner string, id int, cfg HistoryConfig, start time.Time, r *rand.Rand) []porcupine.Operation {
 	now := func() int64 { return int64(time.Since(start)) }
 	var ops []porcupine.Operation

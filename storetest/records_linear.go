@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -403,24 +402,20 @@ func CheckRecordHistories(ctx context.Context, store leasehold.RecordStore, cfg 
 	cfg.defaults()
 	res := RecordHistoryResult{Seed: cfg.Seed, Histories: cfg.Histories}
 	start := time.Now()
-	var mu sync.Mutex
-	sem := make(chan struct{}, cfg.Parallel)
-	var wg sync.WaitGroup
-	for h := 0; h < cfg.Histories; h++ {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(h int) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			keys := make([]string, cfg.Keys)
-			for i := range keys {
-				keys[i] = fmt.Sprintf("%s%d-%d/%d", cfg.Prefix, cfg.Seed%100000, h, i)
-			}
-			ops := runRecHistory(ctx, store, keys, cfg, start, rand.New(rand.NewPCG(cfg.Seed, uint64(h))))
-			result := porcupine.CheckOperationsTimeout(RecordModel(), ops, cfg.Timeout)
-			mu.Lock()
-			defer mu.Unlock()
-			res.Operations += len(ops)
+	keys := func(h int) []string {
+		keys := make([]string, cfg.Keys)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("%s%d-%d/%d", cfg.Prefix, cfg.Seed%100000, h, i)
+		}
+		return keys
+	}
+	v := historyRun{
+		histories: cfg.Histories, clients: cfg.Clients, parallel: cfg.Parallel,
+		seed: cfg.Seed, clientStream: 11, timeout: cfg.Timeout, model: RecordModel(),
+		client: func(ctx context.Context, h, c int, r *rand.Rand) []porcupine.Operation {
+			return runRecClient(ctx, store, keys(h), c, cfg, start, r)
+		},
+		tally: func(ops []porcupine.Operation) {
 			for _, op := range ops {
 				i, o := op.Input.(recInput), op.Output.(recOutput)
 				switch {
@@ -437,20 +432,10 @@ func CheckRecordHistories(ctx context.Context, store leasehold.RecordStore, cfg 
 					res.Adds++
 				}
 			}
-			switch result {
-			case porcupine.Ok:
-				res.Ok++
-			case porcupine.Illegal:
-				res.Illegal++
-				if res.FirstBad == "" {
-					res.FirstBad = describeRecHistory(ops)
-				}
-			default:
-				res.Undecided++
-			}
-		}(h)
-	}
-	wg.Wait()
+		},
+		describe: func(_ int, ops []porcupine.Operation) string { return describeRecHistory(ops) },
+	}.run(ctx)
+	res.Operations, res.Ok, res.Illegal, res.Undecided, res.FirstBad = v.operations, v.ok, v.illegal, v.undecided, v.firstBad
 	return res
 }
 
@@ -474,28 +459,6 @@ func describeRecHistory(ops []porcupine.Operation) string {
 			describeRecOp(op.Input.(recInput), op.Output.(recOutput)))
 	}
 	return s
-}
-
-func runRecHistory(ctx context.Context, store leasehold.RecordStore, keys []string, cfg RecordHistoryConfig, start time.Time, rng *rand.Rand) []porcupine.Operation {
-	var mu sync.Mutex
-	var ops []porcupine.Operation
-	seeds := make([]uint64, cfg.Clients)
-	for i := range seeds {
-		seeds[i] = rng.Uint64()
-	}
-	var wg sync.WaitGroup
-	for c := 0; c < cfg.Clients; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			mine := runRecClient(ctx, store, keys, c, cfg, start, rand.New(rand.NewPCG(seeds[c], 11)))
-			mu.Lock()
-			ops = append(ops, mine...)
-			mu.Unlock()
-		}(c)
-	}
-	wg.Wait()
-	return ops
 }
 
 // runRecClient issues cfg.OpsPerClient random operations. The client

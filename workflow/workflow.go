@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/internal/backoff"
 	"github.com/leasehold/leasehold/storekit"
 )
 
@@ -448,7 +448,7 @@ func (w *Workflows) refusal(ctx context.Context, c *command, rec instRec, s Stra
 // attempt's result and may stop the retries (Adaptive moving the instance
 // to its queue): optimistic then returns errMoved.
 func (w *Workflows) optimistic(ctx context.Context, c *command, s Strategy, token uint64, onAttempt func(conflict bool) (stop bool)) (Result, error) {
-	wait := w.cfg.BackoffMin
+	retry := backoff.NewFull(w.cfg.BackoffMin, w.cfg.BackoffMax)
 	var last *leasehold.ConflictError
 	for attempt := 1; attempt <= w.cfg.MaxAttempts; attempt++ {
 		rec, ver, err := w.readInstance(ctx, c.id)
@@ -489,15 +489,13 @@ func (w *Workflows) optimistic(ctx context.Context, c *command, s Strategy, toke
 		if attempt == w.cfg.MaxAttempts {
 			break
 		}
-		d := time.Duration(rand.Int64N(int64(wait)) + 1)
-		t2 := w.clock.NewTimer(d)
+		t2 := w.clock.NewTimer(retry.Next())
 		select {
 		case <-ctx.Done():
 			t2.Stop()
 			return Result{}, ctx.Err()
 		case <-t2.C():
 		}
-		wait = min(2*wait, w.cfg.BackoffMax)
 	}
 	return Result{}, &leasehold.RetriesExhaustedError{Key: w.instKey(c.id), Attempts: w.cfg.MaxAttempts, Last: last}
 }
