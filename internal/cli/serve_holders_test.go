@@ -173,3 +173,32 @@ func TestServeHolderKeyBad(t *testing.T) {
 		t.Errorf("the bad key file was changed: %q", b)
 	}
 }
+
+// TestServeHolderKeyReadable: a key file others may read is used, with a
+// warning at start-up.
+func TestServeHolderKeyReadable(t *testing.T) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "holder.key")
+	if err := os.WriteFile(keyFile, []byte(strings.Repeat("ab", 32)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(keyFile, 0o644); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	s := startServing(t, "--addr", "127.0.0.1:0", "--resp-addr", "", "--data-dir", filepath.Join(dir, "data"), "--holder-key-file", keyFile)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	r := s.wait(t)
+	if r.code != 0 || !strings.Contains(r.stdout, "holder proofs: key in "+keyFile+"; secrets checked when given (auth is off)") ||
+		!strings.Contains(r.stderr, "readable by others") {
+		t.Errorf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "holder.key")); !os.IsNotExist(err) {
+		t.Errorf("a key was made in the data directory although --holder-key-file was given: %v", err)
+	}
+}
