@@ -23,6 +23,7 @@ func dynamoLockers(ctx context.Context, url string) ([]locker, error) {
 	if err != nil {
 		return nil, err
 	}
+	atEnd(func() { st.Close() })
 	cli, table := st.Client(), st.Table()
 	rawTry := func(ctx context.Context, key string) (func(context.Context) error, bool, error) {
 		k := map[string]types.AttributeValue{"LockKey": &types.AttributeValueMemberS{Value: "bench/raw-ddb/" + key}}

@@ -19,7 +19,9 @@ func etcdLockers(ctx context.Context, url string) ([]locker, error) {
 	if err != nil {
 		return nil, err
 	}
+	atEnd(func() { st.Close() })
 	sessions := &sessionPool{cli: st.Client()}
+	atEnd(sessions.close)
 	mutex := func(ctx context.Context, key string, try bool) (func(context.Context) error, bool, error) {
 		s, err := sessions.get(ctx)
 		if err != nil {
@@ -89,4 +91,14 @@ func (p *sessionPool) put(s *concurrency.Session) {
 	p.mu.Lock()
 	p.free = append(p.free, s)
 	p.mu.Unlock()
+}
+
+// close ends every idle session (revoking its lease).
+func (p *sessionPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.free {
+		s.Close()
+	}
+	p.free = nil
 }

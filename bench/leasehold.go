@@ -17,6 +17,7 @@ func leaseholdLockers(ctx context.Context, engine, url string) ([]locker, error)
 	if err != nil {
 		return nil, err
 	}
+	atEnd(func() { store.Close() })
 	const ttl = 10 * time.Second
 	direct := locker{
 		name: "leasehold " + engine + " (Store)",

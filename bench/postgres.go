@@ -18,6 +18,7 @@ func postgresLockers(ctx context.Context, url string) ([]locker, error) {
 	if err != nil {
 		return nil, err
 	}
+	atEnd(pool.Close)
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_raw_locks (name text PRIMARY KEY, owner text NOT NULL, expires_at timestamptz NOT NULL)`); err != nil {
 		return nil, err
 	}

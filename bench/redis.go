@@ -22,6 +22,7 @@ func redisLockers(ctx context.Context, url string) ([]locker, error) {
 	}
 	opt.PoolSize = 64
 	rdb := goredislib.NewClient(opt)
+	atEnd(func() { rdb.Close() })
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return nil, err
 	}

@@ -60,6 +60,7 @@ func (c *storesConfig) smoke() {
 // and every implementation selected must complete every measure; with
 // smoke, every engine must be given.
 func runStores(ctx context.Context, c *storesConfig, smoke bool, out io.Writer) error {
+	defer closeAll()
 	var lockers []locker
 	if c.memory != "off" {
 		ls, err := leaseholdLockers(ctx, "memory", "memory://")
@@ -135,6 +136,19 @@ func runStores(ctx context.Context, c *storesConfig, smoke bool, out io.Writer) 
 		return fmt.Errorf("%d implementation(s) did not complete:\n  %s", len(failed), strings.Join(failed, "\n  "))
 	}
 	return nil
+}
+
+// closers are what the suite opened, closed in reverse order at its end.
+var closers []func()
+
+// atEnd registers f to run when the suite ends.
+func atEnd(f func()) { closers = append(closers, f) }
+
+func closeAll() {
+	for i := len(closers) - 1; i >= 0; i-- {
+		closers[i]()
+	}
+	closers = nil
 }
 
 func selected(only, name string) bool {
