@@ -76,3 +76,27 @@ func Size[T any](short, long T) T {
 	}
 	return short
 }
+
+// EnvDump names a directory to write a failed run's histories to (one JSON
+// event a line), for a closer look.
+const EnvDump = "LEASEHOLD_VERIFY_DUMP"
+
+// Dump writes h to a new file name-*.jsonl in $LEASEHOLD_VERIFY_DUMP, if
+// that is set.
+func Dump(t testing.TB, name string, h *History) {
+	dir := os.Getenv(EnvDump)
+	if dir == "" {
+		return
+	}
+	f, err := os.CreateTemp(dir, name+"-*.jsonl")
+	if err != nil {
+		t.Logf("dump: %v", err)
+		return
+	}
+	defer f.Close()
+	enc := json.NewEncoder(f)
+	for _, ev := range h.Events {
+		_ = enc.Encode(ev)
+	}
+	t.Logf("history written to %s", f.Name())
+}

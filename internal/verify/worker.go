@@ -116,28 +116,39 @@ var workerModes = map[string]func(ctx context.Context, w *Worker, client int){
 // those cases. Test binaries of the suites call it first
 // thing in TestMain, so StartWorkers can run them as workers.
 func MaybeWorker() {
-	if args := os.Getenv(EnvCLI); args != "" {
-		var argv []string
-		if err := json.Unmarshal([]byte(args), &argv); err != nil {
-			fmt.Fprintf(os.Stderr, "verify: bad %s: %v\n", EnvCLI, err)
-			os.Exit(2)
-		}
-		os.Exit(cli.Main(context.Background(), argv, os.Stdout, os.Stderr))
-	}
-	raw := os.Getenv(EnvWorker)
+	ProcessMain(EnvCLI, "verify", func(argv []string) int {
+		return cli.Main(context.Background(), argv, os.Stdout, os.Stderr)
+	})
+	ProcessMain(EnvWorker, "verify worker", func(cfg WorkerConfig) int {
+		return ExitStatus("verify worker "+cfg.ID, RunWorker(cfg, os.Stdout))
+	})
+}
+
+// ProcessMain turns the process into what the environment variable env
+// configures (JSON, decoded into a C), if it is set, and exits with run's
+// status, or 2 if the configuration cannot be decoded (what names the
+// process in that message). It returns when env is not set.
+func ProcessMain[C any](env, what string, run func(cfg C) int) {
+	raw := os.Getenv(env)
 	if raw == "" {
 		return
 	}
-	var cfg WorkerConfig
+	var cfg C
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "verify worker: bad %s: %v\n", EnvWorker, err)
+		fmt.Fprintf(os.Stderr, "%s: bad %s: %v\n", what, env, err)
 		os.Exit(2)
 	}
-	if err := RunWorker(cfg, os.Stdout); err != nil {
-		fmt.Fprintf(os.Stderr, "verify worker %s: %v\n", cfg.ID, err)
-		os.Exit(1)
+	os.Exit(run(cfg))
+}
+
+// ExitStatus is a process's exit status after err: 0 if nil, else 1 with
+// err written to standard error after what.
+func ExitStatus(what string, err error) int {
+	if err == nil {
+		return 0
 	}
-	os.Exit(0)
+	fmt.Fprintf(os.Stderr, "%s: %v\n", what, err)
+	return 1
 }
 
 // RunWorker runs a worker until its cycles are done or SIGTERM, writing its
@@ -151,24 +162,31 @@ func RunWorker(cfg WorkerConfig, out io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	// The engine may be down (a suite killed it): keep trying for a while.
-	var store leasehold.Store
-	var err error
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		store, err = stores.Open(octx, cfg.Store)
-		cancel()
-		if err == nil || errors.Is(err, leasehold.ErrInvalid) || time.Now().After(deadline) || ctx.Err() != nil {
-			break
-		}
-	}
+	store, err := OpenStore(ctx, cfg.Store, 60*time.Second)
 	if err != nil {
-		return fmt.Errorf("open store: %w", err)
+		return err
 	}
 	defer store.Close()
 	enc := json.NewEncoder(out)
 	newWorker(cfg, store, InProcess{}, func(ev Event) { _ = enc.Encode(ev) }).run(ctx, mode)
 	return nil
+}
+
+// OpenStore opens the store at url for a worker process. The engine may
+// be down (a suite killed it): it keeps trying for up to within, each try
+// bounded by a sixth of that, unless the URL is invalid or ctx ends.
+func OpenStore(ctx context.Context, url string, within time.Duration) (leasehold.Store, error) {
+	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
+		octx, cancel := context.WithTimeout(ctx, within/6)
+		store, err := stores.Open(octx, url)
+		cancel()
+		if err == nil {
+			return store, nil
+		}
+		if errors.Is(err, leasehold.ErrInvalid) || time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+	}
 }
 
 // newWorker returns the worker of cfg on store; its Emit stamps each event

@@ -26,6 +26,28 @@ type session interface {
 // view of the store whose acquires attach to it.
 type openSession func(ctx context.Context, ttl time.Duration) (session, leasehold.Store, error)
 
+// sessionsOf opens the store at url with open (remote.OpenHTTP or
+// remote.OpenRESP), and returns it with how to open its sessions.
+func sessionsOf[L leasehold.Store, T interface {
+	session
+	Store() L
+}, S interface {
+	leasehold.Store
+	OpenSession(context.Context, time.Duration, ...remote.SessionOption) (T, error)
+}](open func(string) (S, error), url string) (leasehold.Store, openSession, error) {
+	s, err := open(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, func(ctx context.Context, ttl time.Duration) (session, leasehold.Store, error) {
+		sess, err := s.OpenSession(ctx, ttl)
+		if err != nil {
+			return nil, nil, err
+		}
+		return sess, sess.Store(), nil
+	}, nil
+}
+
 type poolEntry struct {
 	sess  session
 	store leasehold.Store
@@ -197,31 +219,11 @@ func TestNetworkFaultsSessions(t *testing.T) {
 			switch proto {
 			case "http":
 				sessionFaults(t, proto, httpAddr, func(addr string) (leasehold.Store, openSession, error) {
-					s, err := remote.OpenHTTP("http://" + addr + "?timeout=2s")
-					if err != nil {
-						return nil, nil, err
-					}
-					return s, func(ctx context.Context, ttl time.Duration) (session, leasehold.Store, error) {
-						sess, err := s.OpenSession(ctx, ttl)
-						if err != nil {
-							return nil, nil, err
-						}
-						return sess, sess.Store(), nil
-					}, nil
+					return sessionsOf(remote.OpenHTTP, "http://"+addr+"?timeout=2s")
 				})
 			case "resp":
 				sessionFaults(t, proto, respAddr, func(addr string) (leasehold.Store, openSession, error) {
-					s, err := remote.OpenRESP("leasehold://" + addr + "?timeout=2s")
-					if err != nil {
-						return nil, nil, err
-					}
-					return s, func(ctx context.Context, ttl time.Duration) (session, leasehold.Store, error) {
-						sess, err := s.OpenSession(ctx, ttl)
-						if err != nil {
-							return nil, nil, err
-						}
-						return sess, sess.Store(), nil
-					}, nil
+					return sessionsOf(remote.OpenRESP, "leasehold://"+addr+"?timeout=2s")
 				})
 			}
 		})

@@ -130,7 +130,7 @@ func TestR7(t *testing.T) {
 			enginetest.Missing(t, "etcd", "R7 needs it: $LEASEHOLD_TEST_ETCD_BIN is empty and etcd is not in PATH")
 		}
 	}
-	seed := testSeed(t)
+	seed := verify.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 0x77))
 	length := verify.Size(2*time.Minute, 5*time.Minute)
 	if v := os.Getenv("LEASEHOLD_R7_FOR"); v != "" { // another length of faults
@@ -240,7 +240,7 @@ func TestR7(t *testing.T) {
 	noLeader := 0
 	start := time.Now()
 	for n := 0; time.Since(start) < length; n++ {
-		time.Sleep(between(rng, 3*time.Second, 5*time.Second))
+		time.Sleep(verify.Between(rng, 3*time.Second, 5*time.Second))
 		leader, err := cl.Leader()
 		if err != nil {
 			noLeader++
@@ -266,7 +266,7 @@ func TestR7(t *testing.T) {
 		}
 		w.On = verify.Mono()
 		t.Logf("%s (mono %.3f s): %s %v (leader %s)", time.Since(start).Round(100*time.Millisecond), float64(w.On)/1e9, w.Kind, pairs, member(leader))
-		time.Sleep(between(rng, 5*time.Second, 10*time.Second))
+		time.Sleep(verify.Between(rng, 5*time.Second, 10*time.Second))
 		w.Off = verify.Mono()
 		if err := nw.Heal(); err != nil {
 			t.Fatalf("heal: %v", err)
@@ -320,12 +320,12 @@ func TestR7(t *testing.T) {
 	t.Logf("R7: %s; oracle %+v; minority %+v", res, or, mr)
 
 	if !res.Passed() || res.Checker() != "ok" || or.Violations() > 0 || mr.Succeeded > 0 {
-		dump(t, g.History())
+		verify.Dump(t, "r7", g.History())
 		t.Fatalf("R7: %s\noracle: %d lost updates, %d stale accepted, %d after deadline, %d counter mismatches; first: %s\nminority side: %d operations succeeded (%d grants); first: %s\nworker logs:\n%s",
-			res, or.LostUpdates, or.StaleAccepted, or.AfterDeadline, or.CounterMismatch, or.First, mr.Succeeded, mr.Grants, mr.First, clip(g.Logs()))
+			res, or.LostUpdates, or.StaleAccepted, or.AfterDeadline, or.CounterMismatch, or.First, mr.Succeeded, mr.Grants, mr.First, verify.Clip(g.Logs(), 60))
 	}
 	if len(windows) == 0 || or.Accepted == 0 {
-		t.Fatalf("R7: %d partitions, %d writes accepted: the run tested nothing\nworker logs:\n%s", len(windows), or.Accepted, clip(g.Logs()))
+		t.Fatalf("R7: %d partitions, %d writes accepted: the run tested nothing\nworker logs:\n%s", len(windows), or.Accepted, verify.Clip(g.Logs(), 60))
 	}
 }
 
@@ -409,32 +409,3 @@ func minority(h *verify.History, windows []window, attached map[string]int) mino
 	}
 	return r
 }
-
-// envDump names a directory to write a failed run's history to (one JSON
-// event a line), for a closer look.
-const envDump = "LEASEHOLD_VERIFY_DUMP"
-
-func dump(t *testing.T, h *verify.History) {
-	dir := os.Getenv(envDump)
-	if dir == "" {
-		return
-	}
-	f, err := os.CreateTemp(dir, "r7-*.jsonl")
-	if err != nil {
-		t.Logf("dump: %v", err)
-		return
-	}
-	defer f.Close()
-	enc := json.NewEncoder(f)
-	for _, ev := range h.Events {
-		_ = enc.Encode(ev)
-	}
-	t.Logf("history written to %s", f.Name())
-}
-
-// The suites' shared helpers (internal/verify/helpers.go).
-var (
-	between  = verify.Between
-	testSeed = func(t *testing.T) uint64 { return verify.Seed(t) }
-	clip     = func(s string) string { return verify.Clip(s, 60) }
-)

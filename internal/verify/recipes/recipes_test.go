@@ -1,7 +1,6 @@
 package recipes_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -66,7 +65,7 @@ func TestR9(t *testing.T) {
 }
 
 func run(t *testing.T, tg verify.Target) {
-	seed := testSeed(t)
+	seed := verify.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 0x59))
 	url, ttl, note := tg.Fit(tg.URL, time.Second)
 	if note != "" {
@@ -129,7 +128,7 @@ func run(t *testing.T, tg verify.Target) {
 	var restarts []crash.Restart // kills of the engine
 	start := time.Now()
 	for n := 0; time.Since(start) < length; n++ {
-		time.Sleep(between(rng, 1500*time.Millisecond, 3*time.Second))
+		time.Sleep(verify.Between(rng, 1500*time.Millisecond, 3*time.Second))
 		kind := kinds[n%len(kinds)]
 		switch {
 		case kind == "kill" && tg.Embedded():
@@ -148,15 +147,15 @@ func run(t *testing.T, tg verify.Target) {
 		case kind == "kill":
 			restarts = append(restarts, crash.Restart{Killed: verify.Mono()})
 			tg.Kill()
-			time.Sleep(between(rng, 500*time.Millisecond, time.Second))
+			time.Sleep(verify.Between(rng, 500*time.Millisecond, time.Second))
 			tg.Start()
 			restarts[len(restarts)-1].Up = verify.Mono()
 		case kind == "pause-engine":
 			tg.Pause()
-			time.Sleep(between(rng, time.Second, 3*time.Second))
+			time.Sleep(verify.Between(rng, time.Second, 3*time.Second))
 			tg.Resume()
 		case kind == "pause-holder":
-			d := between(rng, 3*ttl/2, 3*ttl)
+			d := verify.Between(rng, 3*ttl/2, 3*ttl)
 			hp.Arm("election", d)
 			hp.Arm("semaphore", d)
 			for end := time.Now().Add(5 * time.Second); time.Now().Before(end) && (hp.Armed("election") || hp.Armed("semaphore")); {
@@ -214,23 +213,23 @@ func run(t *testing.T, tg verify.Target) {
 	if !resE.Passed() || resE.Checker() != "ok" || terms.Violations() > 0 || orE.Violations() > 0 {
 		bad = true
 		t.Errorf("R9-election %s: %s\n%s\noracle: %d lost updates, %d stale accepted, %d after deadline, %d counter mismatches; first: %s\nworker logs:\n%s",
-			tg.Name, resE, terms, orE.LostUpdates, orE.StaleAccepted, orE.AfterDeadline, orE.CounterMismatch, orE.First, clip(groups["election"].Logs()))
+			tg.Name, resE, terms, orE.LostUpdates, orE.StaleAccepted, orE.AfterDeadline, orE.CounterMismatch, orE.First, verify.Clip(groups["election"].Logs(), 60))
 	}
 	if !resS.Passed() || resS.Checker() != "ok" || perm.Violations() > 0 || orS.Violations() > 0 {
 		bad = true
 		t.Errorf("R9-semaphore %s: %s\n%s\noracle: %d lost updates, %d stale accepted, %d after deadline, %d counter mismatches; first: %s\nworker logs:\n%s",
-			tg.Name, resS, perm, orS.LostUpdates, orS.StaleAccepted, orS.AfterDeadline, orS.CounterMismatch, orS.First, clip(groups["semaphore"].Logs()))
+			tg.Name, resS, perm, orS.LostUpdates, orS.StaleAccepted, orS.AfterDeadline, orS.CounterMismatch, orS.First, verify.Clip(groups["semaphore"].Logs(), 60))
 	}
 	if bad {
-		dump(t, tg.Name+"-election", hE)
-		dump(t, tg.Name+"-semaphore", hS)
+		verify.Dump(t, "r9-"+tg.Name+"-election", hE)
+		verify.Dump(t, "r9-"+tg.Name+"-semaphore", hS)
 		return
 	}
 	// The run must have tested something: faults, leaders and permit
 	// holders that did their work.
 	if engineFaults == 0 && !tg.Embedded() || terms.Leaderships == 0 || orE.Accepted == 0 || perm.Holds == 0 || orS.Accepted == 0 {
 		t.Fatalf("R9 %s: %d engine faults, %d leaderships (%d writes accepted), %d permits held (%d writes accepted): the run tested nothing\nelection logs:\n%s\nsemaphore logs:\n%s",
-			tg.Name, engineFaults, terms.Leaderships, orE.Accepted, perm.Holds, orS.Accepted, clip(groups["election"].Logs()), clip(groups["semaphore"].Logs()))
+			tg.Name, engineFaults, terms.Leaderships, orE.Accepted, perm.Holds, orS.Accepted, verify.Clip(groups["election"].Logs(), 60), verify.Clip(groups["semaphore"].Logs(), 60))
 	}
 }
 
@@ -261,32 +260,3 @@ func modelNote(added int) string {
 	}
 	return ""
 }
-
-// envDump names a directory to write a failed run's histories to (one
-// JSON event a line), for a closer look.
-const envDump = "LEASEHOLD_VERIFY_DUMP"
-
-func dump(t *testing.T, name string, h *verify.History) {
-	dir := os.Getenv(envDump)
-	if dir == "" {
-		return
-	}
-	f, err := os.CreateTemp(dir, "r9-"+name+"-*.jsonl")
-	if err != nil {
-		t.Logf("dump: %v", err)
-		return
-	}
-	defer f.Close()
-	enc := json.NewEncoder(f)
-	for _, ev := range h.Events {
-		_ = enc.Encode(ev)
-	}
-	t.Logf("history written to %s", f.Name())
-}
-
-// The suites' shared helpers (internal/verify/helpers.go).
-var (
-	between  = verify.Between
-	testSeed = func(t *testing.T) uint64 { return verify.Seed(t) }
-	clip     = func(s string) string { return verify.Clip(s, 60) }
-)

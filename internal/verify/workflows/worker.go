@@ -17,7 +17,6 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/verify"
-	"github.com/leasehold/leasehold/stores"
 	"github.com/leasehold/leasehold/workflow"
 )
 
@@ -63,20 +62,9 @@ func New(cfg Config, rs leasehold.RecordStore, leases leasehold.Store) (*workflo
 // which runs the leasehold command line when asked to.
 func MaybeWorker() {
 	verify.MaybeWorker()
-	raw := os.Getenv(EnvWorker)
-	if raw == "" {
-		return
-	}
-	var cfg Config
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "r16 worker: bad %s: %v\n", EnvWorker, err)
-		os.Exit(2)
-	}
-	if err := runProcess(cfg, os.Stdout); err != nil {
-		fmt.Fprintf(os.Stderr, "r16 worker %s: %v\n", cfg.ID, err)
-		os.Exit(1)
-	}
-	os.Exit(0)
+	verify.ProcessMain(EnvWorker, "r16 worker", func(cfg Config) int {
+		return verify.ExitStatus("r16 worker "+cfg.ID, runProcess(cfg, os.Stdout))
+	})
 }
 
 func runProcess(cfg Config, out io.Writer) error {
@@ -96,18 +84,9 @@ func runProcess(cfg Config, out io.Writer) error {
 		}, emit)
 		return nil
 	}
-	var st leasehold.Store
-	var err error
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		st, err = stores.Open(octx, cfg.Store)
-		cancel()
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
+	st, err := verify.OpenStore(ctx, cfg.Store, 30*time.Second)
 	if err != nil {
-		return fmt.Errorf("open store: %w", err)
+		return err
 	}
 	defer st.Close()
 	rs, ok := st.(leasehold.RecordStore)
