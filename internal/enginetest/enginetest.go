@@ -167,8 +167,17 @@ func (s *Server) Start() {
 	}
 }
 
-// launch starts the server and kills it when the test ends.
-func (s *Server) launch() *Server {
+// newServer returns a server on a free port, with a fresh directory,
+// ready when its port is open (unless its wait is set otherwise).
+func newServer(t testing.TB) *Server {
+	s := &Server{t: t, Port: FreePort(t), Dir: t.TempDir()}
+	s.wait = s.portOpen
+	return s
+}
+
+// launch starts the server with argv and kills it when the test ends.
+func (s *Server) launch(argv ...string) *Server {
+	s.argv = argv
 	s.Start()
 	s.t.Cleanup(s.Kill)
 	return s
@@ -267,11 +276,9 @@ func StartRedis(t testing.TB, extra ...string) *Server { return mustLookup("redi
 func startRedis(t testing.TB, e Engine, extra ...string) *Server {
 	t.Helper()
 	bin := binary(t, e.BinVar, "redis-server")
-	s := &Server{t: t, Port: FreePort(t), Dir: t.TempDir()}
-	s.argv = append([]string{bin, "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.Dir}, extra...)
-	s.wait = s.portOpen
-	return s.launch()
+	s := newServer(t)
+	return s.launch(append([]string{bin, "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.Dir}, extra...)...)
 }
 
 // RedisURL returns the URL of a private Redis server.
@@ -301,11 +308,11 @@ func startPostgres(t testing.TB, e Engine, _ ...string) *Server {
 		t.Fatal(err)
 	}
 	s.uid = c.Credential()
-	s.argv = []string{filepath.Join(bin, "postgres"), "-D", filepath.Join(dir, "data"), "-p", strconv.Itoa(s.Port),
+	argv := []string{filepath.Join(bin, "postgres"), "-D", filepath.Join(dir, "data"), "-p", strconv.Itoa(s.Port),
 		"-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "full_page_writes=off"}
 	s.wait = func() bool { return s.portOpen() && s.pgReady(bin) }
 	s.procDir = filepath.Join(dir, "data")
-	return s.launch()
+	return s.launch(argv...)
 }
 
 func (s *Server) pgReady(bin string) bool {
@@ -348,7 +355,7 @@ func startDynalite(t testing.TB, e Engine, extra ...string) *Server {
 	if cli == "" || err != nil {
 		Missing(t, "dynalite", "$"+e.BinVar+" is empty or node is not in PATH")
 	}
-	s := &Server{t: t, Port: FreePort(t), Dir: t.TempDir()}
+	s := newServer(t)
 	// dynalite rethrows a request aborted by its client (ECONNRESET
 	// "aborted": a killed worker, a call abandoned at its deadline) as an
 	// uncaught exception and exits, where DynamoDB itself drops the
@@ -358,9 +365,7 @@ func startDynalite(t testing.TB, e Engine, extra ...string) *Server {
 	if err := os.WriteFile(preload, []byte(ignoreAborted), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s.argv = append([]string{node, "--require", preload, cli, "--port", strconv.Itoa(s.Port), "--host", "127.0.0.1"}, extra...)
-	s.wait = s.portOpen
-	return s.launch()
+	return s.launch(append([]string{node, "--require", preload, cli, "--port", strconv.Itoa(s.Port), "--host", "127.0.0.1"}, extra...)...)
 }
 
 // DynamoDBEndpoint returns the HTTP endpoint of a private dynalite.
@@ -373,15 +378,13 @@ func StartEtcd(t testing.TB) *Server { return mustLookup("etcd").Start(t) }
 func startEtcd(t testing.TB, e Engine, _ ...string) *Server {
 	t.Helper()
 	bin := binary(t, e.BinVar, "etcd")
-	s := &Server{t: t, Port: FreePort(t), Dir: t.TempDir()}
+	s := newServer(t)
 	peer := FreePort(t)
 	client, peerURL := fmt.Sprintf("http://127.0.0.1:%d", s.Port), fmt.Sprintf("http://127.0.0.1:%d", peer)
-	s.argv = []string{bin, "--name", "t", "--data-dir", filepath.Join(s.Dir, "data"),
+	return s.launch(bin, "--name", "t", "--data-dir", filepath.Join(s.Dir, "data"),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-		"--initial-cluster", "t=" + peerURL}
-	s.wait = s.portOpen
-	return s.launch()
+		"--initial-cluster", "t="+peerURL)
 }
 
 // EtcdURL returns the store URL of a private etcd.
