@@ -250,48 +250,55 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 	for {
 		l, err := c.try(ctx, req, cfg)
 		if err == nil {
-			if ctx.Err() != nil {
-				rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				_ = l.Release(rctx)
-				cancel()
-				return nil, ctx.Err()
-			}
-			return l, nil
+			return keepUnlessDone(ctx, l)
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		var wait time.Duration
 		var held *HeldError
-		switch {
-		case errors.As(err, &held):
-			if cfg.onWait != nil {
-				cfg.onWait(held)
-			}
-			until := held.Remaining + time.Millisecond
-			if notify != nil {
-				wait = until // a release arrives by push; expiry by this timer
-			} else {
-				wait = min(bo.Next(), until)
-			}
-		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
+		errors.As(err, &held)
+		if err := c.pause(ctx, cfg, bo, notify, held, err); err != nil {
 			return nil, err
-		default:
-			if cfg.onError != nil {
-				cfg.onError(err)
-			}
-			wait = bo.Next() // transient: retry with the same request id
-		}
-		t := c.clock.NewTimer(max(wait, 0))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-notify:
-			t.Stop()
-		case <-t.C():
 		}
 	}
+}
+
+// pause waits before the next attempt of an acquire loop. After a busy
+// answer (held, the holder whose grant expires first) it waits until that
+// grant expires or notify (the store's push, nil if none) says something
+// was released; without a push, at most a backoff step. After another
+// error it tells onError and waits a backoff step: a transient error, the
+// next attempt retries with the same request id. An invalid argument or a
+// closed store ends the loop: pause returns err, or ctx's error.
+func (c *Client) pause(ctx context.Context, cfg acquireConfig, bo *backoff.Backoff, notify <-chan struct{}, held *HeldError, err error) error {
+	var wait time.Duration
+	switch {
+	case held != nil:
+		if cfg.onWait != nil {
+			cfg.onWait(held)
+		}
+		wait = held.Remaining + time.Millisecond
+		if notify == nil {
+			wait = min(bo.Next(), wait)
+		}
+	case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
+		return err
+	default:
+		if cfg.onError != nil {
+			cfg.onError(err)
+		}
+		wait = bo.Next()
+	}
+	t := c.clock.NewTimer(max(wait, 0))
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return ctx.Err()
+	case <-notify:
+		t.Stop()
+	case <-t.C():
+	}
+	return nil
 }
 
 // Do takes the named lease (waiting as Acquire does), runs fn with a context
@@ -387,13 +394,18 @@ func (c *Client) acquireQueued(ctx context.Context, q Queuer, req AcquireRequest
 				continue
 			}
 		}
-		l := c.newLease(rec, req.RequestID, t0, b0, cfg.keepalive)
-		if ctx.Err() != nil {
-			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = l.Release(rctx)
-			cancel()
-			return nil, ctx.Err()
-		}
-		return l, nil
+		return keepUnlessDone(ctx, c.newLease(rec, req.RequestID, t0, b0, cfg.keepalive))
 	}
+}
+
+// keepUnlessDone returns l, or, if ctx ended while l was being granted
+// (the caller has given up on it), releases l and returns ctx's error.
+func keepUnlessDone(ctx context.Context, l *Lease) (*Lease, error) {
+	if ctx.Err() != nil {
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = l.Release(rctx)
+		cancel()
+		return nil, ctx.Err()
+	}
+	return l, nil
 }

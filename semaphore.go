@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/leasehold/leasehold/internal/backoff"
 	"github.com/leasehold/leasehold/internal/check"
@@ -170,33 +169,12 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease,
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		var wait time.Duration
-		switch {
-		case errors.Is(err, ErrNoPermit):
-			if cfg.onWait != nil {
-				cfg.onWait(soonest)
-			}
-			if notify != nil {
-				wait = soonest.Remaining + time.Millisecond
-			} else {
-				wait = min(bo.Next(), soonest.Remaining+time.Millisecond)
-			}
-		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
-			return nil, err
-		default:
-			if cfg.onError != nil {
-				cfg.onError(err)
-			}
-			wait = bo.Next()
+		var held *HeldError
+		if errors.Is(err, ErrNoPermit) {
+			held = soonest
 		}
-		t := s.c.clock.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-notify:
-			t.Stop()
-		case <-t.C():
+		if err := s.c.pause(ctx, cfg, bo, notify, held, err); err != nil {
+			return nil, err
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package postgres_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -37,41 +36,12 @@ func TestRecords(t *testing.T) {
 	})
 }
 
-// alternating sends each call to the next of several Stores (pools) on
-// one table, as several processes would.
-type alternating struct {
-	stores []*postgres.Store
-	n      atomic.Uint64
-}
-
-func (a *alternating) next() *postgres.Store { return a.stores[a.n.Add(1)%uint64(len(a.stores))] }
-
-func (a *alternating) GetRecord(ctx context.Context, key string) (leasehold.Versioned, error) {
-	return a.next().GetRecord(ctx, key)
-}
-
-func (a *alternating) PutRecord(ctx context.Context, key string, value []byte, expect uint64) (uint64, error) {
-	return a.next().PutRecord(ctx, key, value, expect)
-}
-
-func (a *alternating) DeleteRecord(ctx context.Context, key string, expect uint64) error {
-	return a.next().DeleteRecord(ctx, key, expect)
-}
-
-func (a *alternating) AddCounter(ctx context.Context, key string, delta int64) (int64, uint64, error) {
-	return a.next().AddCounter(ctx, key, delta)
-}
-
-func (a *alternating) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult, error) {
-	return a.next().Txn(ctx, txn)
-}
-
 func TestRecordsTwoStores(t *testing.T) {
 	u, _ := recordsURL(t)
 	s1, s2 := open(t, u), open(t, u)
 	defer s1.Close()
 	defer s2.Close()
-	res := storetest.CheckRecordHistories(ctxFor(t, 5*time.Minute), &alternating{stores: []*postgres.Store{s1, s2}}, storetest.RecordHistoryConfig{Histories: 30})
+	res := storetest.CheckRecordHistories(ctxFor(t, 5*time.Minute), storetest.AlternateRecords(s1, s2), storetest.RecordHistoryConfig{Histories: 30})
 	t.Logf("linearizability: %s", res)
 	if !res.Passed() {
 		t.Errorf("histories not linearizable: %s\n%s", res, res.FirstBad)

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,37 +27,6 @@ func TestRecords(t *testing.T) {
 	})
 }
 
-// alternating sends each call to the next of several Stores on one file,
-// as processes sharing the file would.
-type alternating struct {
-	stores []*sqlite.Store
-	n      atomic.Uint64
-}
-
-func (a *alternating) next() *sqlite.Store {
-	return a.stores[a.n.Add(1)%uint64(len(a.stores))]
-}
-
-func (a *alternating) GetRecord(ctx context.Context, key string) (leasehold.Versioned, error) {
-	return a.next().GetRecord(ctx, key)
-}
-
-func (a *alternating) PutRecord(ctx context.Context, key string, value []byte, expect uint64) (uint64, error) {
-	return a.next().PutRecord(ctx, key, value, expect)
-}
-
-func (a *alternating) DeleteRecord(ctx context.Context, key string, expect uint64) error {
-	return a.next().DeleteRecord(ctx, key, expect)
-}
-
-func (a *alternating) AddCounter(ctx context.Context, key string, delta int64) (int64, uint64, error) {
-	return a.next().AddCounter(ctx, key, delta)
-}
-
-func (a *alternating) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult, error) {
-	return a.next().Txn(ctx, txn)
-}
-
 // TestRecordsTwoOpeners checks histories whose operations alternate
 // between two Stores on one file.
 func TestRecordsTwoOpeners(t *testing.T) {
@@ -68,7 +36,7 @@ func TestRecordsTwoOpeners(t *testing.T) {
 	defer s2.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	res := storetest.CheckRecordHistories(ctx, &alternating{stores: []*sqlite.Store{s1, s2}}, storetest.RecordHistoryConfig{Histories: 20})
+	res := storetest.CheckRecordHistories(ctx, storetest.AlternateRecords(s1, s2), storetest.RecordHistoryConfig{Histories: 20})
 	t.Logf("linearizability: %s", res)
 	if !res.Passed() {
 		t.Errorf("histories not linearizable: %s\n%s", res, res.FirstBad)

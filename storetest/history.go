@@ -95,3 +95,11 @@ func (hr historyRun) runOne(ctx context.Context, h int) []porcupine.Operation {
 	wg.Wait()
 	return ops
 }
+
+// orDefault sets *p to def if it is the zero value.
+func orDefault[T comparable](p *T, def T) {
+	var zero T
+	if *p == zero {
+		*p = def
+	}
+}

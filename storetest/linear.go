@@ -25,30 +25,16 @@ type HistoryConfig struct {
 }
 
 func (c *HistoryConfig) defaults() {
-	if c.Histories == 0 {
-		c.Histories = 200
-	}
-	if c.Clients == 0 {
-		c.Clients = 4
-	}
-	if c.OpsPerClient == 0 {
-		c.OpsPerClient = 12
-	}
-	if c.Parallel == 0 {
-		c.Parallel = 8
-	}
+	orDefault(&c.Histories, 200)
+	orDefault(&c.Clients, 4)
+	orDefault(&c.OpsPerClient, 12)
+	orDefault(&c.Parallel, 8)
 	if len(c.TTLs) == 0 {
 		c.TTLs = []time.Duration{30 * time.Millisecond, 80 * time.Millisecond}
 	}
-	if c.Prefix == "" {
-		c.Prefix = "linear/"
-	}
-	if c.Seed == 0 {
-		c.Seed = rand.Uint64()
-	}
-	if c.Timeout == 0 {
-		c.Timeout = 10 * time.Second
-	}
+	orDefault(&c.Prefix, "linear/")
+	orDefault(&c.Seed, rand.Uint64())
+	orDefault(&c.Timeout, 10*time.Second)
 }
 
 // HistoryResult counts what the checker said.

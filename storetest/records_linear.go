@@ -343,30 +343,14 @@ type RecordHistoryConfig struct {
 }
 
 func (c *RecordHistoryConfig) defaults() {
-	if c.Histories == 0 {
-		c.Histories = 100
-	}
-	if c.Keys == 0 {
-		c.Keys = 3
-	}
-	if c.Clients == 0 {
-		c.Clients = 5
-	}
-	if c.OpsPerClient == 0 {
-		c.OpsPerClient = 30
-	}
-	if c.Parallel == 0 {
-		c.Parallel = 8
-	}
-	if c.Prefix == "" {
-		c.Prefix = "rlinear/"
-	}
-	if c.Seed == 0 {
-		c.Seed = rand.Uint64()
-	}
-	if c.Timeout == 0 {
-		c.Timeout = 10 * time.Second
-	}
+	orDefault(&c.Histories, 100)
+	orDefault(&c.Keys, 3)
+	orDefault(&c.Clients, 5)
+	orDefault(&c.OpsPerClient, 30)
+	orDefault(&c.Parallel, 8)
+	orDefault(&c.Prefix, "rlinear/")
+	orDefault(&c.Seed, rand.Uint64())
+	orDefault(&c.Timeout, 10*time.Second)
 }
 
 // RecordHistoryResult counts what the checker said.
