@@ -286,7 +286,7 @@ func (h *httpAPI) serveRoute(q *httpReq, row *httpRoute, raw map[string]string) 
 	if !h.authenticate(q) {
 		return
 	}
-	if !h.pathArgs(q, raw, a) {
+	if !h.pathArgs(q, row, raw, a) {
 		return
 	}
 	switch row.scope {
@@ -315,9 +315,15 @@ func (h *httpAPI) serveRoute(q *httpReq, row *httpRoute, raw map[string]string) 
 
 // pathArgs decodes the path parameters once and checks them: {name} and
 // {key} as names (httpCheckName), {id} as a session id, {definition} and
-// {instance} as names of one segment. On failure it has answered.
-func (h *httpAPI) pathArgs(q *httpReq, raw map[string]string, a *httpArgs) bool {
-	for p, escaped := range raw {
+// {instance} as names of one segment, in the pattern's order. On failure
+// it has answered.
+func (h *httpAPI) pathArgs(q *httpReq, row *httpRoute, raw map[string]string, a *httpArgs) bool {
+	for _, seg := range row.segs {
+		p, ok := httpParamName(seg)
+		if !ok {
+			continue
+		}
+		escaped := raw[p]
 		field := p
 		switch p {
 		case "id":
