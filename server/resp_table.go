@@ -162,16 +162,16 @@ func (c *respConn) exec(args [][]byte) (quit bool) {
 		c.replyError(fmt.Sprintf("ERR '%s' is not allowed on a connection in watch mode (only LH.SUBSCRIBE, LH.UNSUBSCRIBE, PING and QUIT are)", printable(args[0])))
 		return false
 	}
-	authOn := c.srv.opts.Auth != nil && !c.authed
+	needAuth := c.srv.opts.Auth != nil && !c.authed
 	if len(rows) == 0 {
-		if authOn {
+		if needAuth {
 			c.replyError(resp.CodeNoAuth + " Authentication required.")
 		} else {
 			c.replyError(fmt.Sprintf("ERR unknown command '%s'", printable(args[0])))
 		}
 		return false
 	}
-	if authOn && !rows[0].preAuth {
+	if needAuth && !rows[0].preAuth {
 		c.replyError(resp.CodeNoAuth + " Authentication required.")
 		return false
 	}
