@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -179,27 +178,6 @@ func (h *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.route(q)
-}
-
-func httpUnsafe(method string) bool {
-	return method != http.MethodGet && method != http.MethodHead && method != http.MethodOptions
-}
-
-// httpFromBrowser reports whether a browser sent r (browsers send Origin
-// or Sec-Fetch-Site with state-changing requests; other clients do not).
-func httpFromBrowser(r *http.Request) bool {
-	return r.Header.Get("Sec-Fetch-Site") != "" || r.Header.Get("Origin") != ""
-}
-
-// httpLocalHost reports whether a Host header is an IP address or
-// localhost.
-func httpLocalHost(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	return net.ParseIP(host) != nil || strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost")
 }
 
 // finish logs the request and counts it.

@@ -43,6 +43,27 @@ func (h *httpAPI) hostListed(hostport string) bool {
 	return h.allowedHosts["*"] || h.allowedHosts[hostOnly(hostport)]
 }
 
+func httpUnsafe(method string) bool {
+	return method != http.MethodGet && method != http.MethodHead && method != http.MethodOptions
+}
+
+// httpFromBrowser reports whether a browser sent r (browsers send Origin
+// or Sec-Fetch-Site with state-changing requests; other clients do not).
+func httpFromBrowser(r *http.Request) bool {
+	return r.Header.Get("Sec-Fetch-Site") != "" || r.Header.Get("Origin") != ""
+}
+
+// httpLocalHost reports whether a Host header is an IP address or
+// localhost.
+func httpLocalHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	return net.ParseIP(host) != nil || strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost")
+}
+
 // hostOnly is a Host header's host in lower case, without port, brackets
 // or trailing dot.
 func hostOnly(hostport string) string {
