@@ -81,7 +81,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) int {
 		s.flags.BoolVar(smoke, "smoke", false, "as the global --smoke")
 		s.flags.Usage = func() {
 			fmt.Fprintf(errOut, "usage: go run . %s [flags]\n\n%s.\n\nflags:\n", s.name, s.what)
-			s.flags.PrintDefaults()
+			s.flags.VisitAll(func(f *flag.Flag) { printFlag(errOut, f) })
 		}
 	}
 	if err := global.Parse(args); err != nil {

@@ -37,7 +37,7 @@ go test -race -count=1 -timeout 40m $pkgs
 # an implementation or its reference fails; timings never do. A change to
 # the main go.mod can leave bench/go.mod behind: cd bench && go mod tidy.
 echo "== bench --smoke (every benchmark suite, tiny counts)"
-(cd bench && go vet ./... && go run . --smoke all >/dev/null)
+(cd bench && go vet ./... && go test -count=1 ./... && go run . --smoke all >/dev/null)
 # The Python client (clients/python) against a real server built from this
 # checkout, with Debian's /usr/bin/python3 (see clients/python/run_tests.sh).
 clients/python/run_tests.sh
