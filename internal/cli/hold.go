@@ -29,6 +29,9 @@ renewal); with --json it prints one JSON object instead:
    "token":7,"ttl_ms":30000,"deadline":"2026-12-01T16:00:30.5Z"}
 
 ("lease" is the permit's own lease, NAME/permit/I, with --permits.)
+Through a lease server the object also has "secret": the grant's holder
+proof, which "leasehold release --secret" needs to release it from
+another process. Keep it private.
 
 Waiting works as for "run": by default hold waits as long as it takes,
 -w/--wait bounds the wait, -n/--no-wait makes one attempt.
@@ -48,7 +51,8 @@ const holdExample = `  # Hold deploy/prod until Ctrl-C.
   # From a script: hold in the background, read the grant, release later.
   leasehold hold --json --owner "$(hostname)/deploy" deploy/prod > grant.json &
   ...
-  leasehold release deploy/prod --owner "$(hostname)/deploy" --token "$(jq .token grant.json)"`
+  leasehold release deploy/prod --owner "$(hostname)/deploy" --token "$(jq .token grant.json)" \
+      --secret "$(jq -r '.secret // ""' grant.json)"`
 
 // holdJSON is what "hold --json" prints once the lease is held.
 type holdJSON struct {
@@ -58,6 +62,7 @@ type holdJSON struct {
 	Token    uint64 `json:"token"`
 	TTLMS    int64  `json:"ttl_ms"`
 	Deadline string `json:"deadline"`
+	Secret   string `json:"secret,omitempty"` // the grant's holder proof (lease server)
 }
 
 func newHoldCmd(e *env) *cobra.Command {
@@ -101,19 +106,11 @@ func (o *runOptions) hold(ctx context.Context, e *env, asJSON bool) error {
 	}
 	defer signal.Stop(sigs)
 
-	store, err := e.openStore(ctx, o.store)
+	store, client, err := o.open(ctx, e, "hold")
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	var opts []leasehold.Option
-	if o.owner != "" {
-		opts = append(opts, leasehold.WithOwner(o.owner))
-	}
-	client, err := leasehold.New(store, opts...)
-	if err != nil {
-		return classify(err, "hold")
-	}
 	lease, err := o.acquire(ctx, e, client, sigs)
 	if err != nil {
 		return err
@@ -123,6 +120,7 @@ func (o *runOptions) hold(ctx context.Context, e *env, asJSON bool) error {
 		b, _ := json.Marshal(holdJSON{
 			Name: o.name, Lease: lease.Name(), Owner: lease.Owner(), Token: lease.Token(),
 			TTLMS: lease.TTL().Milliseconds(), Deadline: deadline.UTC().Format(time.RFC3339Nano),
+			Secret: grantSecret(store, lease),
 		})
 		fmt.Fprintf(e.stdout, "%s\n", b)
 	} else {

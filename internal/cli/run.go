@@ -33,6 +33,7 @@ type runOptions struct {
 	data        string
 	name        string
 	command     []string
+	secret      string // the grant's holder proof (lease server), for CMD's LEASEHOLD_SECRET
 }
 
 const runLong = `Run takes the lease NAME, runs CMD with ARGS while holding it, and releases
@@ -60,6 +61,9 @@ CMD runs with stdin, stdout and stderr inherited and these variables added:
                     resources you write so they can reject stale writers
   LEASEHOLD_PERMIT  with --permits only: the permit's own lease name,
                     NAME/permit/I (I from 0 to N-1)
+  LEASEHOLD_SECRET  through a lease server: the grant's secret, the proof
+                    of holding it that "leasehold release" needs there
+                    (set only when the server gives one; keep it private)
 
 With --permits, LEASEHOLD_TOKEN is the token of that permit's lease: each
 permit counts its own grants, so the first holders of two permits both get
@@ -246,6 +250,25 @@ func startError(name string, err error) error {
 	return exitf(ExitCannotExec, "run: cannot run %q: %v", name, err)
 }
 
+// open opens the store and a client of it (with --owner, if given); verb
+// names the command in a refusal.
+func (o *runOptions) open(ctx context.Context, e *env, verb string) (leasehold.Store, *leasehold.Client, error) {
+	store, err := e.openStore(ctx, o.store)
+	if err != nil {
+		return nil, nil, err
+	}
+	var opts []leasehold.Option
+	if o.owner != "" {
+		opts = append(opts, leasehold.WithOwner(o.owner))
+	}
+	client, err := leasehold.New(store, opts...)
+	if err != nil {
+		store.Close()
+		return nil, nil, classify(err, "%s", verb)
+	}
+	return store, client, nil
+}
+
 // run acquires the lease, supervises the command and releases the lease
 // (for elect with --on-lost restart, again after each loss).
 func (o *runOptions) run(ctx context.Context, e *env) error {
@@ -258,20 +281,11 @@ func (o *runOptions) run(ctx context.Context, e *env) error {
 		defer signal.Stop(sigs)
 	}
 
-	store, err := e.openStore(ctx, o.store)
+	store, client, err := o.open(ctx, e, o.verb)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-
-	var opts []leasehold.Option
-	if o.owner != "" {
-		opts = append(opts, leasehold.WithOwner(o.owner))
-	}
-	client, err := leasehold.New(store, opts...)
-	if err != nil {
-		return classify(err, "%s", o.verb)
-	}
 	for {
 		lease, err := o.acquire(ctx, e, client, sigs)
 		if err != nil {
@@ -280,6 +294,7 @@ func (o *runOptions) run(ctx context.Context, e *env) error {
 		if o.elect {
 			fmt.Fprintf(e.stderr, "leasehold: leader of %s in term %d\n", o.name, lease.Token())
 		}
+		o.secret = grantSecret(store, lease)
 		err = o.supervise(ctx, e, lease, sigs)
 		// elect --on-lost restart: back to standby after losing leadership.
 		var ee *exitError

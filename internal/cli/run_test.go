@@ -179,15 +179,24 @@ func TestRunKeepsLeaseAlive(t *testing.T) {
 	}
 }
 
-func TestRunGraceWindowTerminates(t *testing.T) {
-	// Renewals never complete: the watchdog sends SIGTERM grace before the
-	// local deadline and the child exits on it.
+// runUnrenewed runs sh -c child under "leasehold run" (TTL 1s, grace
+// 300ms) on lease name, on a store whose renewals never complete; it must
+// exit ExitLost.
+func runUnrenewed(t *testing.T, name, child string) result {
+	t.Helper()
 	h := newHarness(t)
 	h.withFaults(nil, hang)
-	r := h.run("run", "--store", h.url, "--ttl", "1s", "--grace", "300ms", "t/grace", "--", "sh", "-c", termChild)
+	r := h.run("run", "--store", h.url, "--ttl", "1s", "--grace", "300ms", name, "--", "sh", "-c", child)
 	if r.code != ExitLost {
 		t.Errorf("code %d, want %d", r.code, ExitLost)
 	}
+	return r
+}
+
+func TestRunGraceWindowTerminates(t *testing.T) {
+	// Renewals never complete: the watchdog sends SIGTERM grace before the
+	// local deadline and the child exits on it.
+	r := runUnrenewed(t, "t/grace", termChild)
 	if !strings.Contains(r.stdout, "started\ngot-term\n") {
 		t.Errorf("the child did not get SIGTERM: stdout %q", r.stdout)
 	}
@@ -204,12 +213,7 @@ func TestRunGraceWindowTerminates(t *testing.T) {
 func TestRunDeadlineKills(t *testing.T) {
 	// Renewals never complete and the child ignores SIGTERM: it is killed
 	// at the deadline.
-	h := newHarness(t)
-	h.withFaults(nil, hang)
-	r := h.run("run", "--store", h.url, "--ttl", "1s", "--grace", "300ms", "t/kill", "--", "sh", "-c", stubbornChild)
-	if r.code != ExitLost {
-		t.Errorf("code %d, want %d", r.code, ExitLost)
-	}
+	r := runUnrenewed(t, "t/kill", stubbornChild)
 	iTerm, iKill := strings.Index(r.stderr, "SIGTERM"), strings.Index(r.stderr, "SIGKILL")
 	if iTerm < 0 || iKill < iTerm {
 		t.Errorf("want SIGTERM then SIGKILL on stderr:\n%s", r.stderr)
