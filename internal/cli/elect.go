@@ -13,7 +13,8 @@ or leasehold gets SIGTERM) a standby takes over at once; when the leader
 dies, a standby takes over once its lease expires (within --ttl).
 
 CMD gets LEASEHOLD_NAME, LEASEHOLD_OWNER, LEASEHOLD_TOKEN and LEASEHOLD_TERM
-(the term: the leader's fencing token, strictly increasing per election).
+(the term: the leader's fencing token, strictly increasing per election),
+and through a lease server LEASEHOLD_SECRET (see "leasehold run --help").
 Pass the term to what the leader writes, so that a deposed leader's late
 writes can be rejected.
 

@@ -21,7 +21,11 @@ never free a later holder's grant.
 
 The owner and token come from --owner and --token, else from
 $LEASEHOLD_OWNER and $LEASEHOLD_TOKEN, which "run" and "elect" set for
-their command (so a command can release its own lease early). For a
+their command (so a command can release its own lease early). Through a
+lease server the grant's secret is needed too (its proof of holding the
+lease, which the server gives only to the acquirer): --secret, else
+$LEASEHOLD_SECRET, which "run" and "elect" also set ("hold --json"
+prints it). For a
 permit of a semaphore, NAME is the permit's lease (NAME/permit/I, in
 $LEASEHOLD_PERMIT); given the semaphore's NAME, release uses
 $LEASEHOLD_PERMIT when it names one of NAME's permits.
@@ -70,7 +74,7 @@ type forceReleaser interface {
 }
 
 func newReleaseCmd(e *env) *cobra.Command {
-	var store, owner, token string
+	var store, owner, token, secret string
 	cmd := &cobra.Command{
 		Use:   "release [flags] NAME",
 		Short: "Release a lease held by an owner with a token",
@@ -109,6 +113,10 @@ func newReleaseCmd(e *env) *cobra.Command {
 				return err
 			}
 			defer s.Close()
+			if !cmd.Flags().Changed("secret") {
+				secret = os.Getenv(envSecret)
+			}
+			useSecret(s, name, owner, tok, secret)
 			err = s.Release(cmd.Context(), name, owner, tok)
 			switch {
 			case errors.Is(err, leasehold.ErrNotHeld):
@@ -124,6 +132,7 @@ func newReleaseCmd(e *env) *cobra.Command {
 	f.StringVar(&store, "store", "", "store URL (default $LEASEHOLD_STORE, else the default SQLite file)")
 	f.StringVar(&owner, "owner", "", "the holder's owner identity (default $LEASEHOLD_OWNER)")
 	f.StringVar(&token, "token", "", "the holder's fencing token (default $LEASEHOLD_TOKEN)")
+	f.StringVar(&secret, "secret", "", "through a lease server: the grant's secret, its holder proof (default $LEASEHOLD_SECRET)")
 	return cmd
 }
 

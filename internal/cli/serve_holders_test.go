@@ -10,9 +10,12 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/leasehold/leasehold/server"
 )
 
 // holderCall is one HTTP call of the holder-proof tests: method POST,
@@ -200,5 +203,75 @@ func TestServeHolderKeyReadable(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "data", "holder.key")); !os.IsNotExist(err) {
 		t.Errorf("a key was made in the data directory although --holder-key-file was given: %v", err)
+	}
+}
+
+// TestServeHolderSecretHandoff: through a lease server with auth on,
+// "run" gives its command the grant's secret in LEASEHOLD_SECRET, and
+// "release" of a grant taken by another client succeeds with the secret
+// ($LEASEHOLD_SECRET or --secret) and is refused without it (exit 76,
+// nothing changed).
+func TestServeHolderSecretHandoff(t *testing.T) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "data")
+	s := startServing(t, "--addr", "127.0.0.1:0", "--resp-addr", "127.0.0.1:0", "--data-dir", dir, "--auth-file", holderAuthFile(t), "--log-level", "warn")
+	proofs, err := server.LoadHolderKey(filepath.Join(dir, "holder.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t)
+	for _, url := range []string{s.base + "?token=tok-a", "leasehold://" + s.resp + "?token=tok-a"} {
+		out := filepath.Join(tmp, "child.env")
+		r := h.run("run", "--store", url, "--owner", "runner", "svc/job", "--", "sh", "-c",
+			`printf '%s %s %s' "$LEASEHOLD_OWNER" "$LEASEHOLD_TOKEN" "$LEASEHOLD_SECRET" > "$0"`, out)
+		if r.code != 0 {
+			t.Fatalf("run through %s: exit %d\n%s", url, r.code, r.stderr)
+		}
+		b, err := os.ReadFile(out)
+		f := strings.Fields(string(b))
+		if err != nil || len(f) != 3 {
+			t.Fatalf("the command's LEASEHOLD_OWNER, _TOKEN, _SECRET through %s: %q %v", url, b, err)
+		}
+		tok, _ := strconv.ParseUint(f[1], 10, 64)
+		if f[0] != "runner" || f[2] != proofs.Secret("svc/job", "runner", tok) {
+			t.Errorf("through %s the command got %q; want the grant's secret", url, b)
+		}
+	}
+
+	for i, how := range []string{"env", "flag"} {
+		name := fmt.Sprintf("svc/handoff%d", i)
+		code, a := holderCall(t, s.base+"/v1/leases/"+name+"/acquire", "tok-a", `{"owner":"a","ttl_ms":3600000}`)
+		sec, _ := a["secret"].(string)
+		if code != 200 || sec == "" {
+			t.Fatalf("acquire: %d %v", code, a)
+		}
+		tok := fmt.Sprint(a["token"])
+		url := s.base + "?token=tok-a"
+		if i == 1 {
+			url = "leasehold://" + s.resp + "?token=tok-a"
+		}
+		t.Setenv("LEASEHOLD_SECRET", "")
+		if r := h.run("release", "--store", url, name, "--owner", "a", "--token", tok); r.code != ExitLost {
+			t.Errorf("release without the secret: exit %d, want %d\n%s", r.code, ExitLost, r.stderr)
+		}
+		args := []string{"release", "--store", url, name, "--owner", "a", "--token", tok}
+		if how == "env" {
+			t.Setenv("LEASEHOLD_SECRET", sec)
+		} else {
+			args = append(args, "--secret", sec)
+		}
+		if r := h.run(args...); r.code != 0 {
+			t.Errorf("release with the secret (%s): exit %d\n%s", how, r.code, r.stderr)
+		}
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.wait(t); r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
 }

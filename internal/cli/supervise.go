@@ -31,6 +31,9 @@ func (o *runOptions) supervise(ctx context.Context, e *env, lease *leasehold.Lea
 	if o.elect {
 		env = append(env, "LEASEHOLD_TERM="+token)
 	}
+	if o.secret != "" {
+		env = append(env, envSecret+"="+o.secret)
+	}
 	t, err := startTree(treeSpec{
 		argv: o.command, env: env,
 		stdin: e.stdin, stdout: e.stdout, stderr: e.stderr,
