@@ -154,3 +154,46 @@ func TestRESPOps(t *testing.T) {
 		}
 	}
 }
+
+// TestRESPTableArity: every row, given 0 to max+3 arguments (and every
+// option of its own twice), answers each call with one reply and never
+// takes a call with the wrong number of arguments for a valid one.
+func TestRESPTableArity(t *testing.T) {
+	_, addr := rtServe(t, rtEngine(t), RESPOptions{})
+	for _, row := range respCommands {
+		if row.name == "QUIT" || row.name == "LH.SUBSCRIBE" {
+			continue // they end the connection or change its mode
+		}
+		top := max(row.max, row.min) + 3
+		if row.max < 0 {
+			top = row.min + 3
+		}
+		for n := 0; n <= top; n++ {
+			args := []string{row.name}
+			if row.sub != "" {
+				args = append(args, row.sub)
+			}
+			for i := 0; i < n; i++ {
+				args = append(args, "x")
+			}
+			c := rtDial(t, addr)
+			got := c.do(args...)
+			fits := n >= row.min && (row.max < 0 || n <= row.max)
+			if len(row.opts) > 0 {
+				fits = n == row.min || (n > row.min && (n-row.min)%2 == 0)
+			}
+			if wrong := strings.HasPrefix(got, "-ERR wrong number"); wrong == fits {
+				t.Errorf("%q (%d arguments) = %q; want a wrong-number error: %v", args, n, got, !fits)
+			}
+			rtExpect(t, "PING after "+strings.Join(args, " "), c.do("PING"), "+PONG")
+		}
+		for _, o := range row.opts {
+			args := []string{row.name}
+			for i := 0; i < row.min; i++ {
+				args = append(args, "x")
+			}
+			args = append(args, o, "1", strings.ToLower(o), "1")
+			rtExpect(t, strings.Join(args, " "), rtDial(t, addr).do(args...), "-ERR syntax error: option '"+strings.ToLower(o)+"' given twice")
+		}
+	}
+}
