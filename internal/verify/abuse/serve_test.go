@@ -222,8 +222,11 @@ func (p *respPolite) cycle() {
 	if !ok {
 		return
 	}
-	p.call(func(v resp.Value) bool { return v.Type == resp.SimpleString },
-		"LH.RELEASE", politePrefix+"r", "polite", strconv.FormatInt(v.Array[0].Int, 10))
+	release := []string{"LH.RELEASE", politePrefix + "r", "polite", strconv.FormatInt(v.Array[0].Int, 10)}
+	if len(v.Array) == resp.GrantLen+1 { // the grant's secret (holder proofs)
+		release = append(release, "SECRET", string(v.Array[5].Str))
+	}
+	p.call(func(v resp.Value) bool { return v.Type == resp.SimpleString }, release...)
 }
 
 // run cycles until stop is closed, then reports what it saw on done.
