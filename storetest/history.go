@@ -28,17 +28,28 @@ type historyRun struct {
 	describe func(h int, ops []porcupine.Operation) string
 }
 
-// verdicts is what the checker said of the histories.
-type verdicts struct {
-	ok, illegal, undecided, operations int
-	firstBad                           string
+// Verdicts is what the checker said of a run of histories: the part that
+// HistoryResult and RecordHistoryResult share.
+type Verdicts struct {
+	Seed       uint64
+	Histories  int
+	Operations int
+	Unknown    int    // indeterminate operations recorded
+	Ok         int    // histories the checker found linearizable
+	Illegal    int    // histories it proved not linearizable
+	Undecided  int    // histories it could not decide in time (never a pass)
+	FirstBad   string // the first history proved not linearizable, listed
 }
 
-// run runs the histories. History h seeds its clients from PCG(seed, h),
-// so a seed replays the same workload (the timing, and so the store's
+// Passed reports whether every history was checked and found linearizable.
+func (v Verdicts) Passed() bool { return v.Ok == v.Histories && v.Histories > 0 }
+
+// run runs the histories and records the checker's verdicts in v, under the
+// lock that tally runs under. History h seeds its clients from PCG(seed,
+// h), so a seed replays the same workload (the timing, and so the store's
 // answers, may differ).
-func (hr historyRun) run(ctx context.Context) verdicts {
-	var v verdicts
+func (hr historyRun) run(ctx context.Context, v *Verdicts) {
+	v.Seed, v.Histories = hr.seed, hr.histories
 	var mu sync.Mutex
 	sem := make(chan struct{}, hr.parallel)
 	var wg sync.WaitGroup
@@ -52,23 +63,22 @@ func (hr historyRun) run(ctx context.Context) verdicts {
 			result := porcupine.CheckOperationsTimeout(hr.model, ops, hr.timeout)
 			mu.Lock()
 			defer mu.Unlock()
-			v.operations += len(ops)
+			v.Operations += len(ops)
 			hr.tally(ops)
 			switch result {
 			case porcupine.Ok:
-				v.ok++
+				v.Ok++
 			case porcupine.Illegal:
-				v.illegal++
-				if v.firstBad == "" {
-					v.firstBad = hr.describe(h, ops)
+				v.Illegal++
+				if v.FirstBad == "" {
+					v.FirstBad = hr.describe(h, ops)
 				}
 			default:
-				v.undecided++
+				v.Undecided++
 			}
 		}(h)
 	}
 	wg.Wait()
-	return v
 }
 
 // runOne drives the clients of history h at once and gathers their

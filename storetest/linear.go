@@ -39,20 +39,10 @@ func (c *HistoryConfig) defaults() {
 
 // HistoryResult counts what the checker said.
 type HistoryResult struct {
-	Seed       uint64
-	Histories  int
-	Operations int
-	Grants     int // successful acquires recorded
-	Takeovers  int // grants made while the previous grant was unreleased (expiry)
-	Unknown    int // indeterminate operations recorded
-	Ok         int // histories the checker found linearizable
-	Illegal    int // histories it proved not linearizable
-	Undecided  int // histories it could not decide in time (never a pass)
-	FirstBad   string
+	Verdicts
+	Grants    int // successful acquires recorded
+	Takeovers int // grants made while the previous grant was unreleased (expiry)
 }
-
-// Passed reports whether every history was checked and found linearizable.
-func (r HistoryResult) Passed() bool { return r.Ok == r.Histories && r.Histories > 0 }
 
 func (r HistoryResult) String() string {
 	return fmt.Sprintf("seed %d: %d histories, %d ops (%d grants, %d expiry takeovers, %d indeterminate): %d ok, %d illegal, %d undecided",
@@ -65,10 +55,10 @@ func (r HistoryResult) String() string {
 // that every answer is recorded as the store gave it.
 func CheckHistories(ctx context.Context, store leasehold.Store, cfg HistoryConfig) HistoryResult {
 	cfg.defaults()
-	res := HistoryResult{Seed: cfg.Seed, Histories: cfg.Histories}
+	var res HistoryResult
 	start := time.Now()
 	name := func(h int) string { return fmt.Sprintf("%s%d-%d", cfg.Prefix, cfg.Seed%100000, h) }
-	v := historyRun{
+	historyRun{
 		histories: cfg.Histories, clients: cfg.Clients, parallel: cfg.Parallel,
 		seed: cfg.Seed, clientStream: 7, timeout: cfg.Timeout, model: LeaseModel(),
 		client: func(ctx context.Context, h, c int, r *rand.Rand) []porcupine.Operation {
@@ -76,8 +66,7 @@ func CheckHistories(ctx context.Context, store leasehold.Store, cfg HistoryConfi
 		},
 		tally:    func(ops []porcupine.Operation) { countOps(&res, ops) },
 		describe: func(h int, ops []porcupine.Operation) string { return describe(name(h), ops) },
-	}.run(ctx)
-	res.Operations, res.Ok, res.Illegal, res.Undecided, res.FirstBad = v.operations, v.ok, v.illegal, v.undecided, v.firstBad
+	}.run(ctx, &res.Verdicts)
 	return res
 }
 

@@ -355,22 +355,12 @@ func (c *RecordHistoryConfig) defaults() {
 
 // RecordHistoryResult counts what the checker said.
 type RecordHistoryResult struct {
-	Seed       uint64
-	Histories  int
-	Operations int
-	Writes     int // successful puts
-	Conflicts  int // conflict answers
-	Deletes    int // successful deletes
-	Adds       int // successful adds
-	Unknown    int // indeterminate operations recorded
-	Ok         int // histories the checker found linearizable
-	Illegal    int // histories it proved not linearizable
-	Undecided  int // histories it could not decide in time (never a pass)
-	FirstBad   string
+	Verdicts
+	Writes    int // successful puts
+	Conflicts int // conflict answers
+	Deletes   int // successful deletes
+	Adds      int // successful adds
 }
-
-// Passed reports whether every history was checked and found linearizable.
-func (r RecordHistoryResult) Passed() bool { return r.Ok == r.Histories && r.Histories > 0 }
 
 func (r RecordHistoryResult) String() string {
 	return fmt.Sprintf("seed %d: %d histories, %d ops (%d puts, %d conflicts, %d deletes, %d adds, %d indeterminate): %d ok, %d illegal, %d undecided",
@@ -384,7 +374,7 @@ func (r RecordHistoryResult) String() string {
 // RecordModel.
 func CheckRecordHistories(ctx context.Context, store leasehold.RecordStore, cfg RecordHistoryConfig) RecordHistoryResult {
 	cfg.defaults()
-	res := RecordHistoryResult{Seed: cfg.Seed, Histories: cfg.Histories}
+	var res RecordHistoryResult
 	start := time.Now()
 	keys := func(h int) []string {
 		keys := make([]string, cfg.Keys)
@@ -393,7 +383,7 @@ func CheckRecordHistories(ctx context.Context, store leasehold.RecordStore, cfg 
 		}
 		return keys
 	}
-	v := historyRun{
+	historyRun{
 		histories: cfg.Histories, clients: cfg.Clients, parallel: cfg.Parallel,
 		seed: cfg.Seed, clientStream: 11, timeout: cfg.Timeout, model: RecordModel(),
 		client: func(ctx context.Context, h, c int, r *rand.Rand) []porcupine.Operation {
@@ -418,8 +408,7 @@ func CheckRecordHistories(ctx context.Context, store leasehold.RecordStore, cfg 
 			}
 		},
 		describe: func(_ int, ops []porcupine.Operation) string { return describeRecHistory(ops) },
-	}.run(ctx)
-	res.Operations, res.Ok, res.Illegal, res.Undecided, res.FirstBad = v.operations, v.ok, v.illegal, v.undecided, v.firstBad
+	}.run(ctx, &res.Verdicts)
 	return res
 }
 
