@@ -65,16 +65,7 @@ func Required() (bool, string, error) {
 // tier (long runs) or a platform (Linux only, root only).
 func Missing(t testing.TB, engine, why string) {
 	t.Helper()
-	msg := fmt.Sprintf("no %s (%s): %s", engine, why, howTo)
-	req, because, err := Required()
-	switch {
-	case err != nil:
-		t.Fatalf("%s; and %v", msg, err)
-	case req:
-		t.Fatalf("%s; engines are required here (%s), so this fails rather than skips (%s=0 lets it skip)", msg, because, RequireVar)
-	default:
-		t.Skip(msg)
-	}
+	without(t, engine, why, "fails rather than skips", "lets it skip", t.Skip)
 }
 
 // Partial reports that a test goes on without engine, doing less (it
@@ -83,15 +74,22 @@ func Missing(t testing.TB, engine, why string) {
 // it fails at once.
 func Partial(t testing.TB, engine, why string) {
 	t.Helper()
+	without(t, engine, why, "fails", "lets it go on without them", t.Log)
+}
+
+// without fails the test where engines are required (saying it fails, and
+// what RequireVar=0 lets it do), else says so through otherwise.
+func without(t testing.TB, engine, why, fails, lets string, otherwise func(args ...any)) {
+	t.Helper()
 	msg := fmt.Sprintf("no %s (%s): %s", engine, why, howTo)
 	req, because, err := Required()
 	switch {
 	case err != nil:
 		t.Fatalf("%s; and %v", msg, err)
 	case req:
-		t.Fatalf("%s; engines are required here (%s), so this fails (%s=0 lets it go on without them)", msg, because, RequireVar)
+		t.Fatalf("%s; engines are required here (%s), so this %s (%s=0 %s)", msg, because, fails, RequireVar, lets)
 	default:
-		t.Log(msg)
+		otherwise(msg)
 	}
 }
 

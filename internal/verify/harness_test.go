@@ -1,7 +1,6 @@
 package verify_test
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -9,10 +8,7 @@ import (
 	"github.com/leasehold/leasehold/internal/verify"
 )
 
-func TestMain(m *testing.M) {
-	verify.MaybeWorker()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { verify.Main(m) }
 
 // TestHarnessSQLite runs the lock workload in worker processes on one
 // SQLite file and checks the history and the oracle: the harness itself

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -281,4 +282,12 @@ func (w *Worker) oracle(ctx context.Context, path string, q url.Values) (*http.R
 		resp.Body.Close()
 		return nil, fmt.Errorf("oracle %s: %s: %s", path, resp.Status, b)
 	}
+}
+
+// Main is the TestMain of a suite's test binary: the binary is a worker
+// or the command line when StartWorkers or StartServe runs it as one (see
+// MaybeWorker), else it runs its tests.
+func Main(m *testing.M) {
+	MaybeWorker()
+	os.Exit(m.Run())
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -20,10 +19,7 @@ import (
 	"github.com/leasehold/leasehold/sqlite"
 )
 
-func TestMain(m *testing.M) {
-	verify.MaybeWorker()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { verify.Main(m) }
 
 // stores are the stores that take an injected clock.
 var stores = []string{"memory", "sqlite", "server"}

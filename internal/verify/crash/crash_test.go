@@ -17,10 +17,7 @@ import (
 	"github.com/leasehold/leasehold/stores"
 )
 
-func TestMain(m *testing.M) {
-	verify.MaybeWorker()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { verify.Main(m) }
 
 // EnvSeed, when set, fixes the seed of the fault schedule and the workers'
 // choices (their timing is still the machine's), to rerun a failure.

@@ -7,7 +7,6 @@ package linear
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,10 +14,7 @@ import (
 	"github.com/leasehold/leasehold/internal/verify"
 )
 
-func TestMain(m *testing.M) {
-	verify.MaybeWorker()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { verify.Main(m) }
 
 const keys = 16
 

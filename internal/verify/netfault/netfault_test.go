@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -16,10 +15,7 @@ import (
 	"github.com/leasehold/leasehold/internal/verify/netfault"
 )
 
-func TestMain(m *testing.M) {
-	verify.MaybeWorker()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { verify.Main(m) }
 
 // grants returns, per key, the return times (Mono) of the acquires that
 // were granted, in order.

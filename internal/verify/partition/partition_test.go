@@ -30,8 +30,7 @@ const envNetns = "LEASEHOLD_R7_WORKER_NETNS"
 
 func TestMain(m *testing.M) {
 	enterNetns()
-	verify.MaybeWorker()
-	os.Exit(m.Run())
+	verify.Main(m)
 }
 
 func enterNetns() {

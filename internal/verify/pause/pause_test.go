@@ -2,7 +2,6 @@ package pause_test
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,10 +10,7 @@ import (
 	"github.com/leasehold/leasehold/internal/verify/pause"
 )
 
-func TestMain(m *testing.M) {
-	verify.MaybeWorker()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { verify.Main(m) }
 
 // store is a target prepared for pausing its clients.
 type store struct {

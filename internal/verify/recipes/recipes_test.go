@@ -3,7 +3,6 @@ package recipes_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -15,10 +14,7 @@ import (
 	"github.com/leasehold/leasehold/internal/verify/recipes"
 )
 
-func TestMain(m *testing.M) {
-	verify.MaybeWorker()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { verify.Main(m) }
 
 // envSeed, when set, fixes the seed of the fault schedule and the workers'
 // choices (their timing is still the machine's), to rerun a failure.

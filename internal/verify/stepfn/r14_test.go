@@ -19,8 +19,7 @@ func TestMain(m *testing.M) {
 		os.Exit(cli.RunKeeper())
 	}
 	MaybeCommand() // before MaybeWorker: the command inherits its supervisor's EnvCLI
-	verify.MaybeWorker()
-	os.Exit(m.Run())
+	verify.Main(m)
 }
 
 // ttl is the machines' lease time in R14: short enough for expiries,

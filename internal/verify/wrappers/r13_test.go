@@ -2,7 +2,6 @@ package wrappers_test
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -14,8 +13,7 @@ import (
 
 func TestMain(m *testing.M) {
 	wrappers.MaybeCommand()
-	verify.MaybeWorker()
-	os.Exit(m.Run())
+	verify.Main(m)
 }
 
 // r13Stores are the targets of R13: every store, the lease server with its
