@@ -25,7 +25,17 @@
 // "not-held" is leasehold.ErrNotHeld, a missing lease leasehold.ErrNotFound,
 // a 400 a *leasehold.InvalidError with the field and reason. Other problems
 // are *ProblemError values matching ErrUnauthorized, ErrForbidden,
-// ErrRateLimited, ErrUnavailable or ErrNoSession with errors.Is.
+// ErrRateLimited, ErrUnavailable, ErrNoSession or ErrBadProof with
+// errors.Is.
+//
+// Holder proofs: the server answers each grant with a secret that only the
+// acquirer gets, and renew and release must send it (a lease's owner and
+// token are visible to every reader). Both stores keep the secrets of the
+// grants acquired through them and send them; a refusal (a store that did
+// not acquire the grant, or a server whose holder key changed) matches
+// ErrBadProof and leasehold.ErrNotHeld, so a Lease counts as lost. To let
+// another process release a grant, hand over HolderSecret's value and give
+// it to that process's store with SetHolderSecret.
 //
 // Sessions (OpenSession) let many leases share one keepalive: leases taken
 // through Session.Store (or RESPSession.Store) live as long as the session
