@@ -180,6 +180,12 @@ func TestRESP3Replies(t *testing.T) {
 			if !strings.Contains(shown, "} {name:$jobs/b owner:$other token::") {
 				t.Errorf("LH.LIST = %q: want jobs/b's map second", shown)
 			}
+			raw, shown = c.do("LH.SCAN", "jobs/", "0", "COUNT", "1")
+			r3Prefix(t, "LH.SCAN (raw)", raw, "*2\r\n$")
+			r3Prefix(t, "LH.SCAN", shown, "[$n")
+			if !strings.Contains(shown, " [{name:$jobs/a owner:$me token::1 ") {
+				t.Errorf("LH.SCAN = %q: want [cursor, [jobs/a's map]]", shown)
+			}
 
 			raw, shown = c.do("LH.FORCERELEASE", "jobs/b")
 			r3Prefix(t, "LH.FORCERELEASE (raw)", raw, "%7\r\n$4\r\nname\r\n$6\r\njobs/b\r\n$5\r\nowner\r\n$5\r\nother\r\n")
