@@ -53,8 +53,8 @@ loopback, or put the server behind TLS and auth. See docs/http-api.md.
 Holder proofs: every grant comes with a secret, returned only to the
 client that acquired it, and renewing or releasing the lease takes that
 secret, so a client that can read a lease's owner and token cannot act as
-its holder. With auth on the secret is required; with auth off a wrong one
-is refused but none may be given. The secret is an HMAC under a key in
+its holder. With auth on the secret is required; with auth off it may be
+left out, but a wrong one is refused. The secret is an HMAC under a key in
 --holder-key-file (created if missing; keep it private). The engine keeps
 it in --data-dir/holder.key by default, so secrets survive restarts. With
 --store and no --holder-key-file the key is random: the secrets of leases
