@@ -290,3 +290,25 @@ func overlaps(evs []Event, permits int) (int, string) {
 	}
 	return n, first
 }
+
+// AfterEnded calls f for each section of cs in order of its start (From)
+// with top, the section of the highest Token among those that had ended
+// (To) before it began (the zero Event if none): a token-order check
+// compares the two. cs itself is not reordered.
+func AfterEnded(cs []Event, f func(ev, top Event)) {
+	byFrom := append([]Event(nil), cs...)
+	sort.Slice(byFrom, func(i, j int) bool { return byFrom[i].From < byFrom[j].From })
+	byTo := append([]Event(nil), cs...)
+	sort.Slice(byTo, func(i, j int) bool { return byTo[i].To < byTo[j].To })
+	var top Event
+	j := 0
+	for _, ev := range byFrom {
+		for j < len(byTo) && byTo[j].To < ev.From {
+			if byTo[j].Token > top.Token {
+				top = byTo[j]
+			}
+			j++
+		}
+		f(ev, top)
+	}
+}

@@ -116,25 +116,14 @@ func CheckTerms(h *verify.History) Terms {
 				valid = append(valid, ev)
 			}
 		}
-		byFrom := append([]verify.Event(nil), valid...)
-		sort.Slice(byFrom, func(i, j int) bool { return byFrom[i].From < byFrom[j].From })
-		byTo := append([]verify.Event(nil), valid...)
-		sort.Slice(byTo, func(i, j int) bool { return byTo[i].To < byTo[j].To })
-		var top verify.Event // the ended leadership with the highest term so far
-		j := 0
-		for _, ev := range byFrom {
-			for j < len(byTo) && byTo[j].To < ev.From {
-				if byTo[j].Token > top.Token {
-					top = byTo[j]
-				}
-				j++
-			}
+		// top: the ended leadership with the highest term so far.
+		verify.AfterEnded(valid, func(ev, top verify.Event) {
 			if top.Token != 0 && ev.Token <= top.Token {
 				r.Regressions++
 				note("%s: %s led with term %d from %.3f s, after %s had led with term %d until %.3f s",
 					name, leader(ev), ev.Token, float64(ev.From)/1e9, leader(top), top.Token, float64(top.To)/1e9)
 			}
-		}
+		})
 	}
 	return r
 }

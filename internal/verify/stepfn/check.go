@@ -2,7 +2,6 @@ package stepfn
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/leasehold/leasehold/internal/verify"
 )
@@ -26,27 +25,17 @@ func tokenOrder(evs []verify.Event) (int, string) {
 		}
 		return ev.Worker + "/" + ev.Proc
 	}
-	byTo := append([]verify.Event(nil), cs...)
-	sort.Slice(byTo, func(i, j int) bool { return byTo[i].To < byTo[j].To })
-	sort.Slice(cs, func(i, j int) bool { return cs[i].From < cs[j].From })
 	n, first := 0, ""
-	var top verify.Event // highest token among the sections ended so far
-	j := 0
-	for _, c := range cs {
-		for j < len(byTo) && byTo[j].To < c.From {
-			if byTo[j].Token > top.Token {
-				top = byTo[j]
-			}
-			j++
-		}
+	// top: highest token among the sections ended so far.
+	verify.AfterEnded(cs, func(c, top verify.Event) {
 		if c.Token > top.Token || (c.Token == top.Token && owner(c) == owner(top)) {
-			continue
+			return
 		}
 		n++
 		if first == "" {
 			first = fmt.Sprintf("%s: %s/%s began with token %d after %s/%s had ended with token %d",
 				c.Key, c.Worker, c.Proc, c.Token, top.Worker, top.Proc, top.Token)
 		}
-	}
+	})
 	return n, first
 }
