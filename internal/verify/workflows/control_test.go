@@ -56,13 +56,8 @@ func TestR16CatchesStale(t *testing.T) {
 	if _, err := w.Create(ctx, "i"); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var calls []Call
-	emit := func(c Call) {
-		mu.Lock()
-		calls = append(calls, c)
-		mu.Unlock()
-	}
+	var log callLog
+	emit := log.emit
 	var wg sync.WaitGroup
 	for p := range 3 {
 		c := cfg
@@ -82,7 +77,7 @@ func TestR16CatchesStale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := Check(Chain("r16ctl"), calls, hist)
+	r := Check(Chain("r16ctl"), log.all(), hist)
 	t.Logf("%s", r)
 	if r.Kinds["stale"] == 0 || r.Lost+r.Duplicated+r.Phantom+r.Unresolved > 0 {
 		t.Fatalf("want stale answers caught (and no lost, duplicated, phantom or unresolved): %s %v", r, r.First)

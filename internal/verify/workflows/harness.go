@@ -78,13 +78,8 @@ func RunTrial(t *testing.T, tr Trial) Outcome {
 	if _, err := w.Create(ctx, "i"); err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	var mu sync.Mutex
-	var calls []Call
-	emit := func(c Call) {
-		mu.Lock()
-		calls = append(calls, c)
-		mu.Unlock()
-	}
+	var log callLog
+	emit := log.emit
 	out := Outcome{}
 	var apis []verify.Target
 	for i := range tr.API {
@@ -160,8 +155,8 @@ func RunTrial(t *testing.T, tr Trial) Outcome {
 	if err != nil {
 		t.Fatalf("history: %v", err)
 	}
-	out.Calls, out.Hist = calls, hist
-	out.Result = Check(Chain(name), calls, hist)
+	out.Calls, out.Hist = log.all(), hist
+	out.Result = Check(Chain(name), out.Calls, hist)
 	return out
 }
 
@@ -250,4 +245,22 @@ func startAPI(t *testing.T, tr Trial, name string) verify.Target {
 		t.Fatal(err)
 	}
 	return verify.StartServe(t, "--store", tr.Target.URL, "--workflows", path)
+}
+
+// callLog collects the calls that workers emit, from any goroutine.
+type callLog struct {
+	mu    sync.Mutex
+	calls []Call
+}
+
+func (l *callLog) emit(c Call) {
+	l.mu.Lock()
+	l.calls = append(l.calls, c)
+	l.mu.Unlock()
+}
+
+func (l *callLog) all() []Call {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.calls
 }
