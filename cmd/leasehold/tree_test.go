@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/enginetest"
 )
 
 // treeScript is a command (for sh -c, with the log file as $1) whose
@@ -32,9 +34,9 @@ const startScript = `echo "start $LEASEHOLD_OWNER $LEASEHOLD_TOKEN" >> "$1"; sle
 func testStores(t *testing.T) map[string]string {
 	sqliteURL, _ := newStore(t)
 	stores := map[string]string{"sqlite": sqliteURL}
-	for name, env := range map[string]string{"postgres": "LEASEHOLD_TEST_POSTGRES", "redis": "LEASEHOLD_TEST_REDIS",
-		"dynamodb": "LEASEHOLD_TEST_DYNAMODB", "etcd": "LEASEHOLD_TEST_ETCD"} {
-		if u := os.Getenv(env); u != "" {
+	for _, e := range enginetest.Engines {
+		if u := os.Getenv(e.URLVar); e.URLVar != "" && u != "" {
+			name := e.Store
 			if name == "redis" {
 				// The test server is fresh and has no persistence: without
 				// this the store holds back its first grants (docs/stores/redis.md).

@@ -9,13 +9,11 @@ import (
 )
 
 func TestPrivateServersRestart(t *testing.T) {
-	for _, start := range []func(testing.TB, ...string) *enginetest.Server{
-		enginetest.StartRedis,
-		func(t testing.TB, _ ...string) *enginetest.Server { return enginetest.StartPostgres(t) },
-		func(t testing.TB, _ ...string) *enginetest.Server { return enginetest.StartEtcd(t) },
-		func(t testing.TB, _ ...string) *enginetest.Server { return enginetest.StartDynalite(t) },
-	} {
-		s := start(t)
+	for _, e := range enginetest.Engines {
+		if e.Kind != enginetest.External {
+			continue
+		}
+		s := e.Start(t)
 		s.Restart()
 		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(s.Port))
 		if err != nil {

@@ -16,20 +16,30 @@ const childEnv = "ENGINETEST_CHILD"
 
 // childCases are tests that need an engine that their environment lacks,
 // and the name of the engine that their message must give.
-var childCases = []struct {
-	name, engine string
-	f            func(t *testing.T)
-}{
-	{"postgres", "PostgreSQL", func(t *testing.T) { enginetest.PostgresURL(t) }},
-	{"redis", "Redis", func(t *testing.T) { enginetest.RedisURL(t) }},
-	{"dynamodb", "DynamoDB", func(t *testing.T) { enginetest.DynamoDBURL(t) }},
-	{"etcd", "etcd", func(t *testing.T) { enginetest.EtcdURL(t) }},
+var childCases = append(sharedCases(), []childCase{
 	// PATH is empty in the child: no program is found.
 	{"redis-server", "redis-server", func(t *testing.T) { enginetest.StartRedis(t) }},
 	{"etcd-server", "etcd", func(t *testing.T) { enginetest.StartEtcd(t) }},
 	{"dynalite", "dynalite", func(t *testing.T) { enginetest.StartDynalite(t) }},
 	// A test that goes on without its engine unless engines are required.
 	{"partial", "PostgreSQL", func(t *testing.T) { enginetest.Partial(t, "PostgreSQL", "$LEASEHOLD_TEST_POSTGRES is empty") }},
+}...)
+
+type childCase struct {
+	name, engine string
+	f            func(t *testing.T)
+}
+
+// sharedCases are the shared test servers of enginetest.Engines, each
+// missing from the child's environment.
+func sharedCases() []childCase {
+	var cs []childCase
+	for _, e := range enginetest.Engines {
+		if e.URLVar != "" {
+			cs = append(cs, childCase{e.Store, e.Title, func(t *testing.T) { enginetest.SharedURL(t, e.Store) }})
+		}
+	}
+	return cs
 }
 
 // TestChild is run by TestMissingEngine only.
@@ -56,9 +66,15 @@ func TestMissingEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := proctest.EnvWithout("CI", "LEASEHOLD_REQUIRE_ENGINES", "PATH",
-		"LEASEHOLD_TEST_POSTGRES", "LEASEHOLD_TEST_REDIS", "LEASEHOLD_TEST_DYNAMODB", "LEASEHOLD_TEST_ETCD",
-		"LEASEHOLD_TEST_REDIS_SERVER", "LEASEHOLD_TEST_ETCD_BIN", "LEASEHOLD_TEST_DYNALITE")
+	drop := []string{"CI", "LEASEHOLD_REQUIRE_ENGINES", "PATH"}
+	for _, e := range enginetest.Engines {
+		if e.Kind == enginetest.External && e.Store != "postgres" { // PostgreSQL's programs are found without PATH
+			drop = append(drop, e.URLVar, e.BinVar)
+		} else if e.URLVar != "" {
+			drop = append(drop, e.URLVar)
+		}
+	}
+	base := proctest.EnvWithout(drop...)
 	base = append(base, "PATH=", childEnv+"=1")
 	for _, env := range []struct {
 		vars   []string

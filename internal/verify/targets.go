@@ -71,7 +71,7 @@ type Target struct {
 	// StartServe's targets.
 	HTTPAddr string
 	// Engine is the store's row of enginetest.Engines (for a proxy
-	// target, the lease server's).
+	// target, the lease server's, with the MinTTL of the store behind).
 	Engine enginetest.Engine
 }
 
@@ -185,6 +185,7 @@ func ProxyTarget(t testing.TB, inner Target) Target {
 	t.Helper()
 	tg := StartServe(t, "--store", inner.URL)
 	tg.Name = "server(" + inner.Name + ")"
+	tg.Engine.MinTTL = inner.Engine.MinTTL // the server keeps its store's leases
 	return tg
 }
 

@@ -68,15 +68,11 @@ type run struct {
 	errorPause time.Duration
 }
 
-// ttlFor is the lease TTL on a store: etcd keeps only whole-second TTLs of
-// 2 s or more exactly (shorter ones last 2 s, which the model would take
-// for a lease held too long), the others r.ttl.
-func (r run) ttlFor(store string) time.Duration {
-	if store == "etcd" {
-		return max(r.ttl, 2*time.Second)
-	}
-	return r.ttl
-}
+// ttlFor is the lease TTL on a target: r.ttl, or the store's MinTTL if
+// that is longer (etcd keeps only whole-second TTLs of 2 s or more
+// exactly; shorter ones last 2 s, which the model would take for a lease
+// held too long).
+func (r run) ttlFor(tg verify.Target) time.Duration { return max(r.ttl, tg.Engine.MinTTL) }
 
 // TestR3 is suite R3: SIGKILL the engine (or the lease server) every 2 ± 1 s
 // and restart it after 0.5–1 s while the workers run the lock workload. For
@@ -189,7 +185,7 @@ func (r run) run(t *testing.T, tg verify.Target) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%s/k%d", strings.ToLower(r.suite), i)
 	}
-	ttl := r.ttlFor(tg.Name)
+	ttl := r.ttlFor(tg)
 	g := verify.StartWorkers(t, r.workers, verify.WorkerConfig{Store: tg.URL, Keys: keys, Clients: r.clients,
 		TTL: ttl, Oracle: o.URL(), Hold: r.hold, OpTimeout: r.opTimeout, AcquireTimeout: r.acquireTimeout,
 		ErrorPause: r.errorPause, Seed: seed})

@@ -7,7 +7,6 @@ package linear
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -41,13 +40,10 @@ func run(t *testing.T, tg verify.Target, opsPerKey int) {
 	// About opsPerKey operations per key: each client's operations spread
 	// over all keys (keepalive-free, so every operation is the client's).
 	cycles := opsPerKey * keys / (workers * clients)
-	ttl := 200 * time.Millisecond
-	if strings.Contains(tg.Name, "etcd") {
-		// etcd keeps a lease for max(TTL rounded up to a second, 2 s)
-		// (docs/stores/etcd.md); with whole seconds of 2 s or more it keeps
-		// exactly what was asked, which is what the model checks.
-		ttl = 2 * time.Second
-	}
+	// etcd keeps a lease for max(TTL rounded up to a second, 2 s)
+	// (docs/stores/etcd.md); with whole seconds of 2 s or more (its MinTTL)
+	// it keeps exactly what was asked, which is what the model checks.
+	ttl := max(200*time.Millisecond, tg.Engine.MinTTL)
 	gap := min(ttl/2, 250*time.Millisecond)
 	g := verify.StartWorkers(t, workers, verify.WorkerConfig{Store: tg.URL, Keys: ks, Mode: "random",
 		Clients: clients, Cycles: cycles, TTL: ttl, Gap: gap, OpTimeout: 10 * time.Second})

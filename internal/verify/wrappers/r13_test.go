@@ -56,10 +56,7 @@ func TestR13(t *testing.T) {
 			if strings.HasPrefix(name, "server") {
 				faults = append(faults, wrappers.FaultForce)
 			}
-			ttl := time.Second
-			if name == "etcd" {
-				ttl = 2 * time.Second // etcd's shortest exact lease TTL
-			}
+			ttl := max(time.Second, tg.Engine.MinTTL) // etcd's shortest exact lease TTL is 2 s
 			seed := verify.Seed(t)
 			cfg := wrappers.Config{Target: tg, Bin: bin, TTL: ttl,
 				Run: 3, Elect: 3, Sem: 3, Permits: 2,
