@@ -119,7 +119,7 @@ import (
 // field means its default.
 type Config struct {
 	Table string // DynamoDB table (the dynamodb store's layout)
-	Lock  string // lock name: the LockKey of the item (leasehold.ValidateName's rules)
+	Lock  string // lock name: the LockKey of the item (storekit.ValidateName's rules)
 	// Exactly one of LambdaARN and Task: the work to run under the lock.
 	LambdaARN string
 	// LambdaTimeout is the Lambda function's own timeout (1s-15m, whole
@@ -348,7 +348,7 @@ func roundUp(d time.Duration) time.Duration {
 }
 
 // ValidateLock checks a lock name with the Go store's rules
-// (leasehold.ValidateName: 1-256 bytes of UTF-8 without control
+// (storekit.ValidateName: 1-256 bytes of UTF-8 without control
 // characters), and refuses the DynamoDB store's record key space.
 func ValidateLock(name string) error {
 	if err := storekit.ValidateName(name); err != nil {

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 const releaseLong = `Release frees the lease NAME, checked by owner and fencing token: it is
@@ -105,7 +106,7 @@ func newReleaseCmd(e *env) *cobra.Command {
 			if err != nil || tok == 0 {
 				return usagef("release: token %q is not a fencing token (a decimal number above 0)", token)
 			}
-			if err := leasehold.ValidateHolder(name, owner, tok); err != nil {
+			if err := storekit.ValidateHolder(name, owner, tok); err != nil {
 				return usagef("release: %v", err)
 			}
 			s, err := e.openStore(cmd.Context(), store)
@@ -148,7 +149,7 @@ func newForceReleaseCmd(e *env) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: wrapRun(func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			if err := leasehold.ValidateName(name); err != nil {
+			if err := storekit.ValidateName(name); err != nil {
 				return usagef("force-release: %v", err)
 			}
 			in, interactive := e.terminalIn()

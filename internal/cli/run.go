@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // runOptions are the flags and arguments of "run", validated.
@@ -188,10 +189,10 @@ func (o *runOptions) parse(cmd *cobra.Command, args []string) error {
 
 // check validates the flags and o.name without touching the store.
 func (o *runOptions) check(cmd *cobra.Command) error {
-	if err := leasehold.ValidateName(o.name); err != nil {
+	if err := storekit.ValidateName(o.name); err != nil {
 		return usagef("%s: %v", o.verb, err)
 	}
-	if err := leasehold.ValidateTTL(o.ttl); err != nil {
+	if err := storekit.ValidateTTL(o.ttl); err != nil {
 		return usagef("%s: --ttl: %v", o.verb, err)
 	}
 	if o.wait < 0 {
@@ -204,7 +205,7 @@ func (o *runOptions) check(cmd *cobra.Command) error {
 		return usagef("%s: --conflict-exit-code %d must be in [0, 255]", o.verb, o.notAcquired)
 	}
 	if cmd.Flags().Changed("owner") {
-		if err := leasehold.ValidateOwner(o.owner); err != nil {
+		if err := storekit.ValidateOwner(o.owner); err != nil {
 			return usagef("%s: --owner: %v", o.verb, err)
 		}
 	}
@@ -217,7 +218,7 @@ func (o *runOptions) check(cmd *cobra.Command) error {
 	if cmd.Flags().Changed("permits") && (o.permits < 1 || o.permits > leasehold.MaxPermits) {
 		return usagef("%s: --permits %d must be in [1, %d]", o.verb, o.permits, leasehold.MaxPermits)
 	}
-	if err := leasehold.ValidateData([]byte(o.data)); err != nil {
+	if err := storekit.ValidateData([]byte(o.data)); err != nil {
 		return usagef("%s: --data: %v", o.verb, err)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // statusJSON is one lease in the output of "status --json".
@@ -51,7 +52,7 @@ func newStatusCmd(e *env) *cobra.Command {
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			if err := leasehold.ValidatePrefix(prefix); err != nil {
+			if err := storekit.ValidatePrefix(prefix); err != nil {
 				return usagef("status: %v", err)
 			}
 			s, err := e.openStore(cmd.Context(), store)
