@@ -3,62 +3,14 @@ package stores_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/silent"
 	"github.com/leasehold/leasehold/stores"
 )
-
-// silentServer accepts connections and never answers; Accepted counts them.
-type silentServer struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func newSilentServer(t *testing.T) *silentServer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &silentServer{ln: ln}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			s.conns = append(s.conns, c)
-			s.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for _, c := range s.conns {
-			c.Close()
-		}
-	})
-	return s
-}
-
-func (s *silentServer) Addr() string { return s.ln.Addr().String() }
-
-func (s *silentServer) Accepted() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
-}
 
 func TestConnectTimeoutParameter(t *testing.T) {
 	for _, tc := range []struct {
@@ -100,7 +52,7 @@ func TestConnectTimeoutParameter(t *testing.T) {
 // (The server's stores, http:// and leasehold://, send nothing when
 // opened; the command asks them once, see internal/cli.)
 func TestOpenGivesUpAfterConnectTimeout(t *testing.T) {
-	srv := newSilentServer(t)
+	srv := silent.Listen(t)
 	a := srv.Addr()
 	for _, u := range []string{
 		"redis://" + a + "/0?connect_timeout=1s",
@@ -142,7 +94,7 @@ func TestOpenGivesUpAfterConnectTimeout(t *testing.T) {
 // EC2 metadata service (pointed here at a listener that counts) and
 // without sending anything to the endpoint.
 func TestDynamoDBLocalEndpointWithoutCredentials(t *testing.T) {
-	imds, endpoint := newSilentServer(t), newSilentServer(t)
+	imds, endpoint := silent.Listen(t), silent.Listen(t)
 	dir := t.TempDir()
 	for k, v := range map[string]string{
 		"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_SESSION_TOKEN": "", "AWS_PROFILE": "",

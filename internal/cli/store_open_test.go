@@ -8,11 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/silent"
 	"github.com/leasehold/leasehold/stores"
 )
 
@@ -67,61 +67,6 @@ func exitCode(t *testing.T, cmd *exec.Cmd) int {
 	}
 }
 
-// silentListener accepts connections and never answers.
-type silentListener struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func newSilentListener(t *testing.T) *silentListener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &silentListener{ln: ln}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			s.conns = append(s.conns, c)
-			s.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for _, c := range s.conns {
-			c.Close()
-		}
-	})
-	return s
-}
-
-func (s *silentListener) accepted() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
-}
-
-// waitAccepted waits until s has accepted more than n connections.
-func (s *silentListener) waitAccepted(t *testing.T, n int) {
-	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); s.accepted() <= n; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the command never connected to the store")
-		}
-	}
-}
-
 // silentStores are store URLs on a server that accepts and never answers.
 func silentStores(addr string) map[string]string {
 	return map[string]string{
@@ -137,8 +82,8 @@ func silentStores(addr string) map[string]string {
 // line naming the store (without its secrets); the connect timeout is set
 // far beyond the test so that only the signal can end it.
 func TestOpenHangingStoreEndsOnSignal(t *testing.T) {
-	srv := newSilentListener(t)
-	for scheme, url := range silentStores(srv.ln.Addr().String()) {
+	srv := silent.Listen(t)
+	for scheme, url := range silentStores(srv.Addr()) {
 		for _, tc := range []struct {
 			name string
 			args []string
@@ -148,9 +93,9 @@ func TestOpenHangingStoreEndsOnSignal(t *testing.T) {
 			{"run", []string{"--connect-timeout", "10m", "run", "--store", url, "job", "--", "true"}, syscall.SIGINT},
 		} {
 			t.Run(scheme+"/"+tc.name, func(t *testing.T) {
-				before := srv.accepted()
+				before := srv.Accepted()
 				cmd, stderr := leaseholdProcess(t, tc.args...)
-				srv.waitAccepted(t, before)
+				srv.WaitAccepted(t, before)
 				if err := cmd.Process.Signal(tc.sig); err != nil {
 					t.Fatal(err)
 				}
@@ -170,8 +115,8 @@ func TestOpenHangingStoreEndsOnSignal(t *testing.T) {
 // after --connect-timeout (or the URL's connect_timeout=, which wins) with
 // exit 70 and exactly one line naming the store without its secrets.
 func TestOpenHangingStoreTimesOut(t *testing.T) {
-	srv := newSilentListener(t)
-	for scheme, url := range silentStores(srv.ln.Addr().String()) {
+	srv := silent.Listen(t)
+	for scheme, url := range silentStores(srv.Addr()) {
 		sep := "?"
 		if strings.Contains(url, "?") {
 			sep = "&"
@@ -270,11 +215,11 @@ func TestConnectTimeoutFlag(t *testing.T) {
 // TestStoreInitHangingStore: "store init" is ended by a signal, and by an
 // explicit --connect-timeout, like opening a store.
 func TestStoreInitHangingStore(t *testing.T) {
-	srv := newSilentListener(t)
-	url := "postgres://u:sekrit-pass-1@" + srv.ln.Addr().String() + "/db?sslmode=disable"
-	before := srv.accepted()
+	srv := silent.Listen(t)
+	url := "postgres://u:sekrit-pass-1@" + srv.Addr() + "/db?sslmode=disable"
+	before := srv.Accepted()
 	cmd, stderr := leaseholdProcess(t, "store", "init", "--store", url)
-	srv.waitAccepted(t, before)
+	srv.WaitAccepted(t, before)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
