@@ -2,10 +2,8 @@ package remote
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -18,7 +16,9 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/randid"
 	"github.com/leasehold/leasehold/internal/resp"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // DefaultRESPPort is the port of a leasehold:// URL that names none.
@@ -280,7 +280,7 @@ func (s *RESPStore) Close() error {
 // (LH.SUBSCRIBE). The channel is closed after ctx ends or the store is
 // closed.
 func (s *RESPStore) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return nil, err
 	}
 	if err := s.check(); err != nil {
@@ -511,7 +511,7 @@ func (s *RESPStore) acquireWait(ctx context.Context, req leasehold.AcquireReques
 		return leasehold.Record{}, err
 	}
 	if req.RequestID == "" {
-		req.RequestID = newRequestID()
+		req.RequestID = randid.Hex(12)
 	}
 	for {
 		if err := s.check(); err != nil {
@@ -551,21 +551,15 @@ func (s *RESPStore) acquireWait(ctx context.Context, req leasehold.AcquireReques
 	}
 }
 
-func newRequestID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // Renew implements leasehold.Store. It sends the grant's secret (SECRET)
 // if this store acquired the grant (and the server gave one); a server
 // with holder proofs refuses a renew without the right one with an error
 // matching ErrBadProof and leasehold.ErrNotHeld.
 func (s *RESPStore) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
-	if err := leasehold.ValidateTTL(ttl); err != nil {
+	if err := storekit.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	if err := s.check(); err != nil {
@@ -606,7 +600,7 @@ func appendSecret(b []byte, secret string) []byte {
 // Release implements leasehold.Store. Like Renew, it sends the grant's
 // secret if this store has it.
 func (s *RESPStore) Release(ctx context.Context, name, owner string, token uint64) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
 	if err := s.check(); err != nil {
@@ -660,7 +654,7 @@ func recordReply(name string, rec *leasehold.Record) func(v resp.Value) error {
 
 // Get implements leasehold.Store.
 func (s *RESPStore) Get(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
 	if err := s.check(); err != nil {
@@ -690,7 +684,7 @@ func (s *RESPStore) Ready(ctx context.Context) error {
 // ForceRelease frees the named lease whoever holds it (it needs admin
 // access) and returns the grant it ended, or leasehold.ErrNotFound.
 func (s *RESPStore) ForceRelease(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
 	if err := s.check(); err != nil {
@@ -709,7 +703,7 @@ func (s *RESPStore) ForceRelease(ctx context.Context, name string) (leasehold.Re
 // (the server caps LH.LIST): a lease held throughout is listed once; one
 // granted or freed meanwhile may or may not be.
 func (s *RESPStore) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
-	if err := leasehold.ValidatePrefix(prefix); err != nil {
+	if err := storekit.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
 	if err := s.check(); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // SessionOption configures OpenSession (of HTTPStore and RESPStore).
@@ -53,7 +54,7 @@ func SessionDrift(rho float64, eps time.Duration) SessionOption {
 
 func sessionOptions(ttl time.Duration, opts []SessionOption) (sessionConfig, error) {
 	cfg := sessionConfig{clock: clock.Real(), rho: leasehold.DefaultDriftRate, eps: leasehold.DefaultDriftMargin}
-	if err := leasehold.ValidateTTL(ttl); err != nil {
+	if err := storekit.ValidateTTL(ttl); err != nil {
 		return cfg, err
 	}
 	for _, o := range opts {
