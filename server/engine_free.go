@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/mutation"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // lockEntry takes e.mu and returns name's entry (nil if none) with any
@@ -28,10 +29,10 @@ func (e *Engine) lockEntry(name string) (*engEntry, int64, error) {
 
 // Renew implements Backend.
 func (e *Engine) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
-	if err := leasehold.ValidateTTL(ttl); err != nil {
+	if err := storekit.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -70,7 +71,7 @@ func (e *Engine) Renew(ctx context.Context, name, owner string, token uint64, tt
 
 // Release implements Backend.
 func (e *Engine) Release(ctx context.Context, name, owner string, token uint64) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -98,7 +99,7 @@ func (e *Engine) Release(ctx context.Context, name, owner string, token uint64) 
 
 // ForceRelease implements Backend.
 func (e *Engine) ForceRelease(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
 	ch := make(chan error, 1)

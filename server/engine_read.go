@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // Get implements Backend. It reports only durable state: a grant, release
@@ -16,7 +17,7 @@ import (
 // one yet, and undone by a crash before the commit) is reported once it is
 // durable, so Get may wait for the group commit under way and the next.
 func (e *Engine) Get(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
 	e.lock()
@@ -41,7 +42,7 @@ func (e *Engine) Get(ctx context.Context, name string) (leasehold.Record, error)
 // answers once every change made so far is.
 func (e *Engine) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
 	if prefix != "" {
-		if err := leasehold.ValidatePrefix(prefix); err != nil {
+		if err := storekit.ValidatePrefix(prefix); err != nil {
 			return nil, err
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/server/wal"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // Versioned records in the native engine (leasehold.RecordStore).
@@ -206,7 +207,7 @@ func recAnswer(ch chan error, err error) error {
 
 // GetRecord implements leasehold.RecordStore.
 func (e *Engine) GetRecord(ctx context.Context, key string) (leasehold.Versioned, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return leasehold.Versioned{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -232,10 +233,10 @@ func (e *Engine) GetRecord(ctx context.Context, key string) (leasehold.Versioned
 
 // PutRecord implements leasehold.RecordStore.
 func (e *Engine) PutRecord(ctx context.Context, key string, value []byte, expect uint64) (uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, err
 	}
-	if err := leasehold.ValidateValue(value); err != nil {
+	if err := storekit.ValidateValue(value); err != nil {
 		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -265,7 +266,7 @@ func (e *Engine) PutRecord(ctx context.Context, key string, value []byte, expect
 
 // DeleteRecord implements leasehold.RecordStore.
 func (e *Engine) DeleteRecord(ctx context.Context, key string, expect uint64) error {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -296,7 +297,7 @@ func (e *Engine) DeleteRecord(ctx context.Context, key string, expect uint64) er
 
 // AddCounter implements leasehold.RecordStore.
 func (e *Engine) AddCounter(ctx context.Context, key string, delta int64) (int64, uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, 0, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -328,11 +329,11 @@ func (e *Engine) addOp(key string, delta int64) (recOp, int64, error) {
 	var n int64
 	if ok {
 		var err error
-		if n, err = leasehold.ParseCounter(key, []byte(cur.value)); err != nil {
+		if n, err = storekit.ParseCounter(key, []byte(cur.value)); err != nil {
 			return recOp{}, 0, err
 		}
 	}
-	n, err := leasehold.AddInt64(key, n, delta)
+	n, err := storekit.AddInt64(key, n, delta)
 	if err != nil {
 		return recOp{}, 0, err
 	}

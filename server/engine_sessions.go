@@ -4,23 +4,19 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"sort"
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/randid"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 func (s *engSession) liveAt(now int64) bool { return !s.ended && now < s.dl.at }
 
 // OpenSession implements Backend.
 func (e *Engine) OpenSession(ctx context.Context, ttl time.Duration) (Session, error) {
-	if err := leasehold.ValidateTTL(ttl); err != nil {
-		return Session{}, err
-	}
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	if err := storekit.ValidateTTL(ttl); err != nil {
 		return Session{}, err
 	}
 	ch := make(chan error, 1)
@@ -29,7 +25,7 @@ func (e *Engine) OpenSession(ctx context.Context, ttl time.Duration) (Session, e
 		e.unlock()
 		return Session{}, leasehold.ErrClosed
 	}
-	s := e.newSession(hex.EncodeToString(b[:]), ttl)
+	s := e.newSession(randid.Hex(16), ttl)
 	now := e.now()
 	e.dl.set(&s.dl, now+int64(ttl))
 	e.pokeIfEarlier()

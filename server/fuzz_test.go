@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/httpwire"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // Fuzz targets of suite R12 for the server's request decoding: names
@@ -224,7 +226,7 @@ func FuzzHTTPAcquireBody(f *testing.F) {
 		if rec.Code != 200 {
 			return
 		}
-		var l httpLeaseJSON
+		var l httpwire.Lease
 		if err := json.Unmarshal(rec.Body.Bytes(), &l); err != nil {
 			t.Fatalf("grant: %v %q", err, rec.Body)
 		}
@@ -239,7 +241,7 @@ func FuzzHTTPAcquireBody(f *testing.F) {
 }
 
 // FuzzCheckName: a name the server accepts satisfies its documented
-// rules (leasehold.ValidateName, no percent-encoded sequence, no "." or
+// rules (storekit.ValidateName, no percent-encoded sequence, no "." or
 // ".." segment, no empty segment between slashes), a refusal is an
 // *InvalidError, and an accepted name reaches the API, percent-encoded in
 // the path, as exactly itself.
@@ -267,7 +269,7 @@ func FuzzCheckName(f *testing.F) {
 			}
 			return
 		}
-		if verr := leasehold.ValidateName(name); verr != nil {
+		if verr := storekit.ValidateName(name); verr != nil {
 			t.Fatalf("accepted a name ValidateName refuses: %v", verr)
 		}
 		for i := 0; i+2 < len(name); i++ {
@@ -293,7 +295,7 @@ func FuzzCheckName(f *testing.F) {
 			req.Header.Set("Authorization", "Bearer "+fzAdmin)
 			rec = h.check(t, req)
 		}
-		var l httpLeaseJSON
+		var l httpwire.Lease
 		if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &l) != nil || l.Name != name {
 			t.Fatalf("acquire of accepted name %q (path %q): %d %s", name, esc, rec.Code, rec.Body)
 		}

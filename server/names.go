@@ -6,10 +6,11 @@ import (
 	"unicode"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // CheckName applies the server's rules for names arriving from the network,
-// on top of leasehold.ValidateName: a name reaches the server percent-decoded
+// on top of storekit.ValidateName: a name reaches the server percent-decoded
 // exactly once (by the front end), and is then refused if it still looks
 // encoded ("%2F", "%252F": a second decoding somewhere else could make it
 // another name) or has "." or ".." segments or empty segments between
@@ -19,7 +20,7 @@ import (
 // through the server. Names are otherwise compared byte for byte, never
 // normalised, so look-alike letters are simply different names.
 func CheckName(name string) error {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return err
 	}
 	if err := CheckVisible("name", name); err != nil {

@@ -2,10 +2,7 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
-	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -248,20 +245,4 @@ func (p *Proxy) isClosed() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.closed
-}
-
-// backoff is capped exponential backoff with full jitter in [cur/2, cur].
-type proxyBackoff struct{ cur, max time.Duration }
-
-func (b *proxyBackoff) next() time.Duration {
-	d := b.cur
-	b.cur = min(b.cur*2, b.max)
-	half := d / 2
-	return half + time.Duration(mrand.Int64N(int64(half)+1))
-}
-
-func proxyRandomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

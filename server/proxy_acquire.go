@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/backoff"
+	"github.com/leasehold/leasehold/internal/randid"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 type proxyWaiter struct {
@@ -23,8 +26,8 @@ type proxyWaiter struct {
 func (p *Proxy) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Record, error) {
 	r := req.AcquireRequest
 	for _, err := range []error{
-		leasehold.ValidateName(r.Name), leasehold.ValidateOwner(r.Owner),
-		leasehold.ValidateRequestID(r.RequestID), leasehold.ValidateData(r.Data),
+		storekit.ValidateName(r.Name), storekit.ValidateOwner(r.Owner),
+		storekit.ValidateRequestID(r.RequestID), storekit.ValidateData(r.Data),
 	} {
 		if err != nil {
 			return leasehold.Record{}, err
@@ -45,7 +48,7 @@ func (p *Proxy) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Reco
 			r.TTL = sess.ttl
 		}
 	}
-	if err := leasehold.ValidateTTL(r.TTL); err != nil {
+	if err := storekit.ValidateTTL(r.TTL); err != nil {
 		return leasehold.Record{}, err
 	}
 	if p.isClosed() {
@@ -63,7 +66,7 @@ func (p *Proxy) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Reco
 	if r.RequestID == "" {
 		// One id for all attempts: a lost reply is recognised, and a grant
 		// that races with cancellation can be found and released.
-		r.RequestID = proxyRandomHex(12)
+		r.RequestID = randid.Hex(12)
 	}
 	return p.wait(ctx, ns, r, req, sess)
 }
@@ -202,7 +205,7 @@ func (p *Proxy) wait(ctx context.Context, ns *proxyName, r leasehold.AcquireRequ
 			p.log.Warn("leasehold proxy: watch failed, polling instead", "name", r.Name, "err", err)
 		}
 	}
-	bo := proxyBackoff{cur: p.cfg.BackoffMin, max: p.cfg.BackoffMax}
+	bo := backoff.New(p.cfg.BackoffMin, p.cfg.BackoffMax)
 	var seenHeldAt, notifyAt, expiryAt time.Time
 	handoff := func(now time.Time) time.Duration { // p.mu held
 		from := w.since
@@ -238,11 +241,11 @@ func (p *Proxy) wait(ctx context.Context, ns *proxyName, r leasehold.AcquireRequ
 			if notify != nil {
 				wait = until // a release arrives by push; expiry by this timer
 			} else {
-				wait = min(bo.next(), until)
+				wait = min(bo.Next(), until)
 			}
 		} else {
 			p.log.Warn("leasehold proxy: acquire failed, retrying", "name", r.Name, "err", err)
-			wait = bo.next()
+			wait = bo.Next()
 		}
 		t := p.clock.NewTimer(max(wait, 0))
 		select {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // Subscribe implements Backend (through the package's event hub, as the
@@ -21,7 +22,7 @@ func (p *Proxy) Recent(n int) []Event { return p.hub.recent(n) }
 
 // Get implements Backend.
 func (p *Proxy) Get(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
 	return p.store.Get(ctx, name)
@@ -29,7 +30,7 @@ func (p *Proxy) Get(ctx context.Context, name string) (leasehold.Record, error) 
 
 // List implements Backend.
 func (p *Proxy) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
-	if err := leasehold.ValidatePrefix(prefix); err != nil {
+	if err := storekit.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
 	return p.store.List(ctx, prefix)

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // ErrRecordsUnsupported reports a backend whose store keeps no versioned
@@ -37,7 +38,7 @@ func (p *Proxy) SupportsRecords() bool {
 // GetRecord implements leasehold.RecordStore by passing the call to the
 // store: records are the store's, and the proxy adds nothing to them.
 func (p *Proxy) GetRecord(ctx context.Context, key string) (leasehold.Versioned, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return leasehold.Versioned{}, err
 	}
 	rs, err := p.records()
@@ -49,10 +50,10 @@ func (p *Proxy) GetRecord(ctx context.Context, key string) (leasehold.Versioned,
 
 // PutRecord implements leasehold.RecordStore (passed to the store).
 func (p *Proxy) PutRecord(ctx context.Context, key string, value []byte, expect uint64) (uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, err
 	}
-	if err := leasehold.ValidateValue(value); err != nil {
+	if err := storekit.ValidateValue(value); err != nil {
 		return 0, err
 	}
 	rs, err := p.records()
@@ -64,7 +65,7 @@ func (p *Proxy) PutRecord(ctx context.Context, key string, value []byte, expect 
 
 // DeleteRecord implements leasehold.RecordStore (passed to the store).
 func (p *Proxy) DeleteRecord(ctx context.Context, key string, expect uint64) error {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return err
 	}
 	rs, err := p.records()
@@ -76,7 +77,7 @@ func (p *Proxy) DeleteRecord(ctx context.Context, key string, expect uint64) err
 
 // AddCounter implements leasehold.RecordStore (passed to the store).
 func (p *Proxy) AddCounter(ctx context.Context, key string, delta int64) (int64, uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, 0, err
 	}
 	rs, err := p.records()

@@ -8,14 +8,15 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // Renew implements Backend.
 func (p *Proxy) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
-	if err := leasehold.ValidateTTL(ttl); err != nil {
+	if err := storekit.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	ns := p.ref(name)
@@ -61,7 +62,7 @@ func (p *Proxy) Renew(ctx context.Context, name, owner string, token uint64, ttl
 
 // Release implements Backend.
 func (p *Proxy) Release(ctx context.Context, name, owner string, token uint64) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
 	return p.release(ctx, name, owner, token, EventReleased)
@@ -102,7 +103,7 @@ func (p *Proxy) releaseGrant(name, owner string, token uint64, typ EventType) {
 
 // ForceRelease implements Backend.
 func (p *Proxy) ForceRelease(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
 	for attempt := 0; ; attempt++ {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/internal/randid"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 type proxyLeaseKey struct {
@@ -49,11 +51,11 @@ func (p *Proxy) liveSessionLocked(id string) *proxySession {
 
 // OpenSession implements Backend.
 func (p *Proxy) OpenSession(ctx context.Context, ttl time.Duration) (Session, error) {
-	if err := leasehold.ValidateTTL(ttl); err != nil {
+	if err := storekit.ValidateTTL(ttl); err != nil {
 		return Session{}, err
 	}
 	s := &proxySession{
-		id: proxyRandomHex(16), ttl: ttl, leases: map[proxyLeaseKey]*proxySessionLease{},
+		id: randid.Hex(16), ttl: ttl, leases: map[proxyLeaseKey]*proxySessionLease{},
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	p.mu.Lock()

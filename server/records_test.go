@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/memory"
+	"github.com/leasehold/leasehold/storekit"
 	"github.com/leasehold/leasehold/storetest"
 )
 
@@ -349,7 +350,7 @@ func TestEngineRecordsConcurrent(t *testing.T) {
 						_, err := leasehold.Update(ctx, e, "conc/n", func(old []byte, exists bool) ([]byte, error) {
 							var n int64
 							if exists {
-								n, _ = leasehold.ParseCounter("conc/n", old)
+								n, _ = storekit.ParseCounter("conc/n", old)
 							}
 							return []byte(fmt.Sprint(n + 1)), nil
 						}, leasehold.UpdateOptions{MaxAttempts: 1000})

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // StoreOf presents a Backend as a leasehold.Store (with Watcher and Queuer),
@@ -48,7 +49,7 @@ func (s backendStore) List(ctx context.Context, prefix string) ([]leasehold.Reco
 
 // Watch signals releases, expiries and forced releases of name.
 func (s backendStore) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return nil, err
 	}
 	events := s.b.Subscribe(ctx, name)
