@@ -211,6 +211,23 @@ func (e *Engine) unlock() {
 	e.emitMu.Unlock()
 }
 
+// lockOpen is how a call enters the engine: it returns the first failed
+// check (the caller's argument checks and ctx.Err(), in the order given),
+// else takes e.mu, or returns ErrClosed without it.
+func (e *Engine) lockOpen(checks ...error) error {
+	for _, err := range checks {
+		if err != nil {
+			return err
+		}
+	}
+	e.lock()
+	if e.closed {
+		e.unlock()
+		return leasehold.ErrClosed
+	}
+	return nil
+}
+
 // commit appends rec (nil: nothing to log) for ent and calls done once it
 // and everything before it is durable. Called with e.mu held.
 func (e *Engine) commit(ent *engEntry, rec []byte, done func(error)) {

@@ -13,18 +13,10 @@ import (
 
 // Acquire implements Backend.
 func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Record, error) {
-	if err := validateAcquire(req); err != nil {
-		return leasehold.Record{}, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := e.lockOpen(validateAcquire(req), ctx.Err()); err != nil {
 		return leasehold.Record{}, err
 	}
 	ch := make(chan grantResult, 1)
-	e.lock()
-	if e.closed {
-		e.unlock()
-		return leasehold.Record{}, leasehold.ErrClosed
-	}
 	now := e.now()
 	var sess *engSession
 	if req.Session != "" {

@@ -11,13 +11,11 @@ import (
 	"github.com/leasehold/leasehold/storekit"
 )
 
-// lockEntry takes e.mu and returns name's entry (nil if none) with any
-// expiry that is due applied, or ErrClosed (and e.mu not held).
-func (e *Engine) lockEntry(name string) (*engEntry, int64, error) {
-	e.lock()
-	if e.closed {
-		e.unlock()
-		return nil, 0, leasehold.ErrClosed
+// lockEntry is lockOpen, then returns name's entry (nil if none) with any
+// expiry that is due applied.
+func (e *Engine) lockEntry(name string, checks ...error) (*engEntry, int64, error) {
+	if err := e.lockOpen(checks...); err != nil {
+		return nil, 0, err
 	}
 	now := e.now()
 	ent := e.leases[name]
@@ -29,20 +27,11 @@ func (e *Engine) lockEntry(name string) (*engEntry, int64, error) {
 
 // Renew implements Backend.
 func (e *Engine) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := storekit.ValidateHolder(name, owner, token); err != nil {
-		return err
-	}
-	if err := storekit.ValidateTTL(ttl); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	ch := make(chan error, 1)
-	ent, now, err := e.lockEntry(name)
+	ent, now, err := e.lockEntry(name, storekit.ValidateHolder(name, owner, token), storekit.ValidateTTL(ttl), ctx.Err())
 	if err != nil {
 		return err
 	}
+	ch := make(chan error, 1)
 	if !ent.live(now) || ent.owner != owner || ent.token != token {
 		return e.refuse(ent, leasehold.ErrNotHeld)
 	}
@@ -71,17 +60,11 @@ func (e *Engine) Renew(ctx context.Context, name, owner string, token uint64, tt
 
 // Release implements Backend.
 func (e *Engine) Release(ctx context.Context, name, owner string, token uint64) error {
-	if err := storekit.ValidateHolder(name, owner, token); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	ch := make(chan error, 1)
-	ent, now, err := e.lockEntry(name)
+	ent, now, err := e.lockEntry(name, storekit.ValidateHolder(name, owner, token), ctx.Err())
 	if err != nil {
 		return err
 	}
+	ch := make(chan error, 1)
 	if ent == nil || (ent.owner != owner || ent.token != token) && !mutation.On("release-no-owner") {
 		return e.refuse(ent, leasehold.ErrNotHeld)
 	}
@@ -99,14 +82,11 @@ func (e *Engine) Release(ctx context.Context, name, owner string, token uint64) 
 
 // ForceRelease implements Backend.
 func (e *Engine) ForceRelease(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := storekit.ValidateName(name); err != nil {
-		return leasehold.Record{}, err
-	}
-	ch := make(chan error, 1)
-	ent, now, err := e.lockEntry(name)
+	ent, now, err := e.lockEntry(name, storekit.ValidateName(name))
 	if err != nil {
 		return leasehold.Record{}, err
 	}
+	ch := make(chan error, 1)
 	if !ent.live(now) {
 		return leasehold.Record{}, e.refuse(ent, leasehold.ErrNotFound)
 	}

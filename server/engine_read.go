@@ -17,13 +17,8 @@ import (
 // one yet, and undone by a crash before the commit) is reported once it is
 // durable, so Get may wait for the group commit under way and the next.
 func (e *Engine) Get(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := storekit.ValidateName(name); err != nil {
+	if err := e.lockOpen(storekit.ValidateName(name)); err != nil {
 		return leasehold.Record{}, err
-	}
-	e.lock()
-	if e.closed {
-		e.unlock()
-		return leasehold.Record{}, leasehold.ErrClosed
 	}
 	now := e.now()
 	ent := e.leases[name]
@@ -41,15 +36,8 @@ func (e *Engine) Get(ctx context.Context, name string) (leasehold.Record, error)
 // change of a name it looked at (listed or not) is not durable yet, it
 // answers once every change made so far is.
 func (e *Engine) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
-	if prefix != "" {
-		if err := storekit.ValidatePrefix(prefix); err != nil {
-			return nil, err
-		}
-	}
-	e.lock()
-	if e.closed {
-		e.unlock()
-		return nil, leasehold.ErrClosed
+	if err := e.lockOpen(storekit.ValidatePrefix(prefix)); err != nil {
+		return nil, err
 	}
 	now := e.now()
 	out := []leasehold.Record{}

@@ -207,18 +207,10 @@ func recAnswer(ch chan error, err error) error {
 
 // GetRecord implements leasehold.RecordStore.
 func (e *Engine) GetRecord(ctx context.Context, key string) (leasehold.Versioned, error) {
-	if err := storekit.ValidateKey(key); err != nil {
-		return leasehold.Versioned{}, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := e.lockOpen(storekit.ValidateKey(key), ctx.Err()); err != nil {
 		return leasehold.Versioned{}, err
 	}
 	ch := make(chan error, 1)
-	e.lock()
-	if e.closed {
-		e.unlock()
-		return leasehold.Versioned{}, leasehold.ErrClosed
-	}
 	cur, ok := e.recs.m[key]
 	e.recBarrier(func(err error) { ch <- err })
 	e.unlock()
@@ -233,22 +225,11 @@ func (e *Engine) GetRecord(ctx context.Context, key string) (leasehold.Versioned
 
 // PutRecord implements leasehold.RecordStore.
 func (e *Engine) PutRecord(ctx context.Context, key string, value []byte, expect uint64) (uint64, error) {
-	if err := storekit.ValidateKey(key); err != nil {
-		return 0, err
-	}
-	if err := storekit.ValidateValue(value); err != nil {
-		return 0, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := e.lockOpen(storekit.ValidateKey(key), storekit.ValidateValue(value), ctx.Err()); err != nil {
 		return 0, err
 	}
 	ch := make(chan error, 1)
 	done := func(err error) { ch <- err }
-	e.lock()
-	if e.closed {
-		e.unlock()
-		return 0, leasehold.ErrClosed
-	}
 	cur, ok := e.recs.m[key]
 	if cur.version != expect {
 		e.recBarrier(done)
@@ -266,19 +247,11 @@ func (e *Engine) PutRecord(ctx context.Context, key string, value []byte, expect
 
 // DeleteRecord implements leasehold.RecordStore.
 func (e *Engine) DeleteRecord(ctx context.Context, key string, expect uint64) error {
-	if err := storekit.ValidateKey(key); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := e.lockOpen(storekit.ValidateKey(key), ctx.Err()); err != nil {
 		return err
 	}
 	ch := make(chan error, 1)
 	done := func(err error) { ch <- err }
-	e.lock()
-	if e.closed {
-		e.unlock()
-		return leasehold.ErrClosed
-	}
 	cur, ok := e.recs.m[key]
 	switch {
 	case !ok:
@@ -297,18 +270,10 @@ func (e *Engine) DeleteRecord(ctx context.Context, key string, expect uint64) er
 
 // AddCounter implements leasehold.RecordStore.
 func (e *Engine) AddCounter(ctx context.Context, key string, delta int64) (int64, uint64, error) {
-	if err := storekit.ValidateKey(key); err != nil {
-		return 0, 0, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := e.lockOpen(storekit.ValidateKey(key), ctx.Err()); err != nil {
 		return 0, 0, err
 	}
 	ch := make(chan error, 1)
-	e.lock()
-	if e.closed {
-		e.unlock()
-		return 0, 0, leasehold.ErrClosed
-	}
 	op, n, err := e.addOp(key, delta)
 	if err != nil {
 		e.unlock()
@@ -343,19 +308,11 @@ func (e *Engine) addOp(key string, delta int64) (recOp, int64, error) {
 // Txn implements leasehold.RecordStore: the conditions are checked and the
 // writes applied under the engine's lock, and logged as one record.
 func (e *Engine) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult, error) {
-	if err := txn.Validate(); err != nil {
-		return leasehold.TxnResult{}, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := e.lockOpen(txn.Validate(), ctx.Err()); err != nil {
 		return leasehold.TxnResult{}, err
 	}
 	ch := make(chan error, 1)
 	done := func(err error) { ch <- err }
-	e.lock()
-	if e.closed {
-		e.unlock()
-		return leasehold.TxnResult{}, leasehold.ErrClosed
-	}
 	for _, c := range txn.If {
 		if cur := e.recs.m[c.Key]; cur.version != c.Version {
 			e.recBarrier(done)

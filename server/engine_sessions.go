@@ -16,15 +16,10 @@ func (s *engSession) liveAt(now int64) bool { return !s.ended && now < s.dl.at }
 
 // OpenSession implements Backend.
 func (e *Engine) OpenSession(ctx context.Context, ttl time.Duration) (Session, error) {
-	if err := storekit.ValidateTTL(ttl); err != nil {
+	if err := e.lockOpen(storekit.ValidateTTL(ttl)); err != nil {
 		return Session{}, err
 	}
 	ch := make(chan error, 1)
-	e.lock()
-	if e.closed {
-		e.unlock()
-		return Session{}, leasehold.ErrClosed
-	}
 	s := e.newSession(randid.Hex(16), ttl)
 	now := e.now()
 	e.dl.set(&s.dl, now+int64(ttl))
@@ -65,12 +60,10 @@ func (e *Engine) KeepAlive(ctx context.Context, id string) (Session, error) {
 
 // CloseSession implements Backend.
 func (e *Engine) CloseSession(ctx context.Context, id string) error {
-	ch := make(chan error, 1)
-	e.lock()
-	if e.closed {
-		e.unlock()
-		return leasehold.ErrClosed
+	if err := e.lockOpen(); err != nil {
+		return err
 	}
+	ch := make(chan error, 1)
 	s := e.sessions[id]
 	if s == nil || !s.liveAt(e.now()) {
 		e.unlock()
