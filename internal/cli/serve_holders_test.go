@@ -8,11 +8,9 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/leasehold/leasehold/server"
@@ -54,9 +52,7 @@ func holderAuthFile(t *testing.T) string {
 // data directory (created 0600), secrets are required with auth on, and a
 // grant's secret still works after a restart.
 func TestServeHolderKeyEngine(t *testing.T) {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	catchSIGTERM(t)
 
 	dir := filepath.Join(t.TempDir(), "data")
 	args := []string{"--addr", "127.0.0.1:0", "--resp-addr", "", "--data-dir", dir, "--auth-file", holderAuthFile(t), "--log-level", "warn"}
@@ -78,12 +74,7 @@ func TestServeHolderKeyEngine(t *testing.T) {
 	if code, m := holderCall(t, s.base+"/v1/leases/svc/x/renew", "tok-a", fmt.Sprintf(`{"owner":"a","token":%v,"ttl_ms":3600000}`, tok)); code != 403 || !strings.HasSuffix(fmt.Sprint(m["type"]), "bad-proof") {
 		t.Errorf("renew without the secret: %d %v", code, m)
 	}
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if r := s.wait(t); r.code != 0 {
-		t.Fatalf("exit %d\n%s", r.code, r.stderr)
-	}
+	stopAll(t, s)
 
 	s = startServing(t, args...)
 	if code, m := holderCall(t, s.base+"/v1/leases/svc/x/renew", "tok-a", fmt.Sprintf(`{"owner":"a","token":%v,"ttl_ms":3600000,"secret":%q}`, tok, sec)); code != 200 {
@@ -92,21 +83,14 @@ func TestServeHolderKeyEngine(t *testing.T) {
 	if code, m := holderCall(t, s.base+"/v1/leases/svc/x/release", "tok-a", fmt.Sprintf(`{"owner":"a","token":%v,"secret":%q}`, tok, sec)); code != 204 {
 		t.Errorf("release with the secret after a restart: %d %v", code, m)
 	}
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if r := s.wait(t); r.code != 0 {
-		t.Fatalf("exit %d\n%s", r.code, r.stderr)
-	}
+	stopAll(t, s)
 }
 
 // TestServeHolderKeyProxies: two proxies in front of one store given one
 // --holder-key-file accept each other's secrets; a proxy without it uses
 // a random key (and says so in its log), so it refuses them.
 func TestServeHolderKeyProxies(t *testing.T) {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	catchSIGTERM(t)
 
 	tmp := t.TempDir()
 	store := "sqlite://" + filepath.Join(tmp, "leases.db")
@@ -144,14 +128,7 @@ func TestServeHolderKeyProxies(t *testing.T) {
 	if code, m := holderCall(t, s2.base+"/v1/leases/svc/x/release", "tok-a", fmt.Sprintf(`{"owner":"a","token":%v,"secret":%q}`, a["token"], sec)); code != 204 {
 		t.Errorf("release through the other proxy: %d %v", code, m)
 	}
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []*serving{s1, s2, s3} {
-		if r := s.wait(t); r.code != 0 {
-			t.Fatalf("exit %d\n%s", r.code, r.stderr)
-		}
-	}
+	stopAll(t, s1, s2, s3)
 }
 
 // TestServeHolderKeyBad: a key file that is not a key is a usage error.
@@ -180,9 +157,7 @@ func TestServeHolderKeyBad(t *testing.T) {
 // TestServeHolderKeyReadable: a key file others may read is used, with a
 // warning at start-up.
 func TestServeHolderKeyReadable(t *testing.T) {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	catchSIGTERM(t)
 
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "holder.key")
@@ -193,10 +168,7 @@ func TestServeHolderKeyReadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := startServing(t, "--addr", "127.0.0.1:0", "--resp-addr", "", "--data-dir", filepath.Join(dir, "data"), "--holder-key-file", keyFile)
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	r := s.wait(t)
+	r := s.stop(t)
 	if r.code != 0 || !strings.Contains(r.stdout, "holder proofs: key in "+keyFile+"; secrets checked when given (auth is off)") ||
 		!strings.Contains(r.stderr, "readable by others") {
 		t.Errorf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
@@ -212,9 +184,7 @@ func TestServeHolderKeyReadable(t *testing.T) {
 // ($LEASEHOLD_SECRET or --secret) and is refused without it (exit 76,
 // nothing changed).
 func TestServeHolderSecretHandoff(t *testing.T) {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	catchSIGTERM(t)
 
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "data")
@@ -268,10 +238,5 @@ func TestServeHolderSecretHandoff(t *testing.T) {
 			t.Errorf("release with the secret (%s): exit %d\n%s", how, r.code, r.stderr)
 		}
 	}
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if r := s.wait(t); r.code != 0 {
-		t.Fatalf("exit %d\n%s", r.code, r.stderr)
-	}
+	stopAll(t, s)
 }

@@ -60,6 +60,41 @@ func startServing(t *testing.T, args ...string) *serving {
 	}
 }
 
+// catchSIGTERM keeps the SIGTERM that stops a serve in these tests from
+// ending the test binary, until the test ends.
+func catchSIGTERM(t *testing.T) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM)
+	t.Cleanup(func() { signal.Stop(sigs) })
+}
+
+// sigterm stops the serves running in this test process as an operator
+// would: the signal goes to the whole process.
+func sigterm(t *testing.T) {
+	t.Helper()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stop ends s (and every other serve running) and gives its result.
+func (s *serving) stop(t *testing.T) result {
+	t.Helper()
+	sigterm(t)
+	return s.wait(t)
+}
+
+// stopAll stops the serves with one SIGTERM; each must exit 0.
+func stopAll(t *testing.T, serves ...*serving) {
+	t.Helper()
+	sigterm(t)
+	for _, s := range serves {
+		if r := s.wait(t); r.code != 0 {
+			t.Fatalf("exit %d\n%s", r.code, r.stderr)
+		}
+	}
+}
+
 func (s *serving) wait(t *testing.T) result {
 	t.Helper()
 	select {
@@ -88,9 +123,7 @@ func get(t *testing.T, url string) (int, string) {
 func TestServeStartsAndStopsOnSIGTERM(t *testing.T) {
 	// Catch SIGTERM in the test too, so that a signal sent before serve
 	// has registered its handler cannot kill the test binary.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	catchSIGTERM(t)
 
 	dir := filepath.Join(t.TempDir(), "data")
 	args := []string{"--addr", "127.0.0.1:0", "--resp-addr", "127.0.0.1:0", "--data-dir", dir, "--log-level", "warn"}
@@ -121,10 +154,7 @@ func TestServeStartsAndStopsOnSIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	r := s.wait(t)
+	r := s.stop(t)
 	if r.code != 0 || !strings.Contains(r.stdout, "leasehold: stopped") {
 		t.Fatalf("serve after SIGTERM: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
@@ -143,10 +173,7 @@ func TestServeStartsAndStopsOnSIGTERM(t *testing.T) {
 	if err != nil || got.Owner != "a" || got.Token != rec.Token {
 		t.Errorf("after restart: %+v, %v; want a's lease, token %d", got, err, rec.Token)
 	}
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if r := s.wait(t); r.code != 0 {
+	if r := s.stop(t); r.code != 0 {
 		t.Fatalf("second serve: exit %d\n%s", r.code, r.stderr)
 	}
 }
@@ -154,9 +181,7 @@ func TestServeStartsAndStopsOnSIGTERM(t *testing.T) {
 // TestServeProxyAndEnv: --store serves a proxy; flags fall back to
 // LEASEHOLD_* variables, and the command line wins over them.
 func TestServeProxyAndEnv(t *testing.T) {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	catchSIGTERM(t)
 
 	authFile := filepath.Join(t.TempDir(), "tokens.json")
 	if err := os.WriteFile(authFile, []byte(`{"tokens":[{"identity":"ci","token":"s3cret","grants":[{"prefix":"ci/","access":"write"}]}]}`), 0o600); err != nil {
@@ -185,12 +210,7 @@ func TestServeProxyAndEnv(t *testing.T) {
 	if _, err := ci.TryAcquire(ctx, leasehold.AcquireRequest{Name: "ci/build", Owner: "a", TTL: time.Minute}); err != nil {
 		t.Errorf("acquire with the token: %v", err)
 	}
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if r := s.wait(t); r.code != 0 {
-		t.Fatalf("exit %d\n%s", r.code, r.stderr)
-	}
+	stopAll(t, s)
 }
 
 func TestServeUsageErrors(t *testing.T) {
@@ -246,9 +266,7 @@ func TestServeHelp(t *testing.T) {
 // nowhere: not in the start-up line of a proxy, not in the error of a
 // store that cannot be opened.
 func TestServeRedactsStoreURL(t *testing.T) {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	catchSIGTERM(t)
 	const secret = "url-s3cret-token"
 	authFile := filepath.Join(t.TempDir(), "tokens.json")
 	if err := os.WriteFile(authFile, []byte(`{"tokens":[{"identity":"px","token":"`+secret+`","grants":[{"prefix":"","access":"admin"}]}]}`), 0o600); err != nil {
@@ -259,14 +277,7 @@ func TestServeRedactsStoreURL(t *testing.T) {
 	if out := proxy.out.String(); !strings.Contains(out, "proxy in front of leasehold://"+inner.resp+"?token=REDACTED") || strings.Contains(out+proxy.errb.String(), secret) {
 		t.Errorf("start-up lines:\n%s\n%s", out, proxy.errb.String())
 	}
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []*serving{inner, proxy} {
-		if r := s.wait(t); r.code != 0 {
-			t.Fatalf("exit %d\n%s", r.code, r.stderr)
-		}
-	}
+	stopAll(t, inner, proxy)
 
 	h := newHarness(t)
 	for _, u := range []string{
