@@ -48,20 +48,29 @@ type retrier struct {
 	JitterStrategy  string  // "FULL" or "NONE"
 }
 
-type catcher struct {
-	ErrorEquals []string
-	Next        string
-	Output      any
-	HasOutput   bool
-	Assign      map[string]any
-}
-
-type choiceRule struct {
-	Condition any
+// exit is where a catcher or a choice rule goes, and what it gives the
+// next state.
+type exit struct {
 	Next      string
 	Output    any
 	HasOutput bool
 	Assign    map[string]any
+}
+
+// decodeExit reads an exit's fields of a catcher or a choice rule.
+func decodeExit(f map[string]json.RawMessage, e *exit) []error {
+	_, e.HasOutput = f["Output"]
+	return []error{decode(f, "Next", &e.Next), decode(f, "Output", &e.Output), decode(f, "Assign", &e.Assign)}
+}
+
+type catcher struct {
+	ErrorEquals []string
+	exit
+}
+
+type choiceRule struct {
+	Condition any
+	exit
 }
 
 // fields each state type may have (besides Type, Comment, QueryLanguage);
@@ -180,9 +189,7 @@ func parseState(name string, f map[string]json.RawMessage) (*state, error) {
 	errs = append(errs, decode(f, "Catch", &catch))
 	for _, c := range catch {
 		var ct catcher
-		errs = append(errs, decode(c, "ErrorEquals", &ct.ErrorEquals), decode(c, "Next", &ct.Next),
-			decode(c, "Output", &ct.Output), decode(c, "Assign", &ct.Assign))
-		_, ct.HasOutput = c["Output"]
+		errs = append(append(errs, decode(c, "ErrorEquals", &ct.ErrorEquals)), decodeExit(c, &ct.exit)...)
 		if len(ct.ErrorEquals) == 0 || ct.Next == "" {
 			return nil, bad("a catcher needs ErrorEquals and Next")
 		}
@@ -192,9 +199,7 @@ func parseState(name string, f map[string]json.RawMessage) (*state, error) {
 	errs = append(errs, decode(f, "Choices", &choices))
 	for _, c := range choices {
 		var cr choiceRule
-		errs = append(errs, decode(c, "Condition", &cr.Condition), decode(c, "Next", &cr.Next),
-			decode(c, "Output", &cr.Output), decode(c, "Assign", &cr.Assign))
-		_, cr.HasOutput = c["Output"]
+		errs = append(append(errs, decode(c, "Condition", &cr.Condition)), decodeExit(c, &cr.exit)...)
 		if cr.Condition == nil || cr.Next == "" {
 			return nil, bad("a choice rule needs Condition and Next (JSONata)")
 		}
