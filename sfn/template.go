@@ -87,52 +87,36 @@ func CloudFormation(c Config) ([]byte, error) {
 			},
 		}
 	}
-	inline := func(name string, statements ...obj) []any {
-		return []any{obj{"PolicyName": name, "PolicyDocument": policyDoc(statements...)}}
+	// role is an IAM role the service assumes, with one inline policy.
+	role := func(service, policy string, statements ...obj) obj {
+		return obj{
+			"Type": "AWS::IAM::Role",
+			"Properties": obj{
+				"AssumeRolePolicyDocument": trust(service),
+				"Policies":                 []any{obj{"PolicyName": policy, "PolicyDocument": policyDoc(statements...)}},
+			},
+		}
 	}
-	resources[CFNMachineRole] = obj{
-		"Type": "AWS::IAM::Role",
-		"Properties": obj{
-			"AssumeRolePolicyDocument": trust("states.amazonaws.com"),
-			"Policies": inline("leasehold-lock",
-				obj{"Effect": "Allow", "Action": tableActions, "Resource": tableArn},
-				obj{"Effect": "Allow", "Action": []any{"lambda:InvokeFunction"}, "Resource": c.LambdaARN}),
-		},
+	stateMachine := func(name, role string, definition any) obj {
+		return obj{
+			"Type": "AWS::StepFunctions::StateMachine",
+			"Properties": obj{
+				"StateMachineName": name,
+				"StateMachineType": "STANDARD",
+				"RoleArn":          obj{"Fn::GetAtt": []any{role, "Arn"}},
+				"Definition":       definition,
+			},
+		}
 	}
-	resources[CFNMachine] = obj{
-		"Type": "AWS::StepFunctions::StateMachine",
-		"Properties": obj{
-			"StateMachineName": c.name(),
-			"StateMachineType": "STANDARD",
-			"RoleArn":          obj{"Fn::GetAtt": []any{CFNMachineRole, "Arn"}},
-			"Definition":       machine,
-		},
-	}
-	resources[CFNCleanupRole] = obj{
-		"Type": "AWS::IAM::Role",
-		"Properties": obj{
-			"AssumeRolePolicyDocument": trust("states.amazonaws.com"),
-			"Policies": inline("leasehold-cleanup",
-				obj{"Effect": "Allow", "Action": tableActions, "Resource": tableArn}),
-		},
-	}
-	resources[CFNCleanup] = obj{
-		"Type": "AWS::StepFunctions::StateMachine",
-		"Properties": obj{
-			"StateMachineName": c.name() + "-cleanup",
-			"StateMachineType": "STANDARD",
-			"RoleArn":          obj{"Fn::GetAtt": []any{CFNCleanupRole, "Arn"}},
-			"Definition":       cleanup,
-		},
-	}
-	resources[CFNCleanupRuleRole] = obj{
-		"Type": "AWS::IAM::Role",
-		"Properties": obj{
-			"AssumeRolePolicyDocument": trust("events.amazonaws.com"),
-			"Policies": inline("leasehold-start-cleanup",
-				obj{"Effect": "Allow", "Action": []any{"states:StartExecution"}, "Resource": obj{"Ref": CFNCleanup}}),
-		},
-	}
+	resources[CFNMachineRole] = role("states.amazonaws.com", "leasehold-lock",
+		obj{"Effect": "Allow", "Action": tableActions, "Resource": tableArn},
+		obj{"Effect": "Allow", "Action": []any{"lambda:InvokeFunction"}, "Resource": c.LambdaARN})
+	resources[CFNMachine] = stateMachine(c.name(), CFNMachineRole, machine)
+	resources[CFNCleanupRole] = role("states.amazonaws.com", "leasehold-cleanup",
+		obj{"Effect": "Allow", "Action": tableActions, "Resource": tableArn})
+	resources[CFNCleanup] = stateMachine(c.name()+"-cleanup", CFNCleanupRole, cleanup)
+	resources[CFNCleanupRuleRole] = role("events.amazonaws.com", "leasehold-start-cleanup",
+		obj{"Effect": "Allow", "Action": []any{"states:StartExecution"}, "Resource": obj{"Ref": CFNCleanup}})
 	resources[CFNCleanupRule] = obj{
 		"Type": "AWS::Events::Rule",
 		"Properties": obj{
