@@ -16,67 +16,61 @@ import (
 // strategy reported is the one that served (Pessimistic without row locks
 // is a lease and says so).
 func TestApply(t *testing.T) {
-	for _, e := range engines(t) {
-		for _, s := range strategies {
-			t.Run(e.name+"/"+string(s), func(t *testing.T) {
-				ctx := context.Background()
-				w := newWF(t, approval(unique("apply")), e, s)
-				if _, err := w.Create(ctx, "d"); err != nil {
-					t.Fatal(err)
-				}
-				submit := workflow.Request{Instance: "d", From: "DRAFT", To: "PENDING", Actor: "alice", RequestID: "s1"}
-				r, err := w.Apply(ctx, submit)
-				if err != nil || r.Outcome != workflow.Applied || r.Superseded() {
-					t.Fatalf("submit: %+v %v", r, err)
-				}
-				_, rowLocks := e.records.(leasehold.RecordLocker)
-				want := s
-				if s == workflow.Pessimistic && !rowLocks {
-					want = workflow.Lease
-				}
-				if w.Serves() != want || (s != workflow.Adaptive && (r.Strategy != want || r.Entry.Strategy != want)) {
-					t.Fatalf("served by %s, result says %s, entry %s; want %s", w.Serves(), r.Strategy, r.Entry.Strategy, want)
-				}
-				approve, err := w.Apply(ctx, workflow.Request{Instance: "d", From: "PENDING", To: "APPROVED", Actor: "bob", RequestID: "a-bob"})
-				if err != nil || approve.Outcome != workflow.Applied {
-					t.Fatalf("approve: %+v %v", approve, err)
-				}
-				// Carol approves too late: already done, by bob.
-				late, err := w.Apply(ctx, workflow.Request{Instance: "d", From: "PENDING", To: "APPROVED", Actor: "carol", RequestID: "a-carol"})
-				if err != nil || late.Outcome != workflow.AlreadyDone || !late.Superseded() || late.State != "APPROVED" || late.Version != 2 || late.Entry != approve.Entry {
-					t.Fatalf("late approval: %+v %v", late, err)
-				}
-				// Dave rejects: wrong state, in the same shape, not an error.
-				rej, err := w.Apply(ctx, workflow.Request{Instance: "d", From: "PENDING", To: "REJECTED", Actor: "dave", RequestID: "r-dave"})
-				if err != nil || rej.Outcome != workflow.WrongState || !rej.Superseded() || rej.State != "APPROVED" || rej.Version != 2 || rej.Entry != approve.Entry ||
-					!strings.Contains(rej.String(), "moved there by bob") {
-					t.Fatalf("late rejection: %+v %v", rej, err)
-				}
-				// Transition (deprecated) still answers it as an error.
-				if _, err := w.Transition(ctx, "d", "PENDING", "REJECTED", "dave", "r-dave"); !errors.Is(err, workflow.ErrWrongState) {
-					t.Fatalf("Transition's wrong state: %v", err)
-				}
-				// Errors stay errors, and change nothing.
-				if _, err := w.Apply(ctx, workflow.Request{Instance: "d", From: "DRAFT", To: "APPROVED", Actor: "x", RequestID: "y"}); !errors.Is(err, workflow.ErrNotAllowed) {
-					t.Fatalf("not allowed: %v", err)
-				}
-				if _, err := w.Apply(ctx, workflow.Request{Instance: "d", From: "APPROVED", To: "ARCHIVED", Actor: "x"}); !errors.Is(err, leasehold.ErrInvalid) {
-					t.Fatalf("no request id: %v", err)
-				}
-				// Before any transition: WrongState with version 0 and no entry.
-				if _, err := w.Create(ctx, "fresh"); err != nil {
-					t.Fatal(err)
-				}
-				r, err = w.Apply(ctx, workflow.Request{Instance: "fresh", From: "PENDING", To: "APPROVED", Actor: "x", RequestID: "z"})
-				if err != nil || r.Outcome != workflow.WrongState || r.State != "DRAFT" || r.Version != 0 || r.Entry != (workflow.Entry{}) {
-					t.Fatalf("fresh instance: %+v %v", r, err)
-				}
-				if in, _ := w.Get(ctx, "d"); in.Version != 2 {
-					t.Fatalf("refusals changed the instance: %+v", in)
-				}
-			})
+	eachStrategy(t, func(t *testing.T, e engine, s workflow.Strategy) {
+		ctx := context.Background()
+		w := newWF(t, approval(unique("apply")), e, s)
+		mustCreate(t, w, "d")
+		submit := workflow.Request{Instance: "d", From: "DRAFT", To: "PENDING", Actor: "alice", RequestID: "s1"}
+		r, err := w.Apply(ctx, submit)
+		if err != nil || r.Outcome != workflow.Applied || r.Superseded() {
+			t.Fatalf("submit: %+v %v", r, err)
 		}
-	}
+		_, rowLocks := e.records.(leasehold.RecordLocker)
+		want := s
+		if s == workflow.Pessimistic && !rowLocks {
+			want = workflow.Lease
+		}
+		if w.Serves() != want || (s != workflow.Adaptive && (r.Strategy != want || r.Entry.Strategy != want)) {
+			t.Fatalf("served by %s, result says %s, entry %s; want %s", w.Serves(), r.Strategy, r.Entry.Strategy, want)
+		}
+		approve, err := w.Apply(ctx, workflow.Request{Instance: "d", From: "PENDING", To: "APPROVED", Actor: "bob", RequestID: "a-bob"})
+		if err != nil || approve.Outcome != workflow.Applied {
+			t.Fatalf("approve: %+v %v", approve, err)
+		}
+		// Carol approves too late: already done, by bob.
+		late, err := w.Apply(ctx, workflow.Request{Instance: "d", From: "PENDING", To: "APPROVED", Actor: "carol", RequestID: "a-carol"})
+		if err != nil || late.Outcome != workflow.AlreadyDone || !late.Superseded() || late.State != "APPROVED" || late.Version != 2 || late.Entry != approve.Entry {
+			t.Fatalf("late approval: %+v %v", late, err)
+		}
+		// Dave rejects: wrong state, in the same shape, not an error.
+		rej, err := w.Apply(ctx, workflow.Request{Instance: "d", From: "PENDING", To: "REJECTED", Actor: "dave", RequestID: "r-dave"})
+		if err != nil || rej.Outcome != workflow.WrongState || !rej.Superseded() || rej.State != "APPROVED" || rej.Version != 2 || rej.Entry != approve.Entry ||
+			!strings.Contains(rej.String(), "moved there by bob") {
+			t.Fatalf("late rejection: %+v %v", rej, err)
+		}
+		// Transition (deprecated) still answers it as an error.
+		if _, err := w.Transition(ctx, "d", "PENDING", "REJECTED", "dave", "r-dave"); !errors.Is(err, workflow.ErrWrongState) {
+			t.Fatalf("Transition's wrong state: %v", err)
+		}
+		// Errors stay errors, and change nothing.
+		if _, err := w.Apply(ctx, workflow.Request{Instance: "d", From: "DRAFT", To: "APPROVED", Actor: "x", RequestID: "y"}); !errors.Is(err, workflow.ErrNotAllowed) {
+			t.Fatalf("not allowed: %v", err)
+		}
+		if _, err := w.Apply(ctx, workflow.Request{Instance: "d", From: "APPROVED", To: "ARCHIVED", Actor: "x"}); !errors.Is(err, leasehold.ErrInvalid) {
+			t.Fatalf("no request id: %v", err)
+		}
+		// Before any transition: WrongState with version 0 and no entry.
+		if _, err := w.Create(ctx, "fresh"); err != nil {
+			t.Fatal(err)
+		}
+		r, err = w.Apply(ctx, workflow.Request{Instance: "fresh", From: "PENDING", To: "APPROVED", Actor: "x", RequestID: "z"})
+		if err != nil || r.Outcome != workflow.WrongState || r.State != "DRAFT" || r.Version != 0 || r.Entry != (workflow.Entry{}) {
+			t.Fatalf("fresh instance: %+v %v", r, err)
+		}
+		if in, _ := w.Get(ctx, "d"); in.Version != 2 {
+			t.Fatalf("refusals changed the instance: %+v", in)
+		}
+	})
 }
 
 // TestApplyLabel: a Request's Label is recorded beside its Actor (the

@@ -29,29 +29,22 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 	if reg == nil {
 		return nil, nil
 	}
-	labels := prometheus.Labels{"workflow": name}
+	// opts names a metric of this workflow.
+	opts := func(metric, help string) prometheus.Opts {
+		return prometheus.Opts{Name: metric, Help: help, ConstLabels: prometheus.Labels{"workflow": name}}
+	}
 	m := &metrics{
 		name: name,
-		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "leasehold_workflow_transitions_total", Help: "Workflow transitions by strategy and outcome (applied, repeated, already-done, wrong-state, not-allowed, exhausted, lock-timeout, error).",
-			ConstLabels: labels,
-		}, []string{"strategy", "outcome"}),
-		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "leasehold_workflow_conflicts_total", Help: "Conditional writes of workflow instances that found the instance changed.",
-			ConstLabels: labels,
-		}),
-		switches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "leasehold_workflow_strategy_switches_total", Help: "Adaptive moves of an instance to fair queuing (to=queued) and back (to=optimistic).",
-			ConstLabels: labels,
-		}, []string{"to"}),
-		strategy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "leasehold_workflow_instance_strategy", Help: "1 for the strategy the adaptive strategy uses for an instance it saw lately (optimistic or queued).",
-			ConstLabels: labels,
-		}, []string{"instance", "strategy"}),
-		rate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "leasehold_workflow_instance_conflict_rate", Help: "Conflict rate of an instance over the adaptive strategy's sliding window.",
-			ConstLabels: labels,
-		}, []string{"instance"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts(opts("leasehold_workflow_transitions_total",
+			"Workflow transitions by strategy and outcome (applied, repeated, already-done, wrong-state, not-allowed, exhausted, lock-timeout, error).")), []string{"strategy", "outcome"}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts(opts("leasehold_workflow_conflicts_total",
+			"Conditional writes of workflow instances that found the instance changed."))),
+		switches: prometheus.NewCounterVec(prometheus.CounterOpts(opts("leasehold_workflow_strategy_switches_total",
+			"Adaptive moves of an instance to fair queuing (to=queued) and back (to=optimistic).")), []string{"to"}),
+		strategy: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("leasehold_workflow_instance_strategy",
+			"1 for the strategy the adaptive strategy uses for an instance it saw lately (optimistic or queued).")), []string{"instance", "strategy"}),
+		rate: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("leasehold_workflow_instance_conflict_rate",
+			"Conflict rate of an instance over the adaptive strategy's sliding window.")), []string{"instance"}),
 	}
 	for _, c := range []prometheus.Collector{m.transitions, m.conflicts, m.switches, m.strategy, m.rate} {
 		if err := reg.Register(c); err != nil {

@@ -13,21 +13,23 @@ import (
 	"github.com/leasehold/leasehold/memory"
 )
 
-// gatedStore holds every Txn until release is closed, and counts them.
+// gatedStore lets one Txn through per permit (every one once permit is
+// closed), says on entered when one arrives, and counts them.
 type gatedStore struct {
 	*memory.Store
-	release chan struct{}
+	permit  chan struct{}
 	entered chan struct{}
 	txns    atomic.Int64
 }
 
+func newGatedStore() *gatedStore {
+	return &gatedStore{Store: memory.New(), permit: make(chan struct{}), entered: make(chan struct{}, 10)}
+}
+
 func (g *gatedStore) Txn(ctx context.Context, t leasehold.Txn) (leasehold.TxnResult, error) {
 	g.txns.Add(1)
-	select {
-	case g.entered <- struct{}{}:
-	default:
-	}
-	<-g.release
+	g.entered <- struct{}{}
+	<-g.permit
 	return g.Store.Txn(ctx, t)
 }
 
@@ -47,32 +49,49 @@ func queued(t *testing.T, w *Workflows, id string) {
 	w.releaseHot(h)
 }
 
+// newQueued is a workflow with the adaptive strategy whose instance "i"
+// is already moved to the queue.
+func newQueued(t *testing.T, name string, cfg Config) *Workflows {
+	t.Helper()
+	cfg.Strategy, cfg.Window = Adaptive, time.Hour
+	w, err := New(chain(name), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Create(context.Background(), "i"); err != nil {
+		t.Fatal(err)
+	}
+	queued(t, w, "i")
+	return w
+}
+
+// res is the answer to a transition started by transitionAsync.
+type res struct {
+	r   Result
+	err error
+}
+
+// transitionAsync starts a transition of "i" and gives its answer later.
+func transitionAsync(ctx context.Context, w *Workflows, from, to, actor, req string) chan res {
+	ch := make(chan res, 1)
+	go func() {
+		r, err := w.Transition(ctx, "i", from, to, actor, req)
+		ch <- res{r, err}
+	}()
+	return ch
+}
+
 // TestQueueBatches: transitions waiting behind a transaction are applied
 // in arrival order, several in one transaction, each checked against the
 // state the previous one leaves; refusals in the batch are reported per
 // command.
 func TestQueueBatches(t *testing.T) {
 	ctx := context.Background()
-	g := &gatedStore{Store: memory.New(), release: make(chan struct{}), entered: make(chan struct{}, 1)}
-	w, err := New(chain("q"), Config{Records: g, LocalQueue: true, Strategy: Adaptive, Window: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Create(ctx, "i"); err != nil {
-		t.Fatal(err)
-	}
-	queued(t, w, "i")
-	type res struct {
-		r   Result
-		err error
-	}
+	g := newGatedStore()
+	w := newQueued(t, "q", Config{Records: g, LocalQueue: true})
 	out := make([]chan res, 5)
 	call := func(i int, from, to, req string) {
-		out[i] = make(chan res, 1)
-		go func() {
-			r, err := w.Transition(ctx, "i", from, to, fmt.Sprint("u", i), req)
-			out[i] <- res{r, err}
-		}()
+		out[i] = transitionAsync(ctx, w, from, to, fmt.Sprint("u", i), req)
 	}
 	call(0, "A", "B", "r0")
 	<-g.entered // the head is in its first transaction
@@ -84,7 +103,7 @@ func TestQueueBatches(t *testing.T) {
 	waitQueue(t, w, "i", 3)
 	call(4, "C", "D", "r4")
 	waitQueue(t, w, "i", 4)
-	close(g.release)
+	close(g.permit)
 	got := make([]res, 5)
 	for i := range got {
 		got[i] = <-out[i]
@@ -131,14 +150,7 @@ func waitQueue(t *testing.T, w *Workflows, id string, n int) {
 func TestQueueRepeats(t *testing.T) {
 	ctx := context.Background()
 	m := memory.New()
-	w, err := New(chain("rep"), Config{Records: m, Leases: m, Strategy: Adaptive, Window: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Create(ctx, "i"); err != nil {
-		t.Fatal(err)
-	}
-	queued(t, w, "i")
+	w := newQueued(t, "rep", Config{Records: m, Leases: m})
 	// One head per call here (the queue empties between calls), a shared
 	// head below.
 	if _, err := w.Transition(ctx, "i", "B", "C", "x", "late"); !errors.Is(err, ErrWrongState) {
@@ -200,45 +212,16 @@ func TestQueueRepeats(t *testing.T) {
 	}
 }
 
-// permitStore lets one Txn through per permit.
-type permitStore struct {
-	*memory.Store
-	permit  chan struct{}
-	entered chan struct{}
-}
-
-func (p *permitStore) Txn(ctx context.Context, t leasehold.Txn) (leasehold.TxnResult, error) {
-	p.entered <- struct{}{}
-	<-p.permit
-	return p.Store.Txn(ctx, t)
-}
-
 // TestQueueRemembersApplied: within one head's run, a request the queue
 // refused (and so knows unapplied), then applied, then sent again after
 // another transition, is answered "repeated", not refused.
 func TestQueueRemembersApplied(t *testing.T) {
 	ctx := context.Background()
-	p := &permitStore{Store: memory.New(), permit: make(chan struct{}), entered: make(chan struct{}, 10)}
-	w, err := New(chain("mem"), Config{Records: p, LocalQueue: true, Strategy: Adaptive, Window: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Create(ctx, "i"); err != nil {
-		t.Fatal(err)
-	}
-	queued(t, w, "i")
-	type res struct {
-		r   Result
-		err error
-	}
+	p := newGatedStore()
+	w := newQueued(t, "mem", Config{Records: p, LocalQueue: true})
 	queueLen := 0
 	start := func(from, to, req string) chan res {
-		ch := make(chan res, 1)
-		go func() {
-			r, err := w.Transition(ctx, "i", from, to, "u", req)
-			ch <- res{r, err}
-		}()
-		return ch
+		return transitionAsync(ctx, w, from, to, "u", req)
 	}
 	call := func(from, to, req string) chan res { // queued behind a blocked Txn
 		ch := start(from, to, req)

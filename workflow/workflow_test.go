@@ -98,14 +98,18 @@ func TestConfig(t *testing.T) {
 	}
 }
 
-func TestTransitions(t *testing.T) {
+// eachStrategy runs test as a subtest "engine/strategy" for every engine
+// and strategy.
+func eachStrategy(t *testing.T, test func(t *testing.T, e engine, s workflow.Strategy)) {
 	for _, e := range engines(t) {
 		for _, s := range strategies {
-			t.Run(e.name+"/"+string(s), func(t *testing.T) {
-				testTransitions(t, e, s)
-			})
+			t.Run(e.name+"/"+string(s), func(t *testing.T) { test(t, e, s) })
 		}
 	}
+}
+
+func TestTransitions(t *testing.T) {
+	eachStrategy(t, testTransitions)
 }
 
 func testTransitions(t *testing.T, e engine, s workflow.Strategy) {
@@ -369,55 +373,51 @@ func testHundred(t *testing.T, e engine, s workflow.Strategy, per int) {
 // TestApproveRace: 100 approvers of one request at once: one applies, all
 // the others are told, without an error, who did.
 func TestApproveRace(t *testing.T) {
-	for _, e := range engines(t) {
-		for _, s := range strategies {
-			t.Run(e.name+"/"+string(s), func(t *testing.T) {
-				ctx := context.Background()
-				w, err := workflow.New(approval(unique("appr")), workflow.Config{
-					Records: e.records, Leases: e.leases, Strategy: s, LockWait: time.Minute, MaxAttempts: 100, Owner: "t",
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				mustCreate(t, w, "doc")
-				if _, err := w.Transition(ctx, "doc", "DRAFT", "PENDING", "author", "submit"); err != nil {
-					t.Fatal(err)
-				}
-				results := make([]workflow.Result, 100)
-				errs := make([]error, 100)
-				var wg sync.WaitGroup
-				start := make(chan struct{})
-				for i := range results {
-					wg.Go(func() {
-						<-start
-						results[i], errs[i] = w.Transition(ctx, "doc", "PENDING", "APPROVED", fmt.Sprint("admin", i), fmt.Sprint("ok", i))
-					})
-				}
-				close(start)
-				wg.Wait()
-				winner := ""
-				for i, r := range results {
-					if errs[i] != nil {
-						t.Fatalf("approver %d: %v", i, errs[i])
-					}
-					if r.Outcome == workflow.Applied {
-						if winner != "" {
-							t.Fatalf("applied twice: %s and %s", winner, r.Entry.RequestID)
-						}
-						winner = r.Entry.RequestID
-					}
-				}
-				for i, r := range results {
-					if r.Outcome != workflow.Applied && (r.Outcome != workflow.AlreadyDone || r.Entry.RequestID != winner) {
-						t.Fatalf("approver %d: %+v (winner %s)", i, r, winner)
-					}
-				}
-				if h, _ := w.History(ctx, "doc"); len(h) != 2 || h[1].RequestID != winner {
-					t.Fatalf("history %+v", h)
-				}
+	eachStrategy(t, func(t *testing.T, e engine, s workflow.Strategy) {
+		ctx := context.Background()
+		w, err := workflow.New(approval(unique("appr")), workflow.Config{
+			Records: e.records, Leases: e.leases, Strategy: s, LockWait: time.Minute, MaxAttempts: 100, Owner: "t",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustCreate(t, w, "doc")
+		if _, err := w.Transition(ctx, "doc", "DRAFT", "PENDING", "author", "submit"); err != nil {
+			t.Fatal(err)
+		}
+		results := make([]workflow.Result, 100)
+		errs := make([]error, 100)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range results {
+			wg.Go(func() {
+				<-start
+				results[i], errs[i] = w.Transition(ctx, "doc", "PENDING", "APPROVED", fmt.Sprint("admin", i), fmt.Sprint("ok", i))
 			})
 		}
-	}
+		close(start)
+		wg.Wait()
+		winner := ""
+		for i, r := range results {
+			if errs[i] != nil {
+				t.Fatalf("approver %d: %v", i, errs[i])
+			}
+			if r.Outcome == workflow.Applied {
+				if winner != "" {
+					t.Fatalf("applied twice: %s and %s", winner, r.Entry.RequestID)
+				}
+				winner = r.Entry.RequestID
+			}
+		}
+		for i, r := range results {
+			if r.Outcome != workflow.Applied && (r.Outcome != workflow.AlreadyDone || r.Entry.RequestID != winner) {
+				t.Fatalf("approver %d: %+v (winner %s)", i, r, winner)
+			}
+		}
+		if h, _ := w.History(ctx, "doc"); len(h) != 2 || h[1].RequestID != winner {
+			t.Fatalf("history %+v", h)
+		}
+	})
 }
 
 func TestAdaptiveMovesAndMetrics(t *testing.T) {
