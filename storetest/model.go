@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -231,4 +232,26 @@ func LeaseModel() porcupine.Model {
 		},
 	}
 	return nm.ToModel()
+}
+
+// partitionBy is a porcupine Partition that checks the operations on each
+// key (a permit, a record) apart from the others', in key order.
+func partitionBy(key func(porcupine.Operation) string) func([]porcupine.Operation) [][]porcupine.Operation {
+	return func(history []porcupine.Operation) [][]porcupine.Operation {
+		by := map[string][]porcupine.Operation{}
+		var keys []string
+		for _, op := range history {
+			k := key(op)
+			if _, ok := by[k]; !ok {
+				keys = append(keys, k)
+			}
+			by[k] = append(by[k], op)
+		}
+		sort.Strings(keys)
+		out := make([][]porcupine.Operation, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, by[k])
+		}
+		return out
+	}
 }

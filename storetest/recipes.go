@@ -92,11 +92,10 @@ func testSemaphore(t *testing.T, h Harness) {
 					errs = append(errs, err)
 				}
 				ivs = append(ivs, interval{who: l.Owner(), slot: l.Name(), start: ret, end: relCall})
-				ops = append(ops,
-					porcupine.Operation{ClientId: c, Input: slotInput{l.Name(), opInput{Kind: opAcquire, Owner: l.Owner(), RequestID: l.RequestID(), TTL: int64(30 * time.Second), Call: int64(call)}},
-						Call: int64(call), Output: opOutput{OK: true, Token: l.Token(), Return: int64(ret)}, Return: int64(ret)},
-					porcupine.Operation{ClientId: c, Input: slotInput{l.Name(), opInput{Kind: opRelease, Owner: l.Owner(), Token: l.Token(), Call: int64(relCall)}},
-						Call: int64(relCall), Output: opOutput{OK: err == nil, Return: int64(relRet)}, Return: int64(relRet)})
+				for _, op := range grantOps(c, l, call, ret, relCall, relRet, err == nil) {
+					op.Input = slotInput{l.Name(), op.Input.(opInput)}
+					ops = append(ops, op)
+				}
 				mu.Unlock()
 			}
 		}(c)
@@ -119,6 +118,18 @@ func testSemaphore(t *testing.T, h Harness) {
 	t.Logf("semaphore: %d grants of %d permits to %d clients; at most %d at once", len(ivs), permits, clients, maxOverlap(ivs))
 }
 
+// grantOps are the operations of one grant of a 30s lease l, held from
+// ret, and its release (called at relCall, which answered at relRet,
+// released says whether it succeeded), for the lease model.
+func grantOps(client int, l *leasehold.Lease, call, ret, relCall, relRet time.Duration, released bool) []porcupine.Operation {
+	return []porcupine.Operation{
+		{ClientId: client, Input: opInput{Kind: opAcquire, Owner: l.Owner(), RequestID: l.RequestID(), TTL: int64(30 * time.Second), Call: int64(call)},
+			Call: int64(call), Output: opOutput{OK: true, Token: l.Token(), Return: int64(ret)}, Return: int64(ret)},
+		{ClientId: client, Input: opInput{Kind: opRelease, Owner: l.Owner(), Token: l.Token(), Call: int64(relCall)},
+			Call: int64(relCall), Output: opOutput{OK: released, Return: int64(relRet)}, Return: int64(relRet)},
+	}
+}
+
 // slotInput is an operation on one permit of a semaphore.
 type slotInput struct {
 	Slot string
@@ -132,23 +143,7 @@ type slotInput struct {
 func SemaphoreModel() porcupine.Model {
 	m := LeaseModel()
 	step := m.Step
-	m.Partition = func(history []porcupine.Operation) [][]porcupine.Operation {
-		by := map[string][]porcupine.Operation{}
-		var keys []string
-		for _, op := range history {
-			s := op.Input.(slotInput).Slot
-			if _, ok := by[s]; !ok {
-				keys = append(keys, s)
-			}
-			by[s] = append(by[s], op)
-		}
-		sort.Strings(keys)
-		out := make([][]porcupine.Operation, 0, len(keys))
-		for _, k := range keys {
-			out = append(out, by[k])
-		}
-		return out
-	}
+	m.Partition = partitionBy(func(op porcupine.Operation) string { return op.Input.(slotInput).Slot })
 	m.Step = func(state, input, output interface{}) (bool, interface{}) {
 		return step(state, input.(slotInput).opInput, output)
 	}
@@ -263,11 +258,7 @@ func testElection(t *testing.T, h Harness) {
 					errs = append(errs, err)
 				}
 				ivs = append(ivs, interval{who: l.Owner(), term: l.Token(), start: begin, end: end})
-				ops = append(ops,
-					porcupine.Operation{Input: opInput{Kind: opAcquire, Owner: l.Owner(), RequestID: l.RequestID(), TTL: int64(30 * time.Second), Call: int64(call)},
-						Call: int64(call), Output: opOutput{OK: true, Token: l.Token(), Return: int64(begin)}, Return: int64(begin)},
-					porcupine.Operation{Input: opInput{Kind: opRelease, Owner: l.Owner(), Token: l.Token(), Call: int64(end)},
-						Call: int64(end), Output: opOutput{OK: err == nil, Return: int64(relRet)}, Return: int64(relRet)})
+				ops = append(ops, grantOps(0, l, call, begin, end, relRet, err == nil)...)
 				mu.Unlock()
 			}
 		}()

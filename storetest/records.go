@@ -90,6 +90,13 @@ func RunRecords(t *testing.T, h RecordsHarness) {
 }
 
 // rprefix is a key prefix of the test's own.
+// start opens the store for a test, with the test's context and a key
+// prefix of its own.
+func (h RecordsHarness) start(t *testing.T) (leasehold.RecordStore, context.Context, string) {
+	t.Helper()
+	return h.open(t), bg(t), rprefix(t)
+}
+
 func rprefix(t *testing.T) string {
 	return fmt.Sprintf("rec/%s/%d/", t.Name(), time.Now().UnixNano())
 }
@@ -174,15 +181,13 @@ func testRecGetAbsent(t *testing.T, h RecordsHarness) {
 }
 
 func testRecCreateOnly(t *testing.T, h RecordsHarness) {
-	s := h.open(t)
-	ctx := bg(t)
-	k := rprefix(t) + "k"
+	s, ctx, p := h.start(t)
+	k := p + "k"
 	v1 := mustPut(t, s, k, []byte("first"), 0)
 	_, err := s.PutRecord(ctx, k, []byte("second"), 0)
 	expectConflict(t, h, err, k, 0, v1)
 	expectRecord(t, s, k, []byte("first"), v1)
 	// Precomposed and decomposed é are two keys.
-	p := rprefix(t)
 	a := mustPut(t, s, p+"caf\u00e9", []byte("nfc"), 0)
 	b := mustPut(t, s, p+"cafe\u0301", []byte("nfd"), 0)
 	expectRecord(t, s, p+"caf\u00e9", []byte("nfc"), a)
@@ -193,9 +198,7 @@ func testRecCreateOnly(t *testing.T, h RecordsHarness) {
 // exactly one succeeds, and every other conflicts naming the winner's
 // version.
 func testRecCreateRace(t *testing.T, h RecordsHarness) {
-	s := h.open(t)
-	ctx := bg(t)
-	p := rprefix(t)
+	s, ctx, p := h.start(t)
 	const rounds, racers = 20, 16
 	for round := 0; round < rounds; round++ {
 		k := fmt.Sprintf("%s%d", p, round)
@@ -264,9 +267,7 @@ func testRecValueRoundTrip(t *testing.T, h RecordsHarness) {
 }
 
 func testRecPutVersion(t *testing.T, h RecordsHarness) {
-	s := h.open(t)
-	ctx := bg(t)
-	p := rprefix(t)
+	s, ctx, p := h.start(t)
 	k := p + "k"
 	v1 := mustPut(t, s, k, []byte("a"), 0)
 	v2 := mustPut(t, s, k, []byte("b"), v1)
@@ -289,9 +290,8 @@ func testRecPutVersion(t *testing.T, h RecordsHarness) {
 // the re-creation of a deleted key, so that a stale version never matches
 // again.
 func testRecVersionsIncrease(t *testing.T, h RecordsHarness) {
-	s := h.open(t)
-	ctx := bg(t)
-	k := rprefix(t) + "k"
+	s, ctx, p := h.start(t)
+	k := p + "k"
 	var last uint64
 	check := func(what string, v uint64) {
 		t.Helper()
@@ -327,9 +327,7 @@ func testRecVersionsIncrease(t *testing.T, h RecordsHarness) {
 }
 
 func testRecDelete(t *testing.T, h RecordsHarness) {
-	s := h.open(t)
-	ctx := bg(t)
-	p := rprefix(t)
+	s, ctx, p := h.start(t)
 	k := p + "k"
 	v1 := mustPut(t, s, k, []byte("a"), 0)
 	v2 := mustPut(t, s, k, []byte("b"), v1)
@@ -354,9 +352,7 @@ func testRecDelete(t *testing.T, h RecordsHarness) {
 }
 
 func testRecAddCounter(t *testing.T, h RecordsHarness) {
-	s := h.open(t)
-	ctx := bg(t)
-	p := rprefix(t)
+	s, ctx, p := h.start(t)
 	k := p + "n"
 	n, v1, err := s.AddCounter(ctx, k, 5)
 	if err != nil || n != 5 || v1 == 0 {
@@ -403,9 +399,8 @@ func testRecAddCounter(t *testing.T, h RecordsHarness) {
 // returns a distinct value, versions increase with the values, and the sum
 // is exact.
 func testRecAddConcurrent(t *testing.T, h RecordsHarness) {
-	s := h.open(t)
-	ctx := bg(t)
-	k := rprefix(t) + "n"
+	s, ctx, p := h.start(t)
+	k := p + "n"
 	const workers, adds = 32, 50
 	type result struct {
 		n int64
@@ -454,9 +449,7 @@ func testRecAddConcurrent(t *testing.T, h RecordsHarness) {
 }
 
 func testRecUpdate(t *testing.T, h RecordsHarness) {
-	s := h.open(t)
-	ctx := bg(t)
-	p := rprefix(t)
+	s, ctx, p := h.start(t)
 	k := p + "k"
 	res, err := leasehold.Update(ctx, s, k, func(old []byte, exists bool) ([]byte, error) {
 		if exists {
@@ -498,9 +491,8 @@ func testRecUpdate(t *testing.T, h RecordsHarness) {
 // testRecUpdateConcurrent: 32 goroutines increment one record with
 // leasehold.Update; no increment is lost.
 func testRecUpdateConcurrent(t *testing.T, h RecordsHarness) {
-	s := h.open(t)
-	ctx := bg(t)
-	k := rprefix(t) + "n"
+	s, ctx, p := h.start(t)
+	k := p + "n"
 	const workers, each = 32, 5
 	opts := leasehold.UpdateOptions{MaxAttempts: 10000, BackoffMin: time.Millisecond, BackoffMax: 20 * time.Millisecond}
 	var mu sync.Mutex
@@ -552,9 +544,7 @@ func expectTxnUnsupported(t *testing.T, s leasehold.RecordStore, txn leasehold.T
 }
 
 func testRecTxn(t *testing.T, h RecordsHarness) {
-	s := h.open(t)
-	ctx := bg(t)
-	p := rprefix(t)
+	s, ctx, p := h.start(t)
 	a, b, c, d, ctr := p+"a", p+"b", p+"c", p+"d", p+"ctr"
 	va := mustPut(t, s, a, []byte("A"), 0)
 	vb := mustPut(t, s, b, []byte("B"), 0)
@@ -647,9 +637,7 @@ func testRecTxn(t *testing.T, h RecordsHarness) {
 }
 
 func testRecTxnInvalid(t *testing.T, h RecordsHarness) {
-	s := h.open(t)
-	ctx := bg(t)
-	p := rprefix(t)
+	s, ctx, p := h.start(t)
 	a := p + "a"
 	va := mustPut(t, s, a, []byte("A"), 0)
 	many := make([]leasehold.Write, leasehold.MaxTxnOps+1)
@@ -701,9 +689,7 @@ func testRecTxnInvalid(t *testing.T, h RecordsHarness) {
 // conflicts. The total never changes, no balance goes negative, and there
 // is one order per applied transfer.
 func testRecTxnTransfers(t *testing.T, h RecordsHarness) {
-	s := h.open(t)
-	ctx := bg(t)
-	p := rprefix(t)
+	s, ctx, p := h.start(t)
 	if !h.Txn {
 		expectTxnUnsupported(t, s, leasehold.Txn{Then: []leasehold.Write{{Key: p + "x", Add: 1}}})
 		expectAbsent(t, s, p+"x")
@@ -819,9 +805,7 @@ func testRecTxnTransfers(t *testing.T, h RecordsHarness) {
 }
 
 func testRecInvalidInput(t *testing.T, h RecordsHarness) {
-	s := h.open(t)
-	ctx := bg(t)
-	p := rprefix(t)
+	s, ctx, p := h.start(t)
 	good := p + "good"
 	v := mustPut(t, s, good, []byte("g"), 0)
 	long := strings.Repeat("k", leasehold.MaxNameLen+1)

@@ -251,24 +251,9 @@ func recUnknownEffect(s recState, i recInput) (recState, bool) {
 // key.
 func RecordModel() porcupine.Model {
 	nm := porcupine.NondeterministicModel{
-		Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-			byKey := map[string][]porcupine.Operation{}
-			var keys []string
-			for _, op := range history {
-				k := op.Input.(recInput).Key
-				if _, ok := byKey[k]; !ok {
-					keys = append(keys, k)
-				}
-				byKey[k] = append(byKey[k], op)
-			}
-			out := make([][]porcupine.Operation, 0, len(keys))
-			for _, k := range keys {
-				out = append(out, byKey[k])
-			}
-			return out
-		},
-		Init: func() []interface{} { return []interface{}{recState{}} },
-		Step: stepRecords,
+		Partition: partitionBy(func(op porcupine.Operation) string { return op.Input.(recInput).Key }),
+		Init:      func() []interface{} { return []interface{}{recState{}} },
+		Step:      stepRecords,
 		Equal: func(a, b interface{}) bool {
 			return a.(recState) == b.(recState)
 		},

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/brokenstore"
 	"github.com/leasehold/leasehold/storekit"
 )
 
@@ -221,32 +223,52 @@ func TestRecordsReference(t *testing.T) {
 	})
 }
 
-// TestBrokenRecordStoresAreCaught is the negative control: for every
-// deliberate bug, every run of the records linearizability check finds an
-// illegal history.
-func TestBrokenRecordStoresAreCaught(t *testing.T) {
+// expectCaught is a negative control: every run (10, or 3 with -short) of
+// check on a store with the deliberate bug finds an illegal history.
+func expectCaught(t *testing.T, bug fmt.Stringer, check func(context.Context) (illegal int, report fmt.Stringer)) {
 	runs := 10
 	if testing.Short() {
 		runs = 3
 	}
+	t.Run(bug.String(), func(t *testing.T) {
+		caught := 0
+		for i := 0; i < runs; i++ {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			illegal, report := check(ctx)
+			cancel()
+			if illegal > 0 {
+				caught++
+			}
+			if i == 0 {
+				t.Logf("run 1: %s", report)
+			}
+		}
+		t.Logf("%s caught in %d of %d runs", bug, caught, runs)
+		if caught != runs {
+			t.Errorf("%s caught in only %d of %d runs", bug, caught, runs)
+		}
+	})
+}
+
+// TestBrokenStoresAreCaught: for every deliberate bug of a lease store,
+// every run of the linearizability check finds an illegal history.
+func TestBrokenStoresAreCaught(t *testing.T) {
+	for _, bug := range brokenstore.Bugs {
+		expectCaught(t, bug, func(ctx context.Context) (int, fmt.Stringer) {
+			res := CheckHistories(ctx, brokenstore.New(bug), HistoryConfig{Histories: 20})
+			return res.Illegal, res
+		})
+	}
+}
+
+// TestBrokenRecordStoresAreCaught: for every deliberate bug of a record
+// store, every run of the records linearizability check finds an illegal
+// history.
+func TestBrokenRecordStoresAreCaught(t *testing.T) {
 	for _, bug := range []recBug{recPutIgnoresVersion, recVersionReused, recAddNotAtomic} {
-		t.Run(bug.String(), func(t *testing.T) {
-			caught := 0
-			for i := 0; i < runs; i++ {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				res := CheckRecordHistories(ctx, newRefRecords(bug), RecordHistoryConfig{Histories: 20})
-				cancel()
-				if res.Illegal > 0 {
-					caught++
-				}
-				if i == 0 {
-					t.Logf("run 1: %s", res)
-				}
-			}
-			t.Logf("%s caught in %d of %d runs", bug, caught, runs)
-			if caught != runs {
-				t.Errorf("%s caught in only %d of %d runs", bug, caught, runs)
-			}
+		expectCaught(t, bug, func(ctx context.Context) (int, fmt.Stringer) {
+			res := CheckRecordHistories(ctx, newRefRecords(bug), RecordHistoryConfig{Histories: 20})
+			return res.Illegal, res
 		})
 	}
 }
