@@ -4,16 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -23,9 +19,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/backoff"
+	"github.com/leasehold/leasehold/internal/httpwire"
+	"github.com/leasehold/leasehold/internal/randid"
 )
 
 // EnvAuthToken is the environment variable OpenHTTP reads the bearer token
@@ -76,17 +74,17 @@ func (e *ProblemError) Error() string {
 func (e *ProblemError) Is(target error) bool {
 	switch target {
 	case ErrUnauthorized:
-		return e.Type == "unauthorized"
+		return e.Type == httpwire.Unauthorized
 	case ErrForbidden:
-		return e.Type == "forbidden"
+		return e.Type == httpwire.Forbidden
 	case ErrRateLimited:
-		return e.Type == "rate-limited"
+		return e.Type == httpwire.RateLimited
 	case ErrUnavailable:
-		return e.Type == "unavailable"
+		return e.Type == httpwire.Unavailable
 	case ErrNoSession:
-		return e.Type == "no-session"
+		return e.Type == httpwire.NoSession
 	case ErrBadProof, leasehold.ErrNotHeld:
-		return e.Type == "bad-proof"
+		return e.Type == httpwire.BadProof
 	}
 	return false
 }
@@ -273,93 +271,13 @@ func (c *conn) namePath(kind, name string, action string) string {
 	return p
 }
 
-type leaseJSON struct {
-	Name        string  `json:"name"`
-	Owner       string  `json:"owner"`
-	Token       uint64  `json:"token"`
-	TTLMS       int64   `json:"ttl_ms"`
-	RemainingMS int64   `json:"remaining_ms"`
-	Acquired    string  `json:"acquired"`
-	Data        *string `json:"data"`
-	DataBase64  string  `json:"data_base64"`
-	Session     string  `json:"session"`
-	Permit      *int    `json:"permit"`
-	Term        uint64  `json:"term"`
-	// Secret is the grant's holder proof: in acquire answers only.
-	Secret string `json:"secret"`
-}
-
-func (l *leaseJSON) record() (leasehold.Record, error) {
-	r := leasehold.Record{
-		Name: l.Name, Owner: l.Owner, Token: l.Token,
-		TTL:       time.Duration(l.TTLMS) * time.Millisecond,
-		Remaining: time.Duration(l.RemainingMS) * time.Millisecond,
-	}
-	if l.Acquired != "" {
-		t, err := time.Parse(time.RFC3339Nano, l.Acquired)
-		if err != nil {
-			return r, fmt.Errorf("leasehold server: bad acquired time %q", l.Acquired)
-		}
-		r.Acquired = t
-	}
-	switch {
-	case l.Data != nil:
-		r.Data = []byte(*l.Data)
-	case l.DataBase64 != "":
-		b, err := base64.StdEncoding.DecodeString(l.DataBase64)
-		if err != nil {
-			return r, fmt.Errorf("leasehold server: bad data_base64: %v", err)
-		}
-		r.Data = b
+// answerRecord is the grant an answer describes.
+func answerRecord(l *httpwire.Lease) (leasehold.Record, error) {
+	r, err := l.Record()
+	if err != nil {
+		return r, fmt.Errorf("leasehold server: malformed lease in the answer: %v", err)
 	}
 	return r, nil
-}
-
-type acquireJSON struct {
-	Owner      string  `json:"owner"`
-	TTLMS      int64   `json:"ttl_ms"`
-	Data       *string `json:"data,omitempty"`
-	DataBase64 string  `json:"data_base64,omitempty"`
-	RequestID  string  `json:"request_id,omitempty"`
-	WaitMS     int64   `json:"wait_ms,omitempty"`
-	Session    string  `json:"session,omitempty"`
-}
-
-// ceilMS rounds up: the server never holds a lease for less time than the
-// holder computes its deadline from.
-func ceilMS(d time.Duration) int64 {
-	ms := d / time.Millisecond
-	if d%time.Millisecond > 0 {
-		ms++
-	}
-	return int64(ms)
-}
-
-func (s *HTTPStore) acquireBody(req leasehold.AcquireRequest, wait time.Duration) acquireJSON {
-	b := acquireJSON{Owner: req.Owner, TTLMS: ceilMS(req.TTL), RequestID: req.RequestID, WaitMS: ceilMS(wait), Session: s.session}
-	if len(req.Data) > 0 {
-		if plainText(req.Data) {
-			d := string(req.Data)
-			b.Data = &d
-		} else {
-			b.DataBase64 = base64.StdEncoding.EncodeToString(req.Data)
-		}
-	}
-	return b
-}
-
-// plainText reports whether data travels well as a JSON string: valid
-// UTF-8 without control characters (which JSON escapes to 6 bytes each).
-func plainText(b []byte) bool {
-	if !utf8.Valid(b) {
-		return false
-	}
-	for _, c := range b {
-		if c < 0x20 || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 // --- requests ---
@@ -375,8 +293,14 @@ type call struct {
 	// wait is how long the server may hold the request (long-polls); the
 	// request's timeout is that plus the default timeout.
 	wait time.Duration
-	// name is the lease the call is about, for *HeldError.
+	// name is the lease (or record key) the call is about, for errors.
 	name string
+	// header is set on the request; raw, when set (or for a PUT), is the
+	// body as is (a record's value), instead of body's JSON.
+	header map[string]string
+	raw    []byte
+	// records maps problems to record errors too (recordError).
+	records bool
 }
 
 // do sends c and decodes a 2xx answer's JSON into out (if non-nil). Any
@@ -395,28 +319,35 @@ func (s *HTTPStore) do(ctx context.Context, c call, out any) (int, error) {
 		u += "?" + c.query.Encode()
 	}
 	var body io.Reader
-	if c.body != nil {
+	ctype := ""
+	switch {
+	case c.body != nil:
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
 		enc.SetEscapeHTML(false)
 		if err := enc.Encode(c.body); err != nil {
 			return 0, err
 		}
-		body = &buf
+		body, ctype = &buf, "application/json"
+	case c.raw != nil || c.method == http.MethodPut:
+		body, ctype = bytes.NewReader(c.raw), "application/octet-stream"
 	}
 	req, err := http.NewRequestWithContext(ctx, c.method, u, body)
 	if err != nil {
 		return 0, err
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
 	}
 	req.Header.Set("Accept", "application/json")
 	if s.token != "" {
 		req.Header.Set("Authorization", "Bearer "+s.token)
 	}
 	if c.replayable {
-		req.Header.Set("Idempotency-Key", randomID(12))
+		req.Header.Set("Idempotency-Key", randid.Hex(12))
+	}
+	for k, v := range c.header {
+		req.Header.Set(k, v)
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
@@ -428,6 +359,9 @@ func (s *HTTPStore) do(ctx context.Context, c call, out any) (int, error) {
 		return resp.StatusCode, s.transportError(ctx, err)
 	}
 	if resp.StatusCode/100 != 2 {
+		if c.records {
+			return resp.StatusCode, recordError(resp, data, c.name)
+		}
 		return resp.StatusCode, problemError(resp, data, c.name)
 	}
 	if out != nil && resp.StatusCode != http.StatusNoContent {
@@ -460,57 +394,26 @@ func (s *HTTPStore) transportError(ctx context.Context, err error) error {
 	return fmt.Errorf("leasehold server unreachable (the outcome is unknown): %w", err)
 }
 
-type problemJSON struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-	Field  string `json:"field"`
-	Reason string `json:"reason"`
-	Holder *struct {
-		Owner       string `json:"owner"`
-		Token       uint64 `json:"token"`
-		RemainingMS int64  `json:"remaining_ms"`
-		Acquired    string `json:"acquired"`
-	} `json:"holder"`
-}
-
-const problemPrefix = "urn:leasehold:problem:"
-
 // problemError maps a problem answer back to leasehold's errors.
 func problemError(resp *http.Response, data []byte, name string) error {
-	var p problemJSON
-	ct := resp.Header.Get("Content-Type")
-	if !strings.HasPrefix(ct, "application/problem+json") || json.Unmarshal(data, &p) != nil || !strings.HasPrefix(p.Type, problemPrefix) {
+	p, ok := httpwire.DecodeProblem(resp.Header.Get("Content-Type"), data)
+	if !ok {
 		snippet := strings.TrimSpace(string(data))
 		if len(snippet) > 200 {
 			snippet = snippet[:200] + "..."
 		}
 		return fmt.Errorf("leasehold server: unexpected answer %s (not a leasehold problem document): %s", resp.Status, snippet)
 	}
-	typ := strings.TrimPrefix(p.Type, problemPrefix)
+	typ := p.Name()
 	switch typ {
-	case "held":
-		he := &leasehold.HeldError{Name: name}
-		if p.Holder != nil {
-			he.Owner, he.Token = p.Holder.Owner, p.Holder.Token
-			he.Remaining = time.Duration(p.Holder.RemainingMS) * time.Millisecond
-			he.Acquired, _ = time.Parse(time.RFC3339Nano, p.Holder.Acquired)
-		}
-		return he
-	case "not-held":
+	case httpwire.Held:
+		return p.HeldError(name)
+	case httpwire.NotHeld:
 		return leasehold.ErrNotHeld
-	case "not-found":
+	case httpwire.NotFound:
 		return leasehold.ErrNotFound
-	case "invalid":
-		field, reason := p.Field, p.Reason
-		if field == "" {
-			field = "request"
-		}
-		if reason == "" {
-			reason = p.Detail
-		}
-		return &leasehold.InvalidError{Field: field, Reason: reason}
+	case httpwire.Invalid:
+		return p.InvalidError()
 	}
 	pe := &ProblemError{Status: resp.StatusCode, Type: typ, Title: p.Title, Detail: p.Detail}
 	if ra := resp.Header.Get("Retry-After"); ra != "" {
@@ -532,15 +435,15 @@ func (s *HTTPStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest
 }
 
 func (s *HTTPStore) acquire(ctx context.Context, req leasehold.AcquireRequest, wait time.Duration) (leasehold.Record, error) {
-	var lj leaseJSON
+	var lj httpwire.Lease
 	_, err := s.do(ctx, call{
 		method: http.MethodPost, path: s.namePath("leases", req.Name, "acquire"),
-		body: s.acquireBody(req, wait), replayable: req.RequestID != "", wait: wait, name: req.Name,
+		body: httpwire.AcquireBodyOf(req, wait, s.session), replayable: req.RequestID != "", wait: wait, name: req.Name,
 	}, &lj)
 	if err != nil {
 		return leasehold.Record{}, err
 	}
-	rec, err := lj.record()
+	rec, err := answerRecord(&lj)
 	if err != nil {
 		return leasehold.Record{}, err
 	}
@@ -566,8 +469,9 @@ func (s *HTTPStore) AcquireWait(ctx context.Context, req leasehold.AcquireReques
 		return leasehold.Record{}, err
 	}
 	if req.RequestID == "" {
-		req.RequestID = randomID(12)
+		req.RequestID = randid.Hex(12)
 	}
+	var bo *backoff.Backoff
 	for {
 		wait := longPoll
 		if dl, ok := ctx.Deadline(); ok {
@@ -589,15 +493,16 @@ func (s *HTTPStore) AcquireWait(ctx context.Context, req leasehold.AcquireReques
 			continue // the long-poll ran out: wait again
 		}
 		var pe *ProblemError
-		if errors.As(err, &pe) && pe.Type == "unavailable" {
+		if errors.As(err, &pe) && pe.Type == httpwire.Unavailable {
 			// The server is shutting down or not ready: wait a little
-			// and ask again (another instance, or the restarted one).
-			t := time.NewTimer(max(pe.RetryAfter/4, 50*time.Millisecond) + time.Duration(mrand.Int64N(int64(50*time.Millisecond))))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return leasehold.Record{}, ctx.Err()
-			case <-t.C:
+			// (a quarter of its Retry-After, and a backoff from 50ms
+			// that spreads the waiters) and ask again (another
+			// instance, or the restarted one).
+			if bo == nil {
+				bo = backoff.New(100*time.Millisecond, 2*time.Second)
+			}
+			if err := backoff.Sleep(ctx, pe.RetryAfter/4+bo.Next()); err != nil {
+				return leasehold.Record{}, err
 			}
 			continue
 		}
@@ -620,13 +525,6 @@ func (s *HTTPStore) reclaim(req leasehold.AcquireRequest) {
 	}
 }
 
-type renewJSON struct {
-	Owner  string `json:"owner"`
-	Token  uint64 `json:"token"`
-	TTLMS  int64  `json:"ttl_ms"`
-	Secret string `json:"secret,omitempty"`
-}
-
 // Renew implements leasehold.Store. It sends the grant's secret if this
 // store acquired the grant (and the server gave one); a server with holder
 // proofs refuses a renew without the right one with an error matching
@@ -640,17 +538,11 @@ func (s *HTTPStore) Renew(ctx context.Context, name, owner string, token uint64,
 	}
 	_, err := s.do(ctx, call{
 		method: http.MethodPost, path: s.namePath("leases", name, "renew"),
-		body:       renewJSON{Owner: owner, Token: token, TTLMS: ceilMS(ttl), Secret: s.secrets.get(name, owner, token)},
+		body:       httpwire.RenewBody{Owner: owner, Token: token, TTLMS: httpwire.CeilMS(ttl), Secret: s.secrets.get(name, owner, token)},
 		replayable: true, name: name,
 	}, nil)
 	s.secrets.settle(name, owner, token, ttl, err)
 	return err
-}
-
-type releaseJSON struct {
-	Owner  string `json:"owner"`
-	Token  uint64 `json:"token"`
-	Secret string `json:"secret,omitempty"`
 }
 
 // Release implements leasehold.Store. Like Renew, it sends the grant's
@@ -661,7 +553,7 @@ func (s *HTTPStore) Release(ctx context.Context, name, owner string, token uint6
 	}
 	_, err := s.do(ctx, call{
 		method: http.MethodPost, path: s.namePath("leases", name, "release"),
-		body:       releaseJSON{Owner: owner, Token: token, Secret: s.secrets.get(name, owner, token)},
+		body:       httpwire.ReleaseBody{Owner: owner, Token: token, Secret: s.secrets.get(name, owner, token)},
 		replayable: true, name: name,
 	}, nil)
 	s.secrets.settle(name, owner, token, 0, err)
@@ -692,11 +584,11 @@ func (s *HTTPStore) ForceRelease(ctx context.Context, name string) (leasehold.Re
 	if err := leasehold.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
-	var lj leaseJSON
+	var lj httpwire.Lease
 	if _, err := s.do(ctx, call{method: http.MethodPost, path: s.namePath("leases", name, "force-release"), body: struct{}{}, name: name}, &lj); err != nil {
 		return leasehold.Record{}, err
 	}
-	return lj.record()
+	return answerRecord(&lj)
 }
 
 // Get implements leasehold.Store.
@@ -704,11 +596,11 @@ func (s *HTTPStore) Get(ctx context.Context, name string) (leasehold.Record, err
 	if err := leasehold.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
-	var lj leaseJSON
+	var lj httpwire.Lease
 	if _, err := s.do(ctx, call{method: http.MethodGet, path: s.namePath("leases", name, ""), name: name}, &lj); err != nil {
 		return leasehold.Record{}, err
 	}
-	return lj.record()
+	return answerRecord(&lj)
 }
 
 // List implements leasehold.Store. With auth on, it lists only the leases
@@ -723,10 +615,7 @@ func (s *HTTPStore) List(ctx context.Context, prefix string) ([]leasehold.Record
 	var recs []leasehold.Record
 	after := ""
 	for {
-		var out struct {
-			Leases []leaseJSON `json:"leases"`
-			Next   string      `json:"next"`
-		}
+		var out httpwire.List
 		q := url.Values{}
 		if prefix != "" {
 			q.Set("prefix", prefix)
@@ -741,7 +630,7 @@ func (s *HTTPStore) List(ctx context.Context, prefix string) ([]leasehold.Record
 			recs = make([]leasehold.Record, 0, len(out.Leases))
 		}
 		for i := range out.Leases {
-			r, err := out.Leases[i].record()
+			r, err := answerRecord(&out.Leases[i])
 			if err != nil {
 				return nil, err
 			}
@@ -795,7 +684,7 @@ func (s *HTTPStore) Watch(ctx context.Context, name string) (<-chan struct{}, er
 		defer close(out)
 		defer stop()
 		defer cancel()
-		delay := 50 * time.Millisecond
+		bo := backoff.New(50*time.Millisecond, 5*time.Second)
 		for {
 			readEvents(body, notify)
 			body.Close()
@@ -804,16 +693,11 @@ func (s *HTTPStore) Watch(ctx context.Context, name string) (<-chan struct{}, er
 			}
 			notify()
 			for {
-				t := time.NewTimer(delay/2 + time.Duration(mrand.Int64N(int64(delay))))
-				select {
-				case <-wctx.Done():
-					t.Stop()
+				if backoff.Sleep(wctx, bo.Next()) != nil {
 					return
-				case <-t.C:
 				}
-				delay = min(2*delay, 5*time.Second)
 				if body, err = s.openEvents(wctx, name); err == nil {
-					delay = 50 * time.Millisecond
+					bo.Reset()
 					notify()
 					break
 				}
@@ -916,12 +800,6 @@ var (
 	_ leasehold.BoundedStore = (*HTTPStore)(nil)
 )
 
-type sessionJSON struct {
-	ID          string `json:"id"`
-	TTLMS       int64  `json:"ttl_ms"`
-	RemainingMS int64  `json:"remaining_ms"`
-}
-
 // OpenSession opens a session with the given TTL and keeps it alive in the
 // background (every TTL/3) until Close. If the server refuses a keepalive
 // (the session expired, or the server forgot it) or none is confirmed
@@ -936,8 +814,8 @@ func (s *HTTPStore) OpenSession(ctx context.Context, ttl time.Duration, opts ...
 		return nil, err
 	}
 	t0, b0 := cfg.clock.Now(), cfg.clock.Boot()
-	var sj sessionJSON
-	if _, err := s.do(ctx, call{method: http.MethodPost, path: "/v1/sessions", body: map[string]int64{"ttl_ms": ceilMS(ttl)}}, &sj); err != nil {
+	var sj httpwire.Session
+	if _, err := s.do(ctx, call{method: http.MethodPost, path: "/v1/sessions", body: httpwire.SessionBody{TTLMS: httpwire.CeilMS(ttl)}}, &sj); err != nil {
 		return nil, err
 	}
 	kctx, stop := context.WithCancel(s.ctx)
@@ -999,10 +877,4 @@ func (x *Session) Close(ctx context.Context) error {
 		return nil
 	}
 	return err
-}
-
-func randomID(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

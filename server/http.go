@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/httpwire"
 	"github.com/leasehold/leasehold/workflow"
 )
 
@@ -72,7 +73,7 @@ const httpHeartbeat = 15 * time.Second
 
 // ProblemType is the prefix of the "type" member of every problem (RFC
 // 9457) the API returns; the suffix names the problem (held, not-held, ...).
-const ProblemType = "urn:leasehold:problem:"
+const ProblemType = httpwire.ProblemType
 
 // NewHandler returns the HTTP/JSON API (v1) over b. See docs/http-api.md.
 func NewHandler(b Backend, opts HandlerOptions) http.Handler { return newHTTPAPI(b, opts) }
@@ -159,7 +160,7 @@ func (h *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer h.finish(q)
 	if err := h.cop.Check(r); err != nil {
 		q.err = err
-		h.problem(q, http.StatusForbidden, "forbidden", "Forbidden",
+		h.problem(q, http.StatusForbidden, httpwire.Forbidden, "Forbidden",
 			"cross-origin requests from browsers may not change leases (only the dashboard's own origin may)", nil)
 		return
 	}
@@ -167,13 +168,13 @@ func (h *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Without auth, a page whose DNS name was re-pointed at this
 		// server (DNS rebinding) looks same-origin to the browser: only
 		// names that cannot be re-pointed may change leases.
-		h.problem(q, http.StatusForbidden, "forbidden", "Forbidden",
+		h.problem(q, http.StatusForbidden, httpwire.Forbidden, "Forbidden",
 			"with auth off, browsers may change leases only through localhost or an IP address (DNS rebinding protection); turn auth on to use a host name", nil)
 		return
 	}
 	if !h.auth.Enabled() && !h.hostAllowed(r) {
 		h.metrics.misdirectedHost()
-		h.problem(q, http.StatusMisdirectedRequest, "misdirected-host", "Host not served",
+		h.problem(q, http.StatusMisdirectedRequest, httpwire.MisdirectedHost, "Host not served",
 			fmt.Sprintf("with auth off this server answers only to loopback names (localhost, 127.0.0.1, [::1]) and its own IP address, not to Host %q (DNS rebinding protection); allow the name with --allowed-hosts or turn auth on", r.Host), nil)
 		return
 	}
@@ -248,7 +249,7 @@ func (h *httpAPI) route(q *httpReq) {
 		h.methodNotAllowed(q, strings.Join(allow, ", "))
 		return
 	}
-	h.problem(q, http.StatusNotFound, "no-route", "No such endpoint", fmt.Sprintf("no such endpoint: %s", p), nil)
+	h.problem(q, http.StatusNotFound, httpwire.NoRoute, "No such endpoint", fmt.Sprintf("no such endpoint: %s", p), nil)
 }
 
 // serveRoute is the preamble of every row: authentication and the rate
@@ -282,7 +283,7 @@ func (h *httpAPI) serveRoute(q *httpReq, row *httpRoute, raw map[string]string) 
 			limit, what = min(h.maxBody, leasehold.MaxValueLen), "record values"
 		}
 		if q.r.ContentLength > limit {
-			h.problem(q, http.StatusRequestEntityTooLarge, "too-large", "Request body too large",
+			h.problem(q, http.StatusRequestEntityTooLarge, httpwire.TooLarge, "Request body too large",
 				fmt.Sprintf("%s are limited to %d bytes", what, limit), nil)
 			return
 		}
@@ -392,21 +393,21 @@ func (h *httpAPI) permitted(q *httpReq, row *httpRoute, a *httpArgs) bool {
 		if q.id.Allowed(a.prefix, row.access) {
 			return true
 		}
-		h.problem(q, http.StatusForbidden, "forbidden", "Forbidden",
+		h.problem(q, http.StatusForbidden, httpwire.Forbidden, "Forbidden",
 			fmt.Sprintf("these credentials do not allow %s access to the prefix %q (%s)", row.access, a.prefix, row.op), nil)
 		return false
 	case httpOnAny, httpOnBody:
 		if httpAnyGrant(q.id, row.access) {
 			return true
 		}
-		h.problem(q, http.StatusForbidden, "forbidden", "Forbidden",
+		h.problem(q, http.StatusForbidden, httpwire.Forbidden, "Forbidden",
 			fmt.Sprintf("%s needs credentials with %s access to some prefix", row.op, row.access), nil)
 		return false
 	case httpOnAll:
 		if q.id.Allowed("", row.access) {
 			return true
 		}
-		h.problem(q, http.StatusForbidden, "forbidden", "Forbidden",
+		h.problem(q, http.StatusForbidden, httpwire.Forbidden, "Forbidden",
 			fmt.Sprintf("%s shows the activity of every prefix: it needs %s access to the whole name space (a grant on the prefix \"\")", row.op, row.access), nil)
 		return false
 	}
@@ -454,7 +455,7 @@ func (h *httpAPI) authenticate(q *httpReq) bool {
 		if hasToken {
 			q.w.Header().Set("WWW-Authenticate", `Bearer realm="leasehold", error="invalid_token"`)
 		}
-		h.problem(q, http.StatusUnauthorized, "unauthorized", "Unauthorized",
+		h.problem(q, http.StatusUnauthorized, httpwire.Unauthorized, "Unauthorized",
 			"a valid bearer token is required (Authorization: Bearer TOKEN)", nil)
 		return false
 	}
@@ -471,7 +472,7 @@ func (h *httpAPI) rateLimited(q *httpReq) {
 		h.metrics.rateLimited.Inc()
 	}
 	q.w.Header().Set("Retry-After", "1")
-	h.problem(q, http.StatusTooManyRequests, "rate-limited", "Too many requests", "the rate limit of these credentials is exceeded; retry later", nil)
+	h.problem(q, http.StatusTooManyRequests, httpwire.RateLimited, "Too many requests", "the rate limit of these credentials is exceeded; retry later", nil)
 }
 
 // httpBearer returns the token of an "Authorization: Bearer" header.
@@ -494,7 +495,7 @@ func (h *httpAPI) allow(q *httpReq, name string, need Access) bool {
 	if q.id.Allowed(name, need) {
 		return true
 	}
-	h.problem(q, http.StatusForbidden, "forbidden", "Forbidden",
+	h.problem(q, http.StatusForbidden, httpwire.Forbidden, "Forbidden",
 		fmt.Sprintf("these credentials do not allow %s access to %q", need, name), nil)
 	return false
 }
@@ -523,6 +524,6 @@ func (h *httpAPI) drainable(ctx context.Context) (context.Context, context.Cance
 
 func (h *httpAPI) methodNotAllowed(q *httpReq, allow string) {
 	q.w.Header().Set("Allow", allow)
-	h.problem(q, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed",
+	h.problem(q, http.StatusMethodNotAllowed, httpwire.MethodNotAllowed, "Method not allowed",
 		fmt.Sprintf("%s is not allowed here (allowed: %s)", q.r.Method, allow), nil)
 }

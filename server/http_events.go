@@ -10,24 +10,15 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/httpwire"
 )
 
 // Events: GET /v1/events (a server-sent event stream) and
 // /v1/events/recent.
 
-type httpEventJSON struct {
-	Type      EventType `json:"type"`
-	Name      string    `json:"name,omitempty"`
-	Owner     string    `json:"owner,omitempty"`
-	Token     uint64    `json:"token,omitempty"`
-	Time      string    `json:"time"`
-	HandoffMS float64   `json:"handoff_ms,omitempty"`
-	Waiters   int       `json:"waiters"`
-}
-
-func httpEvent(e Event) httpEventJSON {
-	return httpEventJSON{
-		Type: e.Type, Name: e.Name, Owner: e.Owner, Token: e.Token, Time: httpTime(e.Time),
+func httpEvent(e Event) httpwire.Event {
+	return httpwire.Event{
+		Type: string(e.Type), Name: e.Name, Owner: e.Owner, Token: e.Token, Time: httpwire.Time(e.Time),
 		HandoffMS: float64(e.Handoff) / float64(time.Millisecond), Waiters: e.Waiters,
 	}
 }
@@ -97,10 +88,6 @@ func (h *httpAPI) events(q *httpReq, a *httpArgs) {
 	}
 }
 
-type httpEventsJSON struct {
-	Events []httpEventJSON `json:"events"`
-}
-
 // httpMaxRecent caps ?n= of /v1/events/recent.
 const httpMaxRecent = 10000
 
@@ -118,7 +105,7 @@ func (h *httpAPI) recent(q *httpReq, a *httpArgs) {
 	if exact {
 		prefix = a.name
 	}
-	out := httpEventsJSON{Events: []httpEventJSON{}}
+	out := httpwire.Events{Events: []httpwire.Event{}}
 	for _, e := range h.b.Recent(n) {
 		if e.Type == EventOverflow || !strings.HasPrefix(e.Name, prefix) || !httpVisible(q.id, e, prefix, exact) {
 			continue

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/httpwire"
 )
 
 // Health, readiness, metrics, stats and the dashboard's files.
@@ -22,7 +24,7 @@ func (h *httpAPI) readyz(q *httpReq, _ *httpArgs) {
 	if err := h.b.Ready(ctx); err != nil {
 		q.err = err
 		q.w.Header().Set("Retry-After", "1")
-		h.problem(q, http.StatusServiceUnavailable, "unavailable", "Not ready", "the backend is not ready", nil)
+		h.problem(q, http.StatusServiceUnavailable, httpwire.Unavailable, "Not ready", "the backend is not ready", nil)
 		return
 	}
 	q.w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -44,20 +46,13 @@ func (h *httpAPI) dashboard(q *httpReq, _ *httpArgs) { h.dash.ServeHTTP(q.w, q.r
 
 func (h *httpAPI) serveMetrics(q *httpReq, _ *httpArgs) {
 	if h.metrics == nil {
-		h.problem(q, http.StatusNotFound, "not-found", "Not found", "metrics are not enabled on this server", nil)
+		h.problem(q, http.StatusNotFound, httpwire.NotFound, "Not found", "metrics are not enabled on this server", nil)
 		return
 	}
 	h.metrics.handler().ServeHTTP(q.w, q.r)
 }
 
-type httpStatsJSON struct {
-	Held     int  `json:"held"`
-	Waiters  int  `json:"waiters"`
-	Sessions int  `json:"sessions"`
-	Durable  bool `json:"durable"`
-}
-
 func (h *httpAPI) stats(q *httpReq, _ *httpArgs) {
 	s := h.b.Stats()
-	h.json(q, http.StatusOK, httpStatsJSON{Held: s.Held, Waiters: s.Waiters, Sessions: s.Sessions, Durable: s.Durable})
+	h.json(q, http.StatusOK, httpwire.Stats{Held: s.Held, Waiters: s.Waiters, Sessions: s.Sessions, Durable: s.Durable})
 }

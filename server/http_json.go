@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/httpwire"
 )
 
 // Request bodies in, JSON and problem documents out.
@@ -30,7 +31,7 @@ func (h *httpAPI) decode(q *httpReq, v any) bool {
 	if ct := q.r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || !(mt == "application/json" || strings.HasSuffix(mt, "+json") || mt == "application/x-www-form-urlencoded") {
-			h.problem(q, http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported media type",
+			h.problem(q, http.StatusUnsupportedMediaType, httpwire.UnsupportedMediaType, "Unsupported media type",
 				fmt.Sprintf("request bodies are JSON (Content-Type: application/json), not %q", ct), nil)
 			return false
 		}
@@ -41,7 +42,7 @@ func (h *httpAPI) decode(q *httpReq, v any) bool {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			h.problem(q, http.StatusRequestEntityTooLarge, "too-large", "Request body too large",
+			h.problem(q, http.StatusRequestEntityTooLarge, httpwire.TooLarge, "Request body too large",
 				fmt.Sprintf("request bodies are limited to %d bytes", h.maxBody), nil)
 			return false
 		}
@@ -58,7 +59,7 @@ func (h *httpAPI) decode(q *httpReq, v any) bool {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		h.fail(q, httpJSONError(err))
+		h.fail(q, httpJSONError(err, reflect.TypeOf(v)))
 		return false
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -68,11 +69,12 @@ func (h *httpAPI) decode(q *httpReq, v any) bool {
 	return true
 }
 
-// httpJSONError turns a decoding error into an *InvalidError naming the field.
-func httpJSONError(err error) error {
+// httpJSONError turns an error decoding into type t into an *InvalidError
+// naming the field.
+func httpJSONError(err error, t reflect.Type) error {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		field := te.Field
+		field := httpJSONPath(t, te.Field)
 		if field == "" {
 			field = "body"
 		}
@@ -83,6 +85,34 @@ func httpJSONError(err error) error {
 		return &leasehold.InvalidError{Field: strings.Trim(f, `"`), Reason: "unknown field"}
 	}
 	return &leasehold.InvalidError{Field: "body", Reason: "malformed JSON: " + strings.TrimPrefix(msg, "json: ")}
+}
+
+// httpJSONPath is the JSON path of a field of t that encoding/json names
+// by its Go path: without the names of embedded structs (such as the
+// AcquireBody in httpwire.SemaphoreBody), whose fields are at the top.
+func httpJSONPath(t reflect.Type, path string) string {
+	if path == "" {
+		return ""
+	}
+	var out []string
+	for _, seg := range strings.Split(path, ".") {
+		for t != nil && (t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array || t.Kind() == reflect.Map) {
+			t = t.Elem()
+		}
+		if t != nil && t.Kind() == reflect.Struct {
+			if f, ok := t.FieldByName(seg); ok && f.Anonymous && f.Tag.Get("json") == "" {
+				t = f.Type
+				continue
+			}
+			fields := map[string]reflect.Type{}
+			httpFields(t, fields)
+			t = fields[seg]
+		} else {
+			t = nil
+		}
+		out = append(out, seg)
+	}
+	return strings.Join(out, ".")
 }
 
 func (h *httpAPI) json(q *httpReq, status int, v any) {
@@ -108,56 +138,39 @@ func (h *httpAPI) fail(q *httpReq, err error) {
 	var inv *leasehold.InvalidError
 	switch {
 	case errors.As(err, &held):
-		h.problem(q, http.StatusConflict, "held", "Lease held",
-			held.Error(), map[string]any{"holder": httpHolder(held)})
+		h.problem(q, http.StatusConflict, httpwire.Held, "Lease held", held.Error(), httpwire.HeldMembers(held))
 	case errors.Is(err, leasehold.ErrNotHeld):
-		h.problem(q, http.StatusConflict, "not-held", "Lease not held",
+		h.problem(q, http.StatusConflict, httpwire.NotHeld, "Lease not held",
 			"the lease is not held by that owner and token (never granted, released, expired or taken over); nothing was changed", nil)
 	case errors.Is(err, leasehold.ErrNotFound):
-		h.problem(q, http.StatusNotFound, "not-found", "Not found", "no live lease with that name", nil)
+		h.problem(q, http.StatusNotFound, httpwire.NotFound, "Not found", "no live lease with that name", nil)
 	case errors.As(err, &inv):
-		h.problem(q, http.StatusBadRequest, "invalid", "Invalid request", inv.Error(),
-			map[string]any{"field": inv.Field, "reason": inv.Reason})
+		h.problem(q, http.StatusBadRequest, httpwire.Invalid, "Invalid request", inv.Error(), httpwire.InvalidMembers(inv))
 	case errors.Is(err, ErrBadProof):
-		h.problem(q, http.StatusForbidden, "bad-proof", "Bad holder proof",
+		h.problem(q, http.StatusForbidden, httpwire.BadProof, "Bad holder proof",
 			"renewing or releasing a lease needs the secret returned with its grant (\"secret\" in the acquire response); it is missing or does not match; nothing was changed", nil)
 	case errors.Is(err, ErrNoSession):
-		h.problem(q, http.StatusNotFound, "no-session", "No such session", ErrNoSession.Error(), nil)
+		h.problem(q, http.StatusNotFound, httpwire.NoSession, "No such session", ErrNoSession.Error(), nil)
 	case errors.Is(err, leasehold.ErrClosed):
 		q.w.Header().Set("Retry-After", "1")
-		h.problem(q, http.StatusServiceUnavailable, "unavailable", "Unavailable", "the server is shutting down", nil)
+		h.problem(q, http.StatusServiceUnavailable, httpwire.Unavailable, "Unavailable", "the server is shutting down", nil)
 	case errors.Is(err, context.Canceled) && h.drain.Err() != nil && q.r.Context().Err() == nil:
 		q.w.Header().Set("Retry-After", "1")
-		h.problem(q, http.StatusServiceUnavailable, "unavailable", "Unavailable", "the server is shutting down; the wait was ended", nil)
+		h.problem(q, http.StatusServiceUnavailable, httpwire.Unavailable, "Unavailable", "the server is shutting down; the wait was ended", nil)
 	case errors.Is(err, context.Canceled) && q.r.Context().Err() != nil:
 		// The client went away; nobody reads this answer.
-		h.problem(q, 499, "timeout", "Client closed request", "the request was cancelled by the client", nil)
+		h.problem(q, 499, httpwire.Timeout, "Client closed request", "the request was cancelled by the client", nil)
 	case errors.Is(err, context.DeadlineExceeded):
-		h.problem(q, http.StatusGatewayTimeout, "timeout", "Timeout", "the backend did not answer in time; the outcome is unknown", nil)
+		h.problem(q, http.StatusGatewayTimeout, httpwire.Timeout, "Timeout", "the backend did not answer in time; the outcome is unknown", nil)
 	default:
-		h.problem(q, http.StatusInternalServerError, "internal", "Internal error", "internal error; see the server's log", nil)
+		h.problem(q, http.StatusInternalServerError, httpwire.Internal, "Internal error", "internal error; see the server's log", nil)
 	}
 }
 
-func httpHolder(he *leasehold.HeldError) httpHolderJSON {
-	return httpHolderJSON{Owner: he.Owner, Token: he.Token, RemainingMS: max(0, he.Remaining.Milliseconds()), Acquired: httpTime(he.Acquired)}
-}
-
-// problem writes an RFC 9457 problem document.
+// problem writes an RFC 9457 problem document (httpwire.EncodeProblem).
 func (h *httpAPI) problem(q *httpReq, status int, typ, title, detail string, extra map[string]any) {
-	// type, title, status and detail first, then the extras (sorted).
-	b, _ := json.Marshal(struct {
-		Type   string `json:"type"`
-		Title  string `json:"title"`
-		Status int    `json:"status"`
-		Detail string `json:"detail"`
-	}{ProblemType + typ, title, status, detail})
-	if len(extra) > 0 {
-		ex, _ := json.Marshal(extra)
-		b = append(append(b[:len(b)-1], ','), ex[1:]...)
-	}
-	b = append(b, '\n')
-	q.w.Header().Set("Content-Type", "application/problem+json")
+	b := httpwire.EncodeProblem(typ, title, status, detail, extra)
+	q.w.Header().Set("Content-Type", httpwire.ProblemContentType)
 	q.w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	q.w.Header().Set("Cache-Control", "no-store")
 	q.w.WriteHeader(status)

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -10,9 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/httpwire"
 )
 
 // Versioned records over HTTP (see docs/http-api.md, "Records"):
@@ -27,37 +26,6 @@ import (
 // which version it replaces, so that no writer silently overwrites
 // another. A version that does not match is 412 (409 in a transaction,
 // whose conditions are in its body), with the current version.
-
-type httpRecordJSON struct {
-	Key string `json:"key"`
-	// Value is the record's value when it is valid UTF-8; otherwise it is
-	// in ValueBase64.
-	Value       *string `json:"value,omitempty"`
-	ValueBase64 string  `json:"value_base64,omitempty"`
-	Version     uint64  `json:"version"`
-}
-
-func httpRecord(r leasehold.Versioned) httpRecordJSON {
-	out := httpRecordJSON{Key: r.Key, Version: r.Version}
-	if utf8.Valid(r.Value) {
-		s := string(r.Value)
-		out.Value = &s
-	} else {
-		out.ValueBase64 = base64.StdEncoding.EncodeToString(r.Value)
-	}
-	return out
-}
-
-type httpVersionJSON struct {
-	Key     string `json:"key"`
-	Version uint64 `json:"version"`
-}
-
-type httpCounterJSON struct {
-	Key     string `json:"key"`
-	Value   int64  `json:"value"`
-	Version uint64 `json:"version"`
-}
 
 // httpCheckKey is httpCheckName for a record key: the same rules, with
 // errors naming the key.
@@ -82,9 +50,6 @@ func (h *httpAPI) records(q *httpReq) (leasehold.RecordStore, bool) {
 	}
 	return rs, true
 }
-
-// httpETag is the entity tag of a record version.
-func httpETag(version uint64) string { return `"` + strconv.FormatUint(version, 10) + `"` }
 
 // httpTagVersion parses a strong entity tag "<version>"; weak is whether
 // it had the W/ prefix.
@@ -158,7 +123,7 @@ func (h *httpAPI) recordExpect(q *httpReq, createOK bool) (uint64, bool) {
 	if !createOK {
 		detail = `this delete needs a precondition: If-Match: "N" (the ETag of your read)`
 	}
-	h.problem(q, http.StatusPreconditionRequired, "precondition-required", "Precondition required", detail, nil)
+	h.problem(q, http.StatusPreconditionRequired, httpwire.PreconditionRequired, "Precondition required", detail, nil)
 	return 0, false
 }
 
@@ -193,7 +158,7 @@ func (h *httpAPI) getRecord(q *httpReq, key string) {
 		return
 	}
 	hdr := q.w.Header()
-	hdr.Set("ETag", httpETag(rec.Version))
+	hdr.Set("ETag", httpwire.ETag(rec.Version))
 	hdr.Set("Cache-Control", "no-cache")
 	hdr.Set("Vary", "Accept")
 	if inm := strings.Join(q.r.Header.Values("If-None-Match"), ","); inm != "" && httpNoneMatch(inm, rec.Version) {
@@ -201,7 +166,7 @@ func (h *httpAPI) getRecord(q *httpReq, key string) {
 		return
 	}
 	if httpWantsJSON(q.r) {
-		h.json(q, http.StatusOK, httpRecord(rec))
+		h.json(q, http.StatusOK, httpwire.RecordOf(rec))
 		return
 	}
 	hdr.Set("Content-Type", "application/octet-stream")
@@ -234,19 +199,19 @@ func (h *httpAPI) putRecord(q *httpReq, key string) {
 		h.recordFail(q, err, http.StatusPreconditionFailed)
 		return
 	}
-	q.w.Header().Set("ETag", httpETag(v))
+	q.w.Header().Set("ETag", httpwire.ETag(v))
 	status := http.StatusOK
 	if expect == 0 {
 		status = http.StatusCreated
 	}
-	h.json(q, status, httpVersionJSON{Key: key, Version: v})
+	h.json(q, status, httpwire.Version{Key: key, Version: v})
 }
 
 // readValue reads a PUT's body: the value, byte for byte, whatever its
 // Content-Type. A compressed body (Content-Encoding) gets 415.
 func (h *httpAPI) readValue(q *httpReq) ([]byte, bool) {
 	if ce := q.r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		h.problem(q, http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported media type",
+		h.problem(q, http.StatusUnsupportedMediaType, httpwire.UnsupportedMediaType, "Unsupported media type",
 			fmt.Sprintf("the body is stored as sent: send it without Content-Encoding (got %q)", ce), nil)
 		return nil, false
 	}
@@ -258,7 +223,7 @@ func (h *httpAPI) readValue(q *httpReq) ([]byte, bool) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			h.problem(q, http.StatusRequestEntityTooLarge, "too-large", "Request body too large",
+			h.problem(q, http.StatusRequestEntityTooLarge, httpwire.TooLarge, "Request body too large",
 				fmt.Sprintf("record values are limited to %d bytes", limit), nil)
 			return nil, false
 		}
@@ -287,15 +252,11 @@ func (h *httpAPI) deleteRecord(q *httpReq, key string) {
 	q.w.WriteHeader(http.StatusNoContent)
 }
 
-type httpAddBody struct {
-	Delta *int64 `json:"delta"`
-}
-
 func (h *httpAPI) addRecord(q *httpReq, key string) {
 	if !h.workflowWrite(q, key) {
 		return
 	}
-	var body httpAddBody
+	var body httpwire.AddBody
 	if !h.decode(q, &body) {
 		return
 	}
@@ -312,30 +273,8 @@ func (h *httpAPI) addRecord(q *httpReq, key string) {
 		h.recordFail(q, err, http.StatusConflict)
 		return
 	}
-	q.w.Header().Set("ETag", httpETag(v))
-	h.json(q, http.StatusOK, httpCounterJSON{Key: key, Value: n, Version: v})
-}
-
-type httpTxnBody struct {
-	If   []httpTxnCondition `json:"if"`
-	Then []httpTxnWrite     `json:"then"`
-}
-
-type httpTxnCondition struct {
-	Key     string `json:"key"`
-	Version uint64 `json:"version"` // 0: the key must be absent
-}
-
-type httpTxnWrite struct {
-	Key         string  `json:"key"`
-	Value       *string `json:"value"`
-	ValueBase64 *string `json:"value_base64"`
-	Delete      bool    `json:"delete"`
-	Add         int64   `json:"add"`
-}
-
-type httpTxnJSON struct {
-	Versions map[string]uint64 `json:"versions"`
+	q.w.Header().Set("ETag", httpwire.ETag(v))
+	h.json(q, http.StatusOK, httpwire.Counter{Key: key, Value: n, Version: v})
 }
 
 // txn serves POST /v1/txn (the route table's preamble has authenticated
@@ -343,44 +282,15 @@ type httpTxnJSON struct {
 // conditions on and write access to every key it writes; every check is
 // made before anything is done.
 func (h *httpAPI) txn(q *httpReq) {
-	var body httpTxnBody
+	var body httpwire.TxnBody
 	if !h.decode(q, &body) {
 		return
 	}
-	txn := leasehold.Txn{If: make([]leasehold.Condition, 0, len(body.If)), Then: make([]leasehold.Write, 0, len(body.Then))}
-	for _, c := range body.If {
-		if err := httpCheckKey(c.Key); err != nil {
-			h.fail(q, err)
-			return
-		}
-		txn.If = append(txn.If, leasehold.Condition{Key: c.Key, Version: c.Version})
+	txn, err := body.Txn(httpCheckKey)
+	if err == nil {
+		err = txn.Validate()
 	}
-	for _, w := range body.Then {
-		if err := httpCheckKey(w.Key); err != nil {
-			h.fail(q, err)
-			return
-		}
-		lw := leasehold.Write{Key: w.Key, Delete: w.Delete, Add: w.Add}
-		switch {
-		case w.Value != nil && w.ValueBase64 != nil:
-			h.fail(q, &leasehold.InvalidError{Field: "value", Reason: fmt.Sprintf("write of %q: give value or value_base64, not both", w.Key)})
-			return
-		case w.Value != nil:
-			lw.Value = []byte(*w.Value)
-		case w.ValueBase64 != nil:
-			b, err := base64.StdEncoding.DecodeString(*w.ValueBase64)
-			if err != nil {
-				h.fail(q, &leasehold.InvalidError{Field: "value_base64", Reason: fmt.Sprintf("write of %q: not valid standard base64: %v", w.Key, err)})
-				return
-			}
-			if b == nil {
-				b = []byte{}
-			}
-			lw.Value = b
-		}
-		txn.Then = append(txn.Then, lw)
-	}
-	if err := txn.Validate(); err != nil {
+	if err != nil {
 		h.fail(q, err)
 		return
 	}
@@ -406,7 +316,7 @@ func (h *httpAPI) txn(q *httpReq) {
 	if res.Versions == nil {
 		res.Versions = map[string]uint64{}
 	}
-	h.json(q, http.StatusOK, httpTxnJSON{Versions: res.Versions})
+	h.json(q, http.StatusOK, httpwire.TxnResult{Versions: res.Versions})
 }
 
 // recordFail answers with the problem a record operation's error stands
@@ -417,22 +327,18 @@ func (h *httpAPI) recordFail(q *httpReq, err error, conflictStatus int) {
 	var ce *leasehold.ConflictError
 	switch {
 	case errors.As(err, &ce) && conflictStatus == http.StatusPreconditionFailed:
-		h.problem(q, http.StatusPreconditionFailed, "precondition-failed", "Precondition failed",
-			ce.Error()+"; nothing was changed", httpConflict(ce))
+		h.problem(q, http.StatusPreconditionFailed, httpwire.PreconditionFailed, "Precondition failed",
+			ce.Error()+"; nothing was changed", httpwire.ConflictMembers(ce))
 	case errors.As(err, &ce):
-		h.problem(q, http.StatusConflict, "conflict", "Version conflict",
-			ce.Error()+"; nothing was changed", httpConflict(ce))
+		h.problem(q, http.StatusConflict, httpwire.Conflict, "Version conflict",
+			ce.Error()+"; nothing was changed", httpwire.ConflictMembers(ce))
 	case errors.Is(err, leasehold.ErrNotFound):
-		h.problem(q, http.StatusNotFound, "not-found", "Not found", "no record with that key", nil)
+		h.problem(q, http.StatusNotFound, httpwire.NotFound, "Not found", "no record with that key", nil)
 	case errors.Is(err, ErrRecordsUnsupported):
-		h.problem(q, http.StatusNotImplemented, "records-unsupported", "Records not supported", ErrRecordsUnsupported.Error(), nil)
+		h.problem(q, http.StatusNotImplemented, httpwire.RecordsUnsupported, "Records not supported", ErrRecordsUnsupported.Error(), nil)
 	case errors.Is(err, leasehold.ErrTxnUnsupported):
-		h.problem(q, http.StatusNotImplemented, "txn-unsupported", "Transactions not supported", leasehold.ErrTxnUnsupported.Error(), nil)
+		h.problem(q, http.StatusNotImplemented, httpwire.TxnUnsupported, "Transactions not supported", leasehold.ErrTxnUnsupported.Error(), nil)
 	default:
 		h.fail(q, err)
 	}
-}
-
-func httpConflict(ce *leasehold.ConflictError) map[string]any {
-	return map[string]any{"key": ce.Key, "expected_version": ce.Expected, "current_version": ce.Actual}
 }

@@ -4,33 +4,24 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/httpwire"
 )
 
 // Sessions: POST /v1/sessions, POST /v1/sessions/{id}/keepalive, DELETE
 // /v1/sessions/{id}; with auth on, a session is usable only by the
 // identity that opened it here.
 
-type httpSessionBody struct {
-	TTLMS int64 `json:"ttl_ms"`
-}
-
-type httpSessionJSON struct {
-	ID          string `json:"id"`
-	TTLMS       int64  `json:"ttl_ms"`
-	RemainingMS int64  `json:"remaining_ms"`
-	Leases      int    `json:"leases"`
-}
-
-func httpSession(s Session) httpSessionJSON {
-	return httpSessionJSON{ID: s.ID, TTLMS: httpCeilMS(s.TTL), RemainingMS: max(0, s.Remaining.Milliseconds()), Leases: s.Leases}
+func httpSession(s Session) httpwire.Session {
+	return httpwire.Session{ID: s.ID, TTLMS: httpwire.CeilMS(s.TTL), RemainingMS: httpwire.LeftMS(s.Remaining), Leases: s.Leases}
 }
 
 func (h *httpAPI) openSession(q *httpReq, _ *httpArgs) {
-	var body httpSessionBody
+	var body httpwire.SessionBody
 	if !h.decode(q, &body) {
 		return
 	}
-	s, err := h.b.OpenSession(q.r.Context(), httpMS(body.TTLMS))
+	s, err := h.b.OpenSession(q.r.Context(), httpwire.MS(body.TTLMS))
 	if err != nil {
 		h.fail(q, err)
 		return

@@ -29,6 +29,10 @@ func TestHTTPStrictJSON(t *testing.T) {
 		{"/v1/txn", `{"then":[{"key":"k","value":"x","extra":1}]}`, "then[0].extra", "unknown field"},
 		{"/v1/txn", `{"then":[],"then":[{"key":"k","value":"x"}]}`, "then", "duplicate"},
 		{"/v1/leases/p/force-release", `{"force":true}`, "force", "unknown field"},
+		// The semaphore's body embeds the acquire's: its fields are checked too.
+		{"/v1/semaphores/s/acquire", `{"permits":2,"owner":"a","Owner":"b","ttl_ms":60000}`, "Owner", `did you mean "owner"`},
+		{"/v1/semaphores/s/acquire", `{"permits":2,"owner":5,"ttl_ms":60000}`, "owner", "want a JSON string"},
+		{"/v1/semaphores/s/acquire", `{"permits":2,"owner":"a","ttl_ms":60000,"AcquireBody":{}}`, "AcquireBody", "unknown field"},
 	}
 	for _, c := range cases {
 		r := ts.do("POST", c.path, "", c.body)

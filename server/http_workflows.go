@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/httpwire"
 	"github.com/leasehold/leasehold/workflow"
 )
 
@@ -20,70 +21,19 @@ import (
 // on the instance's record key, wf/{definition}/i/{instance}: read for GET,
 // write for the rest, so that grants on records govern workflows too.
 
-type httpEntryJSON struct {
-	Version   uint64 `json:"version"`
-	From      string `json:"from"`
-	To        string `json:"to"`
-	Actor     string `json:"actor"`
-	Label     string `json:"label,omitempty"`
-	RequestID string `json:"request_id"`
-	At        string `json:"at"`
-	Strategy  string `json:"strategy"`
-	Token     uint64 `json:"token,omitempty"`
+func httpEntry(e workflow.Entry) httpwire.Entry {
+	return httpwire.Entry{Version: e.Version, From: e.From, To: e.To, Actor: e.Actor, Label: e.Label, RequestID: e.RequestID,
+		At: httpwire.Time(e.At), Strategy: string(e.Strategy), Token: e.Token}
 }
 
-func httpEntry(e workflow.Entry) httpEntryJSON {
-	return httpEntryJSON{Version: e.Version, From: e.From, To: e.To, Actor: e.Actor, Label: e.Label, RequestID: e.RequestID,
-		At: httpTime(e.At), Strategy: string(e.Strategy), Token: e.Token}
-}
-
-type httpInstanceJSON struct {
-	Workflow  string         `json:"workflow"`
-	Instance  string         `json:"instance"`
-	State     string         `json:"state"`
-	Version   uint64         `json:"version"`
-	Created   string         `json:"created"`
-	Updated   string         `json:"updated"`
-	LastActor string         `json:"last_actor,omitempty"`
-	Last      *httpEntryJSON `json:"last,omitempty"`
-}
-
-func httpInstance(in workflow.Instance) httpInstanceJSON {
-	out := httpInstanceJSON{Workflow: in.Workflow, Instance: in.ID, State: in.State, Version: in.Version,
-		Created: httpTime(in.Created), Updated: httpTime(in.Updated), LastActor: in.LastActor}
+func httpInstance(in workflow.Instance) httpwire.Instance {
+	out := httpwire.Instance{Workflow: in.Workflow, Instance: in.ID, State: in.State, Version: in.Version,
+		Created: httpwire.Time(in.Created), Updated: httpwire.Time(in.Updated), LastActor: in.LastActor}
 	if in.Last != nil {
 		e := httpEntry(*in.Last)
 		out.Last = &e
 	}
 	return out
-}
-
-type httpTransitionBody struct {
-	From      string `json:"from"`
-	To        string `json:"to"`
-	Actor     string `json:"actor"`
-	Label     string `json:"label"`
-	RequestID string `json:"request_id"`
-}
-
-type httpResultJSON struct {
-	// Outcome is applied (this request moved the instance), repeated (this
-	// request id was applied before: the original transition) or
-	// already-done (ANOTHER request moved the instance into to: by says
-	// who; this request applied nothing).
-	Outcome  string `json:"outcome"`
-	Workflow string `json:"workflow"`
-	Instance string `json:"instance"`
-	From     string `json:"from"`
-	To       string `json:"to"`
-	State    string `json:"state"`
-	Version  uint64 `json:"version"`
-	// By is who made the transition that explains the outcome (Entry.Actor).
-	By       string        `json:"by"`
-	Entry    httpEntryJSON `json:"entry"`
-	Strategy string        `json:"strategy"`
-	Attempts int           `json:"attempts"`
-	Summary  string        `json:"summary"`
 }
 
 // workflowRoute serves the workflow rows of the route table
@@ -93,14 +43,14 @@ func (h *httpAPI) workflowRoute(q *httpReq, a *httpArgs) {
 	def, inst := a.params["definition"], a.params["instance"]
 	wf := h.workflows[def]
 	if wf == nil {
-		h.problem(q, http.StatusNotFound, "not-found", "Not found",
+		h.problem(q, http.StatusNotFound, httpwire.NotFound, "Not found",
 			fmt.Sprintf("no workflow definition %q on this server", def), nil)
 		return
 	}
 	ctx := q.r.Context()
 	switch {
 	case q.op == "workflow.transition":
-		var body httpTransitionBody
+		var body httpwire.TransitionBody
 		if !h.decode(q, &body) {
 			return
 		}
@@ -118,7 +68,7 @@ func (h *httpAPI) workflowRoute(q *httpReq, a *httpArgs) {
 			h.wrongState(q, res)
 			return
 		}
-		h.json(q, http.StatusOK, httpResultJSON{
+		h.json(q, http.StatusOK, httpwire.Result{
 			Outcome: string(res.Outcome), Workflow: wf.Definition().Name, Instance: res.Instance,
 			From: res.From, To: res.To, State: res.State, Version: res.Version,
 			By: res.Entry.Actor, Entry: httpEntry(res.Entry), Strategy: string(res.Strategy),
@@ -161,11 +111,11 @@ func (h *httpAPI) workflowFail(q *httpReq, err error) {
 	var reused *workflow.RequestReusedError
 	switch {
 	case errors.As(err, &reused):
-		h.problem(q, http.StatusConflict, "request-reused", "Request id already used", reused.Error(),
+		h.problem(q, http.StatusConflict, httpwire.RequestReused, "Request id already used", reused.Error(),
 			map[string]any{"request_id": reused.RequestID, "actor": reused.Actor, "from": reused.From, "to": reused.To,
 				"entry": httpEntry(reused.Entry)})
 	case errors.Is(err, workflow.ErrNoRequest):
-		h.problem(q, http.StatusNotFound, "not-found", "Not found", err.Error(), nil)
+		h.problem(q, http.StatusNotFound, httpwire.NotFound, "Not found", err.Error(), nil)
 	case errors.As(err, &ws):
 		res := workflow.Result{Outcome: workflow.WrongState, Instance: ws.Instance, From: ws.From, To: ws.To,
 			State: ws.Current, Version: ws.Version}
@@ -174,16 +124,16 @@ func (h *httpAPI) workflowFail(q *httpReq, err error) {
 		}
 		h.wrongState(q, res)
 	case errors.As(err, &na):
-		h.problem(q, http.StatusUnprocessableEntity, "not-allowed", "Transition not allowed", na.Error(), nil)
+		h.problem(q, http.StatusUnprocessableEntity, httpwire.NotAllowed, "Transition not allowed", na.Error(), nil)
 	case errors.Is(err, workflow.ErrNoInstance):
-		h.problem(q, http.StatusNotFound, "not-found", "Not found", err.Error(), nil)
+		h.problem(q, http.StatusNotFound, httpwire.NotFound, "Not found", err.Error(), nil)
 	case errors.Is(err, workflow.ErrExists):
-		h.problem(q, http.StatusConflict, "exists", "Already exists", err.Error(), nil)
+		h.problem(q, http.StatusConflict, httpwire.Exists, "Already exists", err.Error(), nil)
 	case errors.As(err, &re), errors.Is(err, leasehold.ErrLockTimeout):
 		// Too many writers at once: nothing was applied by this request;
 		// repeating it with the same request id is safe.
 		q.w.Header().Set("Retry-After", "1")
-		h.problem(q, http.StatusServiceUnavailable, "contended", "Contended",
+		h.problem(q, http.StatusServiceUnavailable, httpwire.Contended, "Contended",
 			err.Error()+"; retry with the same request_id", nil)
 	case errors.Is(err, leasehold.ErrTxnUnsupported), errors.Is(err, ErrRecordsUnsupported):
 		h.recordFail(q, err, 0)
@@ -203,5 +153,5 @@ func (h *httpAPI) wrongState(q *httpReq, res workflow.Result) {
 		extra["last"], extra["entry"], extra["by"] = e, e, res.Entry.Actor
 	}
 	q.err = workflow.ErrWrongState
-	h.problem(q, http.StatusConflict, "wrong-state", "Wrong state", res.String()+"; nothing was changed", extra)
+	h.problem(q, http.StatusConflict, httpwire.WrongState, "Wrong state", res.String()+"; nothing was changed", extra)
 }

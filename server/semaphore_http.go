@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/httpwire"
 )
 
 // Semaphores over HTTP use the naming of the Go recipe (leasehold.Semaphore):
@@ -17,23 +18,12 @@ import (
 // the CLI (--permits) and HTTP clients share permits.
 const httpPermitSep = "/permit/"
 
-type httpSemaphoreBody struct {
-	Owner      string  `json:"owner"`
-	Permits    int     `json:"permits"`
-	TTLMS      int64   `json:"ttl_ms"`
-	WaitMS     int64   `json:"wait_ms"`
-	RequestID  string  `json:"request_id"`
-	Data       *string `json:"data"`
-	DataBase64 *string `json:"data_base64"`
-	Session    string  `json:"session"`
-}
-
 // semaphore serves POST /v1/semaphores/{name}/acquire. The preamble has
 // checked write access on permit 0; the others are checked here, once the
 // body says how many there are.
 func (h *httpAPI) semaphore(q *httpReq, a *httpArgs) {
 	name := a.name
-	var body httpSemaphoreBody
+	var body httpwire.SemaphoreBody
 	if !h.decode(q, &body) {
 		return
 	}
@@ -52,9 +42,7 @@ func (h *httpAPI) semaphore(q *httpReq, a *httpArgs) {
 			return
 		}
 	}
-	ab := httpAcquireBody{Owner: body.Owner, TTLMS: body.TTLMS, Data: body.Data, DataBase64: body.DataBase64,
-		RequestID: body.RequestID, WaitMS: body.WaitMS, Session: body.Session}
-	req, err := ab.request(httpPermitName(name, 0))
+	req, err := httpAcquireRequest(&body.AcquireBody, httpPermitName(name, 0))
 	if err != nil {
 		h.fail(q, err)
 		return
@@ -73,15 +61,16 @@ func (h *httpAPI) semaphore(q *httpReq, a *httpArgs) {
 		var held *leasehold.HeldError
 		if errors.As(err, &held) {
 			q.err = err
-			h.problem(q, http.StatusConflict, "held", "All permits held",
-				fmt.Sprintf("all %d permits of semaphore %q are held; the next to expire: %v", body.Permits, name, held),
-				map[string]any{"holder": httpHolder(held), "permits": body.Permits})
+			extra := httpwire.HeldMembers(held)
+			extra["permits"] = body.Permits
+			h.problem(q, http.StatusConflict, httpwire.Held, "All permits held",
+				fmt.Sprintf("all %d permits of semaphore %q are held; the next to expire: %v", body.Permits, name, held), extra)
 			return
 		}
 		h.fail(q, err)
 		return
 	}
-	lj := httpLease(rec)
+	lj := httpwire.LeaseOf(rec)
 	lj.Session = req.Session
 	lj.Permit = &idx
 	lj.Secret = h.secret(rec)
