@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/httpwire"
 )
 
 // Sessions, semaphores, elections, health, metrics, the dashboard, and
@@ -196,9 +198,10 @@ func TestDashboardMount(t *testing.T) {
 	}
 }
 
-// TestRoutesDocumented: every route the handler serves is in the OpenAPI
-// description and the API guide.
-func TestRoutesDocumented(t *testing.T) {
+// TestAPIDocumented: every route the handler serves (but the
+// dashboard's) is in the OpenAPI description and the API guide, and so is
+// every problem type.
+func TestAPIDocumented(t *testing.T) {
 	openapi, err := os.ReadFile("../docs/openapi.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -207,26 +210,28 @@ func TestRoutesDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	routes := []string{
-		"/healthz", "/readyz", "/metrics", "/v1/stats", "/v1/leases",
-		"/v1/leases/{name}", "/v1/leases/{name}/acquire", "/v1/leases/{name}/renew",
-		"/v1/leases/{name}/release", "/v1/leases/{name}/force-release",
-		"/v1/events", "/v1/events/recent", "/v1/sessions", "/v1/sessions/{id}",
-		"/v1/sessions/{id}/keepalive", "/v1/semaphores/{name}/acquire", "/v1/elections/{name}/leader",
-	}
-	for _, r := range routes {
-		if !strings.Contains(string(openapi), "\n  "+r+":") {
-			t.Errorf("docs/openapi.yaml has no path %s", r)
+	n := 0
+	for _, r := range httpRoutes {
+		if r.dash {
+			continue
 		}
-		if !strings.Contains(string(guide), r) {
-			t.Errorf("docs/http-api.md does not mention %s", r)
+		n++
+		if !strings.Contains(string(openapi), "\n  "+r.pattern+":") {
+			t.Errorf("docs/openapi.yaml has no path %s", r.pattern)
+		}
+		if !strings.Contains(string(guide), r.pattern) {
+			t.Errorf("docs/http-api.md does not mention %s", r.pattern)
 		}
 	}
-	for _, typ := range []string{"held", "not-held", "not-found", "invalid", "unauthorized", "forbidden",
-		"too-large", "rate-limited", "no-session", "unavailable", "timeout", "internal", "no-route",
-		"method-not-allowed", "unsupported-media-type"} {
-		if !strings.Contains(string(guide), "`"+typ+"`") || !strings.Contains(string(openapi), typ) {
-			t.Errorf("problem type %s is not documented in both files", typ)
+	if n < 25 {
+		t.Errorf("only %d routes", n)
+	}
+	for _, typ := range httpwire.ProblemTypes {
+		if !strings.Contains(string(guide), "`"+typ+"`") {
+			t.Errorf("docs/http-api.md does not list problem type %s", typ)
+		}
+		if !strings.Contains(string(openapi), "- "+ProblemType+typ+"\n") {
+			t.Errorf("docs/openapi.yaml's Problem type enum has no %s", typ)
 		}
 	}
 }
