@@ -2,7 +2,6 @@ package remote_test
 
 import (
 	"errors"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/leasehold/leasehold"
@@ -12,29 +11,29 @@ import (
 	"github.com/leasehold/leasehold/storetest"
 )
 
+// Records are served over HTTP only: these tests open *remote.HTTPStore.
+
+// openRecords opens an HTTP store (with its records API) on ts.
+func openRecords(t testing.TB, ts *testServer, query string) *remote.HTTPStore {
+	t.Helper()
+	return ts.open(t, query).(*remote.HTTPStore)
+}
+
 // The records conformance suite through HTTP against the native engine.
 func TestRecordsConformanceEngine(t *testing.T) {
-	es := startEngine(t, server.HandlerOptions{})
+	ts := startEngine(t, httpTransport, server.EngineConfig{Dir: t.TempDir(), NoSync: true}, serveOptions{})
 	storetest.RunRecords(t, storetest.RecordsHarness{
-		Open: func(t testing.TB) leasehold.RecordStore { return es.open(t, "") },
+		Open: func(t testing.TB) leasehold.RecordStore { return openRecords(t, ts, "") },
 		Txn:  true,
 	})
 }
 
 // The suite through HTTP against a Proxy in front of the memory store.
 func TestRecordsConformanceProxy(t *testing.T) {
-	p := server.NewProxy(memory.New(), server.ProxyConfig{})
-	srv := httptest.NewServer(server.NewHandler(p, server.HandlerOptions{}))
-	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); p.Close() })
+	ts := startBackend(t, httpTransport, server.NewProxy(memory.New(), server.ProxyConfig{}), serveOptions{})
 	storetest.RunRecords(t, storetest.RecordsHarness{
-		Open: func(t testing.TB) leasehold.RecordStore {
-			s, err := remote.OpenHTTP(srv.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
-		Txn: true,
+		Open: func(t testing.TB) leasehold.RecordStore { return openRecords(t, ts, "") },
+		Txn:  true,
 	})
 }
 
@@ -48,8 +47,8 @@ func TestRecordsErrorsAndRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	es := startEngine(t, server.HandlerOptions{Auth: auth})
-	s := es.open(t, "?token=app-secret")
+	ts := startEngine(t, httpTransport, server.EngineConfig{Dir: t.TempDir(), NoSync: true}, serveOptions{Auth: auth})
+	s := openRecords(t, ts, "?token=app-secret")
 	defer s.Close()
 	ctx := ctxT(t)
 
@@ -89,7 +88,7 @@ func TestRecordsErrorsAndRestart(t *testing.T) {
 	if _, err := s.PutRecord(ctx, "other/k", []byte("x"), 0); !errors.Is(err, remote.ErrForbidden) {
 		t.Fatalf("put outside the grant: %v", err)
 	}
-	ro := es.open(t, "?token=ro-secret")
+	ro := openRecords(t, ts, "?token=ro-secret")
 	defer ro.Close()
 	if _, err := ro.PutRecord(ctx, "app/k", []byte("x"), v2); !errors.Is(err, remote.ErrForbidden) {
 		t.Fatalf("put with a read-only token: %v", err)
@@ -104,9 +103,9 @@ func TestRecordsErrorsAndRestart(t *testing.T) {
 
 	// Restart: same versions, and versions keep increasing.
 	s.Close()
-	es.stop()
-	es.start()
-	s = es.open(t, "?token=app-secret")
+	ts.restart()
+	s = openRecords(t, ts, "?token=app-secret")
+	defer s.Close()
 	for key, want := range map[string]leasehold.Versioned{
 		"app/k":   {Value: []byte("two"), Version: v2},
 		"app/bin": {Value: []byte{0, 1, 0xfe}, Version: res.Versions["app/bin"]},
@@ -124,13 +123,8 @@ func TestRecordsErrorsAndRestart(t *testing.T) {
 
 // A server whose store keeps no records says so.
 func TestRecordsUnsupported(t *testing.T) {
-	p := server.NewProxy(noRecords{memory.New()}, server.ProxyConfig{})
-	srv := httptest.NewServer(server.NewHandler(p, server.HandlerOptions{}))
-	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); p.Close() })
-	s, err := remote.OpenHTTP(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ts := startBackend(t, httpTransport, server.NewProxy(noRecords{memory.New()}, server.ProxyConfig{}), serveOptions{})
+	s := openRecords(t, ts, "")
 	defer s.Close()
 	if _, err := s.PutRecord(ctxT(t), "k", []byte("v"), 0); !errors.Is(err, remote.ErrRecordsUnsupported) {
 		t.Fatalf("put: %v", err)

@@ -11,13 +11,6 @@ import (
 	"github.com/leasehold/leasehold/server"
 )
 
-// proofStore is what the holder-proof tests need of both transports.
-type proofStore interface {
-	leasehold.Store
-	HolderSecret(name, owner string, token uint64) string
-	SetHolderSecret(name, owner string, token uint64, secret string)
-}
-
 func proofAuth(t *testing.T) *server.Auth {
 	t.Helper()
 	auth, err := server.NewAuth(server.AuthConfig{Tokens: []server.TokenConfig{
@@ -40,7 +33,7 @@ func requiredProofs() *server.HolderProofs {
 // renews and releases; client b, which can read the lease's owner and
 // token, is refused (ErrBadProof, matching leasehold.ErrNotHeld) and
 // changes nothing; b can act once a hands it the secret.
-func checkHolderProofs(t *testing.T, a, b proofStore) {
+func checkHolderProofs(t *testing.T, a, b remoteStore) {
 	ctx := ctxT(t)
 	rec, err := a.TryAcquire(ctx, leasehold.AcquireRequest{Name: "p/x", Owner: "owner-a", TTL: time.Minute})
 	if err != nil {
@@ -115,116 +108,77 @@ func checkHolderProofs(t *testing.T, a, b proofStore) {
 	}
 }
 
-func TestHolderProofsHTTP(t *testing.T) {
-	es := startEngine(t, server.HandlerOptions{Auth: proofAuth(t), Holders: requiredProofs()})
-	a, b := es.open(t, "?token=tok-a"), es.open(t, "?token=tok-b")
-	defer a.Close()
-	defer b.Close()
-	checkHolderProofs(t, a, b)
+// TestHolderProofs: checkHolderProofs over each transport; then grants
+// through a session (by TryAcquire and by a waiting acquire) are released
+// with their secret, and the secrets go when the session ends.
+func TestHolderProofs(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ts := startEngine(t, tr, server.EngineConfig{}, serveOptions{Auth: proofAuth(t), Holders: requiredProofs()})
+		a, b := ts.open(t, "?token=tok-a"), ts.open(t, "?token=tok-b")
+		defer a.Close()
+		defer b.Close()
+		checkHolderProofs(t, a, b)
 
-	// Grants through a session: released with their secret; the secrets
-	// go when the session ends.
-	ctx := ctxT(t)
-	sess, err := a.OpenSession(ctx, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ss := sess.Store()
-	r1, err := ss.TryAcquire(ctx, leasehold.AcquireRequest{Name: "p/s1", Owner: "o", TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r2, err := ss.TryAcquire(ctx, leasehold.AcquireRequest{Name: "p/s2", Owner: "o", TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Release(ctx, r1.Name, r1.Owner, r1.Token); !errors.Is(err, remote.ErrBadProof) {
-		t.Errorf("b releases a session's lease: %v", err)
-	}
-	if err := ss.Release(ctx, r1.Name, r1.Owner, r1.Token); err != nil {
-		t.Errorf("release through the session's store: %v", err)
-	}
-	if a.HolderSecret(r2.Name, r2.Owner, r2.Token) == "" {
-		t.Fatal("no secret for the session's grant")
-	}
-	if err := sess.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if a.HolderSecret(r2.Name, r2.Owner, r2.Token) != "" {
-		t.Error("the secret of a closed session's grant is kept")
-	}
-}
-
-func TestHolderProofsRESP(t *testing.T) {
-	rs := startRESPEngine(t, server.EngineConfig{}, server.RESPOptions{Auth: proofAuth(t), Holders: requiredProofs()})
-	a, b := rs.open(t, "?token=tok-a"), rs.open(t, "?token=tok-b")
-	defer a.Close()
-	defer b.Close()
-	checkHolderProofs(t, a, b)
-
-	ctx := ctxT(t)
-	sess, err := a.OpenSession(ctx, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ss := sess.Store()
-	r1, err := ss.TryAcquire(ctx, leasehold.AcquireRequest{Name: "p/s1", Owner: "o", TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r2, err := ss.(leasehold.Queuer).AcquireWait(ctx, leasehold.AcquireRequest{Name: "p/s2", Owner: "o", TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Release(ctx, r1.Name, r1.Owner, r1.Token); !errors.Is(err, remote.ErrBadProof) {
-		t.Errorf("b releases a session's lease: %v", err)
-	}
-	if err := ss.Release(ctx, r1.Name, r1.Owner, r1.Token); err != nil {
-		t.Errorf("release through the session's store: %v", err)
-	}
-	if a.HolderSecret(r2.Name, r2.Owner, r2.Token) == "" {
-		t.Fatal("no secret for the session's grant")
-	}
-	if err := sess.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if a.HolderSecret(r2.Name, r2.Owner, r2.Token) != "" {
-		t.Error("the secret of a closed session's grant is kept")
-	}
+		ctx := ctxT(t)
+		sess := ts.openSession(t, ctx, a, time.Minute)
+		ss := sess.Store()
+		r1, err := ss.TryAcquire(ctx, leasehold.AcquireRequest{Name: "p/s1", Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := ss.(leasehold.Queuer).AcquireWait(ctx, leasehold.AcquireRequest{Name: "p/s2", Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Release(ctx, r1.Name, r1.Owner, r1.Token); !errors.Is(err, remote.ErrBadProof) {
+			t.Errorf("b releases a session's lease: %v", err)
+		}
+		if err := ss.Release(ctx, r1.Name, r1.Owner, r1.Token); err != nil {
+			t.Errorf("release through the session's store: %v", err)
+		}
+		if a.HolderSecret(r2.Name, r2.Owner, r2.Token) == "" {
+			t.Fatal("no secret for the session's grant")
+		}
+		if err := sess.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if a.HolderSecret(r2.Name, r2.Owner, r2.Token) != "" {
+			t.Error("the secret of a closed session's grant is kept")
+		}
+	})
 }
 
 // TestHolderProofsOff: a server without holder proofs gives no secret,
 // and the clients renew and release as before.
 func TestHolderProofsOff(t *testing.T) {
-	ctx := ctxT(t)
-	es := startEngine(t, server.HandlerOptions{})
-	rs := startRESPEngine(t, server.EngineConfig{}, server.RESPOptions{})
-	h, r := es.open(t, ""), rs.open(t, "")
-	defer h.Close()
-	defer r.Close()
-	for _, s := range []proofStore{h, r} {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		s := startEngine(t, tr, server.EngineConfig{}, serveOptions{}).open(t, "")
+		defer s.Close()
 		rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "p/off", Owner: "o", TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if s.HolderSecret(rec.Name, rec.Owner, rec.Token) != "" {
-			t.Errorf("%T keeps a secret the server did not give", s)
+			t.Errorf("a secret the server did not give is kept")
 		}
 		if err := s.Renew(ctx, rec.Name, rec.Owner, rec.Token, time.Minute); err != nil {
-			t.Errorf("%T renew: %v", s, err)
+			t.Errorf("renew: %v", err)
 		}
 		if err := s.Release(ctx, rec.Name, rec.Owner, rec.Token); err != nil {
-			t.Errorf("%T release: %v", s, err)
+			t.Errorf("release: %v", err)
 		}
-	}
+	})
 }
 
 // TestListPages: List returns every lease of a prefix with more than one
 // page of them: HTTP follows "next", RESP scans (LH.LIST is capped).
 func TestListPages(t *testing.T) {
-	ctx := ctxT(t)
 	const n = server.HTTPMaxListLimit + 7
-	fill := func(b server.Backend) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		ts := startEngine(t, tr, server.EngineConfig{}, serveOptions{MaxList: 100})
+		b := ts.backend()
 		for i := 0; i < n; i++ {
 			if _, err := b.Acquire(ctx, server.AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: fmt.Sprintf("l/%05d", i), Owner: "o", TTL: time.Hour}}); err != nil {
 				t.Fatal(err)
@@ -233,35 +187,22 @@ func TestListPages(t *testing.T) {
 		if _, err := b.Acquire(ctx, server.AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: "m/other", Owner: "o", TTL: time.Hour}}); err != nil {
 			t.Fatal(err)
 		}
-	}
-	es := startEngine(t, server.HandlerOptions{})
-	fill(es.backend())
-	rs := startRESPEngine(t, server.EngineConfig{}, server.RESPOptions{MaxList: 100})
-	fill(rs.backend())
-	h, r := es.open(t, ""), rs.open(t, "")
-	defer h.Close()
-	defer r.Close()
-	for _, s := range []leasehold.Store{h, r} {
+		s := ts.open(t, "")
+		defer s.Close()
 		recs, err := s.List(ctx, "l/")
 		if err != nil {
-			t.Fatalf("%T: %v", s, err)
+			t.Fatal(err)
 		}
 		if len(recs) != n {
-			t.Fatalf("%T: %d leases, want %d", s, len(recs), n)
+			t.Fatalf("%d leases, want %d", len(recs), n)
 		}
 		for i, rec := range recs {
 			if want := fmt.Sprintf("l/%05d", i); rec.Name != want || rec.Owner != "o" {
-				t.Fatalf("%T: lease %d is %+v, want %s", s, i, rec, want)
+				t.Fatalf("lease %d is %+v, want %s", i, rec, want)
 			}
 		}
 		if recs, err := s.List(ctx, "m/"); err != nil || len(recs) != 1 {
-			t.Errorf("%T: List(m/): %v, %v", s, recs, err)
+			t.Errorf("List(m/): %v, %v", recs, err)
 		}
-	}
-}
-
-func (es *engineServer) backend() server.Backend {
-	es.mu.Lock()
-	defer es.mu.Unlock()
-	return es.eng
+	})
 }

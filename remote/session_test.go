@@ -5,8 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/http/httptest"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -121,36 +119,6 @@ func closeQuickly(close func(context.Context) error) {
 	_ = close(ctx)
 }
 
-// sessionOpener opens a session on a store and returns the session (as a
-// leasehold.Bound), the store that attaches acquires to it, and its Close.
-type sessionOpener func(ctx context.Context, url string, ttl time.Duration, k clock.Clock) (leasehold.Bound, leasehold.Store, func(), error)
-
-func openHTTPSession(ctx context.Context, url string, ttl time.Duration, k clock.Clock) (leasehold.Bound, leasehold.Store, func(), error) {
-	s, err := remote.OpenHTTP(url + "?timeout=5s")
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	sess, err := s.OpenSession(ctx, ttl, remote.SessionClock(k))
-	if err != nil {
-		s.Close()
-		return nil, nil, nil, err
-	}
-	return sess, sess.Store(), func() { closeQuickly(sess.Close); s.Close() }, nil
-}
-
-func openRESPSession(ctx context.Context, url string, ttl time.Duration, k clock.Clock) (leasehold.Bound, leasehold.Store, func(), error) {
-	s, err := remote.OpenRESP(url + "?timeout=5s")
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	sess, err := s.OpenSession(ctx, ttl, remote.SessionClock(k))
-	if err != nil {
-		s.Close()
-		return nil, nil, nil, err
-	}
-	return sess, sess.Store(), func() { closeQuickly(sess.Close); s.Close() }, nil
-}
-
 // TestSessionLeaseLostBeforeRegrant is the scenario of issue 13: a client
 // holds a 10 s lease through a 600 ms session; the network between it and
 // the server is cut; another client, not behind the cut, takes the lease
@@ -162,114 +130,98 @@ func openRESPSession(ctx context.Context, url string, ttl time.Duration, k clock
 // tries. Run over HTTP and RESP, against the engine and a proxy in front
 // of another store (leasehold serve --store).
 func TestSessionLeaseLostBeforeRegrant(t *testing.T) {
-	type serverKind struct {
-		name  string
-		start func(t *testing.T, fc *clock.Fake) (addr, scheme string)
-	}
-	engine := func(fc *clock.Fake) server.Backend {
-		eng, err := server.OpenEngine(server.EngineConfig{Clock: fc})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return eng
-	}
-	proxy := func(fc *clock.Fake) server.Backend {
-		return server.NewProxy(memory.New(memory.WithClock(fc)), server.ProxyConfig{Clock: fc})
-	}
-	httpOn := func(mk func(*clock.Fake) server.Backend) func(*testing.T, *clock.Fake) (string, string) {
-		return func(t *testing.T, fc *clock.Fake) (string, string) {
-			b := mk(fc)
-			srv := httptest.NewServer(server.NewHandler(b, server.HandlerOptions{}))
-			t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); b.Close() })
-			return strings.TrimPrefix(srv.URL, "http://"), "http://"
-		}
-	}
-	respOn := func(mk func(*clock.Fake) server.Backend) func(*testing.T, *clock.Fake) (string, string) {
-		return func(t *testing.T, fc *clock.Fake) (string, string) {
-			rs := startRESPBackend(t, mk(fc), server.RESPOptions{})
-			return strings.TrimPrefix(rs.url(""), "leasehold://"), "leasehold://"
-		}
-	}
-	cases := []struct {
-		name  string
-		start func(*testing.T, *clock.Fake) (string, string)
-		open  sessionOpener
+	backends := []struct {
+		name string
+		mk   func(t *testing.T, fc *clock.Fake) server.Backend
 	}{
-		{"http/engine", httpOn(engine), openHTTPSession},
-		{"resp/engine", respOn(engine), openRESPSession},
-		{"http/proxy", httpOn(proxy), openHTTPSession},
-		{"resp/proxy", respOn(proxy), openRESPSession},
+		{"engine", func(t *testing.T, fc *clock.Fake) server.Backend {
+			eng, err := server.OpenEngine(server.EngineConfig{Clock: fc})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return eng
+		}},
+		{"proxy", func(t *testing.T, fc *clock.Fake) server.Backend {
+			return server.NewProxy(memory.New(memory.WithClock(fc)), server.ProxyConfig{Clock: fc})
+		}},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			fc := clock.NewFake(time.Unix(1_000_000, 0))
-			addr, scheme := tc.start(t, fc)
-			cut := startCutProxy(t, addr)
-			ctx := ctxT(t)
+	for _, bk := range backends {
+		for _, tr := range transports {
+			t.Run(tr.name+"/"+bk.name, func(t *testing.T) {
+				fc := clock.NewFake(time.Unix(1_000_000, 0))
+				ts := startBackend(t, tr, bk.mk(t, fc), serveOptions{})
+				cut := startCutProxy(t, ts.hostPort())
+				ctx := ctxT(t)
 
-			sess, ss, closeSess, err := tc.open(ctx, scheme+cut.addr(), 600*time.Millisecond, fc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer closeSess()
-			a, err := leasehold.New(ss, leasehold.WithOwner("a"), leasehold.WithClock(fc))
-			if err != nil {
-				t.Fatal(err)
-			}
-			la, err := a.TryAcquire(ctx, "scenario", leasehold.TTL(10*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d, _ := sess.Deadline(); !la.Deadline().Equal(d) {
-				t.Errorf("Deadline %s, want the session's %s (earlier than the lease's own)", la.Deadline(), d)
-			}
-			other, err := remote.Open(ctx, scheme+addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer other.Close()
-			b, err := leasehold.New(other, leasehold.WithOwner("b"))
-			if err != nil {
-				t.Fatal(err)
-			}
+				s, err := tr.open(tr.scheme + cut.addr() + "?timeout=5s")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				sess, err := tr.openSession(ctx, s, 600*time.Millisecond, remote.SessionClock(fc))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer closeQuickly(sess.Close)
+				a, err := leasehold.New(sess.Store(), leasehold.WithOwner("a"), leasehold.WithClock(fc))
+				if err != nil {
+					t.Fatal(err)
+				}
+				la, err := a.TryAcquire(ctx, "scenario", leasehold.TTL(10*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d, _ := sess.Deadline(); !la.Deadline().Equal(d) {
+					t.Errorf("Deadline %s, want the session's %s (earlier than the lease's own)", la.Deadline(), d)
+				}
+				other, err := remote.Open(ctx, ts.url(""))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer other.Close()
+				b, err := leasehold.New(other, leasehold.WithOwner("b"))
+				if err != nil {
+					t.Fatal(err)
+				}
 
-			cut.Cut()
-			start := fc.Now()
-			var lostAt time.Time
-			for step := 0; ; step++ {
-				if step > 300 { // 3 s of fake time: five session TTLs
-					t.Fatalf("the other client was not granted the lease within 3s of fake time (first lease held: %v)", la.Held())
-				}
-				if lostAt.IsZero() && !la.Held() {
-					lostAt = fc.Now()
-				}
-				callAt := fc.Now()
-				lb, err := b.TryAcquire(ctx, "scenario", leasehold.TTL(10*time.Second), leasehold.NoKeepalive())
-				if err == nil {
-					if lostAt.IsZero() || !lostAt.Before(callAt) {
-						t.Fatalf("token %d was granted to the other client by a call at +%s while the first lease (token %d) was still held (lost at %v; its deadline +%s)",
-							lb.Token(), callAt.Sub(start), la.Token(), lostAt, la.Deadline().Sub(start))
+				cut.Cut()
+				start := fc.Now()
+				var lostAt time.Time
+				for step := 0; ; step++ {
+					if step > 300 { // 3 s of fake time: five session TTLs
+						t.Fatalf("the other client was not granted the lease within 3s of fake time (first lease held: %v)", la.Held())
 					}
-					if lb.Token() <= la.Token() {
-						t.Errorf("second grant's token %d not above the first's %d", lb.Token(), la.Token())
+					if lostAt.IsZero() && !la.Held() {
+						lostAt = fc.Now()
 					}
-					t.Logf("first lease lost at +%s, second grant (token %d) called at +%s", lostAt.Sub(start), lb.Token(), callAt.Sub(start))
-					break
+					callAt := fc.Now()
+					lb, err := b.TryAcquire(ctx, "scenario", leasehold.TTL(10*time.Second), leasehold.NoKeepalive())
+					if err == nil {
+						if lostAt.IsZero() || !lostAt.Before(callAt) {
+							t.Fatalf("token %d was granted to the other client by a call at +%s while the first lease (token %d) was still held (lost at %v; its deadline +%s)",
+								lb.Token(), callAt.Sub(start), la.Token(), lostAt, la.Deadline().Sub(start))
+						}
+						if lb.Token() <= la.Token() {
+							t.Errorf("second grant's token %d not above the first's %d", lb.Token(), la.Token())
+						}
+						t.Logf("first lease lost at +%s, second grant (token %d) called at +%s", lostAt.Sub(start), lb.Token(), callAt.Sub(start))
+						break
+					}
+					if !errors.Is(err, leasehold.ErrHeld) {
+						t.Fatalf("other client's TryAcquire: %v", err)
+					}
+					fc.Advance(10 * time.Millisecond)
 				}
-				if !errors.Is(err, leasehold.ErrHeld) {
-					t.Fatalf("other client's TryAcquire: %v", err)
+				select {
+				case <-la.Done():
+				default:
+					t.Fatal("Held is false but Done is not closed")
 				}
-				fc.Advance(10 * time.Millisecond)
-			}
-			select {
-			case <-la.Done():
-			default:
-				t.Fatal("Held is false but Done is not closed")
-			}
-			if !errors.Is(la.Err(), leasehold.ErrLost) {
-				t.Errorf("first lease's Err = %v, want ErrLost", la.Err())
-			}
-		})
+				if !errors.Is(la.Err(), leasehold.ErrLost) {
+					t.Errorf("first lease's Err = %v, want ErrLost", la.Err())
+				}
+			})
+		}
 	}
 }
 
@@ -277,165 +229,149 @@ func TestSessionLeaseLostBeforeRegrant(t *testing.T) {
 // taken through it is lost at once (long before its own deadline, and
 // before the session's), over HTTP and RESP.
 func TestSessionEndLosesItsLeases(t *testing.T) {
-	eng, err := server.OpenEngine(server.EngineConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(server.NewHandler(eng, server.HandlerOptions{}))
-	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); eng.Close() })
-	rs := startRESPBackend(t, eng, server.RESPOptions{})
-	type session interface {
-		leasehold.Bound
-		ID() string
-		Close(context.Context) error
-	}
-	opens := map[string]func(ctx context.Context, ttl time.Duration) (session, leasehold.Store){
-		"http": func(ctx context.Context, ttl time.Duration) (session, leasehold.Store) {
-			s, err := remote.OpenHTTP(srv.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			sess, err := s.OpenSession(ctx, ttl)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return sess, sess.Store()
-		},
-		"resp": func(ctx context.Context, ttl time.Duration) (session, leasehold.Store) {
-			s := rs.open(t, "")
-			t.Cleanup(func() { s.Close() })
-			sess, err := s.OpenSession(ctx, ttl)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return sess, sess.Store()
-		},
-	}
-	for proto, open := range opens {
-		t.Run(proto, func(t *testing.T) {
-			ctx := ctxT(t)
-			// Forgotten by the server: the next keepalive (within TTL/3)
-			// is refused.
-			sess, ss := open(ctx, 3*time.Second)
-			c, _ := leasehold.New(ss, leasehold.WithOwner("a"))
-			l1, err := c.TryAcquire(ctx, proto+"/forgotten/1", leasehold.TTL(time.Hour))
-			if err != nil {
-				t.Fatal(err)
-			}
-			l2, err := c.Acquire(ctx, proto+"/forgotten/2", leasehold.TTL(time.Hour))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := eng.CloseSession(ctx, sess.ID()); err != nil {
-				t.Fatal(err)
-			}
-			for _, l := range []*leasehold.Lease{l1, l2} {
-				select {
-				case <-l.Done():
-				case <-time.After(25 * time.Second): // the keepalive comes within 1 s
-					t.Fatalf("%s: not lost after its session was forgotten by the server", l.Name())
-				}
-				if l.Held() || !errors.Is(l.Err(), leasehold.ErrLost) || !errors.Is(l.Err(), remote.ErrNoSession) {
-					t.Fatalf("%s: Held %v, Err %v; want lost with ErrNoSession", l.Name(), l.Held(), l.Err())
-				}
-			}
-
-			// Closed by the client.
-			sess, ss = open(ctx, 30*time.Second)
-			c, _ = leasehold.New(ss, leasehold.WithOwner("a"))
-			l3, err := c.TryAcquire(ctx, proto+"/closed", leasehold.TTL(time.Hour))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := sess.Close(ctx); err != nil {
-				t.Fatal(err)
-			}
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ts := startEngine(t, tr, server.EngineConfig{}, serveOptions{})
+		ctx := ctxT(t)
+		s := ts.open(t, "")
+		defer s.Close()
+		// Forgotten by the server: the next keepalive (within TTL/3) is
+		// refused.
+		sess := ts.openSession(t, ctx, s, 3*time.Second)
+		c, _ := leasehold.New(sess.Store(), leasehold.WithOwner("a"))
+		l1, err := c.TryAcquire(ctx, "forgotten/1", leasehold.TTL(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l2, err := c.Acquire(ctx, "forgotten/2", leasehold.TTL(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ts.backend().CloseSession(ctx, sess.ID()); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range []*leasehold.Lease{l1, l2} {
 			select {
-			case <-l3.Done():
-			case <-time.After(10 * time.Second):
-				t.Fatal("lease not lost when its session was closed")
+			case <-l.Done():
+			case <-time.After(25 * time.Second): // the keepalive comes within 1 s
+				t.Fatalf("%s: not lost after its session was forgotten by the server", l.Name())
 			}
-			if l3.Held() || !errors.Is(l3.Err(), leasehold.ErrLost) {
-				t.Fatalf("Held %v, Err %v after Close", l3.Held(), l3.Err())
+			if l.Held() || !errors.Is(l.Err(), leasehold.ErrLost) || !errors.Is(l.Err(), remote.ErrNoSession) {
+				t.Fatalf("%s: Held %v, Err %v; want lost with ErrNoSession", l.Name(), l.Held(), l.Err())
 			}
-			if !errors.Is(sess.Err(), leasehold.ErrReleased) {
-				t.Fatalf("session Err after Close = %v, want ErrReleased", sess.Err())
-			}
-		})
-	}
+		}
+
+		// Closed by the client.
+		sess = ts.openSession(t, ctx, s, 30*time.Second)
+		c, _ = leasehold.New(sess.Store(), leasehold.WithOwner("a"))
+		l3, err := c.TryAcquire(ctx, "closed", leasehold.TTL(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sess.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l3.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("lease not lost when its session was closed")
+		}
+		if l3.Held() || !errors.Is(l3.Err(), leasehold.ErrLost) {
+			t.Fatalf("Held %v, Err %v after Close", l3.Held(), l3.Err())
+		}
+		if !errors.Is(sess.Err(), leasehold.ErrReleased) {
+			t.Fatalf("session Err after Close = %v, want ErrReleased", sess.Err())
+		}
+	})
 }
 
 // A bad session option is refused with an invalid error and opens nothing
 // on the server.
 func TestSessionBadOptions(t *testing.T) {
-	eng, err := server.OpenEngine(server.EngineConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(server.NewHandler(eng, server.HandlerOptions{}))
-	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); eng.Close() })
-	rs := startRESPBackend(t, eng, server.RESPOptions{})
-	hs, err := remote.OpenHTTP(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hs.Close()
-	rsStore := rs.open(t, "")
-	defer rsStore.Close()
-	ctx := ctxT(t)
-	for _, opt := range []remote.SessionOption{remote.SessionClock(nil), remote.SessionDrift(0.6, 0), remote.SessionDrift(0, 2*time.Minute)} {
-		if _, err := hs.OpenSession(ctx, time.Second, opt); !errors.Is(err, leasehold.ErrInvalid) {
-			t.Errorf("HTTP OpenSession with a bad option: %v", err)
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ts := startEngine(t, tr, server.EngineConfig{}, serveOptions{})
+		s := ts.open(t, "")
+		defer s.Close()
+		ctx := ctxT(t)
+		for _, opt := range []remote.SessionOption{remote.SessionClock(nil), remote.SessionDrift(0.6, 0), remote.SessionDrift(0, 2*time.Minute)} {
+			if _, err := tr.openSession(ctx, s, time.Second, opt); !errors.Is(err, leasehold.ErrInvalid) {
+				t.Errorf("OpenSession with a bad option: %v", err)
+			}
 		}
-		if _, err := rsStore.OpenSession(ctx, time.Second, opt); !errors.Is(err, leasehold.ErrInvalid) {
-			t.Errorf("RESP OpenSession with a bad option: %v", err)
+		if n := ts.backend().(*server.Engine).Stats().Sessions; n != 0 {
+			t.Fatalf("%d sessions opened by refused calls", n)
 		}
-	}
-	if n := eng.Stats().Sessions; n != 0 {
-		t.Fatalf("%d sessions opened by refused calls", n)
-	}
+	})
 }
 
 // Closing the store a session was opened on stops its keepalive: the
 // session, and every lease taken through it, is lost at once rather than
 // at the session's deadline (a minute away here), over HTTP and RESP.
 func TestSessionStoreClosedLosesLeases(t *testing.T) {
-	es := startEngine(t, server.HandlerOptions{})
-	rs := startRESPEngine(t, server.EngineConfig{}, server.RESPOptions{})
-	ctx := ctxT(t)
-	for _, proto := range []string{"http", "resp"} {
-		var sess leasehold.Bound
-		var ss leasehold.Store
-		var closeStore func()
-		if proto == "http" {
-			s := es.open(t, "")
-			x, err := s.OpenSession(ctx, time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sess, ss, closeStore = x, x.Store(), func() { s.Close() }
-		} else {
-			s := rs.open(t, "")
-			x, err := s.OpenSession(ctx, time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sess, ss, closeStore = x, x.Store(), func() { s.Close() }
-		}
-		c, _ := leasehold.New(ss, leasehold.WithOwner("a"))
-		l, err := c.TryAcquire(ctx, "closed-store/"+proto, leasehold.TTL(time.Hour))
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ts := startEngine(t, tr, server.EngineConfig{}, serveOptions{})
+		ctx := ctxT(t)
+		s := ts.open(t, "")
+		sess := ts.openSession(t, ctx, s, time.Minute)
+		c, _ := leasehold.New(sess.Store(), leasehold.WithOwner("a"))
+		l, err := c.TryAcquire(ctx, "closed-store", leasehold.TTL(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
-		closeStore()
+		s.Close()
 		select {
 		case <-l.Done():
 		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: lease not lost when its session's store was closed", proto)
+			t.Fatal("lease not lost when its session's store was closed")
 		}
 		if !errors.Is(l.Err(), leasehold.ErrLost) || !errors.Is(sess.Err(), leasehold.ErrLost) {
-			t.Fatalf("%s: lease Err %v, session Err %v; want ErrLost", proto, l.Err(), sess.Err())
+			t.Fatalf("lease Err %v, session Err %v; want ErrLost", l.Err(), sess.Err())
 		}
-	}
+	})
+}
+
+// TestSessionCloseLosesLeasesFirst: when Close makes the server free a
+// session's lease, the client's lease no longer counts as held — checked at
+// the moment the server emits the release, on both transports.
+func TestSessionCloseLosesLeasesFirst(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		var lp atomic.Pointer[leasehold.Lease]
+		var seen atomic.Int32 // 1: held when freed, 2: not held
+		ts := startEngine(t, tr, server.EngineConfig{Hooks: server.Hooks{Event: func(ev server.Event) {
+			if ev.Type != server.EventReleased {
+				return
+			}
+			if l := lp.Load(); l != nil && l.Name() == ev.Name {
+				if l.Held() {
+					seen.Store(1)
+				} else {
+					seen.Store(2)
+				}
+			}
+		}}}, serveOptions{})
+		ctx := ctxT(t)
+		s := ts.open(t, "")
+		defer s.Close()
+		sess := ts.openSession(t, ctx, s, 3*time.Second)
+		c, err := leasehold.New(sess.Store(), leasehold.WithOwner("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.TryAcquire(ctx, "close", leasehold.TTL(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lp.Store(l)
+		if err := sess.Close(ctx); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		switch seen.Load() {
+		case 0:
+			t.Errorf("the server did not free the lease on Close")
+		case 1:
+			t.Errorf("the lease still counted as held when the server freed it")
+		}
+		if l.Held() {
+			t.Errorf("lease held after its session was closed")
+		}
+	})
 }
