@@ -87,7 +87,8 @@ func (c *respConn) serve() {
 	}
 	writerDone := make(chan struct{})
 	go func() { defer close(writerDone); c.out.Run() }()
-	rd := resp.NewReader(bufio.NewReaderSize(c.nc, respInlineMax))
+	// The buffer holds a line of respInlineMax bytes and its CRLF.
+	rd := resp.NewReader(bufio.NewReaderSize(c.nc, respInlineMax+2))
 	rd.MaxCommand, rd.MaxInline = srv.opts.MaxCommandBytes, respInlineMax
 	preAuth := srv.opts.Auth != nil
 	if preAuth {

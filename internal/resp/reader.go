@@ -136,7 +136,9 @@ func (r *Reader) rawLine() (b []byte, cr bool, err error) {
 	b, err = r.br.ReadSlice('\n')
 	if err != nil {
 		if errors.Is(err, bufio.ErrBufferFull) {
-			return nil, false, protoErr("line longer than %d bytes", r.br.Size())
+			// No '\n' fills the buffer: the line, without its CRLF, is
+			// longer than the buffer less two.
+			return nil, false, protoErr("line longer than %d bytes", r.br.Size()-2)
 		}
 		if err == io.EOF && len(b) > 0 {
 			err = io.ErrUnexpectedEOF
