@@ -22,14 +22,7 @@ func (h *httpAPI) openSession(q *httpReq, _ *httpArgs) {
 		return
 	}
 	s, err := h.b.OpenSession(q.r.Context(), httpwire.MS(body.TTLMS))
-	if err != nil {
-		h.fail(q, err)
-		return
-	}
-	if h.auth.Enabled() {
-		h.sessions.bind(q.id, s)
-	}
-	h.json(q, http.StatusCreated, httpSession(s))
+	h.sessionAnswer(q, http.StatusCreated, s, err)
 }
 
 // keepAlive serves POST /v1/sessions/{id}/keepalive.
@@ -40,6 +33,12 @@ func (h *httpAPI) keepAlive(q *httpReq, a *httpArgs) {
 		return
 	}
 	s, err := h.b.KeepAlive(q.r.Context(), id)
+	h.sessionAnswer(q, http.StatusOK, s, err)
+}
+
+// sessionAnswer answers an open or a keepalive: the session, which with
+// auth on is bound to the caller, or the error.
+func (h *httpAPI) sessionAnswer(q *httpReq, status int, s Session, err error) {
 	if err != nil {
 		h.fail(q, err)
 		return
@@ -47,7 +46,7 @@ func (h *httpAPI) keepAlive(q *httpReq, a *httpArgs) {
 	if h.auth.Enabled() {
 		h.sessions.bind(q.id, s)
 	}
-	h.json(q, http.StatusOK, httpSession(s))
+	h.json(q, status, httpSession(s))
 }
 
 // closeSession serves DELETE /v1/sessions/{id}.
