@@ -6,12 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -55,19 +52,6 @@ func recordsTableFor(t tableName) tableName {
 	return tableName{schema: t.schema, name: n}
 }
 
-func (i tableInfo) checkRecords(t tableName) error {
-	switch {
-	case i.resolved.name == "":
-		return fmt.Errorf("postgres: records table %s does not exist; create it with `leasehold store init` (postgres.Init) or open without migrate=false", t)
-	case i.comment == recordsVersionPrefix+strconv.Itoa(RecordsSchemaVersion):
-		return nil
-	case strings.HasPrefix(i.comment, recordsVersionPrefix):
-		return fmt.Errorf("postgres: records table %s has schema version %s; this leasehold uses version %d",
-			i.resolved, strings.TrimPrefix(i.comment, recordsVersionPrefix), RecordsSchemaVersion)
-	}
-	return fmt.Errorf("postgres: table %s exists but is not a leasehold records table (its comment is %q)", i.resolved, i.comment)
-}
-
 // ensureRecords checks the records table of an existing (resolved) lease
 // table, and creates it when it is missing and migrate is set, in a
 // transaction under the migration lock. A missing records table is left
@@ -81,33 +65,16 @@ func ensureRecords(ctx context.Context, pool *pgxpool.Pool, lease tableName, mig
 		return boundary(ctx, "look up table "+rt.String(), err)
 	}
 	if info.resolved.name != "" {
-		return info.checkRecords(rt)
+		return info.checkKind(rt, recordsTable)
 	}
 	if !migrate {
 		return nil
 	}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return boundary(ctx, "migrate", err)
+	err = migrateTx(ctx, pool, func(tx pgx.Tx) error { return createRecords(ctx, tx, lease) })
+	if err == errNoCreate {
+		return nil
 	}
-	defer func() { // a no-op after Commit
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = tx.Rollback(rctx)
-	}()
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
-		return boundary(ctx, "migrate: lock", err)
-	}
-	if err := createRecords(ctx, tx, lease); err != nil {
-		if err == errNoCreate {
-			return nil
-		}
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return boundary(ctx, "migrate: commit", err)
-	}
-	return nil
+	return err
 }
 
 // errNoCreate reports that the role may not create the records table.
@@ -127,29 +94,12 @@ func requireRecords(ctx context.Context, q queryRower, lease tableName) error {
 	if info.resolved.name == "" {
 		return fmt.Errorf("postgres: could not create records table %s: the role has no CREATE privilege on its schema; run `leasehold store init` as a role that has", rt)
 	}
-	return info.checkRecords(rt)
+	return info.checkKind(rt, recordsTable)
 }
 
 // createRecords creates the records table of the (resolved) lease table in
 // the migration transaction tx, which holds the migration lock.
 func createRecords(ctx context.Context, tx pgx.Tx, lease tableName) error {
-	rt := recordsTableFor(lease)
-	if _, err := tx.Exec(ctx, fmt.Sprintf(createRecordsSQL, rt.ident())); err != nil {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
-			return errNoCreate
-		}
-		return boundary(ctx, "migrate: create table "+rt.String(), err)
-	}
-	info, err := lookup(ctx, tx, rt)
-	if err != nil {
-		return boundary(ctx, "migrate: look up table "+rt.String(), err)
-	}
-	if info.created {
-		info.comment = recordsVersionPrefix + strconv.Itoa(RecordsSchemaVersion)
-		if _, err := tx.Exec(ctx, fmt.Sprintf("COMMENT ON TABLE %s IS '%s'", info.resolved.ident(), info.comment)); err != nil {
-			return boundary(ctx, "migrate: comment", err)
-		}
-	}
-	return info.checkRecords(rt)
+	_, err := recordsTable.createIn(ctx, tx, recordsTableFor(lease))
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
@@ -119,19 +121,94 @@ func lookup(ctx context.Context, q queryRower, t tableName) (tableInfo, error) {
 	return i, err
 }
 
-func (i tableInfo) check(t tableName) error {
+// tableKind is one of the two tables a store uses: how to create it, the
+// comment that marks it as leasehold's (with its schema version), and what
+// messages call it.
+type tableKind struct {
+	create  string // CREATE TABLE IF NOT EXISTS, with %s for the name
+	prefix  string // of the comment, before the version
+	version int
+	label   string // "table" or "records table": what is missing or has a version
+	noun    string // what a table with another comment is not
+	// mayLackCreate: a role without the CREATE privilege gets errNoCreate,
+	// not an error, so that the lease table keeps working without records.
+	mayLackCreate bool
+}
+
+var (
+	leaseTable   = tableKind{createSQL, versionPrefix, SchemaVersion, "table", "lease table", false}
+	recordsTable = tableKind{createRecordsSQL, recordsVersionPrefix, RecordsSchemaVersion, "records table", "records table", true}
+)
+
+// checkKind reports a missing table t of kind k, one of another schema
+// version, or one that is not leasehold's.
+func (i tableInfo) checkKind(t tableName, k tableKind) error {
 	switch {
-	case i.encoding != "UTF8":
-		return fmt.Errorf("postgres: the database encoding is %s; leasehold needs a UTF8 database", i.encoding)
 	case i.resolved.name == "":
-		return fmt.Errorf("postgres: table %s does not exist; create it with `leasehold store init` (postgres.Init) or open without migrate=false", t)
-	case i.comment == versionPrefix+strconv.Itoa(SchemaVersion):
+		return fmt.Errorf("postgres: %s %s does not exist; create it with `leasehold store init` (postgres.Init) or open without migrate=false", k.label, t)
+	case i.comment == k.prefix+strconv.Itoa(k.version):
 		return nil
-	case strings.HasPrefix(i.comment, versionPrefix):
-		return fmt.Errorf("postgres: table %s has schema version %s; this leasehold uses version %d",
-			i.resolved, strings.TrimPrefix(i.comment, versionPrefix), SchemaVersion)
+	case strings.HasPrefix(i.comment, k.prefix):
+		return fmt.Errorf("postgres: %s %s has schema version %s; this leasehold uses version %d",
+			k.label, i.resolved, strings.TrimPrefix(i.comment, k.prefix), k.version)
 	}
-	return fmt.Errorf("postgres: table %s exists but is not a leasehold lease table (its comment is %q)", i.resolved, i.comment)
+	return fmt.Errorf("postgres: table %s exists but is not a leasehold %s (its comment is %q)", i.resolved, k.noun, i.comment)
+}
+
+// check checks the lease table t, and that the database is UTF8.
+func (i tableInfo) check(t tableName) error {
+	if i.encoding != "UTF8" {
+		return fmt.Errorf("postgres: the database encoding is %s; leasehold needs a UTF8 database", i.encoding)
+	}
+	return i.checkKind(t, leaseTable)
+}
+
+// createIn creates the table t of kind k, if it does not exist, in the
+// migration transaction tx, comments it with its schema version when tx
+// created it, and checks it.
+func (k tableKind) createIn(ctx context.Context, tx pgx.Tx, t tableName) (tableInfo, error) {
+	if _, err := tx.Exec(ctx, fmt.Sprintf(k.create, t.ident())); err != nil {
+		var pe *pgconn.PgError
+		if k.mayLackCreate && errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
+			return tableInfo{}, errNoCreate
+		}
+		return tableInfo{}, boundary(ctx, "migrate: create table "+t.String(), err)
+	}
+	info, err := lookup(ctx, tx, t)
+	if err != nil {
+		return tableInfo{}, boundary(ctx, "migrate: look up table "+t.String(), err)
+	}
+	if info.created {
+		info.comment = k.prefix + strconv.Itoa(k.version)
+		if _, err := tx.Exec(ctx, fmt.Sprintf("COMMENT ON TABLE %s IS '%s'", info.resolved.ident(), info.comment)); err != nil {
+			return tableInfo{}, boundary(ctx, "migrate: comment", err)
+		}
+	}
+	return info, info.checkKind(t, k)
+}
+
+// migrateTx runs fn in a transaction that holds the migration lock, and
+// commits it if fn succeeds.
+func migrateTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return boundary(ctx, "migrate", err)
+	}
+	defer func() { // a no-op after Commit
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
+		return boundary(ctx, "migrate: lock", err)
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return boundary(ctx, "migrate: commit", err)
+	}
+	return nil
 }
 
 // prepareTable resolves the table and checks its schema version, creating
@@ -154,38 +231,14 @@ func prepareTable(ctx context.Context, pool *pgxpool.Pool, name string, migrate 
 		}
 		return info.resolved, ensureRecords(ctx, pool, info.resolved, migrate)
 	}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return tableName{}, boundary(ctx, "migrate", err)
-	}
-	defer func() { // a no-op after Commit
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = tx.Rollback(rctx)
-	}()
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
-		return tableName{}, boundary(ctx, "migrate: lock", err)
-	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf(createSQL, t.ident())); err != nil {
-		return tableName{}, boundary(ctx, "migrate: create table "+t.String(), err)
-	}
-	if info, err = lookup(ctx, tx, t); err != nil {
-		return tableName{}, boundary(ctx, "migrate: look up table "+t.String(), err)
-	}
-	if info.created {
-		info.comment = versionPrefix + strconv.Itoa(SchemaVersion)
-		if _, err := tx.Exec(ctx, fmt.Sprintf("COMMENT ON TABLE %s IS '%s'", info.resolved.ident(), info.comment)); err != nil {
-			return tableName{}, boundary(ctx, "migrate: comment", err)
+	err = migrateTx(ctx, pool, func(tx pgx.Tx) error {
+		if info, err = leaseTable.createIn(ctx, tx, t); err != nil {
+			return err
 		}
-	}
-	if err := info.check(t); err != nil {
+		return createRecords(ctx, tx, info.resolved)
+	})
+	if err != nil {
 		return tableName{}, err
-	}
-	if err := createRecords(ctx, tx, info.resolved); err != nil {
-		return tableName{}, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return tableName{}, boundary(ctx, "migrate: commit", err)
 	}
 	return info.resolved, nil
 }
