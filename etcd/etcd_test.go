@@ -2,8 +2,6 @@ package etcd_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net/url"
 	"slices"
@@ -18,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/etcd"
 	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/internal/randid"
 	"github.com/leasehold/leasehold/stores"
 	"github.com/leasehold/leasehold/storetest"
 )
@@ -28,16 +27,10 @@ func ctxFor(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-func suffix() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // freshURL returns the shared etcd's URL with a key prefix of its own for
 // this test; the keys under it are deleted when the test ends.
 func freshURL(t testing.TB, base string) string {
-	prefix := "leasehold-test/" + suffix() + "/"
+	prefix := "leasehold-test/" + randid.Hex(6) + "/"
 	t.Cleanup(func() {
 		s, err := etcd.Open(context.Background(), base)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/internal/randid"
 	"github.com/leasehold/leasehold/postgres"
 	"github.com/leasehold/leasehold/stores"
 )
@@ -86,7 +87,7 @@ func TestMigrate(t *testing.T) {
 	}
 
 	// Schema-qualified names; Migrate on a pool of the caller's.
-	schema := "lh_test_schema_" + suffix()
+	schema := "lh_test_schema_" + randid.Hex(6)
 	exec(t, base, "CREATE SCHEMA "+schema)
 	t.Cleanup(func() { exec(t, base, "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
 	pool, err := pgxpool.New(ctx, base)

@@ -2,8 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/internal/randid"
 	"github.com/leasehold/leasehold/postgres"
 	"github.com/leasehold/leasehold/stores"
 	"github.com/leasehold/leasehold/storetest"
@@ -29,7 +28,7 @@ func ctxFor(t testing.TB, d time.Duration) context.Context {
 // freshTable returns a table name of its own for this test, dropped (with
 // its schema, if qualified) when the test ends.
 func freshTable(t testing.TB, base, prefix string) string {
-	table := prefix + suffix()
+	table := prefix + randid.Hex(6)
 	t.Cleanup(func() { exec(t, base, "DROP TABLE IF EXISTS "+table) })
 	return table
 }
@@ -48,12 +47,6 @@ func exec(t testing.TB, base, sql string) {
 	if _, err := pool.Exec(ctx, sql); err != nil {
 		t.Errorf("%s: %v", sql, err)
 	}
-}
-
-func suffix() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func withParam(u, key, value string) string {

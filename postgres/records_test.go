@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/internal/randid"
 	"github.com/leasehold/leasehold/postgres"
 	"github.com/leasehold/leasehold/storekit"
 	"github.com/leasehold/leasehold/storetest"
@@ -382,7 +383,7 @@ func TestRecordsWithoutCreatePrivilege(t *testing.T) {
 	open(t, u).Close()
 	exec(t, base, "DROP TABLE "+records)
 	table := u[strings.Index(u, "table=")+len("table="):]
-	role := "lh_test_role_" + suffix()
+	role := "lh_test_role_" + randid.Hex(6)
 	exec(t, base, "CREATE ROLE "+role+" LOGIN")
 	t.Cleanup(func() {
 		exec(t, base, "DROP OWNED BY "+role)

@@ -2,8 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"os"
 	"testing"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/internal/randid"
 	"github.com/leasehold/leasehold/redis"
 	"github.com/leasehold/leasehold/storetest"
 )
@@ -26,9 +25,7 @@ func sharedURL(t testing.TB) string {
 
 // uniquePrefix returns a key prefix no other test run uses.
 func uniquePrefix(t testing.TB) string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return "lhtest:" + hex.EncodeToString(b) + ":"
+	return "lhtest:" + randid.Hex(6) + ":"
 }
 
 func ctxT(t testing.TB, d time.Duration) context.Context {

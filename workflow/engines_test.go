@@ -2,14 +2,13 @@ package workflow_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/internal/randid"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/postgres"
 	"github.com/leasehold/leasehold/redis"
@@ -62,7 +61,5 @@ func engines(t *testing.T) []engine {
 }
 
 func unique(prefix string) string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return prefix + hex.EncodeToString(b)
+	return prefix + randid.Hex(4)
 }
