@@ -61,20 +61,30 @@ func New(opts ...Option) *Store {
 
 func (s *Store) now() int64 { return int64(s.clock.Now().Sub(s.origin)) }
 
+// lock locks the store for an operation: ctx must still be live and the
+// store open.
+func (s *Store) lock(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return leasehold.ErrClosed
+	}
+	return nil
+}
+
 // TryAcquire implements leasehold.Store.
 func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
 	if err := req.Validate(); err != nil {
 		return leasehold.Record{}, err
 	}
-	if err := ctx.Err(); err != nil {
+	req.Data = bytes.Clone(req.Data)
+	if err := s.lock(ctx); err != nil {
 		return leasehold.Record{}, err
 	}
-	req.Data = bytes.Clone(req.Data)
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return leasehold.Record{}, leasehold.ErrClosed
-	}
 	next, rec, err := leasestate.Acquire(s.rows[req.Name], req, s.now(), time.Now())
 	if err != nil {
 		return leasehold.Record{}, err
@@ -92,14 +102,10 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 	if err := storekit.ValidateTTL(ttl); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
+	if err := s.lock(ctx); err != nil {
 		return err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return leasehold.ErrClosed
-	}
 	next, err := leasestate.Renew(s.rows[name], owner, token, ttl, s.now())
 	if err != nil {
 		return err
@@ -113,14 +119,10 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
+	if err := s.lock(ctx); err != nil {
 		return err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return leasehold.ErrClosed
-	}
 	next, changed, err := leasestate.Release(s.rows[name], owner, token)
 	if err != nil || !changed {
 		return err

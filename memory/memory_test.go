@@ -13,3 +13,10 @@ func TestConformance(t *testing.T) {
 		Open: func(testing.TB) leasehold.Store { return memory.New() },
 	})
 }
+
+func TestRecords(t *testing.T) {
+	storetest.RunRecords(t, storetest.RecordsHarness{
+		Open: func(testing.TB) leasehold.RecordStore { return memory.New() },
+		Txn:  true,
+	})
+}

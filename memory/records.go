@@ -26,16 +26,10 @@ type recordState struct {
 	seq     uint64 // the last version given out
 }
 
-// lockRecords locks the store for a record operation: ctx must still be
-// live and the store open.
+// lockRecords locks the store for a record operation, as lock does.
 func (s *Store) lockRecords(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
+	if err := s.lock(ctx); err != nil {
 		return err
-	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return leasehold.ErrClosed
 	}
 	if s.recs.records == nil {
 		s.recs.records = map[string]record{}
