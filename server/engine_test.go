@@ -10,104 +10,18 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/storetest"
 )
 
+// openEngine opens an engine on dir ("" keeps it in memory), closed when
+// the test ends if the test has not closed it.
 func openEngine(t testing.TB, dir string) *Engine {
 	t.Helper()
 	e, err := OpenEngine(EngineConfig{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { e.Close() })
 	return e
-}
-
-func TestEngineConformanceMemory(t *testing.T) {
-	storetest.Run(t, storetest.Harness{
-		Open: func(t testing.TB) leasehold.Store { return StoreOf(openEngine(t, "")) },
-	})
-}
-
-func TestEngineConformanceDurable(t *testing.T) {
-	dirs := map[leasehold.Store]string{}
-	var mu sync.Mutex
-	storetest.Run(t, storetest.Harness{
-		Open: func(t testing.TB) leasehold.Store {
-			dir := t.TempDir()
-			s := StoreOf(openEngine(t, dir))
-			mu.Lock()
-			dirs[s] = dir
-			mu.Unlock()
-			return s
-		},
-		Reopen: func(t testing.TB, s leasehold.Store) leasehold.Store {
-			mu.Lock()
-			dir := dirs[s]
-			mu.Unlock()
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			return StoreOf(openEngine(t, dir))
-		},
-	})
-}
-
-// Ten waiters queued in a known order are granted in that order, each by
-// the release of the one before.
-func TestEngineFIFO(t *testing.T) {
-	for _, durable := range []bool{false, true} {
-		t.Run(fmt.Sprint("durable=", durable), func(t *testing.T) {
-			dir := ""
-			if durable {
-				dir = t.TempDir()
-			}
-			e := openEngine(t, dir)
-			defer e.Close()
-			ctx := context.Background()
-			const name = "fifo/job"
-			first, err := e.Acquire(ctx, AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: name, Owner: "w0", TTL: time.Minute}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			type grant struct {
-				owner string
-				rec   leasehold.Record
-				err   error
-			}
-			grants := make(chan grant, 10)
-			for i := 1; i <= 10; i++ {
-				owner := fmt.Sprintf("w%d", i)
-				go func() {
-					rec, err := e.Acquire(ctx, AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: name, Owner: owner, TTL: time.Minute}, Wait: time.Hour})
-					grants <- grant{owner, rec, err}
-				}()
-				waitFor(t, func() bool { return len(e.Waiters(name)) == i })
-			}
-			ws := e.Waiters(name)
-			for i, w := range ws {
-				if w.Owner != fmt.Sprintf("w%d", i+1) {
-					t.Fatalf("queue position %d is %s", i, w.Owner)
-				}
-			}
-			prev := first
-			for i := 1; i <= 10; i++ {
-				if err := e.Release(ctx, name, prev.Owner, prev.Token); err != nil {
-					t.Fatal(err)
-				}
-				g := <-grants
-				if g.err != nil {
-					t.Fatal(g.err)
-				}
-				if want := fmt.Sprintf("w%d", i); g.owner != want || g.rec.Owner != want {
-					t.Fatalf("grant %d went to %s (record %s), want %s", i, g.owner, g.rec.Owner, want)
-				}
-				if g.rec.Token <= prev.Token {
-					t.Fatalf("token %d after %d", g.rec.Token, prev.Token)
-				}
-				prev = g.rec
-			}
-		})
-	}
 }
 
 func waitFor(t *testing.T, cond func() bool) {

@@ -13,7 +13,6 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/sqlite"
-	"github.com/leasehold/leasehold/storetest"
 )
 
 func TestProxyInvalidInput(t *testing.T) {
@@ -263,24 +262,6 @@ func TestProxyClose(t *testing.T) {
 	}
 	if err := p.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
-	}
-}
-
-// The proxy, presented as a store again, passes the store conformance
-// suite (over the memory store; in both watch and polling modes).
-func TestProxyConformance(t *testing.T) {
-	for _, mode := range []string{"watch", "backoff"} {
-		t.Run(mode, func(t *testing.T) {
-			storetest.Run(t, storetest.Harness{
-				Open: func(testing.TB) leasehold.Store {
-					var s leasehold.Store = memory.New()
-					if mode == "backoff" {
-						s = pxNoWatch{s}
-					}
-					return StoreOf(NewProxy(s, ProxyConfig{}))
-				},
-			})
-		})
 	}
 }
 

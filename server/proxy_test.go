@@ -20,7 +20,7 @@ const pxTimeout = 30 * time.Second
 // pxNoWatch hides the memory store's Watch, so waiters poll with backoff.
 type pxNoWatch struct{ leasehold.Store }
 
-func pxNew(t *testing.T, store leasehold.Store, cfg ProxyConfig) *Proxy {
+func pxNew(t testing.TB, store leasehold.Store, cfg ProxyConfig) *Proxy {
 	t.Helper()
 	p := NewProxy(store, cfg)
 	t.Cleanup(func() { _ = p.Close() })
@@ -83,93 +83,6 @@ func pxNextOf(t *testing.T, ch <-chan Event, types ...EventType) Event {
 				return ev
 			}
 		}
-	}
-}
-
-func TestProxyFIFO(t *testing.T) {
-	for _, mode := range []string{"watch", "backoff"} {
-		t.Run(mode, func(t *testing.T) {
-			var store leasehold.Store = memory.New()
-			if mode == "backoff" {
-				store = pxNoWatch{store}
-			}
-			p := pxNew(t, store, ProxyConfig{})
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			events := p.Subscribe(ctx, "fifo")
-			const name, n = "fifo", 10
-
-			prev := pxAcquire(t, p, pxReq(name, "holder", time.Minute))
-			type result struct {
-				i   int
-				rec leasehold.Record
-				err error
-			}
-			results := make(chan result, n)
-			for i := range n {
-				go func() {
-					req := pxReq(name, fmt.Sprintf("w%d", i), time.Minute)
-					req.Wait = time.Hour
-					rec, err := p.Acquire(ctx, req)
-					results <- result{i, rec, err}
-				}()
-				pxWaitUntil(t, fmt.Sprintf("%d waiters", i+1), func() bool { return len(p.Waiters(name)) == i+1 })
-			}
-			ws := p.Waiters(name)
-			for i, w := range ws {
-				if want := fmt.Sprintf("w%d", i); w.Owner != want {
-					t.Fatalf("queue %v, want w0..w9 in order", pxOwners(ws))
-				}
-			}
-			if st := p.Stats(); st.Waiters != n {
-				t.Fatalf("Stats.Waiters = %d, want %d", st.Waiters, n)
-			}
-
-			for i := range n {
-				if err := p.Release(context.Background(), name, prev.Owner, prev.Token); err != nil {
-					t.Fatalf("release %s: %v", prev.Owner, err)
-				}
-				var r result
-				select {
-				case r = <-results:
-				case <-time.After(pxTimeout):
-					t.Fatalf("w%d not granted after %s released", i, prev.Owner)
-				}
-				if r.err != nil || r.i != i {
-					t.Fatalf("after %s released: w%d got (%v, %v), want w%d granted", prev.Owner, r.i, r.rec, r.err, i)
-				}
-				if r.rec.Token <= prev.Token {
-					t.Fatalf("token %d after %d", r.rec.Token, prev.Token)
-				}
-				if got := len(p.Waiters(name)); got != n-1-i {
-					t.Fatalf("%d waiters after w%d's grant, want %d", got, i, n-1-i)
-				}
-				prev = r.rec
-			}
-			if err := p.Release(context.Background(), name, prev.Owner, prev.Token); err != nil {
-				t.Fatal(err)
-			}
-
-			// Grants and releases alternate, in queue order; each queued
-			// waiter's grant is a handoff.
-			want := []string{"granted holder", "released holder"}
-			for i := range n {
-				w := fmt.Sprintf("w%d", i)
-				want = append(want, "granted "+w, "released "+w)
-			}
-			for _, wantEv := range want {
-				ev := pxNextOf(t, events, EventGranted, EventReleased)
-				if got := string(ev.Type) + " " + ev.Owner; got != wantEv {
-					t.Fatalf("event %q, want %q", got, wantEv)
-				}
-				if ev.Type == EventGranted && ev.Owner != "holder" && ev.Handoff < 0 {
-					t.Fatalf("grant to %s: handoff %s", ev.Owner, ev.Handoff)
-				}
-			}
-			if _, err := p.Get(context.Background(), name); !errors.Is(err, leasehold.ErrNotFound) {
-				t.Fatalf("Get after all released: %v", err)
-			}
-		})
 	}
 }
 
@@ -359,28 +272,15 @@ func TestProxyFIFOExpiry(t *testing.T) {
 	events := p.Subscribe(ctx, "x")
 	const n = 3
 	prev := pxAcquire(t, p, pxReq("x", "holder", time.Second))
-	type result struct {
-		i   int
-		rec leasehold.Record
-		err error
-	}
-	results := make(chan result, n)
-	for i := range n {
-		go func() {
-			req := pxReq("x", fmt.Sprintf("w%d", i), time.Second)
-			req.Wait = time.Hour
-			rec, err := p.Acquire(ctx, req)
-			results <- result{i, rec, err}
-		}()
-		pxWaitUntil(t, "queued", func() bool { return len(p.Waiters("x")) == i+1 })
+	answers := queueWaiters(t, ctx, p, "x", n, time.Second, func(i int) {
 		fc.WaitForTimers(i + 2) // every waiter's Wait, and the head's wake-up
-	}
+	})
 	for i := range n {
 		fc.WaitForTimers(n - i + 1)
 		fc.Advance(time.Second + time.Millisecond)
-		var r result
+		var r queued
 		select {
-		case r = <-results:
+		case r = <-answers:
 		case <-time.After(pxTimeout):
 			t.Fatalf("w%d not granted after %s's lease expired", i, prev.Owner)
 		}

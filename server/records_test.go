@@ -7,43 +7,12 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/storekit"
-	"github.com/leasehold/leasehold/storetest"
 )
-
-// The records conformance suite on the engine (each subtest gets an engine
-// of its own, which the suite closes), memory-only and durable.
-func TestEngineRecordsConformance(t *testing.T) {
-	for _, durable := range []bool{false, true} {
-		t.Run(fmt.Sprint("durable=", durable), func(t *testing.T) {
-			storetest.RunRecords(t, storetest.RecordsHarness{
-				Open: func(t testing.TB) leasehold.RecordStore {
-					dir := ""
-					if durable {
-						dir = t.TempDir()
-					}
-					return StoreOf(openEngine(t, dir)).(leasehold.RecordStore)
-				},
-				Txn: true,
-			})
-		})
-	}
-}
-
-// The suite through a Proxy in front of the memory store.
-func TestProxyRecordsConformance(t *testing.T) {
-	storetest.RunRecords(t, storetest.RecordsHarness{
-		Open: func(t testing.TB) leasehold.RecordStore {
-			return StoreOf(NewProxy(memory.New(), ProxyConfig{})).(leasehold.RecordStore)
-		},
-		Txn: true,
-	})
-}
 
 func wantConflict(t *testing.T, err error, key string, expected, actual uint64) {
 	t.Helper()
@@ -184,33 +153,6 @@ func testRecordBasics(t *testing.T, rs leasehold.RecordStore) {
 	}
 }
 
-func TestEngineRecords(t *testing.T) {
-	for _, durable := range []bool{false, true} {
-		t.Run(fmt.Sprint("durable=", durable), func(t *testing.T) {
-			dir := ""
-			if durable {
-				dir = t.TempDir()
-			}
-			e := openEngine(t, dir)
-			defer e.Close()
-			testRecordBasics(t, e)
-		})
-	}
-}
-
-func TestProxyRecords(t *testing.T) {
-	t.Run("engine", func(t *testing.T) {
-		p := pxNew(t, StoreOf(openEngine(t, "")), ProxyConfig{})
-		if !p.SupportsRecords() {
-			t.Fatal("the engine keeps records; the proxy says it does not")
-		}
-		testRecordBasics(t, p)
-	})
-	t.Run("memory", func(t *testing.T) {
-		testRecordBasics(t, pxNew(t, memory.New(), ProxyConfig{}))
-	})
-}
-
 // A store without records: the proxy says so, clearly.
 type pxNoRecords struct{ leasehold.Store }
 
@@ -340,35 +282,32 @@ func TestEngineRecordsConcurrent(t *testing.T) {
 			defer e.Close()
 			ctx := context.Background()
 			const workers, each = 20, 25
-			var wg sync.WaitGroup
-			errs := make(chan error, workers)
-			for w := 0; w < workers; w++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := 0; i < each; i++ {
-						_, err := leasehold.Update(ctx, e, "conc/n", func(old []byte, exists bool) ([]byte, error) {
-							var n int64
-							if exists {
-								n, _ = storekit.ParseCounter("conc/n", old)
-							}
-							return []byte(fmt.Sprint(n + 1)), nil
-						}, leasehold.UpdateOptions{MaxAttempts: 1000})
-						if err != nil {
-							errs <- err
-							return
+			work := func() error {
+				for range each {
+					_, err := leasehold.Update(ctx, e, "conc/n", func(old []byte, exists bool) ([]byte, error) {
+						var n int64
+						if exists {
+							n, _ = storekit.ParseCounter("conc/n", old)
 						}
-						if _, _, err := e.AddCounter(ctx, "conc/c", 1); err != nil {
-							errs <- err
-							return
-						}
+						return []byte(fmt.Sprint(n + 1)), nil
+					}, leasehold.UpdateOptions{MaxAttempts: 1000})
+					if err != nil {
+						return err
 					}
-				}()
+					if _, _, err := e.AddCounter(ctx, "conc/c", 1); err != nil {
+						return err
+					}
+				}
+				return nil
 			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
+			errs := make(chan error, workers)
+			for range workers {
+				go func() { errs <- work() }()
+			}
+			for range workers {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
 			}
 			for _, k := range []string{"conc/n", "conc/c"} {
 				r, err := e.GetRecord(ctx, k)
