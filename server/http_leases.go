@@ -16,24 +16,35 @@ import (
 // Leases and elections: the handlers of the /v1/leases and
 // /v1/elections routes (their JSON shapes are in internal/httpwire).
 
-// httpAcquireRequest converts an acquire's body to a backend request for
-// name.
-func httpAcquireRequest(a *httpwire.AcquireBody, name string) (AcquireRequest, error) {
+// acquireRequest converts an acquire's body (of a lease or a semaphore)
+// to a backend request for name and checks that its session is the
+// caller's. It returns the context to acquire in: with a wait, one that
+// ends when the server drains (call cancel).
+func (h *httpAPI) acquireRequest(q *httpReq, a *httpwire.AcquireBody, name string) (AcquireRequest, context.Context, context.CancelFunc, bool) {
 	data, err := a.Bytes()
-	if err != nil {
-		return AcquireRequest{}, err
+	var wait time.Duration
+	if err == nil {
+		wait, err = httpWait(a.WaitMS)
 	}
-	wait, err := httpWait(a.WaitMS)
 	if err != nil {
-		return AcquireRequest{}, err
+		h.fail(q, err)
+		return AcquireRequest{}, nil, nil, false
 	}
-	return AcquireRequest{
+	req := AcquireRequest{
 		AcquireRequest: leasehold.AcquireRequest{
 			Name: name, Owner: a.Owner, RequestID: a.RequestID, TTL: httpwire.MS(a.TTLMS), Data: data,
 		},
 		Session: a.Session,
 		Wait:    wait,
-	}, nil
+	}
+	if !h.ownsSession(q, req.Session) {
+		return AcquireRequest{}, nil, nil, false
+	}
+	ctx, cancel := q.r.Context(), context.CancelFunc(func() {})
+	if wait > 0 {
+		ctx, cancel = h.drainable(ctx)
+	}
+	return req, ctx, cancel, true
 }
 
 func httpWait(ms int64) (time.Duration, error) {
@@ -48,20 +59,11 @@ func (h *httpAPI) acquire(q *httpReq, name string) {
 	if !h.decode(q, &body) {
 		return
 	}
-	req, err := httpAcquireRequest(&body, name)
-	if err != nil {
-		h.fail(q, err)
+	req, ctx, cancel, ok := h.acquireRequest(q, &body, name)
+	if !ok {
 		return
 	}
-	ctx := q.r.Context()
-	if req.Wait > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = h.drainable(ctx)
-		defer cancel()
-	}
-	if !h.ownsSession(q, req.Session) {
-		return
-	}
+	defer cancel()
 	rec, err := h.b.Acquire(ctx, req)
 	if err != nil {
 		h.fail(q, err)

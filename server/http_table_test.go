@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -69,16 +68,8 @@ func newTableServer(t *testing.T) *htServer {
 		t.Fatal(err)
 	}
 	dash := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "dashboard") })
-	api := newHTTPAPI(eng, HandlerOptions{Auth: auth, Metrics: m, Dashboard: dash,
+	return htServe(t, eng, reg, HandlerOptions{Auth: auth, Metrics: m, Dashboard: dash,
 		Workflows: map[string]*workflow.Workflows{"approval": wf}})
-	srv := httptest.NewServer(api)
-	t.Cleanup(func() {
-		api.cancelDrain()
-		srv.CloseClientConnections()
-		srv.Close()
-		eng.Close()
-	})
-	return &htServer{t: t, eng: eng, api: api, srv: srv, reg: reg}
 }
 
 // htSample is a valid call of a row, on names under n + "/" (n is "p",

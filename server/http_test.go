@@ -34,6 +34,12 @@ func newHTServer(t *testing.T, opts HandlerOptions) *htServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return htServe(t, eng, reg, opts)
+}
+
+// htServe serves the API over eng (closed with the server) until the test
+// ends.
+func htServe(t *testing.T, eng *Engine, reg *prometheus.Registry, opts HandlerOptions) *htServer {
 	api := newHTTPAPI(eng, opts)
 	srv := httptest.NewServer(api)
 	t.Cleanup(func() {

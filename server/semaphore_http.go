@@ -42,20 +42,11 @@ func (h *httpAPI) semaphore(q *httpReq, a *httpArgs) {
 			return
 		}
 	}
-	req, err := httpAcquireRequest(&body.AcquireBody, httpPermitName(name, 0))
-	if err != nil {
-		h.fail(q, err)
+	req, ctx, cancel, ok := h.acquireRequest(q, &body.AcquireBody, httpPermitName(name, 0))
+	if !ok {
 		return
 	}
-	if !h.ownsSession(q, req.Session) {
-		return
-	}
-	ctx := q.r.Context()
-	if req.Wait > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = h.drainable(ctx)
-		defer cancel()
-	}
+	defer cancel()
 	rec, idx, err := h.semAcquire(ctx, name, body.Permits, req)
 	if err != nil {
 		var held *leasehold.HeldError
