@@ -15,22 +15,98 @@ import (
 // Sessions of a Proxy end on time on the server side too: a lease whose
 // session has expired or is being closed is neither renewed nor granted.
 
-// pxGatedRenew blocks every Renew of one name until gate is closed (its
-// context notwithstanding), and says when one has started.
-type pxGatedRenew struct {
-	leasehold.Store
-	name    string
+// pxOpenSession opens a session of ttl on p.
+func pxOpenSession(t *testing.T, p *Proxy, ttl time.Duration) Session {
+	t.Helper()
+	sess, err := p.OpenSession(context.Background(), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sess
+}
+
+// pxAcquireIn acquires name for owner "o" with ttl in the session id.
+func pxAcquireIn(t *testing.T, p *Proxy, id, name string, ttl time.Duration) leasehold.Record {
+	t.Helper()
+	req := pxReq(name, "o", ttl)
+	req.Session = id
+	return pxAcquire(t, p, req)
+}
+
+// pxGate is a gate a test store blocks on: started is closed when the
+// first call reaches it, and the call goes on once open is called (which
+// may be called any number of times).
+type pxGate struct {
 	started chan struct{}
 	gate    chan struct{}
 	once    sync.Once
+	open    func()
+}
+
+func newPxGate() *pxGate {
+	g := &pxGate{started: make(chan struct{}), gate: make(chan struct{})}
+	g.open = pxOnceClose(g.gate)
+	return g
+}
+
+func (g *pxGate) pass() {
+	g.once.Do(func() { close(g.started) })
+	<-g.gate
+}
+
+func pxOnceClose(ch chan struct{}) func() {
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
+// pxGatedRenew blocks every Renew of one name at its gate (its context
+// notwithstanding).
+type pxGatedRenew struct {
+	leasehold.Store
+	name string
+	*pxGate
+}
+
+func newPxGatedRenew(store leasehold.Store, name string) *pxGatedRenew {
+	return &pxGatedRenew{Store: store, name: name, pxGate: newPxGate()}
 }
 
 func (s *pxGatedRenew) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
 	if name == s.name {
-		s.once.Do(func() { close(s.started) })
-		<-s.gate
+		s.pass()
 	}
 	return s.Store.Renew(ctx, name, owner, token, ttl)
+}
+
+// pxGatedSession is a proxy (on a fake clock) whose store blocks the
+// renewals of the lease "slow", and a session of 1s on it.
+type pxGatedSession struct {
+	fc   *clock.Fake
+	p    *Proxy
+	gs   *pxGatedRenew
+	sess Session
+}
+
+// newPxGatedSession makes one; wrap, if set, wraps the gated store.
+func newPxGatedSession(t *testing.T, wrap func(*pxGatedRenew) leasehold.Store) *pxGatedSession {
+	fc := clock.NewFake(time.Unix(1_000_000, 0))
+	gs := newPxGatedRenew(memory.New(memory.WithClock(fc)), "slow")
+	var store leasehold.Store = gs
+	if wrap != nil {
+		store = wrap(gs)
+	}
+	p := pxNew(t, store, ProxyConfig{Clock: fc})
+	t.Cleanup(gs.open) // before Close (an earlier cleanup) waits for the session loop
+	return &pxGatedSession{fc: fc, p: p, gs: gs, sess: pxOpenSession(t, p, time.Second)}
+}
+
+// holdLoop acquires "slow" in the session and waits until the session
+// loop's renewal of it hangs at the gate: the loop is held up.
+func (g *pxGatedSession) holdLoop(t *testing.T) {
+	pxAcquireIn(t, g.p, g.sess.ID, "slow", 300*time.Millisecond)
+	g.fc.WaitForTimers(1)
+	g.fc.Advance(100 * time.Millisecond) // "slow" is due: the loop renews it and hangs
+	<-g.gs.started
 }
 
 // A lease whose session has expired is no longer held: a Renew that comes
@@ -39,57 +115,59 @@ func (s *pxGatedRenew) Renew(ctx context.Context, name, owner string, token uint
 // is held up by a slow renewal of another lease of the session while the
 // session expires.
 func TestProxyRenewAfterSessionExpiryRefused(t *testing.T) {
-	fc := clock.NewFake(time.Unix(1_000_000, 0))
-	gs := &pxGatedRenew{Store: memory.New(memory.WithClock(fc)), name: "slow", started: make(chan struct{}), gate: make(chan struct{})}
-	p := pxNew(t, gs, ProxyConfig{Clock: fc})
-	var openGate sync.Once
-	defer openGate.Do(func() { close(gs.gate) }) // before Close (cleanup) waits for the session loop
+	g := newPxGatedSession(t, nil)
 	ctx := context.Background()
-	sess, err := p.OpenSession(ctx, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	slow := pxReq("slow", "o", 300*time.Millisecond)
-	slow.Session = sess.ID
-	pxAcquire(t, p, slow)
-	held := pxReq("held", "o", time.Hour)
-	held.Session = sess.ID
-	rec := pxAcquire(t, p, held)
-
-	fc.WaitForTimers(1)
-	fc.Advance(100 * time.Millisecond) // "slow" is due: the loop renews it and hangs
-	<-gs.started
-	fc.Advance(time.Second) // the session expires meanwhile
-	err = p.Renew(ctx, "held", "o", rec.Token, time.Hour)
-	if !errors.Is(err, leasehold.ErrNotHeld) {
+	rec := pxAcquireIn(t, g.p, g.sess.ID, "held", time.Hour)
+	g.holdLoop(t)
+	g.fc.Advance(time.Second) // the session expires meanwhile
+	if err := g.p.Renew(ctx, "held", "o", rec.Token, time.Hour); !errors.Is(err, leasehold.ErrNotHeld) {
 		t.Fatalf("Renew of a lease whose session expired = %v, want ErrNotHeld", err)
 	}
-	if _, err := p.KeepAlive(ctx, sess.ID); !errors.Is(err, ErrNoSession) {
+	if _, err := g.p.KeepAlive(ctx, g.sess.ID); !errors.Is(err, ErrNoSession) {
 		t.Fatalf("KeepAlive of the expired session = %v", err)
 	}
 	// Once the loop goes on, it ends the session and frees its leases.
-	openGate.Do(func() { close(gs.gate) })
+	g.gs.open()
 	pxWaitUntil(t, "the expired session's leases released", func() bool {
-		_, err := p.Get(ctx, "held")
+		_, err := g.p.Get(ctx, "held")
 		return errors.Is(err, leasehold.ErrNotFound)
 	})
 }
 
-// pxGatedAcquire blocks a TryAcquire of one name until gate is closed, and
-// says when it has started.
+// The session expires while the holder's own Renew is at the store. The
+// proxy frees the lease once the renewal is back, so the renewal must be
+// refused, not confirmed.
+func TestProxyRenewSpanningSessionExpiry(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1_000_000, 0))
+	gs := newPxGatedRenew(memory.New(memory.WithClock(fc)), "held")
+	p := pxNew(t, gs, ProxyConfig{Clock: fc})
+	t.Cleanup(gs.open)
+	ctx := context.Background()
+	sess := pxOpenSession(t, p, time.Second)
+	rec := pxAcquireIn(t, p, sess.ID, "held", time.Hour)
+	res := make(chan error, 1)
+	go func() { res <- p.Renew(ctx, "held", "o", rec.Token, 5*time.Second) }()
+	<-gs.started
+	fc.Advance(2 * time.Second) // past the 1 s session while the Renew is at the store
+	gs.open()
+	if err := <-res; !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Fatalf("a Renew that spanned its session's expiry returned %v, want ErrNotHeld", err)
+	}
+	pxWaitUntil(t, "the lease released", func() bool { _, err := p.Get(ctx, "held"); return err != nil })
+}
+
+// pxGatedAcquire blocks a TryAcquire of one name at its gate.
 type pxGatedAcquire struct {
-	*pxGatedRenew
-	name    string
-	started chan struct{}
-	gate    chan struct{}
+	leasehold.Store
+	name string
+	*pxGate
 }
 
 func (s *pxGatedAcquire) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
 	if req.Name == s.name {
-		close(s.started)
-		<-s.gate
+		s.pass()
 	}
-	return s.pxGatedRenew.TryAcquire(ctx, req)
+	return s.Store.TryAcquire(ctx, req)
 }
 
 // A grant made on the store while its session expired is not handed out:
@@ -97,46 +175,28 @@ func (s *pxGatedAcquire) TryAcquire(ctx context.Context, req leasehold.AcquireRe
 // the session and grants in one step, would have. The session loop is held
 // up (as above) so that the session has expired but not yet been ended.
 func TestProxyAcquireRacingSessionExpiry(t *testing.T) {
-	fc := clock.NewFake(time.Unix(1_000_000, 0))
-	gr := &pxGatedRenew{Store: memory.New(memory.WithClock(fc)), name: "slow", started: make(chan struct{}), gate: make(chan struct{})}
-	ga := &pxGatedAcquire{pxGatedRenew: gr, name: "late", started: make(chan struct{}), gate: make(chan struct{})}
-	p := pxNew(t, ga, ProxyConfig{Clock: fc})
-	openRenew, openAcquire := pxOnceClose(gr.gate), pxOnceClose(ga.gate)
-	defer openRenew() // before Close (cleanup) waits for the session loop
-	defer openAcquire()
+	ga := &pxGatedAcquire{name: "late", pxGate: newPxGate()}
+	g := newPxGatedSession(t, func(gs *pxGatedRenew) leasehold.Store { ga.Store = gs; return ga })
+	t.Cleanup(ga.open)
 	ctx := context.Background()
-	sess, err := p.OpenSession(ctx, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	slow := pxReq("slow", "o", 300*time.Millisecond)
-	slow.Session = sess.ID
-	pxAcquire(t, p, slow)
-	fc.WaitForTimers(1)
-	fc.Advance(100 * time.Millisecond) // the loop renews "slow" and hangs
-	<-gr.started
+	g.holdLoop(t)
 
 	late := pxReq("late", "o", time.Hour)
-	late.Session = sess.ID
+	late.Session = g.sess.ID
 	errc := make(chan error, 1)
 	go func() {
-		_, err := p.Acquire(ctx, late)
+		_, err := g.p.Acquire(ctx, late)
 		errc <- err
 	}()
-	<-ga.started            // the acquire checked the session (alive) and is on the store
-	fc.Advance(time.Second) // the session expires meanwhile
-	openAcquire()           // the store grants "late"
+	<-ga.started              // the acquire checked the session (alive) and is on the store
+	g.fc.Advance(time.Second) // the session expires meanwhile
+	ga.open()                 // the store grants "late"
 	if err := <-errc; !errors.Is(err, ErrNoSession) {
 		t.Fatalf("Acquire granted while its session expired = %v, want ErrNoSession", err)
 	}
-	if _, err := p.Get(ctx, "late"); !errors.Is(err, leasehold.ErrNotFound) {
+	if _, err := g.p.Get(ctx, "late"); !errors.Is(err, leasehold.ErrNotFound) {
 		t.Fatalf("the grant made as the session expired is still held: %v", err)
 	}
-}
-
-func pxOnceClose(ch chan struct{}) func() {
-	var once sync.Once
-	return func() { once.Do(func() { close(ch) }) }
 }
 
 // pxGatedRelease blocks the first Release until gate is closed, and sends
@@ -166,15 +226,10 @@ func TestProxyRenewDuringSessionCloseRefused(t *testing.T) {
 	openGate := pxOnceClose(gs.gate)
 	defer openGate()
 	ctx := context.Background()
-	sess, err := p.OpenSession(ctx, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := pxOpenSession(t, p, time.Minute)
 	tokens := map[string]uint64{}
 	for _, name := range []string{"a", "b"} {
-		req := pxReq(name, "o", time.Hour)
-		req.Session = sess.ID
-		tokens[name] = pxAcquire(t, p, req).Token
+		tokens[name] = pxAcquireIn(t, p, sess.ID, name, time.Hour).Token
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- p.CloseSession(ctx, sess.ID) }()
@@ -206,18 +261,11 @@ func TestProxySessionKeepsLeases(t *testing.T) {
 	fc := clock.NewFake(time.Unix(1_000_000, 0))
 	p := pxNew(t, memory.New(memory.WithClock(fc)), ProxyConfig{Clock: fc})
 	ctx := context.Background()
-	sess, err := p.OpenSession(ctx, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := pxOpenSession(t, p, time.Second)
 	fc.WaitForTimers(1)
 
-	short := pxReq("s/short", "o", 300*time.Millisecond)
-	short.Session = sess.ID
-	a := pxAcquire(t, p, short)
-	dflt := pxReq("s/default", "o", 0) // TTL 0: the session's TTL
-	dflt.Session = sess.ID
-	b := pxAcquire(t, p, dflt)
+	a := pxAcquireIn(t, p, sess.ID, "s/short", 300*time.Millisecond)
+	b := pxAcquireIn(t, p, sess.ID, "s/default", 0) // TTL 0: the session's TTL
 	if b.TTL != time.Second {
 		t.Fatalf("lease with TTL 0 in a session has TTL %s, want the session's 1s", b.TTL)
 	}
@@ -269,16 +317,11 @@ func TestProxySessionExpires(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	events := p.Subscribe(ctx, "e/")
-	sess, err := p.OpenSession(ctx, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := pxOpenSession(t, p, time.Second)
 	fc.WaitForTimers(1)
 	// A lease TTL longer than the session's: only the proxy's release can
 	// free it when the session expires.
-	req := pxReq("e/lease", "o", time.Hour)
-	req.Session = sess.ID
-	rec := pxAcquire(t, p, req)
+	rec := pxAcquireIn(t, p, sess.ID, "e/lease", time.Hour)
 	if st := p.Stats(); st.Sessions != 1 {
 		t.Fatalf("Stats.Sessions = %d", st.Sessions)
 	}
@@ -302,7 +345,8 @@ func TestProxySessionExpires(t *testing.T) {
 	if _, err := p.KeepAlive(ctx, sess.ID); !errors.Is(err, ErrNoSession) {
 		t.Fatalf("KeepAlive after expiry: %v", err)
 	}
-	req.RequestID = ""
+	req := pxReq("e/lease", "o", time.Hour)
+	req.Session = sess.ID
 	if _, err := p.Acquire(ctx, req); !errors.Is(err, ErrNoSession) {
 		t.Fatalf("Acquire in expired session: %v", err)
 	}
@@ -339,10 +383,7 @@ func TestProxyWaiterLeavesWithSession(t *testing.T) {
 	p := pxNew(t, memory.New(), ProxyConfig{})
 	ctx := context.Background()
 	pxAcquire(t, p, pxReq("job", "holder", time.Minute))
-	sess, err := p.OpenSession(ctx, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := pxOpenSession(t, p, time.Minute)
 	req := pxReq("job", "w", 0)
 	req.Session, req.Wait = sess.ID, time.Hour
 	errc := make(chan error, 1)
@@ -366,13 +407,8 @@ func TestProxyRenewSessionLease(t *testing.T) {
 	fc := clock.NewFake(time.Unix(1_000_000, 0))
 	p := pxNew(t, memory.New(memory.WithClock(fc)), ProxyConfig{Clock: fc})
 	ctx := context.Background()
-	sess, err := p.OpenSession(ctx, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := pxReq("r", "o", 300*time.Millisecond)
-	req.Session = sess.ID
-	rec := pxAcquire(t, p, req)
+	sess := pxOpenSession(t, p, time.Second)
+	rec := pxAcquireIn(t, p, sess.ID, "r", 300*time.Millisecond)
 	for range 10 {
 		pxStep(t, fc, p, 50*time.Millisecond)
 	}
