@@ -178,15 +178,23 @@ func (h *httpAPI) getRecord(q *httpReq, key string) {
 	}
 }
 
-func (h *httpAPI) putRecord(q *httpReq, key string) {
+// recordWrite checks a PUT (createOK) or DELETE of key before it is made:
+// the workflow guard, the precondition (recordExpect) and the store's
+// records, which it returns with the expected version.
+func (h *httpAPI) recordWrite(q *httpReq, key string, createOK bool) (leasehold.RecordStore, uint64, bool) {
 	if !h.workflowWrite(q, key) {
-		return
+		return nil, 0, false
 	}
-	expect, ok := h.recordExpect(q, true)
+	expect, ok := h.recordExpect(q, createOK)
 	if !ok {
-		return
+		return nil, 0, false
 	}
 	rs, ok := h.records(q)
+	return rs, expect, ok
+}
+
+func (h *httpAPI) putRecord(q *httpReq, key string) {
+	rs, expect, ok := h.recordWrite(q, key, true)
 	if !ok {
 		return
 	}
@@ -234,14 +242,7 @@ func (h *httpAPI) readValue(q *httpReq) ([]byte, bool) {
 }
 
 func (h *httpAPI) deleteRecord(q *httpReq, key string) {
-	if !h.workflowWrite(q, key) {
-		return
-	}
-	expect, ok := h.recordExpect(q, false)
-	if !ok {
-		return
-	}
-	rs, ok := h.records(q)
+	rs, expect, ok := h.recordWrite(q, key, false)
 	if !ok {
 		return
 	}
