@@ -49,7 +49,6 @@ func TestRecordsErrorsAndRestart(t *testing.T) {
 	}
 	ts := startEngine(t, httpTransport, server.EngineConfig{Dir: t.TempDir(), NoSync: true}, serveOptions{Auth: auth})
 	s := openRecords(t, ts, "?token=app-secret")
-	defer s.Close()
 	ctx := ctxT(t)
 
 	if _, err := s.GetRecord(ctx, "app/k"); !errors.Is(err, leasehold.ErrNotFound) {
@@ -89,7 +88,6 @@ func TestRecordsErrorsAndRestart(t *testing.T) {
 		t.Fatalf("put outside the grant: %v", err)
 	}
 	ro := openRecords(t, ts, "?token=ro-secret")
-	defer ro.Close()
 	if _, err := ro.PutRecord(ctx, "app/k", []byte("x"), v2); !errors.Is(err, remote.ErrForbidden) {
 		t.Fatalf("put with a read-only token: %v", err)
 	}
@@ -105,7 +103,6 @@ func TestRecordsErrorsAndRestart(t *testing.T) {
 	s.Close()
 	ts.restart()
 	s = openRecords(t, ts, "?token=app-secret")
-	defer s.Close()
 	for key, want := range map[string]leasehold.Versioned{
 		"app/k":   {Value: []byte("two"), Version: v2},
 		"app/bin": {Value: []byte{0, 1, 0xfe}, Version: res.Versions["app/bin"]},
@@ -125,7 +122,6 @@ func TestRecordsErrorsAndRestart(t *testing.T) {
 func TestRecordsUnsupported(t *testing.T) {
 	ts := startBackend(t, httpTransport, server.NewProxy(noRecords{memory.New()}, server.ProxyConfig{}), serveOptions{})
 	s := openRecords(t, ts, "")
-	defer s.Close()
 	if _, err := s.PutRecord(ctxT(t), "k", []byte("v"), 0); !errors.Is(err, remote.ErrRecordsUnsupported) {
 		t.Fatalf("put: %v", err)
 	}

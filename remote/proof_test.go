@@ -115,8 +115,6 @@ func TestHolderProofs(t *testing.T) {
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ts := startEngine(t, tr, server.EngineConfig{}, serveOptions{Auth: proofAuth(t), Holders: requiredProofs()})
 		a, b := ts.open(t, "?token=tok-a"), ts.open(t, "?token=tok-b")
-		defer a.Close()
-		defer b.Close()
 		checkHolderProofs(t, a, b)
 
 		ctx := ctxT(t)
@@ -154,7 +152,6 @@ func TestHolderProofsOff(t *testing.T) {
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		s := startEngine(t, tr, server.EngineConfig{}, serveOptions{}).open(t, "")
-		defer s.Close()
 		rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "p/off", Owner: "o", TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
@@ -188,7 +185,6 @@ func TestListPages(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := ts.open(t, "")
-		defer s.Close()
 		recs, err := s.List(ctx, "l/")
 		if err != nil {
 			t.Fatal(err)

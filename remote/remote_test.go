@@ -127,7 +127,6 @@ func TestErrorsMapBack(t *testing.T) {
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ts := startEngine(t, tr, server.EngineConfig{}, serveOptions{})
 		s := ts.open(t, "")
-		defer s.Close()
 		ctx := ctxT(t)
 		rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "m/x", Owner: "a b", TTL: time.Minute, Data: []byte{0xff, 0}})
 		if err != nil {
@@ -203,7 +202,6 @@ func TestAuthErrors(t *testing.T) {
 		ctx := ctxT(t)
 		req := leasehold.AcquireRequest{Name: "a/x", Owner: "o", TTL: time.Minute}
 		none := ts.open(t, "")
-		defer none.Close()
 		if _, err := none.TryAcquire(ctx, req); !errors.Is(err, remote.ErrUnauthorized) || wireCode(err) != want.unauthorized {
 			t.Errorf("no token: %v (%q)", err, wireCode(err))
 		}
@@ -218,7 +216,6 @@ func TestAuthErrors(t *testing.T) {
 			t.Errorf("wrong token: %v", err)
 		}
 		reader := ts.open(t, "?token=r")
-		defer reader.Close()
 		if _, err := reader.TryAcquire(ctx, req); !errors.Is(err, remote.ErrForbidden) || wireCode(err) != want.forbidden {
 			t.Errorf("reader acquires: %v (%q)", err, wireCode(err))
 		}
@@ -230,7 +227,6 @@ func TestAuthErrors(t *testing.T) {
 		}
 		t.Setenv(remote.EnvAuthToken, "r")
 		env := ts.open(t, "")
-		defer env.Close()
 		if _, err := env.Get(ctx, "a/x"); !errors.Is(err, leasehold.ErrNotFound) {
 			t.Errorf("token from the environment: %v", err)
 		}
@@ -252,7 +248,6 @@ func TestAcquireWaitFIFO(t *testing.T) {
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ts := startEngine(t, tr, server.EngineConfig{}, serveOptions{})
 		s := ts.open(t, "")
-		defer s.Close()
 		ctx := ctxT(t)
 		h, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "f", Owner: "holder", TTL: time.Minute})
 		if err != nil {
@@ -301,7 +296,6 @@ func TestAcquireWaitCancel(t *testing.T) {
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ts := startEngine(t, tr, server.EngineConfig{}, serveOptions{})
 		s := ts.open(t, map[string]string{"resp": "?wait_chunk=100ms"}[tr.name])
-		defer s.Close()
 		ctx := ctxT(t)
 		h, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "c", Owner: "holder", TTL: time.Minute})
 		if err != nil {
@@ -344,7 +338,6 @@ func TestSession(t *testing.T) {
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ts := startEngine(t, tr, server.EngineConfig{}, serveOptions{})
 		s := ts.open(t, "")
-		defer s.Close()
 		ctx := ctxT(t)
 		sess := ts.openSession(t, ctx, s, 600*time.Millisecond)
 		if sess.TTL() != 600*time.Millisecond || sess.ID() == "" {
@@ -375,14 +368,7 @@ func TestSession(t *testing.T) {
 		if err := sess.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case <-sess.Done():
-		default:
-			t.Error("Done not closed after Close")
-		}
-		if !errors.Is(sess.Err(), leasehold.ErrReleased) {
-			t.Errorf("Err after Close = %v", sess.Err())
-		}
+		ended(t, "session after Close", sess, 0, leasehold.ErrReleased)
 		if recs, err := s.List(ctx, "sess/"); err != nil || len(recs) != 0 {
 			t.Errorf("leases after the session closed: %v, %v", recs, err)
 		}
@@ -398,14 +384,7 @@ func TestSession(t *testing.T) {
 		if err := ts.backend().CloseSession(ctx, lost.ID()); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case <-lost.Done():
-		case <-time.After(10 * time.Second):
-			t.Fatal("a session closed on the server was not reported lost")
-		}
-		if !errors.Is(lost.Err(), leasehold.ErrLost) {
-			t.Errorf("Err = %v, want ErrLost", lost.Err())
-		}
+		ended(t, "a session closed on the server", lost, 10*time.Second, leasehold.ErrLost)
 		// Closing it says what ended it over RESP; HTTP's Session.Close
 		// returns nil for a lost session (as documented).
 		if err, want := lost.Close(ctx), map[string]error{"resp": leasehold.ErrLost}[tr.name]; !errors.Is(err, want) {
@@ -421,7 +400,6 @@ func TestWatch(t *testing.T) {
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ts := startEngine(t, tr, server.EngineConfig{Dir: t.TempDir()}, serveOptions{})
 		s := ts.open(t, "")
-		defer s.Close()
 		ctx := ctxT(t)
 		recv := func(what string, ch <-chan struct{}) {
 			t.Helper()
@@ -519,7 +497,6 @@ func TestTLS(t *testing.T) {
 		ts := startEngine(t, tr, server.EngineConfig{}, serveOptions{TLS: p.MutualTLS()})
 		withCert := "?ca=" + p.CAFile + "&cert=" + p.ClientCert + "&key=" + p.ClientKey
 		s := ts.open(t, withCert)
-		defer s.Close()
 		ctx := ctxT(t)
 		if _, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "tls/x", Owner: "o", TTL: time.Minute}); err != nil {
 			t.Fatal(err)
@@ -557,7 +534,6 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				hooks := server.Hooks{Sync: func(_ time.Duration, n int) { syncs.Add(1); records.Add(int64(n)) }}
 				ts := startEngine(b, tr, server.EngineConfig{Dir: b.TempDir(), NoSync: bc.noSync, Hooks: hooks}, serveOptions{})
 				s := ts.open(b, "")
-				defer s.Close()
 				ctx := context.Background()
 				var next atomic.Int64
 				b.SetParallelism(max(1, 32/runtime.GOMAXPROCS(0)))
@@ -595,7 +571,6 @@ func BenchmarkHandoff(b *testing.B) {
 		b.Run(tr.name, func(b *testing.B) {
 			ts := startEngine(b, tr, server.EngineConfig{Dir: b.TempDir()}, serveOptions{})
 			s := ts.open(b, "")
-			defer s.Close()
 			var left atomic.Int64
 			left.Store(int64(b.N))
 			var wg sync.WaitGroup

@@ -654,6 +654,12 @@ func recordReply(name string, rec *leasehold.Record) func(v resp.Value) error {
 
 // Get implements leasehold.Store.
 func (s *RESPStore) Get(ctx context.Context, name string) (leasehold.Record, error) {
+	return s.recordCommand(ctx, "LH.GET", name)
+}
+
+// recordCommand sends cmd with the lease's name and returns the record it
+// answers (a null answer is leasehold.ErrNotFound).
+func (s *RESPStore) recordCommand(ctx context.Context, cmd, name string) (leasehold.Record, error) {
 	if err := storekit.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
@@ -661,7 +667,7 @@ func (s *RESPStore) Get(ctx context.Context, name string) (leasehold.Record, err
 		return leasehold.Record{}, err
 	}
 	var rec leasehold.Record
-	err := s.cl.Do(ctx, func(b []byte) []byte { return resp.AppendCommand(b, "LH.GET", name) }, recordReply(name, &rec))
+	err := s.cl.Do(ctx, func(b []byte) []byte { return resp.AppendCommand(b, cmd, name) }, recordReply(name, &rec))
 	if err != nil {
 		return leasehold.Record{}, s.mapErr(err)
 	}
@@ -684,18 +690,7 @@ func (s *RESPStore) Ready(ctx context.Context) error {
 // ForceRelease frees the named lease whoever holds it (it needs admin
 // access) and returns the grant it ended, or leasehold.ErrNotFound.
 func (s *RESPStore) ForceRelease(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := storekit.ValidateName(name); err != nil {
-		return leasehold.Record{}, err
-	}
-	if err := s.check(); err != nil {
-		return leasehold.Record{}, err
-	}
-	var rec leasehold.Record
-	err := s.cl.Do(ctx, func(b []byte) []byte { return resp.AppendCommand(b, "LH.FORCERELEASE", name) }, recordReply(name, &rec))
-	if err != nil {
-		return leasehold.Record{}, s.mapErr(err)
-	}
-	return rec, nil
+	return s.recordCommand(ctx, "LH.FORCERELEASE", name)
 }
 
 // List implements leasehold.Store. With auth on, only the leases the token

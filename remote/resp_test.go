@@ -16,7 +16,6 @@ import (
 func TestRESPReconnect(t *testing.T) {
 	ts := startEngine(t, respTransport, server.EngineConfig{Dir: t.TempDir()}, serveOptions{})
 	s := ts.open(t, "?conns=2")
-	defer s.Close()
 	ctx := ctxT(t)
 	rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "r/x", Owner: "a", TTL: time.Minute})
 	if err != nil {

@@ -212,14 +212,7 @@ func TestSessionLeaseLostBeforeRegrant(t *testing.T) {
 					}
 					fc.Advance(10 * time.Millisecond)
 				}
-				select {
-				case <-la.Done():
-				default:
-					t.Fatal("Held is false but Done is not closed")
-				}
-				if !errors.Is(la.Err(), leasehold.ErrLost) {
-					t.Errorf("first lease's Err = %v, want ErrLost", la.Err())
-				}
+				ended(t, "the first lease, no longer held,", la, 0, leasehold.ErrLost)
 			})
 		}
 	}
@@ -233,7 +226,6 @@ func TestSessionEndLosesItsLeases(t *testing.T) {
 		ts := startEngine(t, tr, server.EngineConfig{}, serveOptions{})
 		ctx := ctxT(t)
 		s := ts.open(t, "")
-		defer s.Close()
 		// Forgotten by the server: the next keepalive (within TTL/3) is
 		// refused.
 		sess := ts.openSession(t, ctx, s, 3*time.Second)
@@ -250,13 +242,10 @@ func TestSessionEndLosesItsLeases(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, l := range []*leasehold.Lease{l1, l2} {
-			select {
-			case <-l.Done():
-			case <-time.After(25 * time.Second): // the keepalive comes within 1 s
-				t.Fatalf("%s: not lost after its session was forgotten by the server", l.Name())
-			}
-			if l.Held() || !errors.Is(l.Err(), leasehold.ErrLost) || !errors.Is(l.Err(), remote.ErrNoSession) {
-				t.Fatalf("%s: Held %v, Err %v; want lost with ErrNoSession", l.Name(), l.Held(), l.Err())
+			// The keepalive comes within 1 s.
+			ended(t, l.Name()+" after the server forgot its session", l, 25*time.Second, leasehold.ErrLost, remote.ErrNoSession)
+			if l.Held() {
+				t.Fatalf("%s: held after its session was forgotten", l.Name())
 			}
 		}
 
@@ -270,17 +259,11 @@ func TestSessionEndLosesItsLeases(t *testing.T) {
 		if err := sess.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case <-l3.Done():
-		case <-time.After(10 * time.Second):
-			t.Fatal("lease not lost when its session was closed")
+		ended(t, "a lease of the closed session", l3, 10*time.Second, leasehold.ErrLost)
+		if l3.Held() {
+			t.Fatal("held after its session was closed")
 		}
-		if l3.Held() || !errors.Is(l3.Err(), leasehold.ErrLost) {
-			t.Fatalf("Held %v, Err %v after Close", l3.Held(), l3.Err())
-		}
-		if !errors.Is(sess.Err(), leasehold.ErrReleased) {
-			t.Fatalf("session Err after Close = %v, want ErrReleased", sess.Err())
-		}
+		ended(t, "the closed session", sess, 0, leasehold.ErrReleased)
 	})
 }
 
@@ -290,7 +273,6 @@ func TestSessionBadOptions(t *testing.T) {
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ts := startEngine(t, tr, server.EngineConfig{}, serveOptions{})
 		s := ts.open(t, "")
-		defer s.Close()
 		ctx := ctxT(t)
 		for _, opt := range []remote.SessionOption{remote.SessionClock(nil), remote.SessionDrift(0.6, 0), remote.SessionDrift(0, 2*time.Minute)} {
 			if _, err := tr.openSession(ctx, s, time.Second, opt); !errors.Is(err, leasehold.ErrInvalid) {
@@ -318,14 +300,8 @@ func TestSessionStoreClosedLosesLeases(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Close()
-		select {
-		case <-l.Done():
-		case <-time.After(10 * time.Second):
-			t.Fatal("lease not lost when its session's store was closed")
-		}
-		if !errors.Is(l.Err(), leasehold.ErrLost) || !errors.Is(sess.Err(), leasehold.ErrLost) {
-			t.Fatalf("lease Err %v, session Err %v; want ErrLost", l.Err(), sess.Err())
-		}
+		ended(t, "a lease of the session whose store was closed", l, 10*time.Second, leasehold.ErrLost)
+		ended(t, "the session whose store was closed", sess, 0, leasehold.ErrLost)
 	})
 }
 
@@ -350,7 +326,6 @@ func TestSessionCloseLosesLeasesFirst(t *testing.T) {
 		}}}, serveOptions{})
 		ctx := ctxT(t)
 		s := ts.open(t, "")
-		defer s.Close()
 		sess := ts.openSession(t, ctx, s, 3*time.Second)
 		c, err := leasehold.New(sess.Store(), leasehold.WithOwner("a"))
 		if err != nil {

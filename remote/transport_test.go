@@ -87,20 +87,10 @@ var (
 			}
 			return func() { srv.CloseClientConnections(); srv.Close() }
 		},
-		open: func(url string) (remoteStore, error) {
-			s, err := remote.OpenHTTP(url)
-			if err != nil {
-				return nil, err
-			}
-			return s, nil
-		},
-		openSession: func(ctx context.Context, s remoteStore, ttl time.Duration, opts ...remote.SessionOption) (remoteSession, error) {
-			x, err := s.(*remote.HTTPStore).OpenSession(ctx, ttl, opts...)
-			if err != nil {
-				return nil, err
-			}
-			return httpSession{x}, nil
-		},
+		open: storeOpener(remote.OpenHTTP),
+		openSession: sessionOpener((*remote.HTTPStore).OpenSession, func(x *remote.Session) remoteSession {
+			return httpSession{x}
+		}),
 	}
 	respTransport = transport{
 		name: "resp", scheme: "leasehold://", tlsScheme: "leaseholds://",
@@ -119,23 +109,37 @@ var (
 				}
 			}
 		},
-		open: func(url string) (remoteStore, error) {
-			s, err := remote.OpenRESP(url)
-			if err != nil {
-				return nil, err
-			}
-			return s, nil
-		},
-		openSession: func(ctx context.Context, s remoteStore, ttl time.Duration, opts ...remote.SessionOption) (remoteSession, error) {
-			x, err := s.(*remote.RESPStore).OpenSession(ctx, ttl, opts...)
-			if err != nil {
-				return nil, err
-			}
-			return x, nil
-		},
+		open: storeOpener(remote.OpenRESP),
+		openSession: sessionOpener((*remote.RESPStore).OpenSession, func(x *remote.RESPSession) remoteSession {
+			return x
+		}),
 	}
 	transports = []transport{httpTransport, respTransport}
 )
+
+// storeOpener makes a transport's open of its package function (which
+// returns a nil interface, not a nil *Store, on error).
+func storeOpener[S remoteStore](open func(url string) (S, error)) func(string) (remoteStore, error) {
+	return func(url string) (remoteStore, error) {
+		s, err := open(url)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+}
+
+// sessionOpener makes a transport's openSession of its store's OpenSession
+// method and wrap, which gives the session as a remoteSession.
+func sessionOpener[S remoteStore, X any](open func(S, context.Context, time.Duration, ...remote.SessionOption) (X, error), wrap func(X) remoteSession) func(context.Context, remoteStore, time.Duration, ...remote.SessionOption) (remoteSession, error) {
+	return func(ctx context.Context, s remoteStore, ttl time.Duration, opts ...remote.SessionOption) (remoteSession, error) {
+		x, err := open(s.(S), ctx, ttl, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return wrap(x), nil
+	}
+}
 
 // eachTransport runs f as a subtest for each transport.
 func eachTransport(t *testing.T, f func(t *testing.T, tr transport)) {
@@ -240,13 +244,15 @@ func (ts *testServer) backend() server.Backend {
 	return ts.b
 }
 
-// open opens a store on the server; the caller closes it.
+// open opens a store on the server, closed (if it is not yet) when t
+// ends.
 func (ts *testServer) open(t testing.TB, query string) remoteStore {
 	t.Helper()
 	s, err := ts.tr.open(ts.url(query))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 
@@ -270,4 +276,31 @@ func ctxT(t *testing.T) context.Context {
 func (ts *testServer) waiters(t *testing.T, name string, n int) {
 	t.Helper()
 	servertest.WaitFor(t, "the queue of "+name, func() bool { return len(ts.backend().Waiters(name)) == n })
+}
+
+// ended checks that x, a lease or a session, has ended with an error
+// matching each of want: at once if within is 0, else within that time.
+func ended(t *testing.T, what string, x interface {
+	Done() <-chan struct{}
+	Err() error
+}, within time.Duration, want ...error) {
+	t.Helper()
+	if within == 0 {
+		select {
+		case <-x.Done():
+		default:
+			t.Fatalf("%s: Done not closed", what)
+		}
+	} else {
+		select {
+		case <-x.Done():
+		case <-time.After(within):
+			t.Fatalf("%s: not ended within %s", what, within)
+		}
+	}
+	for _, w := range want {
+		if !errors.Is(x.Err(), w) {
+			t.Fatalf("%s: Err = %v, want %v", what, x.Err(), w)
+		}
+	}
 }
