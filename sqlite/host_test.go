@@ -3,89 +3,32 @@ package sqlite_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/sqlite"
+	"github.com/leasehold/leasehold/storetest"
 )
 
 // TestTwoOpenersOneFile: two Stores on one file (as two processes would
 // have) exclude each other, and a waiter on one is woken by a release on
 // the other through the data_version watch.
 func TestTwoOpenersOneFile(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "shared.db")
-	s1, s2 := open(t, p), open(t, p)
-	defer s1.Close()
-	defer s2.Close()
+	s1, s2 := twoOpeners(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-
-	var mu sync.Mutex
-	inside, maxInside := 0, 0
-	var last uint64
-	var errs []error
-	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
-		store := leasehold.Store(s1)
-		if w%2 == 1 {
-			store = s2
-		}
-		c, err := leasehold.New(store, leasehold.WithOwner(fmt.Sprintf("w%d", w)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := 0; r < 5; r++ {
-				l, err := c.Acquire(ctx, "shared/job", leasehold.TTL(30*time.Second))
-				if err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-					return
-				}
-				mu.Lock()
-				inside++
-				maxInside = max(maxInside, inside)
-				if l.Token() <= last {
-					errs = append(errs, fmt.Errorf("token %d after %d", l.Token(), last))
-				}
-				last = l.Token()
-				mu.Unlock()
-				time.Sleep(time.Millisecond)
-				mu.Lock()
-				inside--
-				mu.Unlock()
-				if err := l.Release(ctx); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		t.Error(err)
-	}
-	if maxInside != 1 || last < 40 {
-		t.Errorf("max %d holders at once (want 1), last token %d (want >= 40)", maxInside, last)
+	if last := storetest.Exclusion(t, ctx, []leasehold.Store{s1, s2}, "shared/job", 8, 5); last < 40 {
+		t.Errorf("last token %d, want >= 40 (one a grant)", last)
 	}
 }
 
 // TestCrossOpenerWatch: a release through one Store notifies a watcher on
 // another Store of the same file.
 func TestCrossOpenerWatch(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "shared.db")
-	s1, s2 := open(t, p), open(t, p)
-	defer s1.Close()
-	defer s2.Close()
+	s1, s2 := twoOpeners(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rec, err := s1.TryAcquire(ctx, leasehold.AcquireRequest{Name: "w", Owner: "a", TTL: time.Minute})

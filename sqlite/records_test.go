@@ -30,10 +30,7 @@ func TestRecords(t *testing.T) {
 // TestRecordsTwoOpeners checks histories whose operations alternate
 // between two Stores on one file.
 func TestRecordsTwoOpeners(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "shared.db")
-	s1, s2 := open(t, p), open(t, p)
-	defer s1.Close()
-	defer s2.Close()
+	s1, s2 := twoOpeners(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	res := storetest.CheckRecordHistories(ctx, storetest.AlternateRecords(s1, s2), storetest.RecordHistoryConfig{Histories: 20})

@@ -18,6 +18,18 @@ func open(t testing.TB, path string) *sqlite.Store {
 	return s
 }
 
+// twoOpeners opens two Stores on one new file, as two processes would;
+// they are closed when the test ends.
+func twoOpeners(t testing.TB) (*sqlite.Store, *sqlite.Store) {
+	p := filepath.Join(t.TempDir(), "shared.db")
+	s1, s2 := open(t, p), open(t, p)
+	t.Cleanup(func() {
+		s1.Close()
+		s2.Close()
+	})
+	return s1, s2
+}
+
 func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		Open: func(t testing.TB) leasehold.Store {

@@ -55,17 +55,23 @@ func expectHeld(t *testing.T, err error, owner string, token uint64) *leasehold.
 // testExclusion: 32 goroutines contend for one name through the Client;
 // never two inside at once, and tokens go up with every grant.
 func testExclusion(t *testing.T, h Harness) {
-	s := h.open(t)
-	ctx := bg(t)
-	n := name(t, "x")
-	const workers, rounds = 32, 4
+	Exclusion(t, bg(t), []leasehold.Store{h.open(t)}, name(t, "x"), 32, 4)
+}
+
+// Exclusion has workers clients, each on the next of stores in turn (two
+// Stores on one database, say), take the lease name rounds times each
+// through leasehold.Client, hold it a millisecond and release it. It fails
+// t if two held it at once or a grant's token was not above the one before,
+// and returns the last token.
+func Exclusion(t *testing.T, ctx context.Context, stores []leasehold.Store, name string, workers, rounds int) uint64 {
+	t.Helper()
 	var inside, maxInside atomic.Int32
 	var mu sync.Mutex
 	var last uint64
 	var errs []error
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
-		c, err := leasehold.New(s, leasehold.WithOwner(fmt.Sprintf("w%d", w)))
+		c, err := leasehold.New(stores[w%len(stores)], leasehold.WithOwner(fmt.Sprintf("w%d", w)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +79,7 @@ func testExclusion(t *testing.T, h Harness) {
 		go func() {
 			defer wg.Done()
 			for r := 0; r < rounds; r++ {
-				l, err := c.Acquire(ctx, n, leasehold.TTL(30*time.Second))
+				l, err := c.Acquire(ctx, name, leasehold.TTL(30*time.Second))
 				if err != nil {
 					mu.Lock()
 					errs = append(errs, err)
@@ -89,7 +95,7 @@ func testExclusion(t *testing.T, h Harness) {
 				}
 				last = l.Token()
 				mu.Unlock()
-				time.Sleep(100 * time.Microsecond)
+				time.Sleep(time.Millisecond)
 				inside.Add(-1)
 				if err := l.Release(ctx); err != nil {
 					mu.Lock()
@@ -106,6 +112,7 @@ func testExclusion(t *testing.T, h Harness) {
 	if m := maxInside.Load(); m != 1 {
 		t.Errorf("%d holders at once, want 1", m)
 	}
+	return last
 }
 
 // testExpiryTakeover: an unrenewed lease expires and another owner takes it
