@@ -94,21 +94,9 @@ func (h *httpAPI) checkProof(q *httpReq, name, owner string, token uint64, secre
 	return true
 }
 
-// decodeHolder decodes the body of a renew or release and checks its
-// holder proof (checkProof).
-func (h *httpAPI) decodeHolder(q *httpReq, name string, body interface {
-	Holder() (owner string, token uint64, secret string)
-}) bool {
-	if !h.decode(q, body) {
-		return false
-	}
-	owner, token, secret := body.Holder()
-	return h.checkProof(q, name, owner, token, secret)
-}
-
 func (h *httpAPI) renew(q *httpReq, name string) {
 	var body httpwire.RenewBody
-	if !h.decodeHolder(q, name, &body) {
+	if !h.decode(q, &body) || !h.checkProof(q, name, body.Owner, body.Token, body.Secret) {
 		return
 	}
 	ttl := httpwire.MS(body.TTLMS)
@@ -124,7 +112,7 @@ func (h *httpAPI) renew(q *httpReq, name string) {
 
 func (h *httpAPI) release(q *httpReq, name string) {
 	var body httpwire.ReleaseBody
-	if !h.decodeHolder(q, name, &body) {
+	if !h.decode(q, &body) || !h.checkProof(q, name, body.Owner, body.Token, body.Secret) {
 		return
 	}
 	if err := h.b.Release(q.r.Context(), name, body.Owner, body.Token); err != nil {

@@ -131,11 +131,6 @@ type RenewBody struct {
 	Secret string `json:"secret,omitempty"`
 }
 
-// Holder is the grant the body is about, and its proof.
-func (b RenewBody) Holder() (owner string, token uint64, secret string) {
-	return b.Owner, b.Token, b.Secret
-}
-
 // Renewed is the answer of a renew.
 type Renewed struct {
 	Name  string `json:"name"`
@@ -148,11 +143,6 @@ type ReleaseBody struct {
 	Owner  string `json:"owner"`
 	Token  uint64 `json:"token"`
 	Secret string `json:"secret,omitempty"`
-}
-
-// Holder is the grant the body is about, and its proof.
-func (b ReleaseBody) Holder() (owner string, token uint64, secret string) {
-	return b.Owner, b.Token, b.Secret
 }
 
 // SessionBody is the body of POST /v1/sessions.
