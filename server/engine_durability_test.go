@@ -45,7 +45,7 @@ func stuckEngine(t *testing.T) (e *Engine, stick, unstick func()) {
 // inMemory waits until cond, checked under the engine's lock, holds.
 func inMemory(t *testing.T, e *Engine, cond func() bool) {
 	t.Helper()
-	waitFor(t, func() bool {
+	pxWaitUntil(t, "the condition under the engine's lock", func() bool {
 		e.lock()
 		defer e.unlock()
 		return cond()
@@ -93,8 +93,7 @@ func TestReadsReportOnlyDurableState(t *testing.T) {
 
 	// A grant not yet durable.
 	stick()
-	granted := make(chan error, 1)
-	go func() { _, err := e.Acquire(ctx, req); granted <- err }()
+	granted := acquireAsync(ctx, e, req)
 	inMemory(t, e, func() bool { ent := e.leases["d"]; return ent != nil && ent.held })
 	answers := reads(e, "d")
 	early := map[string]bool{}

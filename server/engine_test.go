@@ -24,17 +24,6 @@ func openEngine(t testing.TB, dir string) *Engine {
 	return e
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 30s")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func TestEngineWaitEnds(t *testing.T) {
 	e := openEngine(t, "")
 	defer e.Close()
@@ -51,9 +40,8 @@ func TestEngineWaitEnds(t *testing.T) {
 		t.Fatalf("wait timeout: %v, want held by a", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { _, err := e.Acquire(cctx, req("c", time.Hour)); done <- err }()
-	waitFor(t, func() bool { return len(e.Waiters("w")) == 1 })
+	done := acquireAsync(cctx, e, req("c", time.Hour))
+	pxWaitUntil(t, "c queued", func() bool { return len(e.Waiters("w")) == 1 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled wait: %v", err)
@@ -107,6 +95,15 @@ func TestEngineSessions(t *testing.T) {
 	}
 }
 
+// waitSnapshot waits until the engine in dir has written a snapshot.
+func waitSnapshot(t *testing.T, dir string) {
+	t.Helper()
+	pxWaitUntil(t, "a snapshot written", func() bool {
+		m, _ := filepath.Glob(filepath.Join(dir, "snap-*"))
+		return len(m) > 0
+	})
+}
+
 // TestEngineSnapshot: with a tiny snapshot threshold the engine snapshots
 // as its log grows, deletes the segments a snapshot covers, and recovers
 // the same leases and tokens from snapshot + log.
@@ -135,10 +132,7 @@ func TestEngineSnapshot(t *testing.T) {
 		held[name] = rec.Token
 		last = rec.Token
 	}
-	waitFor(t, func() bool {
-		m, _ := filepath.Glob(filepath.Join(dir, "snap-*"))
-		return len(m) > 0
-	})
+	waitSnapshot(t, dir)
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -229,8 +229,7 @@ func TestProxyClose(t *testing.T) {
 	pxAcquire(t, p, pxReq("c/h", "holder", time.Minute))
 	w := pxReq("c/h", "w", time.Minute)
 	w.Wait = time.Hour
-	errc := make(chan error, 1)
-	go func() { _, err := p.Acquire(ctx, w); errc <- err }()
+	errc := acquireAsync(ctx, p, w)
 	pxWaitUntil(t, "w queued", func() bool { return len(p.Waiters("c/h")) == 1 })
 	subCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

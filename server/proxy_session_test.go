@@ -183,11 +183,7 @@ func TestProxyAcquireRacingSessionExpiry(t *testing.T) {
 
 	late := pxReq("late", "o", time.Hour)
 	late.Session = g.sess.ID
-	errc := make(chan error, 1)
-	go func() {
-		_, err := g.p.Acquire(ctx, late)
-		errc <- err
-	}()
+	errc := acquireAsync(ctx, g.p, late)
 	<-ga.started              // the acquire checked the session (alive) and is on the store
 	g.fc.Advance(time.Second) // the session expires meanwhile
 	ga.open()                 // the store grants "late"
@@ -386,8 +382,7 @@ func TestProxyWaiterLeavesWithSession(t *testing.T) {
 	sess := pxOpenSession(t, p, time.Minute)
 	req := pxReq("job", "w", 0)
 	req.Session, req.Wait = sess.ID, time.Hour
-	errc := make(chan error, 1)
-	go func() { _, err := p.Acquire(ctx, req); errc <- err }()
+	errc := acquireAsync(ctx, p, req)
 	pxWaitUntil(t, "w queued", func() bool { return len(p.Waiters("job")) == 1 })
 	if ws := p.Waiters("job"); ws[0].Session != sess.ID {
 		t.Fatalf("waiter's session %q", ws[0].Session)

@@ -51,6 +51,14 @@ func pxAcquire(t *testing.T, p *Proxy, req AcquireRequest) leasehold.Record {
 	return rec
 }
 
+// acquireAsync starts b.Acquire(ctx, req) and returns where its error
+// arrives.
+func acquireAsync(ctx context.Context, b Backend, req AcquireRequest) <-chan error {
+	errc := make(chan error, 1)
+	go func() { _, err := b.Acquire(ctx, req); errc <- err }()
+	return errc
+}
+
 func pxOwners(ws []Waiter) []string {
 	var out []string
 	for _, w := range ws {
@@ -94,16 +102,14 @@ func TestProxyWaitTimeout(t *testing.T) {
 	// The head: a deadline timer and a timer for the holder's expiry.
 	head := pxReq("job", "head", time.Minute)
 	head.Wait = 10 * time.Second
-	headErr := make(chan error, 1)
-	go func() { _, err := p.Acquire(context.Background(), head); headErr <- err }()
+	headErr := acquireAsync(context.Background(), p, head)
 	fc.WaitForTimers(2)
 	pxWaitUntil(t, "head queued", func() bool { return len(p.Waiters("job")) == 1 })
 
 	// A second waiter with a shorter Wait times out before it is head.
 	second := pxReq("job", "second", time.Minute)
 	second.Wait = 5 * time.Second
-	secondErr := make(chan error, 1)
-	go func() { _, err := p.Acquire(context.Background(), second); secondErr <- err }()
+	secondErr := acquireAsync(context.Background(), p, second)
 	pxWaitUntil(t, "second queued", func() bool { return len(p.Waiters("job")) == 2 })
 	fc.WaitForTimers(3)
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -232,10 +231,7 @@ func TestEngineRecordsRecover(t *testing.T) {
 			want["rec/t1"] = leasehold.Versioned{Key: "rec/t1", Value: []byte("a"), Version: res.Versions["rec/t1"]}
 			want["rec/t2"] = leasehold.Versioned{Key: "rec/t2", Value: []byte("b"), Version: res.Versions["rec/t2"]}
 			if snap {
-				waitFor(t, func() bool {
-					m, _ := filepath.Glob(filepath.Join(dir, "snap-*"))
-					return len(m) > 0
-				})
+				waitSnapshot(t, dir)
 			}
 			if err := e.Close(); err != nil {
 				t.Fatal(err)
