@@ -2,10 +2,14 @@ package remote_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,5 +79,79 @@ func TestTransportErrorsSayWhatWasSent(t *testing.T) {
 	var held *leasehold.HeldError
 	if err == nil || errors.As(err, &held) || !strings.Contains(err.Error(), "outcome is unknown") || strings.Contains(err.Error(), "nothing was sent") {
 		t.Errorf("hung up after the request: %v, want an error saying the outcome is unknown", err)
+	}
+}
+
+// TestAcquireWaitRetriesUnavailable: AcquireWait asks again, after a
+// wait, while the server answers 503 unavailable (draining, or not ready),
+// with the same request id each time, until it gets the grant; when its
+// context ends while the server stays unavailable, it returns the
+// context's error.
+func TestAcquireWaitRetriesUnavailable(t *testing.T) {
+	var mu sync.Mutex
+	var ids []string
+	grantAfter := 2 // unavailable answers before the grant; -1: never
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			RequestID string `json:"request_id"`
+		}
+		if r.URL.Path != "/v1/leases/n/acquire" || json.NewDecoder(r.Body).Decode(&body) != nil {
+			http.Error(w, "unexpected request", http.StatusTeapot)
+			return
+		}
+		mu.Lock()
+		ids = append(ids, body.RequestID+" "+r.Header.Get("Idempotency-Key"))
+		n, grant := len(ids), grantAfter
+		mu.Unlock()
+		if grant < 0 || n <= grant {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.Header().Set("Retry-After", "0")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"type":"urn:leasehold:problem:unavailable","title":"Unavailable","status":503,"detail":"the server is shutting down"}`)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"name":"n","owner":"o","token":5,"ttl_ms":1000,"remaining_ms":900,"acquired":"2026-01-02T03:04:05Z","secret":"s"}`)
+	}))
+	defer srv.Close()
+	s, err := remote.OpenHTTP(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	req := leasehold.AcquireRequest{Name: "n", Owner: "o", TTL: time.Second}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rec, err := s.AcquireWait(ctx, req)
+	if err != nil || rec.Token != 5 || rec.Remaining != 900*time.Millisecond || !rec.Acquired.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) {
+		t.Fatalf("AcquireWait = %+v, %v; want token 5's grant", rec, err)
+	}
+	if s.HolderSecret("n", "o", 5) != "s" {
+		t.Errorf("the grant's secret was not kept")
+	}
+	mu.Lock()
+	if len(ids) != 3 {
+		t.Errorf("%d requests, want 3 (two unavailable, then the grant)", len(ids))
+	}
+	for _, id := range ids {
+		rid, key, _ := strings.Cut(id, " ")
+		if rid == "" || rid != strings.Fields(ids[0])[0] || key == "" {
+			t.Errorf("requests (request id, idempotency key) %q: want one request id throughout, and keys", ids)
+			break
+		}
+	}
+	ids, grantAfter = nil, -1
+	mu.Unlock()
+
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := s.AcquireWait(ctx, req); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("AcquireWait on a server that stays unavailable: %v, want the context's deadline", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ids) < 2 {
+		t.Errorf("%d requests in 2s of unavailable answers, want it to ask again", len(ids))
 	}
 }
