@@ -562,17 +562,30 @@ func (s *RESPStore) Renew(ctx context.Context, name, owner string, token uint64,
 	if err := storekit.ValidateTTL(ttl); err != nil {
 		return err
 	}
+	return s.holderCommand(ctx, "LH.RENEW", name, owner, token, ttl)
+}
+
+// holderCommand sends the grant's holder command: LH.RENEW with ttl, or
+// LH.RELEASE (ttl 0), with the grant's secret if this store has it, and
+// settles the secret by the answer.
+func (s *RESPStore) holderCommand(ctx context.Context, cmd, name, owner string, token uint64, ttl time.Duration) error {
 	if err := s.check(); err != nil {
 		return err
 	}
 	secret := s.secrets.get(name, owner, token)
+	n := 4 + secretArgs(secret)
+	if ttl > 0 {
+		n++
+	}
 	err := s.cl.Do(ctx, func(b []byte) []byte {
-		b = resp.AppendArray(b, 5+secretArgs(secret))
-		b = resp.AppendBulkString(b, "LH.RENEW")
+		b = resp.AppendArray(b, n)
+		b = resp.AppendBulkString(b, cmd)
 		b = resp.AppendBulkString(b, name)
 		b = resp.AppendBulkString(b, owner)
 		b = resp.AppendBulkInt(b, int64(token))
-		b = resp.AppendBulkInt(b, resp.Millis(ttl))
+		if ttl > 0 {
+			b = resp.AppendBulkInt(b, resp.Millis(ttl))
+		}
 		return appendSecret(b, secret)
 	}, expectOK(name))
 	if err != nil {
@@ -603,23 +616,7 @@ func (s *RESPStore) Release(ctx context.Context, name, owner string, token uint6
 	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
-	if err := s.check(); err != nil {
-		return err
-	}
-	secret := s.secrets.get(name, owner, token)
-	err := s.cl.Do(ctx, func(b []byte) []byte {
-		b = resp.AppendArray(b, 4+secretArgs(secret))
-		b = resp.AppendBulkString(b, "LH.RELEASE")
-		b = resp.AppendBulkString(b, name)
-		b = resp.AppendBulkString(b, owner)
-		b = resp.AppendBulkInt(b, int64(token))
-		return appendSecret(b, secret)
-	}, expectOK(name))
-	if err != nil {
-		err = s.mapErr(err)
-	}
-	s.secrets.settle(name, owner, token, 0, err)
-	return err
+	return s.holderCommand(ctx, "LH.RELEASE", name, owner, token, 0)
 }
 
 // HolderSecret returns the secret (holder proof) of a grant acquired
