@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -209,4 +210,214 @@ func TestFIFO(t *testing.T) {
 			t.Fatalf("Get after all released: %v", err)
 		}
 	})
+}
+
+// A wait ends when its Wait runs out (held by the holder) or its context
+// ends (dropped from the queue), on every backend.
+func TestWaitEnds(t *testing.T) {
+	forEachBackend(t, false, testWaitEnds)
+}
+
+func testWaitEnds(t *testing.T, e Backend) {
+	ctx := context.Background()
+	req := func(owner string, wait time.Duration) AcquireRequest {
+		return AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: "w", Owner: owner, TTL: time.Minute}, Wait: wait}
+	}
+	if _, err := e.Acquire(ctx, req("a", 0)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.Acquire(ctx, req("b", 20*time.Millisecond))
+	var held *leasehold.HeldError
+	if !errors.As(err, &held) || held.Owner != "a" {
+		t.Fatalf("wait timeout: %v, want held by a", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := acquireAsync(cctx, e, req("c", time.Hour))
+	pxWaitUntil(t, "c queued", func() bool { return len(e.Waiters("w")) == 1 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait: %v", err)
+	}
+	if n := len(e.Waiters("w")); n != 0 {
+		t.Fatalf("%d waiters left after cancel", n)
+	}
+	if got, _ := e.Get(ctx, "w"); got.Owner != "a" {
+		t.Fatalf("holder %q", got.Owner)
+	}
+}
+
+// Invalid input is refused with an *InvalidError and changes nothing, on
+// every backend.
+func TestInvalidInput(t *testing.T) {
+	forEachBackend(t, false, testInvalidInput)
+}
+
+func testInvalidInput(t *testing.T, p Backend) {
+	ctx := context.Background()
+	sess, err := p.OpenSession(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := pxAcquire(t, p, pxReq("held", "o", time.Minute))
+	before := len(p.Recent(100))
+
+	bad := []struct {
+		name string
+		req  AcquireRequest
+	}{
+		{"empty name", pxReq("", "o", time.Minute)},
+		{"control char in name", pxReq("a\nb", "o", time.Minute)},
+		{"invalid UTF-8", pxReq("a\xffb", "o", time.Minute)},
+		{"long name", pxReq(strings.Repeat("n", leasehold.MaxNameLen+1), "o", time.Minute)},
+		{"empty owner", pxReq("x", "", time.Minute)},
+		{"ttl too short", pxReq("x", "o", time.Millisecond)},
+		{"ttl too long", pxReq("x", "o", 25*time.Hour)},
+		{"ttl zero without session", pxReq("x", "o", 0)},
+		{"negative wait", func() AcquireRequest { r := pxReq("x", "o", time.Minute); r.Wait = -time.Second; return r }()},
+		{"data too large", func() AcquireRequest {
+			r := pxReq("x", "o", time.Minute)
+			r.Data = make([]byte, leasehold.MaxDataLen+1)
+			return r
+		}()},
+		{"bad name with unknown session", func() AcquireRequest {
+			r := pxReq("", "o", 0)
+			r.Session = "unknown"
+			return r
+		}()},
+		{"bad ttl in session", func() AcquireRequest {
+			r := pxReq("x", "o", time.Microsecond)
+			r.Session = sess.ID
+			return r
+		}()},
+	}
+	check := func(what string, err error) {
+		t.Helper()
+		var inv *leasehold.InvalidError
+		if !errors.As(err, &inv) || !errors.Is(err, leasehold.ErrInvalid) {
+			t.Errorf("%s: %v, want *InvalidError", what, err)
+		}
+	}
+	for _, c := range bad {
+		for _, wait := range []time.Duration{0, time.Minute} {
+			r := c.req
+			if r.Wait == 0 {
+				r.Wait = wait
+			}
+			_, err := p.Acquire(ctx, r)
+			check(c.name, err)
+		}
+	}
+	check("renew token 0", p.Renew(ctx, "held", "o", 0, time.Minute))
+	check("renew bad ttl", p.Renew(ctx, "held", "o", held.Token, 0))
+	check("renew bad name", p.Renew(ctx, "", "o", held.Token, time.Minute))
+	check("release empty owner", p.Release(ctx, "held", "", held.Token))
+	check("release token 0", p.Release(ctx, "held", "o", 0))
+	_, err = p.ForceRelease(ctx, "a\x00b")
+	check("force bad name", err)
+	_, err = p.Get(ctx, "")
+	check("get empty name", err)
+	_, err = p.List(ctx, "p\x01")
+	check("list bad prefix", err)
+	_, err = p.OpenSession(ctx, 0)
+	check("session ttl 0", err)
+	_, err = p.OpenSession(ctx, 48*time.Hour)
+	check("session ttl too long", err)
+
+	recs, err := p.List(ctx, "")
+	if err != nil || len(recs) != 1 || recs[0].Name != "held" || recs[0].Token != held.Token {
+		t.Fatalf("List = %+v, %v; want only the untouched lease", recs, err)
+	}
+	if n := len(p.Recent(100)); n != before {
+		t.Fatalf("%d events after bad input, want %d", n, before)
+	}
+	if st := p.Stats(); st.Sessions != 1 || st.Waiters != 0 {
+		t.Fatalf("Stats = %+v", st)
+	}
+}
+
+// Subscribe and Recent report the changes, on every backend.
+func TestSubscribe(t *testing.T) {
+	forEachBackend(t, false, testSubscribe)
+}
+
+func testSubscribe(t *testing.T, p Backend) {
+	ctx, cancel := context.WithCancel(context.Background())
+	events := p.Subscribe(ctx, "a/")
+	bg := context.Background()
+
+	x := pxAcquire(t, p, pxReq("a/x", "o1", time.Minute))
+	y := pxAcquire(t, p, pxReq("b/y", "o2", time.Minute)) // other prefix
+	if err := p.Renew(bg, x.Name, x.Owner, x.Token, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(bg, x.Name, x.Owner, x.Token); err != nil {
+		t.Fatal(err)
+	}
+	z := pxAcquire(t, p, pxReq("a/z", "o3", time.Minute))
+	if f, err := p.ForceRelease(bg, "a/z"); err != nil || f.Token != z.Token || f.Owner != "o3" {
+		t.Fatalf("ForceRelease = %+v, %v", f, err)
+	}
+	if _, err := p.ForceRelease(bg, "a/z"); !errors.Is(err, leasehold.ErrNotFound) {
+		t.Fatalf("ForceRelease of a free lease: %v", err)
+	}
+	if err := p.Release(bg, y.Name, y.Owner, y.Token); err != nil {
+		t.Fatal(err)
+	}
+
+	want := []Event{
+		{Type: EventGranted, Name: "a/x", Owner: "o1", Token: x.Token},
+		{Type: EventRenewed, Name: "a/x", Owner: "o1", Token: x.Token},
+		{Type: EventReleased, Name: "a/x", Owner: "o1", Token: x.Token},
+		{Type: EventGranted, Name: "a/z", Owner: "o3", Token: z.Token},
+		{Type: EventForced, Name: "a/z", Owner: "o3", Token: z.Token},
+	}
+	for _, w := range want {
+		ev := pxRecv(t, events)
+		if ev.Type != w.Type || ev.Name != w.Name || ev.Owner != w.Owner || ev.Token != w.Token {
+			t.Fatalf("event %+v, want %+v", ev, w)
+		}
+		if ev.Time.IsZero() {
+			t.Fatalf("event %+v without time", ev)
+		}
+	}
+	cancel()
+	for ev := range events { // closed after ctx ends; nothing else for a/
+		t.Fatalf("unexpected event %+v", ev)
+	}
+
+	recent := p.Recent(3)
+	if len(recent) != 3 || recent[0].Type != EventGranted || recent[1].Type != EventForced || recent[2].Name != "b/y" {
+		t.Fatalf("Recent(3) = %+v", recent)
+	}
+	if all := p.Recent(1000); len(all) != 7 {
+		t.Fatalf("Recent(1000) has %d events, want 7", len(all))
+	}
+}
+
+// An unknown session is refused, on every backend.
+func TestUnknownSession(t *testing.T) {
+	forEachBackend(t, false, testUnknownSession)
+}
+
+func testUnknownSession(t *testing.T, p Backend) {
+	ctx := context.Background()
+	for _, wait := range []time.Duration{0, time.Minute} {
+		req := pxReq("u", "o", time.Minute)
+		req.Session, req.Wait = "0123456789abcdef0123456789abcdef", wait
+		if _, err := p.Acquire(ctx, req); !errors.Is(err, ErrNoSession) {
+			t.Fatalf("Acquire with unknown session (wait %s): %v", wait, err)
+		}
+	}
+	if recs, err := p.List(ctx, ""); err != nil || len(recs) != 0 {
+		t.Fatalf("List = %v, %v; want nothing acquired", recs, err)
+	}
+	if _, err := p.KeepAlive(ctx, "nope"); !errors.Is(err, ErrNoSession) {
+		t.Fatalf("KeepAlive: %v", err)
+	}
+	if err := p.CloseSession(ctx, "nope"); !errors.Is(err, ErrNoSession) {
+		t.Fatalf("CloseSession: %v", err)
+	}
+	if ev := p.Recent(10); len(ev) != 0 {
+		t.Fatalf("events %v", ev)
+	}
 }

@@ -24,36 +24,6 @@ func openEngine(t testing.TB, dir string) *Engine {
 	return e
 }
 
-func TestEngineWaitEnds(t *testing.T) {
-	e := openEngine(t, "")
-	defer e.Close()
-	ctx := context.Background()
-	req := func(owner string, wait time.Duration) AcquireRequest {
-		return AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: "w", Owner: owner, TTL: time.Minute}, Wait: wait}
-	}
-	if _, err := e.Acquire(ctx, req("a", 0)); err != nil {
-		t.Fatal(err)
-	}
-	_, err := e.Acquire(ctx, req("b", 20*time.Millisecond))
-	var held *leasehold.HeldError
-	if !errors.As(err, &held) || held.Owner != "a" {
-		t.Fatalf("wait timeout: %v, want held by a", err)
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	done := acquireAsync(cctx, e, req("c", time.Hour))
-	pxWaitUntil(t, "c queued", func() bool { return len(e.Waiters("w")) == 1 })
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled wait: %v", err)
-	}
-	if n := len(e.Waiters("w")); n != 0 {
-		t.Fatalf("%d waiters left after cancel", n)
-	}
-	if got, _ := e.Get(ctx, "w"); got.Owner != "a" {
-		t.Fatalf("holder %q", got.Owner)
-	}
-}
-
 func TestEngineSessions(t *testing.T) {
 	dir := t.TempDir()
 	e := openEngine(t, dir)

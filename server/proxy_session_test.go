@@ -351,30 +351,6 @@ func TestProxySessionExpires(t *testing.T) {
 	}
 }
 
-func TestProxyUnknownSession(t *testing.T) {
-	p := pxNew(t, memory.New(), ProxyConfig{})
-	ctx := context.Background()
-	for _, wait := range []time.Duration{0, time.Minute} {
-		req := pxReq("u", "o", time.Minute)
-		req.Session, req.Wait = "0123456789abcdef0123456789abcdef", wait
-		if _, err := p.Acquire(ctx, req); !errors.Is(err, ErrNoSession) {
-			t.Fatalf("Acquire with unknown session (wait %s): %v", wait, err)
-		}
-	}
-	if recs, err := p.List(ctx, ""); err != nil || len(recs) != 0 {
-		t.Fatalf("List = %v, %v; want nothing acquired", recs, err)
-	}
-	if _, err := p.KeepAlive(ctx, "nope"); !errors.Is(err, ErrNoSession) {
-		t.Fatalf("KeepAlive: %v", err)
-	}
-	if err := p.CloseSession(ctx, "nope"); !errors.Is(err, ErrNoSession) {
-		t.Fatalf("CloseSession: %v", err)
-	}
-	if ev := p.Recent(10); len(ev) != 0 {
-		t.Fatalf("events %v", ev)
-	}
-}
-
 func TestProxyWaiterLeavesWithSession(t *testing.T) {
 	p := pxNew(t, memory.New(), ProxyConfig{})
 	ctx := context.Background()

@@ -42,9 +42,9 @@ func pxReq(name, owner string, ttl time.Duration) AcquireRequest {
 	return AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: name, Owner: owner, TTL: ttl}}
 }
 
-func pxAcquire(t *testing.T, p *Proxy, req AcquireRequest) leasehold.Record {
+func pxAcquire(t *testing.T, b Backend, req AcquireRequest) leasehold.Record {
 	t.Helper()
-	rec, err := p.Acquire(context.Background(), req)
+	rec, err := b.Acquire(context.Background(), req)
 	if err != nil {
 		t.Fatalf("Acquire(%s by %s): %v", req.Name, req.Owner, err)
 	}
