@@ -50,7 +50,10 @@ var placeholders = map[string]string{"#o": AttrOwner, "#k": AttrToken, "#d": Att
 
 // namesFor returns the ExpressionAttributeNames that exprs use (DynamoDB
 // rejects unused ones). The maps are built once and only read afterwards.
-func namesFor(exprs ...string) map[string]string {
+func namesFor(exprs ...string) map[string]string { return namesIn(placeholders, exprs...) }
+
+// namesIn returns the placeholders (#name to attribute) that exprs use.
+func namesIn(placeholders map[string]string, exprs ...string) map[string]string {
 	all := strings.Join(exprs, " ")
 	out := map[string]string{}
 	for ph, attr := range placeholders {

@@ -104,16 +104,7 @@ func notApplied(err error) bool {
 // DynamoDB reserved word).
 var recPlaceholders = map[string]string{"#v": AttrRecordValue, "#c": AttrRecordCounter, "#n": AttrRecordVersion}
 
-func recNames(exprs ...string) map[string]string {
-	all := strings.Join(exprs, " ")
-	out := map[string]string{}
-	for ph, attr := range recPlaceholders {
-		if strings.Contains(all, ph) {
-			out[ph] = attr
-		}
-	}
-	return out
-}
+func recNames(exprs ...string) map[string]string { return namesIn(recPlaceholders, exprs...) }
 
 // The expressions. A record is live when it has Value or Counter.
 const (
@@ -281,32 +272,46 @@ func (s *Store) PutRecord(ctx context.Context, key string, value []byte, expect 
 		cond = recIsExpect
 		vals[":e"] = unum(expect)
 	}
-	in := &ddb.UpdateItemInput{
-		TableName: aws.String(s.table), Key: recordKey(key),
-		UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond),
-		ExpressionAttributeNames: recNames(update, cond), ExpressionAttributeValues: vals,
-		ReturnValues: types.ReturnValueUpdatedNew,
-	}
+	in := recordUpdate(s.table, key, update, cond, vals)
+	in.ReturnValues = types.ReturnValueUpdatedNew
 	for round := 0; ; round++ {
-		out, err := s.client.UpdateItem(ctx, in, writeOnce)
-		if err == nil {
-			return versionOut(key, out.Attributes)
-		}
-		var ccf *types.ConditionalCheckFailedException
-		if !errors.As(err, &ccf) {
-			return 0, s.fail(ctx, err)
-		}
-		r, err := s.readRecord(ctx, key)
-		if err != nil {
+		out, r, err := s.updateRecord(ctx, in, key)
+		switch {
+		case err != nil:
 			return 0, err
-		}
-		if r.version() != expect {
+		case out != nil:
+			return versionOut(key, out.Attributes)
+		case r.version() != expect:
 			return 0, &leasehold.ConflictError{Key: key, Expected: expect, Actual: r.version()}
-		}
-		if round == maxRecordRounds {
+		case round == maxRecordRounds:
 			return 0, fmt.Errorf("dynamodb: record %q changed under %d writes in a row; try again", key, round+1)
 		}
 	}
+}
+
+// recordUpdate is an UpdateItem of the record key: update if cond holds.
+func recordUpdate(table, key, update, cond string, vals map[string]types.AttributeValue) *ddb.UpdateItemInput {
+	return &ddb.UpdateItemInput{
+		TableName: aws.String(table), Key: recordKey(key),
+		UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond),
+		ExpressionAttributeNames: recNames(update, cond), ExpressionAttributeValues: vals,
+	}
+}
+
+// updateRecord runs the conditional update in of the record key. If its
+// condition fails it reads the record instead: out is nil, and r is the
+// record found.
+func (s *Store) updateRecord(ctx context.Context, in *ddb.UpdateItemInput, key string) (out *ddb.UpdateItemOutput, r recItem, err error) {
+	out, err = s.client.UpdateItem(ctx, in, writeOnce)
+	if err == nil {
+		return out, recItem{}, nil
+	}
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		return nil, recItem{}, s.fail(ctx, err)
+	}
+	r, err = s.readRecord(ctx, key)
+	return nil, r, err
 }
 
 // DeleteRecord implements leasehold.RecordStore with one conditional
@@ -323,11 +328,7 @@ func (s *Store) DeleteRecord(ctx context.Context, key string, expect uint64) err
 		update = recDeleteTTL
 		vals[":clean"] = num(cleanupAt(s.clock.Now().UnixMilli()))
 	}
-	in := &ddb.UpdateItemInput{
-		TableName: aws.String(s.table), Key: recordKey(key),
-		UpdateExpression: aws.String(update), ConditionExpression: aws.String(recIsExpect),
-		ExpressionAttributeNames: recNames(update, recIsExpect), ExpressionAttributeValues: vals,
-	}
+	in := recordUpdate(s.table, key, update, recIsExpect, vals)
 	for round := 0; ; round++ {
 		if expect != 0 {
 			_, err := s.client.UpdateItem(ctx, in, writeOnce)
@@ -376,24 +377,15 @@ func (s *Store) AddCounter(ctx context.Context, key string, delta int64) (int64,
 		cond += " AND " + recAddCounterMin
 		vals[":lim"] = num(math.MinInt64 - delta)
 	}
-	in := &ddb.UpdateItemInput{
-		TableName: aws.String(s.table), Key: recordKey(key),
-		UpdateExpression: aws.String(recAdd), ConditionExpression: aws.String(cond),
-		ExpressionAttributeNames: recNames(recAdd, cond), ExpressionAttributeValues: vals,
-		ReturnValues: types.ReturnValueUpdatedNew,
-	}
+	in := recordUpdate(s.table, key, recAdd, cond, vals)
+	in.ReturnValues = types.ReturnValueUpdatedNew
 	for round := 0; ; round++ {
-		out, err := s.client.UpdateItem(ctx, in, writeOnce)
-		if err == nil {
-			return counterOut(key, out.Attributes)
-		}
-		var ccf *types.ConditionalCheckFailedException
-		if !errors.As(err, &ccf) {
-			return 0, 0, s.fail(ctx, err)
-		}
-		r, err := s.readRecord(ctx, key)
+		out, r, err := s.updateRecord(ctx, in, key)
 		if err != nil {
 			return 0, 0, err
+		}
+		if out != nil {
+			return counterOut(key, out.Attributes)
 		}
 		if r.live {
 			n, err := storekit.ParseCounter(key, r.value)
@@ -424,14 +416,9 @@ func (s *Store) AddCounter(ctx context.Context, key string, delta int64) (int64,
 // rewriteCounter writes sum into Counter if the record is still at
 // version raw, and returns the new version, or errChanged.
 func (s *Store) rewriteCounter(ctx context.Context, key string, sum int64, raw uint64) (uint64, error) {
-	_, err := s.client.UpdateItem(ctx, &ddb.UpdateItemInput{
-		TableName: aws.String(s.table), Key: recordKey(key),
-		UpdateExpression: aws.String(recTxnCounter), ConditionExpression: aws.String(recUnchanged),
-		ExpressionAttributeNames: recNames(recTxnCounter, recUnchanged),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":c": num(sum), ":new": unum(raw + 1), ":raw": unum(raw),
-		},
-	}, writeOnce)
+	_, err := s.client.UpdateItem(ctx, recordUpdate(s.table, key, recTxnCounter, recUnchanged, map[string]types.AttributeValue{
+		":c": num(sum), ":new": unum(raw + 1), ":raw": unum(raw),
+	}), writeOnce)
 	var ccf *types.ConditionalCheckFailedException
 	switch {
 	case err == nil:
