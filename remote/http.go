@@ -763,12 +763,7 @@ func readEvents(r io.Reader, notify func()) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 4096), 1<<20)
 	for sc.Scan() {
-		ev, ok := strings.CutPrefix(sc.Text(), "event:")
-		if !ok {
-			continue
-		}
-		switch strings.TrimSpace(ev) {
-		case "released", "expired", "forced", "dequeued", "overflow":
+		if ev, ok := strings.CutPrefix(sc.Text(), "event:"); ok && httpwire.MayFree(strings.TrimSpace(ev)) {
 			notify()
 		}
 	}

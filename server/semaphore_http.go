@@ -116,8 +116,7 @@ func (h *httpAPI) semAcquire(ctx context.Context, name string, n int, req Acquir
 					}
 					return leasehold.Record{}, 0, soonest
 				}
-				switch e.Type {
-				case EventReleased, EventForced, EventExpired, EventDequeued, EventOverflow:
+				if httpwire.MayFree(string(e.Type)) {
 					t.Stop()
 					break waitLoop
 				}

@@ -171,4 +171,10 @@ func TestUnits(t *testing.T) {
 	if tm, err := ParseTime(""); err != nil || !tm.IsZero() {
 		t.Error("an empty time is not the zero time")
 	}
+	for typ, want := range map[string]bool{"released": true, "expired": true, "forced": true, "dequeued": true, "overflow": true,
+		"granted": false, "renewed": false, "queued": false, "": false} {
+		if MayFree(typ) != want {
+			t.Errorf("MayFree(%q) = %v", typ, !want)
+		}
+	}
 }

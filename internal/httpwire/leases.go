@@ -170,6 +170,18 @@ type Event struct {
 	Waiters   int     `json:"waiters"`
 }
 
+// MayFree reports whether an event of type typ (Event.Type, the SSE event
+// name) may have left its lease free for a waiter: released, expired,
+// forced, dequeued (a waiter ahead gave up) or overflow (the stream missed
+// events).
+func MayFree(typ string) bool {
+	switch typ {
+	case "released", "expired", "forced", "dequeued", "overflow":
+		return true
+	}
+	return false
+}
+
 // Events is the answer of GET /v1/events/recent.
 type Events struct {
 	Events []Event `json:"events"`
