@@ -40,6 +40,14 @@ func (c *Config) cleanupMachine() (obj, error) {
 	if err != nil {
 		return nil, err
 	}
+	release := c.releaseTask("#owner = :dead AND Held = :true AND AcquiredAtMs <= :stopped", obj{"#owner": "Owner"}, obj{
+		":dead":    obj{"S": js(`$states.input.detail.executionArn`)},
+		":stopped": obj{"N": js(`$string($states.input.detail.stopDate)`)},
+		":true":    obj{"BOOL": true},
+	})
+	release["Catch"] = []any{obj{"ErrorEquals": []any{conditionFailed}, "Next": CleanupStateNotHeld}}
+	release["Output"] = js(`{"released": true, "execution": $states.input.detail.executionArn}`)
+	release["Next"] = CleanupStateReleased
 	return obj{
 		"Comment": fmt.Sprintf("Releases the leasehold lock %q (DynamoDB table %s) held by an execution that ended FAILED, TIMED_OUT or ABORTED, %d s after it stopped.",
 			c.Lock, c.Table, seconds(p.Hold)),
@@ -52,28 +60,7 @@ func (c *Config) cleanupMachine() (obj, error) {
 				"Timestamp": js(fmt.Sprintf(`$fromMillis($states.input.detail.stopDate + %d)`, p.Hold.Milliseconds())),
 				"Next":      CleanupStateRelease,
 			},
-			CleanupStateRelease: obj{
-				"Type":     "Task",
-				"Resource": "arn:aws:states:::dynamodb:updateItem",
-				"Arguments": obj{
-					"TableName":                c.Table,
-					"Key":                      c.key(),
-					"UpdateExpression":         "SET Held = :false, ExpiresAtMs = :zero",
-					"ConditionExpression":      "#owner = :dead AND Held = :true AND AcquiredAtMs <= :stopped",
-					"ExpressionAttributeNames": obj{"#owner": "Owner"},
-					"ExpressionAttributeValues": obj{
-						":dead":    obj{"S": js(`$states.input.detail.executionArn`)},
-						":stopped": obj{"N": js(`$string($states.input.detail.stopDate)`)},
-						":true":    obj{"BOOL": true},
-						":false":   obj{"BOOL": false},
-						":zero":    obj{"N": "0"},
-					},
-				},
-				"Retry":  retryThrottling(),
-				"Catch":  []any{obj{"ErrorEquals": []any{conditionFailed}, "Next": CleanupStateNotHeld}},
-				"Output": js(`{"released": true, "execution": $states.input.detail.executionArn}`),
-				"Next":   CleanupStateReleased,
-			},
+			CleanupStateRelease:  release,
 			CleanupStateReleased: obj{"Type": "Succeed"},
 			CleanupStateNotHeld: obj{
 				"Type":   "Pass",

@@ -282,27 +282,34 @@ func (c *Config) waitState(p Plan) obj {
 	}
 }
 
-// releaseState frees the lock if this execution still holds the grant it
-// got; otherwise the lease was lost.
-func (c *Config) releaseState(success bool) obj {
-	st := obj{
+// releaseTask is a Task state that frees the lock (not held, no expiry)
+// if cond holds; values gives cond's values (:false and :zero are added).
+// Throttling is retried.
+func (c *Config) releaseTask(cond string, names, values obj) obj {
+	values[":false"] = obj{"BOOL": false}
+	values[":zero"] = obj{"N": "0"}
+	return obj{
 		"Type":     "Task",
 		"Resource": "arn:aws:states:::dynamodb:updateItem",
 		"Arguments": obj{
-			"TableName":                c.Table,
-			"Key":                      c.key(),
-			"UpdateExpression":         "SET Held = :false, ExpiresAtMs = :zero",
-			"ConditionExpression":      "#owner = :me AND #token = :token",
-			"ExpressionAttributeNames": obj{"#owner": "Owner", "#token": "Token"},
-			"ExpressionAttributeValues": obj{
-				":me":    obj{"S": js(exprMe)},
-				":token": obj{"N": js(`$lh_token`)},
-				":false": obj{"BOOL": false},
-				":zero":  obj{"N": "0"},
-			},
+			"TableName":                 c.Table,
+			"Key":                       c.key(),
+			"UpdateExpression":          "SET Held = :false, ExpiresAtMs = :zero",
+			"ConditionExpression":       cond,
+			"ExpressionAttributeNames":  names,
+			"ExpressionAttributeValues": values,
 		},
 		"Retry": retryThrottling(),
 	}
+}
+
+// releaseState frees the lock if this execution still holds the grant it
+// got; otherwise the lease was lost.
+func (c *Config) releaseState(success bool) obj {
+	st := c.releaseTask("#owner = :me AND #token = :token", obj{"#owner": "Owner", "#token": "Token"}, obj{
+		":me":    obj{"S": js(exprMe)},
+		":token": obj{"N": js(`$lh_token`)},
+	})
 	if success {
 		st["Catch"] = []any{obj{"ErrorEquals": []any{conditionFailed}, "Next": StateLeaseLost}}
 		st["Output"] = js(`$states.input`) // the task's output

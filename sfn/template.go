@@ -206,36 +206,27 @@ func Terraform(c Config) ([]byte, error) {
 		s := jsonField(policyDoc(statements...))
 		return strings.ReplaceAll(s, "#TABLE_ARN#", tableArn)
 	}
-	add("aws_iam_role", "machine", obj{"name_prefix": "leasehold-lock-", "assume_role_policy": jsonField(trust("states.amazonaws.com"))})
-	add("aws_iam_role_policy", "machine", obj{
-		"name": "leasehold-lock",
-		"role": "${aws_iam_role.machine.id}",
-		"policy": policy(
-			obj{"Effect": "Allow", "Action": tableActions, "Resource": "#TABLE_ARN#"},
-			obj{"Effect": "Allow", "Action": []any{"lambda:InvokeFunction"}, "Resource": c.LambdaARN}),
-	})
-	add("aws_sfn_state_machine", "lock", obj{
-		"name": name, "type": "STANDARD",
-		"role_arn":   "${aws_iam_role.machine.arn}",
-		"definition": jsonField(machine),
-	})
-	add("aws_iam_role", "cleanup", obj{"name_prefix": "leasehold-cleanup-", "assume_role_policy": jsonField(trust("states.amazonaws.com"))})
-	add("aws_iam_role_policy", "cleanup", obj{
-		"name":   "leasehold-cleanup",
-		"role":   "${aws_iam_role.cleanup.id}",
-		"policy": policy(obj{"Effect": "Allow", "Action": tableActions, "Resource": "#TABLE_ARN#"}),
-	})
-	add("aws_sfn_state_machine", "cleanup", obj{
-		"name": name + "-cleanup", "type": "STANDARD",
-		"role_arn":   "${aws_iam_role.cleanup.arn}",
-		"definition": jsonField(cleanup),
-	})
-	add("aws_iam_role", "events", obj{"name_prefix": "leasehold-events-", "assume_role_policy": jsonField(trust("events.amazonaws.com"))})
-	add("aws_iam_role_policy", "events", obj{
-		"name":   "leasehold-start-cleanup",
-		"role":   "${aws_iam_role.events.id}",
-		"policy": strings.ReplaceAll(jsonField(policyDoc(obj{"Effect": "Allow", "Action": []any{"states:StartExecution"}, "Resource": "#CLEANUP_ARN#"})), "#CLEANUP_ARN#", "${aws_sfn_state_machine.cleanup.arn}"),
-	})
+	// role adds the role id, which service assumes, with one inline policy.
+	role := func(id, namePrefix, service, policyName, policy string) {
+		add("aws_iam_role", id, obj{"name_prefix": namePrefix, "assume_role_policy": jsonField(trust(service))})
+		add("aws_iam_role_policy", id, obj{"name": policyName, "role": "${aws_iam_role." + id + ".id}", "policy": policy})
+	}
+	stateMachine := func(id, roleID, name string, definition obj) {
+		add("aws_sfn_state_machine", id, obj{
+			"name": name, "type": "STANDARD",
+			"role_arn":   "${aws_iam_role." + roleID + ".arn}",
+			"definition": jsonField(definition),
+		})
+	}
+	role("machine", "leasehold-lock-", "states.amazonaws.com", "leasehold-lock", policy(
+		obj{"Effect": "Allow", "Action": tableActions, "Resource": "#TABLE_ARN#"},
+		obj{"Effect": "Allow", "Action": []any{"lambda:InvokeFunction"}, "Resource": c.LambdaARN}))
+	stateMachine("lock", "machine", name, machine)
+	role("cleanup", "leasehold-cleanup-", "states.amazonaws.com", "leasehold-cleanup",
+		policy(obj{"Effect": "Allow", "Action": tableActions, "Resource": "#TABLE_ARN#"}))
+	stateMachine("cleanup", "cleanup", name+"-cleanup", cleanup)
+	role("events", "leasehold-events-", "events.amazonaws.com", "leasehold-start-cleanup",
+		strings.ReplaceAll(jsonField(policyDoc(obj{"Effect": "Allow", "Action": []any{"states:StartExecution"}, "Resource": "#CLEANUP_ARN#"})), "#CLEANUP_ARN#", "${aws_sfn_state_machine.cleanup.arn}"))
 	add("aws_cloudwatch_event_rule", "cleanup", obj{
 		"name_prefix":   "leasehold-cleanup-",
 		"description":   tfLiteral(fmt.Sprintf("Starts the leasehold cleanup machine when an execution of %s ends FAILED, TIMED_OUT or ABORTED.", name)),
