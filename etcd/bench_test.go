@@ -112,16 +112,19 @@ func handoff(ctx context.Context, ws []locker, turns int) ([]time.Duration, erro
 	var releasing time.Time
 	var firstErr error
 	var wg sync.WaitGroup
+	fail := func(err error) { // the first error ends the run
+		mu.Lock()
+		firstErr = cmp(firstErr, err)
+		mu.Unlock()
+		cancel()
+	}
 	for _, x := range ws {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
 				if err := x.lock(ctx); err != nil {
-					mu.Lock()
-					firstErr = cmp(firstErr, err)
-					mu.Unlock()
-					cancel()
+					fail(err)
 					return
 				}
 				at := time.Now()
@@ -134,10 +137,7 @@ func handoff(ctx context.Context, ws []locker, turns int) ([]time.Duration, erro
 				releasing = time.Now()
 				mu.Unlock()
 				if err := x.unlock(ctx); err != nil {
-					mu.Lock()
-					firstErr = cmp(firstErr, err)
-					mu.Unlock()
-					cancel()
+					fail(err)
 					return
 				}
 				if done {
