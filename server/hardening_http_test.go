@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/tls"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/servertest"
 	"io"
 	"net"
 	"net/http"
@@ -143,8 +144,8 @@ func TestHTTPBodyDeadline(t *testing.T) {
 // TestTLSHardening: with TLS, TLS 1.2 offers AEAD suites only (a CBC-only
 // client is refused) on both ports, and HTTP answers carry HSTS.
 func TestTLSHardening(t *testing.T) {
-	p := newPKI(t)
-	srv, _ := startServe(t, rtEngine(t), Config{RESPAddr: "127.0.0.1:0", TLSCert: p.certFile, TLSKey: p.keyFile})
+	p := servertest.NewPKI(t)
+	srv, _ := startServe(t, rtEngine(t), Config{RESPAddr: "127.0.0.1:0", TLSCert: p.CertFile, TLSKey: p.KeyFile})
 	for _, addr := range []string{srv.HTTPAddr().String(), srv.RESPAddr().String()} {
 		cbc := &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12,
 			CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA, tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256}}
@@ -214,7 +215,7 @@ func TestHTTPConnCaps(t *testing.T) {
 		}
 	}
 	a1.Close()
-	rtWaitFor(t, "a place to be freed", func() bool {
+	servertest.WaitFor(t, "a place to be freed", func() bool {
 		nc := hdDialFrom(t, "127.0.0.1", addr)
 		defer nc.Close()
 		return health(nc) == 200

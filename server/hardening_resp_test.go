@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -110,7 +111,7 @@ func TestRESPClosesHTTP(t *testing.T) {
 // for reason (a connection is counted just after it is closed).
 func hdWaitClosed(t *testing.T, m *Metrics, reason string, want float64) {
 	t.Helper()
-	rtWaitFor(t, fmt.Sprintf("%v connections closed for %s", want, reason), func() bool {
+	servertest.WaitFor(t, fmt.Sprintf("%v connections closed for %s", want, reason), func() bool {
 		return hdValue(t, m.respClosedBy.WithLabelValues(reason)) == want
 	})
 	time.Sleep(50 * time.Millisecond)
@@ -164,7 +165,7 @@ func TestRESPConnCaps(t *testing.T) {
 		}
 	}
 	a1.Close()
-	rtWaitFor(t, "the closed connection to be counted out", func() bool { return hdValue(t, m.respConns) == 3 })
+	servertest.WaitFor(t, "the closed connection to be counted out", func() bool { return hdValue(t, m.respConns) == 3 })
 	rtExpect(t, "PING after a place was freed", ping(hdDialFrom(t, "127.0.0.1", addr)), "+PONG")
 }
 
@@ -234,10 +235,10 @@ func TestRESPOutputLimit(t *testing.T) {
 			}
 		}
 	}()
-	rtWaitFor(t, "the non-reading client to be disconnected", func() bool {
+	servertest.WaitFor(t, "the non-reading client to be disconnected", func() bool {
 		return hdValue(t, m.respClosedBy.WithLabelValues(closeOutputLimit)) == 1
 	})
-	rtWaitFor(t, "its connection to be gone", func() bool {
+	servertest.WaitFor(t, "its connection to be gone", func() bool {
 		srv.mu.Lock()
 		defer srv.mu.Unlock()
 		return len(srv.conns) == 0
@@ -258,7 +259,7 @@ func TestRESPOutputLimit(t *testing.T) {
 // TestRESPHandshakeTimeout: over TLS, a client that never sends its
 // ClientHello is closed after HandshakeTimeout; a real client is served.
 func TestRESPHandshakeTimeout(t *testing.T) {
-	cert, key := makeCert(t, nil, nil, "leasehold", false)
+	cert, key := servertest.MakeCert(t, nil, nil, "leasehold", false)
 	tc := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}
 	m := NewMetrics(nil)
 	_, addr := rtServe(t, rtEngine(t), RESPOptions{TLS: tc, Metrics: m, HandshakeTimeout: 300 * time.Millisecond})

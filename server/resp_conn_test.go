@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/resp"
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // TestRESPGoRedis: a stock Redis client (go-redis, which sends CLIENT
@@ -94,7 +95,7 @@ func TestRESPShutdown(t *testing.T) {
 	c := rtDial(t, ln.Addr().String())
 	rtExpect(t, "acquire", c.do("LH.ACQUIRE", "s/x", "a", "30000"), "[")
 	c.send(string(resp.AppendCommand(nil, "LH.ACQUIRE", "s/x", "b", "30000", "WAIT", "60000")))
-	rtWaitFor(t, "the waiter to queue", func() bool { return len(b.Waiters("s/x")) == 1 })
+	servertest.WaitFor(t, "the waiter to queue", func() bool { return len(b.Waiters("s/x")) == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {

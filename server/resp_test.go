@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/resp"
+	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/memory"
 )
 
@@ -288,9 +289,9 @@ func TestRESPWaiterDroppedWithConnection(t *testing.T) {
 	g := rtFields(holder.do("LH.ACQUIRE", "w/x", "holder", "30000"))
 	waiter := rtDial(t, addr)
 	waiter.send(string(resp.AppendCommand(nil, "LH.ACQUIRE", "w/x", "waiter", "30000", "WAIT", "60000")))
-	rtWaitFor(t, "the waiter to queue", func() bool { return len(b.Waiters("w/x")) == 1 })
+	servertest.WaitFor(t, "the waiter to queue", func() bool { return len(b.Waiters("w/x")) == 1 })
 	waiter.nc.Close()
-	rtWaitFor(t, "the waiter to leave", func() bool { return len(b.Waiters("w/x")) == 0 })
+	servertest.WaitFor(t, "the waiter to leave", func() bool { return len(b.Waiters("w/x")) == 0 })
 	rtExpect(t, "release", holder.do("LH.RELEASE", "w/x", "holder", strings.TrimPrefix(g[0], ":")), "+OK")
 	rtExpect(t, "GET after release", holder.do("LH.GET", "w/x"), "$nil")
 
@@ -299,22 +300,11 @@ func TestRESPWaiterDroppedWithConnection(t *testing.T) {
 	g = rtFields(holder.do("LH.ACQUIRE", "w/x", "holder", "30000"))
 	w2 := rtDial(t, addr)
 	w2.send(string(resp.AppendCommand(resp.AppendCommand(nil, "LH.ACQUIRE", "w/x", "w2", "30000", "WAIT", "60000"), "PING")))
-	rtWaitFor(t, "the second waiter to queue", func() bool { return len(b.Waiters("w/x")) == 1 })
+	servertest.WaitFor(t, "the second waiter to queue", func() bool { return len(b.Waiters("w/x")) == 1 })
 	rtExpect(t, "release", holder.do("LH.RELEASE", "w/x", "holder", strings.TrimPrefix(g[0], ":")), "+OK")
 	rtExpect(t, "granted waiter", w2.read(), "[:")
 	rtExpect(t, "PING behind it", w2.read(), "+PONG")
 	rtExpect(t, "holder", holder.do("LH.GET", "w/x"), "[")
-}
-
-func rtWaitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // TestRESPMalformed: bad protocol input gets an error reply and the

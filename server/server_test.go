@@ -3,26 +3,20 @@ package server
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/remote"
 )
 
@@ -161,100 +155,22 @@ func canceled() context.Context {
 	return ctx
 }
 
-// pki is a throwaway CA with a server and a client certificate.
-type pki struct {
-	dir                                        string
-	caFile, certFile, keyFile, cliCert, cliKey string
-	otherCA                                    string
-}
-
-func newPKI(t *testing.T) *pki {
-	t.Helper()
-	dir := t.TempDir()
-	p := &pki{dir: dir}
-	ca, caKey := makeCert(t, nil, nil, "test CA", true)
-	p.caFile = writePEM(t, dir, "ca.pem", "CERTIFICATE", ca.Raw)
-	srv, srvKey := makeCert(t, ca, caKey, "127.0.0.1", false)
-	p.certFile = writePEM(t, dir, "server.pem", "CERTIFICATE", srv.Raw)
-	p.keyFile = writeKey(t, dir, "server.key", srvKey)
-	cli, cliKey := makeCert(t, ca, caKey, "client", false)
-	p.cliCert = writePEM(t, dir, "client.pem", "CERTIFICATE", cli.Raw)
-	p.cliKey = writeKey(t, dir, "client.key", cliKey)
-	other, _ := makeCert(t, nil, nil, "other CA", true)
-	p.otherCA = writePEM(t, dir, "other.pem", "CERTIFICATE", other.Raw)
-	return p
-}
-
-func makeCert(t *testing.T, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, cn string, isCA bool) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		BasicConstraintsValid: true,
-		IsCA:                  isCA,
-	}
-	if isCA {
-		tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature
-	} else {
-		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	}
-	if parent == nil {
-		parent, parentKey = tmpl, key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, key
-}
-
-func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func writeKey(t *testing.T, dir, name string, key *ecdsa.PrivateKey) string {
-	t.Helper()
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return writePEM(t, dir, name, "EC PRIVATE KEY", der)
-}
-
 // TestServeMutualTLS: with a client CA, only clients with a certificate it
 // signed get in, on both listeners; the remote store connects with ?ca=,
 // ?cert= and ?key=.
 func TestServeMutualTLS(t *testing.T) {
-	p := newPKI(t)
+	p := servertest.NewPKI(t)
 	eng, err := OpenEngine(EngineConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv, _ := startServe(t, eng, Config{
-		RESPAddr: "127.0.0.1:0", TLSCert: p.certFile, TLSKey: p.keyFile, ClientCA: p.caFile,
+		RESPAddr: "127.0.0.1:0", TLSCert: p.CertFile, TLSKey: p.KeyFile, ClientCA: p.CAFile,
 	})
 	base := "https://" + srv.HTTPAddr().String()
 	ctx := context.Background()
 
-	with, err := remote.OpenHTTP(fmt.Sprintf("%s?ca=%s&cert=%s&key=%s", base, p.caFile, p.cliCert, p.cliKey))
+	with, err := remote.OpenHTTP(fmt.Sprintf("%s?ca=%s&cert=%s&key=%s", base, p.CAFile, p.ClientCert, p.ClientKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +183,7 @@ func TestServeMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	without, err := remote.OpenHTTP(fmt.Sprintf("%s?ca=%s", base, p.caFile))
+	without, err := remote.OpenHTTP(fmt.Sprintf("%s?ca=%s", base, p.CAFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +191,7 @@ func TestServeMutualTLS(t *testing.T) {
 	if _, err := without.Get(ctx, "tls/a"); err == nil || errors.Is(err, leasehold.ErrNotFound) {
 		t.Errorf("a client without a certificate got an answer: %v", err)
 	}
-	wrongCA, err := remote.OpenHTTP(fmt.Sprintf("%s?ca=%s&cert=%s&key=%s", base, p.otherCA, p.cliCert, p.cliKey))
+	wrongCA, err := remote.OpenHTTP(fmt.Sprintf("%s?ca=%s&cert=%s&key=%s", base, p.OtherCA, p.ClientCert, p.ClientKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,9 +203,9 @@ func TestServeMutualTLS(t *testing.T) {
 	// RESP: TLS with the client certificate answers PING; without it the
 	// handshake fails.
 	roots := x509.NewCertPool()
-	pemCA, _ := os.ReadFile(p.caFile)
+	pemCA, _ := os.ReadFile(p.CAFile)
 	roots.AppendCertsFromPEM(pemCA)
-	cert, err := tls.LoadX509KeyPair(p.cliCert, p.cliKey)
+	cert, err := tls.LoadX509KeyPair(p.ClientCert, p.ClientKey)
 	if err != nil {
 		t.Fatal(err)
 	}
