@@ -62,20 +62,8 @@ func (w *Workflows) pessimistic(ctx context.Context, c *command) (Result, error)
 			return Result{}, fmt.Errorf("workflow %q instance %q: %w (waited %s)", w.def.Name, c.id, err, w.cfg.LockWait)
 		}
 		kind, _ := w.classify(c.id, err)
-		switch kind {
-		case conflictNone:
-			if err != nil {
-				return Result{}, err
-			}
-			return applied(c, p.applied[0], attempt), nil
-		case conflictRequest:
-			e, found, rerr := w.readRequest(ctx, c.id, c.requestID)
-			if rerr != nil {
-				return Result{}, rerr
-			}
-			if found {
-				return w.repeated(c, e, Pessimistic, attempt)
-			}
+		if res, done, err := w.outcome(ctx, c, p, kind, err, Pessimistic, attempt); done {
+			return res, err
 		}
 		w.m.conflict() // a writer that does not lock changed the record: try again
 	}

@@ -464,25 +464,12 @@ func (w *Workflows) optimistic(ctx context.Context, c *command, s Strategy, toke
 			return Result{}, err
 		}
 		_, err = w.records.Txn(ctx, t)
-		kind, request := w.classify(c.id, err)
+		kind, _ := w.classify(c.id, err)
 		if onAttempt != nil && onAttempt(kind == conflictInstance) && kind == conflictInstance {
 			return Result{}, errMoved
 		}
-		switch kind {
-		case conflictNone:
-			if err != nil {
-				return Result{}, err
-			}
-			return applied(c, p.applied[0], attempt), nil
-		case conflictRequest:
-			_ = request
-			e, found, err := w.readRequest(ctx, c.id, c.requestID)
-			if err != nil {
-				return Result{}, err
-			}
-			if found {
-				return w.repeated(c, e, s, attempt)
-			}
+		if res, done, err := w.outcome(ctx, c, p, kind, err, s, attempt); done {
+			return res, err
 		}
 		w.m.conflict()
 		errors.As(err, &last)
@@ -498,6 +485,29 @@ func (w *Workflows) optimistic(ctx context.Context, c *command, s Strategy, toke
 		}
 	}
 	return Result{}, &leasehold.RetriesExhaustedError{Key: w.instKey(c.id), Attempts: w.cfg.MaxAttempts, Last: last}
+}
+
+// outcome answers the transaction of plan p, which ended with err (of
+// kind): the transition applied, failed, or had already been applied under
+// its request id (repeated). done is false for a conflict to retry.
+func (w *Workflows) outcome(ctx context.Context, c *command, p *plan, kind conflictKind, err error, s Strategy, attempt int) (res Result, done bool, _ error) {
+	switch kind {
+	case conflictNone:
+		if err != nil {
+			return Result{}, true, err
+		}
+		return applied(c, p.applied[0], attempt), true, nil
+	case conflictRequest:
+		e, found, err := w.readRequest(ctx, c.id, c.requestID)
+		if err != nil {
+			return Result{}, true, err
+		}
+		if found {
+			res, err := w.repeated(c, e, s, attempt)
+			return res, true, err
+		}
+	}
+	return Result{}, false, nil
 }
 
 var errMoved = errors.New("workflow: instance moved to the fair queue")
