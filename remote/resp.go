@@ -3,7 +3,6 @@ package remote
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -197,27 +196,8 @@ func parseRESPURL(rawURL string) (respConfig, error) {
 	if serverName == "" {
 		serverName = u.Hostname()
 	}
-	cfg.tls = &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS12}
-	if ca != "" {
-		pem, err := os.ReadFile(ca)
-		if err != nil {
-			return bad("ca: %v", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return bad("ca %s: no PEM certificates in it", ca)
-		}
-		cfg.tls.RootCAs = pool
-	}
-	if (cert == "") != (key == "") {
-		return bad("cert and key go together")
-	}
-	if cert != "" {
-		c, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			return bad("client certificate: %v", err)
-		}
-		cfg.tls.Certificates = []tls.Certificate{c}
+	if cfg.tls, err = clientTLS(serverName, ca, cert, key); err != nil {
+		return bad("%v", err)
 	}
 	return cfg, nil
 }
