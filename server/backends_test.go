@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/storetest"
 )
@@ -132,7 +133,7 @@ func queueWaiters(t *testing.T, ctx context.Context, b Backend, name string, n i
 			rec, err := b.Acquire(ctx, req)
 			answers <- queued{i, rec, err}
 		}()
-		pxWaitUntil(t, fmt.Sprintf("%d waiters", i+1), func() bool { return len(b.Waiters(name)) == i+1 })
+		servertest.WaitFor(t, fmt.Sprintf("%d waiters", i+1), func() bool { return len(b.Waiters(name)) == i+1 })
 		if after != nil {
 			after(i)
 		}
@@ -233,7 +234,7 @@ func testWaitEnds(t *testing.T, e Backend) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	done := acquireAsync(cctx, e, req("c", time.Hour))
-	pxWaitUntil(t, "c queued", func() bool { return len(e.Waiters("w")) == 1 })
+	servertest.WaitFor(t, "c queued", func() bool { return len(e.Waiters("w")) == 1 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled wait: %v", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // stuckEngine opens a durable engine in a new directory whose group
@@ -45,7 +46,7 @@ func stuckEngine(t *testing.T) (e *Engine, stick, unstick func()) {
 // inMemory waits until cond, checked under the engine's lock, holds.
 func inMemory(t *testing.T, e *Engine, cond func() bool) {
 	t.Helper()
-	pxWaitUntil(t, "the condition under the engine's lock", func() bool {
+	servertest.WaitFor(t, "the condition under the engine's lock", func() bool {
 		e.lock()
 		defer e.unlock()
 		return cond()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // openEngine opens an engine on dir ("" keeps it in memory), closed when
@@ -68,7 +69,7 @@ func TestEngineSessions(t *testing.T) {
 // waitSnapshot waits until the engine in dir has written a snapshot.
 func waitSnapshot(t *testing.T, dir string) {
 	t.Helper()
-	pxWaitUntil(t, "a snapshot written", func() bool {
+	servertest.WaitFor(t, "a snapshot written", func() bool {
 		m, _ := filepath.Glob(filepath.Join(dir, "snap-*"))
 		return len(m) > 0
 	})

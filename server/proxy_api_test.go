@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/sqlite"
 )
@@ -72,7 +73,7 @@ func TestProxyHooksAndStats(t *testing.T) {
 	if !st.Durable || st.Waiters != 0 || st.Sessions != 0 {
 		t.Fatalf("Stats = %+v", st)
 	}
-	pxWaitUntil(t, "Held counts the live lease", func() bool { return p.Stats().Held == 1 })
+	servertest.WaitFor(t, "Held counts the live lease", func() bool { return p.Stats().Held == 1 })
 }
 
 func TestProxyClose(t *testing.T) {
@@ -90,7 +91,7 @@ func TestProxyClose(t *testing.T) {
 	w := pxReq("c/h", "w", time.Minute)
 	w.Wait = time.Hour
 	errc := acquireAsync(ctx, p, w)
-	pxWaitUntil(t, "w queued", func() bool { return len(p.Waiters("c/h")) == 1 })
+	servertest.WaitFor(t, "w queued", func() bool { return len(p.Waiters("c/h")) == 1 })
 	subCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	events := p.Subscribe(subCtx, "c/s")

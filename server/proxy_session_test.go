@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/memory"
 )
 
@@ -128,7 +129,7 @@ func TestProxyRenewAfterSessionExpiryRefused(t *testing.T) {
 	}
 	// Once the loop goes on, it ends the session and frees its leases.
 	g.gs.open()
-	pxWaitUntil(t, "the expired session's leases released", func() bool {
+	servertest.WaitFor(t, "the expired session's leases released", func() bool {
 		_, err := g.p.Get(ctx, "held")
 		return errors.Is(err, leasehold.ErrNotFound)
 	})
@@ -153,7 +154,7 @@ func TestProxyRenewSpanningSessionExpiry(t *testing.T) {
 	if err := <-res; !errors.Is(err, leasehold.ErrNotHeld) {
 		t.Fatalf("a Renew that spanned its session's expiry returned %v, want ErrNotHeld", err)
 	}
-	pxWaitUntil(t, "the lease released", func() bool { _, err := p.Get(ctx, "held"); return err != nil })
+	servertest.WaitFor(t, "the lease released", func() bool { _, err := p.Get(ctx, "held"); return err != nil })
 }
 
 // pxGatedAcquire blocks a TryAcquire of one name at its gate.
@@ -250,7 +251,7 @@ func TestProxyRenewDuringSessionCloseRefused(t *testing.T) {
 func pxStep(t *testing.T, fc *clock.Fake, p *Proxy, d time.Duration) {
 	t.Helper()
 	fc.Advance(d)
-	pxWaitUntil(t, "session loop idle", func() bool { return fc.Timers() >= 1 || p.Stats().Sessions == 0 })
+	servertest.WaitFor(t, "session loop idle", func() bool { return fc.Timers() >= 1 || p.Stats().Sessions == 0 })
 }
 
 func TestProxySessionKeepsLeases(t *testing.T) {
@@ -359,7 +360,7 @@ func TestProxyWaiterLeavesWithSession(t *testing.T) {
 	req := pxReq("job", "w", 0)
 	req.Session, req.Wait = sess.ID, time.Hour
 	errc := acquireAsync(ctx, p, req)
-	pxWaitUntil(t, "w queued", func() bool { return len(p.Waiters("job")) == 1 })
+	servertest.WaitFor(t, "w queued", func() bool { return len(p.Waiters("job")) == 1 })
 	if ws := p.Waiters("job"); ws[0].Session != sess.ID {
 		t.Fatalf("waiter's session %q", ws[0].Session)
 	}
@@ -369,7 +370,7 @@ func TestProxyWaiterLeavesWithSession(t *testing.T) {
 	if err := <-errc; !errors.Is(err, ErrNoSession) {
 		t.Fatalf("waiter after its session closed: %v", err)
 	}
-	pxWaitUntil(t, "queue empty", func() bool { return len(p.Waiters("job")) == 0 })
+	servertest.WaitFor(t, "queue empty", func() bool { return len(p.Waiters("job")) == 0 })
 }
 
 // A holder's Renew of a session lease keeps the session alive and sets the

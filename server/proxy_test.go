@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
+	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/memory"
 )
 
@@ -25,17 +26,6 @@ func pxNew(t testing.TB, store leasehold.Store, cfg ProxyConfig) *Proxy {
 	p := NewProxy(store, cfg)
 	t.Cleanup(func() { _ = p.Close() })
 	return p
-}
-
-func pxWaitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(pxTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func pxReq(name, owner string, ttl time.Duration) AcquireRequest {
@@ -104,13 +94,13 @@ func TestProxyWaitTimeout(t *testing.T) {
 	head.Wait = 10 * time.Second
 	headErr := acquireAsync(context.Background(), p, head)
 	fc.WaitForTimers(2)
-	pxWaitUntil(t, "head queued", func() bool { return len(p.Waiters("job")) == 1 })
+	servertest.WaitFor(t, "head queued", func() bool { return len(p.Waiters("job")) == 1 })
 
 	// A second waiter with a shorter Wait times out before it is head.
 	second := pxReq("job", "second", time.Minute)
 	second.Wait = 5 * time.Second
 	secondErr := acquireAsync(context.Background(), p, second)
-	pxWaitUntil(t, "second queued", func() bool { return len(p.Waiters("job")) == 2 })
+	servertest.WaitFor(t, "second queued", func() bool { return len(p.Waiters("job")) == 2 })
 	fc.WaitForTimers(3)
 
 	checkHeld := func(who string, err error) {
@@ -181,10 +171,10 @@ func TestProxyWaitCancel(t *testing.T) {
 		return cancel, errc
 	}
 	cancelA, errA := start("a")
-	pxWaitUntil(t, "a queued", func() bool { return len(p.Waiters("job")) == 1 })
+	servertest.WaitFor(t, "a queued", func() bool { return len(p.Waiters("job")) == 1 })
 	cancelB, errB := start("b")
 	defer cancelB()
-	pxWaitUntil(t, "b queued", func() bool { return len(p.Waiters("job")) == 2 })
+	servertest.WaitFor(t, "b queued", func() bool { return len(p.Waiters("job")) == 2 })
 
 	cancelA() // the head leaves; b becomes head
 	select {
