@@ -255,10 +255,10 @@ func (s *HTTPStore) Close() error {
 	return nil
 }
 
-// --- paths and bodies ---
+// --- paths (the bodies and answers are internal/httpwire's) ---
 
-// leasePath is /v1/{kind}/NAME with each segment of NAME percent-encoded:
-// the server decodes the name once.
+// namePath is /v1/{kind}/NAME[/action] with each segment of NAME
+// percent-encoded: the server decodes the name once.
 func (c *conn) namePath(kind, name string, action string) string {
 	segs := strings.Split(name, "/")
 	for i, s := range segs {
