@@ -55,13 +55,8 @@ func testSemaphore(t *testing.T, h Harness) {
 	ctx := bg(t)
 	n := name(t, "sem")
 	const permits, clients, rounds = 3, 12, 5
-	start := time.Now()
-	var mu sync.Mutex
-	var ivs []interval
-	var ops []porcupine.Operation
-	var errs []error
-	var wg sync.WaitGroup
-	for c := 0; c < clients; c++ {
+	acquire := make([]func(context.Context) (*leasehold.Lease, error), clients)
+	for c := range acquire {
 		cl, err := leasehold.New(s, leasehold.WithOwner(fmt.Sprintf("c%d", c)))
 		if err != nil {
 			t.Fatal(err)
@@ -70,40 +65,14 @@ func testSemaphore(t *testing.T, h Harness) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			for r := 0; r < rounds; r++ {
-				call := time.Since(start)
-				l, err := sem.Acquire(ctx, leasehold.TTL(30*time.Second))
-				ret := time.Since(start)
-				if err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-					return
-				}
-				time.Sleep(2 * time.Millisecond)
-				relCall := time.Since(start)
-				err = l.Release(ctx)
-				relRet := time.Since(start)
-				mu.Lock()
-				if err != nil {
-					errs = append(errs, err)
-				}
-				ivs = append(ivs, interval{who: l.Owner(), slot: l.Name(), start: ret, end: relCall})
-				for _, op := range grantOps(c, l, call, ret, relCall, relRet, err == nil) {
-					op.Input = slotInput{l.Name(), op.Input.(opInput)}
-					ops = append(ops, op)
-				}
-				mu.Unlock()
-			}
-		}(c)
+		acquire[c] = func(ctx context.Context) (*leasehold.Lease, error) {
+			return sem.Acquire(ctx, leasehold.TTL(30*time.Second))
+		}
 	}
-	wg.Wait()
-	for _, err := range errs {
-		t.Error(err)
-	}
+	ivs, ops := grantRounds(t, ctx, acquire, rounds, 2*time.Millisecond, func(l *leasehold.Lease, op porcupine.Operation) porcupine.Operation {
+		op.Input = slotInput{l.Name(), op.Input.(opInput)}
+		return op
+	})
 	if m := maxOverlap(ivs); m > permits || m == 0 {
 		t.Errorf("%d permit holders at once, want between 1 and %d", m, permits)
 	}
@@ -116,6 +85,60 @@ func testSemaphore(t *testing.T, h Harness) {
 		t.Errorf("semaphore history (%d ops): porcupine says %s", len(ops), res)
 	}
 	t.Logf("semaphore: %d grants of %d permits to %d clients; at most %d at once", len(ivs), permits, clients, maxOverlap(ivs))
+}
+
+// grantRounds runs the acquirers at once, each rounds times taking a 30s
+// lease, holding it for hold and releasing it. It returns when each held
+// one (with its name and token), and the history of the grants and
+// releases, client i's operations marked as i's and passed through wrap
+// unless it is nil. An error fails t and ends that acquirer's rounds.
+func grantRounds(t *testing.T, ctx context.Context, acquirers []func(context.Context) (*leasehold.Lease, error), rounds int,
+	hold time.Duration, wrap func(*leasehold.Lease, porcupine.Operation) porcupine.Operation) ([]interval, []porcupine.Operation) {
+	t.Helper()
+	start := time.Now()
+	var mu sync.Mutex
+	var ivs []interval
+	var ops []porcupine.Operation
+	var errs []error
+	var wg sync.WaitGroup
+	for c, acquire := range acquirers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < rounds; r++ {
+				call := time.Since(start)
+				l, err := acquire(ctx)
+				ret := time.Since(start)
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+				time.Sleep(hold)
+				relCall := time.Since(start)
+				err = l.Release(ctx)
+				relRet := time.Since(start)
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				}
+				ivs = append(ivs, interval{who: l.Owner(), term: l.Token(), slot: l.Name(), start: ret, end: relCall})
+				for _, op := range grantOps(c, l, call, ret, relCall, relRet, err == nil) {
+					if wrap != nil {
+						op = wrap(l, op)
+					}
+					ops = append(ops, op)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		t.Error(err)
+	}
+	return ivs, ops
 }
 
 // grantOps are the operations of one grant of a 30s lease l, held from
@@ -224,49 +247,16 @@ func testElection(t *testing.T, h Harness) {
 	s := h.open(t)
 	ctx := bg(t)
 	n := name(t, "elect")
-	start := time.Now()
-	var mu sync.Mutex
-	var ivs []interval
-	var ops []porcupine.Operation
-	var errs []error
-	var wg sync.WaitGroup
-	for c := 0; c < 4; c++ {
+	acquire := make([]func(context.Context) (*leasehold.Lease, error), 4)
+	for c := range acquire {
 		cl, _ := leasehold.New(s, leasehold.WithOwner(fmt.Sprintf("node-%d", c)))
 		e, err := cl.Election(n, leasehold.TTL(30*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := 0; r < 5; r++ {
-				call := time.Since(start)
-				l, err := e.Campaign(ctx)
-				if err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-					return
-				}
-				begin := time.Since(start)
-				time.Sleep(time.Millisecond)
-				end := time.Since(start)
-				err = l.Release(ctx)
-				relRet := time.Since(start)
-				mu.Lock()
-				if err != nil {
-					errs = append(errs, err)
-				}
-				ivs = append(ivs, interval{who: l.Owner(), term: l.Token(), start: begin, end: end})
-				ops = append(ops, grantOps(0, l, call, begin, end, relRet, err == nil)...)
-				mu.Unlock()
-			}
-		}()
+		acquire[c] = e.Campaign
 	}
-	wg.Wait()
-	for _, err := range errs {
-		t.Error(err)
-	}
+	ivs, ops := grantRounds(t, ctx, acquire, 5, time.Millisecond, nil)
 	sort.Slice(ivs, func(a, b int) bool { return ivs[a].start < ivs[b].start })
 	for i := 1; i < len(ivs); i++ {
 		if ivs[i].term <= ivs[i-1].term {
