@@ -170,12 +170,7 @@ func TestFIFO(t *testing.T) {
 			if err := b.Release(ctx, name, prev.Owner, prev.Token); err != nil {
 				t.Fatalf("release %s: %v", prev.Owner, err)
 			}
-			var r queued
-			select {
-			case r = <-answers:
-			case <-time.After(pxTimeout):
-				t.Fatalf("w%d not granted after %s released", i, prev.Owner)
-			}
+			r := within(t, answers, "w%d not granted after %s released", i, prev.Owner)
 			if r.err != nil || r.i != i || r.rec.Owner != fmt.Sprintf("w%d", i) {
 				t.Fatalf("after %s released: w%d got (%+v, %v), want w%d granted", prev.Owner, r.i, r.rec, r.err, i)
 			}

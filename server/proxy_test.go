@@ -57,6 +57,20 @@ func pxOwners(ws []Waiter) []string {
 	return out
 }
 
+// within returns the next value from ch, or fails the test (saying what
+// did not happen) after pxTimeout.
+func within[T any](t *testing.T, ch <-chan T, what string, args ...any) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(pxTimeout):
+		t.Fatalf(what, args...)
+	}
+	var zero T
+	return zero
+}
+
 func pxRecv(t *testing.T, ch <-chan Event) Event {
 	t.Helper()
 	select {
@@ -117,23 +131,13 @@ func TestProxyWaitTimeout(t *testing.T) {
 		}
 	}
 	fc.Advance(5 * time.Second)
-	select {
-	case err := <-secondErr:
-		checkHeld("second", err)
-	case <-time.After(pxTimeout):
-		t.Fatal("second waiter did not time out")
-	}
+	checkHeld("second", within(t, secondErr, "second waiter did not time out"))
 	if got := pxOwners(p.Waiters("job")); len(got) != 1 || got[0] != "head" {
 		t.Fatalf("waiters %v after second timed out, want [head]", got)
 	}
 
 	fc.Advance(5 * time.Second)
-	select {
-	case err := <-headErr:
-		checkHeld("head", err)
-	case <-time.After(pxTimeout):
-		t.Fatal("head waiter did not time out")
-	}
+	checkHeld("head", within(t, headErr, "head waiter did not time out"))
 	if ws := p.Waiters("job"); len(ws) != 0 {
 		t.Fatalf("waiters %v after both timed out", pxOwners(ws))
 	}
@@ -177,13 +181,8 @@ func TestProxyWaitCancel(t *testing.T) {
 	servertest.WaitFor(t, "b queued", func() bool { return len(p.Waiters("job")) == 2 })
 
 	cancelA() // the head leaves; b becomes head
-	select {
-	case err := <-errA:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("a: %v, want context.Canceled", err)
-		}
-	case <-time.After(pxTimeout):
-		t.Fatal("cancelled waiter did not return")
+	if err := within(t, errA, "cancelled waiter did not return"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a: %v, want context.Canceled", err)
 	}
 	if got := pxOwners(p.Waiters("job")); len(got) != 1 || got[0] != "b" {
 		t.Fatalf("waiters %v, want [b]", got)
@@ -274,12 +273,7 @@ func TestProxyFIFOExpiry(t *testing.T) {
 	for i := range n {
 		fc.WaitForTimers(n - i + 1)
 		fc.Advance(time.Second + time.Millisecond)
-		var r queued
-		select {
-		case r = <-answers:
-		case <-time.After(pxTimeout):
-			t.Fatalf("w%d not granted after %s's lease expired", i, prev.Owner)
-		}
+		r := within(t, answers, "w%d not granted after %s's lease expired", i, prev.Owner)
 		if r.err != nil || r.i != i || r.rec.Token <= prev.Token {
 			t.Fatalf("after %s expired: w%d got (%+v, %v), want w%d", prev.Owner, r.i, r.rec, r.err, i)
 		}
