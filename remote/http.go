@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -187,27 +186,8 @@ func OpenHTTP(rawURL string) (*HTTPStore, error) {
 		if u.Scheme != "https" {
 			return nil, bad("ca, cert, key and server_name need an https URL")
 		}
-		tc = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
-		if ca != "" {
-			pem, err := os.ReadFile(ca)
-			if err != nil {
-				return nil, bad("ca: %v", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, bad("ca %s: no PEM certificates in it", ca)
-			}
-			tc.RootCAs = pool
-		}
-		if (cert == "") != (key == "") {
-			return nil, bad("cert and key go together")
-		}
-		if cert != "" {
-			c, err := tls.LoadX509KeyPair(cert, key)
-			if err != nil {
-				return nil, bad("client certificate: %v", err)
-			}
-			tc.Certificates = []tls.Certificate{c}
+		if tc, err = clientTLS(serverName, ca, cert, key); err != nil {
+			return nil, bad("%v", err)
 		}
 	}
 	tr := &http.Transport{
