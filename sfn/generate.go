@@ -231,42 +231,34 @@ func retryThrottling() []any {
 // acquireState takes the lock with one conditional UpdateItem.
 func (c *Config) acquireState() obj {
 	ttl, skew := c.TTL.Milliseconds(), c.MaxClockSkew.Milliseconds()
-	return obj{
-		"Type":     "Task",
-		"Resource": "arn:aws:states:::dynamodb:updateItem",
-		"Arguments": obj{
-			"TableName": c.Table,
-			"Key":       c.key(),
-			// REMOVE: a previous Go holder's Data is not ours, and ExpiresAt
-			// (the store's opt-in TTL clean-up) must not delete a held item.
-			"UpdateExpression": "SET #owner = :me, RequestId = :me, Held = :true, TtlMs = :ttl, " +
-				"ExpiresAtMs = :expires, AcquiredAtMs = :now REMOVE #data, ExpiresAt ADD #token :one",
-			"ConditionExpression":      "attribute_not_exists(LockKey) OR Held = :false OR ExpiresAtMs < :stale OR #owner = :me",
-			"ExpressionAttributeNames": obj{"#owner": "Owner", "#token": "Token", "#data": "Data"},
-			"ExpressionAttributeValues": obj{
-				":me":      obj{"S": js(exprMe)},
-				":true":    obj{"BOOL": true},
-				":false":   obj{"BOOL": false},
-				":one":     obj{"N": "1"},
-				":ttl":     obj{"N": fmt.Sprint(ttl)},
-				":now":     num(exprNow),
-				":expires": num(fmt.Sprintf(`%s + %d`, exprNow, ttl)),
-				":stale":   num(fmt.Sprintf(`%s - %d`, exprNow, skew)),
-			},
-			"ReturnValues": "UPDATED_NEW",
-		},
-		"Assign": obj{
-			"lh_token":    js(`$states.result.Attributes.Token.N`),
-			"lh_expires":  js(fmt.Sprintf(`%s + %d`, exprNow, ttl)),
-			"lh_redrives": js(exprRedrives),
-			"leasehold": js(fmt.Sprintf(`{"lock": %s, "owner": %s, "token": $number($states.result.Attributes.Token.N)}`,
-				literal(c.Lock), exprMe)),
-		},
-		"Output": js(`$lh_input`),
-		"Retry":  retryThrottling(),
-		"Catch":  []any{obj{"ErrorEquals": []any{conditionFailed}, "Next": StateCanRetry}},
-		"Next":   StateCheckLease,
+	// REMOVE: a previous Go holder's Data is not ours, and ExpiresAt (the
+	// store's opt-in TTL clean-up) must not delete a held item.
+	st := c.updateTask("SET #owner = :me, RequestId = :me, Held = :true, TtlMs = :ttl, "+
+		"ExpiresAtMs = :expires, AcquiredAtMs = :now REMOVE #data, ExpiresAt ADD #token :one",
+		"attribute_not_exists(LockKey) OR Held = :false OR ExpiresAtMs < :stale OR #owner = :me",
+		obj{"#owner": "Owner", "#token": "Token", "#data": "Data"},
+		obj{
+			":me":      obj{"S": js(exprMe)},
+			":true":    obj{"BOOL": true},
+			":false":   obj{"BOOL": false},
+			":one":     obj{"N": "1"},
+			":ttl":     obj{"N": fmt.Sprint(ttl)},
+			":now":     num(exprNow),
+			":expires": num(fmt.Sprintf(`%s + %d`, exprNow, ttl)),
+			":stale":   num(fmt.Sprintf(`%s - %d`, exprNow, skew)),
+		})
+	st["Arguments"].(obj)["ReturnValues"] = "UPDATED_NEW"
+	st["Assign"] = obj{
+		"lh_token":    js(`$states.result.Attributes.Token.N`),
+		"lh_expires":  js(fmt.Sprintf(`%s + %d`, exprNow, ttl)),
+		"lh_redrives": js(exprRedrives),
+		"leasehold": js(fmt.Sprintf(`{"lock": %s, "owner": %s, "token": $number($states.result.Attributes.Token.N)}`,
+			literal(c.Lock), exprMe)),
 	}
+	st["Output"] = js(`$lh_input`)
+	st["Catch"] = []any{obj{"ErrorEquals": []any{conditionFailed}, "Next": StateCanRetry}}
+	st["Next"] = StateCheckLease
+	return st
 }
 
 // waitState waits between d/2 and d seconds, d = min(MaxDelay, 2^attempt)
@@ -282,25 +274,31 @@ func (c *Config) waitState(p Plan) obj {
 	}
 }
 
-// releaseTask is a Task state that frees the lock (not held, no expiry)
-// if cond holds; values gives cond's values (:false and :zero are added).
-// Throttling is retried.
-func (c *Config) releaseTask(cond string, names, values obj) obj {
-	values[":false"] = obj{"BOOL": false}
-	values[":zero"] = obj{"N": "0"}
+
+// updateTask is a Task state with one UpdateItem of the lock's item:
+// update if cond holds. Throttling is retried.
+func (c *Config) updateTask(update, cond string, names, values obj) obj {
 	return obj{
 		"Type":     "Task",
 		"Resource": "arn:aws:states:::dynamodb:updateItem",
 		"Arguments": obj{
 			"TableName":                 c.Table,
 			"Key":                       c.key(),
-			"UpdateExpression":          "SET Held = :false, ExpiresAtMs = :zero",
+			"UpdateExpression":          update,
 			"ConditionExpression":       cond,
 			"ExpressionAttributeNames":  names,
 			"ExpressionAttributeValues": values,
 		},
 		"Retry": retryThrottling(),
 	}
+}
+
+// releaseTask is an updateTask that frees the lock (not held, no expiry)
+// if cond holds; values gives cond's values (:false and :zero are added).
+func (c *Config) releaseTask(cond string, names, values obj) obj {
+	values[":false"] = obj{"BOOL": false}
+	values[":zero"] = obj{"N": "0"}
+	return c.updateTask("SET Held = :false, ExpiresAtMs = :zero", cond, names, values)
 }
 
 // releaseState frees the lock if this execution still holds the grant it
