@@ -11,11 +11,7 @@ import (
 // URL parameters); "leasehold store init" creates the table.
 func init() {
 	Register("dynamodb", func(ctx context.Context, rawURL string) (leasehold.Store, error) {
-		s, err := dynamodb.Open(ctx, rawURL)
-		if err != nil {
-			return nil, err // not a typed nil in the interface
-		}
-		return s, nil
+		return asStore(dynamodb.Open(ctx, rawURL))
 	})
 	RegisterInit("dynamodb", dynamodb.Init)
 }

@@ -11,11 +11,7 @@ import (
 // parameters).
 func init() {
 	open := func(ctx context.Context, rawURL string) (leasehold.Store, error) {
-		s, err := etcd.Open(ctx, rawURL)
-		if err != nil {
-			return nil, err // not a typed nil in the interface
-		}
-		return s, nil
+		return asStore(etcd.Open(ctx, rawURL))
 	}
 	Register("etcd", open)
 	Register("etcds", open)

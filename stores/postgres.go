@@ -11,11 +11,7 @@ import (
 // postgres for the URL parameters).
 func init() {
 	open := func(ctx context.Context, rawURL string) (leasehold.Store, error) {
-		s, err := postgres.Open(ctx, rawURL)
-		if err != nil {
-			return nil, err // not a typed nil in the interface
-		}
-		return s, nil
+		return asStore(postgres.Open(ctx, rawURL))
 	}
 	for _, scheme := range []string{"postgres", "postgresql"} {
 		Register(scheme, open)

@@ -11,11 +11,7 @@ import (
 // URL parameters).
 func init() {
 	open := func(ctx context.Context, rawURL string) (leasehold.Store, error) {
-		s, err := redis.Open(ctx, rawURL)
-		if err != nil {
-			return nil, err // not a typed nil in the interface
-		}
-		return s, nil
+		return asStore(redis.Open(ctx, rawURL))
 	}
 	Register("redis", open)
 	Register("rediss", open)

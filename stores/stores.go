@@ -32,6 +32,15 @@ const EnvStore = "LEASEHOLD_STORE"
 // engine's own parser.
 type Opener func(ctx context.Context, rawURL string) (leasehold.Store, error)
 
+// asStore gives a store package's Open result as a Store: nil, not a
+// typed nil in the interface, when err is set.
+func asStore[S leasehold.Store](s S, err error) (leasehold.Store, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 var openers = map[string]Opener{
 	"sqlite": openSQLite,
 	"memory": openMemory,
@@ -131,7 +140,7 @@ func openSQLite(_ context.Context, rawURL string) (leasehold.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sqlite.Open(p)
+	return asStore(sqlite.Open(p))
 }
 
 // sqlitePath returns the file a sqlite: URL names. Two forms are accepted,

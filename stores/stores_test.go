@@ -59,6 +59,16 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 	}
 }
 
+// TestFailedOpenIsNil: a store that fails to open is a nil Store, not a
+// nil *sqlite.Store in the interface (which a caller's "if s != nil
+// { s.Close() }" would call). A directory is no database file.
+func TestFailedOpenIsNil(t *testing.T) {
+	s, err := stores.Open(context.Background(), "sqlite://"+t.TempDir())
+	if err == nil || s != nil {
+		t.Errorf("Open of a directory = %#v, %v; want nil and an error", s, err)
+	}
+}
+
 // TestMultiHostURLReachesTheEngine: a URL that net/url rejects (PostgreSQL
 // multi-host) is passed to the engine's own parser, not refused here.
 func TestMultiHostURLReachesTheEngine(t *testing.T) {
