@@ -135,10 +135,7 @@ func (s *Store) refresh(ctx context.Context, req leasehold.AcquireRequest, r row
 // token, Held and ExpiresAtMs >= now by this store's clock, so a holder
 // renewing after its own expiry is refused even if nobody took over.
 func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := storekit.ValidateHolder(name, owner, token); err != nil {
-		return err
-	}
-	if err := storekit.ValidateTTL(ttl); err != nil {
+	if err := storekit.ValidateRenew(name, owner, token, ttl); err != nil {
 		return err
 	}
 	if err := s.check(ctx); err != nil {

@@ -250,10 +250,7 @@ func versionOut(key string, attrs map[string]types.AttributeValue) (uint64, erro
 // version found (and writes again if the read shows the condition holding
 // by then: the item changed in between).
 func (s *Store) PutRecord(ctx context.Context, key string, value []byte, expect uint64) (uint64, error) {
-	if err := storekit.ValidateKey(key); err != nil {
-		return 0, err
-	}
-	if err := storekit.ValidateValue(value); err != nil {
+	if err := storekit.ValidatePut(key, value); err != nil {
 		return 0, err
 	}
 	if err := s.check(ctx); err != nil {

@@ -173,10 +173,7 @@ func refreshFailed(ctx context.Context, token uint64, err error) error {
 // else's grant. A renewal with a different TTL also rewrites the record,
 // moving it to an etcd lease of the new length if that differs.
 func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := storekit.ValidateHolder(name, owner, token); err != nil {
-		return err
-	}
-	if err := storekit.ValidateTTL(ttl); err != nil {
+	if err := storekit.ValidateRenew(name, owner, token, ttl); err != nil {
 		return err
 	}
 	if err := s.begin(ctx); err != nil {

@@ -76,10 +76,7 @@ func cmpVersion(rk string, v uint64) clientv3.Cmp {
 
 // PutRecord implements leasehold.RecordStore with one etcd Txn.
 func (s *Store) PutRecord(ctx context.Context, key string, value []byte, expect uint64) (uint64, error) {
-	if err := storekit.ValidateKey(key); err != nil {
-		return 0, err
-	}
-	if err := storekit.ValidateValue(value); err != nil {
+	if err := storekit.ValidatePut(key, value); err != nil {
 		return 0, err
 	}
 	if err := s.begin(ctx); err != nil {

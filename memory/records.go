@@ -68,10 +68,7 @@ func (s *Store) GetRecord(ctx context.Context, key string) (leasehold.Versioned,
 
 // PutRecord implements leasehold.RecordStore.
 func (s *Store) PutRecord(ctx context.Context, key string, value []byte, expect uint64) (uint64, error) {
-	if err := storekit.ValidateKey(key); err != nil {
-		return 0, err
-	}
-	if err := storekit.ValidateValue(value); err != nil {
+	if err := storekit.ValidatePut(key, value); err != nil {
 		return 0, err
 	}
 	value = cloneValue(value)

@@ -156,10 +156,7 @@ func (s *Store) confirm(ctx context.Context, req leasehold.AcquireRequest, token
 
 // Renew implements leasehold.Store.
 func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := storekit.ValidateHolder(name, owner, token); err != nil {
-		return err
-	}
-	if err := storekit.ValidateTTL(ttl); err != nil {
+	if err := storekit.ValidateRenew(name, owner, token, ttl); err != nil {
 		return err
 	}
 	if err := s.usable(ctx); err != nil {

@@ -88,10 +88,7 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 
 // Renew implements leasehold.Store.
 func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := storekit.ValidateHolder(name, owner, token); err != nil {
-		return err
-	}
-	if err := storekit.ValidateTTL(ttl); err != nil {
+	if err := storekit.ValidateRenew(name, owner, token, ttl); err != nil {
 		return err
 	}
 	return s.exec1(ctx, renewSQL, s.now(), int64(ttl), name, owner, int64(token), s.bootID)

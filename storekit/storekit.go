@@ -8,10 +8,7 @@
 // leasehold.ErrInvalid) holds and the Field names the argument:
 //
 //	func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-//		if err := storekit.ValidateHolder(name, owner, token); err != nil {
-//			return err
-//		}
-//		if err := storekit.ValidateTTL(ttl); err != nil {
+//		if err := storekit.ValidateRenew(name, owner, token, ttl); err != nil {
 //			return err
 //		}
 //		...
@@ -31,11 +28,15 @@ import (
 	"github.com/leasehold/leasehold/internal/check"
 )
 
-func invalid(p *check.Problem) error {
-	if p == nil {
-		return nil
+// invalid is the first of the problems as an *leasehold.InvalidError, or
+// nil if there is none.
+func invalid(ps ...*check.Problem) error {
+	for _, p := range ps {
+		if p != nil {
+			return &leasehold.InvalidError{Field: p.Field, Reason: p.Reason}
+		}
 	}
-	return &leasehold.InvalidError{Field: p.Field, Reason: p.Reason}
+	return nil
 }
 
 // ValidateName checks a lease name: 1 to leasehold.MaxNameLen bytes of
@@ -74,12 +75,23 @@ func ValidateHolder(name, owner string, token uint64) error {
 	return invalid(check.Holder(name, owner, token))
 }
 
+// ValidateRenew checks the arguments of Renew: those of ValidateHolder,
+// then the TTL.
+func ValidateRenew(name, owner string, token uint64, ttl time.Duration) error {
+	return invalid(check.Holder(name, owner, token), check.TTL(ttl))
+}
+
 // ValidateKey checks a record key with the rules of lease names.
 func ValidateKey(key string) error { return invalid(check.Key(key)) }
 
 // ValidateValue checks that a record value is at most
 // leasehold.MaxValueLen bytes.
 func ValidateValue(v []byte) error { return invalid(check.Value(v)) }
+
+// ValidatePut checks the arguments of PutRecord: the key, then the value.
+func ValidatePut(key string, value []byte) error {
+	return invalid(check.Key(key), check.Value(value))
+}
 
 // ParseCounter parses the value of the counter record at key, a decimal
 // int64 ("42"), or returns an *leasehold.InvalidError if it is not one.

@@ -40,6 +40,12 @@ func TestValidators(t *testing.T) {
 		{"holder token", storekit.ValidateHolder("n", "o", 0), "token"},
 		{"key empty", storekit.ValidateKey(""), "key"},
 		{"value big", storekit.ValidateValue(make([]byte, leasehold.MaxValueLen+1)), "value"},
+		{"renew ok", storekit.ValidateRenew("n", "o", 1, time.Minute), ""},
+		{"renew token first", storekit.ValidateRenew("n", "o", 0, 0), "token"},
+		{"renew ttl", storekit.ValidateRenew("n", "o", 1, 0), "ttl"},
+		{"put ok", storekit.ValidatePut("k", nil), ""},
+		{"put key first", storekit.ValidatePut("", make([]byte, leasehold.MaxValueLen+1)), "key"},
+		{"put value", storekit.ValidatePut("k", make([]byte, leasehold.MaxValueLen+1)), "value"},
 	}
 	for _, c := range cases {
 		if c.field == "" {
