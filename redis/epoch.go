@@ -72,28 +72,30 @@ func (d dialCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) gored
 	return next
 }
 
+// cached returns the cached epoch if it was checked after the last dial,
+// and the dial count it compared.
+func (c *epochCache) cached() (e epoch, dials uint64, ok bool) {
+	dials = c.dials.Load()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.valid && c.checkedAt == dials {
+		return c.cur, dials, true
+	}
+	return epoch{}, dials, false
+}
+
 // epoch returns the cached epoch, checking the server first if no check
 // has been made since the last dial.
 func (s *Store) epoch(ctx context.Context) (epoch, error) {
-	d := s.ep.dials.Load()
-	s.ep.mu.Lock()
-	if s.ep.valid && s.ep.checkedAt == d {
-		e := s.ep.cur
-		s.ep.mu.Unlock()
+	if e, _, ok := s.ep.cached(); ok {
 		return e, nil
 	}
-	s.ep.mu.Unlock()
-
 	s.ep.checkMu.Lock()
 	defer s.ep.checkMu.Unlock()
-	d = s.ep.dials.Load()
-	s.ep.mu.Lock()
-	if s.ep.valid && s.ep.checkedAt == d {
-		e := s.ep.cur
-		s.ep.mu.Unlock()
+	e, d, ok := s.ep.cached() // checked while this call waited?
+	if ok {
 		return e, nil
 	}
-	s.ep.mu.Unlock()
 	e, sv, err := s.check(ctx)
 	if err != nil {
 		return epoch{}, s.translate(ctx, "restart check", err)
