@@ -89,7 +89,6 @@ func RunRecords(t *testing.T, h RecordsHarness) {
 	}
 }
 
-// rprefix is a key prefix of the test's own.
 // start opens the store for a test, with the test's context and a key
 // prefix of its own.
 func (h RecordsHarness) start(t *testing.T) (leasehold.RecordStore, context.Context, string) {
@@ -97,6 +96,7 @@ func (h RecordsHarness) start(t *testing.T) (leasehold.RecordStore, context.Cont
 	return h.open(t), bg(t), rprefix(t)
 }
 
+// rprefix is a key prefix of the test's own.
 func rprefix(t *testing.T) string {
 	return fmt.Sprintf("rec/%s/%d/", t.Name(), time.Now().UnixNano())
 }
