@@ -217,7 +217,9 @@ func TestWaitEnds(t *testing.T) {
 func testWaitEnds(t *testing.T, e Backend) {
 	ctx := context.Background()
 	req := func(owner string, wait time.Duration) AcquireRequest {
-		return AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: "w", Owner: owner, TTL: time.Minute}, Wait: wait}
+		r := pxReq("w", owner, time.Minute)
+		r.Wait = wait
+		return r
 	}
 	if _, err := e.Acquire(ctx, req("a", 0)); err != nil {
 		t.Fatal(err)

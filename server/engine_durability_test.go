@@ -90,7 +90,7 @@ func reads(e *Engine, name string) <-chan read {
 func TestReadsReportOnlyDurableState(t *testing.T) {
 	e, stick, unstick := stuckEngine(t)
 	ctx := context.Background()
-	req := AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: "d", Owner: "a", TTL: time.Hour}}
+	req := pxReq("d", "a", time.Hour)
 
 	// A grant not yet durable.
 	stick()
@@ -186,7 +186,9 @@ func TestWaiterSeesDueExpiry(t *testing.T) {
 	stopExpiryLoop(e)
 	ctx := context.Background()
 	req := func(owner string, ttl, wait time.Duration) AcquireRequest {
-		return AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: "x", Owner: owner, TTL: ttl}, Wait: wait}
+		r := pxReq("x", owner, ttl)
+		r.Wait = wait
+		return r
 	}
 	first, err := e.Acquire(ctx, req("a", time.Second, 0))
 	if err != nil {

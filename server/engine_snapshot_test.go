@@ -51,7 +51,7 @@ func TestRepeatedReleaseAfterSnapshot(t *testing.T) {
 	e := open()
 	acquire := func(name, owner string, ttl time.Duration) leasehold.Record {
 		t.Helper()
-		rec, err := e.Acquire(ctx, AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: name, Owner: owner, TTL: ttl}})
+		rec, err := e.Acquire(ctx, pxReq(name, owner, ttl))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +139,7 @@ func TestTombstoneBounds(t *testing.T) {
 			free := func(names ...string) {
 				t.Helper()
 				for _, name := range names {
-					rec, err := e.Acquire(ctx, AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: name, Owner: "a", TTL: time.Hour}})
+					rec, err := e.Acquire(ctx, pxReq(name, "a", time.Hour))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -305,7 +305,7 @@ func TestOldSnapshotLoads(t *testing.T) {
 	if err := e.Release(ctx, "old/held", "a", 2); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := e.Acquire(ctx, AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: "new", Owner: "c", TTL: time.Minute}})
+	rec, err := e.Acquire(ctx, pxReq("new", "c", time.Minute))
 	if err != nil || rec.Token != 4 {
 		t.Fatalf("first grant after the old snapshot: token %d, %v; want 4", rec.Token, err)
 	}

@@ -96,7 +96,7 @@ func TestEngineSnapshot(t *testing.T) {
 			delete(held, name)
 			continue
 		}
-		rec, err := e.Acquire(ctx, AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: name, Owner: "o", TTL: time.Hour}})
+		rec, err := e.Acquire(ctx, pxReq(name, "o", time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +123,7 @@ func TestEngineSnapshot(t *testing.T) {
 			t.Errorf("%s recovered with token %d, want %d", r.Name, r.Token, held[r.Name])
 		}
 	}
-	rec, err := e.Acquire(ctx, AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: "snap/new", Owner: "o", TTL: time.Hour}})
+	rec, err := e.Acquire(ctx, pxReq("snap/new", "o", time.Hour))
 	if err != nil || rec.Token <= last {
 		t.Fatalf("token after recovery %d (%v), want > %d", rec.Token, err, last)
 	}
@@ -146,7 +146,7 @@ func TestRefusalWaitsForDurability(t *testing.T) {
 	defer e.Close()
 	ctx := context.Background()
 	acquire := func(owner string) error {
-		_, err := e.Acquire(ctx, AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: "n", Owner: owner, TTL: time.Minute}})
+		_, err := e.Acquire(ctx, pxReq("n", owner, time.Minute))
 		return err
 	}
 
