@@ -41,6 +41,13 @@ func asStore[S leasehold.Store](s S, err error) (leasehold.Store, error) {
 	return s, nil
 }
 
+// opener is the Opener of a store package's Open.
+func opener[S leasehold.Store, O any](open func(context.Context, string, ...O) (S, error)) Opener {
+	return func(ctx context.Context, rawURL string) (leasehold.Store, error) {
+		return asStore(open(ctx, rawURL))
+	}
+}
+
 var openers = map[string]Opener{
 	"sqlite": openSQLite,
 	"memory": openMemory,
