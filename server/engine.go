@@ -211,14 +211,22 @@ func (e *Engine) unlock() {
 	e.emitMu.Unlock()
 }
 
-// lockOpen is how a call enters the engine: it returns the first failed
-// check (the caller's argument checks and ctx.Err(), in the order given),
-// else takes e.mu, or returns ErrClosed without it.
-func (e *Engine) lockOpen(checks ...error) error {
+// firstError returns the first failed check, in the order given: a call's
+// argument checks, then ctx.Err(), as the engine and the proxy check them.
+func firstError(checks ...error) error {
 	for _, err := range checks {
 		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// lockOpen is how a call enters the engine: it returns firstError(checks),
+// else takes e.mu, or returns ErrClosed without it.
+func (e *Engine) lockOpen(checks ...error) error {
+	if err := firstError(checks...); err != nil {
+		return err
 	}
 	e.lock()
 	if e.closed {

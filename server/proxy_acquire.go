@@ -25,13 +25,9 @@ type proxyWaiter struct {
 // on the name.
 func (p *Proxy) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Record, error) {
 	r := req.AcquireRequest
-	for _, err := range []error{
-		storekit.ValidateName(r.Name), storekit.ValidateOwner(r.Owner),
-		storekit.ValidateRequestID(r.RequestID), storekit.ValidateData(r.Data),
-	} {
-		if err != nil {
-			return leasehold.Record{}, err
-		}
+	if err := firstError(storekit.ValidateName(r.Name), storekit.ValidateOwner(r.Owner),
+		storekit.ValidateRequestID(r.RequestID), storekit.ValidateData(r.Data)); err != nil {
+		return leasehold.Record{}, err
 	}
 	if req.Wait < 0 {
 		return leasehold.Record{}, invalidf("wait", req.Wait.String()+" is negative")

@@ -15,8 +15,12 @@ var ErrRecordsUnsupported = errors.New("versioned records are not supported by t
 
 var _ leasehold.RecordStore = (*Proxy)(nil)
 
-// records returns the proxied store's records, or why there are none.
-func (p *Proxy) records() (leasehold.RecordStore, error) {
+// records returns the proxied store's records, or the first failed check
+// (firstError), or why there are none.
+func (p *Proxy) records(checks ...error) (leasehold.RecordStore, error) {
+	if err := firstError(checks...); err != nil {
+		return nil, err
+	}
 	if p.isClosed() {
 		return nil, leasehold.ErrClosed
 	}
@@ -38,10 +42,7 @@ func (p *Proxy) SupportsRecords() bool {
 // GetRecord implements leasehold.RecordStore by passing the call to the
 // store: records are the store's, and the proxy adds nothing to them.
 func (p *Proxy) GetRecord(ctx context.Context, key string) (leasehold.Versioned, error) {
-	if err := storekit.ValidateKey(key); err != nil {
-		return leasehold.Versioned{}, err
-	}
-	rs, err := p.records()
+	rs, err := p.records(storekit.ValidateKey(key))
 	if err != nil {
 		return leasehold.Versioned{}, err
 	}
@@ -50,13 +51,7 @@ func (p *Proxy) GetRecord(ctx context.Context, key string) (leasehold.Versioned,
 
 // PutRecord implements leasehold.RecordStore (passed to the store).
 func (p *Proxy) PutRecord(ctx context.Context, key string, value []byte, expect uint64) (uint64, error) {
-	if err := storekit.ValidateKey(key); err != nil {
-		return 0, err
-	}
-	if err := storekit.ValidateValue(value); err != nil {
-		return 0, err
-	}
-	rs, err := p.records()
+	rs, err := p.records(storekit.ValidateKey(key), storekit.ValidateValue(value))
 	if err != nil {
 		return 0, err
 	}
@@ -65,10 +60,7 @@ func (p *Proxy) PutRecord(ctx context.Context, key string, value []byte, expect 
 
 // DeleteRecord implements leasehold.RecordStore (passed to the store).
 func (p *Proxy) DeleteRecord(ctx context.Context, key string, expect uint64) error {
-	if err := storekit.ValidateKey(key); err != nil {
-		return err
-	}
-	rs, err := p.records()
+	rs, err := p.records(storekit.ValidateKey(key))
 	if err != nil {
 		return err
 	}
@@ -77,10 +69,7 @@ func (p *Proxy) DeleteRecord(ctx context.Context, key string, expect uint64) err
 
 // AddCounter implements leasehold.RecordStore (passed to the store).
 func (p *Proxy) AddCounter(ctx context.Context, key string, delta int64) (int64, uint64, error) {
-	if err := storekit.ValidateKey(key); err != nil {
-		return 0, 0, err
-	}
-	rs, err := p.records()
+	rs, err := p.records(storekit.ValidateKey(key))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -90,10 +79,7 @@ func (p *Proxy) AddCounter(ctx context.Context, key string, delta int64) (int64,
 // Txn implements leasehold.RecordStore (passed to the store, which may
 // answer leasehold.ErrTxnUnsupported).
 func (p *Proxy) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult, error) {
-	if err := txn.Validate(); err != nil {
-		return leasehold.TxnResult{}, err
-	}
-	rs, err := p.records()
+	rs, err := p.records(txn.Validate())
 	if err != nil {
 		return leasehold.TxnResult{}, err
 	}

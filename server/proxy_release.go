@@ -13,10 +13,7 @@ import (
 
 // Renew implements Backend.
 func (p *Proxy) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := storekit.ValidateHolder(name, owner, token); err != nil {
-		return err
-	}
-	if err := storekit.ValidateTTL(ttl); err != nil {
+	if err := firstError(storekit.ValidateHolder(name, owner, token), storekit.ValidateTTL(ttl)); err != nil {
 		return err
 	}
 	ns := p.ref(name)
