@@ -90,13 +90,14 @@ type pxGatedSession struct {
 
 // newPxGatedSession makes one; wrap, if set, wraps the gated store.
 func newPxGatedSession(t *testing.T, wrap func(*pxGatedRenew) leasehold.Store) *pxGatedSession {
-	fc := clock.NewFake(time.Unix(1_000_000, 0))
-	gs := newPxGatedRenew(memory.New(memory.WithClock(fc)), "slow")
-	var store leasehold.Store = gs
-	if wrap != nil {
-		store = wrap(gs)
-	}
-	p := pxNew(t, store, ProxyConfig{Clock: fc})
+	var gs *pxGatedRenew
+	fc, p := pxFake(t, func(s leasehold.Store) leasehold.Store {
+		gs = newPxGatedRenew(s, "slow")
+		if wrap != nil {
+			return wrap(gs)
+		}
+		return gs
+	})
 	t.Cleanup(gs.open) // before Close (an earlier cleanup) waits for the session loop
 	return &pxGatedSession{fc: fc, p: p, gs: gs, sess: pxOpenSession(t, p, time.Second)}
 }
@@ -139,9 +140,8 @@ func TestProxyRenewAfterSessionExpiryRefused(t *testing.T) {
 // proxy frees the lease once the renewal is back, so the renewal must be
 // refused, not confirmed.
 func TestProxyRenewSpanningSessionExpiry(t *testing.T) {
-	fc := clock.NewFake(time.Unix(1_000_000, 0))
-	gs := newPxGatedRenew(memory.New(memory.WithClock(fc)), "held")
-	p := pxNew(t, gs, ProxyConfig{Clock: fc})
+	var gs *pxGatedRenew
+	fc, p := pxFake(t, func(s leasehold.Store) leasehold.Store { gs = newPxGatedRenew(s, "held"); return gs })
 	t.Cleanup(gs.open)
 	ctx := context.Background()
 	sess := pxOpenSession(t, p, time.Second)
@@ -255,8 +255,7 @@ func pxStep(t *testing.T, fc *clock.Fake, p *Proxy, d time.Duration) {
 }
 
 func TestProxySessionKeepsLeases(t *testing.T) {
-	fc := clock.NewFake(time.Unix(1_000_000, 0))
-	p := pxNew(t, memory.New(memory.WithClock(fc)), ProxyConfig{Clock: fc})
+	fc, p := pxFake(t, nil)
 	ctx := context.Background()
 	sess := pxOpenSession(t, p, time.Second)
 	fc.WaitForTimers(1)
@@ -309,8 +308,7 @@ func TestProxySessionKeepsLeases(t *testing.T) {
 }
 
 func TestProxySessionExpires(t *testing.T) {
-	fc := clock.NewFake(time.Unix(1_000_000, 0))
-	p := pxNew(t, memory.New(memory.WithClock(fc)), ProxyConfig{Clock: fc})
+	fc, p := pxFake(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	events := p.Subscribe(ctx, "e/")
@@ -376,8 +374,7 @@ func TestProxyWaiterLeavesWithSession(t *testing.T) {
 // A holder's Renew of a session lease keeps the session alive and sets the
 // TTL the proxy renews the lease with.
 func TestProxyRenewSessionLease(t *testing.T) {
-	fc := clock.NewFake(time.Unix(1_000_000, 0))
-	p := pxNew(t, memory.New(memory.WithClock(fc)), ProxyConfig{Clock: fc})
+	fc, p := pxFake(t, nil)
 	ctx := context.Background()
 	sess := pxOpenSession(t, p, time.Second)
 	rec := pxAcquireIn(t, p, sess.ID, "r", 300*time.Millisecond)

@@ -28,6 +28,17 @@ func pxNew(t testing.TB, store leasehold.Store, cfg ProxyConfig) *Proxy {
 	return p
 }
 
+// pxFake returns a proxy on a fake clock, in front of a memory store on the
+// same clock (wrapped by wrap, if set).
+func pxFake(t *testing.T, wrap func(leasehold.Store) leasehold.Store) (*clock.Fake, *Proxy) {
+	fc := clock.NewFake(time.Unix(1_000_000, 0))
+	var store leasehold.Store = memory.New(memory.WithClock(fc))
+	if wrap != nil {
+		store = wrap(store)
+	}
+	return fc, pxNew(t, store, ProxyConfig{Clock: fc})
+}
+
 func pxReq(name, owner string, ttl time.Duration) AcquireRequest {
 	return AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: name, Owner: owner, TTL: ttl}}
 }
@@ -99,8 +110,7 @@ func pxNextOf(t *testing.T, ch <-chan Event, types ...EventType) Event {
 }
 
 func TestProxyWaitTimeout(t *testing.T) {
-	fc := clock.NewFake(time.Unix(1_000_000, 0))
-	p := pxNew(t, memory.New(memory.WithClock(fc)), ProxyConfig{Clock: fc})
+	fc, p := pxFake(t, nil)
 	holder := pxAcquire(t, p, pxReq("job", "holder", time.Minute))
 
 	// The head: a deadline timer and a timer for the holder's expiry.
@@ -260,8 +270,7 @@ func TestProxyGrantRacingCancel(t *testing.T) {
 // on expiry: the head wakes at the holder's remaining time). With the fake
 // clock the handoff is exact: the head wakes 1ms after the expiry.
 func TestProxyFIFOExpiry(t *testing.T) {
-	fc := clock.NewFake(time.Unix(1_000_000, 0))
-	p := pxNew(t, memory.New(memory.WithClock(fc)), ProxyConfig{Clock: fc})
+	fc, p := pxFake(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	events := p.Subscribe(ctx, "x")
