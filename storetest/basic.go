@@ -28,6 +28,16 @@ func req(n, owner string, ttl time.Duration) leasehold.AcquireRequest {
 	return leasehold.AcquireRequest{Name: n, Owner: owner, TTL: ttl}
 }
 
+// expectLease checks that Get finds the lease rec granted: its owner, with
+// its token.
+func expectLease(t *testing.T, s leasehold.Store, rec leasehold.Record, when string) {
+	t.Helper()
+	got, err := s.Get(bg(t), rec.Name)
+	if err != nil || got.Owner != rec.Owner || got.Token != rec.Token {
+		t.Errorf("Get %s = %+v, %v; want %s's lease, token %d", when, got, err, rec.Owner, rec.Token)
+	}
+}
+
 func mustAcquire(t *testing.T, s leasehold.Store, r leasehold.AcquireRequest) leasehold.Record {
 	t.Helper()
 	rec, err := s.TryAcquire(bg(t), r)
@@ -140,10 +150,7 @@ func testExpiryTakeover(t *testing.T, h Harness) {
 	if err := s.Release(ctx, n, "a", a.Token); !errors.Is(err, leasehold.ErrNotHeld) {
 		t.Errorf("Release by the expired holder: %v, want ErrNotHeld", err)
 	}
-	got, err := s.Get(ctx, n)
-	if err != nil || got.Owner != "b" || got.Token != b.Token {
-		t.Errorf("Get = %+v, %v; want b's lease", got, err)
-	}
+	expectLease(t, s, b, "after the takeover")
 }
 
 // testRenewExtends: renewing keeps a lease past its first TTL; a renewal
@@ -165,10 +172,7 @@ func testRenewExtends(t *testing.T, h Harness) {
 	if err := s.Renew(ctx, n, "b", a.Token, ttl); !errors.Is(err, leasehold.ErrNotHeld) {
 		t.Errorf("Renew by another owner: %v, want ErrNotHeld", err)
 	}
-	got, err := s.Get(ctx, n)
-	if err != nil || got.Owner != "a" || got.Token != a.Token {
-		t.Fatalf("Get after renewals = %+v, %v", got, err)
-	}
+	expectLease(t, s, a, "after renewals")
 	if _, err := s.TryAcquire(ctx, req(n, "b", ttl)); !errors.Is(err, leasehold.ErrHeld) {
 		t.Errorf("TryAcquire of a renewed lease: %v, want ErrHeld", err)
 	}
@@ -190,10 +194,7 @@ func testReleaseByNonOwner(t *testing.T, h Harness) {
 	if err := s.Release(ctx, name(t, "never"), "a", 1); !errors.Is(err, leasehold.ErrNotHeld) {
 		t.Errorf("Release of a never-used name: %v, want ErrNotHeld", err)
 	}
-	got, err := s.Get(ctx, n)
-	if err != nil || got.Owner != "a" || got.Token != a.Token {
-		t.Errorf("Get after refused releases = %+v, %v; want a's lease unchanged", got, err)
-	}
+	expectLease(t, s, a, "after refused releases")
 }
 
 func testReleaseIdempotent(t *testing.T, h Harness) {
@@ -302,9 +303,7 @@ func testReopen(t *testing.T, h Harness) {
 	if rec.Token <= last {
 		t.Errorf("token after reopen %d, want > %d", rec.Token, last)
 	}
-	if got, err := s.Get(ctx, held); err != nil || got.Owner != "holder" || got.Token != h1.Token {
-		t.Errorf("held lease after reopen = %+v, %v; want it kept", got, err)
-	}
+	expectLease(t, s, h1, "after reopen")
 	if err := s.Renew(ctx, held, "holder", h1.Token, time.Minute); err != nil {
 		t.Errorf("holder's renewal after reopen: %v", err)
 	}
