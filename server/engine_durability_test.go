@@ -164,6 +164,49 @@ func TestReadsReportOnlyDurableState(t *testing.T) {
 	}
 }
 
+// TestRefusalWaitsForDurability: a refusal reports the state of the name,
+// so it is answered only once that state is durable. Otherwise a crash
+// between the answer and the group commit would leave the history with a
+// "held by a" (or "not held") that the recovered state contradicts: R3 saw
+// a "held by" naming a grant that the restarted server did not have.
+func TestRefusalWaitsForDurability(t *testing.T) {
+	e, stick, unstick := stuckEngine(t)
+	ctx := context.Background()
+	acquire := func(owner string) error {
+		_, err := e.Acquire(ctx, pxReq("n", owner, time.Minute))
+		return err
+	}
+
+	stick() // from here no group commit completes
+	type answer struct {
+		name string
+		err  error
+	}
+	answers := make(chan answer, 4)
+	go func() { answers <- answer{"acquire a", acquire("a")} }()
+	// Until a's grant is in memory (not durable: the log is stuck).
+	inMemory(t, e, func() bool { ent := e.leases["n"]; return ent != nil && ent.held && ent.owner == "a" })
+	go func() { answers <- answer{"acquire b", acquire("b")} }()
+	go func() { answers <- answer{"renew b", e.Renew(ctx, "n", "b", 1, time.Minute)} }()
+	go func() { answers <- answer{"release b", e.Release(ctx, "n", "b", 1)} }()
+	select {
+	case a := <-answers:
+		t.Fatalf("%s answered (%v) before the state it reports was durable", a.name, a.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	unstick()
+	got := map[string]error{}
+	for len(got) < 4 {
+		a := <-answers
+		got[a.name] = a.err
+	}
+	var he *leasehold.HeldError
+	if got["acquire a"] != nil || !errors.As(got["acquire b"], &he) || he.Owner != "a" ||
+		!errors.Is(got["renew b"], leasehold.ErrNotHeld) || !errors.Is(got["release b"], leasehold.ErrNotHeld) {
+		t.Fatalf("answers after the commit: %v", got)
+	}
+}
+
 // stopExpiryLoop stops e's expiry loop, as if it were late: expiries are
 // then applied only by the calls that meet them. Close still works.
 func stopExpiryLoop(e *Engine) {

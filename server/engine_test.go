@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -126,67 +125,6 @@ func TestEngineSnapshot(t *testing.T) {
 	rec, err := e.Acquire(ctx, pxReq("snap/new", "o", time.Hour))
 	if err != nil || rec.Token <= last {
 		t.Fatalf("token after recovery %d (%v), want > %d", rec.Token, err, last)
-	}
-}
-
-// TestRefusalWaitsForDurability: a refusal reports the state of the name,
-// so it is answered only once that state is durable. Otherwise a crash
-// between the answer and the group commit would leave the history with a
-// "held by a" (or "not held") that the recovered state contradicts: R3 saw
-// a "held by" naming a grant that the restarted server did not have.
-func TestRefusalWaitsForDurability(t *testing.T) {
-	var stuck sync.Mutex // held while group commits are to wait
-	e, err := OpenEngine(EngineConfig{Dir: t.TempDir(), Hooks: Hooks{Sync: func(time.Duration, int) {
-		stuck.Lock()
-		stuck.Unlock()
-	}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	ctx := context.Background()
-	acquire := func(owner string) error {
-		_, err := e.Acquire(ctx, pxReq("n", owner, time.Minute))
-		return err
-	}
-
-	stuck.Lock() // from here no group commit completes
-	unstick := sync.OnceFunc(stuck.Unlock)
-	defer unstick() // before Close, which waits for the log
-	type answer struct {
-		name string
-		err  error
-	}
-	answers := make(chan answer, 4)
-	go func() { answers <- answer{"acquire a", acquire("a")} }()
-	for { // until a's grant is in memory (not durable: the log is stuck)
-		e.lock()
-		ent := e.leases["n"]
-		inMemory := ent != nil && ent.held && ent.owner == "a"
-		e.unlock()
-		if inMemory {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	go func() { answers <- answer{"acquire b", acquire("b")} }()
-	go func() { answers <- answer{"renew b", e.Renew(ctx, "n", "b", 1, time.Minute)} }()
-	go func() { answers <- answer{"release b", e.Release(ctx, "n", "b", 1)} }()
-	select {
-	case a := <-answers:
-		t.Fatalf("%s answered (%v) before the state it reports was durable", a.name, a.err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	unstick()
-	got := map[string]error{}
-	for len(got) < 4 {
-		a := <-answers
-		got[a.name] = a.err
-	}
-	var he *leasehold.HeldError
-	if got["acquire a"] != nil || !errors.As(got["acquire b"], &he) || he.Owner != "a" ||
-		!errors.Is(got["renew b"], leasehold.ErrNotHeld) || !errors.Is(got["release b"], leasehold.ErrNotHeld) {
-		t.Fatalf("answers after the commit: %v", got)
 	}
 }
 
