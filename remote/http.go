@@ -23,6 +23,7 @@ import (
 	"github.com/leasehold/leasehold/internal/backoff"
 	"github.com/leasehold/leasehold/internal/httpwire"
 	"github.com/leasehold/leasehold/internal/randid"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // EnvAuthToken is the environment variable OpenHTTP reads the bearer token
@@ -510,10 +511,10 @@ func (s *HTTPStore) reclaim(req leasehold.AcquireRequest) {
 // proofs refuses a renew without the right one with an error matching
 // ErrBadProof and leasehold.ErrNotHeld.
 func (s *HTTPStore) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
-	if err := leasehold.ValidateTTL(ttl); err != nil {
+	if err := storekit.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	_, err := s.do(ctx, call{
@@ -528,7 +529,7 @@ func (s *HTTPStore) Renew(ctx context.Context, name, owner string, token uint64,
 // Release implements leasehold.Store. Like Renew, it sends the grant's
 // secret if this store has it.
 func (s *HTTPStore) Release(ctx context.Context, name, owner string, token uint64) error {
-	if err := leasehold.ValidateHolder(name, owner, token); err != nil {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
 	}
 	_, err := s.do(ctx, call{
@@ -561,7 +562,7 @@ func (s *HTTPStore) SetHolderSecret(name, owner string, token uint64, secret str
 // ForceRelease frees a lease whoever holds it (it needs admin access) and
 // returns the grant it ended, or leasehold.ErrNotFound.
 func (s *HTTPStore) ForceRelease(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
 	var lj httpwire.Lease
@@ -573,7 +574,7 @@ func (s *HTTPStore) ForceRelease(ctx context.Context, name string) (leasehold.Re
 
 // Get implements leasehold.Store.
 func (s *HTTPStore) Get(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
 	var lj httpwire.Lease
@@ -589,7 +590,7 @@ func (s *HTTPStore) Get(ctx context.Context, name string) (leasehold.Record, err
 // before, until there are no more. A lease held throughout is listed once;
 // one granted or freed meanwhile may or may not be.
 func (s *HTTPStore) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
-	if err := leasehold.ValidatePrefix(prefix); err != nil {
+	if err := storekit.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
 	var recs []leasehold.Record
@@ -639,7 +640,7 @@ func (s *HTTPStore) Ready(ctx context.Context) error {
 // subscribed, so every later release is signalled. When the stream breaks
 // it reconnects, and signals once (a release may have been missed).
 func (s *HTTPStore) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
-	if err := leasehold.ValidateName(name); err != nil {
+	if err := storekit.ValidateName(name); err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(ctx)
