@@ -13,6 +13,8 @@ import (
 	"sync"
 
 	"golang.org/x/time/rate"
+
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // Access is a permission level on a name prefix. Each level includes the
@@ -233,4 +235,43 @@ func (l *Limits) Allow(id *Identity) bool {
 	}
 	l.mu.Unlock()
 	return lim.Allow()
+}
+
+// scopedRequestIDPrefix starts every request id scopedRequestID makes.
+const scopedRequestIDPrefix = "id-scoped:"
+
+// scopedRequestID is the request id an acquire over the network hands the
+// backend. With auth off (id nil), or without a request id, it is the
+// client's. With auth on it is scoped to the authenticated identity:
+// "id-scoped:" and the hex SHA-256 of the identity's name (length first)
+// and the client's id (74 bytes, within leasehold.MaxRequestIDLen). A backend recognises a
+// retried acquire by owner and request id, and answers it with the grant
+// (and, through the API, its secret); owners are public and request ids
+// often predictable, so unscoped, another identity could replay them and
+// take the grant over. Scoped, the same identity's retries still match and
+// another identity's never do (its acquire is refused as held). With auth
+// off nothing is scoped: any caller may force-release anyway.
+func scopedRequestID(id *Identity, reqID string) string {
+	if id == nil || reqID == "" {
+		return reqID
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s", len(id.Name), id.Name) // length first: no two pairs hash alike
+	h.Write([]byte(reqID))
+	return scopedRequestIDPrefix + hex.EncodeToString(h.Sum(nil))
+}
+
+// checkAcquire is what both APIs do to an acquire's request before the
+// backend sees it: it refuses an owner holding characters no reader could
+// see (CheckVisible; owners are shown like names) and an invalid request
+// id, then scopes the request id to the caller (scopedRequestID).
+func checkAcquire(id *Identity, req *AcquireRequest) error {
+	if err := CheckVisible("owner", req.Owner); err != nil {
+		return err
+	}
+	if err := storekit.ValidateRequestID(req.RequestID); err != nil {
+		return err
+	}
+	req.RequestID = scopedRequestID(id, req.RequestID)
+	return nil
 }

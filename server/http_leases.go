@@ -37,6 +37,10 @@ func (h *httpAPI) acquireRequest(q *httpReq, a *httpwire.AcquireBody, name strin
 		Session: a.Session,
 		Wait:    wait,
 	}
+	if err := checkAcquire(q.id, &req); err != nil {
+		h.fail(q, err)
+		return AcquireRequest{}, nil, nil, false
+	}
 	if !h.ownsSession(q, req.Session) {
 		return AcquireRequest{}, nil, nil, false
 	}

@@ -69,6 +69,9 @@ func (c *respConn) acquire(a *respArgs) {
 	if err == nil {
 		err = req.AcquireRequest.Validate()
 	}
+	if err == nil {
+		err = checkAcquire(c.ident, &req)
+	}
 	if err != nil {
 		c.replyErr(err)
 		return
