@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/httpwire"
+	"github.com/leasehold/leasehold/storekit"
 	"github.com/leasehold/leasehold/workflow"
 )
 
@@ -270,7 +271,7 @@ func (h *httpAPI) serveRoute(q *httpReq, row *httpRoute, raw map[string]string) 
 	}
 	switch row.scope {
 	case httpOnPrefix, httpOnEvents:
-		if !h.queryArgs(q, row.scope, a) {
+		if !h.queryArgs(q, row, a) {
 			return
 		}
 	}
@@ -318,8 +319,14 @@ func (h *httpAPI) pathArgs(q *httpReq, row *httpRoute, raw map[string]string, a 
 		switch p {
 		case "name":
 			err = httpCheckName(v)
+			if row.existing {
+				err = storekit.ValidateName(v)
+			}
 		case "key":
 			err = httpCheckKey(v)
+			if row.existing {
+				err = storekit.ValidateKey(v)
+			}
 		case "id":
 			if v == "" || !utf8.ValidString(v) || len(v) > 256 {
 				err = &leasehold.InvalidError{Field: "session", Reason: "malformed session id"}
@@ -352,7 +359,12 @@ func (h *httpAPI) pathArgs(q *httpReq, row *httpRoute, raw map[string]string, a 
 
 // queryArgs reads and checks ?prefix= (and, for events, ?name=, exclusive
 // with it). On failure it has answered.
-func (h *httpAPI) queryArgs(q *httpReq, scope httpScope, a *httpArgs) bool {
+func (h *httpAPI) queryArgs(q *httpReq, row *httpRoute, a *httpArgs) bool {
+	checkName, checkPrefix := httpCheckName, httpCheckPrefix
+	if row.existing {
+		checkName, checkPrefix = storekit.ValidateName, storekit.ValidatePrefix
+	}
+	scope := row.scope
 	v := q.r.URL.Query()
 	a.prefix = v.Get("prefix")
 	if scope == httpOnEvents && v.Has("name") {
@@ -361,13 +373,13 @@ func (h *httpAPI) queryArgs(q *httpReq, scope httpScope, a *httpArgs) bool {
 			return false
 		}
 		a.name, a.prefix, a.exact = v.Get("name"), "", true
-		if err := httpCheckName(a.name); err != nil {
+		if err := checkName(a.name); err != nil {
 			h.fail(q, err)
 			return false
 		}
 		return true
 	}
-	if err := httpCheckPrefix(a.prefix); err != nil {
+	if err := checkPrefix(a.prefix); err != nil {
 		h.fail(q, err)
 		return false
 	}

@@ -86,7 +86,9 @@ func TestHTTPListPages(t *testing.T) {
 			t.Errorf("%s: %d %s", bad, r.status, r.body)
 		}
 	}
-	ts.want(ts.do("GET", "/v1/leases?after=a%00", "", ""), 400, "invalid")
+	// after is only compared (it may be a name stored before today's
+	// rules): any text is accepted.
+	ts.want(ts.do("GET", "/v1/leases?after=a%00", "", ""), 200, "")
 }
 
 // TestHTTPListDefaultLimit: without limit a page has at most 10,000

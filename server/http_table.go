@@ -46,6 +46,13 @@ type httpRoute struct {
 	on func(h *httpAPI, a *httpArgs) string
 	// dash rows are served only with a dashboard (HandlerOptions.Dashboard).
 	dash bool
+	// existing rows work on names that exist (read, renew, release,
+	// delete, list): their {name}, {key}, ?prefix= and ?name= are checked
+	// with the store's rule (storekit.ValidateName, ValidateKey,
+	// ValidatePrefix) only, so that a name stored before the server's
+	// stricter rule (CheckName), or behind it, can still be read and
+	// freed. Rows that may create a name check it with CheckName.
+	existing bool
 	// value: the body is a record's value, limited to
 	// min(MaxBodyBytes, leasehold.MaxValueLen) bytes; otherwise bodies are
 	// JSON limited to MaxBodyBytes.
@@ -108,22 +115,22 @@ var httpRoutes = httpTable([]*httpRoute{
 	{methods: httpRead, pattern: "/v1/stats", op: "stats", access: AccessRead, scope: httpOnAll, handle: (*httpAPI).stats},
 
 	// Leases.
-	{methods: httpRead, pattern: "/v1/leases", op: "lease.list", access: AccessRead, scope: httpOnPrefix, handle: (*httpAPI).list},
+	{methods: httpRead, pattern: "/v1/leases", op: "lease.list", existing: true, access: AccessRead, scope: httpOnPrefix, handle: (*httpAPI).list},
 	{methods: httpPost, pattern: "/v1/leases/{name}/acquire", op: "lease.acquire", access: AccessWrite, scope: httpOnName, handle: httpByName((*httpAPI).acquire)},
-	{methods: httpPost, pattern: "/v1/leases/{name}/renew", op: "lease.renew", access: AccessWrite, scope: httpOnName, handle: httpByName((*httpAPI).renew)},
-	{methods: httpPost, pattern: "/v1/leases/{name}/release", op: "lease.release", access: AccessWrite, scope: httpOnName, handle: httpByName((*httpAPI).release)},
-	{methods: httpPost, pattern: "/v1/leases/{name}/force-release", op: "lease.forcerelease", access: AccessAdmin, scope: httpOnName, handle: httpByName((*httpAPI).forceRelease)},
-	{methods: httpRead, pattern: "/v1/leases/{name}", op: "lease.get", access: AccessRead, scope: httpOnName, handle: httpByName((*httpAPI).get)},
+	{methods: httpPost, pattern: "/v1/leases/{name}/renew", op: "lease.renew", existing: true, access: AccessWrite, scope: httpOnName, handle: httpByName((*httpAPI).renew)},
+	{methods: httpPost, pattern: "/v1/leases/{name}/release", op: "lease.release", existing: true, access: AccessWrite, scope: httpOnName, handle: httpByName((*httpAPI).release)},
+	{methods: httpPost, pattern: "/v1/leases/{name}/force-release", op: "lease.forcerelease", existing: true, access: AccessAdmin, scope: httpOnName, handle: httpByName((*httpAPI).forceRelease)},
+	{methods: httpRead, pattern: "/v1/leases/{name}", op: "lease.get", existing: true, access: AccessRead, scope: httpOnName, handle: httpByName((*httpAPI).get)},
 
 	// Semaphores (access on permit 0; the handler checks the others) and
 	// elections.
 	{methods: httpPost, pattern: "/v1/semaphores/{name}/acquire", op: "semaphore.acquire", access: AccessWrite, scope: httpOnName,
 		on: func(_ *httpAPI, a *httpArgs) string { return httpPermitName(a.name, 0) }, handle: (*httpAPI).semaphore},
-	{methods: httpRead, pattern: "/v1/elections/{name}/leader", op: "election.leader", access: AccessRead, scope: httpOnName, handle: httpByName((*httpAPI).election)},
+	{methods: httpRead, pattern: "/v1/elections/{name}/leader", op: "election.leader", existing: true, access: AccessRead, scope: httpOnName, handle: httpByName((*httpAPI).election)},
 
 	// Events.
-	{methods: []string{http.MethodGet}, pattern: "/v1/events", op: "events.subscribe", access: AccessRead, scope: httpOnEvents, handle: (*httpAPI).events},
-	{methods: httpRead, pattern: "/v1/events/recent", op: "events.recent", access: AccessRead, scope: httpOnEvents, handle: (*httpAPI).recent},
+	{methods: []string{http.MethodGet}, pattern: "/v1/events", op: "events.subscribe", existing: true, access: AccessRead, scope: httpOnEvents, handle: (*httpAPI).events},
+	{methods: httpRead, pattern: "/v1/events/recent", op: "events.recent", existing: true, access: AccessRead, scope: httpOnEvents, handle: (*httpAPI).recent},
 
 	// Sessions: no name to check, so write access to some prefix (as on
 	// RESP).
@@ -133,9 +140,9 @@ var httpRoutes = httpTable([]*httpRoute{
 
 	// Records (http_records.go).
 	{methods: httpPost, pattern: "/v1/records/{key}/add", op: "record.add", access: AccessWrite, scope: httpOnName, handle: httpByName((*httpAPI).addRecord)},
-	{methods: httpRead, pattern: "/v1/records/{key}", op: "record.get", access: AccessRead, scope: httpOnName, handle: httpByName((*httpAPI).getRecord)},
+	{methods: httpRead, pattern: "/v1/records/{key}", op: "record.get", existing: true, access: AccessRead, scope: httpOnName, handle: httpByName((*httpAPI).getRecord)},
 	{methods: httpPut, pattern: "/v1/records/{key}", op: "record.put", access: AccessWrite, scope: httpOnName, value: true, handle: httpByName((*httpAPI).putRecord)},
-	{methods: httpDelete, pattern: "/v1/records/{key}", op: "record.delete", access: AccessWrite, scope: httpOnName, handle: httpByName((*httpAPI).deleteRecord)},
+	{methods: httpDelete, pattern: "/v1/records/{key}", op: "record.delete", existing: true, access: AccessWrite, scope: httpOnName, handle: httpByName((*httpAPI).deleteRecord)},
 	{methods: httpPost, pattern: "/v1/txn", op: "record.txn", access: AccessWrite, scope: httpOnBody, handle: func(h *httpAPI, q *httpReq, _ *httpArgs) { h.txn(q) }},
 
 	// Workflows (http_workflows.go): access on the instance's record key.

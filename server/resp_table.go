@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold/internal/resp"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 // The RESP API is one table: every command (or subcommand) is a row that
@@ -50,6 +51,12 @@ type respCmd struct {
 	preAuth  bool   // allowed before AUTH (auth on)
 	watch    bool   // allowed in watch mode
 	limited  bool   // counts against the identity's rate limit
+	// existing rows work on names that exist (read, renew, release,
+	// list, watch): their name or prefix is checked with the store's
+	// rule (storekit.ValidateName, ValidatePrefix) only, so that a name
+	// stored before the server's stricter rule (CheckName) can still be
+	// read and freed. Rows that may create a name check it with CheckName.
+	existing bool
 	handler  func(c *respConn, a *respArgs)
 }
 
@@ -80,17 +87,17 @@ var respCommands = []*respCmd{
 	// Leases.
 	{name: "LH.ACQUIRE", op: "lease.acquire", min: 3, max: 3, opts: []string{"DATA", "REQID", "WAIT", "SESSION"},
 		access: AccessWrite, scope: scopeName, verb: "acquire", limited: true, handler: (*respConn).acquire},
-	{name: "LH.RENEW", op: "lease.renew", min: 4, max: 4, opts: []string{"SECRET"},
+	{name: "LH.RENEW", existing: true, op: "lease.renew", min: 4, max: 4, opts: []string{"SECRET"},
 		access: AccessWrite, scope: scopeName, verb: "renew", limited: true, handler: (*respConn).renew},
-	{name: "LH.RELEASE", op: "lease.release", min: 3, max: 3, opts: []string{"SECRET"},
+	{name: "LH.RELEASE", existing: true, op: "lease.release", min: 3, max: 3, opts: []string{"SECRET"},
 		access: AccessWrite, scope: scopeName, verb: "release", limited: true, handler: (*respConn).release},
-	{name: "LH.GET", op: "lease.get", min: 1, max: 1,
+	{name: "LH.GET", existing: true, op: "lease.get", min: 1, max: 1,
 		access: AccessRead, scope: scopeName, verb: "read", limited: true, handler: (*respConn).get},
-	{name: "LH.LIST", op: "lease.list", max: 1,
+	{name: "LH.LIST", existing: true, op: "lease.list", max: 1,
 		access: AccessRead, scope: scopePrefix, verb: "list", limited: true, handler: (*respConn).list},
-	{name: "LH.SCAN", op: "lease.list", min: 2, max: 2, opts: []string{"COUNT"},
+	{name: "LH.SCAN", existing: true, op: "lease.list", min: 2, max: 2, opts: []string{"COUNT"},
 		access: AccessRead, scope: scopePrefix, verb: "list", limited: true, handler: (*respConn).scan},
-	{name: "LH.FORCERELEASE", op: "lease.forcerelease", min: 1, max: 1,
+	{name: "LH.FORCERELEASE", existing: true, op: "lease.forcerelease", min: 1, max: 1,
 		access: AccessAdmin, scope: scopeName, verb: "force-release", limited: true, handler: (*respConn).forceRelease},
 
 	// Sessions: no name to check, so, as on HTTP, write access to some
@@ -103,7 +110,7 @@ var respCommands = []*respCmd{
 		access: AccessWrite, scope: scopeAny, verb: "close a session", limited: true, handler: (*respConn).sessionClose},
 
 	// Watch mode.
-	{name: "LH.SUBSCRIBE", op: "events.subscribe", min: 1, max: 1,
+	{name: "LH.SUBSCRIBE", existing: true, op: "events.subscribe", min: 1, max: 1,
 		access: AccessRead, scope: scopeName, verb: "watch", watch: true, limited: true, handler: (*respConn).subscribe},
 	{name: "LH.UNSUBSCRIBE", op: "events.unsubscribe", min: 1, max: 1, watch: true, handler: (*respConn).unsubscribe},
 }
@@ -243,7 +250,11 @@ func (c *respConn) parseArgs(row *respCmd, rest [][]byte, a *respArgs) bool {
 	switch row.scope {
 	case scopeName:
 		a.name = string(a.pos[row.arg])
-		if err := CheckName(a.name); err != nil {
+		check := CheckName
+		if row.existing {
+			check = storekit.ValidateName
+		}
+		if err := check(a.name); err != nil {
 			c.replyErr(err)
 			return false
 		}
@@ -251,7 +262,11 @@ func (c *respConn) parseArgs(row *respCmd, rest [][]byte, a *respArgs) bool {
 		if row.arg < len(a.pos) {
 			a.name = string(a.pos[row.arg])
 		}
-		if err := CheckPrefix(a.name); err != nil {
+		check := CheckPrefix
+		if row.existing {
+			check = storekit.ValidatePrefix
+		}
+		if err := check(a.name); err != nil {
 			c.replyErr(err)
 			return false
 		}
