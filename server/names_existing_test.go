@@ -96,3 +96,25 @@ func TestRESPExistingNames(t *testing.T) {
 	rtExpect(t, "ACQUIRE of a new such name", c.do("LH.ACQUIRE", oldName, "o", "60000"), "-INVALID name: contains")
 	rtExpect(t, "GET after refused ACQUIRE", c.do("LH.GET", oldName), "$nil")
 }
+
+// TestExistingFlagParity: an operation both APIs have checks its names
+// with the same rule on both (the existing flag of its rows), and every
+// operation that may create a name uses the strict one.
+func TestExistingFlagParity(t *testing.T) {
+	h := map[string]bool{}
+	for _, r := range httpRoutes {
+		if r.scope != httpPublic {
+			h[r.op] = r.existing
+		}
+	}
+	for _, r := range respCommands {
+		if he, ok := h[r.op]; ok && r.scope != scopeNone && he != r.existing {
+			t.Errorf("operation %s: existing %v over HTTP, %v over RESP", r.op, he, r.existing)
+		}
+	}
+	for _, op := range []string{"lease.acquire", "semaphore.acquire", "record.put", "record.add", "record.txn", "workflow.create", "workflow.transition"} {
+		if h[op] {
+			t.Errorf("operation %s may create a name but checks the store's rule only", op)
+		}
+	}
+}
