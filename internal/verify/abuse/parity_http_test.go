@@ -4,12 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/leasehold/leasehold/internal/resp"
 	"github.com/leasehold/leasehold/internal/verify"
 )
 
@@ -21,31 +18,8 @@ import (
 // another holder's lease with the owner and token GET shows it; and a
 // list of more leases than one page holds.
 
-const (
-	httpReader = "r11-http-reader-2b7e"
-	httpHolder = "r11-http-holder-91c4"
-	httpSpy    = "r11-http-spy-5d08"
-)
-
-// startHTTPParityServe runs `leasehold serve` with auth on: admin, a
-// reader of p/, and two writers of p/ (the holder and the spy).
-func startHTTPParityServe(t *testing.T) *serveProc {
-	t.Helper()
-	file := filepath.Join(t.TempDir(), "http-parity-tokens.json")
-	tokens := fmt.Sprintf(`{"tokens":[
-		{"identity":"admin","token":%q,"grants":[{"prefix":"","access":"admin"}]},
-		{"identity":"reader","token":%q,"grants":[{"prefix":"p/","access":"read"}]},
-		{"identity":"holder","token":%q,"grants":[{"prefix":"p/","access":"write"}]},
-		{"identity":"spy","token":%q,"grants":[{"prefix":"p/","access":"write"}]}]}`,
-		adminToken, httpReader, httpHolder, httpSpy)
-	if err := os.WriteFile(file, []byte(tokens), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return startServeProc(t, false, "--auth-file", file)
-}
-
 func TestR11HTTPParity(t *testing.T) {
-	p := startHTTPParityServe(t)
+	p := startParityServe(t, false)
 	t.Run("http-strict-json", func(t *testing.T) { parityStrictJSON(t, p) })
 	t.Run("http-stats-reader", func(t *testing.T) { parityStats(t, p) })
 	t.Run("http-holder-spoofing", func(t *testing.T) { parityHTTPSpoofing(t, p) })
@@ -80,7 +54,7 @@ func getLease(t *testing.T, p *serveProc, name string) (leaseJSON, bool) {
 // parityStrictJSON: every body is 400 and changes nothing — neither the
 // lease an acquire would take nor the one a renew or release would touch.
 func parityStrictJSON(t *testing.T, p *serveProc) {
-	res, err := p.do(p.client, request{method: "POST", path: "/v1/leases/p/strict/held/acquire", auth: bearer(httpHolder),
+	res, err := p.do(p.client, request{method: "POST", path: "/v1/leases/p/strict/held/acquire", auth: bearer(parityHolder),
 		body: []byte(`{"owner":"holder","ttl_ms":600000,"data":"original"}`)})
 	var held leaseJSON
 	if err != nil || res.status != 200 || json.Unmarshal(res.body, &held) != nil {
@@ -105,7 +79,7 @@ func parityStrictJSON(t *testing.T, p *serveProc) {
 	}
 	violations := 0
 	for _, c := range cases {
-		res, err := p.do(p.client, request{method: "POST", path: c.path, auth: bearer(httpHolder), body: []byte(c.body)})
+		res, err := p.do(p.client, request{method: "POST", path: c.path, auth: bearer(parityHolder), body: []byte(c.body)})
 		if err != nil || res.status != 400 || !strings.Contains(string(res.body), "urn:leasehold:problem:invalid") {
 			violations++
 			t.Errorf("%s: %q → %d %s %v, want 400 invalid", c.what, c.body, res.status, res.body, err)
@@ -128,7 +102,7 @@ func parityStrictJSON(t *testing.T, p *serveProc) {
 func parityStats(t *testing.T, p *serveProc) {
 	violations, ops := 0, 0
 	for _, path := range []string{"/v1/stats", "/metrics"} {
-		res, err := p.do(p.client, request{method: "GET", path: path, auth: bearer(httpReader)})
+		res, err := p.do(p.client, request{method: "GET", path: path, auth: bearer(parityReader)})
 		ops++
 		if err != nil || res.status != 403 {
 			violations++
@@ -149,7 +123,7 @@ func parityStats(t *testing.T, p *serveProc) {
 // no secret) and tries to release and renew it with them: 403 bad-proof
 // each time, the lease unchanged; the holder, with its secret, can.
 func parityHTTPSpoofing(t *testing.T, p *serveProc) {
-	res, err := p.do(p.client, request{method: "POST", path: "/v1/leases/p/victim/acquire", auth: bearer(httpHolder),
+	res, err := p.do(p.client, request{method: "POST", path: "/v1/leases/p/victim/acquire", auth: bearer(parityHolder),
 		body: []byte(`{"owner":"holder-1","ttl_ms":600000}`)})
 	var g leaseJSON
 	if err != nil || res.status != 200 || json.Unmarshal(res.body, &g) != nil {
@@ -160,7 +134,7 @@ func parityHTTPSpoofing(t *testing.T, p *serveProc) {
 		violations++
 		t.Errorf("the acquire answer %s carries no secret", res.body)
 	}
-	seen, err := p.do(p.client, request{method: "GET", path: "/v1/leases/p/victim", auth: bearer(httpSpy)})
+	seen, err := p.do(p.client, request{method: "GET", path: "/v1/leases/p/victim", auth: bearer(paritySpy)})
 	ops++
 	var l leaseJSON
 	if err != nil || seen.status != 200 || json.Unmarshal(seen.body, &l) != nil || l.Owner != "holder-1" || l.Token != g.Token {
@@ -171,7 +145,7 @@ func parityHTTPSpoofing(t *testing.T, p *serveProc) {
 		t.Errorf("GET shows the secret: %s", seen.body)
 	}
 	// A grant of the spy's own, whose secret it legitimately has.
-	res, err = p.do(p.client, request{method: "POST", path: "/v1/leases/p/spy-own/acquire", auth: bearer(httpSpy),
+	res, err = p.do(p.client, request{method: "POST", path: "/v1/leases/p/spy-own/acquire", auth: bearer(paritySpy),
 		body: []byte(`{"owner":"holder-1","ttl_ms":600000}`)})
 	var own leaseJSON
 	if err != nil || res.status != 200 || json.Unmarshal(res.body, &own) != nil {
@@ -185,7 +159,7 @@ func parityHTTPSpoofing(t *testing.T, p *serveProc) {
 			{"release", fmt.Sprintf(`{"owner":%q,"token":%d%s}`, l.Owner, l.Token, proof)},
 			{"renew", fmt.Sprintf(`{"owner":%q,"token":%d,"ttl_ms":1000%s}`, l.Owner, l.Token, proof)},
 		} {
-			res, err := p.do(p.client, request{method: "POST", path: "/v1/leases/p/victim/" + a.action, auth: bearer(httpSpy), body: []byte(a.body)})
+			res, err := p.do(p.client, request{method: "POST", path: "/v1/leases/p/victim/" + a.action, auth: bearer(paritySpy), body: []byte(a.body)})
 			ops++
 			attempts++
 			if err != nil || res.status != 403 || !strings.Contains(string(res.body), "urn:leasehold:problem:bad-proof") {
@@ -206,7 +180,7 @@ func parityHTTPSpoofing(t *testing.T, p *serveProc) {
 		{"renew", fmt.Sprintf(`{"owner":"holder-1","token":%d,"ttl_ms":300000,"secret":%q}`, g.Token, g.Secret), 200},
 		{"release", fmt.Sprintf(`{"owner":"holder-1","token":%d,"secret":%q}`, g.Token, g.Secret), 204},
 	} {
-		res, err := p.do(p.client, request{method: "POST", path: "/v1/leases/p/victim/" + a.action, auth: bearer(httpHolder), body: []byte(a.body)})
+		res, err := p.do(p.client, request{method: "POST", path: "/v1/leases/p/victim/" + a.action, auth: bearer(parityHolder), body: []byte(a.body)})
 		ops++
 		if err != nil || res.status != a.want {
 			violations++
@@ -225,30 +199,14 @@ func parityHTTPSpoofing(t *testing.T, p *serveProc) {
 // page holds), GET /v1/leases returns them a page at a time, each at most
 // 10,000, every lease exactly once, in name order, next linking the pages.
 func parityListPages(t *testing.T, p *serveProc, n int) {
-	c := mustHTTPParityRESP(t, p.resp, httpHolder)
-	const batch = 1000
-	for i := 0; i < n; i += batch {
-		var buf []byte
-		m := min(batch, n-i)
-		for j := 0; j < m; j++ {
-			buf = resp.AppendCommand(buf, "LH.ACQUIRE", fmt.Sprintf("p/many/%06d", i+j), "bulk", "600000")
-		}
-		if _, err := c.nc.Write(buf); err != nil {
-			t.Fatal(err)
-		}
-		for j := 0; j < m; j++ {
-			if v, err := c.rd.ReadValue(); err != nil || v.Type != resp.Array {
-				t.Fatalf("acquire %d: %c %s %v", i+j, v.Type, v.Str, err)
-			}
-		}
-	}
+	acquireMany(t, mustRESP(t, p.resp, parityHolder), n)
 	violations, ops, seen, pages, after := 0, n, 0, 0, ""
 	for {
 		path := "/v1/leases?prefix=p/many/"
 		if after != "" {
 			path += "&after=" + url.QueryEscape(after)
 		}
-		res, err := p.do(p.client, request{method: "GET", path: path, auth: bearer(httpReader)})
+		res, err := p.do(p.client, request{method: "GET", path: path, auth: bearer(parityReader)})
 		ops++
 		var page struct {
 			Leases []leaseJSON `json:"leases"`

@@ -17,16 +17,18 @@ import (
 // lease with the owner and token it can read, and LH.LIST of a prefix with
 // more leases than the server lists at once.
 
+// The tokens of the parity tests' servers (HTTP and RESP).
 const (
 	parityReader = "r11-parity-reader-6c1e"
 	parityHolder = "r11-parity-holder-3a9f"
 	paritySpy    = "r11-parity-spy-8d42"
 )
 
-// startParityServe runs `leasehold serve` with auth on and the tokens of
-// this file (a later --auth-file replaces startServeProc's): admin, a
-// reader of p/, and two writers of p/ (the holder and the spy).
-func startParityServe(t *testing.T) *serveProc {
+// startParityServe runs `leasehold serve` (with the RESP listener if
+// resp) with auth on and the tokens of the parity tests (a later
+// --auth-file replaces startServeProc's): admin, a reader of p/, and two
+// writers of p/ (the holder and the spy).
+func startParityServe(t *testing.T, resp bool) *serveProc {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "parity-tokens.json")
 	tokens := fmt.Sprintf(`{"tokens":[
@@ -38,14 +40,36 @@ func startParityServe(t *testing.T) *serveProc {
 	if err := os.WriteFile(file, []byte(tokens), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return startServeProc(t, true, "--auth-file", file)
+	return startServeProc(t, resp, "--auth-file", file)
 }
 
 func TestR11RESPParity(t *testing.T) {
-	p := startParityServe(t)
+	p := startParityServe(t, true)
 	t.Run("resp-session-read-only", func(t *testing.T) { paritySessions(t, p) })
 	t.Run("resp-holder-spoofing", func(t *testing.T) { paritySpoofing(t, p) })
 	t.Run("resp-list-cap", func(t *testing.T) { parityListCap(t, p, verify.Size(20000, 50000)) })
+}
+
+// acquireMany acquires the n leases p/many/000000... (owner bulk, TTL
+// 10 minutes) on c with pipelined LH.ACQUIREs, a batch at a time.
+func acquireMany(t *testing.T, c *respClient, n int) {
+	t.Helper()
+	const batch = 1000
+	for i := 0; i < n; i += batch {
+		var buf []byte
+		m := min(batch, n-i)
+		for j := 0; j < m; j++ {
+			buf = resp.AppendCommand(buf, "LH.ACQUIRE", fmt.Sprintf("p/many/%06d", i+j), "bulk", "600000")
+		}
+		if _, err := c.nc.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < m; j++ {
+			if v, err := c.rd.ReadValue(); err != nil || v.Type != resp.Array {
+				t.Fatalf("acquire %d: %s %v", i+j, show(v), err)
+			}
+		}
+	}
 }
 
 func mustRESP(t *testing.T, addr, token string) *respClient {
@@ -180,24 +204,7 @@ func paritySpoofing(t *testing.T, p *serveProc) {
 // lease exactly once, in name order, a page at a time.
 func parityListCap(t *testing.T, p *serveProc, n int) {
 	c := mustRESP(t, p.resp, parityHolder)
-	// Pipelined acquires, a batch at a time.
-	const batch = 1000
-	for i := 0; i < n; i += batch {
-		var buf []byte
-		m := min(batch, n-i)
-		for j := 0; j < m; j++ {
-			buf = resp.AppendCommand(buf, "LH.ACQUIRE", fmt.Sprintf("p/many/%06d", i+j), "bulk", "600000")
-		}
-		if _, err := c.nc.Write(buf); err != nil {
-			t.Fatal(err)
-		}
-		for j := 0; j < m; j++ {
-			v, err := c.rd.ReadValue()
-			if err != nil || v.Type != resp.Array {
-				t.Fatalf("acquire %d: %s %v", i+j, show(v), err)
-			}
-		}
-	}
+	acquireMany(t, c, n)
 	violations, ops := 0, n
 	v, err := c.do("LH.LIST", "p/many/")
 	ops++
