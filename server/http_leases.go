@@ -60,7 +60,7 @@ func httpWait(ms int64) (time.Duration, error) {
 
 func (h *httpAPI) acquire(q *httpReq, name string) {
 	var body httpwire.AcquireBody
-	if !h.decode(q, &body) {
+	if !h.decode(q, &body) || !h.workflowWrite(q, name) {
 		return
 	}
 	req, ctx, cancel, ok := h.acquireRequest(q, &body, name)
@@ -100,7 +100,7 @@ func (h *httpAPI) checkProof(q *httpReq, name, owner string, token uint64, secre
 
 func (h *httpAPI) renew(q *httpReq, name string) {
 	var body httpwire.RenewBody
-	if !h.decode(q, &body) || !h.checkProof(q, name, body.Owner, body.Token, body.Secret) {
+	if !h.decode(q, &body) || !h.checkProof(q, name, body.Owner, body.Token, body.Secret) || !h.workflowWrite(q, name) {
 		return
 	}
 	ttl := httpwire.MS(body.TTLMS)
@@ -116,7 +116,7 @@ func (h *httpAPI) renew(q *httpReq, name string) {
 
 func (h *httpAPI) release(q *httpReq, name string) {
 	var body httpwire.ReleaseBody
-	if !h.decode(q, &body) || !h.checkProof(q, name, body.Owner, body.Token, body.Secret) {
+	if !h.decode(q, &body) || !h.checkProof(q, name, body.Owner, body.Token, body.Secret) || !h.workflowWrite(q, name) {
 		return
 	}
 	if err := h.b.Release(q.r.Context(), name, body.Owner, body.Token); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/resp"
+	"github.com/leasehold/leasehold/workflow"
 )
 
 // RESPOptions configure a RESPServer. The zero value serves plain TCP with
@@ -59,6 +60,12 @@ type RESPOptions struct {
 	// if Holders.Required) and answer BADPROOF, changing nothing, when it
 	// does not match. nil: no secrets.
 	Holders *HolderProofs
+
+	// Workflows are the workflows the HTTP API serves (see
+	// HandlerOptions.Workflows): leases under their wf/{definition}/ are
+	// taken and freed by transitions only, so LH.ACQUIRE, LH.RENEW and
+	// LH.RELEASE there need admin access (NOPERM otherwise).
+	Workflows map[string]*workflow.Workflows
 }
 
 // ErrRESPServerClosed is returned by Serve after Shutdown.

@@ -76,6 +76,9 @@ func (c *respConn) acquire(a *respArgs) {
 		c.replyErr(err)
 		return
 	}
+	if !c.workflowWrite("acquire", req.Name) {
+		return
+	}
 	if req.Session != "" && !c.srv.ownsSession(c.ident, req.Session) {
 		c.replyErr(ErrNoSession)
 		return
@@ -147,7 +150,7 @@ func (c *respConn) renew(a *respArgs) {
 		return
 	}
 	owner, token, ok := c.holder(a)
-	if !ok {
+	if !ok || !c.workflowWrite("renew", a.name) {
 		return
 	}
 	srv, ctx, name := c.srv, c.ctx, a.name
@@ -162,7 +165,7 @@ func (c *respConn) renew(a *respArgs) {
 // LH.RELEASE name owner token [SECRET s]
 func (c *respConn) release(a *respArgs) {
 	owner, token, ok := c.holder(a)
-	if !ok {
+	if !ok || !c.workflowWrite("release", a.name) {
 		return
 	}
 	srv, ctx, name := c.srv, c.ctx, a.name

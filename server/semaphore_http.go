@@ -35,6 +35,9 @@ func (h *httpAPI) semaphore(q *httpReq, a *httpArgs) {
 		h.fail(q, &leasehold.InvalidError{Field: "name", Reason: fmt.Sprintf("%q is too long to carry a permit suffix", name)})
 		return
 	}
+	if !h.workflowWrite(q, httpPermitName(name, 0)) {
+		return
+	}
 	// Every permit this request may take must be writable: a more
 	// specific grant may deny some of them.
 	for i := 1; i < body.Permits; i++ {

@@ -187,7 +187,7 @@ func NewServer(b Backend, cfg Config) (*Server, error) {
 		}
 		ro := cfg.RESP
 		ro.Auth, ro.Limits, ro.Logger, ro.TLS, ro.Metrics = cfg.Auth, cfg.Limits, cfg.Logger, rt, cfg.Metrics
-		ro.Holders = cfg.Holders
+		ro.Holders, ro.Workflows = cfg.Holders, cfg.Workflows
 		s.resp = NewRESPServer(b, ro)
 	}
 	if !cfg.Auth.Enabled() {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -120,4 +121,64 @@ func TestWorkflowHTTPActor(t *testing.T) {
 	if r.str("last_actor") != "alice" || r.str("state") != "PENDING" {
 		t.Fatalf("instance: %s", r.body)
 	}
+}
+
+// TestWorkflowLeaseGuard: the lock lease of a served workflow's instance
+// (wf/approval/lock/doc-1) cannot be acquired, renewed or released by a
+// writer over HTTP or RESP (403 workflow-record / NOPERM naming the
+// transition route), so a writer cannot stall lock-strategy transitions;
+// an admin may, and leases elsewhere are not affected.
+func TestWorkflowLeaseGuard(t *testing.T) {
+	auth, err := NewAuth(AuthConfig{Tokens: []TokenConfig{
+		{Identity: "writer", Token: "writer-secret", Grants: []Grant{{Prefix: "wf/", Access: "write"}}},
+		{Identity: "root", Token: "root-secret", Grants: []Grant{{Prefix: "", Access: "admin"}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := newWFServer(t, workflow.Lease, auth)
+	const lock, route = "wf/approval/lock/doc-1", "/v1/workflows/approval/doc-1/transition"
+	ts.want(ts.do("POST", "/v1/workflows/approval/doc-1", "writer-secret", ""), 201, "")
+	for _, op := range []struct{ path, body string }{
+		{"/v1/leases/" + lock + "/acquire", `{"owner":"w","ttl_ms":60000}`},
+		{"/v1/leases/" + lock + "/renew", `{"owner":"w","token":1,"ttl_ms":60000}`},
+		{"/v1/leases/" + lock + "/release", `{"owner":"w","token":1}`},
+		{"/v1/semaphores/wf/approval/lock/doc-1/acquire", `{"owner":"w","permits":1,"ttl_ms":60000}`},
+	} {
+		r := ts.do("POST", op.path, "writer-secret", op.body)
+		ts.want(r, 403, "workflow-record")
+		if r.str("transition") != route && !strings.HasPrefix(op.path, "/v1/semaphores/") {
+			t.Errorf("POST %s: %s, want the transition %s", op.path, r.body, route)
+		}
+	}
+	ts.want(ts.do("GET", "/v1/leases/"+lock, "writer-secret", ""), 404, "not-found")
+	// The transitions still take the lock; leases elsewhere are ordinary.
+	ts.want(ts.do("POST", route, "writer-secret", `{"from":"DRAFT","to":"PENDING","request_id":"s"}`), 200, "")
+	ts.want(ts.do("POST", "/v1/leases/wf/other/lock/x/acquire", "writer-secret", `{"owner":"w","ttl_ms":60000}`), 200, "")
+	// An admin may.
+	a := ts.do("POST", "/v1/leases/"+lock+"/acquire", "root-secret", `{"owner":"root","ttl_ms":60000}`)
+	ts.want(a, 200, "")
+	ts.want(ts.do("POST", "/v1/leases/"+lock+"/release", "root-secret", fmt.Sprintf(`{"owner":"root","token":%v}`, a.num("token"))), 204, "")
+
+	// RESP, over the same engine and workflows.
+	_, addr := rtServe(t, ts.eng, RESPOptions{Auth: auth, Workflows: ts.api.workflows})
+	w, root := rtDial(t, addr), rtDial(t, addr)
+	rtExpect(t, "AUTH", w.do("AUTH", "writer-secret"), "+OK")
+	rtExpect(t, "root AUTH", root.do("AUTH", "root-secret"), "+OK")
+	want := `-NOPERM identity "writer" may not `
+	for _, cmd := range [][]string{
+		{"LH.ACQUIRE", lock, "w", "60000"},
+		{"LH.RENEW", lock, "w", "1", "60000"},
+		{"LH.RELEASE", lock, "w", "1"},
+	} {
+		got := w.do(cmd...)
+		rtExpect(t, cmd[0], got, want)
+		if !strings.Contains(got, "POST "+route) {
+			t.Errorf("%s = %q, want it to name %s", cmd[0], got, route)
+		}
+	}
+	rtExpect(t, "GET", w.do("LH.GET", lock), "$nil")
+	rtExpect(t, "ACQUIRE elsewhere", w.do("LH.ACQUIRE", "wf/other/lock/y", "w", "60000"), "[:")
+	g := rtFields(root.do("LH.ACQUIRE", lock, "root", "60000"))
+	rtExpect(t, "root RELEASE", root.do("LH.RELEASE", lock, "root", strings.TrimPrefix(g[0], ":")), "+OK")
 }
