@@ -12,6 +12,7 @@ import tempfile
 import time
 import unittest
 import urllib.request
+import uuid
 from typing import Optional
 
 
@@ -72,3 +73,33 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def uniq(prefix: str) -> str:
+    """A fresh name under py/<prefix>/: tests that share a server never meet on a name."""
+    return f"py/{prefix}/{uuid.uuid4().hex[:8]}"
+
+
+class ModuleServer:
+    """The one server of a test module, started by its setUpModule and stopped
+    by its tearDownModule::
+
+        SERVER = ModuleServer()
+        setUpModule, tearDownModule = SERVER.start, SERVER.stop
+    """
+
+    def __init__(self) -> None:
+        self.server: Optional[Server] = None
+
+    def start(self, *extra: str) -> None:
+        self.server = Server(*extra)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None, "the module's server is not running (setUpModule)"
+        return self.server.url

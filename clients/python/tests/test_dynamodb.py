@@ -15,10 +15,11 @@ import threading
 import time
 import unittest
 import urllib.parse
-import uuid
 
 import leasehold
 from leasehold import Held, Invalid, Lost, NotFound, Unsupported
+
+from server import uniq
 
 
 def _need(what: str) -> None:
@@ -47,10 +48,6 @@ URL = ""
 def setUpModule() -> None:
     global URL
     URL = table_url("leasehold_py_test")
-
-
-def uniq(prefix: str) -> str:
-    return f"py/{prefix}/{uuid.uuid4().hex[:8]}"
 
 
 class DynamoDBLeaseTest(unittest.TestCase):

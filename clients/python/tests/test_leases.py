@@ -5,27 +5,14 @@ from __future__ import annotations
 import threading
 import time
 import unittest
-import uuid
 
 import leasehold
 from leasehold import Client, Held, Invalid, Lost, NotFound, NotHeld, Released
 
-from server import Server
+from server import ModuleServer, Server, uniq
 
-SERVER: Server
-
-
-def setUpModule() -> None:
-    global SERVER
-    SERVER = Server()
-
-
-def tearDownModule() -> None:
-    SERVER.stop()
-
-
-def uniq(prefix: str) -> str:
-    return f"py/{prefix}/{uuid.uuid4().hex[:8]}"
+SERVER = ModuleServer()
+setUpModule, tearDownModule = SERVER.start, SERVER.stop
 
 
 class DelayProxy:

@@ -10,11 +10,10 @@ import os
 import tempfile
 import unittest
 import urllib.parse
-import uuid
 
 from leasehold import BadProof, Client, NotHeld
 
-from server import Server
+from server import Server, uniq
 
 SERVER: Server
 AUTH_DIR: str
@@ -36,10 +35,6 @@ def tearDownModule() -> None:
     SERVER.stop()
     import shutil
     shutil.rmtree(AUTH_DIR, ignore_errors=True)
-
-
-def uniq(prefix: str) -> str:
-    return f"py/{prefix}/{uuid.uuid4().hex[:8]}"
 
 
 class HolderProofTest(unittest.TestCase):

@@ -5,26 +5,13 @@ from __future__ import annotations
 import json
 import threading
 import unittest
-import uuid
 
 from leasehold import Client, Conflict, Invalid, NotFound, RetriesExhausted, Write
 
-from server import Server
+from server import ModuleServer, uniq
 
-SERVER: Server
-
-
-def setUpModule() -> None:
-    global SERVER
-    SERVER = Server()
-
-
-def tearDownModule() -> None:
-    SERVER.stop()
-
-
-def key(prefix: str) -> str:
-    return f"py/{prefix}/{uuid.uuid4().hex[:8]}"
+SERVER = ModuleServer()
+setUpModule, tearDownModule = SERVER.start, SERVER.stop
 
 
 class RecordsTest(unittest.TestCase):
@@ -32,7 +19,7 @@ class RecordsTest(unittest.TestCase):
         self.r = Client(SERVER.url).records
 
     def test_put_if_version(self) -> None:
-        k = key("put")
+        k = uniq("put")
         v1 = self.r.put(k, "on", 0)
         self.assertEqual(self.r.get(k).value, b"on")
         with self.assertRaises(Conflict) as cm:
@@ -47,7 +34,7 @@ class RecordsTest(unittest.TestCase):
         self.assertEqual((rec.value, rec.version), (b"\x00\xff", v2))  # refused writes changed nothing
 
     def test_delete_if_version(self) -> None:
-        k = key("del")
+        k = uniq("del")
         v = self.r.put(k, "x", 0)
         with self.assertRaises(Conflict):
             self.r.delete(k, v + 1)
@@ -61,7 +48,7 @@ class RecordsTest(unittest.TestCase):
             self.r.delete(k, 0)
 
     def test_add_is_atomic(self) -> None:
-        k = key("add")
+        k = uniq("add")
         errs = []
 
         def adder() -> None:
@@ -79,14 +66,14 @@ class RecordsTest(unittest.TestCase):
         self.assertEqual(errs, [])
         value, _ = self.r.add(k, 0)
         self.assertEqual(value, 100)
-        s = key("str")
+        s = uniq("str")
         self.r.put(s, "not a number", 0)
         with self.assertRaises(Invalid):
             self.r.add(s, 1)
         self.assertEqual(self.r.get(s).value, b"not a number")
 
     def test_txn_all_or_nothing(self) -> None:
-        order, bal, ledger = key("order"), key("bal"), key("ledger")
+        order, bal, ledger = uniq("order"), uniq("bal"), uniq("ledger")
         vo = self.r.put(order, json.dumps({"status": "new"}), 0)
         _, vb = self.r.add(bal, 100)
         with self.assertRaises(Conflict) as cm:
@@ -107,7 +94,7 @@ class RecordsTest(unittest.TestCase):
         self.assertEqual(self.r.get(order).value, b"paid")
 
     def test_update_loses_no_write(self) -> None:
-        k = key("update")
+        k = uniq("update")
         errs = []
 
         def bump(old):
@@ -130,7 +117,7 @@ class RecordsTest(unittest.TestCase):
         self.assertEqual(json.loads(self.r.get(k).value)["n"], 40)
 
     def test_update_gives_up_after_attempts(self) -> None:
-        k = key("exhaust")
+        k = uniq("exhaust")
         self.r.put(k, "0", 0)
         calls = []
 
