@@ -9,11 +9,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 import urllib.request
 import uuid
-from typing import Optional
+from typing import Callable, List, Optional
 
 
 def free_port() -> int:
@@ -103,3 +104,22 @@ class ModuleServer:
     def url(self) -> str:
         assert self.server is not None, "the module's server is not running (setUpModule)"
         return self.server.url
+
+
+def run_threads(work: Callable[[int], None], n: int, timeout: float) -> List[BaseException]:
+    """Runs work(0) .. work(n-1) in n threads at once, waits up to timeout
+    seconds for each, and returns what they raised (the test asserts on it)."""
+    errs: List[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            work(i)
+        except Exception as e:  # collected, asserted on by the test thread
+            errs.append(e)
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout)
+    return errs

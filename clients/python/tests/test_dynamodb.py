@@ -19,7 +19,7 @@ import urllib.parse
 import leasehold
 from leasehold import Held, Invalid, Lost, NotFound, Unsupported
 
-from server import uniq
+from server import run_threads, uniq
 
 
 def _need(what: str) -> None:
@@ -193,32 +193,23 @@ class DynamoDBLeaseTest(unittest.TestCase):
         inside = []
         overlaps = []
         tokens = []
-        errs = []
         lock = threading.Lock()
 
         def worker(i: int) -> None:
             cl = leasehold.Client(URL, owner=f"py-w{i}")
             self.addCleanup(cl.close)
-            try:
-                for _ in range(3):
-                    with cl.lease(name, ttl=5, timeout=60) as l:
-                        with lock:
-                            if inside:
-                                overlaps.append((inside[:], i))
-                            inside.append(i)
-                            tokens.append(l.token)
-                        time.sleep(0.02)
-                        with lock:
-                            inside.remove(i)
-            except Exception as e:
-                errs.append(e)
+            for _ in range(3):
+                with cl.lease(name, ttl=5, timeout=60) as l:
+                    with lock:
+                        if inside:
+                            overlaps.append((inside[:], i))
+                        inside.append(i)
+                        tokens.append(l.token)
+                    time.sleep(0.02)
+                    with lock:
+                        inside.remove(i)
 
-        ts = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(120)
-        self.assertEqual(errs, [])
+        self.assertEqual(run_threads(worker, 3, 120), [])
         self.assertEqual(overlaps, [])
         self.assertEqual(len(tokens), 9)
         self.assertEqual(tokens, sorted(tokens))

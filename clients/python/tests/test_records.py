@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import threading
 import unittest
 
 from leasehold import Client, Conflict, Invalid, NotFound, RetriesExhausted, Write
 
-from server import ModuleServer, uniq
+from server import ModuleServer, run_threads, uniq
 
 SERVER = ModuleServer()
 setUpModule, tearDownModule = SERVER.start, SERVER.stop
@@ -49,21 +48,12 @@ class RecordsTest(unittest.TestCase):
 
     def test_add_is_atomic(self) -> None:
         k = uniq("add")
-        errs = []
 
-        def adder() -> None:
-            try:
-                for _ in range(25):
-                    self.r.add(k, 1)
-            except Exception as e:
-                errs.append(e)
+        def adder(_: int) -> None:
+            for _ in range(25):
+                self.r.add(k, 1)
 
-        ts = [threading.Thread(target=adder) for _ in range(4)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(60)
-        self.assertEqual(errs, [])
+        self.assertEqual(run_threads(adder, 4, 60), [])
         value, _ = self.r.add(k, 0)
         self.assertEqual(value, 100)
         s = uniq("str")
@@ -95,25 +85,16 @@ class RecordsTest(unittest.TestCase):
 
     def test_update_loses_no_write(self) -> None:
         k = uniq("update")
-        errs = []
 
         def bump(old):
             n = json.loads(old)["n"] if old else 0
             return json.dumps({"n": n + 1})
 
-        def worker() -> None:
-            try:
-                for _ in range(10):
-                    self.r.update(k, bump, attempts=200)
-            except Exception as e:
-                errs.append(e)
+        def worker(_: int) -> None:
+            for _ in range(10):
+                self.r.update(k, bump, attempts=200)
 
-        ts = [threading.Thread(target=worker) for _ in range(4)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(120)
-        self.assertEqual(errs, [])
+        self.assertEqual(run_threads(worker, 4, 120), [])
         self.assertEqual(json.loads(self.r.get(k).value)["n"], 40)
 
     def test_update_gives_up_after_attempts(self) -> None:
