@@ -400,16 +400,24 @@ func TestInteropControl(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	res := verify.Check(&h, verify.CheckOptions{NoLinearizability: true})
-	t.Logf("control: %s", res)
+	checkControl(t, &h, "server", "two Python clients, each on a lease of its own, on one resource", "")
+}
+
+// checkControl checks the history of a negative control on store: its two
+// critical sections must be found overlapping. It reports an R15-control
+// row with this note; detail is added to the log line.
+func checkControl(t *testing.T, h *verify.History, store, note, detail string) {
+	t.Helper()
+	r := verify.Check(h, verify.CheckOptions{NoLinearizability: true})
+	t.Logf("control: %s%s", r, detail)
 	caught := 0
-	if res.Overlaps > 0 {
+	if r.Overlaps > 0 {
 		caught = 1
 	}
-	verify.Report(t, verify.Row{Suite: "R15-control", Store: "server", Ops: res.Ops, Violations: res.Overlaps,
-		Checker: fmt.Sprintf("caught %d/1", caught), Note: "two Python clients, each on a lease of its own, on one resource"})
-	if res.CS != 2 || res.Overlaps == 0 {
-		t.Fatalf("the control's two critical sections (%d recorded) were not found overlapping: %s", res.CS, res)
+	verify.Report(t, verify.Row{Suite: "R15-control", Store: store, Ops: r.Ops, Violations: r.Overlaps,
+		Checker: fmt.Sprintf("caught %d/1", caught), Note: note})
+	if r.CS != 2 || r.Overlaps == 0 {
+		t.Fatalf("the control's two critical sections (%d recorded) were not found overlapping: %s", r.CS, r)
 	}
 }
 
@@ -479,17 +487,8 @@ func TestInteropControlSFN(t *testing.T) {
 			h.Events = append(h.Events, ev)
 		}
 	}
-	r := verify.Check(&h, verify.CheckOptions{NoLinearizability: true})
-	t.Logf("control: %s; executions %v", r, res.Counts)
-	caught := 0
-	if r.Overlaps > 0 {
-		caught = 1
-	}
-	verify.Report(t, verify.Row{Suite: "R15-control", Store: "dynamodb", Ops: r.Ops, Violations: r.Overlaps,
-		Checker: fmt.Sprintf("caught %d/1", caught), Note: "the Step Functions Lambda body run without the lock beside a Python holder"})
-	if r.CS != 2 || r.Overlaps == 0 {
-		t.Fatalf("the control's two critical sections (%d recorded) were not found overlapping: %s", r.CS, r)
-	}
+	checkControl(t, &h, "dynamodb", "the Step Functions Lambda body run without the lock beside a Python holder",
+		fmt.Sprintf("; executions %v", res.Counts))
 }
 
 // lang names a worker id's language.
