@@ -279,6 +279,15 @@ func (r *run) fail(format string, args ...any) {
 	r.t.Fatalf("step %d (model clock %s): %s", r.step, r.m.now, fmt.Sprintf(format, args...))
 }
 
+// failIf fails the run with msg, a model check's complaint, unless it is
+// empty.
+func (r *run) failIf(msg string) {
+	r.t.Helper()
+	if msg != "" {
+		r.fail("%s", msg)
+	}
+}
+
 func (r *run) logf(format string, args ...any) {
 	r.t.Logf("step %d at %s: %s", r.step, r.m.now, fmt.Sprintf(format, args...))
 }
@@ -313,9 +322,7 @@ func (r *run) acquire() {
 	r.logf("acquire %q by %s req %q ttl %s data %q", req.Name, req.Owner, req.RequestID, req.TTL, req.Data)
 	r.call()
 	rec, err := r.s.TryAcquire(r.ctx, req)
-	if msg := r.m.checkAcquire(req, rec, err); msg != "" {
-		r.fail("%s", msg)
-	}
+	r.failIf(r.m.checkAcquire(req, rec, err))
 }
 
 // drawHolder picks an owner and token for a renewal or release of name:
@@ -354,9 +361,7 @@ func (r *run) renew() {
 	r.logf("renew %q by %s token %d ttl %s", name, owner, token, ttl)
 	r.call()
 	err := r.s.Renew(r.ctx, name, owner, token, ttl)
-	if msg := r.m.checkRenew(name, owner, token, ttl, err); msg != "" {
-		r.fail("%s", msg)
-	}
+	r.failIf(r.m.checkRenew(name, owner, token, ttl, err))
 }
 
 func (r *run) release() {
@@ -365,27 +370,21 @@ func (r *run) release() {
 	r.logf("release %q by %s token %d", name, owner, token)
 	r.call()
 	err := r.s.Release(r.ctx, name, owner, token)
-	if msg := r.m.checkRelease(name, owner, token, err); msg != "" {
-		r.fail("%s", msg)
-	}
+	r.failIf(r.m.checkRelease(name, owner, token, err))
 }
 
 func (r *run) get() {
 	name := genName.Draw(r.t, "name")
 	r.call()
 	rec, err := r.s.Get(r.ctx, name)
-	if msg := r.m.checkGet(name, rec, err); msg != "" {
-		r.fail("%s", msg)
-	}
+	r.failIf(r.m.checkGet(name, rec, err))
 }
 
 func (r *run) list() {
 	prefix := genPrefix.Draw(r.t, "prefix")
 	r.call()
 	recs, err := r.s.List(r.ctx, prefix)
-	if msg := r.m.checkList(prefix, recs, err); msg != "" {
-		r.fail("%s", msg)
-	}
+	r.failIf(r.m.checkList(prefix, recs, err))
 }
 
 // Arguments every store must refuse with an *InvalidError.
