@@ -251,12 +251,8 @@ func measureHandoff(ctx context.Context, c *storesConfig, l locker) ([]time.Dura
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				unlock, err := l.wait(ctx, key)
-				if err != nil {
-					if ctx.Err() == nil {
-						failed.set(fmt.Errorf("handoff: wait: %w", err))
-						cancel()
-					}
+				unlock, ok := waitTurn(ctx, l, key, "handoff", &failed, cancel)
+				if !ok {
 					return
 				}
 				got := time.Since(start)
@@ -348,11 +344,8 @@ func measureSameKey(ctx context.Context, c *storesConfig, l locker) (float64, fl
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				unlock, err := l.wait(ctx, key)
-				if err != nil {
-					if ctx.Err() == nil {
-						failed.set(fmt.Errorf("same key: wait: %w", err))
-					}
+				unlock, ok := waitTurn(ctx, l, key, "same key", &failed, nil)
+				if !ok {
 					return
 				}
 				mu.Lock()
@@ -376,6 +369,24 @@ func measureSameKey(ctx context.Context, c *storesConfig, l locker) (float64, fl
 		return 0, 0, errors.New("same key: no grant")
 	}
 	return float64(grants) / time.Since(t0).Seconds(), float64(changes) / float64(max(grants-1, 1)), nil
+}
+
+// waitTurn takes key with l.wait for a benchmark worker. ok is false when
+// the worker should stop: ctx ended, or the wait failed while ctx was live,
+// which is recorded in failed (as "what: wait: ...") and, if onErr is not
+// nil, calls it.
+func waitTurn(ctx context.Context, l locker, key, what string, failed *firstErr, onErr func()) (unlock func(context.Context) error, ok bool) {
+	unlock, err := l.wait(ctx, key)
+	if err != nil {
+		if ctx.Err() == nil {
+			failed.set(fmt.Errorf("%s: wait: %w", what, err))
+			if onErr != nil {
+				onErr()
+			}
+		}
+		return nil, false
+	}
+	return unlock, true
 }
 
 // pollWait turns a try into a blocking wait that polls every interval.
