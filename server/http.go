@@ -14,7 +14,6 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/httpwire"
-	"github.com/leasehold/leasehold/storekit"
 	"github.com/leasehold/leasehold/workflow"
 )
 
@@ -318,14 +317,16 @@ func (h *httpAPI) pathArgs(q *httpReq, row *httpRoute, raw map[string]string, a 
 		}
 		switch p {
 		case "name":
-			err = httpCheckName(v)
 			if row.existing {
-				err = storekit.ValidateName(v)
+				err = httpCheckExisting(v)
+			} else {
+				err = httpCheckName(v)
 			}
 		case "key":
-			err = httpCheckKey(v)
 			if row.existing {
-				err = storekit.ValidateKey(v)
+				err = asKey(httpCheckExisting(v))
+			} else {
+				err = httpCheckKey(v)
 			}
 		case "id":
 			if v == "" || !utf8.ValidString(v) || len(v) > 256 {
@@ -362,7 +363,7 @@ func (h *httpAPI) pathArgs(q *httpReq, row *httpRoute, raw map[string]string, a 
 func (h *httpAPI) queryArgs(q *httpReq, row *httpRoute, a *httpArgs) bool {
 	checkName, checkPrefix := httpCheckName, httpCheckPrefix
 	if row.existing {
-		checkName, checkPrefix = storekit.ValidateName, storekit.ValidatePrefix
+		checkName, checkPrefix = httpCheckExisting, httpCheckExistingPrefix
 	}
 	scope := row.scope
 	v := q.r.URL.Query()
@@ -433,6 +434,22 @@ func httpCheckName(name string) error {
 		return err
 	}
 	return httpCheckEncoded(name)
+}
+
+// httpCheckExisting is httpCheckName for names that may already exist
+// (CheckExistingName: no visible-character rule).
+func httpCheckExisting(name string) error {
+	if err := CheckExistingName(name); err != nil {
+		return err
+	}
+	return httpCheckEncoded(name)
+}
+
+func httpCheckExistingPrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	return httpCheckExisting(prefix)
 }
 
 func httpCheckPrefix(prefix string) error {

@@ -29,15 +29,15 @@ import (
 
 // httpCheckKey is httpCheckName for a record key: the same rules, with
 // errors naming the key.
-func httpCheckKey(key string) error {
-	if err := httpCheckName(key); err != nil {
-		var inv *leasehold.InvalidError
-		if errors.As(err, &inv) && inv.Field == "name" {
-			return &leasehold.InvalidError{Field: "key", Reason: inv.Reason}
-		}
-		return err
+func httpCheckKey(key string) error { return asKey(httpCheckName(key)) }
+
+// asKey names the key in a name check's error.
+func asKey(err error) error {
+	var inv *leasehold.InvalidError
+	if errors.As(err, &inv) && inv.Field == "name" {
+		return &leasehold.InvalidError{Field: "key", Reason: inv.Reason}
 	}
-	return nil
+	return err
 }
 
 // records returns the backend's records; when it keeps none it answers

@@ -46,12 +46,12 @@ type httpRoute struct {
 	on func(h *httpAPI, a *httpArgs) string
 	// dash rows are served only with a dashboard (HandlerOptions.Dashboard).
 	dash bool
-	// existing rows work on names that exist (read, renew, release,
-	// delete, list): their {name}, {key}, ?prefix= and ?name= are checked
-	// with the store's rule (storekit.ValidateName, ValidateKey,
-	// ValidatePrefix) only, so that a name stored before the server's
-	// stricter rule (CheckName), or behind it, can still be read and
-	// freed. Rows that may create a name check it with CheckName.
+	// existing rows work on names that may exist (read, renew, release,
+	// delete, list, watch): their {name}, {key}, ?prefix= and ?name= are
+	// checked without the visible-character rule (CheckExistingName), so
+	// that a name stored before that rule, or behind the server, can
+	// still be read and freed. Rows that may create a name check it with
+	// CheckName.
 	existing bool
 	// value: the body is a record's value, limited to
 	// min(MaxBodyBytes, leasehold.MaxValueLen) bytes; otherwise bodies are

@@ -19,12 +19,33 @@ import (
 // CheckVisible), so that "x/admin" and "x/admin\u200b" cannot both exist
 // through the server. Names are otherwise compared byte for byte, never
 // normalised, so look-alike letters are simply different names.
-func CheckName(name string) error {
+func CheckName(name string) error { return checkName(name, true) }
+
+// CheckExistingName is CheckName without CheckVisible, for operations on
+// names that may already exist (read, renew, release, force-release, list,
+// watch): a name stored before the visible-character rule, or by the Go
+// library on the store directly, can still be read and freed. The rules
+// that keep a name from meaning another one further on (encoded
+// sequences, "." and ".." and empty segments) still apply.
+func CheckExistingName(name string) error { return checkName(name, false) }
+
+// CheckExistingPrefix is CheckExistingName for a prefix, which may be
+// empty.
+func CheckExistingPrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	return CheckExistingName(prefix)
+}
+
+func checkName(name string, visible bool) error {
 	if err := storekit.ValidateName(name); err != nil {
 		return err
 	}
-	if err := CheckVisible("name", name); err != nil {
-		return err
+	if visible {
+		if err := CheckVisible("name", name); err != nil {
+			return err
+		}
 	}
 	for i := 0; i < len(name); i++ {
 		if name[i] == '%' && i+2 < len(name) && ishex(name[i+1]) && ishex(name[i+2]) {

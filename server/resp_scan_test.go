@@ -108,7 +108,7 @@ func TestRESPListCapAndScan(t *testing.T) {
 		{"LH.SCAN|team/|n!!", "-INVALID cursor: "},
 		{"LH.SCAN|team/|n", "-INVALID cursor: "},
 		{"LH.SCAN|other/|0", "-NOPERM"},
-		{"LH.SCAN|team/\xff|0", "-INVALID prefix: "},
+		{"LH.SCAN|a/../b|0", "-INVALID name: "},
 	} {
 		rtExpect(t, bad.args, team.do(strings.Split(bad.args, "|")...), bad.want)
 	}

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold/internal/resp"
-	"github.com/leasehold/leasehold/storekit"
 )
 
 // The RESP API is one table: every command (or subcommand) is a row that
@@ -51,11 +50,11 @@ type respCmd struct {
 	preAuth  bool   // allowed before AUTH (auth on)
 	watch    bool   // allowed in watch mode
 	limited  bool   // counts against the identity's rate limit
-	// existing rows work on names that exist (read, renew, release,
-	// list, watch): their name or prefix is checked with the store's
-	// rule (storekit.ValidateName, ValidatePrefix) only, so that a name
-	// stored before the server's stricter rule (CheckName) can still be
-	// read and freed. Rows that may create a name check it with CheckName.
+	// existing rows work on names that may exist (read, renew, release,
+	// list, watch): their name or prefix is checked with
+	// CheckExistingName / CheckExistingPrefix (no visible-character
+	// rule), so that a name stored before that rule can still be read and
+	// freed. Rows that may create a name check it with CheckName.
 	existing bool
 	handler  func(c *respConn, a *respArgs)
 }
@@ -252,7 +251,7 @@ func (c *respConn) parseArgs(row *respCmd, rest [][]byte, a *respArgs) bool {
 		a.name = string(a.pos[row.arg])
 		check := CheckName
 		if row.existing {
-			check = storekit.ValidateName
+			check = CheckExistingName
 		}
 		if err := check(a.name); err != nil {
 			c.replyErr(err)
@@ -264,7 +263,7 @@ func (c *respConn) parseArgs(row *respCmd, rest [][]byte, a *respArgs) bool {
 		}
 		check := CheckPrefix
 		if row.existing {
-			check = storekit.ValidatePrefix
+			check = CheckExistingPrefix
 		}
 		if err := check(a.name); err != nil {
 			c.replyErr(err)

@@ -200,7 +200,7 @@ func TestRESPCommands(t *testing.T) {
 				{"LH.RENEW|x|a|1|0", "-INVALID ttl: "},
 				{"LH.RELEASE|x|a", "-ERR wrong number"},
 				{"LH.GET|", "-INVALID name: "},
-				{"LH.LIST|a\x7f", "-INVALID prefix: "},
+				{"LH.LIST|a\x7f", "-INVALID name: "},
 				{"LH.SESSION|OPEN|1", "-INVALID ttl: "},
 				{"LH.SESSION|FLY|1", "-ERR unknown subcommand"},
 				{"LH.FORCERELEASE|x", "-NOTFOUND"},
