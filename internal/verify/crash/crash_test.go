@@ -96,23 +96,39 @@ func (r run) ttlFor(tg verify.Target) time.Duration { return max(r.ttl, tg.Engin
 // with a greater token, which is what the store's hold-back and token floor
 // promise. A store that did not hold back would fail the check.
 func TestR3(t *testing.T) {
-	r := run{
-		suite:   "R3",
-		sched:   KillSchedule,
-		workers: verify.Size(3, 4),
-		clients: verify.Size(2, 3),
-		keys:    verify.Size(8, 48),
-		cycles:  verify.Size(600, 10000),
-		maxTime: verify.Size(35*time.Second, 5*time.Minute),
-		ttl:     time.Second,
-		hold:    verify.Size(250*time.Millisecond, 20*time.Millisecond),
-		// Each attempt while the engine is down is indeterminate.
+	r := lockRun("R3", KillSchedule, verify.Size(600, 10000))
+	r.onTargets(t, "")
+}
+
+// lockRun is the lock workload R3 and R5 run under a fault schedule, for
+// this many cycles. After a store error an Acquire gives up for 500ms:
+// each attempt while the engine is down is indeterminate.
+func lockRun(suite string, sched Schedule, cycles int) run {
+	return run{
+		suite:      suite,
+		sched:      sched,
+		workers:    verify.Size(3, 4),
+		clients:    verify.Size(2, 3),
+		keys:       verify.Size(8, 48),
+		cycles:     cycles,
+		maxTime:    verify.Size(35*time.Second, 5*time.Minute),
+		ttl:        time.Second,
+		hold:       verify.Size(250*time.Millisecond, 20*time.Millisecond),
 		errorPause: 500 * time.Millisecond,
 	}
+}
+
+// onTargets runs r on every target, sized for it, as a subtest each; a
+// target not in defaultStores only in the long tier, and not sqlite if
+// noSQLite says why.
+func (r run) onTargets(t *testing.T, noSQLite string) {
 	for _, name := range targets() {
 		t.Run(name, func(t *testing.T) {
+			if name == "sqlite" && noSQLite != "" {
+				t.Skip(noSQLite)
+			}
 			if !verify.Long() && !slices.Contains(defaultStores, name) {
-				t.Skipf("R3 on %s is in the long tier (LEASEHOLD_LONG=1)", name)
+				t.Skipf("%s on %s is in the long tier (LEASEHOLD_LONG=1)", r.suite, name)
 			}
 			r.sized(name).run(t, verify.StartTarget(t, name))
 		})
@@ -142,35 +158,13 @@ func TestR3(t *testing.T) {
 // to it had another: a grant undone after a reconnect was reported held
 // back even when undoing it failed.)
 func TestR5(t *testing.T) {
-	r := run{
-		suite:   "R5",
-		sched:   PauseSchedule,
-		workers: verify.Size(3, 4),
-		clients: verify.Size(2, 3),
-		keys:    verify.Size(8, 48),
-		cycles:  verify.Size(300, 10000),
-		maxTime: verify.Size(35*time.Second, 5*time.Minute),
-		ttl:     time.Second,
-		hold:    verify.Size(250*time.Millisecond, 20*time.Millisecond),
-		// Longer than most pauses, so that most calls caught in a pause
-		// wait it out and get a definite answer; a 3–5 s pause still
-		// times some out (and every renewal it catches: those are bounded
-		// by the lease's deadline).
-		opTimeout:      3 * time.Second,
-		acquireTimeout: 6 * time.Second,
-		errorPause:     500 * time.Millisecond,
-	}
-	for _, name := range targets() {
-		t.Run(name, func(t *testing.T) {
-			if name == "sqlite" {
-				t.Skip("R5 pauses the engine, and the embedded SQLite store has none: it runs inside its clients (suite R4 pauses those)")
-			}
-			if !verify.Long() && !slices.Contains(defaultStores, name) {
-				t.Skipf("R5 on %s is in the long tier (LEASEHOLD_LONG=1)", name)
-			}
-			r.sized(name).run(t, verify.StartTarget(t, name))
-		})
-	}
+	r := lockRun("R5", PauseSchedule, verify.Size(300, 10000))
+	// Longer than most pauses, so that most calls caught in a pause wait it
+	// out and get a definite answer; a 3–5 s pause still times some out
+	// (and every renewal it catches: those are bounded by the lease's
+	// deadline).
+	r.opTimeout, r.acquireTimeout = 3*time.Second, 6*time.Second
+	r.onTargets(t, "R5 pauses the engine, and the embedded SQLite store has none: it runs inside its clients (suite R4 pauses those)")
 }
 
 func (r run) run(t *testing.T, tg verify.Target) {
