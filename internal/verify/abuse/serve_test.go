@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/internal/resp"
 	"github.com/leasehold/leasehold/internal/verify"
 )
@@ -75,27 +75,14 @@ func startServeProc(t *testing.T, auth bool, extra ...string) *serveProc {
 		cmd:        cmd, resp: respAddr,
 	}
 	t.Cleanup(p.client.CloseIdleConnections)
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if res, err := http.Get(p.url + "/readyz"); err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return p
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("leasehold %v not ready after 60s", args)
-		}
-	}
+	proctest.WaitReady(t, p.url+"/readyz", 60*time.Second)
+	return p
 }
 
+// freeAddr is proctest.FreeAddr.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return proctest.FreeAddr(t)
 }
 
 // rss is the server process's resident set (VmRSS), in bytes.
