@@ -247,13 +247,3 @@ func parityListPages(t *testing.T, p *serveProc, n int) {
 	hdRow(t, "http-list-pages", ops, 0, violations,
 		fmt.Sprintf("%d leases under p/many/, listed by a reader of p/ with GET /v1/leases and next: %d pages of at most 10,000, every lease once, in order", n, pages))
 }
-
-func mustHTTPParityRESP(t *testing.T, addr, token string) *respClient {
-	t.Helper()
-	c, err := dialRESP(addr, "127.0.0.1", token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.nc.Close() })
-	return c
-}

@@ -41,7 +41,7 @@ func TestR11RequestIDReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startServeProc(t, false, "--auth-file", file)
-	ra, rm := mustHTTPParityRESP(t, p.resp, replayAlice), mustHTTPParityRESP(t, p.resp, replayMallory)
+	ra, rm := mustRESP(t, p.resp, replayAlice), mustRESP(t, p.resp, replayMallory)
 
 	ops, faults, violations := 0, 0, 0
 	var notes []string
