@@ -3,8 +3,6 @@ package abuse
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -32,15 +30,10 @@ const (
 
 func TestR11RequestIDReplay(t *testing.T) {
 	rounds := verify.Size(20, 200)
-	file := filepath.Join(t.TempDir(), "replay-tokens.json")
-	tokens := fmt.Sprintf(`{"tokens":[
-		{"identity":"admin","token":%q,"grants":[{"prefix":"","access":"admin"}]},
-		{"identity":"alice","token":%q,"grants":[{"prefix":"jobs/","access":"write"}]},
-		{"identity":"mallory","token":%q,"grants":[{"prefix":"jobs/","access":"write"}]}]}`, adminToken, replayAlice, replayMallory)
-	if err := os.WriteFile(file, []byte(tokens), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := startServeProc(t, false, "--auth-file", file)
+	p := startServeProc(t, false, "--auth-file", authFile(t,
+		grant{"admin", adminToken, "", "admin"},
+		grant{"alice", replayAlice, "jobs/", "write"},
+		grant{"mallory", replayMallory, "jobs/", "write"}))
 	ra, rm := mustRESP(t, p.resp, replayAlice), mustRESP(t, p.resp, replayMallory)
 
 	ops, faults, violations := 0, 0, 0

@@ -2,8 +2,6 @@ package abuse
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -30,17 +28,11 @@ const (
 // writers of p/ (the holder and the spy).
 func startParityServe(t *testing.T, resp bool) *serveProc {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), "parity-tokens.json")
-	tokens := fmt.Sprintf(`{"tokens":[
-		{"identity":"admin","token":%q,"grants":[{"prefix":"","access":"admin"}]},
-		{"identity":"reader","token":%q,"grants":[{"prefix":"p/","access":"read"}]},
-		{"identity":"holder","token":%q,"grants":[{"prefix":"p/","access":"write"}]},
-		{"identity":"spy","token":%q,"grants":[{"prefix":"p/","access":"write"}]}]}`,
-		adminToken, parityReader, parityHolder, paritySpy)
-	if err := os.WriteFile(file, []byte(tokens), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return startServeProc(t, resp, "--auth-file", file)
+	return startServeProc(t, resp, "--auth-file", authFile(t,
+		grant{"admin", adminToken, "", "admin"},
+		grant{"reader", parityReader, "p/", "read"},
+		grant{"holder", parityHolder, "p/", "write"},
+		grant{"spy", paritySpy, "p/", "write"}))
 }
 
 func TestR11RESPParity(t *testing.T) {

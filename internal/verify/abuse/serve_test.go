@@ -42,16 +42,10 @@ func startServeProc(t *testing.T, auth bool, extra ...string) *serveProc {
 	args := []string{"serve", "--addr", httpAddr, "--resp-addr", respAddr, "--log-level", "error",
 		"--data-dir", filepath.Join(dir, "data"), "--dashboard=false"}
 	if auth {
-		file := filepath.Join(dir, "tokens.json")
-		tokens := fmt.Sprintf(`{"tokens":[
-			{"identity":"admin","token":%q,"grants":[{"prefix":"","access":"admin"}]},
-			{"identity":"tenant","token":%q,"grants":[{"prefix":"tenant-a/","access":"write"}]},
-			{"identity":"polite","token":%q,"grants":[{"prefix":%q,"access":"write"}]}]}`,
-			adminToken, tenantToken, politeToken, politePrefix)
-		if err := os.WriteFile(file, []byte(tokens), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		args = append(args, "--auth-file", file)
+		args = append(args, "--auth-file", authFile(t,
+			grant{"admin", adminToken, "", "admin"},
+			grant{"tenant", tenantToken, "tenant-a/", "write"},
+			grant{"polite", politeToken, politePrefix, "write"}))
 	}
 	args = append(args, extra...)
 	raw, _ := json.Marshal(args)
@@ -77,6 +71,39 @@ func startServeProc(t *testing.T, auth bool, extra ...string) *serveProc {
 	t.Cleanup(p.client.CloseIdleConnections)
 	proctest.WaitReady(t, p.url+"/readyz", 60*time.Second)
 	return p
+}
+
+// grant is a token of an auth file (--auth-file) with its one grant.
+type grant struct{ identity, token, prefix, access string }
+
+// authFile writes an auth file with these tokens in a temporary directory
+// and returns its path.
+func authFile(t *testing.T, grants ...grant) string {
+	t.Helper()
+	type grantJSON struct {
+		Prefix string `json:"prefix"`
+		Access string `json:"access"`
+	}
+	type tokenJSON struct {
+		Identity string      `json:"identity"`
+		Token    string      `json:"token"`
+		Grants   []grantJSON `json:"grants"`
+	}
+	var f struct {
+		Tokens []tokenJSON `json:"tokens"`
+	}
+	for _, g := range grants {
+		f.Tokens = append(f.Tokens, tokenJSON{Identity: g.identity, Token: g.token, Grants: []grantJSON{{Prefix: g.prefix, Access: g.access}}})
+	}
+	b, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "tokens.json")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }
 
 // freeAddr is proctest.FreeAddr.

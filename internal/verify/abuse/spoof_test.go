@@ -3,8 +3,6 @@ package abuse
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,15 +30,9 @@ const (
 
 func TestR11HolderSpoofing(t *testing.T) {
 	rounds := verify.Size(20, 200)
-	dir := t.TempDir()
-	file := filepath.Join(dir, "tokens.json")
-	tokens := fmt.Sprintf(`{"tokens":[
-		{"identity":"holder-a","token":%q,"grants":[{"prefix":"shared/","access":"write"}]},
-		{"identity":"holder-b","token":%q,"grants":[{"prefix":"shared/","access":"write"}]}]}`, spoofTokenA, spoofTokenB)
-	if err := os.WriteFile(file, []byte(tokens), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := startServeProc(t, false, "--auth-file", file)
+	p := startServeProc(t, false, "--auth-file", authFile(t,
+		grant{"holder-a", spoofTokenA, "shared/", "write"},
+		grant{"holder-b", spoofTokenB, "shared/", "write"}))
 	const ttlMS = 600_000
 
 	// a's grants: shared/lock over HTTP, shared/lock2 over RESP.
