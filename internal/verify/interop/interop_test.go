@@ -75,13 +75,7 @@ func defaultPlan() plan {
 }
 
 func TestInterop(t *testing.T) {
-	if _, err := os.Stat(python); err != nil {
-		enginetest.Missing(t, "python3 (Debian's "+python+")", err.Error())
-	}
-	root, err := filepath.Abs("../../..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := pythonRoot(t)
 	bin := build(t, root)
 	t.Run("server", func(t *testing.T) {
 		run(t, "server", startServer(t, bin), bin, root, nil)
@@ -357,13 +351,7 @@ func run(t *testing.T, store, storeURL, bin, root string, sfn *stepfn.Env) {
 // each take a lease of their own but work on one resource (a client that
 // ignores the shared lock) must be found overlapping by the same checks.
 func TestInteropControl(t *testing.T) {
-	if _, err := os.Stat(python); err != nil {
-		enginetest.Missing(t, "python3 (Debian's "+python+")", err.Error())
-	}
-	root, err := filepath.Abs("../../..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := pythonRoot(t)
 	srv := startServer(t, build(t, root))
 	oracle, err := verify.NewOracle(false)
 	if err != nil {
@@ -426,15 +414,9 @@ func checkControl(t *testing.T, h *verify.History, store, note, detail string) {
 // Task alone, with a token it never got) while a Python client holds the
 // DynamoDB lock must be found overlapping the Python section.
 func TestInteropControlSFN(t *testing.T) {
-	if _, err := os.Stat(python); err != nil {
-		enginetest.Missing(t, "python3 (Debian's "+python+")", err.Error())
-	}
+	root := pythonRoot(t)
 	if out, err := exec.Command(python, "-c", "import boto3").CombinedOutput(); err != nil {
 		enginetest.Missing(t, "boto3 for "+python+" (apt-get install python3-boto3)", strings.TrimSpace(string(out)))
-	}
-	root, err := filepath.Abs("../../..")
-	if err != nil {
-		t.Fatal(err)
 	}
 	u, err := url.Parse(enginetest.DynamoDBURL(t))
 	if err != nil {
@@ -574,6 +556,21 @@ var (
 	binPath   string
 	buildErr  error
 )
+
+// pythonRoot returns the repository's root (whose clients/python the
+// Python workers import), or, without Debian's python3, fails or skips the
+// test (see enginetest.Missing).
+func pythonRoot(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat(python); err != nil {
+		enginetest.Missing(t, "python3 (Debian's "+python+")", err.Error())
+	}
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
 
 // build builds the leasehold command of this checkout, once per test binary.
 func build(t *testing.T, root string) string {
