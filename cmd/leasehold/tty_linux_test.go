@@ -102,6 +102,15 @@ func (p *pty) expect(from int, want string) int {
 	}
 }
 
+// expectStatus waits for the shell's prompt after a job ended (after the
+// first at bytes) and checks, with echo $?, that its exit status was code.
+func (p *pty) expectStatus(at, code int) {
+	p.t.Helper()
+	at = p.expect(at, "$ ")
+	p.typeIn("echo \"rc=$?\"\n")
+	p.expect(at, fmt.Sprintf("rc=%d", code))
+}
+
 func (p *pty) typeIn(s string) {
 	p.t.Helper()
 	if _, err := p.master.WriteString(s); err != nil {
@@ -175,9 +184,7 @@ func TestTerminalJobControl(t *testing.T) {
 	}
 	p.typeIn("\x03") // Ctrl-C
 	at = p.expect(at, "^C")
-	at = p.expect(at, "$ ")
-	p.typeIn("echo \"rc=$?\"\n")
-	p.expect(at, "rc=130")
+	p.expectStatus(at, 130)
 	if ls := status(t, store, "e2e/job"); len(ls) != 0 {
 		t.Errorf("lease still held after leasehold exited: %+v", ls)
 	}
@@ -214,9 +221,7 @@ func TestTerminalJobStoppedTooLong(t *testing.T) {
 	before := job.size()
 	p.typeIn("fg\n")
 	at = p.expect(at, "lease e2e/long lost")
-	at = p.expect(at, "$ ")
-	p.typeIn("echo \"rc=$?\"\n")
-	p.expect(at, "rc=76")
+	p.expectStatus(at, 76)
 	if after := job.size(); after != before {
 		t.Errorf("the command wrote %d bytes after fg although its lease was lost", after-before)
 	}
@@ -326,9 +331,7 @@ func TestTerminalStoppedJobKilledAtDeadline(t *testing.T) {
 		}
 	}
 	p.typeIn("fg\n")
-	at = p.expect(at, "$ ")
-	p.typeIn("echo \"rc=$?\"\n")
-	p.expect(at, "rc=76")
+	p.expectStatus(at, 76)
 	p.typeIn("exit\n")
 	_ = sh.Wait()
 }
