@@ -1,8 +1,6 @@
 package leasehold
 
 import (
-	"time"
-
 	"github.com/leasehold/leasehold/internal/check"
 )
 
@@ -46,71 +44,4 @@ func (r AcquireRequest) Validate() error {
 		}
 	}
 	return nil
-}
-
-// The store-author helpers below moved to package storekit. They stay here
-// for the callers in this module that have not switched yet and will be
-// removed.
-
-// ValidateName checks a lease name.
-//
-// Deprecated: use storekit.ValidateName.
-func ValidateName(name string) error { return asInvalid(check.Name(name)) }
-
-// ValidatePrefix checks a prefix for List.
-//
-// Deprecated: use storekit.ValidatePrefix.
-func ValidatePrefix(prefix string) error { return asInvalid(check.Prefix(prefix)) }
-
-// ValidateOwner checks an owner identity.
-//
-// Deprecated: use storekit.ValidateOwner.
-func ValidateOwner(owner string) error { return asInvalid(check.Owner(owner)) }
-
-// ValidateRequestID checks an acquire request id.
-//
-// Deprecated: use storekit.ValidateRequestID.
-func ValidateRequestID(id string) error { return asInvalid(check.RequestID(id)) }
-
-// ValidateTTL checks that ttl lies within [MinTTL, MaxTTL].
-//
-// Deprecated: use storekit.ValidateTTL.
-func ValidateTTL(ttl time.Duration) error { return asInvalid(check.TTL(ttl)) }
-
-// ValidateData checks that data is at most MaxDataLen bytes.
-//
-// Deprecated: use storekit.ValidateData.
-func ValidateData(data []byte) error { return asInvalid(check.Data(data)) }
-
-// ValidateHolder checks the arguments of Renew and Release.
-//
-// Deprecated: use storekit.ValidateHolder.
-func ValidateHolder(name, owner string, token uint64) error {
-	return asInvalid(check.Holder(name, owner, token))
-}
-
-// ValidateKey checks a record key with the rules of lease names.
-//
-// Deprecated: use storekit.ValidateKey.
-func ValidateKey(key string) error { return asInvalid(check.Key(key)) }
-
-// ValidateValue checks a record value's size.
-//
-// Deprecated: use storekit.ValidateValue.
-func ValidateValue(v []byte) error { return asInvalid(check.Value(v)) }
-
-// ParseCounter parses a counter's value.
-//
-// Deprecated: use storekit.ParseCounter.
-func ParseCounter(key string, value []byte) (int64, error) {
-	n, p := check.Counter(key, value)
-	return n, asInvalid(p)
-}
-
-// AddInt64 adds delta to n, or returns an *InvalidError on overflow.
-//
-// Deprecated: use storekit.AddInt64.
-func AddInt64(key string, n, delta int64) (int64, error) {
-	s, p := check.Add(key, n, delta)
-	return s, asInvalid(p)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/storekit"
 	"net/http"
 
 	"github.com/leasehold/leasehold"
@@ -50,7 +51,7 @@ func (s *HTTPStore) recordDo(ctx context.Context, c call, out any) error {
 
 // GetRecord implements leasehold.RecordStore (GET /v1/records/{key}).
 func (s *HTTPStore) GetRecord(ctx context.Context, key string) (leasehold.Versioned, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return leasehold.Versioned{}, err
 	}
 	var rj httpwire.Record
@@ -67,10 +68,10 @@ func (s *HTTPStore) GetRecord(ctx context.Context, key string) (leasehold.Versio
 // PutRecord implements leasehold.RecordStore: PUT /v1/records/{key} with
 // If-Match: "<expect>", or If-None-Match: * when expect is 0.
 func (s *HTTPStore) PutRecord(ctx context.Context, key string, value []byte, expect uint64) (uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, err
 	}
-	if err := leasehold.ValidateValue(value); err != nil {
+	if err := storekit.ValidateValue(value); err != nil {
 		return 0, err
 	}
 	hdr := map[string]string{"If-None-Match": "*"}
@@ -92,7 +93,7 @@ func (s *HTTPStore) PutRecord(ctx context.Context, key string, value []byte, exp
 // absent", which never deletes anything) it only reads the key: ErrNotFound
 // when it is absent, a *ConflictError when it is not.
 func (s *HTTPStore) DeleteRecord(ctx context.Context, key string, expect uint64) error {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return err
 	}
 	if expect == 0 {
@@ -109,7 +110,7 @@ func (s *HTTPStore) DeleteRecord(ctx context.Context, key string, expect uint64)
 // AddCounter implements leasehold.RecordStore (POST
 // /v1/records/{key}/add).
 func (s *HTTPStore) AddCounter(ctx context.Context, key string, delta int64) (int64, uint64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := storekit.ValidateKey(key); err != nil {
 		return 0, 0, err
 	}
 	var out httpwire.Counter

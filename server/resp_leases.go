@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/storekit"
 	"slices"
 	"strings"
 	"time"
@@ -123,7 +124,7 @@ func (c *respConn) holder(a *respArgs) (owner string, token uint64, ok bool) {
 	owner = string(a.pos[1])
 	token, err := parseToken(a.pos[2])
 	if err == nil {
-		err = leasehold.ValidateHolder(a.name, owner, token)
+		err = storekit.ValidateHolder(a.name, owner, token)
 	}
 	if err == nil && a.has[0] && len(a.opt[0]) == 0 {
 		err = invalid("secret", "must not be empty")
@@ -143,7 +144,7 @@ func (c *respConn) holder(a *respArgs) (owner string, token uint64, ok bool) {
 func (c *respConn) renew(a *respArgs) {
 	ttl, err := parseMillis(a.pos[3], "ttl")
 	if err == nil {
-		err = leasehold.ValidateTTL(ttl)
+		err = storekit.ValidateTTL(ttl)
 	}
 	if err != nil {
 		c.replyErr(err)

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/storekit"
 	"time"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/resp"
 )
 
@@ -17,7 +17,7 @@ import (
 func (c *respConn) sessionOpen(a *respArgs) {
 	ttl, err := parseMillis(a.pos[0], "ttl")
 	if err == nil {
-		err = leasehold.ValidateTTL(ttl)
+		err = storekit.ValidateTTL(ttl)
 	}
 	if err != nil {
 		c.replyErr(err)

@@ -274,7 +274,6 @@ func (c *Config) waitState(p Plan) obj {
 	}
 }
 
-
 // updateTask is a Task state with one UpdateItem of the lock's item:
 // update if cond holds. Throttling is retried.
 func (c *Config) updateTask(update, cond string, names, values obj) obj {
