@@ -26,8 +26,11 @@ var fencedSetScript = goredis.NewScript(fencedSetSrc)
 
 // ErrFenced reports a write refused because a write with a greater fencing
 // token was already stored. It matches leasehold.ErrLost with errors.Is,
-// since a greater token means the writer's lease was taken over.
-var ErrFenced = fmt.Errorf("%w: a write with a greater fencing token was already stored", leasehold.ErrLost)
+// since a greater token means the writer's lease was taken over, like
+// ErrFenced of the other stores; it also still matches
+// leasehold.ErrNotHeld, as it did before, so that code written against
+// that keeps recognising a refused write.
+var ErrFenced = fmt.Errorf("%w: a write with a greater fencing token was already stored (%w)", leasehold.ErrLost, leasehold.ErrNotHeld)
 
 // FencedSet stores value under key (a hash with the fields value and
 // token) as a write made with the lease token token, atomically and in one

@@ -96,8 +96,7 @@ func Exclusion(t *testing.T, ctx context.Context, stores []leasehold.Store, name
 					mu.Unlock()
 					return
 				}
-				if v := inside.Add(1); v > maxInside.Load() {
-					maxInside.Store(v)
+				for v, m := inside.Add(1), maxInside.Load(); v > m && !maxInside.CompareAndSwap(m, v); m = maxInside.Load() {
 				}
 				mu.Lock()
 				if l.Token() <= last {

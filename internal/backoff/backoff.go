@@ -37,7 +37,11 @@ func newBackoff(lo, hi time.Duration, full bool) *Backoff {
 // Next returns the next wait and doubles the bound, up to the maximum.
 func (b *Backoff) Next() time.Duration {
 	d := b.cur
-	b.cur = min(b.cur*2, b.max)
+	if b.cur > b.max/2 {
+		b.cur = b.max // doubling would pass the maximum (or overflow)
+	} else {
+		b.cur *= 2
+	}
 	if b.full {
 		return time.Duration(rand.Int64N(int64(d))) + 1
 	}

@@ -2,6 +2,7 @@ package backoff
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 )
@@ -50,5 +51,17 @@ func TestSleepEndsWithContext(t *testing.T) {
 	}
 	if err := Sleep(context.Background(), time.Microsecond); err != nil {
 		t.Fatalf("Sleep = %v, want nil", err)
+	}
+}
+
+// A maximum near the largest Duration must not overflow the doubling (the
+// bound went negative and rand.Int64N panicked).
+func TestHugeMaximum(t *testing.T) {
+	for _, b := range []*Backoff{New(time.Second, math.MaxInt64), NewFull(time.Second, math.MaxInt64)} {
+		for i := 0; i < 80; i++ {
+			if d := b.Next(); d <= 0 {
+				t.Fatalf("round %d: wait %s", i, d)
+			}
+		}
 	}
 }
