@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/resp"
 	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -217,6 +219,74 @@ func TestRESPInputLimit(t *testing.T) {
 		t.Error("connection left open")
 	}
 	hdWaitClosed(t, m, closeInputLimit, 1)
+}
+
+// TestRESPTotalInputLimit: the input buffered by all the connections
+// together is capped. Three connections each hold 1 MiB of an unfinished
+// PING; a fourth, whose acquire with 60 KiB of data would pass the cap,
+// is answered an error and closed at that bulk's header, and its acquire
+// does not run. The three finish their commands, a new client is served,
+// and once they are done the whole budget is there again.
+func TestRESPTotalInputLimit(t *testing.T) {
+	m := NewMetrics(nil)
+	b := rtEngine(t)
+	srv, addr := rtServe(t, b, RESPOptions{Metrics: m, MaxTotalInputBytes: 3<<20 + 32<<10})
+	const size = 1 << 20
+	payload := strings.Repeat("p", size)
+	used := func() int64 { return srv.input.used.Load() }
+	// hold opens n connections, each sending all but the last half of a
+	// 1 MiB PING, and waits until the server has reserved their buffers.
+	hold := func(n int) []*rtConn {
+		var cs []*rtConn
+		base := used()
+		for i := 0; i < n; i++ {
+			c := rtDial(t, addr)
+			c.send(fmt.Sprintf("*2\r\n$4\r\nPING\r\n$%d\r\n%s", size, payload[:size/2]))
+			servertest.WaitFor(t, fmt.Sprintf("connection %d's 1 MiB to be reserved", i+1), func() bool {
+				return used() >= base+int64(i+1)*size
+			})
+			cs = append(cs, c)
+		}
+		return cs
+	}
+	finish := func(cs []*rtConn) {
+		for i, c := range cs {
+			c.send(payload[size/2:] + "\r\n")
+			if got := c.read(); got != "$"+payload {
+				t.Errorf("connection %d: its PING got %d bytes, want %d", i+1, len(got), 1+size)
+			}
+		}
+	}
+
+	holders := hold(3)
+	over := rtDial(t, addr)
+	data := strings.Repeat("d", 60<<10)
+	over.send(string(resp.AppendCommand(nil, "LH.ACQUIRE", "fourth", "o", "60000", "DATA", data)))
+	if got := over.read(); !strings.HasPrefix(got, "-ERR server input buffers full") {
+		t.Errorf("the command that would pass the total = %.80q, want -ERR server input buffers full ...", got)
+	}
+	if closed, _ := hdClosed(over.nc, 30*time.Second); !closed {
+		t.Error("the connection over the total was left open")
+	}
+	hdWaitClosed(t, m, closeTotalInput, 1)
+	if _, err := b.Get(context.Background(), "fourth"); !errors.Is(err, leasehold.ErrNotFound) {
+		t.Errorf("the refused acquire ran: Get = %v", err)
+	}
+
+	small := rtDial(t, addr)
+	rtExpect(t, "a new client's PING", small.do("PING"), "+PONG")
+	finish(holders)
+	// A finished command's big buffer is given back at the next read.
+	servertest.WaitFor(t, "the PINGs' buffers to be given back", func() bool { return used() < 1<<10 })
+	rtExpect(t, "an acquire with 60 KiB of data after the PINGs are done", small.do("LH.ACQUIRE", "fifth", "o", "60000", "DATA", data), "[")
+	for _, c := range holders {
+		c.nc.Close()
+	}
+	servertest.WaitFor(t, "every big buffer to be given back", func() bool { return used() < 1<<10 })
+	finish(hold(3))
+	if n := hdValue(t, m.respClosedBy.WithLabelValues(closeTotalInput)); n != 1 {
+		t.Errorf("closed for total_input: %v, want 1", n)
+	}
 }
 
 // TestRESPOutputLimit: a client that pipelines commands and never reads

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,7 +17,11 @@ const (
 	DefaultRESPHandshakeTimeout = 10 * time.Second
 	DefaultRESPMaxOutputBytes   = 32 << 20
 	DefaultRESPMaxCommandBytes  = 2 << 20
-	DefaultRESPMaxList          = 10000
+	// DefaultRESPMaxTotalInputBytes is 128 connections each buffering a
+	// command of the full 2 MiB at once (lease commands are a few hundred
+	// bytes), where the connection cap alone allows 10,000 × 2 MiB.
+	DefaultRESPMaxTotalInputBytes = 256 << 20
+	DefaultRESPMaxList            = 10000
 )
 
 // Until a connection has authenticated (auth on), a command has at most
@@ -40,6 +45,7 @@ const (
 	closeAuthTimeout  = "auth_timeout"
 	closeHandshake    = "tls_handshake"
 	closeInputLimit   = "input_limit"
+	closeTotalInput   = "total_input"
 	closeOutputLimit  = "output_limit"
 	closeHTTP         = "http_request"
 	closeProtocolErr  = "protocol_error"
@@ -71,10 +77,34 @@ func (o *RESPOptions) defaults() {
 	if o.MaxCommandBytes <= 0 {
 		o.MaxCommandBytes = DefaultRESPMaxCommandBytes
 	}
+	if o.MaxTotalInputBytes <= 0 {
+		o.MaxTotalInputBytes = DefaultRESPMaxTotalInputBytes
+	}
 	if o.MaxList <= 0 {
 		o.MaxList = DefaultRESPMaxList
 	}
 }
+
+// inputBudget is MaxTotalInputBytes: the bytes of the command buffers of
+// all the connections together (a resp.Budget).
+type inputBudget struct {
+	max  int64
+	used atomic.Int64
+}
+
+func (b *inputBudget) Reserve(n int) bool {
+	for {
+		u := b.used.Load()
+		if u+int64(n) > b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+int64(n)) {
+			return true
+		}
+	}
+}
+
+func (b *inputBudget) Release(n int) { b.used.Add(-int64(n)) }
 
 // addrKey is the client address a per-address cap counts by: the IP
 // without the port.

@@ -48,6 +48,13 @@ type RESPOptions struct {
 	// arguments together (default 2 MiB; one bulk string stays under 1
 	// MiB).
 	MaxCommandBytes int
+	// MaxTotalInputBytes caps the input buffered by all the connections
+	// together (default 256 MiB): a connection reserves a command's
+	// buffer as a bulk string's header announces its length, before the
+	// bytes are read, and gives it back once the command has been handed
+	// off. A connection that cannot reserve is answered "-ERR server input
+	// buffers full" and closed; nothing of that command runs.
+	MaxTotalInputBytes int64
 
 	// MaxList caps LH.LIST: a prefix with more leases (that the caller
 	// may read) is answered TOOMANY, and is read with LH.SCAN, page by
@@ -98,6 +105,7 @@ type RESPServer struct {
 	sessMu   sync.Mutex
 	sessions map[string]respSession // with auth on: who opened each session
 
+	input    *inputBudget // MaxTotalInputBytes
 	workers  *resp.Workers
 	warn     *rateLog // attacks and failed AUTHs: at most a line a second
 	authFail authLimiter
@@ -116,6 +124,7 @@ func NewRESPServer(b Backend, opts RESPOptions) *RESPServer {
 		b: b, opts: opts, log: opts.Logger,
 		lns: map[net.Listener]struct{}{}, conns: map[*respConn]struct{}{},
 		perAddr:  map[string]int{},
+		input:    &inputBudget{max: opts.MaxTotalInputBytes},
 		sessions: map[string]respSession{},
 		workers:  resp.NewWorkers(),
 		warn:     &rateLog{log: opts.Logger, interval: time.Second},

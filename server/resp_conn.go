@@ -90,6 +90,8 @@ func (c *respConn) serve() {
 	// The buffer holds a line of respInlineMax bytes and its CRLF.
 	rd := resp.NewReader(bufio.NewReaderSize(c.nc, respInlineMax+2))
 	rd.MaxCommand, rd.MaxInline = srv.opts.MaxCommandBytes, respInlineMax
+	rd.Budget = srv.input
+	defer rd.Free()
 	preAuth := srv.opts.Auth != nil
 	if preAuth {
 		c.limitPreAuth(rd)
@@ -99,6 +101,11 @@ func (c *respConn) serve() {
 		if err != nil {
 			var ne net.Error
 			switch {
+			case errors.Is(err, resp.ErrBudget):
+				c.replyError("ERR server input buffers full (the input buffered across all connections is at its limit); closing the connection")
+				c.closeReason.CompareAndSwap(nil, &closeTotalInputReason)
+				srv.warn.Warn("resp: the total input buffered across connections is at its limit (--resp-max-total-input-bytes): connection closed",
+					"remote", c.nc.RemoteAddr(), "limit", srv.opts.MaxTotalInputBytes)
 			case errors.Is(err, resp.ErrProtocol):
 				c.srv.log.Debug("resp: closing connection", "remote", c.nc.RemoteAddr(), "err", err)
 				c.replyError("ERR " + err.Error())
@@ -138,6 +145,7 @@ var (
 	closeHandshakeReason   = closeHandshake
 	closeProtocolErrReason = closeProtocolErr
 	closeInputLimitReason  = closeInputLimit
+	closeTotalInputReason  = closeTotalInput
 	closeAuthTimeoutReason = closeAuthTimeout
 	closeHTTPReason        = closeHTTP
 )

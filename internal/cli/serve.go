@@ -113,6 +113,7 @@ type serveOptions struct {
 	respHandshakeTimeout time.Duration
 	respMaxOutputBytes   int64
 	respMaxCommandBytes  int
+	respMaxTotalInput    int64
 }
 
 // serveEnv names the environment variable of each flag whose name does not
@@ -169,6 +170,7 @@ func newServeCmd(e *env) *cobra.Command {
 	f.DurationVar(&o.respHandshakeTimeout, "resp-tls-handshake-timeout", server.DefaultRESPHandshakeTimeout, "longest TLS handshake on the RESP port")
 	f.Int64Var(&o.respMaxOutputBytes, "resp-max-output-bytes", server.DefaultRESPMaxOutputBytes, "a RESP client whose unsent replies pass this many bytes (it does not read them) is disconnected")
 	f.IntVar(&o.respMaxCommandBytes, "resp-max-command-bytes", server.DefaultRESPMaxCommandBytes, "most bytes of one RESP command's arguments together")
+	f.Int64Var(&o.respMaxTotalInput, "resp-max-total-input-bytes", server.DefaultRESPMaxTotalInputBytes, "most bytes of input buffered by all RESP connections together; a connection that would pass it is closed")
 	return cmd
 }
 
@@ -334,6 +336,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 			MaxConns: o.respMaxConns, MaxConnsPerAddr: o.respMaxConnsPerAddr,
 			AuthTimeout: o.respAuthTimeout, HandshakeTimeout: o.respHandshakeTimeout,
 			MaxOutputBytes: o.respMaxOutputBytes, MaxCommandBytes: o.respMaxCommandBytes,
+			MaxTotalInputBytes: o.respMaxTotalInput,
 		},
 	}
 	if o.dashboard {
@@ -434,6 +437,7 @@ func (o *serveOptions) checkBounds() error {
 		{"--resp-tls-handshake-timeout", o.respHandshakeTimeout > 0},
 		{"--resp-max-output-bytes", o.respMaxOutputBytes > 0},
 		{"--resp-max-command-bytes", o.respMaxCommandBytes > 0},
+		{"--resp-max-total-input-bytes", o.respMaxTotalInput > 0},
 	} {
 		if !c.ok {
 			return usagef("serve: %s must be positive", c.name)

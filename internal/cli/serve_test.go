@@ -232,6 +232,8 @@ func TestServeUsageErrors(t *testing.T) {
 		{"serve", "--data-dir", dir, "--resp-tls-handshake-timeout", "-1s"},
 		{"serve", "--data-dir", dir, "--resp-max-output-bytes", "0"},
 		{"serve", "--data-dir", dir, "--resp-max-command-bytes", "0"},
+		{"serve", "--data-dir", dir, "--resp-max-total-input-bytes", "0"},
+		{"serve", "--data-dir", dir, "--resp-max-total-input-bytes", "-1"},
 		{"serve", "--data-dir", dir, "--body-timeout", "0s"},
 		{"serve", "--data-dir", dir, "--http-max-conns", "0"},
 		{"serve", "--data-dir", dir, "--http-max-conns-per-addr", "-5"},
@@ -243,6 +245,11 @@ func TestServeUsageErrors(t *testing.T) {
 			t.Errorf("leasehold %q: exit %d, want %d\n%s", args, r.code, ExitUsage, r.stderr)
 		}
 	}
+	t.Setenv("LEASEHOLD_RESP_MAX_TOTAL_INPUT_BYTES", "0")
+	if r := h.run("serve", "--data-dir", dir); r.code != ExitUsage || !strings.Contains(r.stderr, "--resp-max-total-input-bytes") {
+		t.Errorf("$LEASEHOLD_RESP_MAX_TOTAL_INPUT_BYTES=0: exit %d %s", r.code, r.stderr)
+	}
+	os.Unsetenv("LEASEHOLD_RESP_MAX_TOTAL_INPUT_BYTES") // t.Setenv restores it after the test
 	t.Setenv("LEASEHOLD_RATE_LIMIT", "lots")
 	if r := h.run("serve", "--data-dir", dir); r.code != ExitUsage || !strings.Contains(r.stderr, "LEASEHOLD_RATE_LIMIT") {
 		t.Errorf("bad env value: exit %d %s", r.code, r.stderr)

@@ -79,12 +79,37 @@ type Reader struct {
 	// (ReadCommand only); an array whose bulk strings would go over it is
 	// refused before they are read.
 	MaxCommand int
+	// Budget, if set, is asked for the memory of the Reader's buffer
+	// (the arguments of the command being read) before it is allocated,
+	// and given it back when the buffer is dropped: after a command
+	// bigger than 16 KiB, at the next read, and at Free. When it refuses,
+	// the read fails with ErrBudget before the bytes are read.
+	Budget Budget
 
+	held    int       // bytes of buf's capacity reserved from Budget
 	buf     []byte    // bytes of the current command or reply
 	args    [][]byte  // arguments of the current command
 	vals    []Value   // finished arrays of the current reply
 	scratch [][]Value // per depth: elements of arrays being read
 }
+
+// Budget is memory shared by several Readers, such as a server's total of
+// input buffers across its connections.
+type Budget interface {
+	// Reserve takes n bytes, or takes nothing and reports false.
+	Reserve(n int) bool
+	// Release gives back n bytes that Reserve took.
+	Release(n int)
+}
+
+// ErrBudget is returned by a read for which the Reader's Budget refused
+// the buffer. Nothing of the command has been returned; the stream cannot
+// be read any further.
+var ErrBudget = errors.New("input buffer budget exhausted")
+
+// budgetKeep is the largest buffer a Reader with a Budget keeps between
+// commands (without one: 256 KiB).
+const budgetKeep = 16 << 10
 
 // NewReader reads from br.
 func NewReader(br *bufio.Reader) *Reader { return &Reader{br: br} }
@@ -111,8 +136,12 @@ func (r *Reader) limits() (bulk, array, depth, inline int) {
 
 func (r *Reader) reset() {
 	// Drop buffers a large value grew, so an idle connection keeps little.
-	if cap(r.buf) > 256<<10 {
-		r.buf = nil
+	keep := 256 << 10
+	if r.Budget != nil {
+		keep = budgetKeep
+	}
+	if cap(r.buf) > keep {
+		r.Free()
 	}
 	if cap(r.vals) > 64<<10 {
 		r.vals = nil
@@ -202,13 +231,41 @@ func truncate(b []byte) []byte {
 	return b
 }
 
+// Free drops the Reader's buffer and gives its bytes back to Budget. Call
+// it when done with a Reader that has a Budget; the Reader stays usable.
+func (r *Reader) Free() {
+	if r.held > 0 {
+		r.Budget.Release(r.held)
+		r.held = 0
+	}
+	r.buf = nil
+}
+
+// grow makes room for n more bytes in r.buf, reserving the growth from
+// Budget first.
+func (r *Reader) grow(n int) error {
+	start := len(r.buf)
+	if cap(r.buf)-start >= n {
+		return nil
+	}
+	size := max(2*cap(r.buf), start+n)
+	if r.Budget != nil {
+		if !r.Budget.Reserve(size - cap(r.buf)) {
+			return ErrBudget
+		}
+		r.held += size - cap(r.buf)
+	}
+	nb := make([]byte, start, size)
+	copy(nb, r.buf)
+	r.buf = nb
+	return nil
+}
+
 // bulk reads n bytes and their CRLF into r.buf and returns them.
 func (r *Reader) bulk(n int) ([]byte, error) {
 	start := len(r.buf)
-	if cap(r.buf)-start < n+2 {
-		nb := make([]byte, start, max(2*cap(r.buf), start+n+2))
-		copy(nb, r.buf)
-		r.buf = nb
+	if err := r.grow(n + 2); err != nil {
+		return nil, err
 	}
 	r.buf = r.buf[:start+n+2]
 	if _, err := io.ReadFull(r.br, r.buf[start:]); err != nil {
@@ -288,6 +345,9 @@ func (r *Reader) ReadCommand() ([][]byte, error) {
 }
 
 func (r *Reader) inline(line []byte, maxArgs int) ([][]byte, error) {
+	if err := r.grow(len(line)); err != nil {
+		return nil, err
+	}
 	r.buf = append(r.buf, line...)
 	b := r.buf
 	for i := 0; i < len(b); {
@@ -332,6 +392,9 @@ func (r *Reader) value(depth int) (Value, error) {
 	switch t := Type(line[0]); t {
 	case SimpleString, Error:
 		start := len(r.buf)
+		if err := r.grow(len(line) - 1); err != nil {
+			return Value{}, err
+		}
 		r.buf = append(r.buf, line[1:]...)
 		return Value{Type: t, Str: r.buf[start:len(r.buf):len(r.buf)]}, nil
 	case Integer:

@@ -300,3 +300,48 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// testBudget is a resp.Budget of max bytes that records what is taken.
+type testBudget struct{ max, used int }
+
+func (b *testBudget) Reserve(n int) bool {
+	if b.used+n > b.max {
+		return false
+	}
+	b.used += n
+	return true
+}
+
+func (b *testBudget) Release(n int) { b.used -= n }
+
+// TestReaderBudget: a Reader reserves its buffer from Budget as a bulk's
+// header announces it, fails with ErrBudget (returning nothing) when the
+// Budget refuses, and gives the bytes back after a big command and at Free.
+func TestReaderBudget(t *testing.T) {
+	big := strings.Repeat("b", 40<<10)
+	in := string(AppendCommand(nil, "PING", big)) + "PING\r\n" + string(AppendCommand(nil, "SET", "k", big))
+	b := &testBudget{max: 64 << 10}
+	r := NewReader(bufio.NewReader(strings.NewReader(in)))
+	r.Budget = b
+	args, err := r.ReadCommand()
+	if err != nil || len(args) != 2 || string(args[1]) != big {
+		t.Fatalf("first command: %d args, %v", len(args), err)
+	}
+	if b.used < len(big) || b.used > b.max {
+		t.Fatalf("reserved %d bytes for a command of %d", b.used, len(big))
+	}
+	if args, err := r.ReadCommand(); err != nil || len(args) != 1 {
+		t.Fatalf("second command: %q, %v", args, err)
+	}
+	if b.used > budgetKeep {
+		t.Fatalf("after a small command %d bytes are still reserved (keeps at most %d)", b.used, budgetKeep)
+	}
+	b.max = b.used + 20<<10 // less than the third command's bulk
+	if args, err := r.ReadCommand(); !errors.Is(err, ErrBudget) || args != nil {
+		t.Fatalf("command over the budget: %d args, %v (want ErrBudget)", len(args), err)
+	}
+	r.Free()
+	if b.used != 0 {
+		t.Fatalf("after Free %d bytes are still reserved", b.used)
+	}
+}
