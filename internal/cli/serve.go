@@ -114,6 +114,8 @@ type serveOptions struct {
 	respMaxOutputBytes   int64
 	respMaxCommandBytes  int
 	respMaxTotalInput    int64
+	respMaxList          int
+	maxBodyBytes         int64
 }
 
 // serveEnv names the environment variable of each flag whose name does not
@@ -171,6 +173,8 @@ func newServeCmd(e *env) *cobra.Command {
 	f.Int64Var(&o.respMaxOutputBytes, "resp-max-output-bytes", server.DefaultRESPMaxOutputBytes, "a RESP client whose unsent replies pass this many bytes (it does not read them) is disconnected")
 	f.IntVar(&o.respMaxCommandBytes, "resp-max-command-bytes", server.DefaultRESPMaxCommandBytes, "most bytes of one RESP command's arguments together")
 	f.Int64Var(&o.respMaxTotalInput, "resp-max-total-input-bytes", server.DefaultRESPMaxTotalInputBytes, "most bytes of input buffered by all RESP connections together; a connection that would pass it is closed")
+	f.IntVar(&o.respMaxList, "resp-max-list", server.DefaultRESPMaxList, "most leases one LH.LIST answers (more: -TOOMANY; LH.SCAN pages through any number)")
+	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest HTTP request body; larger ones get 413")
 	return cmd
 }
 
@@ -330,13 +334,13 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		Auth: auth, Limits: limits, Logger: log, Metrics: metrics,
 		Holders:         holders,
 		ShutdownTimeout: o.shutdownTimeout,
-		AllowedHosts:    o.allowedHosts, BodyTimeout: o.bodyTimeout,
+		AllowedHosts:    o.allowedHosts, BodyTimeout: o.bodyTimeout, MaxBodyBytes: o.maxBodyBytes,
 		HTTPMaxConns: o.httpMaxConns, HTTPMaxConnsPerAddr: o.httpMaxConnsPerAddr,
 		RESP: server.RESPOptions{
 			MaxConns: o.respMaxConns, MaxConnsPerAddr: o.respMaxConnsPerAddr,
 			AuthTimeout: o.respAuthTimeout, HandshakeTimeout: o.respHandshakeTimeout,
 			MaxOutputBytes: o.respMaxOutputBytes, MaxCommandBytes: o.respMaxCommandBytes,
-			MaxTotalInputBytes: o.respMaxTotalInput,
+			MaxTotalInputBytes: o.respMaxTotalInput, MaxList: o.respMaxList,
 		},
 	}
 	if o.dashboard {
@@ -438,6 +442,8 @@ func (o *serveOptions) checkBounds() error {
 		{"--resp-max-output-bytes", o.respMaxOutputBytes > 0},
 		{"--resp-max-command-bytes", o.respMaxCommandBytes > 0},
 		{"--resp-max-total-input-bytes", o.respMaxTotalInput > 0},
+		{"--resp-max-list", o.respMaxList > 0},
+		{"--max-body-bytes", o.maxBodyBytes > 0},
 	} {
 		if !c.ok {
 			return usagef("serve: %s must be positive", c.name)

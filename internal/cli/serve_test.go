@@ -3,8 +3,10 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -234,6 +236,8 @@ func TestServeUsageErrors(t *testing.T) {
 		{"serve", "--data-dir", dir, "--resp-max-command-bytes", "0"},
 		{"serve", "--data-dir", dir, "--resp-max-total-input-bytes", "0"},
 		{"serve", "--data-dir", dir, "--resp-max-total-input-bytes", "-1"},
+		{"serve", "--data-dir", dir, "--resp-max-list", "0"},
+		{"serve", "--data-dir", dir, "--max-body-bytes", "-1"},
 		{"serve", "--data-dir", dir, "--body-timeout", "0s"},
 		{"serve", "--data-dir", dir, "--http-max-conns", "0"},
 		{"serve", "--data-dir", dir, "--http-max-conns-per-addr", "-5"},
@@ -296,5 +300,44 @@ func TestServeRedactsStoreURL(t *testing.T) {
 		if r.code == 0 || strings.Contains(r.stdout+r.stderr, secret) {
 			t.Errorf("serve --store %q: exit %d\n%s\n%s", u, r.code, r.stdout, r.stderr)
 		}
+	}
+}
+
+// --resp-max-list and --max-body-bytes reach the server: a third lease
+// makes LH.LIST answer TOOMANY, and a body over the limit gets 413.
+func TestServeListAndBodyFlags(t *testing.T) {
+	catchSIGTERM(t)
+	s := startServing(t, "--store", "memory://", "--addr", "127.0.0.1:0", "--resp-addr", "127.0.0.1:0",
+		"--resp-max-list", "2", "--max-body-bytes", "300")
+	defer stopAll(t, s)
+	ctx := context.Background()
+	c, _ := remote.OpenHTTP(s.base)
+	defer c.Close()
+	for _, n := range []string{"l/a", "l/b", "l/c"} {
+		if _, err := c.TryAcquire(ctx, leasehold.AcquireRequest{Name: n, Owner: "o", TTL: time.Minute}); err != nil {
+			t.Fatalf("acquire %s: %v", n, err)
+		}
+	}
+	conn, err := net.DialTimeout("tcp", s.resp, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := conn.Write([]byte("*2\r\n$7\r\nLH.LIST\r\n$2\r\nl/\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "-TOOMANY") {
+		t.Errorf("LH.LIST of 3 leases with --resp-max-list 2: %q, %v; want -TOOMANY", line, err)
+	}
+	body := `{"owner":"o","ttl_ms":60000,"data":"` + strings.Repeat("x", 400) + `"}`
+	resp, err := http.Post(s.base+"/v1/leases/l/d/acquire", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("a %d-byte body with --max-body-bytes 300: %d, want 413", len(body), resp.StatusCode)
 	}
 }
