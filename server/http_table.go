@@ -259,12 +259,19 @@ func (r *httpRoute) allows(method string) bool {
 // Operations both APIs have are named alike and need the same access
 // (respOps is the RESP API's).
 func httpOps() map[string]Access {
+	return opsOf("http", httpRoutes, func(r *httpRoute) (string, Access) { return r.op, r.access })
+}
+
+// opsOf maps the operation of every row of an API table to the access it
+// needs; one operation needing two accesses is a bug in the table.
+func opsOf[R any](api string, rows []R, op func(R) (string, Access)) map[string]Access {
 	m := map[string]Access{}
-	for _, r := range httpRoutes {
-		if a, ok := m[r.op]; ok && a != r.access {
-			panic("http: operation " + r.op + " needs two accesses")
+	for _, r := range rows {
+		name, access := op(r)
+		if a, ok := m[name]; ok && a != access {
+			panic(api + ": operation " + name + " needs two accesses")
 		}
-		m[r.op] = r.access
+		m[name] = access
 	}
 	return m
 }

@@ -137,14 +137,7 @@ var respByName = func() map[string][]*respCmd {
 // Operations both APIs have are named alike, and need the same access
 // (server/table_parity_test.go checks it against the HTTP API's table).
 func respOps() map[string]Access {
-	m := map[string]Access{}
-	for _, r := range respCommands {
-		if a, ok := m[r.op]; ok && a != r.access {
-			panic("resp: operation " + r.op + " needs two accesses")
-		}
-		m[r.op] = r.access
-	}
-	return m
+	return opsOf("resp", respCommands, func(r *respCmd) (string, Access) { return r.op, r.access })
 }
 
 // anyGrant reports whether id has at least need on some prefix.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/backoff"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -105,7 +106,7 @@ func docOptimistic(ctx context.Context, pool *pgxpool.Pool, id, from, to, operat
 			if !errors.Is(err, pgx.ErrNoRows) {
 				return err
 			}
-			return sleepCtx(ctx, time.Duration(float64(50*time.Millisecond)*float64(int(1)<<retry)))
+			return backoff.Sleep(ctx, time.Duration(float64(50*time.Millisecond)*float64(int(1)<<retry)))
 		})
 		if err != nil {
 			return docResult{err: err.Error()}
@@ -229,7 +230,7 @@ func (d *docRedisLock) acquire(ctx context.Context, id string) (string, error) {
 			return value, nil
 		}
 		if attempt < retryTimes-1 {
-			if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			if err := backoff.Sleep(ctx, 100*time.Millisecond); err != nil {
 				return "", err
 			}
 		}
@@ -268,15 +269,4 @@ func (d *docRedisLock) transition(ctx context.Context, id, from, to, operator st
 		return docResult{err: err.Error()}
 	}
 	return docResult{success: true, newVersion: nv, current: to}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
