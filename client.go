@@ -355,9 +355,21 @@ func (c *Client) acquireQueued(ctx context.Context, q Queuer, req AcquireRequest
 		cfg.onWait(held)
 	}
 	bo := backoff.New(c.backoffMin, c.backoffMax)
+	// waitFailed: the latest AcquireWait ended with an error of its own,
+	// not ctx's, so an entry of this request may be left in the store's
+	// queue (a lost connection). Giving up then asks the store to remove
+	// it (AcquireWait with the ended ctx), so no later release hands the
+	// lease to a caller that has gone.
+	waitFailed := false
+	giveUp := func() (*Lease, error) {
+		if waitFailed {
+			_, _ = q.AcquireWait(ctx, req)
+		}
+		return nil, ctx.Err()
+	}
 	for {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return giveUp()
 		}
 		if err != nil && !errors.As(err, &held) {
 			if errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) {
@@ -370,7 +382,7 @@ func (c *Client) acquireQueued(ctx context.Context, q Queuer, req AcquireRequest
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return nil, ctx.Err()
+				return giveUp()
 			case <-t.C():
 			}
 		}
@@ -378,8 +390,10 @@ func (c *Client) acquireQueued(ctx context.Context, q Queuer, req AcquireRequest
 		var rec Record
 		rec, err = q.AcquireWait(ctx, req)
 		if err != nil {
+			waitFailed = ctx.Err() == nil || !errors.Is(err, ctx.Err())
 			continue
 		}
+		waitFailed = false
 		if c.clock.Now().Sub(t0) > req.TTL/3 {
 			// The grant happened at some moment during a long wait: its
 			// expiry is only known to be after t0 + TTL. Renew to know

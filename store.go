@@ -91,5 +91,12 @@ type Queuer interface {
 	// AcquireWait grants the lease to req, waiting in the store's queue
 	// while someone else holds it, until ctx ends (ctx's error; the store
 	// drops the waiter, and releases a grant that raced with the end).
+	//
+	// Called with a ctx that has already ended, it removes what an earlier
+	// call with the same owner and non-empty request id left behind (an
+	// entry left by a call that failed with a lost connection, and a grant
+	// handed to it since), best effort and within a short timeout of its
+	// own, and returns ctx's error. Client.Acquire does that when it gives
+	// up after such a failure.
 	AcquireWait(ctx context.Context, req AcquireRequest) (Record, error)
 }

@@ -22,6 +22,7 @@ func serverFlags(fs *flag.FlagSet) *serverbench.Config {
 	fs.IntVar(&c.Waiters, "waiters", 8, "queued waiters for the handoff figure")
 	fs.IntVar(&c.Handoffs, "handoffs", 2000, "handoffs to measure")
 	fs.IntVar(&c.Leases, "leases", 0, "also hold this many leases to measure memory and restart time (e.g. 1000000)")
+	fs.IntVar(&c.LogSyncs, "log-syncs", 0, "also measure the durable server with this many group commits syncing at once (e.g. 2; the default row syncs one at a time)")
 	fs.StringVar(&c.Dir, "dir", "", "data directory for the server's log (default: a temporary directory on the default temp disk)")
 	return c
 }

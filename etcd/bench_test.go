@@ -59,10 +59,18 @@ func mutexLocker(b testing.TB, cli *clientv3.Client, key string) (lock, unlock f
 	return m.Lock, m.Unlock
 }
 
-func BenchmarkAcquireRelease(b *testing.B) {
+// benchStore opens a store on a key prefix of its own in the shared etcd,
+// closed when the benchmark ends; it returns the prefix's URL too.
+func benchStore(b *testing.B) (string, *etcd.Store) {
+	b.Helper()
 	u := freshURL(b, enginetest.EtcdURL(b))
 	s := open(b, u)
-	defer s.Close()
+	b.Cleanup(func() { s.Close() })
+	return u, s
+}
+
+func BenchmarkAcquireRelease(b *testing.B) {
+	_, s := benchStore(b)
 	b.Run("mutex", func(b *testing.B) {
 		lock, unlock := mutexLocker(b, newClient(b, s), s.Prefix()+"mutex/lock")
 		timed(b, func(ctx context.Context) error {
@@ -193,9 +201,7 @@ func storeWaiters(b testing.TB, u, name string) []locker {
 }
 
 func BenchmarkHandoff(b *testing.B) {
-	u := freshURL(b, enginetest.EtcdURL(b))
-	base := open(b, u)
-	defer base.Close()
+	u, base := benchStore(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	run := func(b *testing.B, ws []locker) {
@@ -220,9 +226,7 @@ func BenchmarkHandoff(b *testing.B) {
 // handoffs on each side, in blocks of 100 pairs (after 10 uncounted ones)
 // and of 50 handoffs.
 func BenchmarkVersusMutex(b *testing.B) {
-	u := freshURL(b, enginetest.EtcdURL(b))
-	s := open(b, u)
-	defer s.Close()
+	u, s := benchStore(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	report := func(b *testing.B, what string, m, st []time.Duration) {

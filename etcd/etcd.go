@@ -4,9 +4,12 @@
 // clock and then deletes the grant's key (pushing the deletion to
 // watchers). Fencing tokens are etcd revisions.
 //
+// Waiters queue in etcd in arrival order (Store implements
+// leasehold.Queuer; see queue.go).
+//
 // Open it with a URL:
 //
-//	etcd://host:2379[,host:port...]/?prefix=leasehold/&dial_timeout=5s
+//	etcd://host:2379[,host:port...]/?prefix=leasehold/&dial_timeout=5s&queue_liveness=5s
 //	etcds://user:password@host:2379/   (TLS with the system roots; etcd auth)
 //
 // or wrap an existing client with New. See docs/stores/etcd.md for the
@@ -65,6 +68,15 @@ type Store struct {
 
 	spares    *pool
 	refresher *refresher
+	liveness  time.Duration // of queue entries (WithQueueLiveness)
+
+	qmu     sync.Mutex
+	sess    *session       // the queue entries' etcd lease; nil when none
+	waiting map[string]int // AcquireWaits in progress, by name
+
+	// waitHook, if set (tests), is told how often each AcquireWait was
+	// woken and sent an acquire Txn.
+	waitHook func(req leasehold.AcquireRequest, wakes, acquires int)
 
 	mu     sync.Mutex
 	closed bool
@@ -79,8 +91,9 @@ type Store struct {
 type Option func(*config)
 
 type config struct {
-	prefix string
-	err    error // the first bad option value
+	prefix   string
+	liveness time.Duration
+	err      error // the first bad option value
 }
 
 // WithPrefix sets the prefix of every key the store writes (default
@@ -110,7 +123,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Store, error) {
 
 // configure applies opts to the defaults and checks the result.
 func configure(opts []Option) (config, error) {
-	cfg := config{prefix: DefaultPrefix}
+	cfg := config{prefix: DefaultPrefix, liveness: DefaultQueueLiveness}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -118,7 +131,8 @@ func configure(opts []Option) (config, error) {
 }
 
 func newStore(cli *clientv3.Client, owned bool, cfg config) *Store {
-	s := &Store{cli: cli, owned: owned, prefix: cfg.prefix, spares: newPool(), bgSem: make(chan struct{}, 16)}
+	s := &Store{cli: cli, owned: owned, prefix: cfg.prefix, liveness: cfg.liveness, spares: newPool(), bgSem: make(chan struct{}, 16),
+		waiting: map[string]int{}}
 	s.stop, s.cancel = context.WithCancel(context.Background())
 	s.refresher = newRefresher(cli, s.stop)
 	return s
@@ -132,18 +146,17 @@ func newStore(cli *clientv3.Client, owned bool, cfg config) *Store {
 // optional user:password for etcd authentication, one or more host:port
 // separated by commas (port default 2379; an IPv6 literal only as the sole
 // host), an empty path or "/", and the parameters prefix (key prefix,
-// default "leasehold/") and dial_timeout (a Go duration, default 5s). A bad
-// URL or parameter is an *leasehold.InvalidError.
+// default "leasehold/"), dial_timeout (a Go duration, default 5s) and
+// queue_liveness (WithQueueLiveness, a Go duration). A bad URL or parameter
+// is an *leasehold.InvalidError.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
-	ccfg, prefix, err := parseURL(rawURL)
+	ccfg, urlOpts, err := parseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
 	ccfg.Context = context.WithoutCancel(ctx)
 	ccfg.Logger = zap.NewNop()
-	if prefix != "" {
-		opts = append(opts[:len(opts):len(opts)], WithPrefix(prefix))
-	}
+	opts = append(opts[:len(opts):len(opts)], urlOpts...)
 	// Validate the options before dialling.
 	cfg, err := configure(opts)
 	if err != nil {
@@ -169,11 +182,11 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// parseURL returns the client configuration and the prefix parameter ("" if
-// the URL has none).
-func parseURL(rawURL string) (clientv3.Config, string, error) {
-	bad := func(format string, args ...any) (clientv3.Config, string, error) {
-		return clientv3.Config{}, "", &leasehold.InvalidError{Field: "store URL", Reason: fmt.Sprintf(format, args...)}
+// parseURL returns the client configuration and the options of the URL's
+// parameters.
+func parseURL(rawURL string) (clientv3.Config, []Option, error) {
+	bad := func(format string, args ...any) (clientv3.Config, []Option, error) {
+		return clientv3.Config{}, nil, &leasehold.InvalidError{Field: "store URL", Reason: fmt.Sprintf(format, args...)}
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -214,7 +227,7 @@ func parseURL(rawURL string) (clientv3.Config, string, error) {
 	if err != nil {
 		return bad("query: %v", err)
 	}
-	prefix := ""
+	var opts []Option
 	cfg.DialTimeout = DefaultDialTimeout
 	for k, v := range q {
 		if len(v) != 1 {
@@ -222,9 +235,16 @@ func parseURL(rawURL string) (clientv3.Config, string, error) {
 		}
 		switch k {
 		case "prefix":
-			if prefix = v[0]; prefix == "" {
+			if v[0] == "" {
 				return bad("empty prefix")
 			}
+			opts = append(opts, WithPrefix(v[0]))
+		case "queue_liveness":
+			d, err := time.ParseDuration(v[0])
+			if err != nil || d < time.Second || d > time.Hour {
+				return bad("queue_liveness %q is not a duration in [1s, 1h]", v[0])
+			}
+			opts = append(opts, WithQueueLiveness(d))
 		case "dial_timeout":
 			d, err := time.ParseDuration(v[0])
 			if err != nil || d <= 0 || d > 10*time.Minute {
@@ -232,10 +252,10 @@ func parseURL(rawURL string) (clientv3.Config, string, error) {
 			}
 			cfg.DialTimeout = d
 		default:
-			return bad("unknown parameter %q (known: prefix, dial_timeout)", k)
+			return bad("unknown parameter %q (known: prefix, dial_timeout, queue_liveness)", k)
 		}
 	}
-	return cfg, prefix, nil
+	return cfg, opts, nil
 }
 
 func redact(raw string) string {
@@ -270,6 +290,7 @@ func (s *Store) Close() error {
 	s.bg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
+	s.closeSession(ctx)
 	for _, sp := range s.spares.drain() {
 		_, _ = s.cli.Revoke(ctx, sp.id)
 	}
@@ -299,10 +320,18 @@ func (s *Store) begin(ctx context.Context) error {
 // fail translates an error from the etcd client: context errors pass
 // through, use after Close is leasehold.ErrClosed, and anything else
 // becomes a plain error carrying etcd's message (no etcd or gRPC type).
+//
+// A call whose deadline has passed fails with context.DeadlineExceeded
+// even when ctx does not say so yet: gRPC sends the deadline to etcd,
+// which can answer with its own timeout ("etcdserver: request timed out",
+// or "context deadline exceeded" as an Unknown status) before the timer of
+// the caller's context has run.
 func (s *Store) fail(ctx context.Context, op string, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
+	case storekit.DeadlinePassed(ctx):
+		return context.DeadlineExceeded
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		if s.isClosed() {
 			return leasehold.ErrClosed

@@ -78,6 +78,14 @@ func TestConformance(t *testing.T) {
 			return rec.wrap(open(t, u))
 		},
 		TTL: 1600 * time.Millisecond,
+		Queued: func(ctx context.Context, s leasehold.Store, name, owner string) (bool, error) {
+			owners, err := etcd.QueuedOwners(ctx, s.(recorded).Store, name)
+			return slices.Contains(owners, owner), err
+		},
+		// The session lease (5 s) and etcd's revocation loop (0.5 s).
+		WaiterLiveness: etcd.DefaultQueueLiveness + time.Second,
+		// A crashed process: its connection closes, nothing is removed.
+		Abandon: func(s leasehold.Store) { s.(recorded).Store.Client().Close() },
 		Histories: storetest.HistoryConfig{
 			TTLs:     []time.Duration{2 * time.Second, 3 * time.Second},
 			Parallel: 100,
@@ -108,14 +116,26 @@ func (r *recording) wrap(s *etcd.Store) leasehold.Store { return recorded{s, r} 
 func (s recorded) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
 	rec, err := s.Store.TryAcquire(ctx, req)
 	if err == nil {
-		s.r.mu.Lock()
-		if s.r.grants == nil {
-			s.r.grants, s.r.released = map[string][]uint64{}, map[string]bool{}
-		}
-		s.r.grants[req.Name] = append(s.r.grants[req.Name], rec.Token)
-		s.r.mu.Unlock()
+		s.r.add(req.Name, rec.Token)
 	}
 	return rec, err
+}
+
+func (s recorded) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
+	rec, err := s.Store.AcquireWait(ctx, req)
+	if err == nil {
+		s.r.add(req.Name, rec.Token)
+	}
+	return rec, err
+}
+
+func (r *recording) add(name string, token uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.grants == nil {
+		r.grants, r.released = map[string][]uint64{}, map[string]bool{}
+	}
+	r.grants[name] = append(r.grants[name], token)
 }
 
 func (s recorded) Release(ctx context.Context, name, owner string, token uint64) error {

@@ -34,43 +34,59 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 	if err := s.begin(ctx); err != nil {
 		return leasehold.Record{}, err
 	}
-	lk, ok := s.leaseKey(req.Name), s.ownerKey(req.Name)
+	lk, ok, qp := s.leaseKey(req.Name), s.ownerKey(req.Name), s.queuePrefix(req.Name)
 	secs := leaseSeconds(req.TTL)
 	now := time.Now()
 	val := record{owner: req.Owner, requestID: req.RequestID, ttl: req.TTL, acquired: now, data: req.Data}.encode()
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		g, err := s.obtain(ctx, secs)
+		var g grantLease
+		var rerr error
+		resp, err := s.peek(ctx, req.Name, attempt == 0)
 		if err != nil {
 			return leasehold.Record{}, err
 		}
-		resp, err := s.cli.Txn(ctx).If(cmpAbsent(lk)).
-			Then(clientv3.OpPut(lk, val, clientv3.WithLease(g.id)), clientv3.OpPut(ok, req.Owner)).
-			Else(clientv3.OpGet(lk)).Commit()
-		rerr := g.settle()
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			continue // the spare was gone; nothing was written
-		}
-		if err != nil {
-			// Unknown outcome: if the grant happened, it expires by itself
-			// with the etcd lease, or a retry with the request id gets it.
-			return leasehold.Record{}, s.fail(ctx, "acquire", err)
-		}
-		if resp.Succeeded {
-			if rerr != nil {
-				return leasehold.Record{}, refreshFailed(ctx, uint64(resp.Header.Revision), rerr)
+		if resp == nil {
+			if g, err = s.obtain(ctx, secs); err != nil {
+				return leasehold.Record{}, err
 			}
-			s.used(g)
-			return leasehold.Record{
-				Name: req.Name, Owner: req.Owner, Token: uint64(resp.Header.Revision), Data: bytes.Clone(req.Data),
-				TTL: req.TTL, Remaining: time.Duration(g.granted) * time.Second, Acquired: time.Unix(0, now.UnixNano()),
-			}, nil
+			resp, err = s.cli.Txn(ctx).If(cmpAbsent(lk), cmpQueueEmpty(qp)).
+				Then(clientv3.OpPut(lk, val, clientv3.WithLease(g.id)), clientv3.OpPut(ok, req.Owner)).
+				Else(clientv3.OpGet(lk), clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithPrefix())...)).Commit()
+			rerr = g.settle()
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				continue // the spare was gone; nothing was written
+			}
+			if err != nil {
+				// Unknown outcome: if the grant happened, it expires by itself
+				// with the etcd lease, or a retry with the request id gets it.
+				return leasehold.Record{}, s.fail(ctx, "acquire", err)
+			}
+			if resp.Succeeded {
+				if rerr != nil {
+					return leasehold.Record{}, refreshFailed(ctx, uint64(resp.Header.Revision), rerr)
+				}
+				s.used(g)
+				s.noteGrant(req.Name, req.Owner, uint64(resp.Header.Revision), g.leaseRef)
+				return leasehold.Record{
+					Name: req.Name, Owner: req.Owner, Token: uint64(resp.Header.Revision), Data: bytes.Clone(req.Data),
+					TTL: req.TTL, Remaining: time.Duration(g.granted) * time.Second, Acquired: time.Unix(0, now.UnixNano()),
+				}, nil
+			}
+			s.unused(g, rerr)
 		}
-		s.unused(g, rerr)
-		kvs := resp.Responses[0].GetResponseRange().Kvs
-		if len(kvs) == 0 {
-			continue
+		kv := one(resp.Responses[0])
+		if kv == nil {
+			head := one(resp.Responses[1])
+			if head == nil {
+				continue
+			}
+			// Free, but waiters are queued: the head's turn.
+			w, err := decodeRecord(head.Value)
+			if err != nil {
+				return leasehold.Record{}, err
+			}
+			return leasehold.Record{}, &leasehold.HeldError{Name: req.Name, Owner: w.owner, Remaining: queueHint}
 		}
-		kv := kvs[0]
 		cur, err := decodeRecord(kv.Value)
 		if err != nil {
 			return leasehold.Record{}, err
@@ -82,7 +98,7 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 			}
 			continue
 		}
-		rem, alive, err := s.judge(ctx, clientv3.LeaseID(kv.Lease))
+		rem, alive, err := s.judge(ctx, clientv3.LeaseID(kv.Lease), cur.ttl)
 		if err != nil {
 			return leasehold.Record{}, err
 		}
@@ -94,6 +110,28 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 		// The holder's etcd lease is gone: its key is gone too by now.
 	}
 	return leasehold.Record{}, fmt.Errorf("etcd acquire %q: the lease kept changing; gave up after %d attempts", req.Name, maxAttempts)
+}
+
+// peek serves a TryAcquire of a name that this store has waiters for,
+// which a queue makes sure to be refused: it reads the lease key and the
+// queue's head in a read-only Txn (a refusal then costs no raft write; a
+// Txn with a Put does, even when its compare fails). It returns nil when
+// it did not read, or found the lease free and nobody queued: then the
+// acquire Txn decides.
+func (s *Store) peek(ctx context.Context, name string, first bool) (*clientv3.TxnResponse, error) {
+	if !first || !s.hasWaiters(name) {
+		return nil, nil
+	}
+	qp := s.queuePrefix(name)
+	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.leaseKey(name)),
+		clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithPrefix())...)).Commit()
+	if err != nil {
+		return nil, s.fail(ctx, "acquire", err)
+	}
+	if one(resp.Responses[0]) == nil && one(resp.Responses[1]) == nil {
+		return nil, nil
+	}
+	return resp, nil
 }
 
 // reacquire serves a retried acquire (same owner and request id) that
@@ -148,7 +186,10 @@ func (s *Store) reacquire(ctx context.Context, req leasehold.AcquireRequest, kv 
 		return rec, false, refreshFailed(ctx, uint64(kv.CreateRevision), rerr)
 	case moved:
 		s.used(g)
+		s.spares.setGrant(req.Name, req.Owner, uint64(kv.CreateRevision), g.id)
 		s.replaced(req.Name, old, false, nil)
+	default:
+		s.spares.setGrant(req.Name, req.Owner, uint64(kv.CreateRevision), old)
 	}
 	return leasehold.Record{
 		Name: req.Name, Owner: req.Owner, Token: uint64(kv.CreateRevision), Data: bytes.Clone(req.Data),
@@ -181,6 +222,11 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 	}
 	lk, ok := s.leaseKey(name), s.ownerKey(name)
 	defer s.spares.enter(name)() // before reading the key: see spares.go
+	if id, known := s.spares.grant(name, owner, token); known {
+		if done, err := s.renewKnown(ctx, name, owner, token, ttl, id); done {
+			return err
+		}
+	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		resp, err := s.cli.Txn(ctx).If(
 			clientv3.Compare(clientv3.ModRevision(ok), "=", int64(token)),
@@ -207,6 +253,7 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 			return s.fail(ctx, "renew", err)
 		}
 		s.spares.note(leaseRef{id: old, granted: ka.TTL, born: refreshed})
+		s.spares.setGrant(name, owner, token, old)
 		if cur.ttl == ttl {
 			return nil
 		}
@@ -216,6 +263,65 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 		}
 	}
 	return fmt.Errorf("etcd renew %q: the lease kept changing; gave up after %d attempts", name, maxAttempts)
+}
+
+// renewKnown renews a grant whose etcd lease id this store knows (it made
+// or renewed the grant) in one round trip: it refreshes id while a
+// read-only Txn checks that owner and token hold the latest grant and that
+// its key is still on id. done is false when the Txn's check failed (the
+// grant ended, or another process moved it to another etcd lease): Renew
+// then reads the key first, as for a grant it does not know.
+//
+// The refresh and the check run at once, so a refresh may land on a lease
+// that the grant no longer uses: one that another process released and,
+// if it made that grant, reused for its next grant, which then lives
+// longer than its TTL by up to one TTL (never shorter). A release in this
+// store forgets the lease first, and does not reuse it while a renewal of
+// the name is in flight here (see spares.go).
+func (s *Store) renewKnown(ctx context.Context, name, owner string, token uint64, ttl time.Duration, id clientv3.LeaseID) (done bool, err error) {
+	lk, ok := s.leaseKey(name), s.ownerKey(name)
+	refreshed := time.Now()
+	ref, known := s.spares.knownRef(id)
+	granted := ref.granted
+	// The shared stream only for a lease surely unexpired (see refresh.go).
+	stream := known && time.Until(ref.born.Add(time.Duration(ref.granted)*time.Second*99/100)) > time.Second
+	ch := make(chan error, 1)
+	go func() {
+		if stream {
+			ch <- s.refresher.refresh(ctx, id)
+			return
+		}
+		ka, err := s.cli.KeepAliveOnce(ctx, id)
+		if err == nil {
+			granted = ka.TTL
+		}
+		ch <- err
+	}()
+	resp, err := s.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(ok), "=", int64(token)),
+		clientv3.Compare(clientv3.Value(ok), "=", owner),
+		clientv3.Compare(clientv3.CreateRevision(lk), "=", int64(token)),
+		clientv3.Compare(clientv3.LeaseValue(lk), "=", int64(id)),
+	).Then(clientv3.OpGet(lk)).Commit()
+	rerr := <-ch
+	switch {
+	case err != nil:
+		return true, s.fail(ctx, "renew", err)
+	case !resp.Succeeded || len(resp.Responses[0].GetResponseRange().Kvs) == 0:
+		s.spares.setGrant(name, "", 0, clientv3.NoLease)
+		return false, nil
+	case errors.Is(rerr, rpctypes.ErrLeaseNotFound):
+		return true, leasehold.ErrNotHeld // expired: etcd refuses to revive it
+	case rerr != nil:
+		return true, s.fail(ctx, "renew", rerr)
+	}
+	s.spares.note(leaseRef{id: id, granted: granted, born: refreshed})
+	kv := resp.Responses[0].GetResponseRange().Kvs[0]
+	cur, err := decodeRecord(kv.Value)
+	if err != nil || cur.ttl == ttl {
+		return true, err
+	}
+	return s.retime(ctx, name, kv, cur, ttl, granted)
 }
 
 // retime rewrites a live grant's record with a new TTL, on an etcd lease
@@ -249,6 +355,7 @@ func (s *Store) retime(ctx context.Context, name string, kv *mvccpb.KeyValue, cu
 		return false, fmt.Errorf("etcd renew: the new etcd lease could not be refreshed: %s", rerr.Error())
 	case moved:
 		s.used(g)
+		s.spares.setGrant(name, cur.owner, uint64(kv.CreateRevision), g.id)
 		s.replaced(name, clientv3.LeaseID(kv.Lease), false, nil)
 	}
 	return true, nil
@@ -276,6 +383,7 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 	if !resp.Succeeded {
 		return leasehold.ErrNotHeld
 	}
+	s.spares.setGrant(name, "", 0, clientv3.NoLease)
 	if prev := resp.Responses[0].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
 		s.replaced(name, clientv3.LeaseID(prev[0].Lease), true, prev[0].Value)
 	}

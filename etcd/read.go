@@ -31,19 +31,29 @@ const (
 	pollLimit = 5 * time.Second
 )
 
-// judge asks etcd how long the etcd lease id has left. It returns alive
-// with an estimate of the remaining time (the whole seconds etcd reports
-// plus half a second, at most the lease's granted TTL), or !alive when the
-// lease is gone.
-func (s *Store) judge(ctx context.Context, id clientv3.LeaseID) (remaining time.Duration, alive bool, err error) {
+// judge tells how long the etcd lease id has left. When the store knows
+// that the lease lives more than another second (aliveUntil: it made or
+// renewed the grant, or asked etcd recently), it answers without asking
+// etcd, with the time it knows of, at most ttl (the record's TTL).
+// Otherwise it asks etcd: it returns alive with an estimate of the
+// remaining time (the whole seconds etcd reports plus half a second, at
+// most the lease's granted TTL), or !alive when the lease is gone.
+func (s *Store) judge(ctx context.Context, id clientv3.LeaseID, ttl time.Duration) (remaining time.Duration, alive bool, err error) {
+	if until, ok := s.spares.aliveUntil(id); ok {
+		if rem := time.Until(until); rem > time.Second+pollInterval {
+			return min(rem, ttl), true, nil
+		}
+	}
 	start := time.Now()
 	for {
+		sent := time.Now()
 		resp, err := s.cli.TimeToLive(ctx, id)
 		if err != nil {
 			return 0, false, s.fail(ctx, "lease time to live", err)
 		}
 		switch {
 		case resp.TTL >= 1:
+			s.spares.saw(id, sent.Add(time.Duration(resp.TTL)*time.Second*99/100))
 			return min(time.Duration(resp.TTL)*time.Second+time.Second/2, time.Duration(resp.GrantedTTL)*time.Second), true, nil
 		case resp.TTL < 0:
 			return 0, false, nil
@@ -65,7 +75,7 @@ func (s *Store) resolve(ctx context.Context, name string, kv *mvccpb.KeyValue) (
 		if err != nil {
 			return leasehold.Record{}, false, err
 		}
-		rem, alive, err := s.judge(ctx, clientv3.LeaseID(kv.Lease))
+		rem, alive, err := s.judge(ctx, clientv3.LeaseID(kv.Lease), cur.ttl)
 		if err != nil {
 			return leasehold.Record{}, false, err
 		}

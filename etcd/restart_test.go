@@ -26,6 +26,22 @@ func acquireAsync(ctx context.Context, c *leasehold.Client, name string, errs *a
 	return ch
 }
 
+// awaitAcquired returns the lease acquireAsync delivers on ch, failing
+// the test with fail if none comes within d, or if Acquire failed.
+func awaitAcquired(t *testing.T, ch <-chan acquired, d time.Duration, fail string) acquired {
+	t.Helper()
+	var a acquired
+	select {
+	case a = <-ch:
+	case <-time.After(d):
+		t.Fatal(fail)
+	}
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	return a
+}
+
 // TestRestart kills etcd (SIGKILL), leaves it down for 2 s and starts it
 // again on the same data, while a holder keeps a lease alive (its renewals
 // fail meanwhile and succeed again after), another holder has stopped renewing
@@ -86,15 +102,7 @@ func TestRestart(t *testing.T) {
 
 	// The crashed holder's lease expires after the restart; the waiter
 	// takes it, not before the holder's local deadline.
-	var c acquired
-	select {
-	case c = <-gotCrashed:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the waiter never got the crashed holder's lease")
-	}
-	if c.err != nil {
-		t.Fatal(c.err)
-	}
+	c := awaitAcquired(t, gotCrashed, 60*time.Second, "the waiter never got the crashed holder's lease")
 	if c.at.Before(crashed.Deadline()) {
 		t.Errorf("waiter got the crashed holder's lease at %s, before its deadline %s", c.at, crashed.Deadline())
 	}
@@ -117,15 +125,7 @@ func TestRestart(t *testing.T) {
 	if err := live.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var r acquired
-	select {
-	case r = <-gotLive:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the waiter did not get the lease after its release")
-	}
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
+	r := awaitAcquired(t, gotLive, 30*time.Second, "the waiter did not get the lease after its release")
 	if r.at.Before(releasedAt) {
 		t.Errorf("overlap: the waiter got the lease at %s, before the holder released it at %s", r.at, releasedAt)
 	}

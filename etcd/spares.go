@@ -55,10 +55,19 @@ func (l leaseRef) fresh(now time.Time) bool {
 }
 
 type pool struct {
-	mu    sync.Mutex
-	m     map[int64][]leaseRef          // spares, by requested TTL in seconds
-	known map[clientv3.LeaseID]leaseRef // etcd leases of grants made here, with their last refresh
-	busy  map[string]int                // names with a renewal or retried acquire in flight
+	mu     sync.Mutex
+	m      map[int64][]leaseRef           // spares, by requested TTL in seconds
+	known  map[clientv3.LeaseID]leaseRef  // etcd leases of grants made here, with their last refresh
+	busy   map[string]int                 // names with a renewal or retried acquire in flight
+	grants map[string]grantRef            // by name: the etcd lease of the latest grant made or renewed here
+	seen   map[clientv3.LeaseID]time.Time // etcd leases of others' grants: alive at least until then
+}
+
+// grantRef is the etcd lease of a grant.
+type grantRef struct {
+	owner string
+	token uint64
+	lease clientv3.LeaseID
 }
 
 // maxKnown is the size of the known map above which entries of leases
@@ -66,7 +75,83 @@ type pool struct {
 const maxKnown = 8192
 
 func newPool() *pool {
-	return &pool{m: map[int64][]leaseRef{}, known: map[clientv3.LeaseID]leaseRef{}, busy: map[string]int{}}
+	return &pool{m: map[int64][]leaseRef{}, known: map[clientv3.LeaseID]leaseRef{}, busy: map[string]int{},
+		grants: map[string]grantRef{}, seen: map[clientv3.LeaseID]time.Time{}}
+}
+
+// setGrant records that the grant of name to owner with token is on etcd
+// lease id (none: forget the name's grant).
+func (p *pool) setGrant(name, owner string, token uint64, id clientv3.LeaseID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if id == clientv3.NoLease {
+		delete(p.grants, name)
+		return
+	}
+	if len(p.grants) >= maxKnown {
+		for n := range p.grants { // drop an arbitrary half
+			if delete(p.grants, n); len(p.grants) < maxKnown/2 {
+				break
+			}
+		}
+	}
+	p.grants[name] = grantRef{owner: owner, token: token, lease: id}
+}
+
+// aliveUntil returns a moment until which etcd lease id is known to be
+// alive, by the local monotonic clock: one etcd TTL after this store last
+// refreshed it or learned its remaining time (less 1 % for clock rate
+// differences). etcd leases are only ever extended or revoked, and a
+// revoked lease's keys are gone, so a key read on that lease before then
+// is live.
+func (p *pool) aliveUntil(id clientv3.LeaseID) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.seen[id]
+	if k, known := p.known[id]; known {
+		d := time.Duration(k.granted) * time.Second
+		if u := k.born.Add(d - d/100); !ok || u.After(t) {
+			t, ok = u, true
+		}
+	}
+	return t, ok
+}
+
+// saw records that etcd lease id is alive until at least t.
+func (p *pool) saw(id clientv3.LeaseID, t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.seen) >= maxKnown {
+		now := time.Now()
+		for k, u := range p.seen {
+			if u.Before(now) {
+				delete(p.seen, k)
+			}
+		}
+		if len(p.seen) >= maxKnown {
+			clear(p.seen)
+		}
+	}
+	if u, ok := p.seen[id]; !ok || t.After(u) {
+		p.seen[id] = t
+	}
+}
+
+// knownRef returns what the store knows of etcd lease id.
+func (p *pool) knownRef(id clientv3.LeaseID) (leaseRef, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l, ok := p.known[id]
+	return l, ok
+}
+
+// grant returns the etcd lease recorded for the grant of name to owner
+// with token.
+func (p *pool) grant(name, owner string, token uint64) (clientv3.LeaseID, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	g, ok := p.grants[name]
+	return g.lease, ok && g.token == token && g.owner == owner
 }
 
 // note records that a grant uses l, refreshed at l.born.
@@ -176,24 +261,34 @@ type grantLease struct {
 // obtain returns a lease for a grant of secs seconds: a spare, whose
 // refresh it starts, or a newly granted one.
 func (s *Store) obtain(ctx context.Context, secs int64) (grantLease, error) {
-	now := time.Now()
-	sp, ok, stale := s.spares.take(secs, now)
-	for _, st := range stale {
-		s.revokeLater(st.id)
-	}
-	if ok {
-		g := grantLease{leaseRef: sp, secs: secs, refresh: make(chan error, 1)}
-		g.born = now
-		go func() {
-			g.refresh <- s.refresher.refresh(ctx, sp.id)
-		}()
+	if g, ok := s.spare(ctx, secs); ok {
 		return g, nil
 	}
+	now := time.Now()
 	resp, err := s.cli.Grant(ctx, secs)
 	if err != nil {
 		return grantLease{}, s.fail(ctx, "grant", err)
 	}
 	return grantLease{leaseRef: leaseRef{id: resp.ID, granted: resp.TTL, born: now}, secs: secs}, nil
+}
+
+// spare returns a fresh spare for secs, whose refresh it starts, if the
+// pool has one.
+func (s *Store) spare(ctx context.Context, secs int64) (grantLease, bool) {
+	now := time.Now()
+	sp, ok, stale := s.spares.take(secs, now)
+	for _, st := range stale {
+		s.revokeLater(st.id)
+	}
+	if !ok {
+		return grantLease{}, false
+	}
+	g := grantLease{leaseRef: sp, secs: secs, refresh: make(chan error, 1)}
+	g.born = now
+	go func() {
+		g.refresh <- s.refresher.refresh(ctx, sp.id)
+	}()
+	return g, true
 }
 
 // settle waits for the refresh of a spare (nil for a new lease).
@@ -220,13 +315,24 @@ func (s *Store) used(g grantLease) {
 	if !s.spares.empty(g.secs) {
 		return
 	}
+	s.refill(g.secs)
+}
+
+// noteGrant records the etcd lease of a grant made or renewed here, so
+// that its renewals need not read it first.
+func (s *Store) noteGrant(name, owner string, token uint64, l leaseRef) {
+	s.spares.setGrant(name, owner, token, l.id)
+}
+
+// refill grants a spare of secs seconds in the background.
+func (s *Store) refill(secs int64) {
 	s.background(func(ctx context.Context) {
 		now := time.Now()
-		resp, err := s.cli.Grant(ctx, g.secs)
+		resp, err := s.cli.Grant(ctx, secs)
 		if err != nil {
 			return
 		}
-		if !s.spares.put(g.secs, leaseRef{id: resp.ID, granted: resp.TTL, born: now}) || ctx.Err() != nil {
+		if !s.spares.put(secs, leaseRef{id: resp.ID, granted: resp.TTL, born: now}) || ctx.Err() != nil {
 			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			_, _ = s.cli.Revoke(rctx, resp.ID)

@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/internal/latency"
+	"github.com/leasehold/leasehold/postgres"
 )
 
 // Run with:
@@ -138,36 +139,8 @@ func BenchmarkAcquireRelease(b *testing.B) {
 func BenchmarkAcquireReleaseInterleaved(b *testing.B) {
 	base := enginetest.PostgresURL(b)
 	pool := benchPool(b, base, 4)
-	pairs := []pairFunc{rawPair(pool, rawTable(b, pool, base), "bench/lock"), storePair(benchStore(b, base), "bench/lock")}
-	ctx := context.Background()
-	lat := [2][]time.Duration{}
-	for i := 0; i < 50; i++ {
-		for _, p := range pairs {
-			if err := p(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		for k := range pairs {
-			k = (k + i) % 2 // alternate which goes first
-			t0 := time.Now()
-			if err := pairs[k](ctx); err != nil {
-				b.Fatal(err)
-			}
-			lat[k] = append(lat[k], time.Since(t0))
-		}
-	}
-	b.StopTimer()
-	var p50 [2]float64
-	for k := range lat {
-		slices.Sort(lat[k])
-		p50[k] = float64(lat[k][len(lat[k])/2].Nanoseconds()) / 1e3
-	}
-	b.ReportMetric(p50[0], "raw-p50-µs")
-	b.ReportMetric(p50[1], "store-p50-µs")
-	b.ReportMetric(p50[1]/p50[0], "store/raw")
+	raw, store := rawPair(pool, rawTable(b, pool, base), "bench/lock"), storePair(benchStore(b, base), "bench/lock")
+	benchInterleaved(b, raw, store, "raw", "store", "store/raw")
 }
 
 func BenchmarkAcquireReleaseParallel(b *testing.B) {
@@ -200,4 +173,77 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 		s := benchStore(b, base, "pool_max_conns", "32")
 		run(b, func(name string) pairFunc { return storePair(s, name) })
 	})
+}
+
+// BenchmarkTxn: one records transaction (a condition on one key, a put of
+// it and an add to a counter), median and p99; one round trip since
+// schema version 2 (four before).
+func BenchmarkTxn(b *testing.B) {
+	base := enginetest.PostgresURL(b)
+	s := benchStore(b, base)
+	benchPairs(b, txnOp(s.(leasehold.RecordStore).Txn, "bench/a", "bench/n"))
+}
+
+// txnOp is one records transaction by txn: a condition on key (at the
+// version the last one left it), a put of it and an add to counter.
+func txnOp(txn func(context.Context, leasehold.Txn) (leasehold.TxnResult, error), key, counter string) pairFunc {
+	var v uint64
+	return func(ctx context.Context) error {
+		res, err := txn(ctx, leasehold.Txn{
+			If:   []leasehold.Condition{{Key: key, Version: v}},
+			Then: []leasehold.Write{{Key: key, Value: []byte("x")}, {Key: counter, Add: 1}},
+		})
+		v = res.Versions[key]
+		return err
+	}
+}
+
+// BenchmarkTxnInterleaved alternates Txn (one round trip) and the four
+// round trips Txn took before schema version 2, on two keys each, and
+// reports both medians and their ratio.
+func BenchmarkTxnInterleaved(b *testing.B) {
+	base := enginetest.PostgresURL(b)
+	s := benchStore(b, base).(*postgres.Store)
+	inTx := func(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult, error) {
+		return postgres.TxnInTx(ctx, s, txn)
+	}
+	benchInterleaved(b, txnOp(s.Txn, "bench/a", "bench/n"), txnOp(inTx, "bench/b", "bench/m"), "txn", "4-trips", "before/after")
+}
+
+// benchInterleaved runs first and second alternately in one loop (which
+// of them goes first alternates too), after 50 of each to warm up, so that
+// both see the same load. It reports the median of each in µs, as
+// <firstName>-p50-µs and <secondName>-p50-µs, and second's over first's
+// as ratioName.
+func benchInterleaved(b *testing.B, first, second pairFunc, firstName, secondName, ratioName string) {
+	ops := [2]pairFunc{first, second}
+	ctx := context.Background()
+	lat := [2][]time.Duration{}
+	for i := 0; i < 50; i++ {
+		for _, op := range ops {
+			if err := op(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for k := range ops {
+			k = (k + i) % 2 // alternate which goes first
+			t0 := time.Now()
+			if err := ops[k](ctx); err != nil {
+				b.Fatal(err)
+			}
+			lat[k] = append(lat[k], time.Since(t0))
+		}
+	}
+	b.StopTimer()
+	var p50 [2]float64
+	for k := range lat {
+		slices.Sort(lat[k])
+		p50[k] = float64(lat[k][len(lat[k])/2].Nanoseconds()) / 1e3
+	}
+	b.ReportMetric(p50[0], firstName+"-p50-µs")
+	b.ReportMetric(p50[1], secondName+"-p50-µs")
+	b.ReportMetric(p50[1]/p50[0], ratioName)
 }

@@ -1,6 +1,13 @@
 package postgres
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold"
+)
 
 // Setting returns a run-time setting as the Store's sessions see it.
 func Setting(ctx context.Context, s *Store, name string) (string, error) {
@@ -25,3 +32,58 @@ func LostConnections(s *Store) int64 { return s.lost.Load() }
 // because the holder it was refused for was inserted after the statement's
 // snapshot.
 func AcquireReruns(s *Store) int64 { return s.reruns.Load() }
+
+// WaitSteps reports how many times the Store's AcquireWait calls have
+// called the wait function.
+func WaitSteps(s *Store) int64 { return s.steps.Load() }
+
+// WaiterNotes reports how many notifications the Store's waiters received.
+func WaiterNotes(s *Store) int64 { return s.notes.Load() }
+
+// Channel is the Store's LISTEN/NOTIFY channel.
+func Channel(s *Store) string { return s.watch.channel }
+
+// QueueTable is the Store's queue table, quoted and schema-qualified.
+func QueueTable(s *Store) string { return s.q.queueTable }
+
+// LeaseTableV1DDL is the lease table's CREATE TABLE statement of schema
+// version 1, with %s for its name.
+const LeaseTableV1DDL = createV1SQL
+
+// QueueTableDDL is the queue table's CREATE TABLE statement, with %s for
+// its name.
+const QueueTableDDL = createQueueSQL
+
+// Leave runs AcquireWait's cleanup for a waiter that gives up.
+func Leave(ctx context.Context, s *Store, name, owner, waiter, rid string) {
+	s.leave(ctx, leasehold.AcquireRequest{Name: name, Owner: owner}, waiter, rid)
+}
+
+// WaitStep calls the wait function once for waiter.
+func WaitStep(ctx context.Context, s *Store, name, owner, waiter, rid string, ttl time.Duration) (granted bool, token int64, err error) {
+	var st step
+	err = s.pool.QueryRow(ctx, s.q.wait, name, waiter, owner, rid, []byte{}, micros(ttl), micros(s.window)).
+		Scan(&st.granted, &st.token, &st.owner, &st.expires, &st.acquired, &st.head, &st.now)
+	return st.granted, st.token, err
+}
+
+// Queued reports whether owner has a live entry in name's queue.
+func Queued(ctx context.Context, s *Store, name, owner string) (bool, error) {
+	var ok bool
+	err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+s.q.queueTable+
+		" WHERE name = $1 AND owner = $2 AND NOT watch AND alive_until > clock_timestamp())", name, owner).Scan(&ok)
+	return ok, err
+}
+
+// TxnInTx runs txn the way Txn did before schema version 2 (BEGIN, a batch
+// of placeholders and locks, the write, COMMIT: four round trips), for
+// BenchmarkTxnInterleaved.
+func TxnInTx(ctx context.Context, s *Store, txn leasehold.Txn) (leasehold.TxnResult, error) {
+	var res leasehold.TxnResult
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		res, err = applyTxn(ctx, tx, s.rq, txn)
+		return err
+	})
+	return res, err
+}

@@ -115,3 +115,25 @@ func TestMicros(t *testing.T) {
 		}
 	}
 }
+
+// TestGrantedNote: a notification of a grant made before the waiter's
+// latest call is stale (that call found the grant expired and queued the
+// waiter again) and is ignored; a later one is the waiter's grant, with
+// Remaining counted from the latest call's sending.
+func TestGrantedNote(t *testing.T) {
+	req := leasehold.AcquireRequest{Name: "n", Owner: "o", TTL: time.Minute}
+	last := time.UnixMicro(1_000_000_000_000_000)
+	sent := time.Now().Add(-time.Second)
+	if _, ok := granted("w1 7 999999999999999", req, sent, last); ok {
+		t.Error("a grant made before the latest call was taken")
+	}
+	rec, ok := granted("w1 7 1000000000000000", req, sent, last)
+	if !ok || rec.Token != 7 || rec.Remaining > 59*time.Second || rec.Remaining < 50*time.Second {
+		t.Errorf("a grant made at the latest call: %+v, %v", rec, ok)
+	}
+	for _, bad := range []string{"", "w1", "w1 0 1000000000000000", "w1 x 1", "w1 7 1 2"} {
+		if _, ok := granted(bad, req, sent, last); ok {
+			t.Errorf("%q taken as a grant", bad)
+		}
+	}
+}

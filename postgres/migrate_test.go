@@ -1,6 +1,9 @@
 package postgres_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -132,5 +135,123 @@ func TestSynchronousCommit(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("synchronous_commit = %q, %v; want %q", got, err, tc.want)
 		}
+	}
+}
+
+// upgradeInPlace checks that Open of u (a table of an earlier schema,
+// described by what) without migration is refused with advice that names
+// refusal and store init, then opens it with migration four times at once,
+// which upgrades it in place. It returns the four stores (closed when the
+// test ends).
+func upgradeInPlace(t *testing.T, ctx context.Context, u, what, refusal string) []*postgres.Store {
+	t.Helper()
+	if _, err := postgres.Open(ctx, withParam(u, "migrate", "false")); err == nil ||
+		!strings.Contains(err.Error(), refusal) || !strings.Contains(err.Error(), "store init") {
+		t.Fatalf("Open of %s without migration: %v, want advice to upgrade it", what, err)
+	}
+	var wg sync.WaitGroup
+	stores := make([]*postgres.Store, 4)
+	errs := make([]error, 4)
+	for i := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stores[i], errs[i] = postgres.Open(ctx, u)
+		}()
+	}
+	wg.Wait()
+	for _, s := range stores {
+		if s != nil {
+			t.Cleanup(func() { s.Close() })
+		}
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent Open %d of %s: %v", i, what, err)
+		}
+	}
+	return stores
+}
+
+// TestMigrateFromVersion1: a database made by the previous schema version
+// (the lease table alone, commented version 1, with a held lease) is
+// refused without migration, with advice, and upgraded in place by Open
+// (several openers at once): the lease and its token survive, and the
+// queue works on it.
+func TestMigrateFromVersion1(t *testing.T) {
+	base := enginetest.PostgresURL(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	table := freshTable(t, base, "lh_test_v1_")
+	exec(t, base, fmt.Sprintf(postgres.LeaseTableV1DDL, table))
+	exec(t, base, "COMMENT ON TABLE "+table+" IS 'leasehold lease table; schema version 1'")
+	exec(t, base, "INSERT INTO "+table+" VALUES ('n', 'old', '', 7, '', 60000000, now() + interval '1 minute', true, now())")
+	u := withParam(base, "table", table)
+
+	stores := upgradeInPlace(t, ctx, u, "a version 1 table", "schema version 1")
+	// Now version 2 even without migration.
+	open(t, withParam(u, "migrate", "false")).Close()
+
+	a, b := stores[0], stores[1]
+	if _, err := a.TryAcquire(ctx, leasehold.AcquireRequest{Name: "n", Owner: "new", TTL: time.Minute}); !errors.Is(err, leasehold.ErrHeld) {
+		t.Fatalf("TryAcquire of the lease held before the upgrade: %v, want held", err)
+	}
+	got := make(chan leasehold.Record, 1)
+	go func() {
+		rec, err := b.AcquireWait(ctx, leasehold.AcquireRequest{Name: "n", Owner: "new", TTL: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- rec
+	}()
+	waitQueued(t, b, "n", "new")
+	if err := a.Release(ctx, "n", "old", 7); err != nil {
+		t.Fatalf("Release of the lease held before the upgrade: %v", err)
+	}
+	if rec := <-got; rec.Token != 8 {
+		t.Errorf("the waiter got token %d, want 8", rec.Token)
+	}
+	if _, err := a.Txn(ctx, leasehold.Txn{Then: []leasehold.Write{{Key: "k", Value: []byte("v")}}}); err != nil {
+		t.Errorf("Txn after the upgrade: %v", err)
+	}
+}
+
+// TestMigrateFromEarlyVersion2: a version 2 table made before the lease
+// table had its queued column (never released: the lease table of version
+// 1, commented version 2, beside its queue table, with a held lease and a
+// live waiter queued for it) is refused without migration, with advice,
+// and upgraded in place by Open (several openers at once): the column is
+// added and set on the names that have queue rows, so that the holder's
+// release hands the lease to the waiter (token + 1) instead of freeing it.
+func TestMigrateFromEarlyVersion2(t *testing.T) {
+	base := enginetest.PostgresURL(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	table := freshTable(t, base, "lh_test_v2e_")
+	queue := table + "_queue" // derived from the table's name, dropped with it
+	exec(t, base, fmt.Sprintf(postgres.LeaseTableV1DDL, table))
+	exec(t, base, "COMMENT ON TABLE "+table+" IS 'leasehold lease table; schema version 2'")
+	exec(t, base, "INSERT INTO "+table+" VALUES ('n', 'old', '', 7, '', 60000000, now() + interval '1 minute', true, now())")
+	exec(t, base, "INSERT INTO "+table+" VALUES ('free', 'old', '', 3, '', 60000000, now() - interval '1 minute', false, now())")
+	exec(t, base, fmt.Sprintf(postgres.QueueTableDDL, queue))
+	exec(t, base, "INSERT INTO "+queue+" (name, waiter, watch, owner, request_id, ttl_us, data, alive_until)"+
+		" VALUES ('n', 'x', false, 'next', 'rid-x', 60000000, '', now() + interval '1 minute')")
+	u := withParam(base, "table", table)
+
+	upgradeInPlace(t, ctx, u, "an early version 2 table", "no queued column")
+	s := open(t, withParam(u, "migrate", "false"))
+	defer s.Close()
+	if postgres.QueueTable(s) != `"public"."`+queue+`"` {
+		t.Fatalf("queue table %s, want %q", postgres.QueueTable(s), queue)
+	}
+	if err := s.Release(ctx, "n", "old", 7); err != nil {
+		t.Fatalf("Release of the lease held before the upgrade: %v", err)
+	}
+	if got, err := s.Get(ctx, "n"); err != nil || got.Owner != "next" || got.Token != 8 {
+		t.Errorf("after the release: %+v, %v; want it handed to the queued waiter with token 8", got, err)
+	}
+	if got := queueRows(t, base, s, "n"); got != 0 {
+		t.Errorf("queue rows after the hand-over = %d, want 0", got)
+	}
+	if rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "free", Owner: "a", TTL: time.Minute}); err != nil || rec.Token != 4 {
+		t.Errorf("TryAcquire of a free lease after the upgrade: %+v, %v; want token 4", rec, err)
 	}
 }

@@ -13,7 +13,8 @@ import (
 	"github.com/leasehold/leasehold/storekit"
 )
 
-// Every operation is one statement: one round trip, one implicit
+// Every operation is one statement (TryAcquire: grabSQL, and acquireSQL
+// when grabSQL decides nothing): one round trip, one implicit
 // transaction, decided by the database with the rules of
 // internal/leasestate written in SQL. A row is live when it is held and
 // expires_at is after now(), the start of the statement's transaction: one
@@ -40,44 +41,114 @@ const live = `l.held AND l.expires_at > now()`
 //     the row to that latest version (locked by this statement, so it cannot
 //     change). A row inserted after the snapshot stays invisible to h; the
 //     statement then returns no row and is run again.
+//
+// A free lease is not granted while live waiters are queued for it (qh,
+// the head of the queue table, queue_schema.go): the answer is then "held"
+// by the head waiter's owner, with token 0 and a short retry hint, and
+// nothing is written. Only a retry of the live holder's own acquire is
+// served past a queue. The queue is read only when the row says queued
+// (the uncontended case reads no queue): excluded.queued carries the
+// snapshot's queued into g, whose WHERE refuses a row that became queued
+// after the snapshot (qh did not look at its queue): h then reads it, and
+// the statement runs again. A new row's queued tells whether the name
+// already has queue rows (Watch interests recorded before the row
+// existed).
 const acquireSQL = `WITH cur AS (
-	SELECT token, owner, expires_at, acquired_at, ttl_us, held,
-		held AND expires_at > now() AND NOT ($3::text <> '' AND owner = $2::text AND request_id = $3::text) AS blocks
+	SELECT token, owner, expires_at, acquired_at, ttl_us, held, queued,
+		held AND expires_at > now() AND NOT ($3::text <> '' AND owner = $2::text AND request_id = $3::text) AS blocks,
+		held AND expires_at > now() AND $3::text <> '' AND owner = $2::text AND request_id = $3::text AS retry
 	FROM %[1]s WHERE name = $1::text
+), qh AS (
+	SELECT q.owner FROM %[2]s q
+	WHERE q.name = $1::text AND NOT q.watch AND q.alive_until > now()
+		AND EXISTS (SELECT FROM cur WHERE queued AND NOT (blocks OR retry))
+	ORDER BY q.seq LIMIT 1
 ), g AS (
-	INSERT INTO %[1]s AS l (name, owner, request_id, token, data, ttl_us, expires_at, held, acquired_at)
+	INSERT INTO %[1]s AS l (name, owner, request_id, token, data, ttl_us, expires_at, held, acquired_at, queued)
 	SELECT $1::text, $2::text, $3::text, 1, $4::bytea, $5::bigint,
-		now() + $5::bigint * interval '1 microsecond', true, now()
-	WHERE NOT EXISTS (SELECT FROM cur WHERE blocks)
+		now() + $5::bigint * interval '1 microsecond', true, now(),
+		coalesce((SELECT queued FROM cur), EXISTS (SELECT FROM %[2]s q WHERE q.name = $1::text))
+	WHERE NOT EXISTS (SELECT FROM cur WHERE blocks) AND NOT EXISTS (SELECT FROM qh)
 	ON CONFLICT (name) DO UPDATE SET
 		token = CASE WHEN ` + live + ` THEN l.token ELSE l.token + 1 END,
 		acquired_at = CASE WHEN ` + live + ` THEN l.acquired_at ELSE now() END,
 		owner = excluded.owner, request_id = excluded.request_id, data = excluded.data,
 		ttl_us = excluded.ttl_us, expires_at = excluded.expires_at, held = true
-	WHERE NOT (` + live + `) OR ($3::text <> '' AND l.owner = $2::text AND l.request_id = $3::text)
+	WHERE (NOT (` + live + `) AND (NOT l.queued OR excluded.queued))
+		OR ($3::text <> '' AND l.owner = $2::text AND l.request_id = $3::text)
 	RETURNING l.token, l.owner, l.expires_at, l.acquired_at, l.ttl_us, l.held
 ), h AS (
 	SELECT token, owner, expires_at, acquired_at, ttl_us, held FROM %[1]s
 	WHERE name = $1::text AND NOT EXISTS (SELECT FROM g) AND NOT EXISTS (SELECT FROM cur WHERE blocks)
+		AND NOT EXISTS (SELECT FROM qh)
 	FOR SHARE
 )
 SELECT true, token, owner, expires_at, acquired_at, ttl_us, held, now() FROM g
 UNION ALL
 SELECT false, token, owner, expires_at, acquired_at, ttl_us, held, now() FROM cur WHERE blocks
 UNION ALL
+SELECT false, 0, owner, now() + interval '` + queueHintSQL + `', now(), 0, true, now() FROM qh
+UNION ALL
 SELECT false, token, owner, expires_at, acquired_at, ttl_us, held, now() FROM h`
+
+// grantable is true of a lease row x that an acquire may take at once,
+// without looking at the queue: free (released, expired) and not queued,
+// or live and held by this very acquire (a retry: same owner and non-empty
+// request id).
+func grantable(x string) string {
+	return `((NOT (` + x + `.held AND ` + x + `.expires_at > now()) AND NOT ` + x + `.queued)
+		OR (` + x + `.held AND ` + x + `.expires_at > now() AND $3::text <> '' AND ` + x + `.owner = $2::text AND ` + x + `.request_id = $3::text))`
+}
+
+// grabSQL is the fast path of TryAcquire: acquireSQL's grant (g), for a
+// row that exists and is grantable in the statement's snapshot (c), so
+// that it inserts nothing otherwise: no row lock, no write; ON CONFLICT
+// judges the row's latest version again. Not granted, it returns the
+// live holder as the snapshot shows it (a refusal: a read, one round
+// trip), else no row, and then acquireSQL decides (a new name, a queue, a
+// concurrent change). So the uncontended acquire reads no queue.
+var grabSQL = `WITH g AS (
+	INSERT INTO %[1]s AS l (name, owner, request_id, token, data, ttl_us, expires_at, held, acquired_at)
+	SELECT $1::text, $2::text, $3::text, 1, $4::bytea, $5::bigint,
+		now() + $5::bigint * interval '1 microsecond', true, now()
+	FROM %[1]s c WHERE c.name = $1::text AND ` + grantable("c") + `
+	ON CONFLICT (name) DO UPDATE SET
+		token = CASE WHEN ` + live + ` THEN l.token ELSE l.token + 1 END,
+		acquired_at = CASE WHEN ` + live + ` THEN l.acquired_at ELSE now() END,
+		owner = excluded.owner, request_id = excluded.request_id, data = excluded.data,
+		ttl_us = excluded.ttl_us, expires_at = excluded.expires_at, held = true
+	WHERE ` + grantable("l") + `
+	RETURNING l.token, l.owner, l.expires_at, l.acquired_at, l.ttl_us, l.held
+)
+SELECT true, token, owner, expires_at, acquired_at, ttl_us, held, now() FROM g
+UNION ALL
+SELECT false, token, owner, expires_at, acquired_at, ttl_us, held, now() FROM %[1]s c
+WHERE c.name = $1::text AND c.held AND c.expires_at > now()
+	AND NOT ($3::text <> '' AND c.owner = $2::text AND c.request_id = $3::text) AND NOT EXISTS (SELECT FROM g)`
 
 // renewSQL extends a live lease of that owner and token.
 const renewSQL = `UPDATE %s SET ttl_us = $4::bigint, expires_at = now() + $4::bigint * interval '1 microsecond'
 	WHERE name = $1::text AND owner = $2::text AND token = $3::bigint AND held AND expires_at > now()`
 
 // releaseSQL frees the latest grant of that owner and token, held or
-// already released (so a repeated release succeeds), and notifies the
-// table's channel with the name; the notification is delivered when the
-// statement commits.
-const releaseSQL = `WITH u AS (
-	UPDATE %s SET held = false WHERE name = $1::text AND owner = $2::text AND token = $3::bigint RETURNING name
-) SELECT pg_notify($4::text, name) FROM u`
+// already released (so a repeated release succeeds), in one statement.
+// When the row is not queued (nobody waits for or watches the name:
+// queue_schema.go) that is the plain UPDATE f, and the answer 1: no
+// function call, no notification. Otherwise (or when there is no such
+// grant) the same statement calls the release function, which frees the
+// grant, hands the lease to the live head of the name's queue, if any,
+// notifying that waiter alone, and notifies the name (for Watch) only
+// when a Store watches it; it returns 0 when there was no such grant.
+// Under READ COMMITTED f judges the row's latest version: a row that a
+// waiter marked queued before f locked it goes to the function, and a
+// waiter that comes after finds it free. (A CASE evaluates the function
+// only when f changed nothing.)
+const releaseSQL = `WITH f AS (
+	UPDATE %[1]s l SET held = false
+	WHERE l.name = $1::text AND l.owner = $2::text AND l.token = $3::bigint AND NOT l.queued
+	RETURNING 1
+)
+SELECT CASE WHEN EXISTS (SELECT FROM f) THEN 1 ELSE %[2]s($1::text, $2::text, $3::bigint, $4::text) END`
 
 const getSQL = `SELECT owner, token, data, ttl_us, expires_at, acquired_at, now() FROM %s
 	WHERE name = $1::text AND held AND expires_at > now()`
@@ -91,15 +162,25 @@ const listSQL = `SELECT name, owner, token, data, ttl_us, expires_at, acquired_a
 		AND starts_with(name, $1::text)
 	ORDER BY name`
 
-type queries struct{ acquire, renew, release, get, list string }
+type queries struct {
+	grab, acquire, renew, release, get, list string
+	wait, leave, mine, interest              string // queue.go
+	queueTable                               string
+}
 
-func buildQueries(table string) queries {
+func buildQueries(table string, o queueObjects) queries {
 	return queries{
-		acquire: fmt.Sprintf(acquireSQL, table),
-		renew:   fmt.Sprintf(renewSQL, table),
-		release: fmt.Sprintf(releaseSQL, table),
-		get:     fmt.Sprintf(getSQL, table),
-		list:    fmt.Sprintf(listSQL, table),
+		grab:       fmt.Sprintf(grabSQL, table),
+		acquire:    fmt.Sprintf(acquireSQL, table, o.queue),
+		renew:      fmt.Sprintf(renewSQL, table),
+		release:    fmt.Sprintf(releaseSQL, table, o.release),
+		wait:       fmt.Sprintf(waitSQL, o.wait),
+		leave:      fmt.Sprintf(leaveSQL, o.queue),
+		mine:       fmt.Sprintf(mineSQL, table),
+		interest:   fmt.Sprintf(interestSQL, o.queue, table),
+		queueTable: o.queue,
+		get:        fmt.Sprintf(getSQL, table),
+		list:       fmt.Sprintf(listSQL, table),
 	}
 }
 
@@ -122,14 +203,20 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 	// A retry after a lost connection is safe only with a request id: if the
 	// lost attempt was granted, the retry gets that grant back.
 	retried := req.RequestID == ""
-	for attempt := 1; attempt <= acquireAttempts; attempt++ {
+	for attempt := 0; attempt <= acquireAttempts; attempt++ {
 		var granted, held bool
 		var token, ttl int64
 		var owner string
 		var expires, acquired, now time.Time
-		err := s.pool.QueryRow(ctx, s.q.acquire, req.Name, req.Owner, req.RequestID, data, micros(req.TTL)).
+		q := s.q.acquire
+		if attempt == 0 {
+			q = s.q.grab // the fast path; no row: acquireSQL decides
+		}
+		err := s.pool.QueryRow(ctx, q, req.Name, req.Owner, req.RequestID, data, micros(req.TTL)).
 			Scan(&granted, &token, &owner, &expires, &acquired, &ttl, &held, &now)
 		switch {
+		case attempt == 0 && errors.Is(err, pgx.ErrNoRows):
+			continue
 		case err == nil && granted:
 			return leasehold.Record{
 				Name: req.Name, Owner: req.Owner, Token: uint64(token), Data: req.Data,
@@ -178,9 +265,13 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 	return nil
 }
 
-// Release implements leasehold.Store. Watchers of the name, in every
-// process, are notified through NOTIFY when the release commits, and at once
-// in this process.
+// Release implements leasehold.Store, in one round trip. When nobody
+// waits for or watches the name it is a plain UPDATE (no function call,
+// no notification). Otherwise the same statement calls the release
+// function: if waiters are queued (AcquireWait), the live head is granted
+// the lease in the same transaction and notified alone; else watchers of
+// the name are notified through NOTIFY when the release commits. Watchers
+// in this process are notified at once.
 func (s *Store) Release(ctx context.Context, name, owner string, token uint64) error {
 	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
@@ -191,23 +282,26 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 	if token > 1<<63-1 {
 		return leasehold.ErrNotHeld
 	}
-	tag, err := s.pool.Exec(ctx, s.q.release, name, owner, int64(token), s.watch.channel)
+	var outcome int
+	err := s.pool.QueryRow(ctx, s.q.release, name, owner, int64(token), s.watch.channel).Scan(&outcome)
 	if first := err; s.again(ctx, err) {
 		// Releasing twice is harmless, but if the lost attempt released it
 		// and someone took it over since, the retry is refused: that
 		// refusal would be wrong, so the outcome is reported unknown.
-		tag, err = s.pool.Exec(ctx, s.q.release, name, owner, int64(token), s.watch.channel)
-		if err == nil && tag.RowsAffected() != 1 {
+		err = s.pool.QueryRow(ctx, s.q.release, name, owner, int64(token), s.watch.channel).Scan(&outcome)
+		if err == nil && outcome == 0 {
 			return s.fail(ctx, first)
 		}
 	}
 	if err != nil {
 		return s.fail(ctx, err)
 	}
-	if tag.RowsAffected() != 1 {
+	if outcome == 0 {
 		return leasehold.ErrNotHeld
 	}
-	s.watch.notify(name)
+	if outcome == 1 {
+		s.watch.notify(name)
+	}
 	return nil
 }
 

@@ -1,16 +1,22 @@
 // Package postgres is a leasehold.Store in a PostgreSQL table, shared by
 // every process that can reach the database.
 //
-// Each lease operation is one SQL statement (one round trip, one implicit
-// transaction) whose WHERE clause carries the lease rules, so the database
-// decides atomically. Expiry is judged by the server's clock: every
+// Each lease operation is one round trip and one implicit transaction: a SQL
+// statement whose WHERE clause carries the lease rules, or a call of a
+// server-side function that the schema installs, so the database decides
+// atomically. (TryAcquire of a new name, or of a free lease that waiters
+// are queued for, runs a second statement when its cheap first one
+// decides nothing.) Expiry is judged by the server's clock: every
 // statement compares expires_at with now(), the start time of the
 // statement's transaction, which is one instant shared by all parts of the
 // statement. A name's row is never deleted, so its fencing counter (token)
 // only ever goes up, across releases, expiry, restarts and reconnects.
 //
-// Waiting uses LISTEN/NOTIFY: Release notifies a channel derived from the
-// table, and Watch listens on one dedicated connection.
+// Waiting is a queue in the database (Store implements leasehold.Queuer):
+// waiters of every process are granted in arrival order, a release hands
+// the lease to the live head in the same call and notifies that waiter
+// alone (LISTEN/NOTIFY, one dedicated connection per Store). Watch still
+// works; a release notifies a name only while waiters or watchers exist.
 //
 // See docs/stores/postgres.md for the schema, the statements, the
 // guarantees and what an operator has to provide (synchronous replication
@@ -31,6 +37,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/randid"
 )
 
 var (
@@ -54,15 +61,20 @@ type Store struct {
 	rq      recordQueries // records.go
 	closed  atomic.Bool
 	watch   hub
+	window  time.Duration // of waiters and watch interests (queue.go)
+	id      string        // this Store's waiter id in watch rows
 
 	lastReset atomic.Int64 // unix ns of the last pool reset after a lost connection
 	lost      atomic.Int64 // operations that met a lost connection (for tests)
 	reruns    atomic.Int64 // acquires re-run for a holder inserted concurrently (for tests)
+	steps     atomic.Int64 // calls of the wait function (for tests)
+	notes     atomic.Int64 // notifications received by this Store's waiters (for tests)
 }
 
 type config struct {
 	table   string
 	migrate bool
+	window  time.Duration
 }
 
 // Option configures a Store. The URL's parameters override options given
@@ -154,12 +166,15 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 }
 
 func buildConfig(opts []Option) (config, error) {
-	cfg := config{table: DefaultTable, migrate: true}
+	cfg := config{table: DefaultTable, migrate: true, window: DefaultWaiterWindow}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if _, err := parseTable(cfg.table); err != nil {
 		return cfg, err
+	}
+	if cfg.window < MinWaiterWindow || cfg.window > MaxWaiterWindow {
+		return cfg, &leasehold.InvalidError{Field: "waiter window", Reason: fmt.Sprintf("%s is outside [%s, %s]", cfg.window, MinWaiterWindow, MaxWaiterWindow)}
 	}
 	return cfg, nil
 }
@@ -169,10 +184,11 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, cfg config) (*Store, erro
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, table: t.ident(), display: t.String()}
-	s.q = buildQueries(s.table)
-	s.rq = buildRecordQueries(recordsTableFor(t))
+	s := &Store{pool: pool, table: t.ident(), display: t.String(), window: cfg.window, id: "s" + randid.Hex(12)}
+	s.q = buildQueries(s.table, queueObjectsFor(t))
+	s.rq = buildRecordQueries(recordsTableFor(t), t)
 	s.watch.init(pool.Config(), t.channel())
+	s.watch.window, s.watch.refresh = s.window, s.interest
 	return s, nil
 }
 

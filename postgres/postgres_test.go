@@ -29,7 +29,10 @@ func ctxFor(t testing.TB, d time.Duration) context.Context {
 // its schema, if qualified) when the test ends.
 func freshTable(t testing.TB, base, prefix string) string {
 	table := prefix + randid.Hex(6)
-	t.Cleanup(func() { exec(t, base, "DROP TABLE IF EXISTS "+table) })
+	t.Cleanup(func() {
+		exec(t, base, "DROP TABLE IF EXISTS "+table+", "+table+"_queue, "+table+"_records")
+		exec(t, base, "DROP FUNCTION IF EXISTS "+table+"_wait, "+table+"_release, "+table+"_txn")
+	})
 	return table
 }
 
@@ -69,14 +72,19 @@ func open(t testing.TB, u string, opts ...postgres.Option) *postgres.Store {
 func TestConformance(t *testing.T) {
 	base := enginetest.PostgresURL(t)
 	u := withParam(base, "table", freshTable(t, base, "lh_test_"))
+	window := postgres.WithWaiterWindow(time.Second)
 	storetest.Run(t, storetest.Harness{
-		Open: func(t testing.TB) leasehold.Store { return open(t, u) },
+		Open: func(t testing.TB) leasehold.Store { return open(t, u, window) },
 		Reopen: func(t testing.TB, s leasehold.Store) leasehold.Store {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			return open(t, u)
+			return open(t, u, window)
 		},
+		Queued: func(ctx context.Context, s leasehold.Store, name, owner string) (bool, error) {
+			return postgres.Queued(ctx, s.(*postgres.Store), name, owner)
+		},
+		WaiterLiveness: time.Second,
 	})
 }
 

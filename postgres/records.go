@@ -114,9 +114,10 @@ type recordQueries struct {
 	get, create, update, delete, add string
 	placeholders, lock, lockOne      string
 	write                            string
+	txn                              string // SELECT from the txn function (queue_schema.go)
 }
 
-func buildRecordQueries(t tableName) recordQueries {
+func buildRecordQueries(t, lease tableName) recordQueries {
 	id := t.ident()
 	return recordQueries{
 		table:        t.String(),
@@ -129,6 +130,8 @@ func buildRecordQueries(t tableName) recordQueries {
 		lock:         fmt.Sprintf(recLockSQL, id),
 		lockOne:      fmt.Sprintf(recLockOneSQL, id),
 		write:        fmt.Sprintf(recWriteSQL, id),
+		txn: fmt.Sprintf("SELECT r_applied, r_key, r_value, r_version, r_live FROM %s($1::text[], $2::text[], $3::bigint[], $4::text[], $5::smallint[], $6::bytea[], $7::bigint[])",
+			queueObjectsFor(lease).txn),
 	}
 }
 
@@ -308,9 +311,13 @@ func (r recRow) holds(expect uint64) bool {
 	return r.live && r.version == expect
 }
 
-// Txn implements leasehold.RecordStore: one transaction that gives every
-// key a row, locks them all in key order, checks the conditions, and
-// applies the writes with one statement.
+// Txn implements leasehold.RecordStore in one round trip: one call of the
+// schema's txn function (queue_schema.go), which gives every key a row,
+// locks them all in key order, checks the conditions and applies the
+// writes in one implicit transaction. When it refuses, it returns the rows
+// it locked, and the refusal is reported from them by the same code as
+// LockedTxn's (planTxn). Not retried after a lost connection: it may have
+// been applied.
 func (s *Store) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult, error) {
 	if err := txn.Validate(); err != nil {
 		return leasehold.TxnResult{}, err
@@ -318,16 +325,87 @@ func (s *Store) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult
 	if err := s.begin(ctx); err != nil {
 		return leasehold.TxnResult{}, err
 	}
-	var res leasehold.TxnResult
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		res, err = applyTxn(ctx, tx, s.rq, txn)
-		return err
-	})
+	keys := txnKeys(txn)
+	ikeys, iver := make([]string, 0, len(txn.If)), make([]int64, 0, len(txn.If))
+	for _, c := range txn.If {
+		v := int64(c.Version)
+		if c.Version > 1<<63-1 {
+			v = -1 // never written: holds for no row
+		}
+		ikeys, iver = append(ikeys, c.Key), append(iver, v)
+	}
+	n := len(txn.Then)
+	wkeys, wkind, wval, wadd := make([]string, 0, n), make([]int16, 0, n), make([][]byte, 0, n), make([]int64, 0, n)
+	for _, w := range txn.Then {
+		kind, value := int16(0), w.Value
+		switch {
+		case w.Delete:
+			kind, value = 1, nil
+		case w.Add != 0 && w.Value == nil:
+			kind = 2
+		case value == nil:
+			value = []byte{}
+		}
+		wkeys, wkind, wval, wadd = append(wkeys, w.Key), append(wkind, kind), append(wval, value), append(wadd, w.Add)
+	}
+	rows, err := s.pool.Query(ctx, s.rq.txn, keys, ikeys, iver, wkeys, wkind, wval, wadd)
 	if err != nil {
 		return leasehold.TxnResult{}, s.txnFail(ctx, err)
 	}
+	applied := true
+	cur := make(map[string]recRow, len(keys))
+	for rows.Next() {
+		var ok bool
+		var k string
+		var r recRow
+		var version int64
+		if err := rows.Scan(&ok, &k, &r.value, &version, &r.live); err != nil {
+			rows.Close()
+			return leasehold.TxnResult{}, s.txnFail(ctx, err)
+		}
+		applied = applied && ok
+		r.version = uint64(version)
+		cur[k] = r
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return leasehold.TxnResult{}, s.txnFail(ctx, err)
+	}
+	if !applied {
+		if len(cur) != len(keys) {
+			return leasehold.TxnResult{}, fmt.Errorf("postgres: transaction locked %d of its %d keys", len(cur), len(keys))
+		}
+		if _, err := planTxn(cur, txn); err != nil {
+			return leasehold.TxnResult{}, err
+		}
+		return leasehold.TxnResult{}, errors.New("postgres: transaction refused by the database, although its conditions hold")
+	}
+	res := leasehold.TxnResult{Versions: make(map[string]uint64, len(txn.Then))}
+	for _, w := range txn.Then {
+		switch r, ok := cur[w.Key]; {
+		case w.Delete:
+			res.Versions[w.Key] = 0
+		case !ok:
+			return leasehold.TxnResult{}, fmt.Errorf("postgres: transaction did not write %q", w.Key)
+		default:
+			res.Versions[w.Key] = r.version
+		}
+	}
 	return res, nil
+}
+
+// txnKeys are the keys txn touches, sorted byte by byte (as the "C"
+// collation sorts), without duplicates.
+func txnKeys(txn leasehold.Txn) []string {
+	keys := make([]string, 0, len(txn.If)+len(txn.Then))
+	for _, c := range txn.If {
+		keys = append(keys, c.Key)
+	}
+	for _, w := range txn.Then {
+		keys = append(keys, w.Key)
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
 }
 
 // inTx runs fn in a transaction: COMMIT if it returns nil, else ROLLBACK
@@ -363,15 +441,7 @@ func (s *Store) txnFail(ctx context.Context, err error) error {
 
 // applyTxn runs txn inside tx.
 func applyTxn(ctx context.Context, tx pgx.Tx, q recordQueries, txn leasehold.Txn) (leasehold.TxnResult, error) {
-	keys := make([]string, 0, len(txn.If)+len(txn.Then))
-	for _, c := range txn.If {
-		keys = append(keys, c.Key)
-	}
-	for _, w := range txn.Then {
-		keys = append(keys, w.Key)
-	}
-	slices.Sort(keys) // byte order, as the "C" collation sorts
-	keys = slices.Compact(keys)
+	keys := txnKeys(txn)
 
 	// Placeholders and locks in one round trip.
 	b := &pgx.Batch{}
@@ -407,26 +477,51 @@ func applyTxn(ctx context.Context, tx pgx.Tx, q recordQueries, txn leasehold.Txn
 	if len(cur) != len(keys) {
 		return leasehold.TxnResult{}, fmt.Errorf("postgres: transaction locked %d of its %d keys", len(cur), len(keys))
 	}
+	p, err := planTxn(cur, txn)
+	if err != nil {
+		return leasehold.TxnResult{}, err
+	}
+	if len(p.keys) > 0 {
+		tag, err := tx.Exec(ctx, q.write, p.keys, p.values, p.versions)
+		if err != nil {
+			return leasehold.TxnResult{}, err
+		}
+		if tag.RowsAffected() != int64(len(p.keys)) {
+			return leasehold.TxnResult{}, fmt.Errorf("postgres: transaction wrote %d of its %d rows", tag.RowsAffected(), len(p.keys))
+		}
+	}
+	return p.res, nil
+}
 
+// txnPlan is what a transaction writes: the rows (key, value, new version)
+// and the result it reports.
+type txnPlan struct {
+	res      leasehold.TxnResult
+	keys     []string
+	values   [][]byte
+	versions []int64
+}
+
+// planTxn checks txn's conditions and adds against its locked rows cur and
+// computes its writes, or returns the first failure: a
+// *leasehold.ConflictError or an *leasehold.InvalidError.
+func planTxn(cur map[string]recRow, txn leasehold.Txn) (txnPlan, error) {
 	for _, c := range txn.If {
 		if r := cur[c.Key]; !r.holds(c.Version) {
 			e := &leasehold.ConflictError{Key: c.Key, Expected: c.Version}
 			if r.live {
 				e.Actual = r.version
 			}
-			return leasehold.TxnResult{}, e
+			return txnPlan{}, e
 		}
 	}
-	res := leasehold.TxnResult{Versions: make(map[string]uint64, len(txn.Then))}
-	var wk []string
-	var wv [][]byte
-	var wn []int64
+	p := txnPlan{res: leasehold.TxnResult{Versions: make(map[string]uint64, len(txn.Then))}}
 	for _, w := range txn.Then {
 		r := cur[w.Key]
 		var value []byte
 		switch {
 		case w.Delete:
-			res.Versions[w.Key] = 0
+			p.res.Versions[w.Key] = 0
 			if !r.live {
 				continue // deleting an absent record changes nothing
 			}
@@ -435,12 +530,12 @@ func applyTxn(ctx context.Context, tx pgx.Tx, q recordQueries, txn leasehold.Txn
 			if r.live {
 				var err error
 				if n, err = storekit.ParseCounter(w.Key, r.value); err != nil {
-					return leasehold.TxnResult{}, err
+					return txnPlan{}, err
 				}
 			}
 			n, err := storekit.AddInt64(w.Key, n, w.Add)
 			if err != nil {
-				return leasehold.TxnResult{}, err
+				return txnPlan{}, err
 			}
 			value = strconv.AppendInt(nil, n, 10)
 		default:
@@ -451,20 +546,11 @@ func applyTxn(ctx context.Context, tx pgx.Tx, q recordQueries, txn leasehold.Txn
 		}
 		next := r.version + 1
 		if !w.Delete {
-			res.Versions[w.Key] = next
+			p.res.Versions[w.Key] = next
 		}
-		wk, wv, wn = append(wk, w.Key), append(wv, value), append(wn, int64(next))
+		p.keys, p.values, p.versions = append(p.keys, w.Key), append(p.values, value), append(p.versions, int64(next))
 	}
-	if len(wk) > 0 {
-		tag, err := tx.Exec(ctx, q.write, wk, wv, wn)
-		if err != nil {
-			return leasehold.TxnResult{}, err
-		}
-		if tag.RowsAffected() != int64(len(wk)) {
-			return leasehold.TxnResult{}, fmt.Errorf("postgres: transaction wrote %d of its %d rows", tag.RowsAffected(), len(wk))
-		}
-	}
-	return res, nil
+	return p, nil
 }
 
 // LockedTxn implements leasehold.RecordLocker: BEGIN; lock_timeout for

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
@@ -380,7 +382,9 @@ func TestRecordsWithoutCreatePrivilege(t *testing.T) {
 	}
 	ctx := ctxFor(t, 2*time.Minute)
 	u, records := recordsURL(t)
-	open(t, u).Close()
+	owner := open(t, u)
+	queue := postgres.QueueTable(owner)
+	owner.Close()
 	exec(t, base, "DROP TABLE "+records)
 	table := u[strings.Index(u, "table=")+len("table="):]
 	role := "lh_test_role_" + randid.Hex(6)
@@ -390,6 +394,7 @@ func TestRecordsWithoutCreatePrivilege(t *testing.T) {
 		exec(t, base, "DROP ROLE "+role)
 	})
 	exec(t, base, "GRANT SELECT, INSERT, UPDATE ON "+table+" TO "+role)
+	exec(t, base, "GRANT SELECT, INSERT, UPDATE, DELETE ON "+queue+" TO "+role)
 	ru := strings.Replace(u, "://postgres@", "://"+role+"@", 1)
 	pool, err := pgxpool.New(ctx, base)
 	if err != nil {
@@ -407,6 +412,17 @@ func TestRecordsWithoutCreatePrivilege(t *testing.T) {
 	if _, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "n", Owner: "o", TTL: time.Minute}); err != nil {
 		t.Errorf("TryAcquire as a role without CREATE: %v", err)
 	}
+	// The queue works with those rights: a waiter enqueues (its identity
+	// value needs no privilege on the sequence) and leaves.
+	if _, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "q", Owner: "holder", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = s.AcquireWait(wctx, leasehold.AcquireRequest{Name: "q", Owner: "waiter", TTL: time.Minute})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("AcquireWait as a role without CREATE: %v, want it to wait until its deadline", err)
+	}
 	if _, err := s.PutRecord(ctx, "k", []byte("v"), 0); err == nil || !strings.Contains(err.Error(), "store init") {
 		t.Errorf("PutRecord without a records table: %v, want advice to run leasehold store init", err)
 	}
@@ -420,4 +436,122 @@ func TestRecordsWithoutCreatePrivilege(t *testing.T) {
 	if _, err := s.PutRecord(ctx, "k", []byte("v"), 0); err != nil {
 		t.Errorf("PutRecord after Init: %v", err)
 	}
+}
+
+// roundTrips counts what a pgx connection sends: queries, batches and
+// statement preparations, each at least one round trip.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+func (r *roundTrips) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+// TestRoundTrips: on a warm connection, Txn (applied or refused), and each
+// lease operation, is one round trip: the uncontended TryAcquire (its fast
+// path grants) and Release, and a TryAcquire refused by a live holder.
+func TestRoundTrips(t *testing.T) {
+	u, _ := recordsURL(t)
+	ctx := ctxFor(t, time.Minute)
+	cfg, err := pgxpool.ParseConfig(u[:strings.Index(u, "?")] + "?" + strings.Join(slicesWithout(strings.Split(u[strings.Index(u, "?")+1:], "&"), "table="), "&"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	trips := &roundTrips{}
+	cfg.ConnConfig.Tracer = trips
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := postgres.New(ctx, pool, postgres.WithTable(u[strings.Index(u, "table=")+len("table="):]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	count := func(what string, fn func() error) {
+		t.Helper()
+		for i := 0; i < 2; i++ { // the first call prepares the statement
+			before := trips.n.Load()
+			if err := fn(); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if got := trips.n.Load() - before; i == 1 && got != 1 {
+				t.Errorf("%s: %d round trips, want 1", what, got)
+			}
+		}
+	}
+	var v uint64
+	count("Txn", func() error {
+		res, err := s.Txn(ctx, leasehold.Txn{
+			If:   []leasehold.Condition{{Key: "a", Version: v}},
+			Then: []leasehold.Write{{Key: "a", Value: []byte("x")}, {Key: "c", Add: 1}},
+		})
+		v = res.Versions["a"]
+		return err
+	})
+	count("Txn refused", func() error {
+		_, err := s.Txn(ctx, leasehold.Txn{If: []leasehold.Condition{{Key: "a", Version: 99}}, Then: []leasehold.Write{{Key: "b", Delete: true}}})
+		var ce *leasehold.ConflictError
+		if !errors.As(err, &ce) || ce.Actual != v {
+			return fmt.Errorf("refusal %v, want a conflict at version %d", err, v)
+		}
+		return nil
+	})
+	count("TryAcquire", func() error {
+		rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "u", Owner: "o", TTL: time.Minute})
+		if err != nil {
+			return err
+		}
+		before := trips.n.Load()
+		err = s.Release(ctx, "u", "o", rec.Token)
+		trips.n.Store(before) // count the acquire alone
+		return err
+	})
+	if _, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "h", Owner: "o", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	count("TryAcquire refused", func() error {
+		_, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "h", Owner: "other", TTL: time.Minute})
+		var he *leasehold.HeldError
+		if !errors.As(err, &he) || he.Owner != "o" {
+			return fmt.Errorf("refusal %v, want held by o", err)
+		}
+		return nil
+	})
+	count("TryAcquire+Release", func() error {
+		before := trips.n.Load()
+		rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "n", Owner: "o", TTL: time.Minute})
+		if err != nil {
+			return err
+		}
+		if err := s.Renew(ctx, "n", "o", rec.Token, time.Minute); err != nil {
+			return err
+		}
+		trips.n.Store(before) // count the release alone
+		return s.Release(ctx, "n", "o", rec.Token)
+	})
+}
+
+func slicesWithout(parts []string, prefix string) []string {
+	var out []string
+	for _, p := range parts {
+		if !strings.HasPrefix(p, prefix) {
+			out = append(out, p)
+		}
+	}
+	return out
 }

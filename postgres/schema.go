@@ -19,16 +19,19 @@ import (
 )
 
 // SchemaVersion is the version of the table layout this package creates
-// and uses. It is recorded as the table's comment.
-const SchemaVersion = 1
+// and uses. It is recorded as the lease table's comment. Version 2 added the
+// queue table and the server-side functions (queue_schema.go), and the
+// lease table's queued column, to version 1; a version 1 table, or a
+// version 2 table made before the queued column was added (never
+// released), is upgraded in place by migration (Open, New, Migrate, Init).
+const SchemaVersion = 2
 
 const versionPrefix = "leasehold lease table; schema version "
 
-// createSQL is the table. name sorts and compares with the "C" collation:
-// byte for byte, which for UTF-8 is code point order, the same as Go's
-// string comparison. Rows are updated in place far more often than inserted,
-// so pages keep room for HOT updates.
-const createSQL = `CREATE TABLE IF NOT EXISTS %s (
+// leaseColumnsV1 are the lease table's columns of schema version 1. name
+// sorts and compares with the "C" collation: byte for byte, which for UTF-8
+// is code point order, the same as Go's string comparison.
+const leaseColumnsV1 = `
 	name        text COLLATE "C" PRIMARY KEY,
 	owner       text NOT NULL,
 	request_id  text NOT NULL,
@@ -37,7 +40,17 @@ const createSQL = `CREATE TABLE IF NOT EXISTS %s (
 	ttl_us      bigint NOT NULL CHECK (ttl_us > 0),
 	expires_at  timestamptz NOT NULL,
 	held        boolean NOT NULL,
-	acquired_at timestamptz NOT NULL
+	acquired_at timestamptz NOT NULL`
+
+// createSQL is the table: version 1's columns and queued. Rows are updated
+// in place far more often than inserted, so pages keep room for HOT
+// updates.
+const createSQL = `CREATE TABLE IF NOT EXISTS %s (` + leaseColumnsV1 + `,
+	queued      boolean NOT NULL DEFAULT false
+) WITH (fillfactor = 70)`
+
+// createV1SQL is the lease table of schema version 1, without queued.
+const createV1SQL = `CREATE TABLE IF NOT EXISTS %s (` + leaseColumnsV1 + `
 ) WITH (fillfactor = 70)`
 
 // migrateLockKey is the advisory lock every leasehold migration takes, so
@@ -47,10 +60,13 @@ const migrateLockKey int64 = 0x6c65617365686f6c
 
 // lookupSQL resolves $1 (a quoted, possibly unqualified name) through the
 // search_path. created is true when the table was created by the current
-// transaction: age(xmin) is 0 only for the transaction's own xid.
+// transaction: age(xmin) is 0 only for the transaction's own xid. queued
+// tells whether the table has the queued column (the lease table's since
+// schema version 2 was completed).
 const lookupSQL = `SELECT coalesce(n.nspname, ''), coalesce(c.relname, ''),
 	coalesce(obj_description(c.oid, 'pg_class'), ''), coalesce(age(c.xmin) = 0, false),
-	current_setting('server_encoding')
+	current_setting('server_encoding'),
+	EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = r.oid AND a.attname = 'queued' AND NOT a.attisdropped)
 	FROM (SELECT to_regclass($1) AS oid) r
 	LEFT JOIN pg_class c ON c.oid = r.oid
 	LEFT JOIN pg_namespace n ON n.oid = c.relnamespace`
@@ -109,6 +125,13 @@ type tableInfo struct {
 	comment  string
 	created  bool
 	encoding string
+	queued   bool // has the queued column
+}
+
+// stale reports a lease table that migration upgrades in place: version 1,
+// or version 2 without the queued column.
+func (i tableInfo) stale() bool {
+	return i.comment == versionPrefix+"1" || (i.comment == versionPrefix+"2" && !i.queued)
 }
 
 type queryRower interface {
@@ -117,7 +140,7 @@ type queryRower interface {
 
 func lookup(ctx context.Context, q queryRower, t tableName) (tableInfo, error) {
 	var i tableInfo
-	err := q.QueryRow(ctx, lookupSQL, t.ident()).Scan(&i.resolved.schema, &i.resolved.name, &i.comment, &i.created, &i.encoding)
+	err := q.QueryRow(ctx, lookupSQL, t.ident()).Scan(&i.resolved.schema, &i.resolved.name, &i.comment, &i.created, &i.encoding, &i.queued)
 	return i, err
 }
 
@@ -146,8 +169,14 @@ func (i tableInfo) checkKind(t tableName, k tableKind) error {
 	switch {
 	case i.resolved.name == "":
 		return fmt.Errorf("postgres: %s %s does not exist; create it with `leasehold store init` (postgres.Init) or open without migrate=false", k.label, t)
+	case k.prefix == versionPrefix && i.comment == versionPrefix+"2" && !i.queued:
+		return fmt.Errorf("postgres: %s %s has an early schema version 2 (no queued column); upgrade it with `leasehold store init` (postgres.Init), or open without migrate=false",
+			k.label, i.resolved)
 	case i.comment == k.prefix+strconv.Itoa(k.version):
 		return nil
+	case k.prefix == versionPrefix && i.comment == versionPrefix+"1":
+		return fmt.Errorf("postgres: %s %s has schema version 1; this leasehold uses version %d: upgrade it with `leasehold store init` (postgres.Init), or open without migrate=false",
+			k.label, i.resolved, k.version)
 	case strings.HasPrefix(i.comment, k.prefix):
 		return fmt.Errorf("postgres: %s %s has schema version %s; this leasehold uses version %d",
 			k.label, i.resolved, strings.TrimPrefix(i.comment, k.prefix), k.version)
@@ -225,15 +254,48 @@ func prepareTable(ctx context.Context, pool *pgxpool.Pool, name string, migrate 
 	if err != nil {
 		return tableName{}, boundary(ctx, "look up table "+t.String(), err)
 	}
+	if info.resolved.name != "" && migrate && info.stale() && info.encoding == "UTF8" {
+		// A version 1 table, or an early version 2 one: upgrade it, under
+		// the migration lock (another opener may be doing the same; the
+		// second finds it done).
+		err = migrateTx(ctx, pool, func(tx pgx.Tx) error {
+			if info, err = lookup(ctx, tx, t); err != nil {
+				return boundary(ctx, "migrate: look up table "+t.String(), err)
+			}
+			if info.stale() {
+				if err := createQueue(ctx, tx, info.resolved); err != nil {
+					return err
+				}
+				info.comment, info.queued = versionPrefix+strconv.Itoa(SchemaVersion), true
+				if _, err := tx.Exec(ctx, fmt.Sprintf("COMMENT ON TABLE %s IS '%s'", info.resolved.ident(), info.comment)); err != nil {
+					return boundary(ctx, "migrate: comment", err)
+				}
+			}
+			return info.check(t)
+		})
+		if err != nil {
+			return tableName{}, err
+		}
+	}
 	if info.resolved.name != "" || !migrate || info.encoding != "UTF8" {
 		if err := info.check(t); err != nil {
 			return tableName{}, err
+		}
+		if migrate && info.resolved.name != "" {
+			if err := refreshFunctions(ctx, pool, info.resolved); err != nil {
+				return tableName{}, err
+			}
 		}
 		return info.resolved, ensureRecords(ctx, pool, info.resolved, migrate)
 	}
 	err = migrateTx(ctx, pool, func(tx pgx.Tx) error {
 		if info, err = leaseTable.createIn(ctx, tx, t); err != nil {
 			return err
+		}
+		if info.created {
+			if err := createQueue(ctx, tx, info.resolved); err != nil {
+				return err
+			}
 		}
 		return createRecords(ctx, tx, info.resolved)
 	})

@@ -3,7 +3,9 @@ package postgres
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,6 +41,16 @@ type hub struct {
 
 	set watchset.Set // the watchers
 
+	// Queue (queue.go): the waiters of this Store's AcquireWait calls, by
+	// waiter id, each receiving the payload of the notification addressed
+	// to it ("" after a reconnection: a grant may have been missed); and
+	// the Watch interests, refreshed every window/3 by refresh.
+	waiters sync.Map // string → chan string (buffered 1)
+	refresh func(ctx context.Context, names []string) error
+	window  time.Duration
+	ready   chan struct{} // closed once the first LISTEN is established
+	gaveUp  atomic.Bool   // a waiter waited for ready in vain: later ones do not
+
 	mu      sync.Mutex
 	running bool
 	closed  bool
@@ -52,7 +64,7 @@ type hub struct {
 // connection.
 func (h *hub) init(cfg *pgxpool.Config, channel string) {
 	h.connCfg, h.before, h.after, h.channel = cfg.ConnConfig, cfg.BeforeConnect, cfg.AfterConnect, channel
-	h.stop, h.done = make(chan struct{}), make(chan struct{})
+	h.stop, h.done, h.ready = make(chan struct{}), make(chan struct{}), make(chan struct{})
 }
 
 // Watch implements leasehold.Watcher. The channel receives (without
@@ -61,9 +73,21 @@ func (h *hub) init(cfg *pgxpool.Config, channel string) {
 // release may have been missed while it was not listening. Expiry sends
 // nothing: waiters wake at the holder's remaining time instead. The channel
 // is closed after ctx ends.
+//
+// Releases notify a name only while some Store watches it: Watch first
+// records this Store's interest in the name in the queue table (one round
+// trip; a watch row with a deadline of the waiter window, which the
+// listener goroutine refreshes every third of it while the name is
+// watched here, and which lapses by itself when it no longer is).
 func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error) {
 	if err := storekit.ValidateName(name); err != nil {
 		return nil, err
+	}
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.watch.refresh(ctx, []string{name}); err != nil {
+		return nil, s.fail(ctx, err)
 	}
 	h := &s.watch
 	h.mu.Lock()
@@ -75,16 +99,77 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	if err != nil {
 		return nil, err
 	}
+	h.start()
+	return ch, nil
+}
+
+// start starts the listener goroutine unless it runs. h.mu held.
+func (h *hub) start() {
 	if !h.running {
 		h.running = true
 		go h.run()
 	}
-	return ch, nil
+}
+
+// await registers waiter id for the notification addressed to it, starts
+// the listener, and waits (at most until ctx ends or maxWait passes) for
+// it to listen. The returned function unregisters the waiter.
+func (h *hub) await(ctx context.Context, id string, maxWait time.Duration) (<-chan string, func(), error) {
+	ch := make(chan string, 1)
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, nil, leasehold.ErrClosed
+	}
+	h.waiters.Store(id, ch)
+	h.start()
+	h.mu.Unlock()
+	done := func() { h.waiters.Delete(id) }
+	if h.gaveUp.Load() {
+		return ch, done, nil // not listening (yet): do not wait each time
+	}
+	t := time.NewTimer(maxWait)
+	defer t.Stop()
+	select {
+	case <-h.ready:
+	case <-t.C:
+		h.gaveUp.Store(true)
+	case <-h.stop:
+	case <-ctx.Done():
+	}
+	return ch, done, nil
+}
+
+// dispatch delivers a notification: to one waiter when it is addressed to
+// one (waiterPrefix, waiter id, space, the rest), else to the watchers of
+// the name it carries.
+func (h *hub) dispatch(payload string) {
+	rest, ok := strings.CutPrefix(payload, waiterPrefix)
+	if !ok {
+		h.notify(payload)
+		return
+	}
+	id, _, _ := strings.Cut(rest, " ")
+	if v, ok := h.waiters.Load(id); ok {
+		select {
+		case v.(chan string) <- rest:
+		default:
+		}
+	}
 }
 
 func (h *hub) notify(name string) { h.set.Notify(name) }
 
-func (h *hub) notifyAll() { h.set.NotifyAll() }
+// wakeWaiters wakes every waiter, to call the wait function again.
+func (h *hub) wakeWaiters() {
+	h.waiters.Range(func(_, v any) bool {
+		select {
+		case v.(chan string) <- "":
+		default:
+		}
+		return true
+	})
+}
 
 // close stops the listener and waits for it to return.
 func (h *hub) close() {
@@ -116,6 +201,7 @@ func (h *hub) run() {
 		case <-ctx.Done():
 		}
 	}()
+	go h.keepInterests(ctx)
 	retry := backoff.New(listenBackoffMin, listenBackoffMax)
 	for ctx.Err() == nil {
 		if h.listen(ctx) {
@@ -156,16 +242,25 @@ func (h *hub) listen(ctx context.Context) bool {
 		return false
 	}
 	h.mu.Lock()
+	first := h.listens == 0
+	if first {
+		close(h.ready)
+	}
 	h.listens++
 	h.mu.Unlock()
-	h.notifyAll()
+	h.set.NotifyAll()
+	if !first {
+		// A grant may have been notified while nobody listened. (Before
+		// the first LISTEN, waiters wait for it before their first call.)
+		h.wakeWaiters()
+	}
 	for {
 		wctx, cancel := context.WithTimeout(ctx, listenIdle)
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		switch {
 		case err == nil:
-			h.notify(n.Payload)
+			h.dispatch(n.Payload)
 		case ctx.Err() != nil:
 			return true
 		case errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed():
@@ -177,6 +272,27 @@ func (h *hub) listen(ctx context.Context) bool {
 			}
 		default:
 			return true
+		}
+	}
+}
+
+// keepInterests refreshes the watch rows of the names watched here every
+// third of the waiter window, until ctx ends. A failed refresh is retried
+// at the next tick; a name whose row lapsed meanwhile is not notified by
+// releases until then (its watchers still wake at the holder's expiry).
+func (h *hub) keepInterests(ctx context.Context) {
+	t := time.NewTicker(h.window / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if names := h.set.Names(); len(names) > 0 {
+			rctx, cancel := context.WithTimeout(ctx, h.window/3)
+			_ = h.refresh(rctx, names)
+			cancel()
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"bytes"
 	"context"
 	_ "embed"
 	"errors"
@@ -21,6 +20,8 @@ import (
 // The scripts. goredis.Script.Run sends EVALSHA and falls back to EVAL
 // when the server does not have the script cached (NOSCRIPT).
 var (
+	//go:embed lease_lib.lua
+	leaseLibSrc string
 	//go:embed acquire.lua
 	acquireSrc string
 	//go:embed renew.lua
@@ -31,12 +32,18 @@ var (
 	getSrc string
 	//go:embed epoch.lua
 	epochSrc string
+	//go:embed wait.lua
+	waitSrc string
+	//go:embed leave.lua
+	leaveSrc string
 
-	acquireScript = goredis.NewScript(acquireSrc)
+	acquireScript = goredis.NewScript(leaseLibSrc + acquireSrc)
 	renewScript   = goredis.NewScript(renewSrc)
-	releaseScript = goredis.NewScript(releaseSrc)
+	releaseScript = goredis.NewScript(leaseLibSrc + releaseSrc)
 	getScript     = goredis.NewScript(getSrc)
 	epochScript   = goredis.NewScript(epochSrc)
+	waitScript    = goredis.NewScript(leaseLibSrc + waitSrc)
+	leaveScript   = goredis.NewScript(leaseLibSrc + leaveSrc)
 )
 
 // usable reports a done context or a closed store before any round trip.
@@ -61,11 +68,7 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 	if err := s.usable(ctx); err != nil {
 		return leasehold.Record{}, err
 	}
-	lease, fence := s.keys(req.Name)
-	keys := []string{lease, fence}
-	if !s.cluster {
-		keys = append(keys, s.epochKey)
-	}
+	keys := s.nameKeys(req.Name)
 	var e epoch
 	var res []any
 	for attempt := 0; ; attempt++ {
@@ -73,8 +76,8 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 		if e, err = s.epoch(ctx); err != nil {
 			return leasehold.Record{}, err
 		}
-		res, err = acquireScript.Run(ctx, s.rdb, keys, req.Owner, req.RequestID, string(req.Data),
-			int64(req.TTL), req.TTL.Milliseconds(), e.holdUntil, e.floor, strconv.FormatInt(e.floor, 10)).Slice()
+		res, err = acquireScript.Run(ctx, s.rdb, keys, s.epochArgs(e, req.Name,
+			req.Owner, req.RequestID, string(req.Data), int64(req.TTL))...).Slice()
 		if err != nil {
 			return leasehold.Record{}, s.translate(ctx, "acquire", err)
 		}
@@ -91,18 +94,13 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 	code, _ := toInt(res[0])
 	switch {
 	case (code == 0 || code == 3) && len(res) == 4:
-		token, _ := strconv.ParseUint(fmt.Sprint(res[1]), 10, 64)
-		acq, _ := toInt(res[2])
-		now, _ := toInt(res[3])
+		token, acq, now := grantReply(res)
 		if s.ep.dials.Load() != e.dials {
 			if err := s.confirm(ctx, req, token, now); err != nil {
 				return leasehold.Record{}, err
 			}
 		}
-		return leasehold.Record{
-			Name: req.Name, Owner: req.Owner, Token: token, Data: bytes.Clone(req.Data),
-			TTL: req.TTL, Remaining: req.TTL, Acquired: time.UnixMicro(acq),
-		}, nil
+		return grantRecord(req, token, acq), nil
 	case code == 1 && len(res) == 6:
 		token, _ := strconv.ParseUint(fmt.Sprint(res[2]), 10, 64)
 		if req.RequestID != "" && fmt.Sprint(res[1]) == req.Owner && fmt.Sprint(res[5]) == req.RequestID {
@@ -120,6 +118,13 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 			Name: req.Name, Owner: fmt.Sprint(res[1]), Token: token,
 			Remaining: max(time.Duration(pttl)*time.Millisecond, 0), Acquired: time.UnixMicro(acq),
 		}
+	case code == 5 && len(res) == 3:
+		// Free, but a waiter queued earlier is due first and could not
+		// be handed the lease yet.
+		rem, _ := toInt(res[2])
+		return leasehold.Record{}, &leasehold.HeldError{
+			Name: req.Name, Owner: fmt.Sprint(res[1]), Remaining: time.Duration(rem) * time.Millisecond,
+		}
 	case code == 2 && len(res) == 2:
 		rem, _ := toInt(res[1])
 		return leasehold.Record{}, &leasehold.HeldError{
@@ -131,7 +136,7 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 
 // confirm re-checks a grant made while a connection was dialled: if the
 // check finds a restart whose hold-back or floor the script did not know,
-// the grant is undone and reported as held back.
+// the grant is undone and reported as held back (an *UndoneError).
 func (s *Store) confirm(ctx context.Context, req leasehold.AcquireRequest, token uint64, nowMs int64) error {
 	e, err := s.epoch(ctx)
 	if err == nil && nowMs >= e.holdUntil && int64(token) >= e.floor {
@@ -145,14 +150,44 @@ func (s *Store) confirm(ctx context.Context, req leasehold.AcquireRequest, token
 		// refusal, so not a HeldError.
 		return fmt.Errorf("redis acquire: a grant made across a reconnect could not be undone: %w", rerr)
 	}
+	undone := &UndoneError{Token: token, Released: rerr == nil}
 	if err != nil {
-		return fmt.Errorf("redis acquire: a grant made across a reconnect could not be confirmed and was undone: %w", err)
+		undone.Err = fmt.Errorf("redis acquire: a grant made across a reconnect could not be confirmed and was undone: %w", err)
+	} else {
+		undone.Err = &leasehold.HeldError{
+			Name: req.Name, Owner: HoldbackOwner,
+			Remaining: max(time.Duration(e.holdUntil-nowMs)*time.Millisecond, time.Millisecond),
+		}
 	}
-	return &leasehold.HeldError{
-		Name: req.Name, Owner: HoldbackOwner,
-		Remaining: max(time.Duration(e.holdUntil-nowMs)*time.Millisecond, time.Millisecond),
-	}
+	return undone
 }
+
+// UndoneError is the answer to an acquire whose grant the store made and
+// then took back before returning: the grant's script ran on a connection
+// dialled during the call, to a server that had restarted since the store
+// last checked, so it was made without that restart's hold-back or token
+// floor. For a moment the lease was held by the caller's owner under
+// Token, and another caller may have seen it so; it was released again
+// (Released false: it had already ended when the store released it).
+//
+// It unwraps to Err: a *leasehold.HeldError whose Owner is HoldbackOwner
+// (callers wait and try again, as for any hold-back), or the error of the
+// check that could not confirm the grant.
+type UndoneError struct {
+	Token    uint64
+	Released bool
+	Err      error
+}
+
+func (e *UndoneError) Error() string {
+	return fmt.Sprintf("%v (a grant of token %d made across a reconnect was undone)", e.Err, e.Token)
+}
+
+func (e *UndoneError) Unwrap() error { return e.Err }
+
+// UndoneGrant returns the token of the grant that was undone and whether
+// the store's release of it released it.
+func (e *UndoneError) UndoneGrant() (token uint64, released bool) { return e.Token, e.Released }
 
 // Renew implements leasehold.Store.
 func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
@@ -174,8 +209,10 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 	return nil
 }
 
-// Release implements leasehold.Store. A release that frees the lease
-// publishes the name on the store's channel, which wakes watchers.
+// Release implements leasehold.Store. A release that frees the lease hands
+// it to the live head of the name's queue (AcquireWait), if any, in the
+// same atomic step, and tells that waiter alone; otherwise it publishes the
+// name on the store's channel only if a Watch registered interest in it.
 func (s *Store) Release(ctx context.Context, name, owner string, token uint64) error {
 	if err := storekit.ValidateHolder(name, owner, token); err != nil {
 		return err
@@ -183,14 +220,21 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	lease, fence := s.keys(name)
-	n, err := releaseScript.Run(ctx, s.rdb, []string{lease, fence}, owner, strconv.FormatUint(token, 10),
-		s.channel, name).Int64()
+	e, err := s.epoch(ctx)
+	if err != nil {
+		return err
+	}
+	n, err := releaseScript.Run(ctx, s.rdb, s.nameKeys(name), s.epochArgs(e, name, owner, strconv.FormatUint(token, 10))...).Int64()
 	if err != nil {
 		return s.translate(ctx, "release", err)
 	}
-	if n == 0 {
+	switch n {
+	case 0:
 		return leasehold.ErrNotHeld
+	case 3:
+		// Released; the marker was not the one checked, so no waiter was
+		// handed the lease (the head was woken to take it itself).
+		s.invalidateEpoch()
 	}
 	return nil
 }

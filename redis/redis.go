@@ -2,11 +2,14 @@
 //
 // Each operation is one Lua script run with EVALSHA: one round trip, atomic
 // on the server. Expiry is judged by Redis's clock (PEXPIRE, PTTL, TIME).
-// Per lease name there are two keys in one hash slot, so the store also
-// works on Redis Cluster:
+// Per lease name there are up to five keys in one hash slot, so the store
+// also works on Redis Cluster:
 //
 //	<prefix>{<tag>}     the lease hash (owner, token, req, data, ttl, acq); expires with the lease
-//	<prefix>{<tag>}:f   the fence hash (n = latest token, o = its owner); never expires
+//	<prefix>{<tag>}:f   the fence hash (n = latest token, o = its owner, q = arrival counter); never expires
+//	<prefix>{<tag>}:q   the FIFO queue of waiters (AcquireWait), with
+//	<prefix>{<tag>}:w   their liveness deadlines and requests (see queue.go)
+//	<prefix>{<tag>}:i   a Watch's interest marker (see watch.go)
 //
 // Redis can lose data (no persistence, RDB snapshots, failover to an
 // asynchronous replica). The store notices a restart by the server's run_id
@@ -21,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,11 +34,13 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/watchset"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 var (
 	_ leasehold.Store   = (*Store)(nil)
 	_ leasehold.Watcher = (*Store)(nil)
+	_ leasehold.Queuer  = (*Store)(nil)
 )
 
 // Defaults of the options.
@@ -47,6 +53,13 @@ const (
 	DefaultHoldback = 30 * time.Second
 	// MaxHoldback is the longest hold-back accepted.
 	MaxHoldback = 2 * leasehold.MaxTTL
+	// DefaultLiveness is how long a queued waiter's entry (AcquireWait)
+	// outlives the waiter's latest refresh, by Redis's clock. A waiter
+	// refreshes its entry every third of it.
+	DefaultLiveness = 5 * time.Second
+	// MinLiveness and MaxLiveness bound WithLiveness.
+	MinLiveness = 100 * time.Millisecond
+	MaxLiveness = 10 * time.Minute
 )
 
 // HoldbackOwner is the Owner of the *leasehold.HeldError that TryAcquire
@@ -64,10 +77,12 @@ type Store struct {
 	epochKey string
 	channel  string
 	holdback time.Duration
+	liveness time.Duration
 	closed   atomic.Bool
 
-	ep epochCache
-	w  watchState
+	ep     epochCache
+	w      watchState
+	qstats queueStats
 }
 
 // Option configures a Store. A bad value makes Open or New return an
@@ -77,6 +92,7 @@ type Option func(*config)
 type config struct {
 	prefix   string
 	holdback time.Duration
+	liveness time.Duration
 	err      error // the first bad option value
 }
 
@@ -121,6 +137,22 @@ func WithHoldback(d time.Duration) Option {
 	}
 }
 
+// WithLiveness sets how long a waiter queued by AcquireWait (which
+// Client.Acquire uses) stays in the name's queue after its latest refresh
+// (default DefaultLiveness; URL parameter liveness=). A waiting process
+// refreshes its entry every third of it; the entry of a waiter that
+// crashed is skipped and removed once it is that old, so a crashed waiter
+// holds up the waiters behind it for at most this long. It must lie in
+// [MinLiveness, MaxLiveness].
+func WithLiveness(d time.Duration) Option {
+	return func(c *config) {
+		if d < MinLiveness || d > MaxLiveness {
+			c.invalid("liveness", "%s is outside [%s, %s]", d, MinLiveness, MaxLiveness)
+		}
+		c.liveness = d
+	}
+}
+
 // Open connects to the Redis named by rawURL and checks it at once (INFO
 // and the restart marker: two round trips), failing if it cannot reach it.
 // URL forms are those of go-redis ParseURL:
@@ -130,8 +162,8 @@ func WithHoldback(d time.Duration) Option {
 //	unix://[[user]:password@]/path/to/redis.sock[?db=N]
 //
 // plus leasehold's own query parameters, which override opts:
-// holdback=<duration> (WithHoldback) and prefix=<key prefix>
-// (WithKeyPrefix). A malformed URL or parameter is an
+// holdback=<duration> (WithHoldback), liveness=<duration> (WithLiveness)
+// and prefix=<key prefix> (WithKeyPrefix). A malformed URL or parameter is an
 // *leasehold.InvalidError. Close closes the connection pool.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	u, err := url.Parse(rawURL)
@@ -147,6 +179,14 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		}
 		opts = append(opts, WithHoldback(d))
 		q.Del("holdback")
+	}
+	if v, ok := q["liveness"]; ok {
+		d, err := time.ParseDuration(v[len(v)-1])
+		if err != nil {
+			return nil, &leasehold.InvalidError{Field: "liveness", Reason: fmt.Sprintf("%q is not a duration such as 5s", v[len(v)-1])}
+		}
+		opts = append(opts, WithLiveness(d))
+		q.Del("liveness")
 	}
 	if v, ok := q["prefix"]; ok {
 		opts = append(opts, WithKeyPrefix(v[len(v)-1]))
@@ -194,7 +234,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 }
 
 func configure(opts []Option) (config, error) {
-	cfg := config{prefix: DefaultKeyPrefix, holdback: DefaultHoldback}
+	cfg := config{prefix: DefaultKeyPrefix, holdback: DefaultHoldback, liveness: DefaultLiveness}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -203,7 +243,7 @@ func configure(opts []Option) (config, error) {
 
 func newStore(client goredis.UniversalClient, own bool, cfg config) *Store {
 	s := &Store{
-		rdb: client, own: own, prefix: cfg.prefix, holdback: cfg.holdback,
+		rdb: client, own: own, prefix: cfg.prefix, holdback: cfg.holdback, liveness: cfg.liveness,
 		epochKey: cfg.prefix + "epoch", channel: cfg.prefix + "released",
 	}
 	if cc, ok := client.(*goredis.ClusterClient); ok {
@@ -222,6 +262,10 @@ func (s *Store) KeyPrefix() string { return s.prefix }
 
 // Holdback returns the store's hold-back after a restart.
 func (s *Store) Holdback() time.Duration { return s.holdback }
+
+// Liveness returns how long a queued waiter's entry outlives its latest
+// refresh (WithLiveness).
+func (s *Store) Liveness() time.Duration { return s.liveness }
 
 // Close stops the store's pub/sub subscriber and waits for it, and closes
 // the client if Open made it. Later calls return leasehold.ErrClosed. It
@@ -244,6 +288,27 @@ func (s *Store) Close() error {
 func (s *Store) keys(name string) (lease, fence string) {
 	k := s.prefix + "{" + tagReplacer.Replace(name) + "}"
 	return k, k + ":f"
+}
+
+// nameKeys returns every key of a name, as the lease scripts take them
+// (see lease_lib.lua): lease, fence, queue, waiters, Watch interest, and on
+// a standalone server the restart marker.
+func (s *Store) nameKeys(name string) []string {
+	lease, fence := s.keys(name)
+	keys := make([]string, 5, 6)
+	keys[0], keys[1], keys[2], keys[3], keys[4] = lease, fence, lease+":q", lease+":w", lease+":i"
+	if !s.cluster {
+		keys = append(keys, s.epochKey)
+	}
+	return keys
+}
+
+// epochArgs returns the arguments every lease script starts with (see
+// lease_lib.lua), followed by more.
+func (s *Store) epochArgs(e epoch, name string, more ...any) []any {
+	args := make([]any, 0, 5+len(more))
+	args = append(args, e.holdUntil, e.floor, strconv.FormatInt(e.floor, 10), s.channel, name)
+	return append(args, more...)
 }
 
 var (
@@ -269,6 +334,11 @@ func (s *Store) translate(ctx context.Context, op string, err error) error {
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		return cerr
+	}
+	if storekit.DeadlinePassed(ctx) {
+		// go-redis's I/O deadline (taken from ctx) struck before ctx's
+		// own timer ran: "i/o timeout".
+		return fmt.Errorf("redis %s: %w", op, context.DeadlineExceeded)
 	}
 	if s.closed.Load() || err == goredis.ErrClosed {
 		return leasehold.ErrClosed
@@ -306,4 +376,8 @@ type watchState struct {
 	ready   chan struct{} // closed on the first subscription
 	done    chan struct{} // closed when the subscriber goroutine exits
 	set     watchset.Set  // the watchers
+
+	wmu      sync.Mutex
+	waiters  map[string]chan waitMsg // queued AcquireWait calls by name NUL waiter id
+	interest map[string]int          // interest marker keys of live Watches (count)
 }

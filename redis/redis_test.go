@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/enginetest"
@@ -51,13 +54,46 @@ func TestConformance(t *testing.T) {
 	openStore := func(t testing.TB) leasehold.Store {
 		return open(t, url, redis.WithKeyPrefix(prefix), redis.WithHoldback(0))
 	}
+	opt, err := goredis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := goredis.NewClient(opt)
+	defer rdb.Close()
 	storetest.Run(t, storetest.Harness{
 		Open: openStore,
 		Reopen: func(t testing.TB, s leasehold.Store) leasehold.Store {
 			s.Close()
 			return openStore(t)
 		},
+		Queued: func(ctx context.Context, _ leasehold.Store, name, owner string) (bool, error) {
+			return queuedOwner(ctx, rdb, prefix, name, owner)
+		},
+		WaiterLiveness: redis.DefaultLiveness,
 	})
+}
+
+// queuedOwner reports whether a waiter of owner is in name's queue, as
+// Redis has it (the keys are described in docs/stores/redis.md).
+func queuedOwner(ctx context.Context, rdb *goredis.Client, prefix, name, owner string) (bool, error) {
+	tag := strings.NewReplacer("{", "\x01", "}", "\x02").Replace(name)
+	base := prefix + "{" + tag + "}"
+	reqs, err := rdb.HGetAll(ctx, base+":w").Result()
+	if err != nil {
+		return false, err
+	}
+	for k, v := range reqs {
+		id, ok := strings.CutPrefix(k, "r:")
+		if !ok || !strings.Contains(v, "\x00"+owner+"\x00") {
+			continue
+		}
+		if err := rdb.ZScore(ctx, base+":q", id).Err(); err == nil {
+			return true, nil
+		} else if !errors.Is(err, goredis.Nil) {
+			return false, err
+		}
+	}
+	return false, nil
 }
 
 func TestOpenBadInput(t *testing.T) {

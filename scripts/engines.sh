@@ -65,14 +65,23 @@ fail() {
 # that $STATE/KEY.dir names, if any of its commands fails.
 EXPORTS=
 step() {
-	local what=$1 key=$2 fn=$3 out st dir=
-	set +e
-	out=$(
+	local what=$1 key=$2 fn=$3 out st dir= attempt
+	for attempt in 1 2 3; do
+		set +e
+		out=$(
+			set -e
+			"$fn"
+		)
+		st=$?
 		set -e
-		"$fn"
-	)
-	st=$?
-	set -e
+		# A port taken between its check and the bind fails the start:
+		# the single-process engines stop what they started and try again
+		# on other ports.
+		case "$key" in dynalite | etcd | redis) ;; *) break ;; esac
+		[ "$st" -ne 0 ] && [ "$attempt" -lt 3 ] || break
+		log "$what did not start (exit status $st); trying again on other ports"
+		stop_one "$key"
+	done
 	if [ "$st" -ne 0 ]; then
 		[ -f "$STATE/$key.dir" ] && dir=$(cat "$STATE/$key.dir")
 		fail "$what did not start (exit status $st)" "$dir"
@@ -184,10 +193,16 @@ install() {
 	fi
 }
 
+# free_port prints a port nobody listens on, below the kernel's ephemeral
+# range (ip_local_port_range), so that no outgoing connection's local port
+# can take it between this check and the engine's bind.
 free_port() {
-	local p
+	local p low=32768 span
+	read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+	span=$((low - 10000))
+	[ "$span" -ge 2000 ] || { low=60000 span=40000; }
 	for _ in $(seq 1 200); do
-		p=$((20000 + RANDOM % 40000))
+		p=$((low - 1 - RANDOM % span))
 		if ! (echo >/dev/tcp/127.0.0.1/$p) 2>/dev/null; then
 			echo "$p"
 			return
@@ -276,6 +291,7 @@ start_etcd() {
 	bin=$(command -v etcd)
 	port=$(free_port)
 	peer=$(free_port)
+	while [ "$peer" = "$port" ]; do peer=$(free_port); done
 	dir=$(mktemp -d /tmp/leasehold-etcd.XXXXXX)
 	echo "$dir" >"$STATE/etcd.dir"
 	nohup "$bin" --name leasehold-test --data-dir "$dir/data" \
@@ -339,6 +355,21 @@ export_chromium() {
 }
 
 # stop stops the engines named in $STATE, and waits until they are gone.
+# stop_one KEY stops a single-process engine (dynalite, etcd, redis) that
+# start recorded in $STATE/KEY.dir and removes its directory.
+stop_one() {
+	local dir pid
+	[ -f "$STATE/$1.dir" ] || return 0
+	dir=$(cat "$STATE/$1.dir")
+	for pid in "$dir/pid" "$dir/redis.pid"; do
+		if [ -n "$dir" ] && [ -s "$pid" ]; then
+			stop_pid "$(cat "$pid")"
+		fi
+	done
+	[ -z "$dir" ] || rm -rf "$dir"
+	rm -f "$STATE/$1.dir"
+}
+
 stop() {
 	local dir bin pid e
 	if [ -f "$STATE/pg.dir" ]; then
@@ -360,16 +391,7 @@ stop() {
 		rm -f "$STATE/pg.dir"
 	fi
 	for e in dynalite etcd redis; do
-		if [ -f "$STATE/$e.dir" ]; then
-			dir=$(cat "$STATE/$e.dir")
-			for pid in "$dir/pid" "$dir/redis.pid"; do
-				if [ -n "$dir" ] && [ -s "$pid" ]; then
-					stop_pid "$(cat "$pid")"
-				fi
-			done
-			[ -z "$dir" ] || rm -rf "$dir"
-			rm -f "$STATE/$e.dir"
-		fi
+		stop_one "$e"
 	done
 }
 

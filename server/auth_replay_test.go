@@ -11,14 +11,10 @@ import (
 // alice's owner and request id (both public or predictable).
 func replayAuth(t *testing.T) *Auth {
 	t.Helper()
-	a, err := NewAuth(AuthConfig{Tokens: []TokenConfig{
+	return testAuth(t, []TokenConfig{
 		{Identity: "alice", Token: "alice-token", Grants: []Grant{{Prefix: "jobs/", Access: "write"}}},
 		{Identity: "mallory", Token: "mallory-token", Grants: []Grant{{Prefix: "jobs/", Access: "write"}}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
+	})
 }
 
 // TestHTTPRequestIDReplay: with auth on, alice's retry (same owner and

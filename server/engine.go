@@ -22,6 +22,11 @@ type EngineConfig struct {
 	// NoSync skips fdatasync: grants survive a process crash but not a
 	// machine crash. Unsafe for fencing across power loss.
 	NoSync bool
+	// LogSyncs is how many group commits of the log may be syncing at
+	// once (default wal.DefaultSyncs, one at a time; see wal.Options.Syncs).
+	// Whatever it is, a change is acknowledged only once it and every
+	// change before it are durable. Negative is an error.
+	LogSyncs int
 	// SnapshotBytes is how much log triggers a snapshot (default 64 MiB).
 	SnapshotBytes int64
 	// Clock is the engine's clock (default clock.Real()). Expiry is judged
@@ -80,8 +85,9 @@ type Engine struct {
 	stop      chan struct{}
 	loopDone  chan struct{}
 	snapping  bool
-	logged    int64 // bytes logged since the last snapshot began
-	wake      int64 // when the expiry loop will next wake by itself
+	logged    int64  // bytes logged since the last snapshot began
+	wake      int64  // when the expiry loop will next wake by itself
+	enc       []byte // scratch for encoding a record (scratch)
 	snapshots sync.WaitGroup
 
 	recs engRecords // versioned records (engine_records.go)
@@ -330,6 +336,20 @@ func (e *Engine) Close() error {
 		return e.log.Close()
 	}
 	return nil
+}
+
+// Channels for one answer, reused: a call that takes one receives its one
+// value (or never hands it to anyone) before it puts it back.
+var (
+	errChans   = sync.Pool{New: func() any { return make(chan error, 1) }}
+	grantChans = sync.Pool{New: func() any { return make(chan grantResult, 1) }}
+)
+
+// awaitErr receives ch's one value and puts ch back for reuse.
+func awaitErr(ch chan error) error {
+	err := <-ch
+	errChans.Put(ch)
+	return err
 }
 
 func bytesOf(s string) []byte {

@@ -16,7 +16,6 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Rec
 	if err := e.lockOpen(validateAcquire(req), ctx.Err()); err != nil {
 		return leasehold.Record{}, err
 	}
-	ch := make(chan grantResult, 1)
 	now := e.now()
 	var sess *engSession
 	if req.Session != "" {
@@ -26,6 +25,9 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Rec
 			return leasehold.Record{}, ErrNoSession
 		}
 	}
+	// Reused unless it goes to a waiter, which may outlive this call's
+	// interest in it.
+	ch := grantChans.Get().(chan grantResult)
 	ent := e.leases[req.Name]
 	if ent != nil {
 		e.expireIfDue(ent, now)
@@ -35,9 +37,11 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Rec
 		// A retried acquire: the same grant, with a fresh expiry.
 		e.refresh(ent, req, sess, now, ch)
 	case ent.live(now) && !mutation.On("grant-no-recheck") || ent != nil && len(ent.queue()) > 0:
+		grantChans.Put(ch)
 		if req.Wait <= 0 {
 			return leasehold.Record{}, e.refuse(ent, ent.heldError(now))
 		}
+		ch = make(chan grantResult, 1)
 		w := &engWaiter{req: req, sess: sess, since: e.clk.Now(), at: now, ch: ch}
 		ent.setQueue(append(ent.queue(), w))
 		e.waiters++
@@ -61,6 +65,7 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Rec
 	}
 	e.unlock()
 	r := <-ch
+	grantChans.Put(ch)
 	return r.rec, r.err
 }
 
@@ -87,10 +92,10 @@ func (e *Engine) settle(ent *engEntry) error {
 		e.unlock()
 		return nil
 	}
-	ch := make(chan error, 1)
+	ch := errChans.Get().(chan error)
 	e.commit(ent, nil, func(cerr error) { ch <- cerr })
 	e.unlock()
-	return <-ch
+	return awaitErr(ch)
 }
 
 // wait blocks a queued waiter until it is granted, its wait ends, or ctx
@@ -180,7 +185,8 @@ func (e *Engine) grant(ent *engEntry, req AcquireRequest, sess *engSession, now,
 	e.pokeIfEarlier()
 	rec := ent.record(now)
 	waiters := len(ent.queue())
-	e.commit(ent, encodeGrant(ent), func(err error) {
+	e.enc = appendGrant(e.scratch(), ent)
+	e.commit(ent, e.enc, func(err error) {
 		if err != nil {
 			ch <- grantResult{err: fmt.Errorf("persist grant: %w", err)}
 			return

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -268,5 +269,74 @@ func TestWaiterSeesDueExpiry(t *testing.T) {
 	var held *leasehold.HeldError
 	if !errors.As(c.err, &held) || held.Owner != "b" || held.Token != b.rec.Token {
 		t.Fatalf("waiter whose wait ended before the expiry: %+v, %v; want held by b", c.rec, c.err)
+	}
+}
+
+// TestReleaseAckedWhenDurable: a release is answered only once its record
+// is durable, like a grant, although only the releaser could notice the
+// difference before a crash: a release acknowledged earlier and lost in a
+// crash would bring the grant back after the restart, held by an owner
+// told it was released (docs/server.md, "Why a release waits for its
+// fdatasync too"). The same holds for the release that hands the lease to
+// a waiter: both answers wait for the one commit holding both records.
+func TestReleaseAckedWhenDurable(t *testing.T) {
+	e, stick, unstick := stuckEngine(t)
+	ctx := context.Background()
+	rec, err := e.Acquire(ctx, pxReq("n", "a", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stick()
+	answers := make(chan string, 2)
+	go func() {
+		if err := e.Release(ctx, "n", "a", rec.Token); err != nil {
+			t.Errorf("release: %v", err)
+		}
+		answers <- "release a"
+	}()
+	inMemory(t, e, func() bool { return !e.leases["n"].held })
+	select {
+	case a := <-answers:
+		t.Fatalf("%s answered before its record was durable", a)
+	case <-time.After(300 * time.Millisecond):
+	}
+	unstick()
+	if a := <-answers; a != "release a" {
+		t.Fatal(a)
+	}
+
+	// A handoff: b waits, a's second grant is released while the log is
+	// stuck; neither answer comes before the commit.
+	rec, err = e.Acquire(ctx, pxReq("n", "a", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		req := pxReq("n", "b", time.Minute)
+		req.Wait = time.Minute
+		if _, err := e.Acquire(ctx, req); err != nil {
+			t.Errorf("acquire b: %v", err)
+		}
+		answers <- "grant b"
+	}()
+	inMemory(t, e, func() bool { return len(e.leases["n"].queue()) == 1 })
+	stick()
+	go func() {
+		if err := e.Release(ctx, "n", "a", rec.Token); err != nil {
+			t.Errorf("release: %v", err)
+		}
+		answers <- "release a"
+	}()
+	inMemory(t, e, func() bool { ent := e.leases["n"]; return ent.held && ent.owner == "b" })
+	select {
+	case a := <-answers:
+		t.Fatalf("%s answered before the handoff's commit was durable", a)
+	case <-time.After(300 * time.Millisecond):
+	}
+	unstick()
+	got := []string{<-answers, <-answers}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"grant b", "release a"}) {
+		t.Fatalf("answers after the commit: %v", got)
 	}
 }

@@ -31,10 +31,10 @@ func (e *Engine) Renew(ctx context.Context, name, owner string, token uint64, tt
 	if err != nil {
 		return err
 	}
-	ch := make(chan error, 1)
 	if !ent.live(now) || ent.owner != owner || ent.token != token {
 		return e.refuse(ent, leasehold.ErrNotHeld)
 	}
+	ch := errChans.Get().(chan error)
 	ent.ttl = ttl
 	var rec []byte
 	if ent.sess != nil {
@@ -55,7 +55,7 @@ func (e *Engine) Renew(ctx context.Context, name, owner string, token uint64, tt
 		ch <- err
 	})
 	e.unlock()
-	return <-ch
+	return awaitErr(ch)
 }
 
 // Release implements Backend.
@@ -64,20 +64,20 @@ func (e *Engine) Release(ctx context.Context, name, owner string, token uint64) 
 	if err != nil {
 		return err
 	}
-	ch := make(chan error, 1)
 	if ent == nil || (ent.owner != owner || ent.token != token) && !mutation.On("release-no-owner") {
 		return e.refuse(ent, leasehold.ErrNotHeld)
 	}
+	ch := errChans.Get().(chan error)
 	if !ent.held {
 		// Already released (or expired): repeat the answer once the
 		// release is durable.
 		e.commit(ent, nil, func(err error) { ch <- err })
 		e.unlock()
-		return <-ch
+		return awaitErr(ch)
 	}
 	e.free(ent, now, EventReleased, func(err error) { ch <- err })
 	e.unlock()
-	return <-ch
+	return awaitErr(ch)
 }
 
 // ForceRelease implements Backend.
@@ -105,7 +105,8 @@ func (e *Engine) free(ent *engEntry, now int64, why EventType, done func(error))
 	e.attach(ent, nil)
 	e.dl.remove(&ent.dl)
 	ev.Waiters = len(ent.queue())
-	e.commit(ent, encodeRelease(ent), func(err error) {
+	e.enc = appendRelease(e.scratch(), ent)
+	e.commit(ent, e.enc, func(err error) {
 		if err == nil {
 			e.emit(ev)
 		}

@@ -35,7 +35,11 @@ func appendString(b []byte, s string) []byte {
 }
 
 func encodeGrant(ent *engEntry) []byte {
-	b := make([]byte, 0, 48+len(ent.name)+len(ent.owner)+len(ent.reqID)+len(ent.data))
+	return appendGrant(make([]byte, 0, 48+len(ent.name)+len(ent.owner)+len(ent.reqID)+len(ent.data)), ent)
+}
+
+// appendGrant appends ent's grant record to b.
+func appendGrant(b []byte, ent *engEntry) []byte {
 	b = append(b, recGrant)
 	b = binary.AppendUvarint(b, ent.token)
 	b = binary.AppendUvarint(b, uint64(ent.ttl))
@@ -54,10 +58,24 @@ func encodeGrant(ent *engEntry) []byte {
 }
 
 func encodeRelease(ent *engEntry) []byte {
-	b := make([]byte, 0, 12+len(ent.name))
+	return appendRelease(make([]byte, 0, 12+len(ent.name)), ent)
+}
+
+// appendRelease appends ent's release record to b.
+func appendRelease(b []byte, ent *engEntry) []byte {
 	b = append(b, recRelease)
 	b = binary.AppendUvarint(b, ent.token)
 	return appendString(b, ent.name)
+}
+
+// scratch returns e's buffer for encoding one record, emptied: the log
+// copies what it is given, so the buffer is reused by the next record.
+// Records larger than a few KiB do not keep it. e.mu held.
+func (e *Engine) scratch() []byte {
+	if cap(e.enc) > 4096 {
+		e.enc = nil
+	}
+	return e.enc[:0]
 }
 
 func encodeTTL(ent *engEntry) []byte {

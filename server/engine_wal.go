@@ -8,7 +8,7 @@ import (
 
 func init() {
 	openLog = func(cfg EngineConfig, load func(io.Reader) error, apply func([]byte) error) (durableLog, error) {
-		l, err := wal.Open(wal.Options{Dir: cfg.Dir, NoSync: cfg.NoSync, OnSync: cfg.Hooks.Sync}, load, apply)
+		l, err := wal.Open(wal.Options{Dir: cfg.Dir, NoSync: cfg.NoSync, Syncs: cfg.LogSyncs, OnSync: cfg.Hooks.Sync}, load, apply)
 		if err != nil {
 			return nil, err
 		}

@@ -57,14 +57,11 @@ func newFZHandler(f *testing.F) *fzHandler {
 	if err != nil {
 		f.Fatal(err)
 	}
-	auth, err := NewAuth(AuthConfig{Tokens: []TokenConfig{
+	auth := testAuth(f, []TokenConfig{
 		{Identity: "admin", Token: fzAdmin, Grants: []Grant{{Prefix: "", Access: "admin"}}},
 		{Identity: "team", Token: fzTeam, Grants: []Grant{{Prefix: "team/", Access: "write"}, {Prefix: "team/ro/", Access: "read"}}},
 		{Identity: "reader", Token: fzReader, Grants: []Grant{{Prefix: "", Access: "read"}}},
-	}})
-	if err != nil {
-		f.Fatal(err)
-	}
+	})
 	h.eng = eng
 	h.api = newHTTPAPI(eng, HandlerOptions{Auth: auth, Metrics: NewMetrics(prometheus.NewRegistry())})
 	f.Cleanup(func() {

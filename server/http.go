@@ -119,13 +119,9 @@ func newHTTPAPI(b Backend, opts HandlerOptions) *httpAPI {
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
-	if h.maxBody <= 0 {
-		h.maxBody = DefaultMaxBodyBytes
-	}
+	orDefault(&h.maxBody, DefaultMaxBodyBytes)
 	h.bodyTimeout = opts.BodyTimeout
-	if h.bodyTimeout <= 0 {
-		h.bodyTimeout = DefaultBodyTimeout
-	}
+	orDefault(&h.bodyTimeout, DefaultBodyTimeout)
 	h.allowedHosts = map[string]bool{}
 	for _, a := range opts.AllowedHosts {
 		h.allowedHosts[strings.ToLower(strings.TrimSuffix(a, "."))] = true

@@ -15,20 +15,27 @@ const (
 	htOther = "other-secret"
 )
 
+// testAuth is the auth of these tokens; it fails the test if NewAuth
+// refuses them.
+func testAuth(t testing.TB, tokens []TokenConfig) *Auth {
+	t.Helper()
+	a, err := NewAuth(AuthConfig{Tokens: tokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 func htAuth(t *testing.T) *Auth {
 	t.Helper()
-	a, err := NewAuth(AuthConfig{Tokens: []TokenConfig{
+	return testAuth(t, []TokenConfig{
 		{Identity: "admin", Token: htAdmin, Grants: []Grant{{Prefix: "", Access: "admin"}}},
 		// team may write under team/, but only read under team/ro/ (the
 		// most specific prefix wins).
 		{Identity: "team", Token: htTeam, Grants: []Grant{{Prefix: "team/", Access: "write"}, {Prefix: "team/ro/", Access: "read"}}},
 		{Identity: "reader", Token: htRead, Grants: []Grant{{Prefix: "", Access: "read"}}},
 		{Identity: "other", Token: htOther, Grants: []Grant{{Prefix: "other/", Access: "write"}}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
+	})
 }
 
 // TestAuthRefusals: every refused request gets 400, 401 or 403 (never a

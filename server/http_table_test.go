@@ -253,17 +253,23 @@ func TestHTTPTableRoles(t *testing.T) {
 
 // TestHTTPOps: the operations both APIs have need these accesses over
 // HTTP, and are named as on RESP.
-func TestHTTPOps(t *testing.T) {
-	want := map[string]Access{
-		"lease.acquire": AccessWrite, "lease.renew": AccessWrite, "lease.release": AccessWrite,
-		"lease.get": AccessRead, "lease.list": AccessRead, "lease.forcerelease": AccessAdmin,
-		"session.open": AccessWrite, "session.keepalive": AccessWrite, "session.close": AccessWrite,
-		"events.subscribe": AccessRead, "ready": AccessNone,
-	}
-	ops := httpOps()
-	for op, a := range want {
+func TestHTTPOps(t *testing.T) { wantSharedOps(t, "httpOps()", httpOps()) }
+
+// sharedOps are the operations both APIs have, with the access each needs.
+var sharedOps = map[string]Access{
+	"lease.acquire": AccessWrite, "lease.renew": AccessWrite, "lease.release": AccessWrite,
+	"lease.get": AccessRead, "lease.list": AccessRead, "lease.forcerelease": AccessAdmin,
+	"session.open": AccessWrite, "session.keepalive": AccessWrite, "session.close": AccessWrite,
+	"events.subscribe": AccessRead, "ready": AccessNone,
+}
+
+// wantSharedOps checks that ops, an API's operations (what), has every
+// operation of sharedOps with its access.
+func wantSharedOps(t *testing.T, what string, ops map[string]Access) {
+	t.Helper()
+	for op, a := range sharedOps {
 		if got, ok := ops[op]; !ok || got != a {
-			t.Errorf("httpOps()[%q] = %v, %v; want %v", op, got, ok, a)
+			t.Errorf("%s[%q] = %v, %v; want %v", what, op, got, ok, a)
 		}
 	}
 }

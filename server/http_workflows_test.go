@@ -136,14 +136,11 @@ func TestWorkflowHTTP(t *testing.T) {
 }
 
 func TestWorkflowHTTPAuth(t *testing.T) {
-	auth, err := NewAuth(AuthConfig{Tokens: []TokenConfig{
+	auth := testAuth(t, []TokenConfig{
 		{Identity: "approver", Token: "approver-secret", Grants: []Grant{{Prefix: "wf/approval/", Access: "write"}}},
 		{Identity: "viewer", Token: "viewer-secret", Grants: []Grant{{Prefix: "wf/", Access: "read"}}},
 		{Identity: "team", Token: "team-secret", Grants: []Grant{{Prefix: "team/", Access: "write"}}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	ts := newWFServer(t, workflow.Optimistic, auth)
 	const base = "/v1/workflows/approval/doc-9"
 	submit := `{"from":"DRAFT","to":"PENDING","actor":"alice","request_id":"s"}`

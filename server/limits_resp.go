@@ -56,32 +56,21 @@ func (o *RESPOptions) defaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.MaxInflight <= 0 {
-		o.MaxInflight = 1024
-	}
-	if o.MaxConns <= 0 {
-		o.MaxConns = DefaultRESPMaxConns
-	}
-	if o.MaxConnsPerAddr <= 0 {
-		o.MaxConnsPerAddr = DefaultRESPMaxConnsPerAddr
-	}
-	if o.AuthTimeout <= 0 {
-		o.AuthTimeout = DefaultRESPAuthTimeout
-	}
-	if o.HandshakeTimeout <= 0 {
-		o.HandshakeTimeout = DefaultRESPHandshakeTimeout
-	}
-	if o.MaxOutputBytes <= 0 {
-		o.MaxOutputBytes = DefaultRESPMaxOutputBytes
-	}
-	if o.MaxCommandBytes <= 0 {
-		o.MaxCommandBytes = DefaultRESPMaxCommandBytes
-	}
-	if o.MaxTotalInputBytes <= 0 {
-		o.MaxTotalInputBytes = DefaultRESPMaxTotalInputBytes
-	}
-	if o.MaxList <= 0 {
-		o.MaxList = DefaultRESPMaxList
+	orDefault(&o.MaxInflight, 1024)
+	orDefault(&o.MaxConns, DefaultRESPMaxConns)
+	orDefault(&o.MaxConnsPerAddr, DefaultRESPMaxConnsPerAddr)
+	orDefault(&o.AuthTimeout, DefaultRESPAuthTimeout)
+	orDefault(&o.HandshakeTimeout, DefaultRESPHandshakeTimeout)
+	orDefault(&o.MaxOutputBytes, DefaultRESPMaxOutputBytes)
+	orDefault(&o.MaxCommandBytes, DefaultRESPMaxCommandBytes)
+	orDefault(&o.MaxTotalInputBytes, DefaultRESPMaxTotalInputBytes)
+	orDefault(&o.MaxList, DefaultRESPMaxList)
+}
+
+// orDefault sets a bound left unset (zero or negative) to its default.
+func orDefault[T ~int | ~int64](p *T, def T) {
+	if *p <= 0 {
+		*p = def
 	}
 }
 

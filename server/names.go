@@ -110,8 +110,8 @@ func CheckVisible(field, s string) error {
 // if r is allowed.
 func hiddenClass(r rune) string {
 	switch {
-	case r == ' ':
-		return ""
+	case r >= ' ' && r < 0x7f:
+		return "" // printable ASCII and the space: the common case, without table lookups
 	case unicode.Is(unicode.Cc, r):
 		return "the control character"
 	case unicode.Is(unicode.Cf, r):

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/leasehold/leasehold"
 )
@@ -70,5 +71,17 @@ func TestCheckNameInvisible(t *testing.T) {
 	// The first offending character is the one named.
 	if err := CheckName("é\u202Eb\u200B"); err == nil || !strings.Contains(err.Error(), "U+202E at byte 2") {
 		t.Errorf("CheckName with two: %v, want U+202E at byte 2", err)
+	}
+}
+
+// The ASCII fast path of hiddenClass refuses exactly what the Unicode
+// tables refuse: the C0 controls and DEL, nothing printable.
+func TestHiddenClassASCII(t *testing.T) {
+	for r := rune(0); r < 0x80; r++ {
+		refuse := unicode.Is(unicode.Cc, r) || unicode.Is(unicode.Cf, r) ||
+			r != ' ' && unicode.Is(unicode.Zs, r)
+		if got := hiddenClass(r) != ""; got != refuse {
+			t.Errorf("%U: refused %v, the Unicode tables say %v", r, got, refuse)
+		}
 	}
 }

@@ -41,14 +41,24 @@ type ProxyConfig struct {
 // etcd, SQLite). The store stays the single authority on who holds what;
 // the proxy adds what only a server can:
 //
-//   - FIFO wait queues. Waiters on one name are served in arrival order
-//     among the waiters of this proxy instance: only the head of the queue
-//     tries the store, on the store's push notification (leasehold.Watcher)
-//     or with jittered capped backoff, never sleeping past the holder's
-//     remaining time. Waiters on other instances (and other clients of the
-//     store) compete with the head through the engine, so in proxy mode
-//     FIFO order holds per server instance, not across instances.
-//     Acquire without Wait is a plain TryAcquire and does not queue.
+//   - FIFO wait queues. On a store that queues waiters itself
+//     (leasehold.Queuer: Redis, PostgreSQL, etcd, another lease server),
+//     every waiting Acquire waits in the store's queue (AcquireWait, with
+//     the request's owner, request id, TTL and data), so all the proxies in
+//     front of the store, and the store's other clients, share its one
+//     arrival order. The proxy keeps a list of its own waiters (Waiters,
+//     Stats, the queued, dequeued and granted events) and ends a store wait
+//     when the request's Wait runs out, its context or session ends, or the
+//     proxy closes. On any other store (memory, SQLite, DynamoDB) waiters
+//     are served in arrival order among the waiters of this proxy
+//     instance: only the head of the queue tries the store, on the store's
+//     push notification (leasehold.Watcher) or with jittered capped
+//     backoff, never sleeping past the holder's remaining time; waiters on
+//     other instances (and other clients of the store) compete with the
+//     head through the engine, so there FIFO order holds per server
+//     instance, not across instances. Acquire without Wait is a plain
+//     TryAcquire and does not queue (a queuing store refuses it while
+//     others wait).
 //   - Sessions. A lease acquired with a session is renewed on the store by
 //     the proxy (every third of its TTL, with its own TTL; a request TTL of
 //     zero takes the session's) while the session lives, and released when
@@ -68,6 +78,7 @@ type ProxyConfig struct {
 type Proxy struct {
 	store   leasehold.Store
 	watcher leasehold.Watcher
+	queuer  leasehold.Queuer // the store's own FIFO queue, if it has one
 	clock   clock.Clock
 	hooks   Hooks
 	log     *slog.Logger
@@ -97,8 +108,10 @@ type Proxy struct {
 
 var _ Backend = (*Proxy)(nil)
 
-// proxyName is the proxy's state for one lease name: its wait queue and a
-// lock that orders this proxy's changes to the name with their events.
+// proxyName is the proxy's state for one lease name: its wait queue (on a
+// leasehold.Queuer store, the list of this proxy's waiters in the store's
+// queue) and a lock that orders this proxy's changes to the name with
+// their events.
 // It exists while an operation or a waiter refers to it.
 type proxyName struct {
 	name  string
@@ -160,6 +173,9 @@ func NewProxy(store leasehold.Store, cfg ProxyConfig) *Proxy {
 	}
 	if w, ok := store.(leasehold.Watcher); ok {
 		p.watcher = w
+	}
+	if q, ok := store.(leasehold.Queuer); ok {
+		p.queuer = q
 	}
 	return p
 }

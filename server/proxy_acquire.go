@@ -17,12 +17,19 @@ type proxyWaiter struct {
 	owner, session string
 	since          time.Time
 	turn           chan struct{} // closed when the waiter becomes head
+
+	// A waiter in the store's own queue (waitQueued), under p.mu: joined
+	// once it is in ns.queue, over once its wait has ended (it joins no
+	// more).
+	joined, over bool
 }
 
 // Acquire implements Backend. Without Wait it is one TryAcquire on the
-// store (it does not queue, and so may overtake queued waiters when the
-// lease is free). With Wait it queues behind this proxy's earlier waiters
-// on the name.
+// store (it does not queue; a store that queues waiters itself refuses it
+// while others wait, any other may let it overtake queued waiters when the
+// lease is free). With Wait it waits in the store's queue where the store
+// has one (leasehold.Queuer), else behind this proxy's earlier waiters on
+// the name.
 func (p *Proxy) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Record, error) {
 	r := req.AcquireRequest
 	if err := firstError(storekit.ValidateName(r.Name), storekit.ValidateOwner(r.Owner),
@@ -53,6 +60,9 @@ func (p *Proxy) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Reco
 	ns := p.ref(r.Name)
 	defer p.unref(ns)
 	if req.Wait == 0 {
+		if err := p.queuedAhead(ctx, ns, r); err != nil {
+			return leasehold.Record{}, err
+		}
 		rec, t0, err := p.try(ctx, ns, r, nil, nil)
 		if err != nil {
 			return leasehold.Record{}, err
@@ -102,6 +112,43 @@ func (p *Proxy) try(ctx context.Context, ns *proxyName, req leasehold.AcquireReq
 	return rec, t0, nil
 }
 
+// queuedAhead refuses a try-once acquire while this proxy queues waiters
+// for the name itself (the store does not queue them): the lease, even if
+// free this instant, is its head waiter's turn. The refusal names the
+// holder the store reports (one Get, only while waiters are queued), else
+// the head waiter (token 0) with a short retry hint. A store that queues
+// (p.queuer) refuses by itself.
+func (p *Proxy) queuedAhead(ctx context.Context, ns *proxyName, r leasehold.AcquireRequest) error {
+	if p.queuer != nil {
+		return nil
+	}
+	p.mu.Lock()
+	queued := len(ns.queue) > 0
+	p.mu.Unlock()
+	if !queued {
+		return nil
+	}
+	rec, err := p.store.Get(ctx, ns.name)
+	switch {
+	case err == nil && rec.Owner == r.Owner && r.RequestID != "":
+		return nil // perhaps a retry of the holder's own acquire: the store decides
+	case err == nil:
+		return proxyHeld(rec)
+	case !errors.Is(err, leasehold.ErrNotFound):
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(ns.queue) == 0 {
+		return nil // the queue emptied meanwhile: try
+	}
+	return &leasehold.HeldError{Name: ns.name, Owner: ns.queue[0].owner, Remaining: queuedRetryHint}
+}
+
+// queuedRetryHint is the Remaining of a refusal that names a queued head
+// waiter rather than a holder: when to look again.
+const queuedRetryHint = 10 * time.Millisecond
+
 func proxyHeld(rec leasehold.Record) *leasehold.HeldError {
 	return &leasehold.HeldError{Name: rec.Name, Owner: rec.Owner, Token: rec.Token, Remaining: rec.Remaining, Acquired: rec.Acquired}
 }
@@ -144,8 +191,34 @@ func (p *Proxy) leave(ns *proxyName, w *proxyWaiter) {
 	p.emitUnlock(Event{Type: EventDequeued, Name: ns.name, Owner: w.owner})
 }
 
+// tryFirst tries at once when nobody of this proxy is queued on the name:
+// a free lease is granted without queueing, and a refusal names the holder
+// (what a waiter whose Wait runs out is told). done: the wait is over
+// (granted, or an error that ends it, in rec and err); otherwise refused is
+// the refusal to remember (nil if nothing was tried).
+func (p *Proxy) tryFirst(ctx context.Context, ns *proxyName, r leasehold.AcquireRequest, sess *proxySession) (rec leasehold.Record, done bool, refused, err error) {
+	p.mu.Lock()
+	empty := len(ns.queue) == 0
+	p.mu.Unlock()
+	if !empty {
+		return leasehold.Record{}, false, nil, nil
+	}
+	rec, t0, err := p.try(ctx, ns, r, nil, nil)
+	if err == nil {
+		rec, err = p.finishWait(ctx, sess, rec, r, t0)
+		return rec, true, nil, err
+	}
+	if e := p.tryFailed(ctx, r, err); e != nil {
+		return leasehold.Record{}, true, nil, e
+	}
+	return leasehold.Record{}, false, err, nil
+}
+
 // wait is Acquire with Wait > 0.
 func (p *Proxy) wait(ctx context.Context, ns *proxyName, r leasehold.AcquireRequest, req AcquireRequest, sess *proxySession) (leasehold.Record, error) {
+	if p.queuer != nil {
+		return p.waitQueued(ctx, ns, r, req, sess)
+	}
 	waitEnd := p.clock.NewTimer(req.Wait)
 	defer waitEnd.Stop()
 	var sessDone <-chan struct{}
@@ -153,20 +226,9 @@ func (p *Proxy) wait(ctx context.Context, ns *proxyName, r leasehold.AcquireRequ
 		sessDone = sess.done
 	}
 
-	// Nobody queued here: try at once, without joining the queue.
-	p.mu.Lock()
-	empty := len(ns.queue) == 0
-	p.mu.Unlock()
-	var lastErr error
-	if empty {
-		rec, t0, err := p.try(ctx, ns, r, nil, nil)
-		if err == nil {
-			return p.finishWait(ctx, sess, rec, r, t0)
-		}
-		if e := p.tryFailed(ctx, r, err); e != nil {
-			return leasehold.Record{}, e
-		}
-		lastErr = err
+	rec, done, lastErr, err := p.tryFirst(ctx, ns, r, sess)
+	if done {
+		return rec, err
 	}
 
 	w := &proxyWaiter{owner: r.Owner, session: req.Session, since: p.clock.Now(), turn: make(chan struct{})}
@@ -183,7 +245,7 @@ func (p *Proxy) wait(ctx context.Context, ns *proxyName, r leasehold.AcquireRequ
 	case <-ctx.Done():
 		return leasehold.Record{}, ctx.Err()
 	case <-waitEnd.C():
-		return p.timedOut(ctx, ns, r, sess, lastErr)
+		return p.timedOut(ctx, ns, r, sess, lastErr, false)
 	case <-p.done:
 		return leasehold.Record{}, leasehold.ErrClosed
 	case <-sessDone:
@@ -258,7 +320,7 @@ func (p *Proxy) wait(ctx context.Context, ns *proxyName, r leasehold.AcquireRequ
 			return leasehold.Record{}, ctx.Err()
 		case <-waitEnd.C():
 			t.Stop()
-			return p.timedOut(ctx, ns, r, sess, lastErr)
+			return p.timedOut(ctx, ns, r, sess, lastErr, false)
 		case <-p.done:
 			t.Stop()
 			return leasehold.Record{}, leasehold.ErrClosed
@@ -317,17 +379,27 @@ func (p *Proxy) finishWait(ctx context.Context, sess *proxySession, rec leasehol
 
 // timedOut returns what a waiter whose Wait elapsed gets: the latest
 // holder seen on the name, as a *HeldError with its remaining time brought
-// up to date. With no holder seen yet it reads the store; if the lease is
-// then free it makes one last attempt.
-func (p *Proxy) timedOut(ctx context.Context, ns *proxyName, r leasehold.AcquireRequest, sess *proxySession, lastErr error) (leasehold.Record, error) {
-	p.mu.Lock()
-	held, at := ns.lastHeld, ns.lastHeldAt
-	now := p.clock.Now()
-	p.mu.Unlock()
-	if held != nil {
+// up to date. With no holder seen yet, or with readFirst (a waiter in the
+// store's queue, which saw no holder since it joined), it reads the store;
+// if the lease is then free it makes one last attempt (which a queuing
+// store refuses, naming its head waiter, while others wait).
+func (p *Proxy) timedOut(ctx context.Context, ns *proxyName, r leasehold.AcquireRequest, sess *proxySession, lastErr error, readFirst bool) (leasehold.Record, error) {
+	seen := func() error {
+		p.mu.Lock()
+		held, at := ns.lastHeld, ns.lastHeldAt
+		now := p.clock.Now()
+		p.mu.Unlock()
+		if held == nil {
+			return nil
+		}
 		h := *held
 		h.Remaining = max(h.Remaining-now.Sub(at), 0)
-		return leasehold.Record{}, &h
+		return &h
+	}
+	if !readFirst {
+		if err := seen(); err != nil {
+			return leasehold.Record{}, err
+		}
 	}
 	rec, err := p.store.Get(ctx, r.Name)
 	switch {
@@ -339,7 +411,11 @@ func (p *Proxy) timedOut(ctx context.Context, ns *proxyName, r leasehold.Acquire
 			return leasehold.Record{}, err
 		}
 		return p.finishWait(ctx, sess, rec, r, t0)
-	case lastErr != nil:
+	}
+	if held := seen(); held != nil {
+		return leasehold.Record{}, held
+	}
+	if lastErr != nil {
 		return leasehold.Record{}, lastErr
 	}
 	return leasehold.Record{}, err
@@ -359,4 +435,212 @@ func (p *Proxy) Waiters(name string) []Waiter {
 		out[i] = Waiter{Owner: w.owner, Session: w.session, Since: w.since, Waited: max(now.Sub(w.since), 0)}
 	}
 	return out
+}
+
+// errWaitOver ends a store wait whose request's Wait ran out.
+var errWaitOver = errors.New("leasehold proxy: the wait ran out")
+
+// queueNotifier is a leasehold.Queuer that also tells when a waiter has
+// joined its queue (queued, called at most once per call from any
+// goroutine, not at all for a grant made at once; it must not block). The
+// proxy then lists the waiter (Waiters, Stats, the queued event) from
+// that moment, so that its list is in the store's order. Without it the
+// proxy lists a waiter as it starts its store wait.
+type queueNotifier interface {
+	acquireWaitQueued(ctx context.Context, req leasehold.AcquireRequest, queued func()) (leasehold.Record, error)
+}
+
+// acquireWaitQueued implements queueNotifier for a Backend in this process
+// (StoreOf): the backend's queued event for the request's owner says that
+// the request waits in its queue. (Two waiters of one owner on one name
+// may each take the other's event: only the proxy's list of its own
+// waiters can be out of order then, not the grants.)
+func (s backendStore) acquireWaitQueued(ctx context.Context, req leasehold.AcquireRequest, queued func()) (leasehold.Record, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events := s.b.Subscribe(sctx, req.Name)
+	go func() {
+		for ev := range events {
+			// An overflow may have lost the event: the waiter is most
+			// likely queued by now.
+			if ev.Type == EventOverflow || ev.Type == EventQueued && ev.Name == req.Name && ev.Owner == req.Owner {
+				queued()
+			}
+		}
+	}()
+	return s.AcquireWait(ctx, req)
+}
+
+// waitQueued is Acquire with Wait > 0 on a store that queues waiters
+// itself (leasehold.Queuer): the request waits in the store's queue,
+// which every proxy in front of the store shares, so waiters are granted
+// in the order the store received them, whichever proxy they came
+// through. The proxy lists the waiter among its own (Waiters, Stats,
+// events) while it waits, and ends the store wait when the request's
+// Wait runs out, its context or session ends, or the proxy closes; the
+// store then drops it from its queue (and releases a grant that raced
+// with the end).
+func (p *Proxy) waitQueued(ctx context.Context, ns *proxyName, r leasehold.AcquireRequest, req AcquireRequest, sess *proxySession) (leasehold.Record, error) {
+	// A queuing store refuses the first try while others wait, so it
+	// overtakes nobody.
+	rec, done, lastErr, err := p.tryFirst(ctx, ns, r, sess)
+	if done {
+		return rec, err
+	}
+
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return leasehold.Record{}, leasehold.ErrClosed
+	}
+	p.wg.Add(1) // Close waits for the store wait to end before closing the store
+	p.mu.Unlock()
+	defer p.wg.Done()
+
+	// The store wait's context ends with ctx, the request's Wait, its
+	// session or the proxy, and says which (its cause).
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	waitEnd := p.clock.NewTimer(req.Wait)
+	defer waitEnd.Stop()
+	var sessDone <-chan struct{}
+	if sess != nil {
+		sessDone = sess.done
+	}
+	go func() {
+		select {
+		case <-waitEnd.C():
+			cancel(errWaitOver)
+		case <-p.done:
+			cancel(leasehold.ErrClosed)
+		case <-sessDone:
+			cancel(ErrNoSession)
+		case <-wctx.Done():
+		}
+	}()
+
+	w := &proxyWaiter{owner: r.Owner, session: req.Session, turn: make(chan struct{})}
+	join := func() {
+		p.mu.Lock()
+		if w.joined || w.over {
+			p.mu.Unlock()
+			return
+		}
+		w.joined, w.since = true, p.clock.Now()
+		ns.queue = append(ns.queue, w)
+		p.waiting++
+		p.emitUnlock(Event{Type: EventQueued, Name: ns.name, Owner: w.owner, Time: w.since})
+	}
+	granted := false
+	defer func() {
+		if !granted {
+			p.leaveQueued(ns, w)
+		}
+	}()
+
+	notifier, _ := p.store.(queueNotifier)
+	bo := backoff.New(p.cfg.BackoffMin, p.cfg.BackoffMax)
+	var t0 time.Time
+	// waitFailed: the latest store wait failed on its own (a lost
+	// connection) and may have left this request's entry in the store's
+	// queue; if the wait then ends, the store is asked to remove it
+	// (AcquireWait with the ended context, leasehold.Queuer).
+	waitFailed := false
+	for {
+		t0 = p.clock.Now()
+		waitFailed = false
+		if notifier != nil {
+			rec, err = notifier.acquireWaitQueued(wctx, r, join)
+		} else {
+			join()
+			rec, err = p.queuer.AcquireWait(wctx, r)
+		}
+		if err == nil || wctx.Err() != nil {
+			break
+		}
+		if errors.Is(err, leasehold.ErrInvalid) || errors.Is(err, leasehold.ErrClosed) {
+			return leasehold.Record{}, err
+		}
+		waitFailed = true
+		// Transient: wait again with the same request id (a grant made
+		// meanwhile is recognised and given back).
+		lastErr = err
+		p.log.Warn("leasehold proxy: queued acquire failed, retrying", "name", r.Name, "err", err)
+		t := p.clock.NewTimer(bo.Next())
+		select {
+		case <-t.C():
+		case <-wctx.Done():
+		}
+		t.Stop()
+		if wctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		if waitFailed {
+			_, _ = p.queuer.AcquireWait(wctx, r)
+		}
+		switch cause := context.Cause(wctx); {
+		case ctx.Err() != nil:
+			return leasehold.Record{}, ctx.Err()
+		case errors.Is(cause, errWaitOver):
+			p.leaveQueued(ns, w)
+			return p.timedOut(ctx, ns, r, sess, lastErr, true)
+		case cause != nil:
+			return leasehold.Record{}, cause // ErrClosed, ErrNoSession
+		}
+		return leasehold.Record{}, err
+	}
+
+	// Granted (perhaps as the wait ended: a grant that arrives with the
+	// Wait's end is kept, as the Engine keeps it).
+	granted = true
+	p.grantedQueued(ns, w, rec)
+	if errors.Is(context.Cause(wctx), leasehold.ErrClosed) && ctx.Err() == nil {
+		p.releaseGrant(rec.Name, rec.Owner, rec.Token, EventReleased)
+		return leasehold.Record{}, leasehold.ErrClosed
+	}
+	// A session that ended meanwhile is refused by attach, which releases
+	// the grant; a caller gone meanwhile, by finishWait.
+	return p.finishWait(ctx, sess, rec, r, t0)
+}
+
+// grantedQueued reports the grant that ended w's store wait: w leaves the
+// proxy's list, and the grant's event follows every change this proxy
+// made to the name before it. Its Handoff runs from the release through
+// this proxy that freed the lease, if it saw one after w joined, else from
+// the grant's time on the store (its Acquired, when that falls within the
+// wait on this proxy's clock), else from when w joined.
+func (p *Proxy) grantedQueued(ns *proxyName, w *proxyWaiter, rec leasehold.Record) {
+	p.held.Add(1)
+	_ = ns.lock(context.Background())
+	defer ns.unlock()
+	p.mu.Lock()
+	now := p.clock.Now()
+	w.over = true
+	ev := Event{Type: EventGranted, Name: rec.Name, Owner: rec.Owner, Token: rec.Token, Time: now}
+	if p.removeWaiterLocked(ns, w) {
+		from := w.since
+		switch {
+		case ns.releasedAt.After(from):
+			from = ns.releasedAt
+		case rec.Acquired.After(from) && !rec.Acquired.After(now):
+			from = rec.Acquired
+		}
+		ev.Handoff = max(now.Sub(from), 0)
+	}
+	ns.lastHeld, ns.lastHeldAt = proxyHeld(rec), now
+	p.emitUnlock(ev)
+}
+
+// leaveQueued drops w, whose store wait ended without a grant, from the
+// proxy's list (with a dequeued event if it was listed); it joins no more.
+func (p *Proxy) leaveQueued(ns *proxyName, w *proxyWaiter) {
+	p.mu.Lock()
+	w.over = true
+	if !p.removeWaiterLocked(ns, w) {
+		p.mu.Unlock()
+		return
+	}
+	p.emitUnlock(Event{Type: EventDequeued, Name: ns.name, Owner: w.owner})
 }

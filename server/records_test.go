@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/storekit"
 )
@@ -278,7 +279,7 @@ func TestEngineRecordsConcurrent(t *testing.T) {
 			defer e.Close()
 			ctx := context.Background()
 			const workers, each = 20, 25
-			work := func() error {
+			work := func(int) error {
 				for range each {
 					_, err := leasehold.Update(ctx, e, "conc/n", func(old []byte, exists bool) ([]byte, error) {
 						var n int64
@@ -296,14 +297,9 @@ func TestEngineRecordsConcurrent(t *testing.T) {
 				}
 				return nil
 			}
-			errs := make(chan error, workers)
-			for range workers {
-				go func() { errs <- work() }()
-			}
-			for range workers {
-				if err := <-errs; err != nil {
-					t.Fatal(err)
-				}
+			servertest.Parallel(t, workers, work)
+			if t.Failed() {
+				return
 			}
 			for _, k := range []string{"conc/n", "conc/c"} {
 				r, err := e.GetRecord(ctx, k)

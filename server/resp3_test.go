@@ -20,29 +20,21 @@ import (
 // r3Conn is a raw connection read as RESP3: every reply is kept as the
 // bytes that came in and rendered in r3Show's notation.
 type r3Conn struct {
-	t  *testing.T
-	nc net.Conn
+	rawConn
 	br *bufio.Reader
 }
 
 func r3Dial(t *testing.T, addr string) *r3Conn {
 	t.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	nc.SetDeadline(time.Now().Add(time.Minute))
-	return &r3Conn{t: t, nc: nc, br: bufio.NewReader(nc)}
+	nc := rtNetDial(t, addr)
+	return &r3Conn{rawConn: rawConn{t: t, nc: nc}, br: bufio.NewReader(nc)}
 }
 
 // do sends a command and returns its reply: the raw bytes and the
 // rendering.
 func (c *r3Conn) do(args ...string) (raw, shown string) {
 	c.t.Helper()
-	if _, err := c.nc.Write(resp.AppendCommand(nil, args...)); err != nil {
-		c.t.Fatal(err)
-	}
+	c.send(string(resp.AppendCommand(nil, args...)))
 	return c.read()
 }
 
@@ -134,13 +126,6 @@ func r3Want(t *testing.T, what, got, want string) {
 	}
 }
 
-func r3Prefix(t *testing.T, what, got, want string) {
-	t.Helper()
-	if !strings.HasPrefix(got, want) {
-		t.Errorf("%s = %q, want %q...", what, got, want)
-	}
-}
-
 // TestRESP3Replies: after HELLO 3 the lease replies are maps with labelled
 // fields (raw bytes checked), a missing lease is RESP3's null, errors and
 // +OK are as in RESP2; HELLO 2 brings the positional arrays back.
@@ -151,63 +136,63 @@ func TestRESP3Replies(t *testing.T) {
 			c := r3Dial(t, addr)
 
 			raw, shown := c.do("HELLO", "3")
-			r3Prefix(t, "HELLO 3 (raw)", raw, "%7\r\n$6\r\nserver\r\n$9\r\nleasehold\r\n$7\r\nversion\r\n$1\r\n1\r\n$5\r\nproto\r\n:3\r\n")
-			r3Prefix(t, "HELLO 3", shown, "{server:$leasehold version:$1 proto::3 id::")
+			rtExpect(t, "HELLO 3 (raw)", raw, "%7\r\n$6\r\nserver\r\n$9\r\nleasehold\r\n$7\r\nversion\r\n$1\r\n1\r\n$5\r\nproto\r\n:3\r\n")
+			rtExpect(t, "HELLO 3", shown, "{server:$leasehold version:$1 proto::3 id::")
 
 			raw, shown = c.do("LH.ACQUIRE", "jobs/a", "me", "30000", "DATA", "some-data")
-			r3Prefix(t, "LH.ACQUIRE (raw)", raw, "%5\r\n$5\r\ntoken\r\n:1\r\n$6\r\nttl_ms\r\n:30000\r\n$12\r\nremaining_ms\r\n:")
+			rtExpect(t, "LH.ACQUIRE (raw)", raw, "%5\r\n$5\r\ntoken\r\n:1\r\n$6\r\nttl_ms\r\n:30000\r\n$12\r\nremaining_ms\r\n:")
 			if !strings.HasSuffix(raw, "$4\r\ndata\r\n$9\r\nsome-data\r\n") {
 				t.Errorf("LH.ACQUIRE (raw) = %q: want the data last", raw)
 			}
 			r3Want(t, "LH.ACQUIRE labels", strings.Join(r3Keys(shown), " "), strings.Join(resp.GrantFields, " "))
 
 			raw, shown = c.do("LH.GET", "jobs/a")
-			r3Prefix(t, "LH.GET (raw)", raw, "%7\r\n$4\r\nname\r\n$6\r\njobs/a\r\n$5\r\nowner\r\n$2\r\nme\r\n$5\r\ntoken\r\n:1\r\n")
+			rtExpect(t, "LH.GET (raw)", raw, "%7\r\n$4\r\nname\r\n$6\r\njobs/a\r\n$5\r\nowner\r\n$2\r\nme\r\n$5\r\ntoken\r\n:1\r\n")
 			r3Want(t, "LH.GET labels", strings.Join(r3Keys(shown), " "), strings.Join(resp.RecordFields, " "))
 
 			raw, _ = c.do("LH.GET", "jobs/none")
 			r3Want(t, "LH.GET of a free name (raw)", raw, "_\r\n")
 
 			raw, _ = c.do("LH.ACQUIRE", "jobs/a", "you", "30000")
-			r3Prefix(t, "LH.ACQUIRE of a held lease", raw, "-HELD 1 ")
+			rtExpect(t, "LH.ACQUIRE of a held lease", raw, "-HELD 1 ")
 			raw, _ = c.do("LH.RENEW", "jobs/a", "me", "1", "30000")
 			r3Want(t, "LH.RENEW", raw, "+OK\r\n")
 
 			c.do("LH.ACQUIRE", "jobs/b", "other", "30000")
 			raw, shown = c.do("LH.LIST", "jobs/")
-			r3Prefix(t, "LH.LIST (raw)", raw, "*2\r\n%7\r\n$4\r\nname\r\n$6\r\njobs/a\r\n")
-			r3Prefix(t, "LH.LIST", shown, "[{name:$jobs/a owner:$me token::1 ")
+			rtExpect(t, "LH.LIST (raw)", raw, "*2\r\n%7\r\n$4\r\nname\r\n$6\r\njobs/a\r\n")
+			rtExpect(t, "LH.LIST", shown, "[{name:$jobs/a owner:$me token::1 ")
 			if !strings.Contains(shown, "} {name:$jobs/b owner:$other token::") {
 				t.Errorf("LH.LIST = %q: want jobs/b's map second", shown)
 			}
 			raw, shown = c.do("LH.SCAN", "jobs/", "0", "COUNT", "1")
-			r3Prefix(t, "LH.SCAN (raw)", raw, "*2\r\n$")
-			r3Prefix(t, "LH.SCAN", shown, "[$n")
+			rtExpect(t, "LH.SCAN (raw)", raw, "*2\r\n$")
+			rtExpect(t, "LH.SCAN", shown, "[$n")
 			if !strings.Contains(shown, " [{name:$jobs/a owner:$me token::1 ") {
 				t.Errorf("LH.SCAN = %q: want [cursor, [jobs/a's map]]", shown)
 			}
 
 			raw, shown = c.do("LH.FORCERELEASE", "jobs/b")
-			r3Prefix(t, "LH.FORCERELEASE (raw)", raw, "%7\r\n$4\r\nname\r\n$6\r\njobs/b\r\n$5\r\nowner\r\n$5\r\nother\r\n")
+			rtExpect(t, "LH.FORCERELEASE (raw)", raw, "%7\r\n$4\r\nname\r\n$6\r\njobs/b\r\n$5\r\nowner\r\n$5\r\nother\r\n")
 			r3Want(t, "LH.FORCERELEASE labels", strings.Join(r3Keys(shown), " "), strings.Join(resp.RecordFields, " "))
 
 			_, sid := c.do("LH.SESSION", "OPEN", "20000")
 			raw, shown = c.do("LH.SESSION", "KEEPALIVE", strings.TrimPrefix(sid, "$"))
-			r3Prefix(t, "LH.SESSION KEEPALIVE (raw)", raw, "%3\r\n$6\r\nttl_ms\r\n:20000\r\n$12\r\nremaining_ms\r\n:")
+			rtExpect(t, "LH.SESSION KEEPALIVE (raw)", raw, "%3\r\n$6\r\nttl_ms\r\n:20000\r\n$12\r\nremaining_ms\r\n:")
 			r3Want(t, "LH.SESSION KEEPALIVE labels", strings.Join(r3Keys(shown), " "), strings.Join(resp.SessionFields, " "))
 
 			// Back to RESP2: the same replies as positional arrays.
 			raw, _ = c.do("HELLO", "2")
-			r3Prefix(t, "HELLO 2 (raw)", raw, "*14\r\n$6\r\nserver\r\n")
+			rtExpect(t, "HELLO 2 (raw)", raw, "*14\r\n$6\r\nserver\r\n")
 			raw, _ = c.do("LH.GET", "jobs/a")
-			r3Prefix(t, "LH.GET in RESP2 (raw)", raw, "*7\r\n:1\r\n:30000\r\n")
+			rtExpect(t, "LH.GET in RESP2 (raw)", raw, "*7\r\n:1\r\n:30000\r\n")
 			raw, _ = c.do("LH.GET", "jobs/none")
 			r3Want(t, "LH.GET of a free name in RESP2 (raw)", raw, "$-1\r\n")
 
 			// HELLO without a version keeps the protocol.
 			c.do("HELLO", "3")
 			raw, _ = c.do("HELLO")
-			r3Prefix(t, "HELLO after HELLO 3 (raw)", raw, "%7\r\n")
+			rtExpect(t, "HELLO after HELLO 3 (raw)", raw, "%7\r\n")
 		})
 	}
 }
@@ -221,15 +206,13 @@ func TestRESP3Pipelined(t *testing.T) {
 	b = resp.AppendCommand(b, "LH.ACQUIRE", "p/a", "me", "30000")
 	b = resp.AppendCommand(b, "HELLO", "3")
 	b = resp.AppendCommand(b, "LH.GET", "p/a")
-	if _, err := c.nc.Write(b); err != nil {
-		t.Fatal(err)
-	}
+	c.send(string(b))
 	raw, _ := c.read()
-	r3Prefix(t, "LH.ACQUIRE before HELLO 3", raw, "*5\r\n:1\r\n")
+	rtExpect(t, "LH.ACQUIRE before HELLO 3", raw, "*5\r\n:1\r\n")
 	raw, _ = c.read()
-	r3Prefix(t, "HELLO 3", raw, "%7\r\n")
+	rtExpect(t, "HELLO 3", raw, "%7\r\n")
 	raw, _ = c.read()
-	r3Prefix(t, "LH.GET after HELLO 3", raw, "%7\r\n$4\r\nname\r\n$3\r\np/a\r\n")
+	rtExpect(t, "LH.GET after HELLO 3", raw, "%7\r\n$4\r\nname\r\n$3\r\np/a\r\n")
 }
 
 // TestRESP3HelloRefused: an unknown version or a failed AUTH leaves the
@@ -238,17 +221,17 @@ func TestRESP3HelloRefused(t *testing.T) {
 	_, addr := rtServe(t, rtEngine(t), RESPOptions{Auth: rtAuth(t)})
 	c := r3Dial(t, addr)
 	raw, _ := c.do("HELLO", "4")
-	r3Prefix(t, "HELLO 4", raw, "-NOPROTO")
+	rtExpect(t, "HELLO 4", raw, "-NOPROTO")
 	raw, _ = c.do("HELLO", "3", "AUTH", "default", "wrong")
-	r3Prefix(t, "HELLO 3 with a wrong token", raw, "-WRONGPASS")
+	rtExpect(t, "HELLO 3 with a wrong token", raw, "-WRONGPASS")
 	raw, _ = c.do("AUTH", "team-token")
 	r3Want(t, "AUTH", raw, "+OK\r\n")
 	raw, _ = c.do("LH.ACQUIRE", "team/a", "me", "30000")
-	r3Prefix(t, "LH.ACQUIRE after refused HELLOs", raw, "*5\r\n:1\r\n")
+	rtExpect(t, "LH.ACQUIRE after refused HELLOs", raw, "*5\r\n:1\r\n")
 	raw, _ = c.do("HELLO", "3", "AUTH", "default", "team-token", "SETNAME", "n")
-	r3Prefix(t, "HELLO 3 AUTH", raw, "%7\r\n")
+	rtExpect(t, "HELLO 3 AUTH", raw, "%7\r\n")
 	raw, _ = c.do("LH.GET", "team/a")
-	r3Prefix(t, "LH.GET", raw, "%7\r\n$4\r\nname\r\n")
+	rtExpect(t, "LH.GET", raw, "%7\r\n$4\r\nname\r\n")
 	raw, _ = c.do("CLIENT", "GETNAME")
 	r3Want(t, "CLIENT GETNAME", raw, "$1\r\nn\r\n")
 }
@@ -264,7 +247,7 @@ func TestRESP3Watch(t *testing.T) {
 	raw, _ := w.do("LH.SUBSCRIBE", "w/a")
 	r3Want(t, "LH.SUBSCRIBE (raw)", raw, ">3\r\n$9\r\nsubscribe\r\n$3\r\nw/a\r\n:1\r\n")
 	raw, _ = w.do("HELLO", "2")
-	r3Prefix(t, "HELLO in watch mode", raw, "-ERR 'HELLO' is not allowed")
+	rtExpect(t, "HELLO in watch mode", raw, "-ERR 'HELLO' is not allowed")
 	token := strings.TrimPrefix(strings.Fields(strings.Trim(g, "[]"))[0], ":")
 	r3Want(t, "LH.RELEASE", func() string { r, _ := holder.do("LH.RELEASE", "w/a", "me", token); return r }(), "+OK\r\n")
 	raw, _ = w.read()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -46,30 +45,19 @@ func TestRESPGoRedis(t *testing.T) {
 				t.Errorf("LH.GET = %v, %v", rec, err)
 			}
 			// Many goroutines through go-redis's pipeline and pool.
-			var wg sync.WaitGroup
-			errs := make(chan error, 16)
-			for i := 0; i < 16; i++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					name := fmt.Sprintf("team/g%d", i)
-					for j := 0; j < 20; j++ {
-						v, err := rdb.Do(ctx, "LH.ACQUIRE", name, "g", 30000).Slice()
-						if err == nil {
-							err = rdb.Do(ctx, "LH.RELEASE", name, "g", v[0]).Err()
-						}
-						if err != nil {
-							errs <- err
-							return
-						}
+			servertest.Parallel(t, 16, func(i int) error {
+				name := fmt.Sprintf("team/g%d", i)
+				for j := 0; j < 20; j++ {
+					v, err := rdb.Do(ctx, "LH.ACQUIRE", name, "g", 30000).Slice()
+					if err == nil {
+						err = rdb.Do(ctx, "LH.RELEASE", name, "g", v[0]).Err()
 					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Error(err)
-			}
+					if err != nil {
+						return err
+					}
+				}
+				return nil
+			})
 			if err := rdb.Do(ctx, "LH.RELEASE", "team/r", "go-redis", token).Err(); err != nil {
 				t.Error(err)
 			}

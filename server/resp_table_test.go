@@ -133,23 +133,12 @@ func TestRESPTableRoles(t *testing.T) {
 // TestRESPOps: the operations both APIs have need these accesses (the
 // HTTP API's, server/table_parity_test.go checks the two tables agree).
 func TestRESPOps(t *testing.T) {
-	want := map[string]Access{
-		"lease.acquire": AccessWrite, "lease.renew": AccessWrite, "lease.release": AccessWrite,
-		"lease.get": AccessRead, "lease.list": AccessRead, "lease.forcerelease": AccessAdmin,
-		"session.open": AccessWrite, "session.keepalive": AccessWrite, "session.close": AccessWrite,
-		"events.subscribe": AccessRead, "ready": AccessNone,
-	}
-	ops := respOps()
-	for op, a := range want {
-		if got, ok := ops[op]; !ok || got != a {
-			t.Errorf("respOps()[%q] = %v, %v; want %v", op, got, ok, a)
-		}
-	}
+	wantSharedOps(t, "respOps()", respOps())
 	for _, row := range respCommands {
 		if row.op == "" || row.handler == nil {
 			t.Errorf("row %s %s has no op or no handler", row.name, row.sub)
 		}
-		if _, shared := want[row.op]; !shared && !strings.HasPrefix(row.op, "conn.") && row.op != "events.unsubscribe" {
+		if _, shared := sharedOps[row.op]; !shared && !strings.HasPrefix(row.op, "conn.") && row.op != "events.unsubscribe" {
 			t.Errorf("row %s: op %q is neither shared with HTTP nor a connection command", row.name, row.op)
 		}
 	}

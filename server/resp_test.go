@@ -57,12 +57,25 @@ func rtBackends(t *testing.T) map[string]func(t *testing.T) Backend {
 
 // rtConn is a raw protocol connection.
 type rtConn struct {
-	t  *testing.T
-	nc net.Conn
+	rawConn
 	rd *resp.Reader
 }
 
+// rawConn is a connection a test writes raw bytes on.
+type rawConn struct {
+	t  *testing.T
+	nc net.Conn
+}
+
 func rtDial(t *testing.T, addr string) *rtConn {
+	t.Helper()
+	nc := rtNetDial(t, addr)
+	return &rtConn{rawConn: rawConn{t: t, nc: nc}, rd: resp.NewReader(bufio.NewReader(nc))}
+}
+
+// rtNetDial connects to addr for the rest of the test, with a minute's
+// deadline.
+func rtNetDial(t *testing.T, addr string) net.Conn {
 	t.Helper()
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -70,10 +83,10 @@ func rtDial(t *testing.T, addr string) *rtConn {
 	}
 	t.Cleanup(func() { nc.Close() })
 	nc.SetDeadline(time.Now().Add(time.Minute))
-	return &rtConn{t: t, nc: nc, rd: resp.NewReader(bufio.NewReader(nc))}
+	return nc
 }
 
-func (c *rtConn) send(raw string) {
+func (c *rawConn) send(raw string) {
 	c.t.Helper()
 	if _, err := c.nc.Write([]byte(raw)); err != nil {
 		c.t.Fatal(err)
@@ -118,6 +131,7 @@ func rtShow(v resp.Value) string {
 // rtField returns element i of an array reply in rtShow's notation.
 func rtFields(s string) []string { return strings.Fields(strings.Trim(s, "[]")) }
 
+// rtExpect checks that got starts with want.
 func rtExpect(t *testing.T, what, got, want string) {
 	t.Helper()
 	if !strings.HasPrefix(got, want) {
@@ -333,15 +347,11 @@ func TestRESPMalformed(t *testing.T) {
 }
 
 func rtAuth(t *testing.T) *Auth {
-	a, err := NewAuth(AuthConfig{Tokens: []TokenConfig{
+	return testAuth(t, []TokenConfig{
 		{Identity: "team", Token: "team-token", Grants: []Grant{{Prefix: "team/", Access: "write"}, {Prefix: "team/ro/", Access: "read"}}},
 		{Identity: "reader", Token: "reader-token", Grants: []Grant{{Prefix: "", Access: "read"}}},
 		{Identity: "admin", Token: "admin-token", Grants: []Grant{{Prefix: "", Access: "admin"}}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
+	})
 }
 
 // TestRESPAuth: without AUTH, with a wrong token, or outside its grants a

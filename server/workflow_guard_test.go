@@ -10,20 +10,24 @@ import (
 	"github.com/leasehold/leasehold/workflow"
 )
 
+// newGuardServer serves the approval workflow with strategy to a writer
+// of wf/ (token writer-secret) and an admin (root-secret).
+func newGuardServer(t *testing.T, strategy workflow.Strategy) *htServer {
+	t.Helper()
+	auth := testAuth(t, []TokenConfig{
+		{Identity: "writer", Token: "writer-secret", Grants: []Grant{{Prefix: "wf/", Access: "write"}}},
+		{Identity: "root", Token: "root-secret", Grants: []Grant{{Prefix: "", Access: "admin"}}},
+	})
+	return newWFServer(t, strategy, auth)
+}
+
 // TestWorkflowRecordGuard: the records of a served workflow are written
 // only through transitions — a writer's PUT, DELETE, add and txn on keys
 // under wf/approval/ are 403 workflow-record naming the route, and change
 // nothing; an admin may write them; keys of other definitions and other
 // records are not affected; reads are unchanged.
 func TestWorkflowRecordGuard(t *testing.T) {
-	auth, err := NewAuth(AuthConfig{Tokens: []TokenConfig{
-		{Identity: "writer", Token: "writer-secret", Grants: []Grant{{Prefix: "wf/", Access: "write"}}},
-		{Identity: "root", Token: "root-secret", Grants: []Grant{{Prefix: "", Access: "admin"}}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := newWFServer(t, workflow.Optimistic, auth)
+	ts := newGuardServer(t, workflow.Optimistic)
 	const base = "/v1/workflows/approval/doc-1"
 	ts.want(ts.do("POST", base, "writer-secret", ""), 201, "")
 	ts.want(ts.do("POST", base+"/transition", "writer-secret", `{"from":"DRAFT","to":"PENDING","request_id":"s"}`), 200, "")
@@ -101,12 +105,9 @@ func TestTransitionActor(t *testing.T) {
 // TestWorkflowHTTPActor: over HTTP with auth on, the entry's actor is the
 // token's identity and the body's actor its label.
 func TestWorkflowHTTPActor(t *testing.T) {
-	auth, err := NewAuth(AuthConfig{Tokens: []TokenConfig{
+	auth := testAuth(t, []TokenConfig{
 		{Identity: "alice", Token: "alice-secret", Grants: []Grant{{Prefix: "wf/approval/", Access: "write"}}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	ts := newWFServer(t, workflow.Optimistic, auth)
 	const base = "/v1/workflows/approval/doc-3"
 	ts.want(ts.do("POST", base, "alice-secret", ""), 201, "")
@@ -129,14 +130,7 @@ func TestWorkflowHTTPActor(t *testing.T) {
 // transition route), so a writer cannot stall lock-strategy transitions;
 // an admin may, and leases elsewhere are not affected.
 func TestWorkflowLeaseGuard(t *testing.T) {
-	auth, err := NewAuth(AuthConfig{Tokens: []TokenConfig{
-		{Identity: "writer", Token: "writer-secret", Grants: []Grant{{Prefix: "wf/", Access: "write"}}},
-		{Identity: "root", Token: "root-secret", Grants: []Grant{{Prefix: "", Access: "admin"}}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := newWFServer(t, workflow.Lease, auth)
+	ts := newGuardServer(t, workflow.Lease)
 	const lock, route = "wf/approval/lock/doc-1", "/v1/workflows/approval/doc-1/transition"
 	ts.want(ts.do("POST", "/v1/workflows/approval/doc-1", "writer-secret", ""), 201, "")
 	for _, op := range []struct{ path, body string }{
@@ -161,7 +155,7 @@ func TestWorkflowLeaseGuard(t *testing.T) {
 	ts.want(ts.do("POST", "/v1/leases/"+lock+"/release", "root-secret", fmt.Sprintf(`{"owner":"root","token":%v}`, a.num("token"))), 204, "")
 
 	// RESP, over the same engine and workflows.
-	_, addr := rtServe(t, ts.eng, RESPOptions{Auth: auth, Workflows: ts.api.workflows})
+	_, addr := rtServe(t, ts.eng, RESPOptions{Auth: ts.api.auth, Workflows: ts.api.workflows})
 	w, root := rtDial(t, addr), rtDial(t, addr)
 	rtExpect(t, "AUTH", w.do("AUTH", "writer-secret"), "+OK")
 	rtExpect(t, "root AUTH", root.do("AUTH", "root-secret"), "+OK")

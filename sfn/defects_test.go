@@ -482,14 +482,7 @@ func TestHoldAfterTaskTimeout(t *testing.T) {
 // The cleanup machine waits the hold after the execution stopped, then
 // releases only that execution's grant from before it stopped.
 func TestCleanupMachine(t *testing.T) {
-	def, err := Cleanup(lambdaConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(def, &m); err != nil {
-		t.Fatal(err)
-	}
+	_, m := made(t, Cleanup, lambdaConfig)
 	var v validation
 	if err := json.Unmarshal(node(t, "validate.js", writeJSON(t, m)), &v); err != nil {
 		t.Fatal(err)

@@ -18,13 +18,7 @@ import (
 // scripts/engines.sh installs (asl-validator, jsonata).
 func node(t *testing.T, script string, args ...string) []byte {
 	t.Helper()
-	mods := os.Getenv("LEASEHOLD_TEST_NODE_MODULES")
-	nodeBin, err := exec.LookPath("node")
-	if mods == "" || err != nil {
-		enginetest.Missing(t, "node and the npm packages", "$LEASEHOLD_TEST_NODE_MODULES is empty or node is not in PATH")
-	}
-	cmd := exec.Command(nodeBin, append([]string{filepath.Join("testdata", script)}, args...)...)
-	cmd.Env = append(os.Environ(), "NODE_PATH="+mods)
+	cmd := enginetest.NodeCommand(t, append([]string{filepath.Join("testdata", script)}, args...)...)
 	out, err := cmd.Output()
 	if err != nil {
 		var stderr []byte
@@ -49,16 +43,24 @@ func writeJSON(t *testing.T, v any) string {
 	return p
 }
 
-func generate(t *testing.T, c Config) (string, map[string]any) {
+// made is what gen (Generate, Cleanup, CloudFormation) makes of c: the
+// JSON and the object it decodes to.
+func made(t *testing.T, gen func(Config) ([]byte, error), c Config) ([]byte, map[string]any) {
 	t.Helper()
-	def, err := Generate(c)
+	b, err := gen(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var m map[string]any
-	if err := json.Unmarshal(def, &m); err != nil {
+	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
+	return b, m
+}
+
+func generate(t *testing.T, c Config) (string, map[string]any) {
+	t.Helper()
+	def, m := made(t, Generate, c)
 	p := filepath.Join(t.TempDir(), "machine.json")
 	if err := os.WriteFile(p, def, 0o644); err != nil {
 		t.Fatal(err)

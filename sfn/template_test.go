@@ -2,8 +2,6 @@ package sfn
 
 import (
 	"encoding/json"
-	"os"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -17,13 +15,7 @@ import (
 // CloudFormation resource specification (npm @aws-cdk/cfnspec).
 func cfnCheck(t *testing.T, tmpl any) []string {
 	t.Helper()
-	mods := os.Getenv("LEASEHOLD_TEST_NODE_MODULES")
-	nodeBin, err := exec.LookPath("node")
-	if mods == "" || err != nil {
-		enginetest.Missing(t, "node and the npm packages", "$LEASEHOLD_TEST_NODE_MODULES is empty or node is not in PATH")
-	}
-	probe := exec.Command(nodeBin, "-e", `require.resolve("@aws-cdk/cfnspec/spec/specification.json")`)
-	probe.Env = append(os.Environ(), "NODE_PATH="+mods)
+	probe := enginetest.NodeCommand(t, "-e", `require.resolve("@aws-cdk/cfnspec/spec/specification.json")`)
 	if err := probe.Run(); err != nil {
 		enginetest.Missing(t, "npm package @aws-cdk/cfnspec", "not in $LEASEHOLD_TEST_NODE_MODULES; scripts/engines.sh installs it")
 	}
@@ -44,14 +36,7 @@ var templateConfig = Config{
 
 func cloudFormation(t *testing.T, c Config) map[string]any {
 	t.Helper()
-	b, err := CloudFormation(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
+	_, m := made(t, CloudFormation, c)
 	return m
 }
 

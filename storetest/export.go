@@ -13,7 +13,7 @@ import (
 // monotonic clock shared by every recorder.
 type LeaseOp struct {
 	Client    int           // porcupine client id (one per logical process)
-	Kind      string        // "acquire", "renew", "release" or "lose" (see LeaseModel)
+	Kind      string        // "acquire", "renew", "release", "lose", "wait" or "undone" (see LeaseModel)
 	Owner     string        // the caller's owner identity
 	RequestID string        // acquire: its request id
 	Token     uint64        // renew, release: the token sent
@@ -22,7 +22,7 @@ type LeaseOp struct {
 	Return    int64 // ignored when Unknown
 	OK        bool  // granted / renewed / released
 	OutToken  uint64
-	Holder    string // acquire refused: the holder's owner
+	Holder    string // acquire refused: the holder's owner (OutToken 0: the head waiter's)
 	Unknown   bool   // indeterminate: may or may not have taken effect
 }
 
@@ -43,6 +43,10 @@ func (op LeaseOp) Operation() (porcupine.Operation, error) {
 		in.Kind = opRelease
 	case "lose":
 		in.Kind = opLose
+	case "wait":
+		in.Kind = opWait
+	case "undone":
+		in.Kind = opUndone
 	default:
 		return porcupine.Operation{}, fmt.Errorf("storetest: unknown lease operation %q", op.Kind)
 	}
@@ -52,6 +56,12 @@ func (op LeaseOp) Operation() (porcupine.Operation, error) {
 	}
 	return porcupine.Operation{ClientId: op.Client, Input: in, Call: op.Call, Output: out, Return: out.Return}, nil
 }
+
+// MarkQueued completes ops (as returned by LeaseOp.Operation, the whole
+// history of one name) before they are checked: it tells LeaseModel which
+// refusals naming the head of a queue (OutToken 0) overlapped a wait of
+// the owner they name.
+func MarkQueued(ops []porcupine.Operation) { markQueued(ops) }
 
 // DescribeHistory renders ops (as returned by LeaseOp.Operation) for a
 // failure message.

@@ -21,6 +21,9 @@ type historyRun struct {
 	// client runs client c of history h with its own generator and
 	// returns the operations it recorded.
 	client func(ctx context.Context, h, c int, r *rand.Rand) []porcupine.Operation
+	// prepare, if set, completes a history's operations from the whole
+	// history before it is checked, and returns them.
+	prepare func(ops []porcupine.Operation) []porcupine.Operation
 	// tally counts a checked history's operations; it is called under the
 	// runner's lock.
 	tally func(ops []porcupine.Operation)
@@ -60,6 +63,9 @@ func (hr historyRun) run(ctx context.Context, v *Verdicts) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			ops := hr.runOne(ctx, h)
+			if hr.prepare != nil {
+				ops = hr.prepare(ops)
+			}
 			result := porcupine.CheckOperationsTimeout(hr.model, ops, hr.timeout)
 			mu.Lock()
 			defer mu.Unlock()

@@ -22,6 +22,18 @@ type HistoryConfig struct {
 	Prefix       string          // lease name prefix (default "linear/")
 	Seed         uint64          // 0 = random
 	Timeout      time.Duration   // checker time per history (default 10s)
+	// NoWaits keeps AcquireWait out of the workload of a store that
+	// queues waiters (leasehold.Queuer); by default about a third of its
+	// acquires are AcquireWaits bounded by a context of up to twice the
+	// TTL.
+	NoWaits bool
+	// WaitCleanup is how long after an AcquireWait ended by its context
+	// the store may still make, and then free, a grant that raced with
+	// the end (default 1s: the lease server learns that a remote waiter
+	// left when its connection closes, a moment after AcquireWait
+	// returned). Negative: none, the grant is freed before AcquireWait
+	// returns.
+	WaitCleanup time.Duration
 }
 
 func (c *HistoryConfig) defaults() {
@@ -35,18 +47,27 @@ func (c *HistoryConfig) defaults() {
 	orDefault(&c.Prefix, "linear/")
 	orDefault(&c.Seed, rand.Uint64())
 	orDefault(&c.Timeout, 10*time.Second)
+	orDefault(&c.WaitCleanup, time.Second)
+	c.WaitCleanup = max(c.WaitCleanup, 0)
 }
 
 // HistoryResult counts what the checker said.
 type HistoryResult struct {
 	Verdicts
-	Grants    int // successful acquires recorded
-	Takeovers int // grants made while the previous grant was unreleased (expiry)
+	Grants         int // successful acquires recorded (waits included)
+	Takeovers      int // grants made while the previous grant was unreleased (expiry)
+	Waits          int // AcquireWaits recorded (a Queuer's workload)
+	WaitGrants     int // of which granted
+	QueuedRefusals int // TryAcquires refused naming the head of a queue (token 0)
 }
 
 func (r HistoryResult) String() string {
-	return fmt.Sprintf("seed %d: %d histories, %d ops (%d grants, %d expiry takeovers, %d indeterminate): %d ok, %d illegal, %d undecided",
-		r.Seed, r.Histories, r.Operations, r.Grants, r.Takeovers, r.Unknown, r.Ok, r.Illegal, r.Undecided)
+	waits := ""
+	if r.Waits > 0 {
+		waits = fmt.Sprintf(", %d waits (%d granted), %d refusals naming a queued waiter", r.Waits, r.WaitGrants, r.QueuedRefusals)
+	}
+	return fmt.Sprintf("seed %d: %d histories, %d ops (%d grants, %d expiry takeovers, %d indeterminate%s): %d ok, %d illegal, %d undecided",
+		r.Seed, r.Histories, r.Operations, r.Grants, r.Takeovers, r.Unknown, waits, r.Ok, r.Illegal, r.Undecided)
 }
 
 // CheckHistories runs randomized concurrent workloads against store, one
@@ -64,6 +85,7 @@ func CheckHistories(ctx context.Context, store leasehold.Store, cfg HistoryConfi
 		client: func(ctx context.Context, h, c int, r *rand.Rand) []porcupine.Operation {
 			return runClient(ctx, store, name(h), fmt.Sprintf("c%d", c), c, cfg, start, r)
 		},
+		prepare:  prepareLeaseOps,
 		tally:    func(ops []porcupine.Operation) { countOps(&res, ops) },
 		describe: func(h int, ops []porcupine.Operation) string { return describe(name(h), ops) },
 	}.run(ctx, &res.Verdicts)
@@ -76,8 +98,17 @@ func countOps(res *HistoryResult, ops []porcupine.Operation) {
 		if o.Unknown {
 			res.Unknown++
 		}
-		if i.Kind == opAcquire && o.OK {
+		if (i.Kind == opAcquire || i.Kind == opWait) && o.OK {
 			res.Grants++
+		}
+		if i.Kind == opWait {
+			res.Waits++
+			if o.OK {
+				res.WaitGrants++
+			}
+		}
+		if i.Kind == opAcquire && !o.OK && !o.Unknown && o.Token == 0 && o.HolderOwner != "" {
+			res.QueuedRefusals++
 		}
 	}
 	// Takeovers: a grant whose predecessor (the grant with the next lower
@@ -91,7 +122,7 @@ func countOps(res *HistoryResult, ops []porcupine.Operation) {
 		if i.Kind == opRelease && o.OK {
 			released[i.Token] = true
 		}
-		if i.Kind == opAcquire && o.OK && !seen[o.Token] {
+		if (i.Kind == opAcquire || i.Kind == opWait) && o.OK && !seen[o.Token] {
 			seen[o.Token] = true
 			grants = append(grants, o.Token)
 		}
@@ -122,6 +153,10 @@ func runClient(ctx context.Context, store leasehold.Store, name, owner string, i
 	var heldReq string // its request id
 	var seen uint64    // a token seen held by someone else
 	var lastTTL = cfg.TTLs[0]
+	queuer, _ := store.(leasehold.Queuer)
+	if cfg.NoWaits {
+		queuer = nil
+	}
 	for n := 0; n < cfg.OpsPerClient; n++ {
 		if ctx.Err() != nil {
 			break
@@ -142,11 +177,28 @@ func runClient(ctx context.Context, store leasehold.Store, name, owner string, i
 		default:
 			lastTTL = cfg.TTLs[r.IntN(len(cfg.TTLs))]
 			in.Kind, in.RequestID, in.TTL = opAcquire, fmt.Sprintf("%s-%d", owner, n), int64(lastTTL)
+			if queuer != nil && r.IntN(3) == 0 {
+				in.Kind = opWait
+			}
 		}
 		var out opOutput
+		var freedBy int64 // a wait ended by its context: its cleanup time
 		in.Call = now()
 		var err error
 		switch in.Kind {
+		case opWait:
+			wctx, cancel := context.WithTimeout(ctx, time.Millisecond+time.Duration(r.Int64N(2*int64(lastTTL))))
+			var rec leasehold.Record
+			rec, err = queuer.AcquireWait(wctx, leasehold.AcquireRequest{Name: name, Owner: owner, RequestID: in.RequestID, TTL: time.Duration(in.TTL)})
+			cancel()
+			switch {
+			case err == nil:
+				out.OK, out.Token = true, rec.Token
+				held, heldReq = rec.Token, in.RequestID
+			case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+				err = nil // the wait ran out: not granted
+				freedBy = int64(cfg.WaitCleanup)
+			}
 		case opAcquire:
 			var rec leasehold.Record
 			rec, err = store.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: owner, RequestID: in.RequestID, TTL: time.Duration(in.TTL)})
@@ -191,6 +243,9 @@ func runClient(ctx context.Context, store leasehold.Store, name, owner string, i
 			}
 		}
 		out.Return = now()
+		if in.Kind == opWait && !out.OK && err == nil {
+			ops = append(ops, racedOp(porcupine.Operation{ClientId: id, Input: in, Call: in.Call, Output: out, Return: out.Return}, out.Return+freedBy))
+		}
 		if err != nil {
 			// Indeterminate: the operation may or may not have taken effect.
 			// The client is retired, as Jepsen does.

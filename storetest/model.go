@@ -36,6 +36,38 @@ import (
 // were. A grant still needs the lost holder's lease to have expired by its
 // own call times (what Redis's hold-back promises) and a token above every
 // earlier one (its token floor).
+//
+// A "wait" is an AcquireWait of a store that queues waiters
+// (leasehold.Queuer), bounded by a short context. Granted, it is a grant
+// like any other, linearised at some instant inside its interval (a
+// release that hands the lease to the waiter in the same step is a
+// release followed at once by that grant). Ended by its context, it has no
+// effect of its own; the recorder adds a "raced" operation beside it, from
+// the wait's call to the moment by which the store must have freed a grant
+// that raced with the end (the contract: "releases a grant that raced with
+// the end"): the wait's return, or a little later for a store whose server
+// learns of the end only when the client's connection closes
+// (HistoryConfig.WaitCleanup). A raced operation either did nothing or
+// granted the lease to the waiter (its token unknown, above every earlier
+// one), a grant that may be seen held until the raced operation's return
+// and may have been freed at any moment from the grant on (FreedBy). A TryAcquire refused with a
+// token of 0 names the head of the queue of a free lease: legal only if
+// the lease may be free at some instant of the refusal and the owner it
+// names had a wait in progress at some instant of it (Queued, marked from
+// the whole history by markQueued).
+//
+// An "undone" operation is an acquire the store answered by undoing the
+// grant it had made (the Redis store's grant made across a reconnect to a
+// restarted server, on facts that restart had changed): like a raced one,
+// it either did nothing or granted the lease to the caller (its token
+// unknown), freed again by its return.
+//
+// What the model leaves permissive, because a client cannot see when the
+// engine enqueued a wait (anywhere between its call and its return): the
+// order in which waits are granted, and whether a TryAcquire that took a
+// free lease did so ahead of a queued wait. The queue subtests of Run
+// (QueueFIFO, QueueNoOvertake) check those with waiters known to be
+// queued.
 
 // Rho is the clock-rate error the model allows between the test's clock and
 // the store's.
@@ -51,10 +83,13 @@ const (
 	opRenew
 	opRelease
 	opLose
+	opWait
+	opRaced  // the grant a wait ended by its context may have raced with
+	opUndone // an acquire whose grant the store undid before answering
 )
 
 func (k opKind) String() string {
-	return [...]string{"acquire", "renew", "release", "lose"}[k]
+	return [...]string{"acquire", "renew", "release", "lose", "wait", "raced grant of a wait", "acquire undone"}[k]
 }
 
 // lostOwner is the owner of a lease whose state the store lost: it matches
@@ -78,6 +113,10 @@ type opOutput struct {
 	HolderOwner string // acquire when held
 	Unknown     bool   // indeterminate: no definite answer
 	Return      int64
+	// Queued: acquire refused with Token 0, naming HolderOwner as the
+	// head of the queue; an AcquireWait by HolderOwner was in progress at
+	// some instant of this operation (markQueued).
+	Queued bool
 }
 
 type modelState struct {
@@ -88,14 +127,18 @@ type modelState struct {
 	Held       bool
 	Lo, Hi     int64
 	TTL        int64
+	// FreedBy, if not 0: the grant was released again at some moment
+	// after it was made, at the latest at FreedBy (a wait that ended by
+	// its context gave back a grant it raced with).
+	FreedBy int64
 }
 
 func mayBeExpired(s modelState, t int64) bool {
-	return !s.Held || t >= s.Lo+int64(float64(s.TTL)*(1-Rho))-int64(Slack)
+	return !s.Held || s.FreedBy != 0 || t >= s.Lo+int64(float64(s.TTL)*(1-Rho))-int64(Slack)
 }
 
 func mayBeAlive(s modelState, t int64) bool {
-	return s.Held && t < s.Hi+int64(float64(s.TTL)*(1+Rho))+int64(Slack)
+	return s.Held && t < s.Hi+int64(float64(s.TTL)*(1+Rho))+int64(Slack) && (s.FreedBy == 0 || t < s.FreedBy)
 }
 
 func tokenAbove(s modelState, t uint64) bool { return t > s.Token }
@@ -123,7 +166,22 @@ func stepModel(st, in, out interface{}) []interface{} {
 		return res
 	}
 	switch i.Kind {
-	case opAcquire:
+	case opWait:
+		if o.OK {
+			break // a grant: as an acquire's, below
+		}
+		return []interface{}{s} // ended by its context: see its opRaced
+	case opRaced, opUndone:
+		// Nothing, or a grant to the caller, freed by o.Return.
+		res := []interface{}{s}
+		if mayBeExpired(s, o.Return) {
+			res = append(res, modelState{Token: s.Token + 1, TokenLower: true, Owner: i.Owner, RequestID: i.RequestID,
+				Held: true, Lo: i.Call, Hi: o.Return, TTL: i.TTL, FreedBy: o.Return})
+		}
+		return res
+	}
+	switch i.Kind {
+	case opAcquire, opWait:
 		if o.OK {
 			retry := s.Held && s.Owner == i.Owner && s.RequestID == i.RequestID && i.RequestID != "" &&
 				o.Token == s.Token && !s.TokenLower && mayBeAlive(s, i.Call)
@@ -136,6 +194,10 @@ func stepModel(st, in, out interface{}) []interface{} {
 			}
 			return []interface{}{modelState{Token: o.Token, Owner: i.Owner, RequestID: i.RequestID, Held: true, Lo: i.Call, Hi: o.Return, TTL: i.TTL}}
 		}
+		if o.Token == 0 && o.Queued && mayBeExpired(s, o.Return) {
+			// Refused on a free lease for the head of its queue.
+			return []interface{}{s}
+		}
 		sameHolder := o.HolderOwner == s.Owner && (o.Token == s.Token || s.TokenLower)
 		if !sameHolder || !mayBeAlive(s, i.Call) {
 			return nil
@@ -144,11 +206,12 @@ func stepModel(st, in, out interface{}) []interface{} {
 	case opRenew:
 		mine := s.Held && s.Owner == i.Owner && s.Token == i.Token && !s.TokenLower
 		if o.OK {
-			if !mine || !mayBeAlive(s, i.Call) {
+			if !mine && !maybeOwn(s, i) || !mayBeAlive(s, i.Call) {
 				return nil
 			}
 			n := s
 			n.Lo, n.Hi, n.TTL = i.Call, o.Return, i.TTL
+			n.Token, n.TokenLower = i.Token, false
 			return []interface{}{n}
 		}
 		if mine && !mayBeExpired(s, o.Return) {
@@ -157,17 +220,29 @@ func stepModel(st, in, out interface{}) []interface{} {
 		return []interface{}{s}
 	case opRelease:
 		latest := s.Owner == i.Owner && s.Token == i.Token && !s.TokenLower
-		if o.OK != latest {
-			return nil
-		}
 		if o.OK {
+			if !latest && !maybeOwn(s, i) {
+				return nil
+			}
 			n := s
-			n.Held = false
+			n.Held, n.FreedBy = false, 0
+			n.Token, n.TokenLower = i.Token, false
 			return []interface{}{n}
+		}
+		if latest {
+			return nil
 		}
 		return []interface{}{s}
 	}
 	return nil
+}
+
+// maybeOwn reports whether i (a renew or release) may name the latest
+// grant when the model knows only a lower bound of its token: a grant made
+// to i.Owner by an indeterminate acquire or a raced wait, whose token the
+// owner can still learn (a refusal names it).
+func maybeOwn(s modelState, i opInput) bool {
+	return s.TokenLower && s.Owner == i.Owner && i.Token >= s.Token
 }
 
 // unknownEffect is the state after an indeterminate operation that did
@@ -175,7 +250,7 @@ func stepModel(st, in, out interface{}) []interface{} {
 func unknownEffect(s modelState, i opInput) (modelState, bool) {
 	const never = int64(1) << 62
 	switch i.Kind {
-	case opAcquire:
+	case opAcquire, opWait:
 		if !mayBeExpired(s, never) {
 			return s, false
 		}
@@ -213,11 +288,17 @@ func LeaseModel() porcupine.Model {
 			switch {
 			case o.Unknown:
 				res = "unknown"
+			case !o.OK && i.Kind == opWait:
+				res = "context ended"
+			case i.Kind == opRaced || i.Kind == opUndone:
+				res = "maybe granted, freed by the return"
+			case !o.OK && i.Kind == opAcquire && o.Token == 0 && o.HolderOwner != "":
+				res = fmt.Sprintf("queued ahead: %s (waiting then: %v)", o.HolderOwner, o.Queued)
 			case !o.OK && i.Kind == opAcquire:
 				res = fmt.Sprintf("held by %s/%d", o.HolderOwner, o.Token)
 			case !o.OK:
 				res = "not held"
-			case i.Kind == opAcquire:
+			case i.Kind == opAcquire || i.Kind == opWait:
 				res = fmt.Sprintf("token %d", o.Token)
 			}
 			return fmt.Sprintf("%s %s tok=%d ttl=%s -> %s", i.Owner, i.Kind, i.Token, time.Duration(i.TTL), res)
@@ -254,4 +335,106 @@ func partitionBy(key func(porcupine.Operation) string) func([]porcupine.Operatio
 		}
 		return out
 	}
+}
+
+// markQueued sets Queued on every acquire refused with token 0 (naming the
+// head of a queue) during which a wait by the owner it names was in
+// progress — or had ended by its context up to WaitCleanup before (its
+// raced operation's span): a lease server learns that a remote waiter
+// left only when its connection closes, and keeps it queued until then.
+func markQueued(ops []porcupine.Operation) {
+	for k, op := range ops {
+		i, o := op.Input.(opInput), op.Output.(opOutput)
+		if i.Kind != opAcquire || o.OK || o.Unknown || o.Token != 0 || o.HolderOwner == "" {
+			continue
+		}
+		for _, w := range ops {
+			wi := w.Input.(opInput)
+			if (wi.Kind == opWait || wi.Kind == opRaced) && wi.Owner == o.HolderOwner && w.Call <= op.Return && w.Return >= op.Call {
+				o.Queued = true
+				break
+			}
+		}
+		ops[k].Output = o
+	}
+}
+
+// prepareLeaseOps readies a recorded history for the checker: it marks
+// the refusals naming a queue head (markQueued) and drops the raced
+// operations that nothing in the history can have seen. A raced grant is
+// seen in two ways. Its owner X shows holding it: an answer names X with
+// a token X was never granted (a refusal naming X, X's own renew or
+// release of it). Or it supersedes the grant before it: an owner's release
+// of a token it was granted, refused, says that a later grant was made (a
+// release of the latest grant succeeds even after its expiry), and that
+// grant may be a raced one made after its waiter returned (a lease server
+// frees it a moment later, when it learns the waiter left) if the raced
+// operation overlaps the time from that grant to the refusal. A raced
+// operation seen neither way is dropped: its "nothing happened" outcome
+// explains the history as well, and dropping it spares the checker an
+// operation that overlaps all the rest.
+func prepareLeaseOps(ops []porcupine.Operation) []porcupine.Operation {
+	markQueued(ops)
+	granted := map[string]map[uint64]bool{} // owner -> tokens granted to it
+	grantCall := map[grantKey]int64{}       // the earliest call that returned the grant
+	for _, op := range ops {
+		i, o := op.Input.(opInput), op.Output.(opOutput)
+		if (i.Kind == opAcquire || i.Kind == opWait) && o.OK {
+			if granted[i.Owner] == nil {
+				granted[i.Owner] = map[uint64]bool{}
+			}
+			k := grantKey{i.Owner, o.Token}
+			if c, ok := grantCall[k]; !ok || op.Call < c {
+				grantCall[k] = op.Call
+			}
+			granted[i.Owner][o.Token] = true
+		}
+	}
+	unexplained := map[string]bool{} // owners seen holding a token not granted to them
+	type window struct{ from, to int64 }
+	var superseded []window // from a grant to its grantee's refused release of it
+	for _, op := range ops {
+		i, o := op.Input.(opInput), op.Output.(opOutput)
+		switch {
+		case i.Kind == opAcquire && !o.OK && o.Token != 0 && !granted[o.HolderOwner][o.Token]:
+			unexplained[o.HolderOwner] = true
+		case (i.Kind == opRenew || i.Kind == opRelease) && (o.OK || o.Unknown) && !granted[i.Owner][i.Token]:
+			unexplained[i.Owner] = true
+		case i.Kind == opRelease && !o.OK && !o.Unknown && granted[i.Owner][i.Token]:
+			superseded = append(superseded, window{grantCall[grantKey{i.Owner, i.Token}], op.Return})
+		}
+	}
+	seen := func(op porcupine.Operation) bool {
+		if unexplained[op.Input.(opInput).Owner] {
+			return true
+		}
+		for _, w := range superseded {
+			if op.Call < w.to && op.Return > w.from {
+				return true
+			}
+		}
+		return false
+	}
+	out := ops[:0]
+	for _, op := range ops {
+		if i := op.Input.(opInput); i.Kind == opRaced && !seen(op) {
+			continue
+		}
+		out = append(out, op)
+	}
+	return out
+}
+
+// grantKey names a grant: its owner and token.
+type grantKey struct {
+	owner string
+	token uint64
+}
+
+// racedOp is the opRaced beside wait, a wait ended by its context: from its
+// call to freedBy.
+func racedOp(wait porcupine.Operation, freedBy int64) porcupine.Operation {
+	in := wait.Input.(opInput)
+	in.Kind = opRaced
+	return porcupine.Operation{ClientId: wait.ClientId, Input: in, Call: wait.Call, Output: opOutput{Return: freedBy}, Return: freedBy}
 }

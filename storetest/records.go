@@ -81,6 +81,7 @@ func RunRecords(t *testing.T, h RecordsHarness) {
 		{"TxnTransfers", testRecTxnTransfers},
 		{"InvalidInput", testRecInvalidInput},
 		{"Cancellation", testRecCancellation},
+		{"Deadline", testRecDeadline},
 		{"SeparateFromLeases", testRecSeparateFromLeases},
 		{"Linearizable", testRecLinearizable},
 	}

@@ -296,17 +296,23 @@ func TestRecordModelVerdicts(t *testing.T) {
 	add := func(d int64) recInput { return recInput{Kind: recAdd, Key: "k", Delta: d} }
 	unknown := recOutput{Result: recUnknown}
 	const never = int64(1) << 62
+	// Client 0 creates k (value 1, version 1), then updates it (value 2,
+	// version 2), one after the other.
+	created := recOp(0, 0, 1, put("k", "1", 0), okV(1))
+	updated := recOp(0, 2, 3, put("k", "2", 1), okV(2))
+	done := recOutput{Result: recOK}
+	notFound := recOutput{Result: recNotFound}
 	cases := []struct {
 		name  string
 		legal bool
 		ops   []porcupine.Operation
 	}{
 		{"create, read", true, []porcupine.Operation{
-			recOp(0, 0, 1, put("k", "1", 0), okV(1)),
+			created,
 			recOp(1, 2, 3, get, found("1", 1)),
 		}},
 		{"two creates of one key", false, []porcupine.Operation{
-			recOp(0, 0, 1, put("k", "1", 0), okV(1)),
+			created,
 			recOp(1, 2, 3, put("k", "2", 0), okV(2)),
 		}},
 		{"concurrent creates: one wins, the other conflicts", true, []porcupine.Operation{
@@ -314,8 +320,8 @@ func TestRecordModelVerdicts(t *testing.T) {
 			recOp(1, 1, 9, put("k", "2", 0), conflictAt(1)),
 		}},
 		{"put with a stale version succeeds", false, []porcupine.Operation{
-			recOp(0, 0, 1, put("k", "1", 0), okV(1)),
-			recOp(0, 2, 3, put("k", "2", 1), okV(2)),
+			created,
+			updated,
 			recOp(1, 4, 5, put("k", "3", 1), okV(3)),
 		}},
 		{"put's version does not increase", false, []porcupine.Operation{
@@ -328,37 +334,37 @@ func TestRecordModelVerdicts(t *testing.T) {
 			recOp(1, 4, 5, get, found("2", 17)),
 		}},
 		{"conflict naming a version the key never had", false, []porcupine.Operation{
-			recOp(0, 0, 1, put("k", "1", 0), okV(1)),
+			created,
 			recOp(1, 2, 3, put("k", "2", 7), conflictAt(4)),
 		}},
 		{"conflict without a known actual", true, []porcupine.Operation{
-			recOp(0, 0, 1, put("k", "1", 0), okV(1)),
+			created,
 			recOp(1, 2, 3, put("k", "2", 7), recOutput{Result: recConflict}),
 		}},
 		{"conflict when the version matched", false, []porcupine.Operation{
-			recOp(0, 0, 1, put("k", "1", 0), okV(1)),
+			created,
 			recOp(1, 2, 3, put("k", "2", 1), conflictAt(1)),
 		}},
 		{"stale read", false, []porcupine.Operation{
-			recOp(0, 0, 1, put("k", "1", 0), okV(1)),
-			recOp(0, 2, 3, put("k", "2", 1), okV(2)),
+			created,
+			updated,
 			recOp(1, 4, 5, get, found("1", 1)),
 		}},
 		{"delete, then not found, then create above the deleted version", true, []porcupine.Operation{
-			recOp(0, 0, 1, put("k", "1", 0), okV(1)),
-			recOp(0, 2, 3, del(1), recOutput{Result: recOK}),
-			recOp(1, 4, 5, get, recOutput{Result: recNotFound}),
+			created,
+			recOp(0, 2, 3, del(1), done),
+			recOp(1, 4, 5, get, notFound),
 			recOp(1, 6, 7, put("k", "2", 0), okV(2)),
 		}},
 		{"version reused after a delete", false, []porcupine.Operation{
-			recOp(0, 0, 1, put("k", "1", 0), okV(1)),
-			recOp(0, 2, 3, put("k", "2", 1), okV(2)),
-			recOp(0, 4, 5, del(2), recOutput{Result: recOK}),
+			created,
+			updated,
+			recOp(0, 4, 5, del(2), done),
 			recOp(1, 6, 7, put("k", "3", 0), okV(1)),
 		}},
 		{"delete with a wrong version succeeds", false, []porcupine.Operation{
-			recOp(0, 0, 1, put("k", "1", 0), okV(1)),
-			recOp(0, 2, 3, del(2), recOutput{Result: recOK}),
+			created,
+			recOp(0, 2, 3, del(2), done),
 		}},
 		{"delete of an absent key conflicts instead of not found", false, []porcupine.Operation{
 			recOp(0, 0, 1, del(1), conflictAt(0)),
@@ -386,7 +392,7 @@ func TestRecordModelVerdicts(t *testing.T) {
 		}},
 		{"indeterminate put may not have taken effect", true, []porcupine.Operation{
 			recOp(0, 0, never, put("k", "1", 0), unknown),
-			recOp(1, 5, 6, get, recOutput{Result: recNotFound}),
+			recOp(1, 5, 6, get, notFound),
 		}},
 		{"indeterminate put cannot have happened twice", false, []porcupine.Operation{
 			recOp(0, 0, never, put("k", "1", 0), unknown),

@@ -12,6 +12,13 @@
 // a networked engine's clock cannot be moved; its timing assertions have
 // generous bounds and check order and counts, not speed. Each subtest uses
 // names of its own, so Open may return the same backing store each time.
+//
+// A store that queues waiters itself (leasehold.Queuer) also runs the
+// Queue* subtests — arrival order across several opened stores, no
+// TryAcquire ahead of a queued waiter, a cancelled waiter leaves the
+// queue, a vanished one holds it up for at most Harness.WaiterLiveness —
+// and its linearizability workload mixes in AcquireWaits (see
+// LeaseModel). Other stores skip them.
 package storetest
 
 import (
@@ -35,6 +42,35 @@ type Harness struct {
 	// TTL is the short TTL the expiry tests use (default 60ms). Stores whose
 	// expiry has a coarser granularity raise it.
 	TTL time.Duration
+
+	// The queue subtests (Queue*) run when the store implements
+	// leasehold.Queuer. They open several stores with Open, which for a
+	// networked store are several connections (as several processes would
+	// have); an in-process Open may return the same store each time, or
+	// stores of their own, which the subtests notice (they then run every
+	// client on one store).
+
+	// Queued, if set, reports whether owner's AcquireWait of name waits in
+	// the store's queue now, as the engine sees it (s is the store that
+	// waiter uses). The queue subtests start each waiter only once the one
+	// before is queued. When nil, they take a waiter as queued once its
+	// AcquireWait was called and has not returned for QueueSettle, and run
+	// a check whose grants came out of order once more with four times the
+	// settle time before failing it.
+	Queued func(ctx context.Context, s leasehold.Store, name, owner string) (bool, error)
+	// QueueSettle is how long a waiter is given to be queued when Queued is
+	// nil (default DefaultQueueSettle, 500ms).
+	QueueSettle time.Duration
+	// WaiterLiveness is the store's liveness window for queued waiters:
+	// the longest that a waiter which vanished without leaving the queue
+	// (its process died) can hold the queue up (default
+	// DefaultWaiterLiveness, 10s). The QueueVanishedWaiter subtest allows
+	// that, the vanished waiter's TTL and a margin.
+	WaiterLiveness time.Duration
+	// Abandon, if set, makes s vanish the way a crashed process would,
+	// without removing its waiter from the queue (e.g. dropping its
+	// connections). Default: s.Close().
+	Abandon func(s leasehold.Store)
 }
 
 func (h Harness) ttl() time.Duration {
@@ -71,6 +107,8 @@ func Run(t *testing.T, h Harness) {
 		{"DataRoundTrip", testDataRoundTrip},
 		{"InvalidInput", testInvalidInput},
 		{"Cancellation", testCancellation},
+		{"Deadline", testDeadline},
+		{"WaitDeadline", testWaitDeadline},
 		{"ListPrefix", testListPrefix},
 		{"Watch", testWatch},
 		{"Keepalive", testKeepalive},
@@ -78,6 +116,12 @@ func Run(t *testing.T, h Harness) {
 		{"Semaphore", testSemaphore},
 		{"SemaphoreExpiry", testSemaphoreExpiry},
 		{"Election", testElection},
+	}
+	for _, c := range queueChecks {
+		tests = append(tests, struct {
+			name string
+			fn   func(*testing.T, Harness)
+		}{c.name, testQueue(c.fn)})
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
@@ -99,5 +143,8 @@ func testLinearizable(t *testing.T, h Harness) {
 	}
 	if res.Grants == 0 || res.Takeovers == 0 {
 		t.Errorf("workload too weak to mean anything: %d grants, %d expiry takeovers", res.Grants, res.Takeovers)
+	}
+	if _, ok := s.(leasehold.Queuer); ok && !cfg.NoWaits && (res.Waits == 0 || res.WaitGrants == 0) {
+		t.Errorf("workload of a Queuer too weak: %d AcquireWaits, %d granted", res.Waits, res.WaitGrants)
 	}
 }

@@ -18,12 +18,10 @@ type hotInstance struct {
 	id    string
 	users int // Transition calls using it; guarded by Workflows.mu
 
-	// gate queues this process's Lease and Pessimistic (lease-based)
-	// transitions of the instance in arrival order, so that only one of
-	// them at a time asks the store for the lease.
-	gate chan struct{}
-
-	mu      sync.Mutex
+	mu sync.Mutex
+	// turns orders this process's Optimistic, Pessimistic and Lease
+	// transitions of the instance (see turns.go). Guarded by mu.
+	turns   turns
 	queued  bool
 	win     window
 	q       []*command
@@ -117,7 +115,7 @@ func (w *Workflows) acquireHot(id string) *hotInstance {
 	}
 	h := w.hot[id]
 	if h == nil {
-		h = &hotInstance{id: id, win: window{span: max(int64(w.cfg.Window)/windowBuckets, 1)}, gate: make(chan struct{}, 1),
+		h = &hotInstance{id: id, win: window{span: max(int64(w.cfg.Window)/windowBuckets, 1)},
 			since: map[string]arrival{}, known: map[string]struct{}{}}
 		w.hot[id] = h
 		w.m.mode(id, false, 0)
@@ -344,6 +342,13 @@ func (w *Workflows) runBatch(h *hotInstance, batch []*command) []*command {
 		// is its final answer.
 		var ws *WrongStateError
 		c.final = !(err == nil && res.Outcome == AlreadyDone) && !errors.As(err, &ws)
+		if !c.final {
+			// Told to ask again: it keeps its place for a Window from
+			// now, however long it waited for this answer.
+			h.mu.Lock()
+			h.since[c.requestID] = arrival{first: c.enqueued, last: w.clock.Now()}
+			h.mu.Unlock()
+		}
 		c.done <- outcome{res, err}
 	}
 	fail := func(cs []*command, err error) {

@@ -33,11 +33,20 @@ func (w *Workflows) precheck(ctx context.Context, c *command, s Strategy) (Resul
 	return res, true, err
 }
 
-// pessimistic locks the instance's record for the transition.
+// pessimistic locks the instance's record for the transition, after its
+// turn among this process's transitions of the instance (waiting for it
+// counts against LockWait).
 func (w *Workflows) pessimistic(ctx context.Context, c *command) (Result, error) {
 	if res, done, err := w.precheck(ctx, c, Pessimistic); done {
 		return res, err
 	}
+	return w.inTurn(ctx, c, func() (Result, error) { return w.lockedAttempts(ctx, c) })
+}
+
+// lockedAttempts runs the transition in the instance's locked
+// transaction, again while a writer that does not lock changes the record
+// under it, at most MaxAttempts times.
+func (w *Workflows) lockedAttempts(ctx context.Context, c *command) (Result, error) {
 	for attempt := 1; attempt <= w.cfg.MaxAttempts; attempt++ {
 		var p *plan
 		_, err := w.locker.LockedTxn(ctx, w.instKey(c.id), w.cfg.LockWait, func(cur leasehold.Versioned, exists bool) (leasehold.Txn, error) {
@@ -70,16 +79,55 @@ func (w *Workflows) pessimistic(ctx context.Context, c *command) (Result, error)
 	return Result{}, &leasehold.RetriesExhaustedError{Key: w.instKey(c.id), Attempts: w.cfg.MaxAttempts}
 }
 
+// waitTurn takes c's turn on h (turns.go), waiting at most LockWait: past
+// it, an error matching leasehold.ErrLockTimeout; ctx's error if ctx ends
+// first.
+func (w *Workflows) waitTurn(ctx context.Context, h *hotInstance, c *command) (*turn, error) {
+	tctx, cancel := context.WithTimeout(ctx, w.cfg.LockWait)
+	defer cancel()
+	t, err := w.takeTurn(tctx, h, c)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("workflow %q instance %q: %w (waited %s behind this process's other transitions)", w.def.Name, c.id, leasehold.ErrLockTimeout, w.cfg.LockWait)
+	}
+	return t, nil
+}
+
+// optimisticTurn is the Optimistic strategy: the optimistic transaction,
+// retried on conflicts (with other processes: this process's callers of
+// the instance take turns, so they do not conflict with each other).
+func (w *Workflows) optimisticTurn(ctx context.Context, c *command) (Result, error) {
+	return w.inTurn(ctx, c, func() (Result, error) { return w.optimistic(ctx, c, Optimistic, 0, nil) })
+}
+
+// inTurn runs step in c's turn among this process's transitions of the
+// instance (waitTurn). The turn passes when step returns, or earlier when
+// a refusal starts (c.passTurn): a refusal needs no turn, and the
+// pessimistic one is answered after the row lock is let go.
+func (w *Workflows) inTurn(ctx context.Context, c *command, step func() (Result, error)) (res Result, err error) {
+	h := w.acquireHot(c.id)
+	defer w.releaseHot(h)
+	t, err := w.waitTurn(ctx, h, c)
+	if err != nil {
+		return Result{}, err
+	}
+	defer func() { t.done(final(res, err)) }()
+	c.passTurn = func() { t.done(false) }
+	return step()
+}
+
 // leased holds a lease on the instance for the transition; the write is
 // still conditioned on the version read under it (so writers that bypass
 // the lease cannot be overwritten), and the entry records the token.
 //
-// Transitions of one instance in this process first queue in arrival order
-// behind each other (a local FIFO gate): only the first asks the store for
-// the lease, instead of every waiter polling it. A transition that cannot
+// Transitions of one instance in this process first take turns (turns.go,
+// in the order their request ids first arrived): only the one whose turn
+// it is asks the store for the lease, instead of every waiter polling it. A transition that cannot
 // apply (the instance is not in its from-state) is refused from a read,
 // before the gate and again after it, without taking the lease.
-func (w *Workflows) leased(ctx context.Context, c *command, s Strategy) (Result, error) {
+func (w *Workflows) leased(ctx context.Context, c *command, s Strategy) (res Result, err error) {
 	actx, cancel := context.WithTimeout(ctx, w.cfg.LockWait)
 	defer cancel()
 	h := w.acquireHot(c.id)
@@ -87,19 +135,20 @@ func (w *Workflows) leased(ctx context.Context, c *command, s Strategy) (Result,
 	if res, done, err := w.precheck(ctx, c, s); done {
 		return res, err
 	}
-	select {
-	case h.gate <- struct{}{}:
-		defer func() { <-h.gate }()
-	case <-actx.Done():
+	t, err := w.takeTurn(actx, h, c)
+	if err != nil {
 		if ctx.Err() == nil {
 			return Result{}, fmt.Errorf("workflow %q instance %q: %w (waited %s behind this process's other transitions)", w.def.Name, c.id, leasehold.ErrLockTimeout, w.cfg.LockWait)
 		}
 		return Result{}, ctx.Err()
 	}
+	defer func() { t.done(final(res, err)) }()
 	// Others of this process may have moved it while this one waited.
+	c.passTurn = func() { t.done(false) }
 	if res, done, err := w.precheck(ctx, c, s); done {
 		return res, err
 	}
+	c.passTurn = nil // refusals from here on are made under the lease: keep the turn until it is released
 	// The acquire's request id is the transition's: if this process asks
 	// again for the same request, a grant it never heard of is its own.
 	name := w.leaseName(c.id)
@@ -123,7 +172,7 @@ func (w *Workflows) leased(ctx context.Context, c *command, s Strategy) (Result,
 	}()
 	lctx, lcancel := l.Context(ctx)
 	defer lcancel()
-	res, err := w.optimistic(lctx, c, s, l.Token(), nil)
+	res, err = w.optimistic(lctx, c, s, l.Token(), nil)
 	if err != nil && lctx.Err() != nil && ctx.Err() == nil {
 		return Result{}, fmt.Errorf("workflow %q instance %q: %w", w.def.Name, c.id, l.Err())
 	}

@@ -128,20 +128,10 @@ func TestQueueBatches(t *testing.T) {
 	}
 }
 
+// waitQueue waits until id's queue holds n transitions.
 func waitQueue(t *testing.T, w *Workflows, id string, n int) {
 	t.Helper()
-	h := w.acquireHot(id)
-	defer w.releaseHot(h)
-	for range 10000 {
-		h.mu.Lock()
-		l := len(h.q)
-		h.mu.Unlock()
-		if l >= n {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("queue never reached %d", n)
+	waitHot(t, w, id, n, "queue never reached %d", func(h *hotInstance) int { return len(h.q) })
 }
 
 // TestQueueRepeats: in the queue, a request refused, then applied, then

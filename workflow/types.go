@@ -15,7 +15,10 @@ type Strategy string
 const (
 	// Optimistic reads the instance, checks the transition and writes it in
 	// one transaction conditioned on the version read, retrying conflicts
-	// with jittered exponential backoff up to Config.MaxAttempts.
+	// with jittered exponential backoff up to Config.MaxAttempts. The
+	// callers of one instance in one process take turns (in the order
+	// their request ids first arrived, waiting at most Config.LockWait), so
+	// its conflicts are with other processes only.
 	Optimistic Strategy = "optimistic"
 	// Pessimistic locks the instance's row for the transition (SELECT ...
 	// FOR UPDATE with lock_timeout) where the record store has row locks

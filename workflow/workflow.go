@@ -50,7 +50,9 @@ type Config struct {
 	// between optimistic attempts (defaults 1ms and 100ms).
 	BackoffMin, BackoffMax time.Duration
 	// LockWait is how long Pessimistic waits for its row lock
-	// (lock_timeout) or lease, and Lease for its lease (default 5s).
+	// (lock_timeout) or lease, Lease for its lease, and each of
+	// Optimistic, Pessimistic and Lease for its turn behind this process's
+	// other transitions of the instance (default 5s).
 	LockWait time.Duration
 	// LeaseTTL is the TTL of the leases taken (default 10s).
 	LeaseTTL time.Duration
@@ -270,6 +272,10 @@ type command struct {
 	enqueued                       time.Time    // when its request id first arrived (queue mode)
 	done                           chan outcome // buffered 1 (queue mode)
 	final                          bool         // set by the head before delivering: not a refusal
+	// passTurn, when set, is called as a refusal starts: the instance is
+	// not in from, so the caller's turn (turns.go) is passed on before the
+	// refusal checks the request id, which needs no turn.
+	passTurn func()
 }
 
 type outcome struct {
@@ -295,8 +301,8 @@ type outcome struct {
 // unknown instance with ErrNoInstance, bad arguments with a
 // *leasehold.InvalidError; none changes anything. An optimistic transition
 // still conflicting after Config.MaxAttempts writes returns a
-// *leasehold.RetriesExhaustedError; a lock or lease not granted within
-// Config.LockWait an error matching leasehold.ErrLockTimeout.
+// *leasehold.RetriesExhaustedError; a lock, lease or turn not granted
+// within Config.LockWait an error matching leasehold.ErrLockTimeout.
 //
 // If ctx ends while the transition is in flight, its outcome is unknown to
 // the caller: calling again with the same requestID (and actor) tells —
@@ -324,7 +330,7 @@ func (w *Workflows) transition(ctx context.Context, r Request) (Result, error) {
 	var err error
 	switch w.cfg.Strategy {
 	case Optimistic:
-		res, err = w.optimistic(ctx, c, Optimistic, 0, nil)
+		res, err = w.optimisticTurn(ctx, c)
 	case Pessimistic:
 		if w.locker != nil {
 			res, err = w.pessimistic(ctx, c)
@@ -430,6 +436,9 @@ func (w *Workflows) refuse(c *command, rec instRec, s Strategy, attempts int) (R
 // refusal answers a command that does not start from rec's state: first
 // whether its request id was applied before (Repeated), then refuse.
 func (w *Workflows) refusal(ctx context.Context, c *command, rec instRec, s Strategy, attempts int) (Result, error) {
+	if c.passTurn != nil {
+		c.passTurn()
+	}
 	if rec.Last != nil && rec.Last.RequestID == c.requestID {
 		return w.repeated(c, *rec.Last, s, attempts)
 	}

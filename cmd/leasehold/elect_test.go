@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/leasehold/leasehold/sqlite"
 )
 
 // readLines returns the non-empty lines of a file (missing: none).
@@ -41,6 +39,11 @@ func TestElectFailover(t *testing.T) {
 
 func electFailover(t *testing.T, store string) {
 	log := t.TempDir() + "/log"
+	// Runs after the supervisors' groups are killed (cleanups run last
+	// first) and before the directory is removed: the new leader's tree
+	// lives in its keeper's group and stops only once the keeper sees its
+	// supervisor gone, so it may still append to the log meanwhile.
+	t.Cleanup(func() { waitQuiet(log, 500*time.Millisecond, 15*time.Second) })
 	const ttl = 2 * time.Second
 	name := fmt.Sprintf("svc/primary/%d", time.Now().UnixNano())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -156,15 +159,7 @@ func TestElectOnLostRestart(t *testing.T) {
 	startGroup(t, cmd)
 	go cmd.Wait()
 	held := waitHeld(t, store, "svc/x")
-	s, err := sqlite.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = s.Release(ctx, "svc/x", held.Owner, held.Token)
-	s.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	releaseBehind(t, path, "svc/x", held)
 	var lines []string
 	for deadline := time.Now().Add(20 * time.Second); len(lines) < 2; time.Sleep(20 * time.Millisecond) {
 		if lines = readLines(log); time.Now().After(deadline) {
@@ -175,5 +170,24 @@ func TestElectOnLostRestart(t *testing.T) {
 	t2, _ := strconv.ParseUint(lines[1], 10, 64)
 	if t2 <= t1 {
 		t.Errorf("terms %d then %d: want a greater term after campaigning again", t1, t2)
+	}
+}
+
+// waitQuiet returns once the file at path has not grown for quiet (or
+// after limit): the command trees writing to it have stopped.
+func waitQuiet(path string, quiet, limit time.Duration) {
+	size := int64(-1)
+	since := time.Now()
+	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		fi, err := os.Stat(path)
+		n := int64(-1)
+		if err == nil {
+			n = fi.Size()
+		}
+		if n != size {
+			size, since = n, time.Now()
+		} else if time.Since(since) >= quiet {
+			return
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/sqlite"
 )
 
@@ -30,11 +31,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	bin = filepath.Join(dir, "leasehold")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building leasehold:", err)
+	if bin, err = proctest.BuildLeasehold(dir, nil); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
@@ -84,6 +82,20 @@ func startGroup(t *testing.T, cmd *exec.Cmd) {
 	}
 	pgid := cmd.Process.Pid
 	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+}
+
+// releaseBehind releases the lease name that held has straight in the
+// SQLite file at path, behind its holder's back.
+func releaseBehind(t *testing.T, path, name string, held leaseJSON) {
+	t.Helper()
+	s, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Release(context.Background(), name, held.Owner, held.Token); err != nil {
+		t.Fatalf("release %s behind the holder's back: %v", name, err)
+	}
 }
 
 // leaseJSON is one entry of "status --json".
@@ -306,18 +318,10 @@ func TestLostLease(t *testing.T) {
 	startGroup(t, holder)
 	held := waitHeld(t, store, "lost/x")
 
-	s, err := sqlite.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = s.Release(ctx, "lost/x", held.Owner, held.Token)
-	s.Close()
-	if err != nil {
-		t.Fatalf("release behind the holder's back: %v", err)
-	}
+	releaseBehind(t, path, "lost/x", held)
 	released := time.Now()
 
-	err = holder.Wait()
+	err := holder.Wait()
 	t.Logf("leasehold exited %s after the release", time.Since(released).Round(time.Millisecond))
 	if code := exitCode(err); code != 76 {
 		t.Errorf("exit code %d, want 76; stderr:\n%s", code, stderr.String())

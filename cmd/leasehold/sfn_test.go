@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -35,11 +34,6 @@ func machineRequests(t *testing.T, machine, state, execID string, vars map[strin
 // the given input.
 func machineRequestsAt(t *testing.T, machine, state, execID string, entered time.Time, input any, vars map[string]any) map[string]any {
 	t.Helper()
-	mods := os.Getenv("LEASEHOLD_TEST_NODE_MODULES")
-	nodeBin, err := exec.LookPath("node")
-	if mods == "" || err != nil {
-		enginetest.Missing(t, "node and the npm packages", "$LEASEHOLD_TEST_NODE_MODULES is empty or node is not in PATH")
-	}
 	scenario := map[string]any{
 		"state": state, "input": input,
 		"context": map[string]any{"Execution": map[string]any{"Id": execID},
@@ -51,9 +45,7 @@ func machineRequestsAt(t *testing.T, machine, state, execID string, entered time
 	if err := os.WriteFile(sp, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(nodeBin, filepath.Join("..", "..", "sfn", "testdata", "eval.js"), machine, sp)
-	cmd.Env = append(os.Environ(), "NODE_PATH="+mods)
-	out, err := cmd.Output()
+	out, err := enginetest.NodeCommand(t, filepath.Join("..", "..", "sfn", "testdata", "eval.js"), machine, sp).Output()
 	if err != nil {
 		t.Fatalf("eval %s: %v", state, err)
 	}

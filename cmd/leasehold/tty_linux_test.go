@@ -158,8 +158,7 @@ sleep 0.5; trap - INT; kill -INT $$`
 // lease released.
 func TestTerminalJobControl(t *testing.T) {
 	store, _ := newStore(t)
-	p, sh, at := startJobShell(t)
-	job, at := runTicks(p, at, store, "--ttl 10s", "e2e/job", "")
+	p, sh, job, at := startTicks(t, store, "--ttl 10s", "e2e/job", "")
 	waitHeld(t, store, "e2e/job")
 
 	p.typeIn("\x1a") // Ctrl-Z
@@ -175,21 +174,14 @@ func TestTerminalJobControl(t *testing.T) {
 	}
 
 	p.typeIn("fg\n")
-	waitFor := time.Now().Add(20 * time.Second)
-	for job.size() <= before+100 {
-		if time.Now().After(waitFor) {
-			t.Fatalf("the command did not run again after fg; terminal:\n%s", p.output())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	p.waitUntil(20*time.Second, func() bool { return job.size() > before+100 }, "the command did not run again after fg")
 	p.typeIn("\x03") // Ctrl-C
 	at = p.expect(at, "^C")
 	p.expectStatus(at, 130)
 	if ls := status(t, store, "e2e/job"); len(ls) != 0 {
 		t.Errorf("lease still held after leasehold exited: %+v", ls)
 	}
-	p.typeIn("exit\n")
-	_ = sh.Wait()
+	p.exit(sh)
 }
 
 // stoppedTTL is the lease of the jobs below that are stopped past their
@@ -207,17 +199,12 @@ const stoppedTTL = "--ttl 5s --grace 500ms"
 // is killed instead of continued, and leasehold exits 76.
 func TestTerminalJobStoppedTooLong(t *testing.T) {
 	store, _ := newStore(t)
-	p, sh, at := startJobShell(t)
-	job, at := runTicks(p, at, store, stoppedTTL, "e2e/long", "")
+	p, sh, job, at := startTicks(t, store, stoppedTTL, "e2e/long", "")
 	p.typeIn("\x1a") // Ctrl-Z
 	at = p.expect(at, "Stopped")
 	// The store drops the lease a TTL after its last renewal, past the
 	// supervisor's local deadline (0.985 TTL after it was sent).
-	for deadline := time.Now().Add(60 * time.Second); len(status(t, store, "e2e/long")) != 0; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the lease of a job stopped for 60s is still listed; terminal:\n%s", p.output())
-		}
-	}
+	p.waitUntil(60*time.Second, func() bool { return len(status(t, store, "e2e/long")) == 0 }, "the lease of a job stopped for 60s is still listed")
 	before := job.size()
 	p.typeIn("fg\n")
 	at = p.expect(at, "lease e2e/long lost")
@@ -225,8 +212,7 @@ func TestTerminalJobStoppedTooLong(t *testing.T) {
 	if after := job.size(); after != before {
 		t.Errorf("the command wrote %d bytes after fg although its lease was lost", after-before)
 	}
-	p.typeIn("exit\n")
-	_ = sh.Wait()
+	p.exit(sh)
 }
 
 // startJobShell starts an interactive bash on a new pseudo-terminal.
@@ -245,7 +231,7 @@ func startJobShell(t *testing.T) (*pty, *exec.Cmd, int) {
 	return p, sh, p.expect(0, "$ ")
 }
 
-// tickJob is the command of a job started by runTicks.
+// tickJob is the command of a job started by startTicks.
 type tickJob struct {
 	pid   int    // its pid
 	ticks string // the file it appends a line to every 20 ms
@@ -257,10 +243,11 @@ func (j tickJob) size() int {
 	return len(b)
 }
 
-// runTicks types, into the shell on p, "leasehold run" with these flags
-// on lease name of a bash command that runs the shell code prelude and
-// then appends a line to a file every 20 ms, and waits until the command
-// has started. It returns the command and the terminal's output position
+// startTicks starts a job shell (startJobShell) and types into it
+// "leasehold run" on store with these flags on lease name of a bash
+// command that runs the shell code prelude and then appends a line to a
+// file every 20 ms, and waits until the command has started. It returns
+// the terminal, the shell, the command and the terminal's output position
 // after that.
 //
 // The command is bash, not sh: dash (sh on Debian) starts sleep with
@@ -269,9 +256,10 @@ func (j tickJob) size() int {
 // SIGKILL reaches it. The command then neither runs nor stops, so no shell
 // (with leasehold or without) ever shows the job stopped: about one Ctrl-Z
 // in a hundred on a 20 ms loop. bash forks, and its parent stops too.
-func runTicks(p *pty, at int, store, flags, name, prelude string) (tickJob, int) {
-	p.t.Helper()
-	dir := p.t.TempDir()
+func startTicks(t *testing.T, store, flags, name, prelude string) (*pty, *exec.Cmd, tickJob, int) {
+	t.Helper()
+	p, sh, at := startJobShell(t)
+	dir := t.TempDir()
 	job := tickJob{ticks: filepath.Join(dir, "ticks")}
 	pidFile := filepath.Join(dir, "pid")
 	// One command per line: bash goes on with the rest of a line when a
@@ -281,12 +269,29 @@ func runTicks(p *pty, at int, store, flags, name, prelude string) (tickJob, int)
 	at = p.expect(at, "started")
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
-		p.t.Fatal(err)
+		t.Fatal(err)
 	}
 	if job.pid, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
-		p.t.Fatal(err)
+		t.Fatal(err)
 	}
-	return job, at
+	return p, sh, job, at
+}
+
+// exit ends the job shell sh on p.
+func (p *pty) exit(sh *exec.Cmd) {
+	p.typeIn("exit\n")
+	_ = sh.Wait()
+}
+
+// waitUntil polls cond every 100 ms until it holds, and fails the test
+// with the message and the terminal's output if it does not within d.
+func (p *pty) waitUntil(d time.Duration, cond func() bool, format string, args ...any) {
+	p.t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%s; terminal:\n%s", fmt.Sprintf(format, args...), p.output())
+		}
+	}
 }
 
 // Ctrl-Z on a command that ignores SIGTSTP: the command is not stopped, so
@@ -294,8 +299,7 @@ func runTicks(p *pty, at int, store, flags, name, prelude string) (tickJob, int)
 // the command still writes only while the lease is held.
 func TestTerminalCtrlZIgnoredKeepsLease(t *testing.T) {
 	store, _ := newStore(t)
-	p, sh, at := startJobShell(t)
-	job, at := runTicks(p, at, store, "--ttl 2s", "e2e/tstp", `trap "" TSTP;`)
+	p, sh, job, at := startTicks(t, store, "--ttl 2s", "e2e/tstp", `trap "" TSTP;`)
 	waitHeld(t, store, "e2e/tstp")
 
 	p.typeIn("\x1a")            // Ctrl-Z: ignored by the command
@@ -312,8 +316,7 @@ func TestTerminalCtrlZIgnoredKeepsLease(t *testing.T) {
 	p.typeIn("\x03") // Ctrl-C (the command is in the foreground)
 	p.typeIn("fg\n") // in case the job was stopped anyway
 	at = p.expect(at, "$ ")
-	p.typeIn("exit\n")
-	_ = sh.Wait()
+	p.exit(sh)
 }
 
 // A job stopped with Ctrl-Z for longer than the lease's TTL: leasehold is
@@ -321,17 +324,11 @@ func TestTerminalCtrlZIgnoredKeepsLease(t *testing.T) {
 // stopped command at the lease's deadline. fg then reports the lease lost.
 func TestTerminalStoppedJobKilledAtDeadline(t *testing.T) {
 	store, _ := newStore(t)
-	p, sh, at := startJobShell(t)
-	job, at := runTicks(p, at, store, stoppedTTL, "e2e/stopkill", "")
+	p, sh, job, at := startTicks(t, store, stoppedTTL, "e2e/stopkill", "")
 	p.typeIn("\x1a") // Ctrl-Z
 	at = p.expect(at, "Stopped")
-	for deadline := time.Now().Add(60 * time.Second); !processGone(job.pid); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the stopped command (pid %d) is still there 60s after Ctrl-Z with a 5s TTL; terminal:\n%s", job.pid, p.output())
-		}
-	}
+	p.waitUntil(60*time.Second, func() bool { return processGone(job.pid) }, "the stopped command (pid %d) is still there 60s after Ctrl-Z with a 5s TTL", job.pid)
 	p.typeIn("fg\n")
 	p.expectStatus(at, 76)
-	p.typeIn("exit\n")
-	_ = sh.Wait()
+	p.exit(sh)
 }

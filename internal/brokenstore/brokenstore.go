@@ -30,13 +30,33 @@ const (
 	// FastClock judges expiry on a clock running twice as fast, so leases
 	// are taken over while their holders may still be alive.
 	FastClock
+	// The bugs of a Queuer (NewQueuer), whose queue is otherwise FIFO:
+	//
+	// QueueLIFO hands a freed lease to the newest waiter instead of the
+	// oldest.
+	QueueLIFO
+	// QueueOvertake lets TryAcquire take a free lease ahead of queued
+	// waiters: a release frees the lease and the head waiter takes it at
+	// its next poll, unless a TryAcquire was first.
+	QueueOvertake
+	// QueueOrphan leaves a waiter whose context ended in the queue, where
+	// it is granted the lease when its turn comes (and keeps it until its
+	// TTL runs out).
+	QueueOrphan
+	// WaitGrantWhileHeld has AcquireWait grant a lease that someone else
+	// holds, every second wait.
+	WaitGrantWhileHeld
 )
 
-// Bugs lists every bug, for tests that try them all.
+// Bugs lists every bug of a plain Store, for tests that try them all.
 var Bugs = []Bug{GrantWhileHeld, NeverExpire, ReuseToken, ReleaseAnyOwner, FastClock}
 
+// QueueBugs lists the bugs of a Queuer's queue (NewQueuer).
+var QueueBugs = []Bug{QueueLIFO, QueueOvertake, QueueOrphan, WaitGrantWhileHeld}
+
 func (b Bug) String() string {
-	return [...]string{"none", "GrantWhileHeld", "NeverExpire", "ReuseToken", "ReleaseAnyOwner", "FastClock"}[b]
+	return [...]string{"none", "GrantWhileHeld", "NeverExpire", "ReuseToken", "ReleaseAnyOwner", "FastClock",
+		"QueueLIFO", "QueueOvertake", "QueueOrphan", "WaitGrantWhileHeld"}[b]
 }
 
 // Store is the broken store.
@@ -86,6 +106,11 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.tryAcquireLocked(req)
+}
+
+// tryAcquireLocked is TryAcquire with s.mu held and req valid.
+func (s *Store) tryAcquireLocked(req leasehold.AcquireRequest) (leasehold.Record, error) {
 	cur := s.rows[req.Name]
 	now := s.now()
 	if s.bug == GrantWhileHeld && cur.Live(now) && cur.RequestID != req.RequestID {
@@ -132,6 +157,11 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.releaseLocked(name, owner, token)
+}
+
+// releaseLocked is Release with s.mu held and valid arguments.
+func (s *Store) releaseLocked(name, owner string, token uint64) error {
 	cur := s.rows[name]
 	if s.bug == ReleaseAnyOwner && cur != nil {
 		owner = cur.Owner

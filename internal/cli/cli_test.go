@@ -1,40 +1,20 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/sqlite"
 	"github.com/leasehold/leasehold/stores"
 )
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writers of a run
-// (the child's output copier, the watchdog, the wait status).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // result is the outcome of one command.
 type result struct {
@@ -57,8 +37,8 @@ func newHarness(t *testing.T) *harness {
 
 // start runs the command in a goroutine; the stderr buffer can be watched
 // while it runs.
-func (h *harness) start(args ...string) (stderr *syncBuffer, done <-chan result) {
-	var out, errb syncBuffer
+func (h *harness) start(args ...string) (stderr *proctest.Buffer, done <-chan result) {
+	var out, errb proctest.Buffer
 	ch := make(chan result, 1)
 	e := &env{stdout: &out, stderr: &errb, open: h.open}
 	go func() {
@@ -106,18 +86,6 @@ func (h *harness) hold(name, owner string, opts ...leasehold.AcquireOption) *lea
 	}
 	h.t.Cleanup(func() { _ = l.Release(context.Background()) })
 	return l
-}
-
-// waitFor polls cond until it is true or a generous limit passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestUsageErrors(t *testing.T) {

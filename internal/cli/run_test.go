@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/stores"
 )
 
@@ -144,7 +145,7 @@ func TestRunWaitsForRelease(t *testing.T) {
 	h := newHarness(t)
 	l := h.hold("t/turn", "holder")
 	stderr, done := h.start("run", "--store", h.url, "t/turn", "--", "sh", "-c", `echo "token=$LEASEHOLD_TOKEN"`)
-	waitFor(t, "the waiting line", func() bool { return strings.Contains(stderr.String(), "waiting for t/turn") })
+	servertest.WaitFor(t, "the waiting line", func() bool { return strings.Contains(stderr.String(), "waiting for t/turn") })
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 	h := newHarness(t)
 	h.hold("t/held", "holder")
 	stderr, done := h.start("run", "--store", h.url, "t/held", "--", "true")
-	waitFor(t, "the waiting line", func() bool { return strings.Contains(stderr.String(), "waiting for t/held") })
+	servertest.WaitFor(t, "the waiting line", func() bool { return strings.Contains(stderr.String(), "waiting for t/held") })
 	// run catches SIGUSR1 from before it starts waiting until it exits.
 	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
 		t.Fatal(err)

@@ -18,13 +18,14 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/remote"
 	"github.com/leasehold/leasehold/stores"
 )
 
 // serving is a "leasehold serve" running in-process.
 type serving struct {
-	out, errb *syncBuffer
+	out, errb *proctest.Buffer
 	done      chan result
 	base      string // http://host:port
 	resp      string
@@ -35,7 +36,7 @@ var respRE = regexp.MustCompile(`RESP on (\S+)`)
 
 func startServing(t *testing.T, args ...string) *serving {
 	t.Helper()
-	s := &serving{out: &syncBuffer{}, errb: &syncBuffer{}, done: make(chan result, 1)}
+	s := &serving{out: &proctest.Buffer{}, errb: &proctest.Buffer{}, done: make(chan result, 1)}
 	e := &env{stdout: s.out, stderr: s.errb, open: stores.Open}
 	go func() {
 		code := e.main(context.Background(), append([]string{"serve"}, args...))

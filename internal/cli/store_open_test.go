@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/internal/silent"
 	"github.com/leasehold/leasehold/stores"
 )
@@ -35,11 +36,11 @@ func TestOpenHelperProcess(t *testing.T) {
 
 // leaseholdProcess returns the leasehold command with args, run by this
 // test binary, its standard error in the returned buffer.
-func leaseholdProcess(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
+func leaseholdProcess(t *testing.T, args ...string) (*exec.Cmd, *proctest.Buffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestOpenHelperProcess$", "--"}, args...)...)
 	cmd.Env = append(os.Environ(), "LEASEHOLD_TEST_OPEN_HELPER=1", stores.EnvStore+"=")
-	var stderr syncBuffer
+	var stderr proctest.Buffer
 	cmd.Stdout, cmd.Stderr = &bytes.Buffer{}, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

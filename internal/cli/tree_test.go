@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // grandchild is a shell snippet (for sh -c, with $1 a log file) that starts
@@ -41,7 +43,7 @@ func newTreeLog(t *testing.T) *treeLog {
 func (l *treeLog) waitRunning() int {
 	l.t.Helper()
 	var pid int
-	waitFor(l.t, "the grandchild's heartbeat", func() bool {
+	servertest.WaitFor(l.t, "the grandchild's heartbeat", func() bool {
 		b, err := os.ReadFile(l.path + ".pid")
 		if err != nil {
 			return false

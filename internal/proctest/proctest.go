@@ -1,11 +1,15 @@
 // Package proctest holds what tests that run programs and servers as
 // processes share: a free loopback address to give a server, waiting for
-// it to answer, a child's environment, the go command.
+// it to answer, a child's environment, the go command and building the
+// leasehold command with it, a buffer its output goroutines may share.
 // Both cmd/leasehold's end-to-end tests and the verification suites
 // (internal/verify) use it.
 package proctest
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +18,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -28,6 +33,23 @@ func FreeAddr(t testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// FreeAddrs returns n loopback TCP addresses that were free a moment ago,
+// all different: each is taken while the others' listeners are still
+// open (two FreeAddr calls one after the other can return the same one).
+func FreeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	addrs := make([]string, n)
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		addrs[i] = ln.Addr().String()
+	}
+	return addrs
 }
 
 // Ready reports whether a GET of url answers 200 OK (a server's /readyz).
@@ -64,6 +86,25 @@ func EnvWithout(drop ...string) []string {
 	return env
 }
 
+// BuildLeasehold builds the leasehold command (this module's cmd/leasehold)
+// into dir with the go command (GoCommand), these extra build flags and
+// environment (nil: this process's), and returns its path. The error
+// carries the go command's output.
+func BuildLeasehold(dir string, env []string, flags ...string) (string, error) {
+	goBin := GoCommand()
+	if goBin == "" {
+		return "", errors.New("no go command (neither in GOROOT/bin nor on PATH) to build leasehold with")
+	}
+	bin := filepath.Join(dir, "leasehold")
+	args := append(append([]string{"build", "-o", bin}, flags...), "github.com/leasehold/leasehold/cmd/leasehold")
+	cmd := exec.Command(goBin, args...)
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build leasehold %v: %v\n%s", flags, err, out)
+	}
+	return bin, nil
+}
+
 // GoCommand returns the go command: the one of the toolchain that built
 // this test binary, else the first on PATH; "" where there is none.
 func GoCommand() string {
@@ -78,4 +119,24 @@ func GoCommand() string {
 		return ""
 	}
 	return p
+}
+
+// Buffer is a bytes.Buffer that concurrent writers may share (a process's
+// stdout and stderr copiers, a watchdog) while the test reads it.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

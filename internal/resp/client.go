@@ -307,6 +307,15 @@ func (c *Client) getConn(ctx context.Context) (*Conn, error) {
 	c.mu.Unlock()
 	conn, err := c.dial(ctx)
 	if err != nil {
+		// A dial cut by the caller's ctx is the ctx's error, whatever the
+		// dialer said ("i/o timeout" when its own copy of the deadline
+		// struck first): no request was sent.
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, cerr
+		}
+		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+			return nil, context.DeadlineExceeded
+		}
 		return nil, fmt.Errorf("connect: %w", err)
 	}
 	c.mu.Lock()

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // testServer answers, one command at a time per connection: ECHO x → x;
@@ -102,12 +104,32 @@ func (s *testServer) serve(nc net.Conn) {
 	}
 }
 
+// dial connects to s.
+func (s *testServer) dial(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", s.ln.Addr().String())
+}
+
+// testClient starts a testServer and a client of it with conns
+// connections, closed when the test ends.
+func testClient(t *testing.T, conns int) (*testServer, *Client) {
+	s := startTestServer(t)
+	c := s.client(conns)
+	t.Cleanup(func() { c.Close() })
+	return s, c
+}
+
+// wantConns checks that s has accepted n connections so far.
+func (s *testServer) wantConns(t *testing.T, n int32, when string) {
+	t.Helper()
+	if got := s.conns.Load(); got != n {
+		t.Errorf("%d connections%s, want %d", got, when, n)
+	}
+}
+
 func (s *testServer) client(conns int) *Client {
 	return NewClient(ClientOptions{
-		Dial: func(ctx context.Context) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "tcp", s.ln.Addr().String())
-		},
+		Dial: s.dial,
 		Init: func(c *Conn) error {
 			return c.Do(func(b []byte) []byte { return AppendCommand(b, "AUTH", "x") }, func(v Value) error {
 				if v.Type != SimpleString {
@@ -135,46 +157,29 @@ func echo(ctx context.Context, c *Client, cmd ...string) (string, error) {
 // TestPipelining: many goroutines share two connections; every caller gets
 // the reply to its own request.
 func TestPipelining(t *testing.T) {
-	s := startTestServer(t)
-	c := s.client(2)
-	defer c.Close()
+	s, c := testClient(t, 2)
 	ctx := context.Background()
 	const workers, each = 32, 200
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < each; i++ {
-				want := fmt.Sprintf("w%d-%d", w, i)
-				got, err := echo(ctx, c, "ECHO", want)
-				if err == nil && got != want {
-					err = fmt.Errorf("sent %q, got %q", want, got)
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
+	servertest.Parallel(t, workers, func(w int) error {
+		for i := 0; i < each; i++ {
+			want := fmt.Sprintf("w%d-%d", w, i)
+			got, err := echo(ctx, c, "ECHO", want)
+			if err == nil && got != want {
+				err = fmt.Errorf("sent %q, got %q", want, got)
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	if n := s.conns.Load(); n != 2 {
-		t.Errorf("%d connections, want 2", n)
-	}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	s.wantConns(t, 2, "")
 }
 
 // TestBrokenConnection: a dropped connection fails the requests in flight
 // with a ConnError, and the next request connects again.
 func TestBrokenConnection(t *testing.T) {
-	s := startTestServer(t)
-	c := s.client(1)
-	defer c.Close()
+	s, c := testClient(t, 1)
 	ctx := context.Background()
 	if _, err := echo(ctx, c, "ECHO", "a"); err != nil {
 		t.Fatal(err)
@@ -194,17 +199,13 @@ func TestBrokenConnection(t *testing.T) {
 	if got, err := echo(ctx, c, "ECHO", "b"); err != nil || got != "b" {
 		t.Errorf("after reconnecting: %q, %v", got, err)
 	}
-	if n := s.conns.Load(); n != 2 {
-		t.Errorf("%d connections, want 2", n)
-	}
+	s.wantConns(t, 2, "")
 }
 
 // TestAbandon: a caller whose ctx ends returns at once; the late reply is
 // dropped and the replies after it still reach their callers.
 func TestAbandon(t *testing.T) {
-	s := startTestServer(t)
-	c := s.client(1)
-	defer c.Close()
+	_, c := testClient(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
 	decoded := atomic.Bool{}
@@ -231,9 +232,7 @@ func TestAbandon(t *testing.T) {
 // TestDoBlocking: blocking requests run on their own connections; ending
 // ctx closes the connection; idle ones are reused.
 func TestDoBlocking(t *testing.T) {
-	s := startTestServer(t)
-	c := s.client(1)
-	defer c.Close()
+	s, c := testClient(t, 1)
 	ctx := context.Background()
 	block := func(ctx context.Context, ms string) error {
 		return c.DoBlocking(ctx, 5*time.Second, func(b []byte) []byte { return AppendCommand(b, "SLEEP", ms, "x") },
@@ -245,9 +244,7 @@ func TestDoBlocking(t *testing.T) {
 	if err := block(ctx, "1"); err != nil {
 		t.Fatal(err)
 	}
-	if n := s.conns.Load(); n != 1 {
-		t.Errorf("%d connections after two sequential blocking calls, want 1 (reused)", n)
-	}
+	s.wantConns(t, 1, " after two sequential blocking calls (reused)")
 	// A pipelined request is not held up by a blocking one.
 	done := make(chan error, 1)
 	go func() { done <- block(ctx, "300") }()
@@ -279,10 +276,7 @@ func TestDoBlocking(t *testing.T) {
 func TestStalledConnection(t *testing.T) {
 	s := startTestServer(t)
 	c := NewClient(ClientOptions{
-		Dial: func(ctx context.Context) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "tcp", s.ln.Addr().String())
-		},
+		Dial:    s.dial,
 		Conns:   1,
 		Timeout: 100 * time.Millisecond,
 	})
@@ -356,8 +350,7 @@ func TestSharedDial(t *testing.T) {
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
-			var d net.Dialer
-			return d.DialContext(ctx, "tcp", s.ln.Addr().String())
+			return s.dial(ctx)
 		},
 		Conns: 1,
 	})
@@ -382,5 +375,27 @@ func TestSharedDial(t *testing.T) {
 	wg.Wait()
 	if n := dials.Load(); n != 1 {
 		t.Errorf("%d dials, want 1 shared", n)
+	}
+}
+
+// TestBlockingDialDeadline: a blocking command's dial that the caller's
+// deadline cuts fails with context.DeadlineExceeded, also when the dialer
+// reports it its own way before ctx's timer has run.
+func TestBlockingDialDeadline(t *testing.T) {
+	c := NewClient(ClientOptions{
+		Dial: func(ctx context.Context) (net.Conn, error) {
+			d, _ := ctx.Deadline()
+			time.Sleep(time.Until(d))
+			return nil, errors.New("dial tcp 127.0.0.1:1: i/o timeout") // says nothing of ctx
+		},
+	})
+	defer c.Close()
+	for range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
+		err := c.DoBlocking(ctx, 0, func(b []byte) []byte { return b }, func(Value) error { return nil })
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("DoBlocking whose dial ran into the deadline: %v, want context.DeadlineExceeded", err)
+		}
 	}
 }

@@ -1,8 +1,6 @@
 package resp
 
 import (
-	"strconv"
-
 	"github.com/leasehold/leasehold"
 )
 
@@ -21,25 +19,14 @@ var (
 
 // AppendMap appends the header of a RESP3 map of n pairs ("%n"); the
 // caller appends 2n values after it, key then value.
-func AppendMap(b []byte, n int) []byte {
-	b = append(b, '%')
-	return appendCount(b, n)
-}
+func AppendMap(b []byte, n int) []byte { return appendHeader(b, '%', int64(n)) }
 
 // AppendPush appends the header of a RESP3 push of n elements (">n"): an
 // out-of-band message, such as a watch notification.
-func AppendPush(b []byte, n int) []byte {
-	b = append(b, '>')
-	return appendCount(b, n)
-}
+func AppendPush(b []byte, n int) []byte { return appendHeader(b, '>', int64(n)) }
 
 // AppendNull3 appends RESP3's null ("_").
 func AppendNull3(b []byte) []byte { return append(b, '_', '\r', '\n') }
-
-func appendCount(b []byte, n int) []byte {
-	b = strconv.AppendInt(b, int64(n), 10)
-	return append(b, '\r', '\n')
-}
 
 // AppendGrantMap appends the RESP3 reply to a successful LH.ACQUIRE: a map
 // of GrantFields.

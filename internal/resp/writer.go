@@ -32,40 +32,34 @@ func appendLine(b []byte, s string) []byte {
 }
 
 // AppendInt appends an integer (":42").
-func AppendInt(b []byte, n int64) []byte {
-	b = append(b, ':')
-	b = strconv.AppendInt(b, n, 10)
-	return append(b, '\r', '\n')
-}
+func AppendInt(b []byte, n int64) []byte { return appendHeader(b, ':', n) }
 
 // AppendBulk appends a bulk string. A nil p is still an empty string, not a
 // null; use AppendNull for that.
-func AppendBulk(b []byte, p []byte) []byte {
-	b = append(b, '$')
-	b = strconv.AppendInt(b, int64(len(p)), 10)
-	b = append(b, '\r', '\n')
-	b = append(b, p...)
-	return append(b, '\r', '\n')
-}
+func AppendBulk(b []byte, p []byte) []byte { return appendBulk(b, p) }
 
 // AppendBulkString appends s as a bulk string.
-func AppendBulkString(b []byte, s string) []byte {
-	b = append(b, '$')
-	b = strconv.AppendInt(b, int64(len(s)), 10)
-	b = append(b, '\r', '\n')
-	b = append(b, s...)
-	return append(b, '\r', '\n')
-}
+func AppendBulkString(b []byte, s string) []byte { return appendBulk(b, s) }
 
 // AppendBulkInt appends the decimal form of n as a bulk string, as command
 // arguments carry numbers.
 func AppendBulkInt(b []byte, n int64) []byte {
 	var tmp [20]byte
-	d := strconv.AppendInt(tmp[:0], n, 10)
-	b = append(b, '$')
-	b = strconv.AppendInt(b, int64(len(d)), 10)
-	b = append(b, '\r', '\n')
-	b = append(b, d...)
+	return appendBulk(b, strconv.AppendInt(tmp[:0], n, 10))
+}
+
+func appendBulk[T []byte | string](b []byte, p T) []byte {
+	b = appendHeader(b, '$', int64(len(p)))
+	b = append(b, p...)
+	return append(b, '\r', '\n')
+}
+
+// appendHeader appends a line of a type byte and a decimal number: an
+// integer, or the length or count that starts a bulk string, an array, a
+// map or a push.
+func appendHeader(b []byte, kind byte, n int64) []byte {
+	b = append(b, kind)
+	b = strconv.AppendInt(b, n, 10)
 	return append(b, '\r', '\n')
 }
 
@@ -77,11 +71,7 @@ func AppendNullArray(b []byte) []byte { return append(b, '*', '-', '1', '\r', '\
 
 // AppendArray appends the header of an array of n elements; the caller
 // appends the n elements after it.
-func AppendArray(b []byte, n int) []byte {
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(n), 10)
-	return append(b, '\r', '\n')
-}
+func AppendArray(b []byte, n int) []byte { return appendHeader(b, '*', int64(n)) }
 
 // AppendCommand appends a command of string arguments (an array of bulk
 // strings).

@@ -36,6 +36,10 @@ type Config struct {
 	Handoffs int           // handoffs measured (default 2000)
 	Leases   int           // held leases for the memory/restart figure (0 skips it)
 	Dir      string        // where the server keeps its log (default: a temp dir)
+	// LogSyncs, if not 0, adds a row: the durable server with this many
+	// group commits syncing at once (EngineConfig.LogSyncs), beside the
+	// default.
+	LogSyncs int
 	Out      io.Writer
 }
 
@@ -89,13 +93,21 @@ func Run(ctx context.Context, cfg Config) error {
 		fmtDur(pct(fsync, 50)), fmtDur(pct(fsync, 99)))
 
 	var lockers []*locker
-	durable, err := serverLocker(ctx, "leasehold server, durable log (RESP, pipelined)", engineBackend(filepath.Join(dir, "durable"), false), cfg.Clients)
+	durable, err := serverLocker(ctx, "leasehold server, durable log (RESP, pipelined)", engineBackend(filepath.Join(dir, "durable"), false, 0), cfg.Clients)
 	if err != nil {
 		return err
 	}
 	defer durable.close()
 	lockers = append(lockers, durable)
-	nosync, err := serverLocker(ctx, "leasehold server, log without fsync (RESP, pipelined)", engineBackend(filepath.Join(dir, "nosync"), true), cfg.Clients)
+	if cfg.LogSyncs != 0 {
+		alt, err := serverLocker(ctx, fmt.Sprintf("leasehold server, durable log, --log-syncs %d", cfg.LogSyncs), engineBackend(filepath.Join(dir, "durable-alt"), false, cfg.LogSyncs), cfg.Clients)
+		if err != nil {
+			return err
+		}
+		defer alt.close()
+		lockers = append(lockers, alt)
+	}
+	nosync, err := serverLocker(ctx, "leasehold server, log without fsync (RESP, pipelined)", engineBackend(filepath.Join(dir, "nosync"), true, 0), cfg.Clients)
 	if err != nil {
 		return err
 	}
@@ -131,6 +143,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	fmt.Fprintf(cfg.Out, "| implementation | pairs/s, %d clients (median of %d rounds) | pair p50 / p99 | handoff p50 / p99 (%d waiters) |\n", cfg.Clients, cfg.Rounds, cfg.Waiters)
 	fmt.Fprintln(cfg.Out, "| --- | --- | --- | --- |")
+	handoffs := make([]time.Duration, len(lockers))
 	for i, l := range lockers {
 		slices.Sort(lats[i])
 		slices.Sort(rates[i])
@@ -138,12 +151,24 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return fmt.Errorf("%s handoff: %w", l.name, err)
 		}
+		handoffs[i] = pct(h, 50)
 		fmt.Fprintf(cfg.Out, "| %s | %.0f | %s / %s | %s / %s |\n", l.name, rates[i][len(rates[i])/2],
 			fmtDur(pct(lats[i], 50)), fmtDur(pct(lats[i], 99)),
 			fmtDur(pct(h, 50)), fmtDur(pct(h, 99)))
 	}
-	if cfg.RedisURL != "" {
-		fmt.Fprintf(cfg.Out, "\nratio durable server / Redis (pairs/s): %.2f\n", rates[0][len(rates[0])/2]/rates[len(rates)-1][len(rates[len(rates)-1])/2])
+	fmt.Fprintln(cfg.Out)
+	durables := 1
+	if cfg.LogSyncs != 0 {
+		durables = 2
+	}
+	median := func(i int) float64 { return rates[i][len(rates[i])/2] }
+	for i := range durables {
+		if cfg.RedisURL != "" {
+			fmt.Fprintf(cfg.Out, "%s: pairs/s %.2f × Redis; ", lockers[i].name, median(i)/median(len(lockers)-1))
+		} else {
+			fmt.Fprintf(cfg.Out, "%s: ", lockers[i].name)
+		}
+		fmt.Fprintf(cfg.Out, "handoff p50 %.2f × one fsync\n", float64(handoffs[i])/float64(pct(fsync, 50)))
 	}
 
 	if cfg.Leases > 0 {
@@ -265,9 +290,9 @@ func measureHandoff(ctx context.Context, l *locker, waiters, handoffs int) ([]ti
 	return out, nil
 }
 
-func engineBackend(dir string, noSync bool) func() (server.Backend, error) {
+func engineBackend(dir string, noSync bool, logSyncs int) func() (server.Backend, error) {
 	return func() (server.Backend, error) {
-		return server.OpenEngine(server.EngineConfig{Dir: dir, NoSync: noSync})
+		return server.OpenEngine(server.EngineConfig{Dir: dir, NoSync: noSync, LogSyncs: logSyncs})
 	}
 }
 
@@ -303,10 +328,7 @@ func serverLocker(ctx context.Context, name string, open func() (server.Backend,
 		e.Close()
 		return nil, err
 	}
-	names := make([]string, clients)
-	for i := range names {
-		names[i] = "bench/pair/" + strconv.Itoa(i)
-	}
+	names := numbered("bench/pair/", clients)
 	const ttl = 10 * time.Second
 	return &locker{
 		name: name,
@@ -334,6 +356,16 @@ func serverLocker(ctx context.Context, name string, open func() (server.Backend,
 	}, nil
 }
 
+// numbered returns n names: prefix followed by 0, 1, ... n-1, one per
+// client.
+func numbered(prefix string, n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = prefix + strconv.Itoa(i)
+	}
+	return names
+}
+
 const unlockScript = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`
 
 // redisLocker is the reference: SET NX PX and a compare-and-delete script
@@ -354,10 +386,7 @@ func redisLocker(ctx context.Context, rawURL string, clients int) (*locker, erro
 		rdb.Close()
 		return nil, err
 	}
-	keys := make([]string, clients)
-	for i := range keys {
-		keys[i] = "leasehold-bench:pair:" + strconv.Itoa(i)
-	}
+	keys := numbered("leasehold-bench:pair:", clients)
 	const ttl = 10 * time.Second
 	type heldKey struct{ key, val string }
 	return &locker{

@@ -1,6 +1,7 @@
 // Package servertest holds what the tests of the lease server and of its
 // clients share: waiting for a condition, and a throwaway PKI (a CA with
-// server and client certificates, as PEM files) for TLS. It imports
+// server and client certificates, as PEM files) for TLS, running workers
+// at once. It imports
 // nothing of this module, so that package server's own tests can use it
 // as well as remote's.
 package servertest
@@ -17,6 +18,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -31,6 +33,28 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Parallel runs work(0) … work(n-1) in n goroutines at once, waits for
+// all of them and reports every error they return with t.Error.
+func Parallel(t testing.TB, n int, work func(i int) error) {
+	t.Helper()
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- work(i)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
 	}
 }
 

@@ -103,6 +103,9 @@ func (h *History) LeaseOps() map[string][]storetest.LeaseOp {
 			TTL: time.Duration(ev.TTL), Call: ev.T}
 		if r, ok := rets[id{ev.Worker, ev.Seq}]; ok && !r.Unk {
 			op.Return, op.OK, op.OutToken, op.Holder = r.T, r.OK, r.Out, r.Holder
+			if r.Undone {
+				op.Kind, op.OK = "undone", false
+			}
 		} else {
 			op.Unknown = true
 		}

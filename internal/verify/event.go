@@ -20,6 +20,7 @@ type Event struct {
 	Out    uint64 `json:"out,omitempty"`  // ret: token granted, or the holder's
 	Holder string `json:"h,omitempty"`    // ret: holder's owner when refused
 	Unk    bool   `json:"unk,omitempty"`  // ret: indeterminate
+	Undone bool   `json:"un,omitempty"`   // ret of an acquire: granted (Out) and undone by the store before it answered
 	From   int64  `json:"from,omitempty"` // cs: grant returned
 	To     int64  `json:"to,omitempty"`   // cs: release called, or local deadline if earlier
 	Wrote  bool   `json:"wrote,omitempty"`

@@ -14,10 +14,7 @@ func TestMain(m *testing.M) { verify.Main(m) }
 // SQLite file and checks the history and the oracle: the harness itself
 // working end to end.
 func TestHarnessSQLite(t *testing.T) {
-	o, err := verify.NewOracle(true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := verify.MustOracle(t, true, nil)
 	defer o.Close()
 	db := "sqlite://" + filepath.Join(t.TempDir(), "leases.db")
 	g := verify.StartWorkers(t, 3, verify.WorkerConfig{Store: db, Keys: []string{"k0", "k1"}, Clients: 2,

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"testing"
 )
 
 // Oracle is the resource the workers protect: per key, a counter that a
@@ -54,6 +55,17 @@ type Write struct {
 
 // NewOracle starts an oracle on a loopback port.
 func NewOracle(fenced bool) (*Oracle, error) { return newOracle(fenced, nil) }
+
+// MustOracle is NewOracleOnRead (onRead may be nil) for a test: it fails
+// t if the oracle does not start. The caller closes it.
+func MustOracle(t testing.TB, fenced bool, onRead func(pid int, key string)) *Oracle {
+	t.Helper()
+	o, err := newOracle(fenced, onRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
 
 // NewOracleOnRead is NewOracle with OnRead installed before the oracle
 // starts serving. (Setting the field after NewOracle works, but the race

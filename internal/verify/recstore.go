@@ -67,9 +67,21 @@ func (r *recStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest)
 	_, done := r.call(Event{Key: req.Name, Op: "acquire", Owner: req.Owner, ReqID: req.RequestID, TTL: int64(req.TTL)})
 	rec, err := r.inner.TryAcquire(ctx, req)
 	var held *leasehold.HeldError
+	var undone undoneGrant
 	switch {
 	case err == nil:
 		done(Event{OK: true, Out: rec.Token})
+	case errors.As(err, &undone):
+		// The store granted the lease and undid that grant before
+		// returning (the Redis store's grant made across a reconnect to a
+		// restarted server, on facts the restart had changed): another
+		// caller may have seen it held. The model takes such a call as
+		// nothing, or a grant freed again by its return (storetest's
+		// "undone"); not as a grant that stood, since it may have broken
+		// the rules the store undid it for (a token below the floor, a
+		// grant inside a hold-back).
+		token, _ := undone.UndoneGrant()
+		done(Event{Undone: true, Out: token})
 	case errors.As(err, &held) && held.Token != 0:
 		done(Event{Out: held.Token, Holder: held.Owner})
 	default:
@@ -80,6 +92,13 @@ func (r *recStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest)
 		done(Event{Unk: true, Msg: err.Error()})
 	}
 	return rec, err
+}
+
+// undoneGrant is an acquire's error that says the store made a grant and
+// took it back before returning (redis.UndoneError).
+type undoneGrant interface {
+	error
+	UndoneGrant() (token uint64, released bool)
 }
 
 func (r *recStore) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {

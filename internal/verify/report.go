@@ -7,8 +7,11 @@ package verify
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -31,6 +34,16 @@ func (r Row) String() string {
 		s += " (" + r.Note + ")"
 	}
 	return s
+}
+
+// CountsNote renders counts as "name n, name n, ..." in the order of the
+// names, for a row's note ("" for none).
+func CountsNote(counts map[string]int) string {
+	parts := make([]string, 0, len(counts))
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 var reportMu sync.Mutex

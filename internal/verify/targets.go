@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -162,7 +163,8 @@ func serverTarget(t testing.TB) Target {
 // ends.
 func StartServe(t testing.TB, args ...string) Target {
 	t.Helper()
-	respAddr, httpAddr := proctest.FreeAddr(t), proctest.FreeAddr(t)
+	addrs := proctest.FreeAddrs(t, 2)
+	respAddr, httpAddr := addrs[0], addrs[1]
 	args = append([]string{"serve", "--addr", httpAddr, "--resp-addr", respAddr, "--log-level", "warn"}, args...)
 	p := &cliProc{t: t, args: args,
 		ready: func() bool { return proctest.Ready("http://" + httpAddr + "/readyz") }}
@@ -198,23 +200,30 @@ type cliProc struct {
 	cmd   *exec.Cmd
 }
 
+// CLICommand returns the command that runs this test binary as the
+// leasehold command line with args (EnvCLI; the test's TestMain must call
+// MaybeWorker first), its stderr going to the test's.
+func CLICommand(ctx context.Context, args ...string) (*exec.Cmd, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), EnvCLI+"="+string(raw))
+	cmd.Stderr = os.Stderr
+	return cmd, nil
+}
+
 func (p *cliProc) start() {
 	p.t.Helper()
-	exe, err := os.Executable()
+	cmd, err := CLICommand(context.Background(), p.args...)
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	raw := "["
-	for i, a := range p.args {
-		if i > 0 {
-			raw += ","
-		}
-		raw += strconv.Quote(a)
-	}
-	raw += "]"
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), EnvCLI+"="+raw)
-	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		p.t.Fatalf("start leasehold %v: %v", p.args, err)

@@ -98,6 +98,7 @@ func Goal(rows []Row) string {
 			b.WriteString("; no baseline ran.\n")
 		}
 	}
+	tailGoal(&b, rows, "redis")
 	if a, ok := find("approve", "adaptive", "postgres"); ok {
 		others := a.Intended - a.Counts[kApplied]
 		met := a.Check == "ok" && a.Told == others && a.Counts[kError] == 0
@@ -105,4 +106,64 @@ func Goal(rows []Row) string {
 			a.Counts[kApplied], a.Rounds, check(a.Check), a.Told, others, a.Counts[kError], map[bool]string{true: "Met", false: "Not met"}[met])
 	}
 	return b.String()
+}
+
+// TailBound is the p99 every strategy of leasehold must stay under in
+// advance (the tail goal).
+const TailBound = time.Second
+
+// tailGoal evaluates the tail goal on engine: in advance, every strategy
+// of leasehold there applies every transition, loses and duplicates
+// nothing, with a p99 under TailBound; and adaptive there has at least 5 ×
+// the applied/s of the best baseline (of the three as the document
+// describes them) of the same run.
+func tailGoal(b *strings.Builder, rows []Row, engine string) {
+	var ours []Row
+	var best Row
+	found := false
+	for _, r := range rows {
+		if r.Workload != "advance" {
+			continue
+		}
+		if r.Baseline && !strings.Contains(r.System, "as printed") && (!found || r.AppliedPerSec() > best.AppliedPerSec()) {
+			best, found = r, true
+		}
+		if !r.Baseline && r.Engine == engine {
+			ours = append(ours, r)
+		}
+	}
+	if len(ours) == 0 {
+		return
+	}
+	met := true
+	var over []string
+	var adaptive *Row
+	for i, r := range ours {
+		if r.Applied() != r.Intended || r.Check != "ok" || r.Pct(99) >= TailBound {
+			met = false
+			over = append(over, fmt.Sprintf("%s (applied %d of %d, p99 %s, check: %s)", r.System, r.Applied(), r.Intended, fmtDur(r.Pct(99)), check(r.Check)))
+		}
+		if r.System == "adaptive" {
+			adaptive = &ours[i]
+		}
+	}
+	fmt.Fprintf(b, "**Goal, advance tails (%s)**: ", engine)
+	if len(over) == 0 {
+		fmt.Fprintf(b, "all %d strategies applied every transition, nothing lost or doubled, p99 < %s", len(ours), fmtDur(TailBound))
+	} else {
+		fmt.Fprintf(b, "not within the bound: %s", strings.Join(over, "; "))
+	}
+	switch {
+	case adaptive == nil:
+		met = false
+		b.WriteString("; adaptive did not run")
+	case !found:
+		met = false
+		b.WriteString("; no baseline ran")
+	default:
+		ratio := adaptive.AppliedPerSec() / max(best.AppliedPerSec(), 1e-9)
+		fmt.Fprintf(b, "; adaptive %.0f applied/s, best baseline %q %.0f applied/s → %.1f ×", adaptive.AppliedPerSec(), best.System, best.AppliedPerSec(), ratio)
+		met = met && ratio >= 5
+	}
+	fmt.Fprintf(b, ". **%s**.\n", map[bool]string{true: "Met", false: "Not met"}[met])
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,5 +65,48 @@ func TestFsyncRefused(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "fsync is off") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestTailGoal: the tail goal is met only when every strategy on the engine
+// applied everything with a p99 under the bound and adaptive has 5 × the
+// best baseline's applied/s (the printed pessimistic, which applies twice,
+// is no baseline).
+func TestTailGoal(t *testing.T) {
+	row := func(system, engine string, baseline bool, applied int, p99 time.Duration) Row {
+		r := Row{System: system, Engine: engine, Workload: "advance", Baseline: baseline, Intended: 100,
+			Elapsed: time.Second, Latency: []time.Duration{p99}, Check: "ok"}
+		r.Counts[kApplied] = applied
+		if baseline {
+			r.Intended = 1000 // the baselines apply a share only
+		}
+		return r
+	}
+	base := []Row{
+		row("doc: Redis lock", "postgres", true, 19, 0),
+		row("doc: pessimistic as printed (no transaction)", "postgres", true, 90, 0),
+		row("optimistic", "redis", false, 100, 900*time.Millisecond),
+		row("adaptive", "redis", false, 100, 10*time.Millisecond),
+	}
+	for _, tc := range []struct {
+		name string
+		rows func([]Row) []Row
+		met  bool
+	}{
+		{"met", func(r []Row) []Row { return r }, true},
+		{"tail", func(r []Row) []Row { r[2].Latency = []time.Duration{time.Second}; return r }, false},
+		{"lost", func(r []Row) []Row { r[2].Counts[kApplied] = 99; return r }, false},
+		{"double", func(r []Row) []Row { r[3].Check = "version 101 but 100 applied"; return r }, false},
+		{"ratio", func(r []Row) []Row { r[0].Counts[kApplied] = 21; return r }, false},
+		{"no baseline", func(r []Row) []Row { return r[2:] }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			tailGoal(&b, tc.rows(slices.Clone(base)), "redis")
+			got := strings.Contains(b.String(), "**Met**")
+			if got != tc.met || !strings.Contains(b.String(), "**Goal, advance tails (redis)**") {
+				t.Fatalf("met %v, want %v: %s", got, tc.met, b.String())
+			}
+		})
 	}
 }

@@ -246,6 +246,15 @@ func openEngine(t *testing.T) *server.Engine {
 	return e
 }
 
+// serveDashboard serves the API of be with opts and the dashboard, until
+// the test ends.
+func serveDashboard(t *testing.T, be server.Backend, opts server.HandlerOptions) *httptest.Server {
+	opts.Dashboard = dashboard.Handler()
+	ts := httptest.NewServer(server.NewHandler(be, opts))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
 func openProxy(t *testing.T) server.Backend {
 	t.Helper()
 	p := server.NewProxy(memory.New(), server.ProxyConfig{})
@@ -262,8 +271,7 @@ func TestDashboardInBrowser(t *testing.T) {
 }
 
 func testDashboard(t *testing.T, be server.Backend) {
-	ts := httptest.NewServer(server.NewHandler(be, server.HandlerOptions{Dashboard: dashboard.Handler()}))
-	t.Cleanup(ts.Close)
+	ts := serveDashboard(t, be, server.HandlerOptions{})
 
 	a := acquire(t, be, "jobs/nightly", "alice")
 	bob := acquire(t, be, "jobs/hourly", "bob")
@@ -387,8 +395,7 @@ func TestDashboardWithAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(server.NewHandler(be, server.HandlerOptions{Auth: auth, Dashboard: dashboard.Handler()}))
-	t.Cleanup(ts.Close)
+	ts := serveDashboard(t, be, server.HandlerOptions{Auth: auth})
 	acquire(t, be, "svc/leader", "node-1")
 	acquire(t, be, "jobs/secret", "someone")
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/leasehold/leasehold/server"
-	"github.com/leasehold/leasehold/server/dashboard"
 )
 
 // TestDashboardLookAlikeNames: a store may hold names the server's API
@@ -25,8 +23,7 @@ import (
 func TestDashboardLookAlikeNames(t *testing.T) {
 	chromium(t)
 	be := openProxy(t)
-	ts := httptest.NewServer(server.NewHandler(be, server.HandlerOptions{Dashboard: dashboard.Handler()}))
-	t.Cleanup(ts.Close)
+	ts := serveDashboard(t, be, server.HandlerOptions{})
 	const plain, odd = "x/admin", "x/admin\u200b"
 	acquire(t, be, plain, "alice")
 	oddRec := acquire(t, be, odd, "alice\u202e")

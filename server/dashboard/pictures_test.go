@@ -3,7 +3,6 @@ package dashboard_test
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/server"
-	"github.com/leasehold/leasehold/server/dashboard"
 )
 
 // overflowJS lists what overflows horizontally: the page wider than the
@@ -104,8 +102,7 @@ func TestDashboardPictures(t *testing.T) {
 	chromium(t)
 	ctx := context.Background()
 	be := openEngine(t)
-	ts := httptest.NewServer(server.NewHandler(be, server.HandlerOptions{Dashboard: dashboard.Handler()}))
-	t.Cleanup(ts.Close)
+	ts := serveDashboard(t, be, server.HandlerOptions{})
 
 	alice := acquire(t, be, "pic/a", "alice")
 	granted := make(chan leasehold.Record, 1)
@@ -237,8 +234,7 @@ func TestDashboardBusyName(t *testing.T) {
 	chromium(t)
 	ctx := context.Background()
 	be := openEngine(t)
-	ts := httptest.NewServer(server.NewHandler(be, server.HandlerOptions{Dashboard: dashboard.Handler()}))
-	t.Cleanup(ts.Close)
+	ts := serveDashboard(t, be, server.HandlerOptions{})
 
 	b := newBrowserAt(t, 390, 844)
 	b.do("setting the viewport", chromedp.EmulateViewport(390, 844))

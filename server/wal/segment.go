@@ -198,12 +198,7 @@ func (s *spares) start() {
 func (s *spares) take() (*os.File, error) {
 	s.start()
 	s.mu.Lock()
-	busy := s.busy
-	s.mu.Unlock()
-	if busy != nil {
-		<-busy
-	}
-	s.mu.Lock()
+	s.awaitIdle()
 	defer s.mu.Unlock()
 	f, err := s.ready, s.err
 	s.ready, s.err = nil, nil
@@ -218,17 +213,24 @@ func (s *spares) take() (*os.File, error) {
 func (s *spares) close() {
 	s.mu.Lock()
 	s.closed = true
-	busy := s.busy
-	s.mu.Unlock()
-	if busy != nil {
-		<-busy
-	}
-	s.mu.Lock()
+	s.awaitIdle()
 	defer s.mu.Unlock()
 	if s.ready != nil {
 		s.ready.Close()
 		s.ready = nil
 	}
+}
+
+// awaitIdle waits for the preparation in progress, if any, to end. s.mu
+// is held on entry and on return, and let go while waiting.
+func (s *spares) awaitIdle() {
+	busy := s.busy
+	if busy == nil {
+		return
+	}
+	s.mu.Unlock()
+	<-busy
+	s.mu.Lock()
 }
 
 func (s *spares) isClosed() bool {

@@ -27,12 +27,19 @@
 // # Durability
 //
 // One goroutine writes what has been appended since its previous write
-// with one pwrite and one fdatasync, then reports the records durable;
-// appends that arrive meanwhile form the next batch. It finishes (writes
-// and syncs) a segment before it writes anything into the next, so after a
-// crash only the newest segment can end in a torn write. Open treats a bad
-// record there as the end of the log, and a bad record in any earlier
-// segment as corruption (ErrCorrupt).
+// with one pwrite and one fdatasync; appends that arrive meanwhile form
+// the next batch. With Options.Syncs above 1 (the default is 1), up to
+// that many batches may be syncing at once: the next batch is written and
+// its fdatasync started while the previous one's still runs (an fdatasync
+// covers every write that returned before it was called). Either way
+// batches are reported durable strictly in append order, each only once
+// its own fdatasync (which began after every earlier batch was written)
+// has returned, and once one fails every later batch fails too. It
+// finishes (writes and syncs) a segment, and waits for the syncs under
+// way, before it writes anything into the next, so after a crash only the
+// newest segment can end in a torn write. Open treats a bad record there
+// as the end of the log, and a bad record in any earlier segment as
+// corruption (ErrCorrupt).
 //
 // # Snapshots
 //
@@ -94,11 +101,24 @@ type Options struct {
 	// bytes; 0 means DefaultSegmentSize. A record and its 8-byte header
 	// must fit in one segment.
 	SegmentSize int64
-	// OnSync, if not nil, is called from the log's goroutine after each
-	// group commit that wrote records, with the time the write and sync
-	// took and the number of records they made durable.
+	// Syncs is how many group commits may be syncing at once (each
+	// written with one pwrite, then made durable with its own
+	// fdatasync); 0 means DefaultSyncs. More than one helps only where
+	// the disk serves overlapping flushes faster than one after the
+	// other and the CPU is not the limit: it makes batches smaller.
+	// Records are reported durable in append order whatever it is.
+	Syncs int
+	// OnSync, if not nil, is called (like Append's done, just before
+	// them) after each group commit that wrote records, with the time the
+	// write and sync took and the number of records they made durable.
 	OnSync func(d time.Duration, records int)
 }
+
+// DefaultSyncs is the number of group commits that may be syncing at once
+// when Options.Syncs is 0: one, the batch gathered during a sync waits for
+// it to end (on the 2-core test machine, shared with other work, two gave
+// no more pairs/s and a higher pair latency; see docs/benchmarks.md).
+const DefaultSyncs = 1
 
 // A Log is an open write-ahead log. Its methods may be called from
 // several goroutines at once.
@@ -111,7 +131,7 @@ type Log struct {
 	mu       sync.Mutex
 	work     sync.Cond        // signalled when pending gains work or the log closes
 	pending  *batch           // appended, not yet taken by the committer
-	free     *batch           // an empty batch, for the committer to swap in
+	free     []*batch         // empty batches, for the committer to swap in
 	seq      uint64           // segment the next record goes to
 	off      int64            // offset in segment seq of the next record
 	appended int64            // bytes (with headers) appended and replayed since Open
@@ -126,9 +146,17 @@ type Log struct {
 	snapMu sync.Mutex
 
 	// Owned by the committer goroutine (and by Open before it starts).
-	f       *os.File // active segment
-	fseq    uint64   // its sequence number
+	f       *os.File       // active segment
+	fseq    uint64         // its sequence number
+	syncing sync.WaitGroup // fdatasyncs under way
+	slots   chan struct{}  // one per batch taken and not yet reported
 	stopped chan struct{}
+
+	// The batches taken by the committer and not yet reported (finish).
+	cmu       sync.Mutex
+	queue     []*batch // in append order
+	reporting bool     // a goroutine is reporting the head of queue
+	broken    error    // the first failed batch's error
 }
 
 // A batch is what the committer writes and syncs at once.
@@ -136,6 +164,11 @@ type batch struct {
 	chunks  []chunk  // the bytes to write, in segment order
 	waiters []waiter // the callbacks, in append order
 	records int
+
+	// Set by finish (under Log.cmu) once the batch is durable or failed.
+	done bool
+	err  error         // why it failed (the log's error)
+	took time.Duration // writing and syncing it
 }
 
 // A chunk is a run of encoded records for one place in one segment.
@@ -182,6 +215,7 @@ func (b *batch) reset() {
 		b.waiters = nil
 	}
 	b.chunks, b.waiters, b.records = b.chunks[:0], b.waiters[:0], 0
+	b.done, b.err, b.took = false, nil, 0
 }
 
 // Open opens the log in opts.Dir, creating it if needed, and recovers its
@@ -198,6 +232,12 @@ func Open(opts Options, load func(r io.Reader) error, apply func(rec []byte) err
 	}
 	if opts.SegmentSize <= headerSize {
 		return nil, fmt.Errorf("wal: segment size %d too small", opts.SegmentSize)
+	}
+	if opts.Syncs < 0 {
+		return nil, fmt.Errorf("wal: Syncs %d is negative", opts.Syncs)
+	}
+	if opts.Syncs == 0 {
+		opts.Syncs = DefaultSyncs
 	}
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, err
@@ -217,8 +257,8 @@ func Open(opts Options, load func(r io.Reader) error, apply func(rec []byte) err
 		unlock:   unlock,
 		spares:   &spares{dir: opts.Dir, size: opts.SegmentSize, noSync: opts.NoSync},
 		pending:  new(batch),
-		free:     new(batch),
 		segStart: make(map[uint64]int64),
+		slots:    make(chan struct{}, opts.Syncs),
 		stopped:  make(chan struct{}),
 	}
 	l.work.L = &l.mu
@@ -246,9 +286,9 @@ func Open(opts Options, load func(r io.Reader) error, apply func(rec []byte) err
 //
 // Records appended while the log writes and syncs earlier ones are
 // written together with one write and one fdatasync. done may be nil. It
-// is called from the log's goroutine, in append order; it must not block
-// for long, and must not call Sync, WriteSnapshot or Close (it may call
-// Append). On a closed log, done is called with ErrClosed from a new
+// is called from one of the log's goroutines, in append order, one call
+// at a time; it must not block for long, and must not call Sync,
+// WriteSnapshot or Close (it may call Append). On a closed log, done is called with ErrClosed from a new
 // goroutine.
 func (l *Log) Append(rec []byte, done func(error)) {
 	n := headerSize + int64(len(rec))
@@ -379,57 +419,178 @@ func (l *Log) Close() error {
 	return errors.Join(err, l.f.Close(), l.dir.Close(), l.unlock())
 }
 
-// run is the committer: it takes the pending batch, writes and syncs it,
-// and calls its callbacks, until the log is closed and drained.
+// run is the committer: it takes the pending batch, writes it and starts
+// its sync, with at most opts.Syncs batches syncing or being reported at
+// once, until the log is closed and drained. Whoever finishes a batch (a
+// sync's goroutine, or run itself) reports the batches that are then done
+// at the head of the queue, in order (finish).
 func (l *Log) run() {
 	defer close(l.stopped)
 	for {
+		// Take a slot first: while all are busy the pending batch grows.
+		l.slots <- struct{}{}
 		l.mu.Lock()
 		for l.pending.empty() && !l.closed {
 			l.work.Wait()
 		}
 		if l.pending.empty() {
 			l.mu.Unlock()
-			return
+			break
 		}
 		b := l.pending
-		l.pending, l.free = l.free, nil
+		l.pending = l.newBatchLocked()
 		err := l.err
 		l.mu.Unlock()
 
-		if err == nil {
-			if err = l.commit(b); err != nil {
-				l.mu.Lock()
-				l.err = fmt.Errorf("wal: log broken: %w", err)
-				err = l.err
-				l.mu.Unlock()
-			}
-		}
-		for _, w := range b.waiters {
-			if w.done != nil {
-				if w.err != nil {
-					w.done(w.err)
-				} else {
-					w.done(err)
+		l.cmu.Lock()
+		l.queue = append(l.queue, b)
+		l.cmu.Unlock()
+		switch {
+		case err != nil:
+			l.finish(b, 0, err)
+		case len(b.chunks) == 0:
+			l.finish(b, 0, nil) // only waiters (Sync): reported after what precedes them
+		case len(b.chunks) == 1 && b.chunks[0].seq == l.fseq:
+			l.write(b)
+		default:
+			// A new segment: everything before it must be durable first.
+			l.syncing.Wait()
+			l.mu.Lock()
+			err := l.err
+			l.mu.Unlock()
+			if err == nil {
+				start := time.Now()
+				err = l.commit(b)
+				if err != nil {
+					err = l.breakWith(err)
 				}
+				l.finish(b, time.Since(start), err)
+			} else {
+				l.finish(b, 0, err)
 			}
 		}
-		b.reset()
-		l.mu.Lock()
-		l.free = b
-		l.mu.Unlock()
-		// Let the goroutines just woken by done append again before the
-		// next batch is taken, or their records would make a small batch
-		// of their own: this doubles the batch size when appenders wait
-		// for each record, and costs nothing when nothing else runs.
-		runtime.Gosched()
 	}
+	<-l.slots
+	l.syncing.Wait() // every batch taken is reported: see finish
+}
+
+// newBatchLocked returns an empty batch to gather the next appends in.
+// l.mu held.
+func (l *Log) newBatchLocked() *batch {
+	if n := len(l.free); n > 0 {
+		b := l.free[n-1]
+		l.free = l.free[:n-1]
+		return b
+	}
+	return new(batch)
+}
+
+// write writes b, whose one chunk continues the active segment, and
+// syncs it: in another goroutine if other batches may be written
+// meanwhile (Syncs > 1), else at once.
+func (l *Log) write(b *batch) {
+	start := time.Now()
+	c := &b.chunks[0]
+	if _, err := l.f.WriteAt(c.buf, c.off); err != nil {
+		l.finish(b, 0, l.breakWith(err))
+		return
+	}
+	if l.opts.NoSync {
+		l.finish(b, time.Since(start), nil)
+		return
+	}
+	f, fseq := l.f, l.fseq
+	sync := func() {
+		var err error
+		if serr := datasync(f); serr != nil {
+			err = l.breakWith(fmt.Errorf("wal: fdatasync %s: %w", segmentName(fseq), serr))
+		}
+		l.finish(b, time.Since(start), err)
+	}
+	if l.opts.Syncs == 1 {
+		sync()
+		return
+	}
+	l.syncing.Add(1)
+	go func() {
+		defer l.syncing.Done()
+		sync()
+	}()
+}
+
+// breakWith marks the log broken by err, unless it is already, and
+// returns the error that broke it.
+func (l *Log) breakWith(err error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil {
+		l.err = fmt.Errorf("wal: log broken: %w", err)
+	}
+	return l.err
+}
+
+// finish records that b, taken by run, is durable (err nil) or failed,
+// then reports every batch done at the head of the queue, in order, unless
+// another goroutine is reporting: that one reports b too, since it checks
+// the head again, under l.cmu, before it stops. Once a batch failed, every
+// later one fails with its error, even if its own sync went well.
+func (l *Log) finish(b *batch, took time.Duration, err error) {
+	l.cmu.Lock()
+	b.took, b.err, b.done = took, err, true
+	if l.reporting {
+		l.cmu.Unlock()
+		return
+	}
+	l.reporting = true
+	for len(l.queue) > 0 && l.queue[0].done {
+		h := l.queue[0]
+		l.queue[0] = nil
+		l.queue = l.queue[1:]
+		if l.broken == nil && h.err != nil {
+			l.broken = h.err
+		}
+		broken := l.broken
+		l.cmu.Unlock()
+		l.report(h, broken)
+		l.cmu.Lock()
+	}
+	l.reporting = false
+	if len(l.queue) == 0 {
+		l.queue = l.queue[:0:0] // let the array go
+	}
+	l.cmu.Unlock()
+}
+
+// report calls b's callbacks (with broken, nil if the log is not broken),
+// recycles b and frees its slot.
+func (l *Log) report(b *batch, broken error) {
+	if broken == nil && l.opts.OnSync != nil && b.records > 0 {
+		l.opts.OnSync(b.took, b.records)
+	}
+	for _, w := range b.waiters {
+		if w.done != nil {
+			if w.err != nil {
+				w.done(w.err)
+			} else {
+				w.done(broken)
+			}
+		}
+	}
+	b.reset()
+	l.mu.Lock()
+	l.free = append(l.free, b)
+	l.mu.Unlock()
+	<-l.slots
+	// Let the goroutines just woken by done append again before the
+	// next batch is taken, or their records would make a small batch
+	// of their own: this doubles the batch size when appenders wait
+	// for each record, and costs nothing when nothing else runs.
+	runtime.Gosched()
 }
 
 // commit writes b's chunks, each with one write and one fdatasync, moving
-// to the next segment when a chunk is for it.
+// to the next segment when a chunk is for it. No other sync is under way.
 func (l *Log) commit(b *batch) error {
-	start := time.Now()
 	for i := range b.chunks {
 		c := &b.chunks[i]
 		if c.seq != l.fseq {
@@ -448,9 +609,6 @@ func (l *Log) commit(b *batch) error {
 				return fmt.Errorf("wal: fdatasync %s: %w", segmentName(l.fseq), err)
 			}
 		}
-	}
-	if l.opts.OnSync != nil && b.records > 0 {
-		l.opts.OnSync(time.Since(start), b.records)
 	}
 	return nil
 }

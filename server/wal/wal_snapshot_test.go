@@ -11,6 +11,20 @@ import (
 	"testing"
 )
 
+// takeSnapshot rotates l and writes state as the snapshot of everything
+// before the new segment, whose number it returns.
+func takeSnapshot(t *testing.T, l *Log, state string) uint64 {
+	t.Helper()
+	seq, err := l.Rotate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WriteSnapshot(seq, writeString(state)); err != nil {
+		t.Fatal(err)
+	}
+	return seq
+}
+
 func TestSnapshot(t *testing.T) {
 	opts := Options{Dir: t.TempDir(), SegmentSize: 512}
 	l, _ := open(t, opts)
@@ -54,13 +68,7 @@ func TestSnapshot(t *testing.T) {
 	}
 
 	// A second snapshot, then one the process died writing.
-	seq, err = l.Rotate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.WriteSnapshot(seq, writeString("state B")); err != nil {
-		t.Fatal(err)
-	}
+	seq = takeSnapshot(t, l, "state B")
 	last := records("last", 5)
 	appendAll(t, l, last)
 	closeLog(t, l)
@@ -111,13 +119,7 @@ func TestTornSnapshot(t *testing.T) {
 			opts := Options{Dir: t.TempDir(), SegmentSize: 512}
 			l, _ := open(t, opts)
 			appendAll(t, l, records("a", 20))
-			seq1, err := l.Rotate()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := l.WriteSnapshot(seq1, writeString(strings.Repeat("state A ", 20))); err != nil {
-				t.Fatal(err)
-			}
+			takeSnapshot(t, l, strings.Repeat("state A ", 20))
 			b := records("b", 20)
 			appendAll(t, l, b)
 			seq2, err := l.Rotate()
@@ -144,13 +146,7 @@ func TestTornSnapshot(t *testing.T) {
 			equal(t, "records", rec.records, append(b, c...))
 
 			// Snapshotting again replaces the bad file.
-			seq3, err := l.Rotate()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := l.WriteSnapshot(seq3, writeString("state C")); err != nil {
-				t.Fatal(err)
-			}
+			seq3 := takeSnapshot(t, l, "state C")
 			closeLog(t, l)
 			rec = reopen(t, opts)
 			if string(rec.snapshot) != "state C" || len(rec.records) != 0 {
@@ -170,13 +166,7 @@ func TestTornSnapshotAfterCleanup(t *testing.T) {
 	opts := Options{Dir: t.TempDir(), SegmentSize: 512}
 	l, _ := open(t, opts)
 	appendAll(t, l, records("a", 20))
-	seq, err := l.Rotate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.WriteSnapshot(seq, writeString("state")); err != nil {
-		t.Fatal(err)
-	}
+	seq := takeSnapshot(t, l, "state")
 	closeLog(t, l)
 	if err := flipIn(filepath.Join(opts.Dir, snapshotName(seq)), snapHeaderSize); err != nil {
 		t.Fatal(err)
@@ -193,10 +183,7 @@ func TestLoadApplyErrors(t *testing.T) {
 	opts := Options{Dir: t.TempDir(), SegmentSize: 512}
 	l, _ := open(t, opts)
 	appendAll(t, l, records("a", 3))
-	seq, _ := l.Rotate()
-	if err := l.WriteSnapshot(seq, writeString("state")); err != nil {
-		t.Fatal(err)
-	}
+	takeSnapshot(t, l, "state")
 	appendAll(t, l, records("b", 3))
 	closeLog(t, l)
 

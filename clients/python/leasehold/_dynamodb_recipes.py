@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from . import _validate, errors
-from .client import DEFAULT_TTL, Data, _random_id
+from .client import DEFAULT_TTL, Data, Election, _random_id
 from .lease import Lease, LeaseInfo, LostCallback
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -71,17 +71,13 @@ class DirectSemaphore:
             time.sleep(max(pause, 0.0))
 
 
-class DirectElection:
+class DirectElection(Election):
     """Leader election on DynamoDB: campaign by acquiring the election's lease; its
-    token is the term. Resign with ``Lease.release``."""
+    token is the term. Resign with ``Lease.release``. Campaigning is Election's,
+    through the DynamoDB client's acquire."""
 
     def __init__(self, client: DynamoDBClient, name: str) -> None:
         self._c, self.name = client, name
-
-    def campaign(self, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *, data: Data = None,
-                 on_lost: Optional[LostCallback] = None) -> Lease:
-        """Become leader (``data`` tells followers where); returns the lease."""
-        return self._c.acquire(self.name, ttl, timeout, data=data, on_lost=on_lost)
 
     def leader(self) -> Optional[LeaseInfo]:
         """The current leader (``term`` set to its token), or None when there is none."""

@@ -95,20 +95,26 @@ func startServer(t *testing.T, limits *server.Limits) *testServer {
 		eng.Close()
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
+	runServer(t, srv)
 	ts.addr = srv.HTTPAddr().String()
 	ts.url = "http://" + ts.addr
 	ts.client = newClient()
+	t.Cleanup(ts.client.CloseIdleConnections)
+	return ts
+}
+
+// runServer runs srv until the test ends, and then fails the test if it
+// did not stop cleanly.
+func runServer(t *testing.T, srv *server.Server) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("server: %v", err)
 		}
-		ts.client.CloseIdleConnections()
 	})
-	return ts
 }
 
 func newClient() *http.Client {

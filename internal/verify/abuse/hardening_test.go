@@ -41,6 +41,39 @@ func hdRow(t *testing.T, name string, ops, faults, violations int, note string) 
 	}
 }
 
+// tally counts an R11 case: its operations, faults and violations, and
+// the first violations found.
+type tally struct {
+	ops, faults, violations int
+	notes                   []string
+}
+
+// fail counts a violation and keeps its description (the first five).
+func (c *tally) fail(format string, args ...any) {
+	c.violations++
+	if len(c.notes) < 5 {
+		c.notes = append(c.notes, fmt.Sprintf(format, args...))
+	}
+}
+
+// errorf counts a violation and fails t with it.
+func (c *tally) errorf(t *testing.T, format string, args ...any) {
+	t.Helper()
+	c.violations++
+	t.Errorf(format, args...)
+}
+
+// row reports the case as an R11 row (hdRow): its note is ok when fail
+// found nothing, else the violations fail kept.
+func (c *tally) row(t *testing.T, name, ok string) {
+	t.Helper()
+	note := ok
+	if len(c.notes) > 0 {
+		note = strings.Join(c.notes, "; ")
+	}
+	hdRow(t, name, c.ops, c.faults, c.violations, note)
+}
+
 // respAttackBody is what a page posts to the RESP port: two commands that
 // take a lease and free the admin's.
 const respAttackBody = "LH.ACQUIRE r11/stolen evil 60000\r\nLH.FORCERELEASE other/secret\r\n"

@@ -2,7 +2,6 @@ package abuse
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -11,7 +10,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -30,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/internal/resp"
 	"github.com/leasehold/leasehold/internal/verify"
@@ -45,42 +44,21 @@ import (
 
 // --- the leasehold command as a process, its output kept ---
 
-// outBuf collects a process's stdout and stderr.
-type outBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (o *outBuf) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.Write(p)
-}
-
-func (o *outBuf) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.String()
-}
-
 // cliProc is a `leasehold ...` process (this test binary, see TestMain).
 type cliProc struct {
 	cmd  *exec.Cmd
-	out  *outBuf
+	out  *proctest.Buffer
 	done chan struct{}
 	code int
 }
 
 func startCLI(t *testing.T, args ...string) *cliProc {
 	t.Helper()
-	raw, _ := json.Marshal(args)
-	exe, err := os.Executable()
+	cmd, err := verify.CLICommand(context.Background(), args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cliProc{out: &outBuf{}, done: make(chan struct{})}
-	p.cmd = exec.Command(exe, "-test.run=^$")
-	p.cmd.Env = append(os.Environ(), verify.EnvCLI+"="+string(raw))
+	p := &cliProc{cmd: cmd, out: &proctest.Buffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {

@@ -88,22 +88,14 @@ func startNamesServer(t *testing.T) *namesServer {
 		eng.Close()
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() { eng.Close() })
+	runServer(t, srv)
 	ns := &namesServer{
 		testServer: &testServer{t: t, addr: srv.HTTPAddr().String(), url: "http://" + srv.HTTPAddr().String(),
 			client: newClient(), maxBody: server.DefaultMaxBodyBytes},
 		eng: eng, resp: rl.Addr().String(),
 	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-		ns.client.CloseIdleConnections()
-		eng.Close()
-	})
+	t.Cleanup(ns.client.CloseIdleConnections)
 	return ns
 }
 
@@ -144,12 +136,7 @@ func TestR11NamesAndWorkflows(t *testing.T) {
 	ns := startNamesServer(t)
 
 	t.Run("look-alike-names", func(t *testing.T) {
-		ops, violations := 0, 0
-		bad := func(format string, args ...any) {
-			t.Helper()
-			violations++
-			t.Errorf(format, args...)
-		}
+		c := &tally{}
 		rc, err := dialRESP(ns.resp, "127.0.0.1", namesAliceToken)
 		if err != nil {
 			t.Fatal(err)
@@ -160,52 +147,47 @@ func TestR11NamesAndWorkflows(t *testing.T) {
 			esc := url.PathEscape(name)
 			want := fmt.Sprintf("%U", []rune(odd)[0])
 			res, body := ns.call("POST", "/v1/leases/"+esc+"/acquire", namesAliceToken, `{"owner":"alice","ttl_ms":60000}`)
-			ops++
+			c.ops++
 			if res.status != 400 || !strings.Contains(fmt.Sprint(body["detail"]), want) {
-				bad("HTTP acquire of %q: %d %s, want 400 naming %s", name, res.status, res.body, want)
+				c.errorf(t, "HTTP acquire of %q: %d %s, want 400 naming %s", name, res.status, res.body, want)
 			}
 			res, body = ns.call("PUT", "/v1/records/"+esc, namesAliceToken, "v", "If-None-Match", "*")
-			ops++
+			c.ops++
 			if res.status != 400 || !strings.Contains(fmt.Sprint(body["detail"]), want) {
-				bad("HTTP record PUT of %q: %d %s, want 400 naming %s", name, res.status, res.body, want)
+				c.errorf(t, "HTTP record PUT of %q: %d %s, want 400 naming %s", name, res.status, res.body, want)
 			}
 			v, err := rc.do("LH.ACQUIRE", name, "alice", "60000")
-			ops++
+			c.ops++
 			if err != nil || v.Type != resp.Error || !strings.Contains(string(v.Str), want) {
-				bad("RESP LH.ACQUIRE of %q: %c %q %v, want an error naming %s", name, v.Type, v.Str, err, want)
+				c.errorf(t, "RESP LH.ACQUIRE of %q: %c %q %v, want an error naming %s", name, v.Type, v.Str, err, want)
 			}
 		}
 		// Nothing was created; names of letters in any script still are.
 		if recs, err := ns.eng.List(context.Background(), "names/"); err != nil || len(recs) != 0 {
-			bad("after the refusals the engine holds %v (%v), want nothing under names/", recs, err)
+			c.errorf(t, "after the refusals the engine holds %v (%v), want nothing under names/", recs, err)
 		}
 		if rec, err := ns.eng.GetRecord(context.Background(), "names/admin\u200b"); err == nil {
-			bad("the record names/admin+U+200B exists: %+v", rec)
+			c.errorf(t, "the record names/admin+U+200B exists: %+v", rec)
 		}
 		for _, ok := range []string{"names/admin", "names/café", "names/任务"} {
 			res, _ := ns.call("POST", "/v1/leases/"+url.PathEscape(ok)+"/acquire", namesAliceToken, `{"owner":"alice","ttl_ms":60000}`)
-			ops++
+			c.ops++
 			if res.status != 200 {
-				bad("HTTP acquire of %q: %d %s, want 200", ok, res.status, res.body)
+				c.errorf(t, "HTTP acquire of %q: %d %s, want 200", ok, res.status, res.body)
 			}
 		}
 		if v, err := rc.do("LH.ACQUIRE", "names/ü", "alice", "60000"); err != nil || v.Type == resp.Error {
-			bad("RESP LH.ACQUIRE of names/ü: %q %v, want a grant", v.Str, err)
+			c.errorf(t, "RESP LH.ACQUIRE of names/ü: %q %v, want a grant", v.Str, err)
 		}
-		ops++
-		hdRow(t, "look-alike-names", ops, 0, violations,
+		c.ops++
+		c.row(t, "look-alike-names",
 			"U+200B, U+202E, U+2066, U+00A0, U+FEFF names refused on HTTP (leases, records) and RESP naming the character; nothing created; letters of any script granted")
 	})
 
 	const inst = "/v1/workflows/approval/doc-1"
 	const recPath = "/v1/records/wf/approval/i/doc-1"
 	t.Run("workflow-record-bypass", func(t *testing.T) {
-		ops, violations := 0, 0
-		bad := func(format string, args ...any) {
-			t.Helper()
-			violations++
-			t.Errorf(format, args...)
-		}
+		c := &tally{}
 		if res, _ := ns.call("POST", inst, namesAliceToken, ""); res.status != 201 {
 			t.Fatalf("create: %d %s", res.status, res.body)
 		}
@@ -229,10 +211,10 @@ func TestR11NamesAndWorkflows(t *testing.T) {
 		// transaction.
 		wfProblem := func(what string, res response, body map[string]any) {
 			t.Helper()
-			ops++
+			c.ops++
 			if res.status != 403 || body["type"] != server.ProblemType+"workflow-record" ||
 				!strings.Contains(fmt.Sprint(body["detail"]), "POST /v1/workflows/approval/doc-1/transition") {
-				bad("%s: %d %s, want 403 workflow-record naming the transition route", what, res.status, res.body)
+				c.errorf(t, "%s: %d %s, want 403 workflow-record naming the transition route", what, res.status, res.body)
 			}
 		}
 		res, body := ns.call("PUT", recPath, namesAliceToken, string(forged), "If-Match", etag)
@@ -249,48 +231,43 @@ func TestR11NamesAndWorkflows(t *testing.T) {
 		wfProblem("txn writing a history entry", res, body)
 		// The instance is as the transition left it.
 		res, body = ns.call("GET", inst, namesAliceToken, "")
-		ops++
+		c.ops++
 		if res.status != 200 || body["state"] != "PENDING" || body["version"] != float64(1) {
-			bad("after the refused writes the instance is %d %s, want PENDING at version 1", res.status, res.body)
+			c.errorf(t, "after the refused writes the instance is %d %s, want PENDING at version 1", res.status, res.body)
 		}
 		// The transition route still works.
 		res, body = ns.call("POST", inst+"/transition", namesAliceToken, `{"from":"PENDING","to":"APPROVED","actor":"alice","request_id":"approve-1"}`)
-		ops++
+		c.ops++
 		if res.status != 200 || body["outcome"] != "applied" || body["state"] != "APPROVED" {
-			bad("approve through the route: %d %s, want applied", res.status, res.body)
+			c.errorf(t, "approve through the route: %d %s, want applied", res.status, res.body)
 		}
-		hdRow(t, "workflow-record-bypass", ops, 0, violations,
+		c.row(t, "workflow-record-bypass",
 			"a writer's PUT/DELETE/add/txn of wf/approval/ records answered 403 workflow-record naming the transition route; the instance stayed PENDING; the route then approved it")
 	})
 
 	t.Run("workflow-actor", func(t *testing.T) {
-		ops, violations := 0, 0
-		bad := func(format string, args ...any) {
-			t.Helper()
-			violations++
-			t.Errorf(format, args...)
-		}
+		c := &tally{}
 		const inst2 = "/v1/workflows/approval/doc-2"
 		if res, _ := ns.call("POST", inst2, namesAliceToken, ""); res.status != 201 {
 			t.Fatalf("create: %d %s", res.status, res.body)
 		}
 		res, body := ns.call("POST", inst2+"/transition", namesAliceToken, `{"from":"DRAFT","to":"PENDING","actor":"admin","request_id":"as-admin"}`)
-		ops++
+		c.ops++
 		entry, _ := body["entry"].(map[string]any)
 		if res.status != 200 || body["by"] != "alice" || entry["actor"] != "alice" || entry["label"] != "admin" {
-			bad("alice's transition with actor \"admin\": %d %s, want by alice, label admin", res.status, res.body)
+			c.errorf(t, "alice's transition with actor \"admin\": %d %s, want by alice, label admin", res.status, res.body)
 		}
 		res, body = ns.call("GET", inst2+"/requests/as-admin", namesAdminToken, "")
-		ops++
+		c.ops++
 		if res.status != 200 || body["actor"] != "alice" || body["label"] != "admin" {
-			bad("the recorded entry: %d %s, want actor alice, label admin", res.status, res.body)
+			c.errorf(t, "the recorded entry: %d %s, want actor alice, label admin", res.status, res.body)
 		}
 		res, body = ns.call("GET", inst2, namesAdminToken, "")
-		ops++
+		c.ops++
 		if res.status != 200 || body["last_actor"] != "alice" {
-			bad("the instance: %d %s, want last_actor alice", res.status, res.body)
+			c.errorf(t, "the instance: %d %s, want last_actor alice", res.status, res.body)
 		}
-		hdRow(t, "workflow-actor", ops, 0, violations,
+		c.row(t, "workflow-actor",
 			`identity alice sending actor "admin" is recorded as actor alice, label admin (result, lookup, instance)`)
 	})
 }

@@ -36,18 +36,12 @@ func TestR11RequestIDReplay(t *testing.T) {
 		grant{"mallory", replayMallory, "jobs/", "write"}))
 	ra, rm := mustRESP(t, p.resp, replayAlice), mustRESP(t, p.resp, replayMallory)
 
-	ops, faults, violations := 0, 0, 0
-	var notes []string
-	fail := func(format string, args ...any) {
-		violations++
-		if len(notes) < 5 {
-			notes = append(notes, fmt.Sprintf(format, args...))
-		}
-	}
+	c := &tally{}
+	fail := c.fail
 	// acquire is one acquire of name as owner alice with request id
 	// job-42, over proto, with token's identity.
 	acquire := func(proto, token, name string, ttlMS int, data string) (g leaseJSON, held bool, got string) {
-		ops++
+		c.ops++
 		if proto == "HTTP" {
 			res, err := p.do(p.client, request{method: "POST", path: "/v1/leases/" + name + "/acquire", auth: bearer(token),
 				body: fmt.Appendf(nil, `{"owner":"alice","ttl_ms":%d,"request_id":"job-42","data":%q}`, ttlMS, data)})
@@ -103,7 +97,7 @@ func TestR11RequestIDReplay(t *testing.T) {
 	for round := 0; round < rounds; round++ {
 		for _, gr := range grants {
 			for _, proto := range []string{"HTTP", "RESP"} {
-				faults++
+				c.faults++
 				m, held, got := acquire(proto, replayMallory, gr.name, 1000, "mallory")
 				if !held || m.Secret != "" || strings.Contains(got, gr.g.Secret) {
 					fail("mallory's %s replay of %s: %s, want held", proto, gr.name, got)
@@ -112,22 +106,18 @@ func TestR11RequestIDReplay(t *testing.T) {
 		}
 	}
 	for _, gr := range grants {
-		ops++
+		c.ops++
 		l, ok := getLease(t, p, gr.name)
 		if !ok || l.Owner != "alice" || l.Token != gr.g.Token || l.TTLMS != replayTTLMS || l.Data != "alice" {
 			fail("%s after the replays: %+v (live %v), want alice's, token %d, ttl %d, data alice", gr.name, l, ok, gr.g.Token, replayTTLMS)
 		}
 		// Alice still holds it: her release with her secret.
-		ops++
+		c.ops++
 		res, err := p.do(p.client, request{method: "POST", path: "/v1/leases/" + gr.name + "/release", auth: bearer(replayAlice),
 			body: fmt.Appendf(nil, `{"owner":"alice","token":%d,"secret":%q}`, gr.g.Token, gr.g.Secret)})
 		if err != nil || res.status != 204 {
 			fail("alice's release of %s: %d %s %v", gr.name, res.status, res.body, err)
 		}
 	}
-	note := fmt.Sprintf("mallory (write on jobs/) replayed alice's owner and request id %d times over HTTP and RESP against her HTTP and RESP grants: all refused as held, no secret shown, leases unchanged (token, TTL, data); alice's retries got her grants and secrets back", faults)
-	if len(notes) > 0 {
-		note = strings.Join(notes, "; ")
-	}
-	hdRow(t, "request-id-replay", ops, faults, violations, note)
+	c.row(t, "request-id-replay", fmt.Sprintf("mallory (write on jobs/) replayed alice's owner and request id %d times over HTTP and RESP against her HTTP and RESP grants: all refused as held, no secret shown, leases unchanged (token, TTL, data); alice's retries got her grants and secrets back", c.faults))
 }

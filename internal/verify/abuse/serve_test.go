@@ -2,6 +2,7 @@ package abuse
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -48,14 +49,10 @@ func startServeProc(t *testing.T, auth bool, extra ...string) *serveProc {
 			grant{"polite", politeToken, politePrefix, "write"}))
 	}
 	args = append(args, extra...)
-	raw, _ := json.Marshal(args)
-	exe, err := os.Executable()
+	cmd, err := verify.CLICommand(context.Background(), args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), verify.EnvCLI+"="+string(raw))
-	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

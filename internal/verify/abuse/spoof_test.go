@@ -56,14 +56,8 @@ func TestR11HolderSpoofing(t *testing.T) {
 		token  uint64
 		secret string
 	}{{"shared/lock", lockTok, lockSecret}, {"shared/lock2", lock2Tok, lock2Secret}}
-	ops, faults, violations := 3, 0, 0
-	var notes []string
-	fail := func(format string, args ...any) {
-		violations++
-		if len(notes) < 5 {
-			notes = append(notes, fmt.Sprintf(format, args...))
-		}
-	}
+	c := &tally{ops: 3}
+	fail := c.fail
 	if lockSecret == "" || lock2Secret == "" || bSecret == "" {
 		fail("grants without secrets (no holder proofs)")
 	}
@@ -85,7 +79,7 @@ func TestR11HolderSpoofing(t *testing.T) {
 				fail("LH.GET %s shows the secret to b", tg.name)
 			}
 		}
-		ops += 2
+		c.ops += 2
 	}
 
 	proofs := []struct{ label, secret string }{
@@ -102,8 +96,8 @@ func TestR11HolderSpoofing(t *testing.T) {
 					secret = targets[1-ti].secret
 				}
 				for _, op := range []string{"renew", "release"} {
-					faults += 2
-					ops += 2
+					c.faults += 2
+					c.ops += 2
 					if got, ok := spoofHTTP(p, op, tg.name, tg.token, secret); !ok {
 						fail("HTTP %s of %s with %s: %s", op, tg.name, pf.label, got)
 					}
@@ -122,7 +116,7 @@ func TestR11HolderSpoofing(t *testing.T) {
 		if err != nil || res.status != 200 || json.Unmarshal(res.body, &l) != nil || l.Owner != "holder-a" || l.Token != tg.token || l.TTLMS != ttlMS {
 			fail("%s after the attempts: %d %s %v (want holder-a, token %d, ttl %d)", tg.name, res.status, res.body, err, tg.token, ttlMS)
 		}
-		ops++
+		c.ops++
 	}
 
 	// a renews and releases with its secrets, each over both protocols.
@@ -138,7 +132,7 @@ func TestR11HolderSpoofing(t *testing.T) {
 		{"RESP", "release", "shared/lock", lockTok, lockSecret},
 		{"HTTP", "release", "shared/lock2", lock2Tok, lock2Secret},
 	} {
-		ops++
+		c.ops++
 		var ok bool
 		var got string
 		if step.proto == "HTTP" {
@@ -159,11 +153,7 @@ func TestR11HolderSpoofing(t *testing.T) {
 		}
 	}
 
-	note := fmt.Sprintf("b (write on the prefix) renewed/released a's leases %d times over HTTP and RESP with owner+token and no, empty, made-up or another grant's secret: all refused as bad proofs, nothing changed; a renewed and released with its secrets", faults)
-	if len(notes) > 0 {
-		note = strings.Join(notes, "; ")
-	}
-	hdRow(t, "holder-spoofing", ops, faults, violations, note)
+	c.row(t, "holder-spoofing", fmt.Sprintf("b (write on the prefix) renewed/released a's leases %d times over HTTP and RESP with owner+token and no, empty, made-up or another grant's secret: all refused as bad proofs, nothing changed; a renewed and released with its secrets", c.faults))
 }
 
 func spoofBody(op string, token uint64, secret string) []byte {

@@ -295,6 +295,15 @@ func skewParamsFor(name string) skewParams {
 	return skewParams{ttl: time.Second, dur: verify.Size(5*time.Second, 30*time.Second), note: "TTL 1s; "}
 }
 
+// openSkewStore opens the store name on the real clock for a skew run and
+// returns it, its note (the parameters' included) and its parameters.
+func openSkewStore(t *testing.T, name string) (leasehold.Store, string, skewParams) {
+	t.Helper()
+	store, note := openStore(t, name, clock.Real())
+	p := skewParamsFor(name)
+	return store, note + p.note, p
+}
+
 // TestClockSkewWithinBudget is R8-skew1: clocks 1 % slow or fast, within
 // the default drift budget (rho = 1 %). Holders that hold to the end of
 // their belief with their renewals lost still stop before the store expires
@@ -303,9 +312,7 @@ func skewParamsFor(name string) skewParams {
 func TestClockSkewWithinBudget(t *testing.T) {
 	for _, name := range stores {
 		t.Run(name, func(t *testing.T) {
-			store, note := openStore(t, name, clock.Real())
-			p := skewParamsFor(name)
-			note += p.note
+			store, note, p := openSkewStore(t, name)
 			p.dur -= p.ttl // enough for four holds; no control to catch
 			r, episodes := skewRun("skew1", store, p, 0.01, true)
 			out := r.exec(t)
@@ -334,9 +341,7 @@ func TestClockSkewWithinBudget(t *testing.T) {
 func TestClockSkewBeyondBudget(t *testing.T) {
 	for _, name := range stores {
 		t.Run(name, func(t *testing.T) {
-			store, note := openStore(t, name, clock.Real())
-			p := skewParamsFor(name)
-			note += p.note
+			store, note, p := openSkewStore(t, name)
 
 			r, episodes := skewRun("skew5f", store, p, 0.05, true)
 			out := r.exec(t)

@@ -170,10 +170,7 @@ func TestR5(t *testing.T) {
 func (r run) run(t *testing.T, tg verify.Target) {
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	o, err := verify.NewOracle(true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := verify.MustOracle(t, true, nil)
 	defer o.Close()
 	keys := make([]string, r.keys)
 	for i := range keys {

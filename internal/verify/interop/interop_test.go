@@ -76,7 +76,7 @@ func defaultPlan() plan {
 
 func TestInterop(t *testing.T) {
 	root := pythonRoot(t)
-	bin := build(t, root)
+	bin := build(t)
 	t.Run("server", func(t *testing.T) {
 		run(t, "server", startServer(t, bin), bin, root, nil)
 	})
@@ -124,10 +124,7 @@ func run(t *testing.T, store, storeURL, bin, root string, sfn *stepfn.Env) {
 	if sfn != nil {
 		oracle = sfn.Oracle // the Lambda bodies write there; closed when the test ends
 	} else {
-		o, err := verify.NewOracle(true)
-		if err != nil {
-			t.Fatal(err)
-		}
+		o := verify.MustOracle(t, true, nil)
 		defer o.Close()
 		oracle = o
 	}
@@ -352,11 +349,8 @@ func run(t *testing.T, store, storeURL, bin, root string, sfn *stepfn.Env) {
 // ignores the shared lock) must be found overlapping by the same checks.
 func TestInteropControl(t *testing.T) {
 	root := pythonRoot(t)
-	srv := startServer(t, build(t, root))
-	oracle, err := verify.NewOracle(false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := startServer(t, build(t))
+	oracle := verify.MustOracle(t, false, nil)
 	defer oracle.Close()
 	key, dir := fmt.Sprintf("r15/control/%d", time.Now().UnixNano()), t.TempDir()
 	var mu sync.Mutex
@@ -573,23 +567,13 @@ func pythonRoot(t *testing.T) string {
 }
 
 // build builds the leasehold command of this checkout, once per test binary.
-func build(t *testing.T, root string) string {
+func build(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		goBin := proctest.GoCommand()
-		if goBin == "" {
-			buildErr = fmt.Errorf("R15 needs the go command to build leasehold (not in GOROOT/bin nor on PATH)")
-			return
-		}
 		if binDir, buildErr = os.MkdirTemp("", "leasehold-r15-"); buildErr != nil {
 			return
 		}
-		binPath = filepath.Join(binDir, "leasehold")
-		cmd := exec.Command(goBin, "build", "-o", binPath, "./cmd/leasehold")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build leasehold: %v\n%s", err, out)
-		}
+		binPath, buildErr = proctest.BuildLeasehold(binDir, nil)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

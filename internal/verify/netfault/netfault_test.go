@@ -128,10 +128,7 @@ func networkFaults(t *testing.T, name string) {
 	if note != "" {
 		note = "; " + note
 	}
-	o, err := verify.NewOracle(true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := verify.MustOracle(t, true, nil)
 	defer o.Close()
 	// Enough keys that each key's history stays near 1,000 operations,
 	// which porcupine decides quickly even with many indeterminate ones.

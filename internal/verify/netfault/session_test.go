@@ -237,10 +237,7 @@ func sessionFaults(t *testing.T, proto, addr string, open func(addr string) (lea
 	}
 	defer px.Close()
 	const sessionTTL, leaseTTL = time.Second, 3 * time.Second
-	o, err := verify.NewOracle(true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := verify.MustOracle(t, true, nil)
 	defer o.Close()
 	keys := make([]string, verify.Size(6, 24))
 	for i := range keys {

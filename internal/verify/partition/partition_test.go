@@ -149,10 +149,7 @@ func TestR7(t *testing.T) {
 	}
 	cl := partition.StartEtcd(t, nw, bin, "c0")
 
-	o, err := verify.NewOracle(true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := verify.MustOracle(t, true, nil)
 	defer o.Close()
 	oracleAddr := strings.TrimPrefix(o.URL(), "http://")
 	port := 0

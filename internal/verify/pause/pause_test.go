@@ -116,10 +116,7 @@ func do(t *testing.T, r run) outcome {
 	p := pause.New(pause.Config{Budget: r.pauses, MaxPaused: r.maxPaused, Chance: 0.5,
 		Min: ttl * 3 / 2, Max: 3 * ttl, Seed: r.seed})
 	defer p.Close()
-	o, err := verify.NewOracleOnRead(r.fenced, p.OnRead)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := verify.MustOracle(t, r.fenced, p.OnRead)
 	defer o.Close()
 	keys := make([]string, r.keys)
 	for i := range keys {
@@ -216,20 +213,8 @@ func pauseStores() []string {
 // checked it had TTL/2 to spare before sending, so such a write was held up
 // in transit by a stalled machine (see verify.OracleResult.AfterDeadline).
 func TestHolderPauseFenced(t *testing.T) {
-	for _, name := range pauseStores() {
-		t.Run(name, func(t *testing.T) {
-			st := prepare(t, name)
-			began := time.Now()
-			out := campaign(t, st, true, false)
-			violations := out.res.Violations() + out.or.Violations()
-			verify.Report(t, verify.Row{Suite: "R4", Store: name, Ops: out.res.Ops, Faults: out.pauses,
-				Violations: violations, Checker: out.checker(),
-				Note: fmt.Sprintf("%d runs, TTL %s, pauses 1.5–3×TTL, %d/%d pauses taken over; %d writes accepted, %d rejected, %d reached the resource after the writer's deadline; %s%s",
-					out.runs, st.ttl, out.takeovers, out.pauses, out.or.Accepted, out.or.Rejected, out.or.AfterDeadline,
-					time.Since(began).Round(time.Second), sep(st.note))})
-			check(t, out, violations)
-		})
-	}
+	r4(t, "R4", false, func(out outcome) int { return out.res.Violations() + out.or.Violations() },
+		"%d runs, TTL %s, pauses 1.5–3×TTL, %d/%d pauses taken over; %d writes accepted, %d rejected, %d reached the resource after the writer's deadline; %s%s")
 }
 
 // TestHolderPauseNaive is R4 (b): naive workers write without checking
@@ -243,18 +228,29 @@ func TestHolderPauseFenced(t *testing.T) {
 // it yet (no other holder took over, or the new holder has not read yet),
 // in which case nothing is lost. Their number is in the report's note.
 func TestHolderPauseNaive(t *testing.T) {
+	r4(t, "R4-naive", true, func(out outcome) int {
+		return out.res.Violations() + out.or.LostUpdates + out.or.StaleAccepted + out.or.CounterMismatch
+	}, "%d runs, TTL %s, %d/%d pauses taken over; %d writes accepted, %d stale rejected by fencing, %d accepted after the writer's deadline (no newer token yet: not lost); %s%s")
+}
+
+// r4 runs a campaign against the fenced oracle, with naive workers or
+// careful ones, on every store of pauseStores, reports it as suite and
+// checks it: violations says what counts as one, and note is the format
+// of the report's note, given the runs, the TTL, the pauses taken over and
+// all of them, the writes accepted, rejected and after their writer's
+// deadline, the time taken and the store's note.
+func r4(t *testing.T, suite string, naive bool, violations func(outcome) int, note string) {
 	for _, name := range pauseStores() {
 		t.Run(name, func(t *testing.T) {
 			st := prepare(t, name)
 			began := time.Now()
-			out := campaign(t, st, true, true)
-			violations := out.res.Violations() + out.or.LostUpdates + out.or.StaleAccepted + out.or.CounterMismatch
-			verify.Report(t, verify.Row{Suite: "R4-naive", Store: name, Ops: out.res.Ops, Faults: out.pauses,
-				Violations: violations, Checker: out.checker(),
-				Note: fmt.Sprintf("%d runs, TTL %s, %d/%d pauses taken over; %d writes accepted, %d stale rejected by fencing, %d accepted after the writer's deadline (no newer token yet: not lost); %s%s",
-					out.runs, st.ttl, out.takeovers, out.pauses, out.or.Accepted, out.or.Rejected, out.or.AfterDeadline,
+			out := campaign(t, st, true, naive)
+			v := violations(out)
+			verify.Report(t, verify.Row{Suite: suite, Store: name, Ops: out.res.Ops, Faults: out.pauses,
+				Violations: v, Checker: out.checker(),
+				Note: fmt.Sprintf(note, out.runs, st.ttl, out.takeovers, out.pauses, out.or.Accepted, out.or.Rejected, out.or.AfterDeadline,
 					time.Since(began).Round(time.Second), sep(st.note))})
-			check(t, out, violations)
+			check(t, out, v)
 		})
 	}
 }

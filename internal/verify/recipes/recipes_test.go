@@ -71,16 +71,12 @@ func run(t *testing.T, tg verify.Target) {
 
 	hp := recipes.NewHolderPauser()
 	t.Cleanup(hp.Close)
-	oE, err := verify.NewOracleOnRead(true, hp.OnRead)
-	if err != nil {
-		t.Fatal(err)
+	newOracle := func() *verify.Oracle {
+		o := verify.MustOracle(t, true, hp.OnRead)
+		t.Cleanup(func() { o.Close() })
+		return o
 	}
-	defer oE.Close()
-	oS, err := verify.NewOracleOnRead(true, hp.OnRead)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer oS.Close()
+	oE, oS := newOracle(), newOracle()
 
 	names := func(prefix string, n int) []string {
 		out := make([]string, n)
@@ -173,14 +169,20 @@ func run(t *testing.T, tg verify.Target) {
 		return fmt.Sprintf("%d kills, %d engine pauses, %d holder pauses", faults["kill"], faults["pause-engine"], len(hp.Pauses(g)))
 	}
 
+	// checkGroup checks group g's history (permits holders at once) and
+	// its oracle: what the workers did (the model's additions taken off),
+	// and how many of its paused holders were taken over while paused.
+	checkGroup := func(g string, permits int, o *verify.Oracle) (h *verify.History, res verify.Result, or verify.OracleResult, added, takeovers int) {
+		h, added = history(groups[g].History(), tg.Name, restarts)
+		res = verify.Check(h, verify.CheckOptions{Permits: permits})
+		res.Ops -= added // report what the workers did
+		res.Indeterminate -= added
+		return h, res, o.Check(), added, pause.Takeovers(h, hp.Pauses(g), ids[g])
+	}
+
 	// Elections.
-	hE, addedE := history(groups["election"].History(), tg.Name, restarts)
-	resE := verify.Check(hE, verify.CheckOptions{Permits: 1})
-	resE.Ops -= addedE // report what the workers did
-	resE.Indeterminate -= addedE
+	hE, resE, orE, addedE, takeE := checkGroup("election", 1, oE)
 	terms := recipes.CheckTerms(hE)
-	orE := oE.Check()
-	takeE := pause.Takeovers(hE, hp.Pauses("election"), ids["election"])
 	verify.Report(t, verify.Row{Suite: "R9-election", Store: tg.Name, Ops: resE.Ops,
 		Faults: engineFaults + len(hp.Pauses("election")), Violations: resE.Violations() + terms.Violations() + orE.Violations(),
 		Checker: resE.Checker(),
@@ -190,13 +192,8 @@ func run(t *testing.T, tg verify.Target) {
 	t.Logf("R9-election %s: %s; %s; oracle %+v", tg.Name, resE, terms, orE)
 
 	// Semaphore.
-	hS, addedS := history(groups["semaphore"].History(), tg.Name, restarts)
-	resS := verify.Check(hS, verify.CheckOptions{Permits: permits})
-	resS.Ops -= addedS
-	resS.Indeterminate -= addedS
+	hS, resS, orS, addedS, takeS := checkGroup("semaphore", permits, oS)
 	perm := recipes.CheckPermits(hS, permits)
-	orS := oS.Check()
-	takeS := pause.Takeovers(hS, hp.Pauses("semaphore"), ids["semaphore"])
 	verify.Report(t, verify.Row{Suite: "R9-semaphore", Store: tg.Name, Ops: resS.Ops,
 		Faults: engineFaults + len(hp.Pauses("semaphore")), Violations: resS.Violations() + perm.Violations() + orS.Violations(),
 		Checker: resS.Checker(),
@@ -205,18 +202,18 @@ func run(t *testing.T, tg verify.Target) {
 			orS.Accepted, orS.Rejected, resS.Indeterminate, modelNote(addedS), seed, note)})
 	t.Logf("R9-semaphore %s: %s; %s; oracle %+v", tg.Name, resS, perm, orS)
 
-	bad := false
-	if !resE.Passed() || resE.Checker() != "ok" || terms.Violations() > 0 || orE.Violations() > 0 {
-		bad = true
-		t.Errorf("R9-election %s: %s\n%s\noracle: %d lost updates, %d stale accepted, %d after deadline, %d counter mismatches; first: %s\nworker logs:\n%s",
-			tg.Name, resE, terms, orE.LostUpdates, orE.StaleAccepted, orE.AfterDeadline, orE.CounterMismatch, orE.First, verify.Clip(groups["election"].Logs(), 60))
+	// failed reports group g's violations, if any: its checker's, its
+	// recipe's (rec) and its oracle's.
+	failed := func(g string, res verify.Result, rec fmt.Stringer, recViolations int, or verify.OracleResult) bool {
+		if res.Passed() && res.Checker() == "ok" && recViolations == 0 && or.Violations() == 0 {
+			return false
+		}
+		t.Errorf("R9-%s %s: %s\n%s\noracle: %d lost updates, %d stale accepted, %d after deadline, %d counter mismatches; first: %s\nworker logs:\n%s",
+			g, tg.Name, res, rec, or.LostUpdates, or.StaleAccepted, or.AfterDeadline, or.CounterMismatch, or.First, verify.Clip(groups[g].Logs(), 60))
+		return true
 	}
-	if !resS.Passed() || resS.Checker() != "ok" || perm.Violations() > 0 || orS.Violations() > 0 {
-		bad = true
-		t.Errorf("R9-semaphore %s: %s\n%s\noracle: %d lost updates, %d stale accepted, %d after deadline, %d counter mismatches; first: %s\nworker logs:\n%s",
-			tg.Name, resS, perm, orS.LostUpdates, orS.StaleAccepted, orS.AfterDeadline, orS.CounterMismatch, orS.First, verify.Clip(groups["semaphore"].Logs(), 60))
-	}
-	if bad {
+	badE := failed("election", resE, terms, terms.Violations(), orE)
+	if badS := failed("semaphore", resS, perm, perm.Violations(), orS); badE || badS {
 		verify.Dump(t, "r9-"+tg.Name+"-election", hE)
 		verify.Dump(t, "r9-"+tg.Name+"-semaphore", hS)
 		return

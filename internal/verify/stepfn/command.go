@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -95,14 +94,16 @@ func (tr *trial) runLoop(t testing.TB, soft, hard context.Context, i int) {
 	for n := 0; soft.Err() == nil; n++ {
 		proc := fmt.Sprintf("run%d-%d", i, n)
 		cc, _ := json.Marshal(commandConfig{Oracle: tr.env.Oracle.URL(), Key: tr.cfg.Lock, Proc: proc, Log: log, Hold: tr.between(tr.cfg.Hold)})
-		args, _ := json.Marshal([]string{"run", "--store", tr.env.StoreURL, "--ttl", tr.cfg.TTL.String(), tr.cfg.Lock, "--", exe, CommandArg, string(cc)})
-		cmd := exec.CommandContext(hard, exe, "-test.run=^$")
-		cmd.Env = append(os.Environ(), verify.EnvCLI+"="+string(args))
+		cmd, err := verify.CLICommand(hard, "run", "--store", tr.env.StoreURL, "--ttl", tr.cfg.TTL.String(), tr.cfg.Lock, "--", exe, CommandArg, string(cc))
+		if err != nil {
+			tr.logf("run loop: %v", err)
+			break
+		}
 		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 		cmd.WaitDelay = 10 * time.Second
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
-		err := cmd.Run()
+		err = cmd.Run()
 		exits[proc] = verify.Mono()
 		tr.count("leasehold run", 1)
 		select {

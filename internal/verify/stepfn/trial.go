@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -97,17 +96,12 @@ func (o Outcome) Violations() int {
 
 // Note summarises the outcome for a report row.
 func (o Outcome) Note() string {
-	keys := make([]string, 0, len(o.Counts))
-	for k := range o.Counts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s %d, ", k, o.Counts[k])
+	counts := verify.CountsNote(o.Counts)
+	if counts != "" {
+		counts += ", "
 	}
 	return fmt.Sprintf("%scritical sections: %d (machines %d, Go workers %d, leasehold run %d), %d overlaps, %d token order, oracle %d accepted / %d rejected, %s",
-		b.String(), o.Result.CS, o.CSBy["sfn"], o.CSBy["go"], o.CSBy["run"], o.Result.Overlaps, o.TokenOrder, o.Oracle.Accepted, o.Oracle.Rejected, o.Took.Round(time.Second))
+		counts, o.Result.CS, o.CSBy["sfn"], o.CSBy["go"], o.CSBy["run"], o.Result.Overlaps, o.TokenOrder, o.Oracle.Accepted, o.Oracle.Rejected, o.Took.Round(time.Second))
 }
 
 type trial struct {

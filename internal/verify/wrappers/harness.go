@@ -39,20 +39,17 @@ const (
 // dir with the given build tags ("" for none) and returns its path.
 func Build(t testing.TB, dir, tags string) string {
 	t.Helper()
-	goBin := proctest.GoCommand()
-	if goBin == "" {
+	if proctest.GoCommand() == "" {
 		t.Skip("R13 needs the go command (not in GOROOT/bin nor on PATH) to build leasehold")
 	}
-	bin := filepath.Join(dir, "leasehold")
-	args := []string{"build", "-o", bin}
+	var flags []string
 	if tags != "" {
-		args = append(args, "-tags", tags)
+		flags = []string{"-tags", tags}
 	}
 	start := time.Now()
-	cmd := exec.Command(goBin, append(args, "github.com/leasehold/leasehold/cmd/leasehold")...)
-	cmd.Env = cleanEnv()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build leasehold (tags %q): %v\n%s", tags, err, out)
+	bin, err := proctest.BuildLeasehold(dir, cleanEnv(), flags...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("built leasehold (tags %q) in %s", tags, time.Since(start).Round(time.Millisecond))
 	return bin

@@ -58,10 +58,7 @@ func (s *suite) run(t *testing.T) { s.runWith(t, nil) }
 // runs for s.dur.
 func (s *suite) runWith(t *testing.T, faults func()) {
 	t.Helper()
-	o, err := verify.NewOracle(true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := verify.MustOracle(t, true, nil)
 	defer o.Close()
 	cfg := s.cfg
 	cfg.Oracle = o.URL()

@@ -1,0 +1,29 @@
+package redis
+
+import (
+	"context"
+
+	"github.com/leasehold/leasehold"
+)
+
+// QueueStats reports how many wait.lua runs this store's waiters made and
+// how many messages addressed to them it delivered.
+func (s *Store) QueueStats() (waitRuns, delivered int64) {
+	return s.qstats.waitRuns.Load(), s.qstats.delivered.Load()
+}
+
+// Leave runs a waiter's leave step (leave.lua) as AcquireWait does when
+// its context ends.
+func (s *Store) Leave(ctx context.Context, req leasehold.AcquireRequest, id string) error {
+	return s.leave(ctx, req, id)
+}
+
+// Translate is translate, the mapping of go-redis errors.
+func (s *Store) Translate(ctx context.Context, op string, err error) error {
+	return s.translate(ctx, op, err)
+}
+
+// WaitFailed is waitFailed, AcquireWait's answer to a failed step.
+func (s *Store) WaitFailed(ctx context.Context, req leasehold.AcquireRequest, id string, err error) error {
+	return s.waitFailed(ctx, req, id, err)
+}

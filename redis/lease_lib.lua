@@ -1,0 +1,150 @@
+-- lease_lib.lua: prepended to the lease scripts that grant or free a lease
+-- (acquire.lua, release.lua, wait.lua, leave.lua). Every key of a name is
+-- in one hash slot (the name's hash tag), and every script declares them all:
+-- KEYS[1] lease hash (expires with the lease), KEYS[2] fence hash (n =
+-- latest token, o = its owner, q = the queue's arrival counter; never
+-- expires), KEYS[3] queue (sorted set: waiter id -> arrival number),
+-- KEYS[4] waiters (hash: d:<id> = liveness deadline in server ms, r:<id> =
+-- the waiter's request), KEYS[5] Watch interest marker (a string with PX),
+-- KEYS[6] the restart marker (not on a cluster, where it is in another slot).
+-- ARGV[1] hold-back end in server ms (0 = none), ARGV[2] token floor,
+-- ARGV[3] the floor_us of the marker the caller checked, ARGV[4] the
+-- store's channel, ARGV[5] the lease name; the script's own from ARGV[6].
+if redis.replicate_commands then redis.replicate_commands() end
+local K_LEASE, K_FENCE, K_QUEUE, K_WAIT, K_INTEREST, K_MARK = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local hold = tonumber(ARGV[1])
+local floor = tonumber(ARGV[2])
+local channel, name = ARGV[4], ARGV[5]
+-- The server clock and the marker check are read when first needed (a
+-- release with no one queued needs neither).
+local now_us, now_ms
+local function clock()
+  if not now_us then
+    local t = redis.call('TIME')
+    now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now_ms = math.floor(now_us / 1000)
+  end
+end
+-- marker_ok is false if the marker is not the one the caller checked: lost
+-- in a restart, or rewritten by a client that noticed one. No grant is
+-- made on stale facts.
+local marker_state
+local function marker_ok()
+  if marker_state == nil then
+    marker_state = (not K_MARK) or redis.call('HGET', K_MARK, 'floor_us') == ARGV[3]
+  end
+  return marker_state
+end
+
+local function fmt(x) return string.format('%.0f', x) end
+
+-- grant makes a new grant of the free lease: the next token is above the
+-- fence and the floor. A missing fence (first use, or lost) starts at the
+-- server clock in microseconds, which exceeds every token granted before.
+local function grant(owner, req, data, ttl_ns)
+  clock()
+  local n = tonumber(redis.call('HGET', K_FENCE, 'n'))
+  local token
+  if n then
+    token = math.max(n + 1, floor)
+  else
+    token = math.max(now_us, floor, 1)
+  end
+  local tok, acq = fmt(token), fmt(now_us)
+  redis.call('HSET', K_FENCE, 'n', tok, 'o', owner)
+  redis.call('HSET', K_LEASE, 'owner', owner, 'token', tok, 'req', req, 'data', data, 'ttl', ttl_ns, 'acq', acq)
+  redis.call('PEXPIRE', K_LEASE, fmt(math.floor(tonumber(ttl_ns) / 1000000)))
+  return tok, acq
+end
+
+-- drop removes a waiter's entry.
+local function drop(id)
+  redis.call('ZREM', K_QUEUE, id)
+  redis.call('HDEL', K_WAIT, 'd:' .. id, 'r:' .. id)
+end
+
+-- A waiter's request: ttl_ns NUL owner NUL request id NUL data (owners
+-- and request ids have no control characters; data comes last and may).
+local function parse(r)
+  local a = string.find(r, '\0', 1, true)
+  local b = string.find(r, '\0', a + 1, true)
+  local c = string.find(r, '\0', b + 1, true)
+  return string.sub(r, 1, a - 1), string.sub(r, a + 1, b - 1), string.sub(r, b + 1, c - 1), string.sub(r, c + 1)
+end
+
+-- first_live returns the id of the first live entry of the queue (the
+-- head) and its liveness deadline, dropping the entries before it whose
+-- waiters stopped refreshing them; nil if no live waiter is queued.
+local function first_live()
+  clock()
+  while true do
+    local id = redis.call('ZRANGE', K_QUEUE, 0, 0)[1]
+    if not id then
+      return nil
+    end
+    local w = redis.call('HMGET', K_WAIT, 'd:' .. id, 'r:' .. id)
+    if w[1] and w[2] and tonumber(w[1]) > now_ms then
+      return id, tonumber(w[1])
+    end
+    drop(id)
+  end
+end
+
+-- wake_head tells the live head of the queue, if any, that it is the head
+-- now and that the lease is held for wait_ms more (name NUL id NUL
+-- wait_ms): it times its next step by that expiry, not by its refresh.
+-- With if_sooner, only if the lease may be free before the head's liveness
+-- deadline (else the head refreshes its entry before then anyway, and that
+-- step tells it that it is the head).
+local function wake_head(wait_ms, if_sooner)
+  local id, d = first_live()
+  if id and not (if_sooner and now_ms + wait_ms >= d) then
+    redis.call('PUBLISH', channel, name .. '\0' .. id .. '\0' .. fmt(math.max(wait_ms, 0)))
+  end
+end
+
+-- handover gives the free lease to the live head of the queue, dropping
+-- the entries whose waiters stopped refreshing them, and sends the grant
+-- to that waiter alone (not when the head is self, the caller); the next
+-- live waiter, head now, is told so in the same step if the new grant may
+-- expire before that waiter's next refresh. Returns nil when no
+-- live waiter is queued; {id} when the head is live but no grant may be
+-- made now (holding back after a restart, or a stale marker: then the head
+-- is woken to try with facts of its own); else {id, owner, request id,
+-- token, acquired_us, ttl_ns}.
+local function handover(self)
+  local id = first_live()
+  if not id then
+    return nil
+  end
+  if not marker_ok() then
+    if id ~= self then redis.call('PUBLISH', channel, name .. '\0' .. id) end
+    return {id}
+  end
+  if now_ms < hold then
+    return {id}
+  end
+  local ttl, owner, req, data = parse(redis.call('HGET', K_WAIT, 'r:' .. id))
+  local tok, acq = grant(owner, req, data, ttl)
+  drop(id)
+  if id ~= self then
+    redis.call('PUBLISH', channel, name .. '\0' .. id .. '\0' .. tok .. '\0' .. acq .. '\0' .. fmt(now_ms))
+  end
+  wake_head(math.floor(tonumber(ttl) / 1000000), true)
+  return {id, owner, req, tok, acq, ttl}
+end
+
+-- freed tells whoever waits that the lease is free: the live head of the
+-- queue gets it; failing that, Watch subscribers hear of it, but only if
+-- one registered interest. No one waits: nothing is published.
+local function freed()
+  if redis.call('EXISTS', K_QUEUE) == 1 then
+    local h = handover(nil)
+    if h and h[2] then
+      return
+    end
+  end
+  if redis.call('EXISTS', K_INTEREST) == 1 then
+    redis.call('PUBLISH', channel, name)
+  end
+end
