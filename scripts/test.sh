@@ -1,47 +1,105 @@
 #!/usr/bin/env bash
 # The project's test command: starts the engines the tests need (installing
-# what is missing), vets the code, runs every test with the race detector and
-# the default tier of the fault suites, then stops the engines.
+# what is missing), vets the code, runs every test with the race detector,
+# the bench smoke run, the Python client's tests and the default tier of
+# the fault suites, then stops the engines.
 #
 # Every engine must start: if one cannot be installed or started, this stops
 # at once, naming it (with its log, from scripts/engines.sh). And every test
 # must have its engine: LEASEHOLD_REQUIRE_ENGINES=1 makes a test that would
 # skip for a missing engine fail instead (internal/enginetest).
-set -euo pipefail
+#
+# Every stage runs even when an earlier one failed, so that one failure does
+# not hide the rest of the report; the script ends with a table of the
+# stages (status and seconds) and exits non-zero if any failed.
+#
+# LEASEHOLD_STAGES="vet race" runs only the named stages (mod, vet, race,
+# bench, python, verify); the engines start whenever a named stage needs them.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
-echo "== $(go version)"
-echo "== go mod download"
-go mod download
+want=" ${LEASEHOLD_STAGES:-mod vet race bench python verify} "
+began=$(date +%s)
+summary=()
+failed=0
 
-echo "== engines"
-trap 'scripts/engines.sh stop' EXIT
-# Not eval "$(scripts/engines.sh start)": eval would go on after a failure.
-if ! exports=$(scripts/engines.sh start); then
-	failed=$(cat "${LEASEHOLD_ENGINES_DIR:-.engines}/failed" 2>/dev/null || echo "see above")
-	echo "test.sh: FAILED: the test engines did not start: $failed" >&2
-	exit 1
-fi
-eval "$exports"
-export LEASEHOLD_REQUIRE_ENGINES=1
+# stage NAME COMMAND...: runs COMMAND (if NAME is wanted), timing it and
+# noting its status; never stops the script.
+stage() {
+	local name=$1 t0 st
+	shift
+	case "$want" in *" $name "*) ;; *) return 0 ;; esac
+	echo "== [$name] $*"
+	t0=$(date +%s)
+	"$@"
+	st=$?
+	local secs=$(($(date +%s) - t0))
+	if [ $st -eq 0 ]; then
+		summary+=("$(printf '%-8s ok      %5d s' "$name" "$secs")")
+	else
+		summary+=("$(printf '%-8s FAILED  %5d s  (exit %d)' "$name" "$secs" "$st")")
+		failed=1
+	fi
+	echo "== [$name] exit $st after $secs s"
+	return 0
+}
 
-echo "== go vet"
-go vet ./...
-echo "== go test -race (everything but the fault suites)"
-pkgs=$(go list ./... | grep -v '/internal/verify')
-# shellcheck disable=SC2086 # one word per package
-go test -race -count=1 -timeout 40m $pkgs
+report() {
+	echo
+	echo "== stages ($(($(date +%s) - began)) s in all, $(go version | cut -d' ' -f3), $(nproc) cores)"
+	printf '%s\n' "${summary[@]}"
+}
+
+race() {
+	local pkgs
+	pkgs=$(go list ./... | grep -v '/internal/verify') || return 1
+	# shellcheck disable=SC2086 # one word per package
+	go test -race -count=1 -timeout 40m $pkgs
+}
+
 # Every benchmark suite of the bench module (its own go.mod) once with tiny
 # counts (docs/benchmarks.md), so that none can rot: a suite that cannot run
 # an implementation or its reference fails; timings never do. A change to
 # the main go.mod can leave bench/go.mod behind: cd bench && go mod tidy.
-echo "== bench --smoke (every benchmark suite, tiny counts)"
-(cd bench && go vet ./... && go test -count=1 ./... && go run . --smoke all >/dev/null)
+bench_smoke() {
+	(cd bench && go vet ./... && go test -count=1 ./... && go run . --smoke all >/dev/null)
+}
+
+engines() {
+	trap 'scripts/engines.sh stop; report' EXIT
+	local exports failedwhat
+	# Not eval "$(scripts/engines.sh start)": eval would go on after a failure.
+	if ! exports=$(scripts/engines.sh start); then
+		failedwhat=$(cat "${LEASEHOLD_ENGINES_DIR:-.engines}/failed" 2>/dev/null || echo "see above")
+		echo "test.sh: FAILED: the test engines did not start: $failedwhat" >&2
+		return 1
+	fi
+	eval "$exports"
+	export LEASEHOLD_REQUIRE_ENGINES=1
+}
+
+echo "== $(go version)"
+trap report EXIT
+stage mod go mod download
+case "$want" in
+*" race "* | *" bench "* | *" python "* | *" verify "*)
+	want="$want engines "
+	stage engines engines
+	if [ $failed -ne 0 ]; then
+		# Nothing that needs an engine can pass without it.
+		exit 1
+	fi
+	;;
+esac
+stage vet go vet ./...
+stage race race
+stage bench bench_smoke
 # The Python client (clients/python) against a real server built from this
 # checkout, with Debian's /usr/bin/python3 (see clients/python/run_tests.sh).
-clients/python/run_tests.sh
+stage python clients/python/run_tests.sh
 # The fault suites (docs/verification.md) run their workers as processes and
 # time faults against lease TTLs: they run without the race detector, one
 # package at a time, and end with the verification report.
-scripts/verify.sh default
+stage verify scripts/verify.sh default
+exit $failed

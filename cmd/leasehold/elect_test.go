@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/proctest"
 )
 
 // readLines returns the non-empty lines of a file (missing: none).
@@ -38,12 +40,11 @@ func TestElectFailover(t *testing.T) {
 }
 
 func electFailover(t *testing.T, store string) {
+	// The new leader's tree lives in its keeper's group and stops only
+	// once the keeper sees its supervisor gone: the subtest's cleanup kills
+	// every process of its trees before its directory is removed.
+	proctest.MarkTrees(t)
 	log := t.TempDir() + "/log"
-	// Runs after the supervisors' groups are killed (cleanups run last
-	// first) and before the directory is removed: the new leader's tree
-	// lives in its keeper's group and stops only once the keeper sees its
-	// supervisor gone, so it may still append to the log meanwhile.
-	t.Cleanup(func() { waitQuiet(log, 500*time.Millisecond, 15*time.Second) })
 	const ttl = 2 * time.Second
 	name := fmt.Sprintf("svc/primary/%d", time.Now().UnixNano())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -173,21 +174,3 @@ func TestElectOnLostRestart(t *testing.T) {
 	}
 }
 
-// waitQuiet returns once the file at path has not grown for quiet (or
-// after limit): the command trees writing to it have stopped.
-func waitQuiet(path string, quiet, limit time.Duration) {
-	size := int64(-1)
-	since := time.Now()
-	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		fi, err := os.Stat(path)
-		n := int64(-1)
-		if err == nil {
-			n = fi.Size()
-		}
-		if n != size {
-			size, since = n, time.Now()
-		} else if time.Since(since) >= quiet {
-			return
-		}
-	}
-}

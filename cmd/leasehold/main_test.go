@@ -49,6 +49,7 @@ func TestMain(m *testing.M) {
 // does not wait on busy_timeout), which is a store bug, not what these
 // tests are about.
 func newStore(t *testing.T) (url, path string) {
+	proctest.MarkTrees(t)
 	path = filepath.Join(t.TempDir(), "x.db")
 	s, err := sqlite.Open(path)
 	if err != nil {
@@ -228,6 +229,7 @@ func TestHolderKilled(t *testing.T) {
 }
 
 func holderKilled(t *testing.T, store string) {
+	proctest.MarkTrees(t)
 	const ttl = 2 * time.Second
 	name := fmt.Sprintf("e2e/kill/%d", time.Now().UnixNano())
 	log := filepath.Join(t.TempDir(), "log")

@@ -169,6 +169,7 @@ func TestRunThroughServer(t *testing.T) {
 // definitions: two admins approving at once, one applies, the other is told
 // who did; the approval survives a restart.
 func TestServeWorkflows(t *testing.T) {
+	proctest.MarkTrees(t)
 	tmp := t.TempDir()
 	defs := filepath.Join(tmp, "workflows.json")
 	if err := os.WriteFile(defs, []byte(`{"workflows": [{"name": "approval", "initial": "PENDING",

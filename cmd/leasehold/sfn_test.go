@@ -19,6 +19,7 @@ import (
 
 	"github.com/leasehold/leasehold/dynamodb"
 	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/sfn"
 )
 
@@ -129,6 +130,7 @@ func conditionFailed(err error) bool {
 // of the machine that "leasehold sfn" writes exclude each other on one lock
 // in dynalite, and share its fencing counter.
 func TestStateMachineAndRunExclude(t *testing.T) {
+	proctest.MarkTrees(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	table, u, client := newTable(ctx, t, "sfn_e2e")
@@ -226,6 +228,7 @@ func TestStateMachineAndRunExclude(t *testing.T) {
 // grant the same execution took after it ended (a redrive) nor another
 // execution's; leasehold run then gets the lock with a greater token.
 func TestCleanupMachineReleasesDeadExecution(t *testing.T) {
+	proctest.MarkTrees(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	table, u, client := newTable(ctx, t, "sfn_cleanup")

@@ -31,6 +31,7 @@ type harness struct {
 }
 
 func newHarness(t *testing.T) *harness {
+	proctest.MarkTrees(t)
 	path := filepath.Join(t.TempDir(), "leases.db")
 	return &harness{t: t, path: path, url: "sqlite://" + path, open: stores.Open}
 }

@@ -131,8 +131,13 @@ func TestRunDeadlineKillsGrandchild(t *testing.T) {
 	if r.code != ExitLost {
 		t.Errorf("code %d, want %d; stderr:\n%s", r.code, ExitLost, r.stderr)
 	}
-	if !strings.Contains(r.stderr, "SIGKILL") {
-		t.Errorf("no SIGKILL at the deadline:\n%s", r.stderr)
+	// Two processes enforce the deadline, each on its own clock: this
+	// one's watchdog ("sending SIGKILL") and the group's keeper, whose
+	// SIGKILL can come first on a loaded machine (the command then ends
+	// "signal: killed" and the watchdog has nothing left to kill). Either
+	// is the promise kept; a command that ended any other way is not.
+	if !strings.Contains(r.stderr, "SIGKILL") && !strings.Contains(r.stderr, "(command: signal: killed)") {
+		t.Errorf("the command was not killed at the deadline:\n%s", r.stderr)
 	}
 	l.assertStopped(0)
 }

@@ -2,7 +2,11 @@ package proctest
 
 import (
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
+	"time"
 )
 
 // TestFreeAddrs: the addresses are loopback ones, all different, and free
@@ -43,5 +47,48 @@ func TestBuffer(t *testing.T) {
 	}
 	if n := len(b.String()); n != 400 {
 		t.Fatalf("%d bytes, want 400", n)
+	}
+}
+
+// TestMarkTreesReapsDetachedTree: a subtest starts a tree whose parts
+// outlive their parent, one of them in a session of its own, all writing
+// into the subtest's temporary directory. The subtest's cleanup must kill
+// them all before that directory is removed (else RemoveAll fails with
+// "directory not empty" and the subtest fails), and none may run after.
+func TestMarkTreesReapsDetachedTree(t *testing.T) {
+	if _, err := os.Stat("/proc/self/environ"); err != nil {
+		t.Skip("no /proc here")
+	}
+	var dir, kv string
+	t.Run("tree", func(t *testing.T) {
+		kv = MarkTrees(t)
+		dir = t.TempDir()
+		script := `(while :; do echo x >> "$1/a.$$"; sleep 0.001; done) &
+setsid sh -c 'while :; do echo y >> "$0/b.$$"; sleep 0.001; done' "$1" &
+exit 0`
+		// No pipes: the writers would keep them open.
+		if err := exec.Command("sh", "-c", script, "sh", dir).Run(); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if m, _ := filepath.Glob(filepath.Join(dir, "[ab].*")); len(m) == 2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the tree's two writers did not start")
+			}
+		}
+		if n := len(Marked([]byte(kv))); n < 2 {
+			t.Errorf("%d marked processes running, want at least the two writers", n)
+		}
+	})
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the subtest's directory is still there (%v)", err)
+	}
+	if left := Marked([]byte(kv)); len(left) > 0 {
+		t.Errorf("processes of the subtest still run: %v", left)
+	}
+	if got := os.Getenv(TreeMark); got != "" {
+		t.Errorf("%s=%q after the subtest, want it unset", TreeMark, got)
 	}
 }
