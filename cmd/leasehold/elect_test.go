@@ -173,4 +173,3 @@ func TestElectOnLostRestart(t *testing.T) {
 		t.Errorf("terms %d then %d: want a greater term after campaigning again", t1, t2)
 	}
 }
-
