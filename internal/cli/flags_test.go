@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -81,9 +83,21 @@ func TestGraceDerivedFromTTL(t *testing.T) {
 	}
 	// The command no longer fails on a --grace the user never gave.
 	h := newHarness(t)
-	r := h.run("run", "--store", h.url, "--ttl", "10ms", "a", "--", "true")
-	if r.code == ExitUsage || strings.Contains(r.stderr, "--grace") {
-		t.Errorf("run --ttl 10ms: exit %d; stderr %q", r.code, r.stderr)
+	r := h.run("run", "--store", h.url, "--ttl", minCommandTTL.String(), "a", "--", "true")
+	if r.code != 0 {
+		t.Errorf("run --ttl %s: exit %d; stderr %q", minCommandTTL, r.code, r.stderr)
+	}
+	// Shorter than a command can use: a usage error naming the minimum,
+	// for run and elect (it used to "lose" a lease whose command never
+	// ran, exit 76); hold has no command and keeps the store's range.
+	for _, verb := range []string{"run", "elect"} {
+		r := h.run(verb, "--store", h.url, "--ttl", "10ms", "b", "--", "sleep", "5")
+		if r.code != ExitUsage || !strings.Contains(r.stderr, "minimum of 500ms") {
+			t.Errorf("%s --ttl 10ms: exit %d, want %d naming the minimum; stderr %q", verb, r.code, ExitUsage, r.stderr)
+		}
+	}
+	if rec, err := h.store().Get(context.Background(), "b"); !errors.Is(err, leasehold.ErrNotFound) {
+		t.Errorf("after the refused --ttl: Get(b) = %+v, %v; want ErrNotFound", rec, err)
 	}
 }
 

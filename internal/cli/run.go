@@ -94,6 +94,11 @@ lease:
     kills the group at once; if leasehold is stopped or starved so that it
     cannot renew, the keeper kills the group at the lease's local deadline.
     Either way before the lease can be granted again.
+  - Every SIGKILL "at the deadline" is sent a kill margin, max(50ms, 5% of
+    TTL), before it, so that a kill delayed by a busy machine still lands
+    in time. --ttl must be at least 500ms.
+  - A force-release (leasehold force-release) frees the lease for others at
+    once: the command runs on until the next renewal is refused.
 
 Renewals are sent every TTL/3 and the local deadline is TTL*0.99 - 5ms after
 the last one was sent, so GRACE must be below the renewal window
@@ -194,6 +199,9 @@ func (o *runOptions) check(cmd *cobra.Command) error {
 	}
 	if err := storekit.ValidateTTL(o.ttl); err != nil {
 		return usagef("%s: --ttl: %v", o.verb, err)
+	}
+	if o.command != nil && o.ttl < minCommandTTL {
+		return usagef("%s: --ttl %s is below the minimum of %s for a command: it needs time to start, and its process group is killed max(50ms, 5%% of TTL) before the lease's deadline", o.verb, o.ttl, minCommandTTL)
 	}
 	if o.wait < 0 {
 		return usagef("%s: --wait %s must not be negative", o.verb, o.wait)

@@ -50,7 +50,7 @@ func (o *runOptions) supervise(ctx context.Context, e *env, lease *leasehold.Lea
 		return exitf(ExitInternal, "%s: %v", o.verb, err)
 	}
 
-	w := &watchdog{lease: lease, grace: o.grace, tree: t, stderr: e.stderr, name: o.name}
+	w := &watchdog{lease: lease, grace: o.grace, margin: killMargin(o.ttl), tree: t, stderr: e.stderr, name: o.name}
 	// The keeper waits for its first deadline before it starts the
 	// command: sentDeadline is still zero, so this always sends it.
 	w.passDeadline()
@@ -127,20 +127,38 @@ type remainingSetter interface {
 	setRemainingOf(remaining func() time.Duration)
 }
 
+// minCommandTTL is the shortest --ttl of run and elect: the command must
+// have time to start, and its group is killed killMargin before the
+// lease's local deadline.
+const minCommandTTL = 500 * time.Millisecond
+
+// killMargin is how long before the lease's local deadline the command's
+// group is sent SIGKILL (by the watchdog and by the keeper): max(50ms, 5 %
+// of TTL). The local deadline itself lies TTL*ρ + ε before the store's
+// expiry (1 % + 5 ms by default); on a starved machine a SIGKILL sent "at
+// the deadline" can land tens of milliseconds late (R13 saw an overlap of
+// about 30 ms at TTL 1s and load 16 on 2 cores), so the kill is planned
+// this much earlier.
+func killMargin(ttl time.Duration) time.Duration {
+	return max(50*time.Millisecond, ttl/20)
+}
+
 // watchdog enforces the lease on the running command's process group.
 //
 // The rules: if no renewal has been confirmed by grace before the lease's
 // local deadline (checked on both the monotonic and the boot-time clock:
-// Lease.Remaining), the group gets SIGTERM, and SIGKILL if it still runs at
-// the deadline. If the lease is lost (Done closes with ErrLost) before that
-// window, because the store refused a renewal, the group gets SIGTERM at
-// once and SIGKILL min(grace, time left to the deadline) later. If it is
-// lost after the SIGTERM of the window, or the deadline has passed, SIGKILL
-// follows at once. Every new deadline is passed on to the group's keeper,
-// which enforces it too (if this process is stopped or dies).
+// Lease.Remaining), the group gets SIGTERM, and SIGKILL if it still runs
+// margin before the deadline. If the lease is lost (Done closes with
+// ErrLost) before that window, because the store refused a renewal, the
+// group gets SIGTERM at once and SIGKILL min(grace, time left to the
+// deadline - margin) later. If it is lost after the SIGTERM of the window,
+// or less than margin is left, SIGKILL follows at once. Every new deadline
+// is passed on to the group's keeper, less margin, which enforces it too
+// (if this process is stopped or dies).
 type watchdog struct {
 	lease  *leasehold.Lease
 	grace  time.Duration
+	margin time.Duration // killMargin(TTL); zero in tests of the bare rules
 	tree   commandTree
 	stderr io.Writer
 	name   string
@@ -181,7 +199,7 @@ func (w *watchdog) check(left time.Duration) {
 		w.lost = fmt.Errorf("no renewal confirmed %s before the lease's local deadline", w.grace)
 		w.term(fmt.Sprintf("no renewal of %s confirmed, deadline in %s", w.name, roundDuration(max(left, 0))))
 	}
-	if left <= w.killBelow {
+	if left <= max(w.killBelow, w.margin) {
 		w.kill("still running at the lease's deadline")
 	}
 }
@@ -197,7 +215,7 @@ func (w *watchdog) onDone(left time.Duration) {
 	switch {
 	case w.termSent:
 		w.kill("lease lost after SIGTERM")
-	case left <= 0:
+	case left <= w.margin:
 		w.kill("lease lost at its deadline")
 	default:
 		w.term(fmt.Sprintf("lease %s lost: %v", w.name, err))
@@ -207,7 +225,7 @@ func (w *watchdog) onDone(left time.Duration) {
 		// backs this process up rather than races it), never after the
 		// lease's deadline.
 		w.capped = true
-		w.sendRemaining(func() time.Duration { return min(2*w.grace, w.lease.Remaining()) })
+		w.sendRemaining(func() time.Duration { return min(2*w.grace, w.remaining()) })
 	}
 }
 
@@ -216,8 +234,14 @@ func (w *watchdog) onDone(left time.Duration) {
 func (w *watchdog) passDeadline() {
 	if d := w.lease.Deadline(); !d.Equal(w.sentDeadline) && !w.capped {
 		w.sentDeadline = d
-		w.sendRemaining(w.lease.Remaining)
+		w.sendRemaining(w.remaining)
 	}
+}
+
+// remaining is the time left until the group must be dead: the lease's
+// time left less the kill margin.
+func (w *watchdog) remaining() time.Duration {
+	return w.lease.Remaining() - w.margin
 }
 
 // sendRemaining passes the time left that remaining returns on to the

@@ -106,3 +106,34 @@ func TestWatchdogPassesDeadline(t *testing.T) {
 		t.Errorf("passed on %v, want one 2.965s after the renewal", tree.remaining)
 	}
 }
+
+// The group is killed killMargin before the lease's local deadline, by the
+// watchdog and by the keeper (which is passed the time left less the
+// margin), so that a kill delayed by a starved scheduler still lands
+// before the store's expiry. Before the margin the kill came only at the
+// deadline itself, and R13's control saw a 30 ms overlap at load 16.
+func TestWatchdogKillMargin(t *testing.T) {
+	const ttl = 2 * time.Second
+	m := killMargin(ttl)
+	if m != 100*time.Millisecond || killMargin(time.Second) != 50*time.Millisecond {
+		t.Fatalf("killMargin(2s) = %s, killMargin(1s) = %s; want 100ms and 50ms", m, killMargin(time.Second))
+	}
+	fk := clock.NewFake(time.Unix(1_000_000, 0))
+	l := fakeLease(t, fk, ttl)
+	tree := &fakeTree{}
+	w := &watchdog{lease: l, grace: 500 * time.Millisecond, margin: m, tree: tree, stderr: io.Discard, name: "w"}
+	w.tick() // passes the first deadline on
+	if want := l.Remaining() - m; len(tree.remaining) != 1 || tree.remaining[0] != want {
+		t.Errorf("the keeper was passed %v, want [%s] (time left less the margin)", tree.remaining, want)
+	}
+	// 1.98s - 5ms = 1.975s left at first: stop the keepalive from renewing
+	// by moving the clock only through check's view of time left.
+	w.check(m + time.Millisecond)
+	if want := []os.Signal{sigTERM}; !slices.Equal(tree.sigs, want) {
+		t.Fatalf("signals %v with just over the margin left, want %v", tree.sigs, want)
+	}
+	w.check(m)
+	if want := []os.Signal{sigTERM, os.Kill}; !slices.Equal(tree.sigs, want) {
+		t.Errorf("signals %v with the margin left, want %v", tree.sigs, want)
+	}
+}
