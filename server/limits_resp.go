@@ -48,6 +48,7 @@ const (
 	closeTotalInput   = "total_input"
 	closeOutputLimit  = "output_limit"
 	closeHTTP         = "http_request"
+	closeForeign      = "foreign_protocol"
 	closeProtocolErr  = "protocol_error"
 	respRefusedAnswer = "-ERR max number of clients reached\r\n"
 )

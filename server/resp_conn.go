@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -90,17 +91,31 @@ func (c *respConn) serve() {
 	// The buffer holds a line of respInlineMax bytes and its CRLF.
 	rd := resp.NewReader(bufio.NewReaderSize(c.nc, respInlineMax+2))
 	rd.MaxCommand, rd.MaxInline = srv.opts.MaxCommandBytes, respInlineMax
+	rd.StrictInline = true
 	rd.Budget = srv.input
 	defer rd.Free()
 	preAuth := srv.opts.Auth != nil
 	if preAuth {
 		c.limitPreAuth(rd)
 	}
+	// Until the first command of the table, anything that cannot be one
+	// closes the connection at once, runs nothing and answers nothing:
+	// another protocol's bytes (a TLS ClientHello, whose session ticket a
+	// web page can fill with command lines; an HTTP request) are refused
+	// before any line of them is read as a command.
+	known := false
+	if b, err := rd.PeekByte(); err == nil && !resp.CanStartCommand(b) {
+		c.foreign(fmt.Sprintf("first byte 0x%02x cannot start a command", b))
+		c.finish(writerDone)
+		return
+	}
 	for {
 		args, err := rd.ReadCommand()
 		if err != nil {
 			var ne net.Error
 			switch {
+			case errors.Is(err, resp.ErrForeign):
+				c.foreign("an inline line with control bytes, invalid UTF-8 or no command name")
 			case errors.Is(err, resp.ErrBudget):
 				c.replyError("ERR server input buffers full (the input buffered across all connections is at its limit); closing the connection")
 				c.closeReason.CompareAndSwap(nil, &closeTotalInputReason)
@@ -127,6 +142,13 @@ func (c *respConn) serve() {
 				"remote", c.nc.RemoteAddr())
 			break
 		}
+		if len(args) > 0 && !known {
+			if len(respByName[string(c.word(args[0]))]) == 0 {
+				c.foreign(fmt.Sprintf("unknown command '%s' before any known one", printable(args[0])))
+				break
+			}
+			known = true
+		}
 		if len(args) > 0 && c.exec(args) {
 			break // QUIT
 		}
@@ -135,10 +157,24 @@ func (c *respConn) serve() {
 			c.endPreAuth(rd)
 		}
 	}
+	c.finish(writerDone)
+}
+
+// finish ends the connection: its waits and subscriptions, then the
+// writer (after what it has queued), then the socket.
+func (c *respConn) finish(writerDone <-chan struct{}) {
 	c.waitCancel() // also ends the subscriptions, so no push holds up Close
 	c.out.Close()
 	<-writerDone
 	c.abort()
+}
+
+// foreign closes the connection on bytes of another protocol, without an
+// answer, logging and counting it (reason "foreign_protocol").
+func (c *respConn) foreign(what string) {
+	c.closeReason.CompareAndSwap(nil, &closeForeignReason)
+	c.srv.warn.Warn("resp: possible cross-protocol attack ("+what+"): connection closed, nothing run",
+		"remote", c.nc.RemoteAddr())
 }
 
 var (
@@ -148,6 +184,7 @@ var (
 	closeTotalInputReason  = closeTotalInput
 	closeAuthTimeoutReason = closeAuthTimeout
 	closeHTTPReason        = closeHTTP
+	closeForeignReason     = closeForeign
 )
 
 // closing reports whether Shutdown has begun (its read deadlines are not

@@ -14,9 +14,11 @@ package resp
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"unicode/utf8"
 )
 
 // Default limits of a Reader.
@@ -33,6 +35,13 @@ const (
 
 // ErrProtocol is matched (errors.Is) by every *ProtocolError.
 var ErrProtocol = errors.New("protocol error")
+
+// ErrForeign is returned by ReadCommand of a Reader with StrictInline for
+// an inline line that no client of this protocol sends: one that does not
+// start with a letter, or holds a control byte or invalid UTF-8 — the
+// bytes of another protocol (a TLS ClientHello, whose session ticket an
+// attacker can fill with command lines). It matches ErrProtocol too.
+var ErrForeign = &ProtocolError{Msg: "bytes of another protocol (an inline line with control bytes, invalid UTF-8 or no command name)"}
 
 // ProtocolError reports malformed input. The connection cannot be read any
 // further: the reader has lost its place in the stream.
@@ -75,6 +84,10 @@ type Reader struct {
 	MaxArray  int
 	MaxDepth  int
 	MaxInline int // longest inline command line; also bounded by the bufio size
+	// StrictInline refuses (ErrForeign) an inline line that does not
+	// start with an ASCII letter or that holds a control byte other than
+	// tab, DEL or invalid UTF-8; blank lines are still allowed.
+	StrictInline bool
 	// MaxCommand bounds the bytes of one command's arguments together
 	// (ReadCommand only); an array whose bulk strings would go over it is
 	// refused before they are read.
@@ -299,6 +312,9 @@ func (r *Reader) ReadCommand() ([][]byte, error) {
 		return nil, err
 	}
 	if len(line) == 0 || line[0] != '*' {
+		if r.StrictInline && !plausibleInline(line) {
+			return nil, ErrForeign
+		}
 		if len(line) > maxInline {
 			return nil, protoErr("inline command longer than %d bytes", maxInline)
 		}
@@ -342,6 +358,42 @@ func (r *Reader) ReadCommand() ([][]byte, error) {
 		r.args = append(r.args, arg)
 	}
 	return r.args, nil
+}
+
+// plausibleInline reports whether line (without its line end) could be
+// an inline command typed by a person or sent by a client: blank, or
+// starting with an ASCII letter, in valid UTF-8 with no control byte but
+// tab.
+func plausibleInline(line []byte) bool {
+	if len(bytes.TrimRight(line, " \t")) == 0 {
+		return true
+	}
+	if c := line[0]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+		return false
+	}
+	for _, c := range line {
+		if c < 0x20 && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return utf8.Valid(line)
+}
+
+// PeekByte returns the next byte of the stream without consuming it,
+// waiting for it if none is buffered.
+func (r *Reader) PeekByte() (byte, error) {
+	b, err := r.br.Peek(1)
+	if err != nil {
+		return 0, err
+	}
+	return b[0], nil
+}
+
+// CanStartCommand reports whether b can be the first byte of a command:
+// '*' (an array), an ASCII letter (an inline command) or a line end (a
+// blank line). A TLS record starts with 0x16, for one.
+func CanStartCommand(b byte) bool {
+	return b == '*' || b == '\r' || b == '\n' || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z'
 }
 
 func (r *Reader) inline(line []byte, maxArgs int) ([][]byte, error) {
