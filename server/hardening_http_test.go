@@ -221,3 +221,38 @@ func TestHTTPConnCaps(t *testing.T) {
 		return health(nc) == 200
 	})
 }
+
+// TestHTTPRecordBodyDeadline: a PUT of a record whose body stops short of
+// its Content-Length (60,000 announced, 10 sent, then nothing) is answered
+// and its connection closed once BodyTimeout has passed. Before the fix
+// readValue replaced the body deadline with a fixed 30 s and then cleared
+// it, and net/http drained the rest of the body without any deadline: the
+// request was never answered (open after 170 s).
+func TestHTTPRecordBodyDeadline(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	eng := rtEngine(t)
+	srv := httptest.NewServer(NewHandler(eng, HandlerOptions{BodyTimeout: timeout}))
+	t.Cleanup(srv.Close)
+	addr := srv.Listener.Addr().String()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	start := time.Now()
+	io.WriteString(nc, "PUT /v1/records/slow/value HTTP/1.1\r\nHost: "+addr+"\r\nContent-Type: application/octet-stream\r\nIf-None-Match: *\r\nContent-Length: 60000\r\n\r\n0123456789")
+	nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	b, err := io.ReadAll(nc) // until the server closes
+	if err != nil {
+		t.Fatalf("no answer and no close within 20s (BodyTimeout %s): %v; got %.80q", timeout, err, b)
+	}
+	if d := time.Since(start); d < timeout {
+		t.Errorf("cut after %v, before the body deadline", d)
+	}
+	if !strings.HasPrefix(string(b), "HTTP/1.1 400") {
+		t.Errorf("answered %.80q, want a 400", b)
+	}
+	if _, err := eng.(*Engine).GetRecord(t.Context(), "slow/value"); err == nil {
+		t.Error("a short body wrote the record")
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/httpwire"
@@ -224,10 +223,11 @@ func (h *httpAPI) readValue(q *httpReq) ([]byte, bool) {
 		return nil, false
 	}
 	limit := min(h.maxBody, leasehold.MaxValueLen)
-	rc := http.NewResponseController(q.w)
-	_ = rc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	// The body's deadline is bodyDeadline's (BodyTimeout from the
+	// request's start): it is cleared once the body was read to its end
+	// and stays set otherwise, so net/http's drain of an unread rest
+	// after the answer is bounded too.
 	value, err := io.ReadAll(http.MaxBytesReader(q.w, q.r.Body, limit))
-	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
