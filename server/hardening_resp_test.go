@@ -424,3 +424,36 @@ func TestRESPInlineLimit(t *testing.T) {
 	c.send("ECHO " + strings.Repeat("i", 17<<10) + "\r\n")
 	rtExpect(t, "a 17 KiB inline line", c.read(), "-ERR Protocol error: line longer than")
 }
+
+// TestRESPCommandTimeout: a command announced and never sent whole (a 1 MiB
+// bulk string with half its bytes, then nothing) holds its share of the
+// input budget only until CommandTimeout: then its connection is closed,
+// the budget is given back, and it is counted. Before it, such connections
+// held the budget for as long as the attacker liked, and every new client
+// (an admin's AUTH too) was refused "server input buffers full". An idle
+// connection between commands is not cut.
+func TestRESPCommandTimeout(t *testing.T) {
+	m := NewMetrics(nil)
+	const timeout = 300 * time.Millisecond
+	srv, addr := rtServe(t, rtEngine(t), RESPOptions{Metrics: m, CommandTimeout: timeout, MaxTotalInputBytes: 2<<20 + 32<<10})
+	const size = 1 << 20
+	used := func() int64 { return srv.input.used.Load() }
+	idle := rtDial(t, addr)
+	rtExpect(t, "idle's first PING", idle.do("PING"), "+PONG")
+	var cs []*rtConn
+	for i := 0; i < 2; i++ {
+		c := rtDial(t, addr)
+		c.send(fmt.Sprintf("*2\r\n$4\r\nPING\r\n$%d\r\n%s", size, strings.Repeat("p", size/2)))
+		cs = append(cs, c)
+	}
+	for _, c := range cs {
+		if closed, _ := hdClosed(c.nc, 30*time.Second); !closed {
+			t.Fatal("a connection with a half-sent command was left open past the command timeout")
+		}
+	}
+	hdWaitClosed(t, m, closeCommandTimeout, 2)
+	servertest.WaitFor(t, "the half-sent commands' budget to be given back", func() bool { return used() < 1<<10 })
+	time.Sleep(2 * timeout)
+	rtExpect(t, "idle's PING after waiting longer than the command timeout", idle.do("PING"), "+PONG")
+	rtExpect(t, "a new client", rtDial(t, addr).do("PING"), "+PONG")
+}

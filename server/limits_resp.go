@@ -15,8 +15,10 @@ const (
 	DefaultRESPMaxConnsPerAddr  = 1000
 	DefaultRESPAuthTimeout      = 10 * time.Second
 	DefaultRESPHandshakeTimeout = 10 * time.Second
-	DefaultRESPMaxOutputBytes   = 32 << 20
-	DefaultRESPMaxCommandBytes  = 2 << 20
+	// DefaultRESPCommandTimeout is RESPOptions.CommandTimeout's default.
+	DefaultRESPCommandTimeout  = 10 * time.Second
+	DefaultRESPMaxOutputBytes  = 32 << 20
+	DefaultRESPMaxCommandBytes = 2 << 20
 	// DefaultRESPMaxTotalInputBytes is 128 connections each buffering a
 	// command of the full 2 MiB at once (lease commands are a few hundred
 	// bytes), where the connection cap alone allows 10,000 × 2 MiB.
@@ -40,17 +42,18 @@ const respInlineMax = 16 << 10
 // The reasons a RESP connection is refused or closed by a bound, as the
 // "reason" label of leasehold_resp_connections_closed_total.
 const (
-	closeMaxConns     = "max_conns"
-	closeMaxPerAddr   = "max_conns_per_addr"
-	closeAuthTimeout  = "auth_timeout"
-	closeHandshake    = "tls_handshake"
-	closeInputLimit   = "input_limit"
-	closeTotalInput   = "total_input"
-	closeOutputLimit  = "output_limit"
-	closeHTTP         = "http_request"
-	closeForeign      = "foreign_protocol"
-	closeProtocolErr  = "protocol_error"
-	respRefusedAnswer = "-ERR max number of clients reached\r\n"
+	closeMaxConns       = "max_conns"
+	closeMaxPerAddr     = "max_conns_per_addr"
+	closeAuthTimeout    = "auth_timeout"
+	closeHandshake      = "tls_handshake"
+	closeInputLimit     = "input_limit"
+	closeTotalInput     = "total_input"
+	closeOutputLimit    = "output_limit"
+	closeHTTP           = "http_request"
+	closeForeign        = "foreign_protocol"
+	closeCommandTimeout = "command_timeout"
+	closeProtocolErr    = "protocol_error"
+	respRefusedAnswer   = "-ERR max number of clients reached\r\n"
 )
 
 func (o *RESPOptions) defaults() {
@@ -62,6 +65,7 @@ func (o *RESPOptions) defaults() {
 	orDefault(&o.MaxConnsPerAddr, DefaultRESPMaxConnsPerAddr)
 	orDefault(&o.AuthTimeout, DefaultRESPAuthTimeout)
 	orDefault(&o.HandshakeTimeout, DefaultRESPHandshakeTimeout)
+	orDefault(&o.CommandTimeout, DefaultRESPCommandTimeout)
 	orDefault(&o.MaxOutputBytes, DefaultRESPMaxOutputBytes)
 	orDefault(&o.MaxCommandBytes, DefaultRESPMaxCommandBytes)
 	orDefault(&o.MaxTotalInputBytes, DefaultRESPMaxTotalInputBytes)

@@ -40,6 +40,11 @@ type RESPOptions struct {
 	AuthTimeout time.Duration
 	// HandshakeTimeout bounds a TLS handshake (default 10s).
 	HandshakeTimeout time.Duration
+	// CommandTimeout bounds the time from a command's first byte to its
+	// last (default 10s): a connection whose command does not arrive
+	// whole within it is closed, and the input it had reserved is freed.
+	// Waiting for the next command is not bounded.
+	CommandTimeout time.Duration
 	// MaxOutputBytes is the output-buffer limit: a connection whose
 	// replies built but not yet sent come to more (a client that does not
 	// read) is closed (default 32 MiB).

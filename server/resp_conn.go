@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -89,7 +90,8 @@ func (c *respConn) serve() {
 	writerDone := make(chan struct{})
 	go func() { defer close(writerDone); c.out.Run() }()
 	// The buffer holds a line of respInlineMax bytes and its CRLF.
-	rd := resp.NewReader(bufio.NewReaderSize(c.nc, respInlineMax+2))
+	cr := &cmdReader{c: c}
+	rd := resp.NewReader(bufio.NewReaderSize(cr, respInlineMax+2))
 	rd.MaxCommand, rd.MaxInline = srv.opts.MaxCommandBytes, respInlineMax
 	rd.StrictInline = true
 	rd.Budget = srv.input
@@ -110,10 +112,26 @@ func (c *respConn) serve() {
 		return
 	}
 	for {
+		if !preAuth {
+			// An idle connection may wait for its next command as long as
+			// it likes; once the command has begun, the rest of it must
+			// come within CommandTimeout.
+			if rd.Buffered() == 0 {
+				if _, err := rd.PeekByte(); err != nil && !errors.Is(err, io.EOF) {
+					c.srv.log.Debug("resp: read", "remote", c.nc.RemoteAddr(), "err", err)
+				}
+			}
+			cr.begin(srv.opts.CommandTimeout)
+		}
 		args, err := rd.ReadCommand()
+		cr.end()
 		if err != nil {
 			var ne net.Error
 			switch {
+			case cr.timedOut && errors.As(err, &ne) && ne.Timeout() && !srv.closing():
+				c.closeReason.CompareAndSwap(nil, &closeCommandTimeoutReason)
+				srv.warn.Warn("resp: a command did not arrive whole within the command timeout (--resp-command-timeout): connection closed",
+					"remote", c.nc.RemoteAddr(), "timeout", srv.opts.CommandTimeout)
 			case errors.Is(err, resp.ErrForeign):
 				c.foreign("an inline line with control bytes, invalid UTF-8 or no command name")
 			case errors.Is(err, resp.ErrBudget):
@@ -160,6 +178,49 @@ func (c *respConn) serve() {
 	c.finish(writerDone)
 }
 
+// cmdReader is the connection as its command reader reads it: while a
+// command is being read (begin..end), a read that must wait for the network
+// gets the command's deadline, so a command that never arrives whole (a
+// bulk string announced and never sent, holding its share of the input
+// budget) ends the connection. Reads served from the buffer, and the wait
+// for an idle connection's next command, cost nothing.
+type cmdReader struct {
+	c        *respConn
+	deadline time.Time // of the command being read; zero: none
+	set      bool      // the connection's read deadline is the command's
+	timedOut bool      // the last command's read ran into its deadline
+}
+
+func (r *cmdReader) Read(p []byte) (int, error) {
+	if !r.deadline.IsZero() && !r.set {
+		r.c.setDeadline(r.deadline, false)
+		r.set = true
+	}
+	n, err := r.c.nc.Read(p)
+	if r.set && err != nil {
+		var ne net.Error
+		r.timedOut = errors.As(err, &ne) && ne.Timeout()
+	}
+	return n, err
+}
+
+// begin starts a command's read with timeout d (0: none).
+func (r *cmdReader) begin(d time.Duration) {
+	r.timedOut = false
+	if d > 0 {
+		r.deadline = time.Now().Add(d)
+	}
+}
+
+// end clears the command's deadline if a read set it.
+func (r *cmdReader) end() {
+	r.deadline = time.Time{}
+	if r.set {
+		r.set = false
+		r.c.setDeadline(time.Time{}, false)
+	}
+}
+
 // finish ends the connection: its waits and subscriptions, then the
 // writer (after what it has queued), then the socket.
 func (c *respConn) finish(writerDone <-chan struct{}) {
@@ -178,13 +239,14 @@ func (c *respConn) foreign(what string) {
 }
 
 var (
-	closeHandshakeReason   = closeHandshake
-	closeProtocolErrReason = closeProtocolErr
-	closeInputLimitReason  = closeInputLimit
-	closeTotalInputReason  = closeTotalInput
-	closeAuthTimeoutReason = closeAuthTimeout
-	closeHTTPReason        = closeHTTP
-	closeForeignReason     = closeForeign
+	closeHandshakeReason      = closeHandshake
+	closeProtocolErrReason    = closeProtocolErr
+	closeInputLimitReason     = closeInputLimit
+	closeTotalInputReason     = closeTotalInput
+	closeAuthTimeoutReason    = closeAuthTimeout
+	closeHTTPReason           = closeHTTP
+	closeForeignReason        = closeForeign
+	closeCommandTimeoutReason = closeCommandTimeout
 )
 
 // closing reports whether Shutdown has begun (its read deadlines are not

@@ -110,6 +110,7 @@ type serveOptions struct {
 	respMaxConns         int
 	respMaxConnsPerAddr  int
 	respAuthTimeout      time.Duration
+	respCommandTimeout   time.Duration
 	respHandshakeTimeout time.Duration
 	respMaxOutputBytes   int64
 	respMaxCommandBytes  int
@@ -169,6 +170,7 @@ func newServeCmd(e *env) *cobra.Command {
 	f.IntVar(&o.respMaxConns, "resp-max-conns", server.DefaultRESPMaxConns, "most open RESP connections; more are refused")
 	f.IntVar(&o.respMaxConnsPerAddr, "resp-max-conns-per-addr", server.DefaultRESPMaxConnsPerAddr, "most open RESP connections from one client IP address")
 	f.DurationVar(&o.respAuthTimeout, "resp-auth-timeout", server.DefaultRESPAuthTimeout, "with auth on, a RESP connection that has not sent AUTH within this is closed")
+	f.DurationVar(&o.respCommandTimeout, "resp-command-timeout", server.DefaultRESPCommandTimeout, "a RESP command must arrive whole within this of its first byte, or its connection is closed (waiting for the next command is not bounded)")
 	f.DurationVar(&o.respHandshakeTimeout, "resp-tls-handshake-timeout", server.DefaultRESPHandshakeTimeout, "longest TLS handshake on the RESP port")
 	f.Int64Var(&o.respMaxOutputBytes, "resp-max-output-bytes", server.DefaultRESPMaxOutputBytes, "a RESP client whose unsent replies pass this many bytes (it does not read them) is disconnected")
 	f.IntVar(&o.respMaxCommandBytes, "resp-max-command-bytes", server.DefaultRESPMaxCommandBytes, "most bytes of one RESP command's arguments together")
@@ -338,7 +340,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		HTTPMaxConns: o.httpMaxConns, HTTPMaxConnsPerAddr: o.httpMaxConnsPerAddr,
 		RESP: server.RESPOptions{
 			MaxConns: o.respMaxConns, MaxConnsPerAddr: o.respMaxConnsPerAddr,
-			AuthTimeout: o.respAuthTimeout, HandshakeTimeout: o.respHandshakeTimeout,
+			AuthTimeout: o.respAuthTimeout, HandshakeTimeout: o.respHandshakeTimeout, CommandTimeout: o.respCommandTimeout,
 			MaxOutputBytes: o.respMaxOutputBytes, MaxCommandBytes: o.respMaxCommandBytes,
 			MaxTotalInputBytes: o.respMaxTotalInput, MaxList: o.respMaxList,
 		},
@@ -438,6 +440,7 @@ func (o *serveOptions) checkBounds() error {
 		{"--resp-max-conns", o.respMaxConns > 0},
 		{"--resp-max-conns-per-addr", o.respMaxConnsPerAddr > 0},
 		{"--resp-auth-timeout", o.respAuthTimeout > 0},
+		{"--resp-command-timeout", o.respCommandTimeout > 0},
 		{"--resp-tls-handshake-timeout", o.respHandshakeTimeout > 0},
 		{"--resp-max-output-bytes", o.respMaxOutputBytes > 0},
 		{"--resp-max-command-bytes", o.respMaxCommandBytes > 0},

@@ -232,6 +232,7 @@ func TestServeUsageErrors(t *testing.T) {
 		{"serve", "--data-dir", dir, "--resp-max-conns", "0"},
 		{"serve", "--data-dir", dir, "--resp-max-conns-per-addr", "-1"},
 		{"serve", "--data-dir", dir, "--resp-auth-timeout", "0s"},
+		{"serve", "--data-dir", dir, "--resp-command-timeout", "0s"},
 		{"serve", "--data-dir", dir, "--resp-tls-handshake-timeout", "-1s"},
 		{"serve", "--data-dir", dir, "--resp-max-output-bytes", "0"},
 		{"serve", "--data-dir", dir, "--resp-max-command-bytes", "0"},

@@ -380,8 +380,12 @@ func plausibleInline(line []byte) bool {
 }
 
 // PeekByte returns the next byte of the stream without consuming it,
-// waiting for it if none is buffered.
+// waiting for it if none is buffered. Like ReadCommand, it ends the
+// validity of the previous command's arguments, and first gives back a
+// large buffer they used (so that a connection waiting for its next
+// command holds little of the Budget).
 func (r *Reader) PeekByte() (byte, error) {
+	r.reset()
 	b, err := r.br.Peek(1)
 	if err != nil {
 		return 0, err
