@@ -32,17 +32,31 @@ stage() {
 	case "$want" in *" $name "*) ;; *) return 0 ;; esac
 	echo "== [$name] $*"
 	t0=$(date +%s)
+	local c0 c1
+	c0=$(cpu_seconds)
 	"$@"
 	st=$?
 	local secs=$(($(date +%s) - t0))
+	c1=$(cpu_seconds)
+	local cpu=$((c1 - c0))
 	if [ $st -eq 0 ]; then
-		summary+=("$(printf '%-8s ok      %5d s' "$name" "$secs")")
+		summary+=("$(printf '%-8s ok      %5d s  (cpu %d s)' "$name" "$secs" "$cpu")")
 	else
-		summary+=("$(printf '%-8s FAILED  %5d s  (exit %d)' "$name" "$secs" "$st")")
+		summary+=("$(printf '%-8s FAILED  %5d s  (cpu %d s, exit %d)' "$name" "$secs" "$cpu" "$st")")
 		failed=1
 	fi
-	echo "== [$name] exit $st after $secs s"
+	echo "== [$name] exit $st after $secs s (cpu $cpu s)"
 	return 0
+}
+
+# cpu_seconds prints the user + system CPU seconds this script's finished
+# children have used so far (bash's times builtin, second line).
+cpu_seconds() {
+	times | tail -n 1 | awk '{
+		n = 0
+		for (i = 1; i <= 2; i++) { split($i, p, "m"); sub("s", "", p[2]); n += p[1] * 60 + p[2] }
+		printf "%d\n", n
+	}'
 }
 
 report() {

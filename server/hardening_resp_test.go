@@ -223,14 +223,15 @@ func TestRESPInputLimit(t *testing.T) {
 
 // TestRESPTotalInputLimit: the input buffered by all the connections
 // together is capped. Three connections each hold 1 MiB of an unfinished
-// PING; a fourth, whose acquire with 60 KiB of data would pass the cap,
+// PING (a buffer's first 16 KiB are not counted); a fourth, whose
+// acquire with 100 KiB of data would pass the cap,
 // is answered an error and closed at that bulk's header, and its acquire
 // does not run. The three finish their commands, a new client is served,
 // and once they are done the whole budget is there again.
 func TestRESPTotalInputLimit(t *testing.T) {
 	m := NewMetrics(nil)
 	b := rtEngine(t)
-	srv, addr := rtServe(t, b, RESPOptions{Metrics: m, MaxTotalInputBytes: 3<<20 + 32<<10})
+	srv, addr := rtServe(t, b, RESPOptions{Metrics: m, MaxTotalInputBytes: 3 << 20})
 	const size = 1 << 20
 	payload := strings.Repeat("p", size)
 	used := func() int64 { return srv.input.used.Load() }
@@ -243,7 +244,7 @@ func TestRESPTotalInputLimit(t *testing.T) {
 			c := rtDial(t, addr)
 			c.send(fmt.Sprintf("*2\r\n$4\r\nPING\r\n$%d\r\n%s", size, payload[:size/2]))
 			servertest.WaitFor(t, fmt.Sprintf("connection %d's 1 MiB to be reserved", i+1), func() bool {
-				return used() >= base+int64(i+1)*size
+				return used() >= base+int64(i+1)*(size-16<<10) // a buffer's first 16 KiB are not counted
 			})
 			cs = append(cs, c)
 		}
@@ -261,7 +262,7 @@ func TestRESPTotalInputLimit(t *testing.T) {
 	holders := hold(3)
 	over := rtDial(t, addr)
 	data := strings.Repeat("d", 60<<10)
-	over.send(string(resp.AppendCommand(nil, "LH.ACQUIRE", "fourth", "o", "60000", "DATA", data)))
+	over.send(string(resp.AppendCommand(nil, "LH.ACQUIRE", "fourth", "o", "60000", "DATA", strings.Repeat("d", 100<<10))))
 	if got := over.read(); !strings.HasPrefix(got, "-ERR server input buffers full") {
 		t.Errorf("the command that would pass the total = %.80q, want -ERR server input buffers full ...", got)
 	}
@@ -456,4 +457,50 @@ func TestRESPCommandTimeout(t *testing.T) {
 	time.Sleep(2 * timeout)
 	rtExpect(t, "idle's PING after waiting longer than the command timeout", idle.do("PING"), "+PONG")
 	rtExpect(t, "a new client", rtDial(t, addr).do("PING"), "+PONG")
+}
+
+// TestRESPInputShares: one client (an identity, or an address before AUTH)
+// holds at most a quarter of the input budget, and small commands need
+// none of it. An attacker with a token holding unfinished 1 MiB commands
+// on many connections used to fill the whole budget, so that every new
+// client, an admin's AUTH included, was refused "server input buffers
+// full"; now its fifth connection is refused, another identity's big
+// command still fits, and the admin's AUTH goes through.
+func TestRESPInputShares(t *testing.T) {
+	m := NewMetrics(nil)
+	const size = 1 << 20
+	srv, addr := rtServe(t, rtEngine(t), RESPOptions{Auth: rtAuth(t), Metrics: m,
+		MaxCommandBytes: size + 64<<10, MaxTotalInputBytes: 8 << 20})
+	used := func() int64 { return srv.input.used.Load() }
+	half := fmt.Sprintf("*2\r\n$4\r\nECHO\r\n$%d\r\n%s", size, strings.Repeat("p", size/2))
+	var refused int
+	for i := 0; i < 6; i++ {
+		c := rtDial(t, addr)
+		rtExpect(t, "attacker AUTH", c.do("AUTH", "team-token"), "+OK")
+		base := used()
+		c.send(half)
+		got := ""
+		servertest.WaitFor(t, "the attacker's command to be reserved or refused", func() bool {
+			if used() > base {
+				return true
+			}
+			c.nc.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+			b := make([]byte, 128)
+			n, _ := c.nc.Read(b)
+			got += string(b[:n])
+			return strings.HasPrefix(got, "-ERR server input buffers full")
+		})
+		if got != "" {
+			refused++
+		}
+	}
+	// A quarter of 8 MiB is 2 MiB (two full commands): the team's first
+	// two commands fit, the others are refused.
+	if refused != 4 {
+		t.Errorf("%d of 6 of one identity's unfinished 1 MiB commands refused, want 4 (its share is 2 MiB)", refused)
+	}
+	admin := rtDial(t, addr)
+	rtExpect(t, "admin AUTH while the team holds its share", admin.do("AUTH", "admin-token"), "+OK")
+	big := strings.Repeat("a", size/2)
+	rtExpect(t, "another identity's 512 KiB command", admin.do("ECHO", big), "$"+big)
 }

@@ -80,25 +80,93 @@ func orDefault[T ~int | ~int64](p *T, def T) {
 }
 
 // inputBudget is MaxTotalInputBytes: the bytes of the command buffers of
-// all the connections together (a resp.Budget).
+// all the connections together (beyond each one's first 16 KiB). No one
+// client holds more than a share of it (inputShare): a client is an
+// authenticated identity, or before AUTH (and with auth off) an address.
 type inputBudget struct {
 	max  int64
 	used atomic.Int64
+
+	mu  sync.Mutex
+	per map[string]int64 // bytes held by each client
 }
 
-func (b *inputBudget) Reserve(n int) bool {
-	for {
-		u := b.used.Load()
-		if u+int64(n) > b.max {
-			return false
-		}
-		if b.used.CompareAndSwap(u, u+int64(n)) {
-			return true
-		}
+// inputShare is the part of the budget one client may hold: a quarter,
+// and at least two full commands.
+func (b *inputBudget) share(maxCommand int) int64 {
+	return max(b.max/4, 2*int64(maxCommand))
+}
+
+// reserve takes n bytes for client key, or nothing and reports false.
+func (b *inputBudget) reserve(key string, n, maxCommand int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used.Load()+int64(n) > b.max || b.per[key]+int64(n) > b.share(maxCommand) {
+		return false
 	}
+	if b.per == nil {
+		b.per = map[string]int64{}
+	}
+	b.per[key] += int64(n)
+	b.used.Add(int64(n))
+	return true
 }
 
-func (b *inputBudget) Release(n int) { b.used.Add(-int64(n)) }
+// release gives back n bytes that client key held.
+func (b *inputBudget) release(key string, n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.per[key] -= int64(n); b.per[key] <= 0 {
+		delete(b.per, key)
+	}
+	b.used.Add(-int64(n))
+}
+
+// move moves n bytes held by client from to client to (a connection that
+// authenticated).
+func (b *inputBudget) move(from, to string, n int) {
+	if n == 0 || from == to {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.per[from] -= int64(n); b.per[from] <= 0 {
+		delete(b.per, from)
+	}
+	if b.per == nil {
+		b.per = map[string]int64{}
+	}
+	b.per[to] += int64(n)
+}
+
+// connBudget is one connection's view of the input budget (a
+// resp.Budget): it reserves for the connection's client.
+type connBudget struct {
+	b          *inputBudget
+	key        string
+	ident      *Identity // the identity key names, once authenticated
+	maxCommand int
+	held       int
+}
+
+func (c *connBudget) Reserve(n int) bool {
+	if !c.b.reserve(c.key, n, c.maxCommand) {
+		return false
+	}
+	c.held += n
+	return true
+}
+
+func (c *connBudget) Release(n int) {
+	c.held -= n
+	c.b.release(c.key, n)
+}
+
+// rekey makes the connection's client key (after AUTH: its identity).
+func (c *connBudget) rekey(key string) {
+	c.b.move(c.key, key, c.held)
+	c.key = key
+}
 
 // addrKey is the client address a per-address cap counts by: the IP
 // without the port.

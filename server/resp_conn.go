@@ -94,7 +94,8 @@ func (c *respConn) serve() {
 	rd := resp.NewReader(bufio.NewReaderSize(cr, respInlineMax+2))
 	rd.MaxCommand, rd.MaxInline = srv.opts.MaxCommandBytes, respInlineMax
 	rd.StrictInline = true
-	rd.Budget = srv.input
+	budget := &connBudget{b: srv.input, key: "addr " + c.addr, maxCommand: srv.opts.MaxCommandBytes}
+	rd.Budget = budget
 	defer rd.Free()
 	preAuth := srv.opts.Auth != nil
 	if preAuth {
@@ -173,6 +174,10 @@ func (c *respConn) serve() {
 		if preAuth && c.authed {
 			preAuth = false
 			c.endPreAuth(rd)
+		}
+		if c.ident != nil && budget.ident != c.ident {
+			budget.ident = c.ident
+			budget.rekey("identity " + c.ident.Name)
 		}
 	}
 	c.finish(writerDone)

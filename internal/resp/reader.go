@@ -93,10 +93,11 @@ type Reader struct {
 	// refused before they are read.
 	MaxCommand int
 	// Budget, if set, is asked for the memory of the Reader's buffer
-	// (the arguments of the command being read) before it is allocated,
-	// and given it back when the buffer is dropped: after a command
-	// bigger than 16 KiB, at the next read, and at Free. When it refuses,
-	// the read fails with ErrBudget before the bytes are read.
+	// (the arguments of the command being read) beyond its first 16 KiB
+	// before it is allocated, and given it back when the buffer is
+	// dropped: after a command bigger than 16 KiB, at the next read, and
+	// at Free. When it refuses, the read fails with ErrBudget before the
+	// bytes are read.
 	Budget Budget
 
 	held    int       // bytes of buf's capacity reserved from Budget
@@ -263,10 +264,16 @@ func (r *Reader) grow(n int) error {
 	}
 	size := max(2*cap(r.buf), start+n)
 	if r.Budget != nil {
-		if !r.Budget.Reserve(size - cap(r.buf)) {
-			return ErrBudget
+		// The first budgetKeep bytes of a buffer are not counted: what
+		// every connection keeps between commands (bounded by the
+		// number of connections), so that a small command (an AUTH, a
+		// PING) is never refused for want of budget.
+		if delta := max(size-budgetKeep, 0) - r.held; delta > 0 {
+			if !r.Budget.Reserve(delta) {
+				return ErrBudget
+			}
+			r.held += delta
 		}
-		r.held += size - cap(r.buf)
 	}
 	nb := make([]byte, start, size)
 	copy(nb, r.buf)
