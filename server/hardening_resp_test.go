@@ -504,3 +504,39 @@ func TestRESPInputShares(t *testing.T) {
 	big := strings.Repeat("a", size/2)
 	rtExpect(t, "another identity's 512 KiB command", admin.do("ECHO", big), "$"+big)
 }
+
+// TestRESPTotalOutputLimit: the replies waiting on all connections together
+// are bounded, not only each connection's. Four clients pipeline 64 KiB
+// PINGs and never read, each staying under its own 32 MiB limit: once the
+// total passes MaxTotalOutputBytes (4 MiB here) they are closed (reason
+// total_output) and the waiting bytes fall back; a client that reads its
+// replies is served throughout. Before, 30 such readers took a server from
+// 49 MB to 1.31 GB without any disconnect.
+func TestRESPTotalOutputLimit(t *testing.T) {
+	m := NewMetrics(nil)
+	srv, addr := rtServe(t, rtEngine(t), RESPOptions{Metrics: m, MaxTotalOutputBytes: 4 << 20})
+	payload := strings.Repeat("p", 64<<10)
+	cmd := fmt.Sprintf("*2\r\n$4\r\nPING\r\n$%d\r\n%s\r\n", len(payload), payload)
+	for i := 0; i < 4; i++ {
+		nc := rtDial(t, addr).nc
+		go func() {
+			for j := 0; j < 400; j++ { // 25 MiB of replies: under the connection's own 32 MiB
+				if _, err := io.WriteString(nc, cmd); err != nil {
+					return // closed by the server
+				}
+			}
+		}()
+	}
+	polite := rtDial(t, addr)
+	servertest.WaitFor(t, "the non-reading clients to be disconnected for the total", func() bool {
+		rtExpect(t, "a reading client's PING", polite.do("PING"), "+PONG")
+		return hdValue(t, m.respClosedBy.WithLabelValues(closeTotalOutput)) >= 1
+	})
+	servertest.WaitFor(t, "the waiting replies to fall under the total", func() bool {
+		return srv.output.Used() < 4<<20
+	})
+	if n := hdValue(t, m.respClosedBy.WithLabelValues(closeOutputLimit)); n != 0 {
+		t.Errorf("%v closed for their own limit, want 0 (each stays under it)", n)
+	}
+	rtExpect(t, "the reading client after the flood", polite.do("ECHO", payload), "$"+payload)
+}

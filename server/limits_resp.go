@@ -23,7 +23,10 @@ const (
 	// command of the full 2 MiB at once (lease commands are a few hundred
 	// bytes), where the connection cap alone allows 10,000 × 2 MiB.
 	DefaultRESPMaxTotalInputBytes = 256 << 20
-	DefaultRESPMaxList            = 10000
+	// DefaultRESPMaxTotalOutputBytes is RESPOptions.MaxTotalOutputBytes's
+	// default.
+	DefaultRESPMaxTotalOutputBytes = 256 << 20
+	DefaultRESPMaxList             = 10000
 )
 
 // Until a connection has authenticated (auth on), a command has at most
@@ -52,6 +55,7 @@ const (
 	closeHTTP           = "http_request"
 	closeForeign        = "foreign_protocol"
 	closeCommandTimeout = "command_timeout"
+	closeTotalOutput    = "total_output"
 	closeProtocolErr    = "protocol_error"
 	respRefusedAnswer   = "-ERR max number of clients reached\r\n"
 )
@@ -69,6 +73,7 @@ func (o *RESPOptions) defaults() {
 	orDefault(&o.MaxOutputBytes, DefaultRESPMaxOutputBytes)
 	orDefault(&o.MaxCommandBytes, DefaultRESPMaxCommandBytes)
 	orDefault(&o.MaxTotalInputBytes, DefaultRESPMaxTotalInputBytes)
+	orDefault(&o.MaxTotalOutputBytes, DefaultRESPMaxTotalOutputBytes)
 	orDefault(&o.MaxList, DefaultRESPMaxList)
 }
 
@@ -78,6 +83,11 @@ func orDefault[T ~int | ~int64](p *T, def T) {
 		*p = def
 	}
 }
+
+// totalOutputShare is how much a connection may have waiting once the
+// replies of all connections are over MaxTotalOutputBytes: 1/32 of its own
+// limit (1 MiB by default).
+func totalOutputShare(maxOutput int64) int64 { return max(maxOutput/32, 64<<10) }
 
 // inputBudget is MaxTotalInputBytes: the bytes of the command buffers of
 // all the connections together (beyond each one's first 16 KiB). No one

@@ -106,7 +106,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		bodyTimeouts: counter("leasehold_http_body_timeouts_total", "HTTP request bodies cut by the body-read deadline."),
 		misdirected:  counter("leasehold_http_misdirected_total", "HTTP requests refused (421) because, with auth off, their Host is not an allowed one."),
 	}
-	for _, r := range []string{closeMaxConns, closeMaxPerAddr, closeAuthTimeout, closeHandshake, closeInputLimit, closeTotalInput, closeOutputLimit, closeHTTP, closeForeign, closeCommandTimeout, closeProtocolErr} {
+	for _, r := range []string{closeMaxConns, closeMaxPerAddr, closeAuthTimeout, closeHandshake, closeInputLimit, closeTotalInput, closeOutputLimit, closeTotalOutput, closeHTTP, closeForeign, closeCommandTimeout, closeProtocolErr} {
 		m.respClosedBy.WithLabelValues(r)
 	}
 	m.httpRefusedBy.WithLabelValues(closeMaxConns)

@@ -49,6 +49,12 @@ type RESPOptions struct {
 	// replies built but not yet sent come to more (a client that does not
 	// read) is closed (default 32 MiB).
 	MaxOutputBytes int64
+	// MaxTotalOutputBytes caps the replies built and not yet sent of all
+	// the connections together (default 256 MiB): once they come to more,
+	// a connection with more than 1/32 of MaxOutputBytes waiting (one
+	// that does not read) is closed, as over its own limit. Connections
+	// that read their replies are left alone.
+	MaxTotalOutputBytes int64
 	// MaxCommandBytes caps the input buffered for one command, all its
 	// arguments together (default 2 MiB; one bulk string stays under 1
 	// MiB).
@@ -111,6 +117,7 @@ type RESPServer struct {
 	sessions map[string]respSession // with auth on: who opened each session
 
 	input    *inputBudget // MaxTotalInputBytes
+	output   *resp.Total  // MaxTotalOutputBytes
 	workers  *resp.Workers
 	warn     *rateLog // attacks and failed AUTHs: at most a line a second
 	authFail authLimiter
@@ -130,6 +137,7 @@ func NewRESPServer(b Backend, opts RESPOptions) *RESPServer {
 		lns: map[net.Listener]struct{}{}, conns: map[*respConn]struct{}{},
 		perAddr:  map[string]int{},
 		input:    &inputBudget{max: opts.MaxTotalInputBytes},
+		output:   &resp.Total{Limit: opts.MaxTotalOutputBytes},
 		sessions: map[string]respSession{},
 		workers:  resp.NewWorkers(),
 		warn:     &rateLog{log: opts.Logger, interval: time.Second},
@@ -243,10 +251,17 @@ func (s *RESPServer) newConn(nc net.Conn) (c *respConn, refused string) {
 	s.nextID++
 	c = &respConn{srv: s, nc: nc, id: s.nextID, addr: addr}
 	c.out = resp.NewReplies(nc, s.opts.MaxInflight, s.workers, c.abort)
-	c.out.SetLimit(s.opts.MaxOutputBytes, func() {
-		c.closeReason.CompareAndSwap(nil, &closeOutputLimitReason)
+	c.out.SetLimit(s.opts.MaxOutputBytes, func(total bool) {
+		reason := &closeOutputLimitReason
+		if total {
+			reason = &closeTotalOutputReason
+			s.warn.Warn("resp: the replies waiting for all connections are at their limit (--resp-max-total-output-bytes): closed a connection that does not read its replies",
+				"remote", nc.RemoteAddr(), "limit", s.opts.MaxTotalOutputBytes)
+		}
+		c.closeReason.CompareAndSwap(nil, reason)
 		c.abort()
 	})
+	c.out.SetTotal(s.output, totalOutputShare(s.opts.MaxOutputBytes))
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.waitCtx, c.waitCancel = context.WithCancel(c.ctx)
 	s.conns[c] = struct{}{}

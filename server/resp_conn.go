@@ -252,6 +252,7 @@ var (
 	closeHTTPReason           = closeHTTP
 	closeForeignReason        = closeForeign
 	closeCommandTimeoutReason = closeCommandTimeout
+	closeTotalOutputReason    = closeTotalOutput
 )
 
 // closing reports whether Shutdown has begun (its read deadlines are not

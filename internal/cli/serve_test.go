@@ -238,6 +238,7 @@ func TestServeUsageErrors(t *testing.T) {
 		{"serve", "--data-dir", dir, "--resp-max-command-bytes", "0"},
 		{"serve", "--data-dir", dir, "--resp-max-total-input-bytes", "0"},
 		{"serve", "--data-dir", dir, "--resp-max-total-input-bytes", "-1"},
+		{"serve", "--data-dir", dir, "--resp-max-total-output-bytes", "0"},
 		{"serve", "--data-dir", dir, "--resp-max-list", "0"},
 		{"serve", "--data-dir", dir, "--max-body-bytes", "-1"},
 		{"serve", "--data-dir", dir, "--body-timeout", "0s"},

@@ -79,7 +79,7 @@ func TestRepliesLimit(t *testing.T) {
 	w := blockingWriter{release: make(chan struct{})}
 	var overflows atomic.Int32
 	r := NewReplies(w, 1024, NewWorkers(), func() {})
-	r.SetLimit(100<<10, func() { overflows.Add(1); close(w.release) })
+	r.SetLimit(100<<10, func(bool) { overflows.Add(1); close(w.release) })
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run() }()
 	reply := strings.Repeat("x", 10<<10)
@@ -97,7 +97,7 @@ func TestRepliesLimit(t *testing.T) {
 
 	var sb strings.Builder
 	ok := NewReplies(&sb, 1024, NewWorkers(), func() {})
-	ok.SetLimit(100<<10, func() { t.Error("overflow under the limit") })
+	ok.SetLimit(100<<10, func(bool) { t.Error("overflow under the limit") })
 	done = make(chan struct{})
 	go func() { defer close(done); ok.Run() }()
 	for i := 0; i < 9; i++ { // 9 replies in all stay under the limit, however late Run writes them

@@ -35,17 +35,41 @@ type Replies struct {
 	// not yet handed to w.
 	pending    atomic.Int64
 	limit      int64
-	onOverflow func()
+	onOverflow func(total bool)
 	overflowed atomic.Bool
+
+	// The limit on the replies of several connections together (see
+	// SetTotal).
+	total      *Total
+	totalShare int64
 }
+
+// Total counts the bytes of replies built and not yet written across
+// several Replies (a server's connections), against a limit.
+type Total struct {
+	Limit int64
+	used  atomic.Int64
+}
+
+// Used returns the bytes counted now.
+func (t *Total) Used() int64 { return t.used.Load() }
 
 // SetLimit sets the output-buffer limit: once the replies built but not
 // yet written to w come to more than max bytes (a client that sends
 // commands and does not read their replies), onOverflow is called, once;
 // it should close the connection. Zero means no limit. Call it before the
 // first reply is queued.
-func (r *Replies) SetLimit(max int64, onOverflow func()) {
+func (r *Replies) SetLimit(max int64, onOverflow func(total bool)) {
 	r.limit, r.onOverflow = max, onOverflow
+}
+
+// SetTotal counts this connection's pending replies in t too: once t's
+// count passes t.Limit, a connection whose own pending replies come to
+// more than share is overflowed (onOverflow(true)), so that clients that
+// do not read cannot together hold more than about the limit, while one
+// with little waiting is left alone. Call it before the first reply.
+func (r *Replies) SetTotal(t *Total, share int64) {
+	r.total, r.totalShare = t, share
 }
 
 // Pending returns the bytes of replies built but not yet written.
@@ -53,8 +77,23 @@ func (r *Replies) Pending() int64 { return r.pending.Load() }
 
 // built accounts for n more bytes waiting to be written.
 func (r *Replies) built(n int) {
-	if v := r.pending.Add(int64(n)); r.limit > 0 && v > r.limit && r.overflowed.CompareAndSwap(false, true) {
-		r.onOverflow()
+	v := r.pending.Add(int64(n))
+	over, total := r.limit > 0 && v > r.limit, false
+	if r.total != nil {
+		if t := r.total.used.Add(int64(n)); t > r.total.Limit && v > r.totalShare && !over {
+			over, total = true, true
+		}
+	}
+	if over && r.overflowed.CompareAndSwap(false, true) {
+		r.onOverflow(total)
+	}
+}
+
+// written accounts for n bytes that are no longer waiting.
+func (r *Replies) written(n int) {
+	r.pending.Add(-int64(n))
+	if r.total != nil {
+		r.total.used.Add(-int64(n))
 	}
 }
 
@@ -156,7 +195,7 @@ func (r *Replies) Push(ctx context.Context, f func(b []byte) []byte) bool {
 		case <-ctx.Done():
 		}
 	}
-	r.pending.Add(-int64(len(s.buf)))
+	r.written(len(s.buf))
 	putSlot(s)
 	return false
 }
@@ -220,7 +259,7 @@ func (r *Replies) Run() {
 			_, err := bw.Write(s.buf)
 			fail(err)
 		}
-		r.pending.Add(-int64(len(s.buf)))
+		r.written(len(s.buf))
 		putSlot(s)
 	}
 }
