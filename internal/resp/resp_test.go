@@ -327,8 +327,9 @@ func TestReaderBudget(t *testing.T) {
 	if err != nil || len(args) != 2 || string(args[1]) != big {
 		t.Fatalf("first command: %d args, %v", len(args), err)
 	}
-	if b.used < len(big) || b.used > b.max {
-		t.Fatalf("reserved %d bytes for a command of %d", b.used, len(big))
+	// A buffer's first budgetKeep bytes are not counted.
+	if b.used < len(big)-budgetKeep || b.used > b.max {
+		t.Fatalf("reserved %d bytes for a command of %d (its first %d not counted)", b.used, len(big), budgetKeep)
 	}
 	if args, err := r.ReadCommand(); err != nil || len(args) != 1 {
 		t.Fatalf("second command: %q, %v", args, err)
@@ -336,7 +337,7 @@ func TestReaderBudget(t *testing.T) {
 	if b.used > budgetKeep {
 		t.Fatalf("after a small command %d bytes are still reserved (keeps at most %d)", b.used, budgetKeep)
 	}
-	b.max = b.used + 20<<10 // less than the third command's bulk
+	b.max = b.used + 20<<10 // less than the third command's bulk less the uncounted budgetKeep
 	if args, err := r.ReadCommand(); !errors.Is(err, ErrBudget) || args != nil {
 		t.Fatalf("command over the budget: %d args, %v (want ErrBudget)", len(args), err)
 	}
