@@ -49,6 +49,12 @@ type HandlerOptions struct {
 	// headers to its last byte (default 10s); a slower body gets 400 or
 	// its connection closed.
 	BodyTimeout time.Duration
+	// WriteTimeout bounds sending a response, from its first byte to its
+	// last (default 30s): a client that does not read a large answer (a
+	// list of 13 MB) is disconnected and the answer dropped, instead of
+	// holding it in memory. A long-poll's wait is not counted; event
+	// streams are not bounded.
+	WriteTimeout time.Duration
 	// Holders, if set, gives every grant a secret (returned only in the
 	// acquire response) and checks it on renew and release: a wrong
 	// secret, or a missing one when Holders.Required, gets 403 bad-proof
@@ -62,6 +68,9 @@ const DefaultMaxBodyBytes = 128 << 10
 
 // DefaultBodyTimeout is HandlerOptions.BodyTimeout's default.
 const DefaultBodyTimeout = 10 * time.Second
+
+// DefaultWriteTimeout is HandlerOptions.WriteTimeout's default.
+const DefaultWriteTimeout = 30 * time.Second
 
 // MaxWait is the longest wait_ms a request may ask for. Clients wait longer
 // by repeating the request (remote.HTTPStore.AcquireWait does).
@@ -92,6 +101,7 @@ type httpAPI struct {
 	maxBody int64
 
 	bodyTimeout  time.Duration
+	writeTimeout time.Duration
 	allowedHosts map[string]bool // lower case; "*" allows any
 
 	workflows map[string]*workflow.Workflows
@@ -122,6 +132,8 @@ func newHTTPAPI(b Backend, opts HandlerOptions) *httpAPI {
 	orDefault(&h.maxBody, DefaultMaxBodyBytes)
 	h.bodyTimeout = opts.BodyTimeout
 	orDefault(&h.bodyTimeout, DefaultBodyTimeout)
+	h.writeTimeout = opts.WriteTimeout
+	orDefault(&h.writeTimeout, DefaultWriteTimeout)
 	h.allowedHosts = map[string]bool{}
 	for _, a := range opts.AllowedHosts {
 		h.allowedHosts[strings.ToLower(strings.TrimSuffix(a, "."))] = true
@@ -151,6 +163,9 @@ func (h *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Served over TLS: browsers must not fall back to plain HTTP.
 		w.Header().Set("Strict-Transport-Security", "max-age=31536000")
 	}
+	// A write deadline set for the previous response on this keep-alive
+	// connection (respond) must not cut this one.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	h.bodyDeadline(w, r)
 	q := &httpReq{w: sw, r: r, route: "unmatched", start: time.Now()}
 	defer h.finish(q)

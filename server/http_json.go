@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/httpwire"
+	"time"
 )
 
 // Request bodies in, JSON and problem documents out.
@@ -125,9 +126,17 @@ func (h *httpAPI) json(q *httpReq, status int, v any) {
 	}
 	q.w.Header().Set("Content-Type", "application/json")
 	q.w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	h.respond(q, status, buf.Bytes())
+}
+
+// respond writes the status and body (none for HEAD) under the write
+// deadline, so that a client that does not read cannot hold the answer
+// in memory for longer than WriteTimeout.
+func (h *httpAPI) respond(q *httpReq, status int, body []byte) {
+	_ = http.NewResponseController(q.w).SetWriteDeadline(time.Now().Add(h.writeTimeout))
 	q.w.WriteHeader(status)
 	if q.r.Method != http.MethodHead {
-		q.w.Write(buf.Bytes())
+		q.w.Write(body)
 	}
 }
 
@@ -173,10 +182,7 @@ func (h *httpAPI) problem(q *httpReq, status int, typ, title, detail string, ext
 	q.w.Header().Set("Content-Type", httpwire.ProblemContentType)
 	q.w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	q.w.Header().Set("Cache-Control", "no-store")
-	q.w.WriteHeader(status)
-	if q.r.Method != http.MethodHead {
-		q.w.Write(b)
-	}
+	h.respond(q, status, b)
 }
 
 // httpStatusWriter records the status code; Unwrap lets

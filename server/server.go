@@ -57,6 +57,9 @@ type Config struct {
 	// BodyTimeout bounds reading an HTTP request body (default 10s; see
 	// HandlerOptions.BodyTimeout).
 	BodyTimeout time.Duration
+	// WriteTimeout bounds sending an HTTP response (default 30s; see
+	// HandlerOptions.WriteTimeout).
+	WriteTimeout time.Duration
 	// AllowedHosts are the HTTP Host names served with auth off besides
 	// the loopback ones (see HandlerOptions.AllowedHosts).
 	AllowedHosts []string
@@ -170,7 +173,7 @@ func NewServer(b Backend, cfg Config) (*Server, error) {
 	s.api = newHTTPAPI(b, HandlerOptions{
 		Auth: cfg.Auth, Limits: cfg.Limits, Logger: cfg.Logger, Metrics: cfg.Metrics,
 		Dashboard: cfg.Dashboard, MaxBodyBytes: cfg.MaxBodyBytes,
-		Workflows: cfg.Workflows, BodyTimeout: cfg.BodyTimeout, AllowedHosts: cfg.AllowedHosts,
+		Workflows: cfg.Workflows, BodyTimeout: cfg.BodyTimeout, WriteTimeout: cfg.WriteTimeout, AllowedHosts: cfg.AllowedHosts,
 		Holders: cfg.Holders,
 	})
 	s.hs = &http.Server{

@@ -105,6 +105,7 @@ type serveOptions struct {
 	// The hardening bounds (docs/server.md, "Hardening").
 	allowedHosts         []string
 	bodyTimeout          time.Duration
+	writeTimeout         time.Duration
 	httpMaxConns         int
 	httpMaxConnsPerAddr  int
 	respMaxConns         int
@@ -166,6 +167,7 @@ func newServeCmd(e *env) *cobra.Command {
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for in-flight requests")
 	f.StringSliceVar(&o.allowedHosts, "allowed-hosts", nil, "with auth off, HTTP Host names served besides localhost, loopback addresses and the server's own address (comma-separated; \"*\": any); others get 421 (DNS rebinding)")
 	f.DurationVar(&o.bodyTimeout, "body-timeout", server.DefaultBodyTimeout, "longest time to receive an HTTP request body, from its headers to its last byte")
+	f.DurationVar(&o.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "longest time to send an HTTP response, from its first byte to its last (a client that does not read is disconnected)")
 	f.IntVar(&o.httpMaxConns, "http-max-conns", server.DefaultHTTPMaxConns, "most open HTTP connections; more are refused")
 	f.IntVar(&o.httpMaxConnsPerAddr, "http-max-conns-per-addr", server.DefaultHTTPMaxConnsPerAddr, "most open HTTP connections from one client IP address")
 	f.IntVar(&o.respMaxConns, "resp-max-conns", server.DefaultRESPMaxConns, "most open RESP connections; more are refused")
@@ -338,7 +340,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		Auth: auth, Limits: limits, Logger: log, Metrics: metrics,
 		Holders:         holders,
 		ShutdownTimeout: o.shutdownTimeout,
-		AllowedHosts:    o.allowedHosts, BodyTimeout: o.bodyTimeout, MaxBodyBytes: o.maxBodyBytes,
+		AllowedHosts:    o.allowedHosts, BodyTimeout: o.bodyTimeout, WriteTimeout: o.writeTimeout, MaxBodyBytes: o.maxBodyBytes,
 		HTTPMaxConns: o.httpMaxConns, HTTPMaxConnsPerAddr: o.httpMaxConnsPerAddr,
 		RESP: server.RESPOptions{
 			MaxConns: o.respMaxConns, MaxConnsPerAddr: o.respMaxConnsPerAddr,
@@ -437,6 +439,7 @@ func (o *serveOptions) checkBounds() error {
 		ok   bool
 	}{
 		{"--body-timeout", o.bodyTimeout > 0},
+		{"--write-timeout", o.writeTimeout > 0},
 		{"--http-max-conns", o.httpMaxConns > 0},
 		{"--http-max-conns-per-addr", o.httpMaxConnsPerAddr > 0},
 		{"--resp-max-conns", o.respMaxConns > 0},

@@ -242,6 +242,7 @@ func TestServeUsageErrors(t *testing.T) {
 		{"serve", "--data-dir", dir, "--resp-max-list", "0"},
 		{"serve", "--data-dir", dir, "--max-body-bytes", "-1"},
 		{"serve", "--data-dir", dir, "--body-timeout", "0s"},
+		{"serve", "--data-dir", dir, "--write-timeout", "0s"},
 		{"serve", "--data-dir", dir, "--http-max-conns", "0"},
 		{"serve", "--data-dir", dir, "--http-max-conns-per-addr", "-5"},
 		{"serve", "--data-dir", dir, "--allowed-hosts", "http://leases.internal"},
