@@ -540,3 +540,29 @@ func TestRESPTotalOutputLimit(t *testing.T) {
 	}
 	rtExpect(t, "the reading client after the flood", polite.do("ECHO", payload), "$"+payload)
 }
+
+// TestRESPSubscriptionLimits: subscriptions are bounded per connection
+// and in sum (each costs a goroutine and a backend subscription; 4
+// connections × 65,536 took a server from 29 MB to 1.16 GB). Over the
+// total, LH.SUBSCRIBE is refused and changes nothing; an unsubscribe or
+// a closed connection gives its subscriptions back.
+func TestRESPSubscriptionLimits(t *testing.T) {
+	srv, addr := rtServe(t, rtEngine(t), RESPOptions{MaxSubscriptions: 10})
+	a, b := rtDial(t, addr), rtDial(t, addr)
+	for i := 0; i < 6; i++ {
+		rtExpect(t, "a's subscribe", a.do("LH.SUBSCRIBE", fmt.Sprintf("a/%d", i)), fmt.Sprintf("[$subscribe $a/%d :%d", i, i+1))
+	}
+	for i := 0; i < 4; i++ {
+		rtExpect(t, "b's subscribe", b.do("LH.SUBSCRIBE", fmt.Sprintf("b/%d", i)), fmt.Sprintf("[$subscribe $b/%d :%d", i, i+1))
+	}
+	rtExpect(t, "the 11th subscription", b.do("LH.SUBSCRIBE", "b/x"), "-ERR the server has 10 subscriptions")
+	rtExpect(t, "a subscribed name again (no new subscription)", a.do("LH.SUBSCRIBE", "a/0"), "[$subscribe $a/0 :6")
+	rtExpect(t, "a's unsubscribe", a.do("LH.UNSUBSCRIBE", "a/5"), "[$unsubscribe $a/5 :5")
+	rtExpect(t, "b's 5th after a gave one back", b.do("LH.SUBSCRIBE", "b/x"), "[$subscribe $b/x :5")
+	a.nc.Close()
+	servertest.WaitFor(t, "a's subscriptions to be given back", func() bool { return srv.subs.Load() == 5 })
+	for i := 0; i < 5; i++ {
+		rtExpect(t, "b's subscribe after a closed", b.do("LH.SUBSCRIBE", fmt.Sprintf("b/y%d", i)), fmt.Sprintf("[$subscribe $b/y%d :%d", i, i+6))
+	}
+	rtExpect(t, "over the total again", b.do("LH.SUBSCRIBE", "b/z"), "-ERR the server has 10 subscriptions")
+}

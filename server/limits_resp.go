@@ -26,7 +26,10 @@ const (
 	// DefaultRESPMaxTotalOutputBytes is RESPOptions.MaxTotalOutputBytes's
 	// default.
 	DefaultRESPMaxTotalOutputBytes = 256 << 20
-	DefaultRESPMaxList             = 10000
+	// DefaultRESPMaxSubscriptions is RESPOptions.MaxSubscriptions's
+	// default.
+	DefaultRESPMaxSubscriptions = 20000
+	DefaultRESPMaxList          = 10000
 )
 
 // Until a connection has authenticated (auth on), a command has at most
@@ -74,6 +77,7 @@ func (o *RESPOptions) defaults() {
 	orDefault(&o.MaxCommandBytes, DefaultRESPMaxCommandBytes)
 	orDefault(&o.MaxTotalInputBytes, DefaultRESPMaxTotalInputBytes)
 	orDefault(&o.MaxTotalOutputBytes, DefaultRESPMaxTotalOutputBytes)
+	orDefault(&o.MaxSubscriptions, DefaultRESPMaxSubscriptions)
 	orDefault(&o.MaxList, DefaultRESPMaxList)
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/resp"
@@ -49,6 +50,11 @@ type RESPOptions struct {
 	// replies built but not yet sent come to more (a client that does not
 	// read) is closed (default 32 MiB).
 	MaxOutputBytes int64
+	// MaxSubscriptions caps the LH.SUBSCRIBE subscriptions of all the
+	// connections together (default 20,000; one connection may have at
+	// most 1,024): each costs a goroutine and a subscription of the
+	// backend. One over it is refused and changes nothing.
+	MaxSubscriptions int
 	// MaxTotalOutputBytes caps the replies built and not yet sent of all
 	// the connections together (default 256 MiB): once they come to more,
 	// a connection with more than 1/32 of MaxOutputBytes waiting (one
@@ -118,6 +124,7 @@ type RESPServer struct {
 
 	input    *inputBudget // MaxTotalInputBytes
 	output   *resp.Total  // MaxTotalOutputBytes
+	subs     atomic.Int64 // subscriptions of all connections (MaxSubscriptions)
 	workers  *resp.Workers
 	warn     *rateLog // attacks and failed AUTHs: at most a line a second
 	authFail authLimiter

@@ -230,6 +230,7 @@ func (r *cmdReader) end() {
 // writer (after what it has queued), then the socket.
 func (c *respConn) finish(writerDone <-chan struct{}) {
 	c.waitCancel() // also ends the subscriptions, so no push holds up Close
+	c.srv.subs.Add(-int64(len(c.subs)))
 	c.out.Close()
 	<-writerDone
 	c.abort()

@@ -134,7 +134,10 @@ func (s *RESPServer) ownsSession(id *Identity, sid string) bool {
 // pushes [freed, name, released|expired|forced|overflow] whenever a watched
 // lease is freed (overflow: notifications were lost, re-check everything).
 
-const maxSubscriptions = 1 << 16
+// maxSubscriptions is the most subscriptions of one connection. Each
+// costs a goroutine and a subscription of the backend; the server-wide
+// total is RESPOptions.MaxSubscriptions.
+const maxSubscriptions = 1024
 
 // LH.SUBSCRIBE name
 func (c *respConn) subscribe(a *respArgs) {
@@ -144,7 +147,13 @@ func (c *respConn) subscribe(a *respArgs) {
 	}
 	if _, ok := c.subs[name]; !ok {
 		if len(c.subs) >= maxSubscriptions {
-			c.replyError(fmt.Sprintf("ERR at most %d subscriptions per connection", maxSubscriptions))
+			c.replyError(fmt.Sprintf("ERR at most %d subscriptions per connection; nothing was changed", maxSubscriptions))
+			return
+		}
+		if n := c.srv.subs.Add(1); n > int64(c.srv.opts.MaxSubscriptions) {
+			c.srv.subs.Add(-1)
+			c.srv.warn.Warn("resp: the subscriptions of all connections are at their limit (--resp-max-subscriptions)", "remote", c.nc.RemoteAddr(), "limit", c.srv.opts.MaxSubscriptions)
+			c.replyError(fmt.Sprintf("ERR the server has %d subscriptions, its limit; nothing was changed", c.srv.opts.MaxSubscriptions))
 			return
 		}
 		ctx, cancel := context.WithCancel(c.waitCtx)
@@ -162,6 +171,7 @@ func (c *respConn) unsubscribe(a *respArgs) {
 	if cancel, ok := c.subs[name]; ok {
 		cancel()
 		delete(c.subs, name)
+		c.srv.subs.Add(-1)
 	}
 	if c.subs == nil {
 		c.subs = map[string]context.CancelFunc{} // watch mode all the same

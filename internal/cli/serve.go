@@ -117,6 +117,7 @@ type serveOptions struct {
 	respMaxCommandBytes  int
 	respMaxTotalInput    int64
 	respMaxTotalOutput   int64
+	respMaxSubscriptions int
 	respMaxList          int
 	maxBodyBytes         int64
 }
@@ -178,6 +179,7 @@ func newServeCmd(e *env) *cobra.Command {
 	f.Int64Var(&o.respMaxOutputBytes, "resp-max-output-bytes", server.DefaultRESPMaxOutputBytes, "a RESP client whose unsent replies pass this many bytes (it does not read them) is disconnected")
 	f.IntVar(&o.respMaxCommandBytes, "resp-max-command-bytes", server.DefaultRESPMaxCommandBytes, "most bytes of one RESP command's arguments together")
 	f.Int64Var(&o.respMaxTotalInput, "resp-max-total-input-bytes", server.DefaultRESPMaxTotalInputBytes, "most bytes of input buffered by all RESP connections together; a connection that would pass it is closed")
+	f.IntVar(&o.respMaxSubscriptions, "resp-max-subscriptions", server.DefaultRESPMaxSubscriptions, "most LH.SUBSCRIBE subscriptions of all RESP connections together (one connection: at most 1,024); one more is refused")
 	f.Int64Var(&o.respMaxTotalOutput, "resp-max-total-output-bytes", server.DefaultRESPMaxTotalOutputBytes, "most bytes of replies waiting to be sent on all RESP connections together; past it, a connection with more than 1/32 of --resp-max-output-bytes waiting is closed")
 	f.IntVar(&o.respMaxList, "resp-max-list", server.DefaultRESPMaxList, "most leases one LH.LIST answers (more: -TOOMANY; LH.SCAN pages through any number)")
 	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest HTTP request body; larger ones get 413")
@@ -346,7 +348,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 			MaxConns: o.respMaxConns, MaxConnsPerAddr: o.respMaxConnsPerAddr,
 			AuthTimeout: o.respAuthTimeout, HandshakeTimeout: o.respHandshakeTimeout, CommandTimeout: o.respCommandTimeout,
 			MaxOutputBytes: o.respMaxOutputBytes, MaxCommandBytes: o.respMaxCommandBytes,
-			MaxTotalInputBytes: o.respMaxTotalInput, MaxTotalOutputBytes: o.respMaxTotalOutput, MaxList: o.respMaxList,
+			MaxTotalInputBytes: o.respMaxTotalInput, MaxTotalOutputBytes: o.respMaxTotalOutput, MaxSubscriptions: o.respMaxSubscriptions, MaxList: o.respMaxList,
 		},
 	}
 	if o.dashboard {
@@ -451,6 +453,7 @@ func (o *serveOptions) checkBounds() error {
 		{"--resp-max-command-bytes", o.respMaxCommandBytes > 0},
 		{"--resp-max-total-input-bytes", o.respMaxTotalInput > 0},
 		{"--resp-max-total-output-bytes", o.respMaxTotalOutput > 0},
+		{"--resp-max-subscriptions", o.respMaxSubscriptions > 0},
 		{"--resp-max-list", o.respMaxList > 0},
 		{"--max-body-bytes", o.maxBodyBytes > 0},
 	} {
