@@ -372,6 +372,8 @@ func TestRESPAuthFailureLimit(t *testing.T) {
 	m := NewMetrics(nil)
 	log := slog.New(slog.NewTextHandler(lines, nil))
 	_, addr := rtServe(t, rtEngine(t), RESPOptions{Auth: rtAuth(t), Metrics: m, Logger: log})
+	defer func(d time.Duration) { authTarpit = d }(authTarpit)
+	authTarpit = 0 // 2,000 guesses; TestRESPAuthTarpit checks the delay
 	start := time.Now()
 	c := rtDial(t, addr)
 	const n = 2000
@@ -392,7 +394,11 @@ func TestRESPAuthFailureLimit(t *testing.T) {
 	if counts["-WRONGPASS"]+counts["-RATELIMITED"] != n {
 		t.Errorf("answers: %v", counts)
 	}
-	rtExpect(t, "a good token from the limited address", c.do("AUTH", "team-token"), "-RATELIMITED")
+	// A good token is never refused for the address's failures (a client
+	// behind the same NAT as an attacker), on the same connection or not.
+	rtExpect(t, "a good token from the limited address", c.do("AUTH", "team-token"), "+OK")
+	rtExpect(t, "a good token on a new connection from the limited address", rtDial(t, addr).do("AUTH", "admin-token"), "+OK")
+	rtExpect(t, "a wrong one from the limited address", rtDial(t, addr).do("AUTH", "wrong"), "-RATELIMITED")
 	other := hdDialFrom(t, "127.0.0.2", addr)
 	other.SetDeadline(time.Now().Add(30 * time.Second))
 	io.WriteString(other, "AUTH team-token\r\n")
@@ -408,9 +414,28 @@ func TestRESPAuthFailureLimit(t *testing.T) {
 	if got := hdValue(t, m.rateLimited); got != float64(counts["-RATELIMITED"]+1) {
 		t.Errorf("leasehold_rate_limited_total = %v, want %d", got, counts["-RATELIMITED"]+1)
 	}
-	// The budget refills: one more try after a second.
+	// The budget refills: one more wrong try is checked after a second.
 	time.Sleep(1100 * time.Millisecond)
-	rtExpect(t, "a good token after the refill", c.do("AUTH", "team-token"), "+OK")
+	rtExpect(t, "a wrong token after the refill", c.do("AUTH", "wrong"), "-WRONGPASS")
+}
+
+// TestRESPAuthTarpit: from an address over its failure limit, each wrong
+// AUTH is answered only after authTarpit, so that pipelining guesses on
+// one connection gains nothing; a good token is answered at once.
+func TestRESPAuthTarpit(t *testing.T) {
+	_, addr := rtServe(t, rtEngine(t), RESPOptions{Auth: rtAuth(t)})
+	c := rtDial(t, addr)
+	for i := 0; i < authFailBurst; i++ {
+		rtExpect(t, "a wrong AUTH within the burst", c.do("AUTH", "wrong"), "-WRONGPASS")
+	}
+	start := time.Now()
+	for i := 0; i < 4; i++ {
+		rtExpect(t, "a wrong AUTH over the limit", c.do("AUTH", "wrong"), "-RATELIMITED")
+	}
+	if d := time.Since(start); d < 4*authTarpit {
+		t.Errorf("4 wrong AUTHs over the limit answered in %v, want at least %v", d, 4*authTarpit)
+	}
+	rtExpect(t, "a good token", c.do("AUTH", "team-token"), "+OK")
 }
 
 // TestRESPInlineLimit: inline lines up to 16 KiB are read, longer ones

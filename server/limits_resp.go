@@ -234,6 +234,10 @@ const (
 	authFailEvery = time.Second
 )
 
+// authTarpit delays the answer to a wrong AUTH from an address over its
+// failure limit (a variable for tests).
+var authTarpit = 250 * time.Millisecond
+
 // authLimiter counts failed AUTHs per client IP (token buckets).
 type authLimiter struct {
 	mu      sync.Mutex

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/leasehold/leasehold/internal/resp"
 )
@@ -56,12 +57,18 @@ func (c *respConn) authenticate(token []byte) bool {
 	if c.srv.opts.Auth == nil {
 		return true // auth off: any token is accepted
 	}
-	if !c.srv.authFail.allow(c.addr) {
+	// A good token is accepted whatever others sent from this address
+	// (clients behind one NAT or proxy share it): the limit is on
+	// failures, which an address over it gets answered RATELIMITED, each
+	// after authTarpit, so that one connection guesses at most about once
+	// a tarpit.
+	id, err := c.srv.opts.Auth.Authenticate(string(token))
+	if err != nil && !c.srv.authFail.allow(c.addr) {
 		c.srv.opts.Metrics.rateLimit()
+		time.Sleep(authTarpit)
 		c.replyError(resp.CodeRateLimited + " too many failed AUTH attempts from this address; try again in a few seconds")
 		return false
 	}
-	id, err := c.srv.opts.Auth.Authenticate(string(token))
 	if err != nil {
 		c.srv.authFail.failed(c.addr)
 		c.srv.warn.Warn("resp: authentication failed", "remote", c.nc.RemoteAddr())
