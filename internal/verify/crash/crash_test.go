@@ -111,7 +111,7 @@ func lockRun(suite string, sched Schedule, cycles int) run {
 		clients:    verify.Size(2, 3),
 		keys:       verify.Size(8, 48),
 		cycles:     cycles,
-		maxTime:    verify.Size(35*time.Second, 5*time.Minute),
+		maxTime:    verify.Size(20*time.Second, 5*time.Minute),
 		ttl:        time.Second,
 		hold:       verify.Size(250*time.Millisecond, 20*time.Millisecond),
 		errorPause: 500 * time.Millisecond,

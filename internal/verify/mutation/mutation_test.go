@@ -26,7 +26,15 @@ var bugs = []struct{ name, suite string }{
 	{"no-holdback", "TestSuiteRedisRestart"},
 }
 
-const runsPerBug = 10
+// runsPerBug is how many runs each bug gets: 10 in the long tier, 6 in
+// the default one (CI's time budget). A bug must be caught in 90 % of them
+// rounded down: 9 of 10, or 5 of 6. The default tier's check is weaker (a
+// suite that caught a bug half the time would pass it 11 % of the time,
+// against 1 % for 9 of 10): the long tier's figure is the one quoted.
+var runsPerBug = verify.Size(6, 10)
+
+// mustCatch is how many of runsPerBug runs must catch a bug.
+func mustCatch() int { return runsPerBug * 9 / 10 }
 
 type outcome int
 
@@ -122,13 +130,13 @@ func TestMutationsCaught(t *testing.T) {
 				missed = r.output
 			}
 		}
-		note := fmt.Sprintf("%s, %s per run", b.suite, (took / runsPerBug).Round(time.Millisecond))
+		note := fmt.Sprintf("%s, %s per run", b.suite, (took / time.Duration(runsPerBug)).Round(time.Millisecond))
 		if errs > 0 {
 			note += fmt.Sprintf("; %d runs failed without a violation", errs)
 		}
 		verify.Report(t, verify.Row{Suite: "R10", Store: b.name, Ops: runsPerBug, Faults: 1, Violations: n,
 			Checker: fmt.Sprintf("caught %d/%d", n, runsPerBug), Note: note})
-		if n < 9 {
+		if n < mustCatch() {
 			t.Errorf("%s: caught in %d of %d runs of %s", b.name, n, runsPerBug, b.suite)
 			if missed != "" {
 				t.Logf("a run that missed it:\n%s", missed)

@@ -144,7 +144,7 @@ func networkFaults(t *testing.T, name string) {
 		Oracle: o.URL(), Hold: 50 * time.Millisecond, WriteMargin: ttl / 2, Seed: 606})
 
 	began := time.Now()
-	length := verify.Size(45*time.Second, 5*time.Minute)
+	length := verify.Size(30*time.Second, 5*time.Minute)
 	faults, err := px.Run(context.Background(), netfault.NewSchedule(ttl, 6), length)
 	if err != nil {
 		t.Fatalf("fault schedule: %v", err)

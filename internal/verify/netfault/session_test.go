@@ -278,7 +278,7 @@ func sessionFaults(t *testing.T, proto, addr string, open func(addr string) (lea
 	}
 
 	began := time.Now()
-	faults, err := px.Run(context.Background(), netfault.NewSchedule(sessionTTL, 66), verify.Size(18*time.Second, 5*time.Minute))
+	faults, err := px.Run(context.Background(), netfault.NewSchedule(sessionTTL, 66), verify.Size(12*time.Second, 5*time.Minute))
 	if err != nil {
 		cancel()
 		wg.Wait()

@@ -176,8 +176,8 @@ func tailLines(s string, n int) string {
 // were done). Each round has fresh workers and fresh keys, which keeps each
 // key's history short enough for the linearizability checker.
 func campaign(t *testing.T, st store, fenced, naive bool) outcome {
-	total := verify.Size(30, 2000)
-	perRound := verify.Size(30, 100)
+	total := verify.Size(20, 2000)
+	perRound := verify.Size(20, 100)
 	workers, keys, maxPaused := verify.Size(6, 10), verify.Size(3, 4), verify.Size(3, 4)
 	capTime := verify.Size(10*time.Minute, 12*time.Minute)
 	var all outcome

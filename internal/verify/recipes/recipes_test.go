@@ -67,7 +67,7 @@ func run(t *testing.T, tg verify.Target) {
 	if note != "" {
 		note = "; " + note
 	}
-	length := verify.Size(40*time.Second, 3*time.Minute)
+	length := verify.Size(25*time.Second, 3*time.Minute)
 
 	hp := recipes.NewHolderPauser()
 	t.Cleanup(hp.Close)

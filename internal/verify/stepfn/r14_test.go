@@ -44,7 +44,7 @@ func config(t *testing.T, lock string) Config {
 	return Config{Lock: lock, TTL: ttl, MaxDelay: 2 * time.Second, TaskGrace: 2500 * time.Millisecond,
 		Slots: 8, GoClients: 2, GoTTL: 3 * time.Second, RunLoops: 1,
 		Gap:      [2]time.Duration{time.Second, 3 * time.Second},
-		Duration: verify.Size(50*time.Second, 10*time.Minute), Drain: time.Minute,
+		Duration: verify.Size(35*time.Second, 10*time.Minute), Drain: time.Minute,
 		Hold: [2]time.Duration{150 * time.Millisecond, 400 * time.Millisecond},
 		Faults: Faults{Fail: 0.1, Service: 0.05, ServiceRan: 0.05, Overrun: 0.12, Abort: 0.18,
 			AbortAfter:     [2]time.Duration{50 * time.Millisecond, 300 * time.Millisecond},
