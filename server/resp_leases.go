@@ -58,8 +58,9 @@ func (c *respConn) acquire(a *respArgs) {
 	}
 	req.RequestID = string(a.opt[1]) // REQID
 	if a.has[2] {                    // WAIT
-		if req.Wait, err = parseMillis(a.opt[2], "wait"); err == nil && req.Wait < 0 {
-			err = invalid("wait", "must not be negative")
+		if req.Wait, err = parseMillis(a.opt[2], "wait"); err == nil && (req.Wait < 0 || req.Wait > MaxWait) {
+			// As HTTP's wait_ms: wait longer by repeating the command.
+			err = invalid("wait", "must be in [0, %d] ms (wait longer by repeating the command)", MaxWait.Milliseconds())
 		}
 	}
 	if a.has[3] { // SESSION

@@ -205,6 +205,9 @@ func TestRESPCommands(t *testing.T) {
 				{"LH.ACQUIRE|x|a|1000|REQID|a\tb", "-INVALID request id: "},
 				{"LH.ACQUIRE|x|a|1000|DATA|" + strings.Repeat("d", leasehold.MaxDataLen+1), "-INVALID data: "},
 				{"LH.ACQUIRE|x|a|1000|WAIT|-1", "-INVALID wait: "},
+				// As HTTP's wait_ms: at most 5 minutes (it took 2^63-1).
+				{"LH.ACQUIRE|x|a|1000|WAIT|300001", "-INVALID wait: must be in [0, 300000] ms"},
+				{"LH.ACQUIRE|x|a|1000|WAIT|9223372036854775807", "-INVALID wait: "},
 				{"LH.ACQUIRE|x|a|1000|WAIT|1|WAIT|2", "-ERR syntax error"},
 				{"LH.ACQUIRE|x|a|1000|COLOUR|red", "-ERR syntax error"},
 				{"LH.ACQUIRE|x|a|1000|WAIT", "-ERR wrong number of arguments for 'lh.acquire'"},
