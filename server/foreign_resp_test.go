@@ -4,13 +4,16 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/memory"
 )
 
 // poisonedTicketHello returns the bytes of a real TLS ClientHello, made by
@@ -135,4 +138,24 @@ func TestRESPRefusesForeignProtocols(t *testing.T) {
 	}
 	rtExpect(t, "unknown after known", c.do("SET", "a", "b"), "-ERR unknown command 'SET'")
 	rtExpect(t, "ECHO", c.do("ECHO", "héllo\ttab"), "$héllo\ttab")
+}
+
+// leakyStore is a real store whose Get fails the way a store behind a
+// proxy can (its engine's own error text, with an address in it).
+type leakyStore struct{ *memory.Store }
+
+func (leakyStore) Get(context.Context, string) (leasehold.Record, error) {
+	return leasehold.Record{}, errors.New("redis get: WRONGPASS invalid username-password pair (10.0.0.5:6379)")
+}
+
+// TestRESPHidesBackendErrors: an error of the backend that has no reply of
+// its own is answered "ERR internal error", as HTTP answers 500, and its
+// text (a store's WRONGPASS, its address) stays in the server's log.
+func TestRESPHidesBackendErrors(t *testing.T) {
+	_, addr := rtServe(t, NewProxy(leakyStore{memory.New()}, ProxyConfig{}), RESPOptions{})
+	c := rtDial(t, addr)
+	got := c.do("LH.GET", "x")
+	if got != "-ERR internal error; see the server's log" {
+		t.Errorf("LH.GET with a failing backend = %q, want the internal error without the backend's words", got)
+	}
 }

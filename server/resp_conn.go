@@ -356,6 +356,8 @@ func (s *RESPServer) appendErr(b []byte, err error) []byte {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return resp.AppendError(b, "ERR request cancelled")
 	}
+	// As HTTP's 500: the backend's own words (a store's WRONGPASS, its
+	// address) stay in the server's log.
 	s.log.Warn("resp: backend error", "err", err)
-	return resp.AppendError(b, "ERR "+err.Error())
+	return resp.AppendError(b, "ERR internal error; see the server's log")
 }
