@@ -36,6 +36,9 @@ func URL(raw string) string {
 		if _, has := u.User.Password(); has {
 			u.User = url.UserPassword(u.User.Username(), Mask)
 			changed = true
+		} else if userIsPassword(u.Scheme) && u.User.Username() != "" {
+			u.User = url.User(Mask)
+			changed = true
 		}
 	}
 	if u.RawQuery != "" {
@@ -50,21 +53,39 @@ func URL(raw string) string {
 	return scrubText(u.String())
 }
 
-// redactQuery masks the values of secret parameters, keeping the order
-// and spelling of the others.
+// userIsPassword reports whether a URL of scheme takes a lone user name
+// as the password: Redis users write "redis://PASSWORD@host" (Redis
+// before 6 had passwords only).
+func userIsPassword(scheme string) bool {
+	return strings.HasPrefix(strings.ToLower(scheme), "redis")
+}
+
+// redactQuery masks the values of secret parameters, and of parameters
+// whose value holds a secret-named pair (PostgreSQL's
+// "options=-c password=..."), keeping the order and spelling of the others.
 func redactQuery(q string) string {
 	parts := strings.Split(q, "&")
 	for i, p := range parts {
-		k, _, hasValue := strings.Cut(p, "=")
+		k, v, hasValue := strings.Cut(p, "=")
 		name, err := url.QueryUnescape(k)
 		if err != nil {
 			name = k
 		}
-		if hasValue && isSecretKey(name) {
+		if hasValue && (isSecretKey(name) || holdsSecret(v)) {
 			parts[i] = k + "=" + Mask
 		}
 	}
 	return strings.Join(parts, "&")
+}
+
+// holdsSecret reports whether a query value, decoded, holds a
+// secret-named "key=value" pair.
+func holdsSecret(v string) bool {
+	d, err := url.QueryUnescape(v)
+	if err != nil {
+		d = v
+	}
+	return textSecret.MatchString(d)
 }
 
 // secretWords are the parts of a parameter name that mark a secret.
@@ -137,6 +158,11 @@ func Secrets(raw string) []string {
 			out = append(out, d)
 		}
 	}
+	if u, err := url.Parse(raw); err == nil && u.User != nil && userIsPassword(u.Scheme) {
+		if _, has := u.User.Password(); !has && u.User.Username() != "" {
+			out = append(out, u.User.Username())
+		}
+	}
 	if _, q, ok := strings.Cut(raw, "?"); ok {
 		q, _, _ = strings.Cut(q, "#")
 		for _, p := range strings.Split(q, "&") {
@@ -145,7 +171,7 @@ func Secrets(raw string) []string {
 			if err != nil {
 				name = k
 			}
-			if hasValue && v != "" && isSecretKey(name) {
+			if hasValue && v != "" && (isSecretKey(name) || holdsSecret(v)) {
 				out = append(out, v)
 				if d, err := url.QueryUnescape(v); err == nil && d != v {
 					out = append(out, d)

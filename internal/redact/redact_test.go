@@ -20,6 +20,12 @@ func TestURL(t *testing.T) {
 		"sqlite:///var/lib/leasehold/leases.db":                                                                                       "sqlite:///var/lib/leasehold/leases.db",
 		"memory://":                                                                                                                   "memory://",
 		"postgres://user@db/app":                                                                                                      "postgres://user@db/app",
+		// A Redis password in the user slot, and PostgreSQL's password
+		// passed as a server option (issue 26: both were shown).
+		"redis://s3cretpw@cache:6379/0":                                 "redis://REDACTED@cache:6379/0",
+		"rediss://s3cretpw@cache:6380":                                  "rediss://REDACTED@cache:6380",
+		"postgres://app@db/leases?options=-c%20password%3Dhunter22&x=1": "postgres://app@db/leases?options=REDACTED&x=1",
+		"postgres://app@db/leases?options=-c+statement_timeout%3D5s":    "postgres://app@db/leases?options=-c+statement_timeout%3D5s",
 	} {
 		if got := URL(raw); got != want {
 			t.Errorf("URL(%q)\n = %q\nwant %q", raw, got, want)
