@@ -261,13 +261,17 @@ func TestHoldAfterTimeout(t *testing.T) {
 	m, p := mustConfig(t, lambdaConfig)
 	cond := condition(t, m, StateAfterTaskError, 1)
 	var cases []exprCase
-	errs := []string{"States.Timeout", "States.HeartbeatTimeout", "Lambda.ServiceException", "Sandbox.Timedout", "Boom", "States.TaskFailed"}
+	// Every Lambda service error AWS's guide names as one after which
+	// the function may run (issue 25: Lambda.ClientExecutionTimeoutException
+	// released the lock while the function ran on).
+	errs := []string{"States.Timeout", "States.HeartbeatTimeout", "Lambda.ClientExecutionTimeoutException", "Lambda.ServiceException",
+		"Lambda.AWSLambdaException", "Lambda.SdkClientException", "Sandbox.Timedout", "Boom", "States.TaskFailed", "Lambda.TooManyRequestsException"}
 	for _, e := range errs {
 		cases = append(cases, exprCase{Expr: cond, Vars: map[string]any{"lh_error": map[string]any{"Error": e}}})
 	}
 	res := evalExprs(t, cases)
 	for i, e := range errs {
-		want := i < 3
+		want := i < 6
 		if res[i].Error != "" || res[i].Values[0] != want {
 			t.Errorf("after %s: hold = %+v, want %v", e, res[i], want)
 		}

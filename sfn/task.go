@@ -13,9 +13,18 @@ import (
 
 // Errors after which the work may still run although Step Functions
 // stopped waiting for it.
+//
+// lambdaUnsureErrors are the Lambda service errors that AWS's Step
+// Functions guide ("Handle Lambda service exceptions",
+// docs.aws.amazon.com/step-functions/latest/dg/bp-lambda-serviceexception.html)
+// names as transient 500s of an invocation, all four of them: after each,
+// the function may have been invoked and may still run.
+// (Lambda.TooManyRequestsException is a throttle: the function was not
+// invoked. Lambda.Unknown is an unhandled error of the function, a timeout
+// or out of memory among them: it has ended.)
 var (
 	timeoutErrors      = []string{"States.Timeout", "States.HeartbeatTimeout"}
-	lambdaUnsureErrors = []string{"Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException"}
+	lambdaUnsureErrors = []string{"Lambda.ClientExecutionTimeoutException", "Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException"}
 )
 
 // Fields of JSONPath states: a task that uses them is not in JSONata form.
