@@ -13,40 +13,71 @@
 # -timeout D per package (default 60m). Packages default to what
 # scripts/test.sh runs under -race (every package but internal/verify).
 #
-# Starts the test engines unless they are already running (as test.sh and
-# verify.sh do), with LEASEHOLD_REQUIRE_ENGINES=1. Each package's output is
+# Starts test engines of its own unless they are already running
+# (LEASEHOLD_TEST_PG_BIN set, as test.sh and verify.sh export it), in its
+# output directory, so that two hunts in one checkout do not stop each
+# other's engines; LEASEHOLD_REQUIRE_ENGINES=1. Each package's output is
 # kept in $LEASEHOLD_FLAKES_DIR (default a new temporary directory). Exits
-# non-zero if any run of any test failed.
+# non-zero if any run of any test failed, 64 on a bad option or package
+# (options go before the packages), and 130 after Ctrl-C (SIGINT) or 143
+# after SIGTERM, once the running test and the busy loops are stopped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+usage() {
+	echo "flakes.sh: $*" >&2
+	exit 64
+}
 count=5 load=$((2 * $(nproc))) race=-race timeout=60m
 while [ $# -gt 0 ]; do
+	case "$1" in
+	-count | -load | -timeout) [ $# -ge 2 ] || usage "$1 needs a value (see --help)" ;;
+	esac
 	case "$1" in
 	-count) count=$2; shift 2 ;;
 	-load) load=$2; shift 2 ;;
 	-norace) race=; shift ;;
 	-timeout) timeout=$2; shift 2 ;;
-	-h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-	-*) echo "flakes.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
+	-h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-*) usage "unknown option $1 (see --help)" ;;
 	*) break ;;
 	esac
 done
-case "$count$load" in *[!0-9]*) echo "flakes.sh: -count and -load take whole numbers" >&2; exit 64 ;; esac
+[[ $count =~ ^[0-9]+$ ]] && [ "$count" -ge 1 ] || usage "-count takes a whole number of at least 1 (got '$count')"
+[[ $load =~ ^[0-9]+$ ]] || usage "-load takes a whole number (got '$load')"
+[[ $timeout =~ ^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$ ]] || usage "-timeout takes a Go duration such as 60m or 1h30m (got '$timeout')"
+for a in "$@"; do
+	case "$a" in -*) usage "option $a after the packages: options go first (see --help)" ;; esac
+done
 
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 out=${LEASEHOLD_FLAKES_DIR:-$(mktemp -d -t leasehold-flakes.XXXXXX)}
 mkdir -p "$out"
 
 loops=()
+gopid=
 cleanup() {
 	[ ${#loops[@]} -gt 0 ] && kill "${loops[@]}" 2>/dev/null
-	[ -n "${started_engines:-}" ] && scripts/engines.sh stop
+	loops=()
+	if [ -n "$gopid" ]; then
+		pkill -KILL -P "$gopid" 2>/dev/null
+		kill -KILL "$gopid" 2>/dev/null
+		gopid=
+	fi
+	if [ -n "${started_engines:-}" ]; then
+		started_engines=
+		scripts/engines.sh stop
+	fi
 }
 trap cleanup EXIT
+trap 'echo "flakes.sh: interrupted" >&2; cleanup; exit 130' INT
+trap 'echo "flakes.sh: terminated" >&2; cleanup; exit 143' TERM
 
 if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 	started_engines=1
+	# Engines of its own: another run's "engines.sh start" would stop the
+	# engines of a shared state directory.
+	export LEASEHOLD_ENGINES_DIR=${LEASEHOLD_ENGINES_DIR:-$out/engines}
 	if ! exports=$(scripts/engines.sh start); then
 		echo "flakes.sh: FAILED: the test engines did not start" >&2
 		exit 1
@@ -55,11 +86,16 @@ if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 fi
 export LEASEHOLD_REQUIRE_ENGINES=1
 
+module=$(go list -m) || exit 1
 if [ $# -gt 0 ]; then
-	mapfile -t pkgs < <(go list "$@")
+	if ! list=$(go list "$@"); then
+		echo "flakes.sh: go list could not find every package named (see above)" >&2
+		exit 64
+	fi
 else
-	mapfile -t pkgs < <(go list ./... | grep -v '/internal/verify')
+	list=$(go list ./... | grep -v '/internal/verify') || exit 1
 fi
+mapfile -t pkgs <<<"$list"
 
 for ((i = 0; i < load; i++)); do
 	(while :; do :; done) &
@@ -73,16 +109,22 @@ printf '%-58s %6s %6s  %s\n' package secs fails "failing tests" >"$out/summary"
 for p in "${pkgs[@]}"; do
 	f="$out/$(echo "$p" | tr / _).log"
 	t0=$(date +%s)
+	# In the background and waited for, so that SIGINT or SIGTERM runs
+	# the trap at once (it kills this test and ends the hunt).
 	# shellcheck disable=SC2086 # race is one word or none
-	go test $race -count="$count" -timeout "$timeout" "$p" >"$f" 2>&1
+	go test $race -count="$count" -timeout "$timeout" "$p" >"$f" 2>&1 &
+	gopid=$!
+	wait "$gopid"
 	st=$?
+	gopid=
 	tests=$(grep -E '^\s*--- FAIL' "$f" | awk '{print $3}' | sort | uniq -c | awk '{printf "%s×%s ", $2, $1}')
 	n=$(grep -cE '^--- FAIL' "$f")
 	if [ $st -ne 0 ]; then
 		failed=1
 		[ "$n" -eq 0 ] && tests="exit $st (see $f)"
 	fi
-	printf '%-58s %6d %6d  %s\n' "${p#github.com/leasehold/leasehold}" $(($(date +%s) - t0)) "$n" "$tests" | tee -a "$out/summary"
+	short=${p#"$module"}
+	printf '%-58s %6d %6d  %s\n' "${short:-.}" $(($(date +%s) - t0)) "$n" "$tests" | tee -a "$out/summary"
 done
 echo "== flake hunt done in $(($(date +%s) - began)) s: $([ $failed -eq 0 ] && echo "no failure" || echo "FAILURES above")"
 exit $failed

@@ -14,12 +14,25 @@
 # stages (status and seconds) and exits non-zero if any failed.
 #
 # LEASEHOLD_STAGES="vet race" runs only the named stages (mod, vet, race,
-# bench, python, verify); the engines start whenever a named stage needs them.
+# bench, python, verify; unset or empty: all of them); the engines start
+# whenever a named stage needs them. An unknown name is a usage error (64).
+# The table gives each stage's wall-clock and CPU seconds (its processes'
+# user + system time).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
-want=" ${LEASEHOLD_STAGES:-mod vet race bench python verify} "
+all_stages="mod vet race bench python verify"
+want=" ${LEASEHOLD_STAGES:-$all_stages} "
+for s in $want; do
+	case " $all_stages " in
+	*" $s "*) ;;
+	*)
+		echo "test.sh: unknown stage '$s' in LEASEHOLD_STAGES (the stages: $all_stages, separated by spaces)" >&2
+		exit 64
+		;;
+	esac
+done
 began=$(date +%s)
 summary=()
 failed=0
@@ -32,13 +45,14 @@ stage() {
 	case "$want" in *" $name "*) ;; *) return 0 ;; esac
 	echo "== [$name] $*"
 	t0=$(date +%s)
-	local c0 c1
-	c0=$(cpu_seconds)
+	local c0
+	cpu_now
+	c0=$CPU_NOW
 	"$@"
 	st=$?
 	local secs=$(($(date +%s) - t0))
-	c1=$(cpu_seconds)
-	local cpu=$((c1 - c0))
+	cpu_now
+	local cpu=$((CPU_NOW - c0))
 	if [ $st -eq 0 ]; then
 		summary+=("$(printf '%-8s ok      %5d s  (cpu %d s)' "$name" "$secs" "$cpu")")
 	else
@@ -49,14 +63,24 @@ stage() {
 	return 0
 }
 
-# cpu_seconds prints the user + system CPU seconds this script's finished
-# children have used so far (bash's times builtin, second line).
-cpu_seconds() {
-	times | tail -n 1 | awk '{
-		n = 0
-		for (i = 1; i <= 2; i++) { split($i, p, "m"); sub("s", "", p[2]); n += p[1] * 60 + p[2] }
-		printf "%d\n", n
-	}'
+# cpu_now sets CPU_NOW to the user + system CPU seconds this script's
+# finished children have used so far: the second line of bash's times
+# builtin, which must run in this shell (in a subshell or a pipeline it
+# reports that subshell's children), so the result is a variable, not
+# printed.
+cpu_now() {
+	local f l1 l2
+	f=$(mktemp)
+	times >"$f"
+	{
+		read -r l1
+		read -r l2
+	} <"$f"
+	rm -f "$f"
+	CPU_NOW=0
+	if [[ $l2 =~ ^([0-9]+)m([0-9]+)[.,][0-9]+s\ ([0-9]+)m([0-9]+)[.,][0-9]+s$ ]]; then
+		CPU_NOW=$((10#${BASH_REMATCH[1]} * 60 + 10#${BASH_REMATCH[2]} + 10#${BASH_REMATCH[3]} * 60 + 10#${BASH_REMATCH[4]}))
+	fi
 }
 
 report() {
