@@ -215,9 +215,14 @@ func TestRunDeadlineKills(t *testing.T) {
 	// Renewals never complete and the child ignores SIGTERM: it is killed
 	// at the deadline.
 	r := runUnrenewed(t, "t/kill", stubbornChild)
+	// SIGTERM first; then the SIGKILL comes from this process's watchdog
+	// ("sending SIGKILL") or from the group's keeper, which enforces the
+	// same kill time on its own clock and can be first on a loaded
+	// machine (CI saw it): the command then ends "signal: killed" and the
+	// watchdog has nothing left to kill. Either keeps the promise.
 	iTerm, iKill := strings.Index(r.stderr, "SIGTERM"), strings.Index(r.stderr, "SIGKILL")
-	if iTerm < 0 || iKill < iTerm {
-		t.Errorf("want SIGTERM then SIGKILL on stderr:\n%s", r.stderr)
+	if iTerm < 0 || (iKill >= 0 && iKill < iTerm) {
+		t.Errorf("want SIGTERM, then SIGKILL or the keeper's kill, on stderr:\n%s", r.stderr)
 	}
 	if !strings.Contains(r.stderr, "signal: killed") {
 		t.Errorf("stderr does not report the child killed:\n%s", r.stderr)
