@@ -23,8 +23,16 @@ import (
 type QueueStore struct {
 	*Store
 	queues map[string][]*waiter // guarded by Store.mu
+	freed  map[string]time.Time // QueueOvertake: when each name was released
 	waits  int
 }
+
+// overtakeLag is how long, with QueueOvertake, a released lease stays free
+// before a polling waiter takes it: a window in which any TryAcquire
+// overtakes the queue, wide enough that a check sees it however loaded
+// the machine is (with the 2ms poll alone, the waiter was sometimes first
+// and the bug went unseen in CI).
+const overtakeLag = 300 * time.Millisecond
 
 type waiter struct {
 	req leasehold.AcquireRequest
@@ -38,7 +46,7 @@ var (
 
 // NewQueuer returns a queueing store with the given bug (0: none).
 func NewQueuer(bug Bug, opts ...Option) *QueueStore {
-	return &QueueStore{Store: New(bug, opts...), queues: map[string][]*waiter{}}
+	return &QueueStore{Store: New(bug, opts...), queues: map[string][]*waiter{}, freed: map[string]time.Time{}}
 }
 
 // retryLocked reports whether req retries the acquire that holds name now.
@@ -107,7 +115,11 @@ func (q *QueueStore) Release(ctx context.Context, name, owner string, token uint
 	err := q.releaseLocked(name, owner, token)
 	if q.bug != QueueOvertake {
 		q.handoffLocked(name)
-	} // else the head takes it at its next poll, and TryAcquire may be first
+	} else if err == nil {
+		// The head takes it at a poll overtakeLag later; a TryAcquire
+		// meanwhile is first.
+		q.freed[name] = time.Now()
+	}
 	return err
 }
 
@@ -172,7 +184,9 @@ func (q *QueueStore) AcquireWait(ctx context.Context, req leasehold.AcquireReque
 			return rec, nil
 		case <-tick.C:
 			q.mu.Lock()
-			q.handoffLocked(req.Name)
+			if q.bug != QueueOvertake || time.Since(q.freed[req.Name]) >= overtakeLag {
+				q.handoffLocked(req.Name)
+			}
 			q.mu.Unlock()
 			continue
 		case <-ctx.Done():
