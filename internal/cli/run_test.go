@@ -174,20 +174,23 @@ func TestRunKeepsLeaseAlive(t *testing.T) {
 	// Several renewals happen while the child runs; none may trip the
 	// watchdog. The in-memory store makes renewals fast.
 	h := newHarness(t)
-	r := h.run("run", "--store", "memory://", "--ttl", "600ms", "--grace", "150ms", "t/alive", "--", "sleep", "1.5")
+	// TTL 2s: long enough that starting the command on a starved machine
+	// (the flake hunt saw "the lease's deadline passed before the command
+	// started" at TTL 600ms) does not eat it; still several renewals.
+	r := h.run("run", "--store", "memory://", "--ttl", "2s", "--grace", "500ms", "t/alive", "--", "sleep", "4.5")
 	if r.code != 0 {
 		t.Errorf("code %d, stderr %q", r.code, r.stderr)
 	}
 }
 
-// runUnrenewed runs sh -c child under "leasehold run" (TTL 1s, grace
-// 300ms) on lease name, on a store whose renewals never complete; it must
-// exit ExitLost.
+// runUnrenewed runs sh -c child under "leasehold run" (TTL 2s, grace
+// 600ms: room for the command to start on a starved machine) on lease
+// name, on a store whose renewals never complete; it must exit ExitLost.
 func runUnrenewed(t *testing.T, name, child string) result {
 	t.Helper()
 	h := newHarness(t)
 	h.withFaults(nil, hang)
-	r := h.run("run", "--store", h.url, "--ttl", "1s", "--grace", "300ms", name, "--", "sh", "-c", child)
+	r := h.run("run", "--store", h.url, "--ttl", "2s", "--grace", "600ms", name, "--", "sh", "-c", child)
 	if r.code != ExitLost {
 		t.Errorf("code %d, want %d", r.code, ExitLost)
 	}
