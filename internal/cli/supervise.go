@@ -58,7 +58,9 @@ func (o *runOptions) supervise(ctx context.Context, e *env, lease *leasehold.Lea
 	// Whether the lease was still held when the command was found dead: if
 	// this process was stopped past the deadline, the keeper killed the
 	// group there, and releasing may still succeed on some stores.
-	expired := !lease.Held()
+	// The kill time (the deadline less the kill margin) counts: the keeper
+	// killed the group there, possibly while this process was stopped.
+	expired := !lease.Held() || lease.Remaining() <= w.margin
 	t.close()
 	rep := t.report()
 
@@ -66,7 +68,7 @@ func (o *runOptions) supervise(ctx context.Context, e *env, lease *leasehold.Lea
 	if lost == nil && expired {
 		lost = lease.Err()
 		if lost == nil {
-			lost = errors.New("the lease's local deadline passed before the command's end was seen")
+			lost = errors.New("the lease's kill time (its local deadline less the kill margin) passed before the command's end was seen")
 		}
 	}
 	if lost == nil && errors.Is(lease.Err(), leasehold.ErrLost) {
