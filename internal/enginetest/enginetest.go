@@ -397,3 +397,23 @@ const ignoreAborted = `process.on('uncaughtException', function (err) {
   process.exit(7);
 });
 `
+
+// Chromium returns the browser for tests that drive one:
+// LEASEHOLD_TEST_CHROMIUM (set by scripts/engines.sh), else a chromium on
+// PATH, else Missing (a skip, or a failure where engines are required).
+func Chromium(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("LEASEHOLD_TEST_CHROMIUM"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("LEASEHOLD_TEST_CHROMIUM: %v", err)
+		}
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	Missing(t, "Chromium", "$LEASEHOLD_TEST_CHROMIUM is empty and there is no chromium in PATH")
+	return ""
+}

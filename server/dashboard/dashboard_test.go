@@ -9,7 +9,6 @@ import (
 	"image/png"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -32,25 +31,6 @@ import (
 // test asserts on what the page shows, not on how fast it shows it.
 const timeout = 60 * time.Second
 
-// chromium finds the browser: LEASEHOLD_TEST_CHROMIUM (set by
-// scripts/engines.sh), else a chromium on PATH, else see enginetest.Missing.
-func chromium(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("LEASEHOLD_TEST_CHROMIUM"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("LEASEHOLD_TEST_CHROMIUM: %v", err)
-		}
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	enginetest.Missing(t, "Chromium", "$LEASEHOLD_TEST_CHROMIUM is empty and there is no chromium in PATH")
-	return ""
-}
-
 // browser is one headless Chromium tab with its page's dialogs accepted
 // and its uncaught exceptions collected.
 type browser struct {
@@ -72,7 +52,7 @@ func newBrowser(t *testing.T) *browser {
 func newBrowserAt(t *testing.T, width, height int) *browser {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium(t)),
+		chromedp.ExecPath(enginetest.Chromium(t)),
 		chromedp.Headless,
 		chromedp.NoSandbox, // the tests run as root
 		chromedp.DisableGPU,
@@ -88,7 +68,7 @@ func newBrowserAt(t *testing.T, width, height int) *browser {
 	// The first action starts the browser and opens the tab, both bound to
 	// its context: that must be ctx itself, not one with a timeout.
 	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("starting %s: %v", chromium(t), err)
+		t.Fatalf("starting %s: %v", enginetest.Chromium(t), err)
 	}
 	b := &browser{t: t, ctx: ctx}
 	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
@@ -265,7 +245,7 @@ func openProxy(t *testing.T) server.Backend {
 // TestDashboardInBrowser runs the page against the native engine and
 // against a proxy in front of a store.
 func TestDashboardInBrowser(t *testing.T) {
-	chromium(t)
+	enginetest.Chromium(t)
 	t.Run("engine", func(t *testing.T) { testDashboard(t, openEngine(t)) })
 	t.Run("proxy", func(t *testing.T) { testDashboard(t, openProxy(t)) })
 }

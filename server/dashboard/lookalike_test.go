@@ -10,6 +10,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/server"
 )
 
@@ -21,7 +22,7 @@ import (
 // the invisible characters as escapes, so the operator can tell which
 // lease is meant; the force release frees that one and only that one.
 func TestDashboardLookAlikeNames(t *testing.T) {
-	chromium(t)
+	enginetest.Chromium(t)
 	be := openProxy(t)
 	ts := serveDashboard(t, be, server.HandlerOptions{})
 	const plain, odd = "x/admin", "x/admin\u200b"

@@ -11,6 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/server"
 )
 
@@ -99,7 +100,7 @@ const (
 // escapes, at 1280 px and at a phone's 390 px, with nothing overflowing
 // sideways. The screenshots are kept (see checkScreenshot).
 func TestDashboardPictures(t *testing.T) {
-	chromium(t)
+	enginetest.Chromium(t)
 	ctx := context.Background()
 	be := openEngine(t)
 	ts := serveDashboard(t, be, server.HandlerOptions{})
@@ -231,7 +232,7 @@ func TestDashboardPictures(t *testing.T) {
 // (256), and a name with more holds than half its lane's pixels is drawn
 // with one bar per pixel column.
 func TestDashboardBusyName(t *testing.T) {
-	chromium(t)
+	enginetest.Chromium(t)
 	ctx := context.Background()
 	be := openEngine(t)
 	ts := serveDashboard(t, be, server.HandlerOptions{})

@@ -17,8 +17,6 @@ import (
 	"math/big"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -43,26 +41,6 @@ const ticketPayload = "\r\nLH.ACQUIRE victim evil 60000\r\nLH.FORCERELEASE admin
 // foreignClosed is the close counter of connections that spoke another
 // protocol before their first known command.
 const foreignClosed = `leasehold_resp_connections_closed_total{reason="foreign_protocol"}`
-
-// ticketBrowser finds Chromium: LEASEHOLD_TEST_CHROMIUM, else a chromium
-// on PATH, else enginetest.Missing (a skip, or a failure where engines are
-// required).
-func ticketBrowser(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("LEASEHOLD_TEST_CHROMIUM"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("LEASEHOLD_TEST_CHROMIUM: %v", err)
-		}
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	enginetest.Missing(t, "Chromium", "$LEASEHOLD_TEST_CHROMIUM is empty and there is no chromium in PATH")
-	return ""
-}
 
 // evilCert is a self-signed certificate for evil.test and its key.
 func evilCert(t *testing.T) tls.Certificate {
@@ -114,7 +92,7 @@ func (o ticketOutcome) ran() bool { return o.victim || o.released }
 // must not exist, adminlease must keep its holder), and the RESP port must
 // have seen the browser's ClientHello (closed as foreign_protocol).
 func TestR11TLSTicketRebinding(t *testing.T) {
-	chrome := ticketBrowser(t)
+	chrome := enginetest.Chromium(t)
 	tries := 20
 	cert := evilCert(t)
 	spki := sha256.Sum256(cert.Leaf.RawSubjectPublicKeyInfo)
