@@ -467,7 +467,9 @@ func (s *HTTPStore) AcquireWait(ctx context.Context, req leasehold.AcquireReques
 			return rec, nil
 		}
 		if ctx.Err() != nil {
-			s.reclaim(req)
+			reclaimGrant(s.ctx, s, req, func(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
+				return s.acquire(ctx, req, 0)
+			})
 			return leasehold.Record{}, ctx.Err()
 		}
 		if errors.Is(err, leasehold.ErrHeld) {
@@ -488,21 +490,6 @@ func (s *HTTPStore) AcquireWait(ctx context.Context, req leasehold.AcquireReques
 			continue
 		}
 		return leasehold.Record{}, err
-	}
-}
-
-// reclaim releases a grant that may have raced with the end of a wait: if
-// the lease is held by req's owner, an acquire with req's request id gets
-// that grant back (and only that one), and it is released.
-func (s *HTTPStore) reclaim(req leasehold.AcquireRequest) {
-	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
-	defer cancel()
-	rec, err := s.Get(ctx, req.Name)
-	if err != nil || rec.Owner != req.Owner {
-		return
-	}
-	if got, err := s.acquire(ctx, req, 0); err == nil {
-		_ = s.Release(ctx, req.Name, req.Owner, got.Token)
 	}
 }
 

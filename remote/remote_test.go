@@ -330,6 +330,70 @@ func TestAcquireWaitCancel(t *testing.T) {
 	})
 }
 
+// grantInFlight is a backend whose waiting acquires of owner "late" are
+// granted by the engine and then held back until the server has seen the
+// client go (its ctx ends), as a grant in flight when a cancel arrives is:
+// the server then has a grant to answer on a connection whose client gave
+// up waiting.
+type grantInFlight struct {
+	server.Backend
+	granted chan struct{}
+}
+
+func (b grantInFlight) Acquire(ctx context.Context, req server.AcquireRequest) (leasehold.Record, error) {
+	if req.Owner != "late" || req.Wait == 0 {
+		return b.Backend.Acquire(ctx, req)
+	}
+	rec, err := b.Backend.Acquire(context.WithoutCancel(ctx), req)
+	close(b.granted)
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+	}
+	return rec, err
+}
+
+// TestAcquireWaitCancelGrantInFlight: a waiter cancelled while its grant is
+// on its way does not keep the lease: the client reads the grant that
+// raced with its cancel (or finds it) and releases it. Over RESP the client
+// closed its connection and lost the grant, which held the lease for its
+// TTL (a minute).
+func TestAcquireWaitCancelGrantInFlight(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		eng, err := server.OpenEngine(server.EngineConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := grantInFlight{Backend: eng, granted: make(chan struct{})}
+		ts := startBackend(t, tr, b, serveOptions{})
+		s := ts.open(t, "")
+		ctx := ctxT(t)
+		h, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "f", Owner: "holder", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.AcquireWait(wctx, leasehold.AcquireRequest{Name: "f", Owner: "late", TTL: time.Minute})
+			done <- err
+		}()
+		ts.waiters(t, "f", 1)
+		if err := s.Release(ctx, "f", "holder", h.Token); err != nil {
+			t.Fatal(err)
+		}
+		<-b.granted
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("AcquireWait after cancel: %v", err)
+		}
+		servertest.WaitFor(t, "the raced grant's release", func() bool {
+			_, err := s.Get(ctx, "f")
+			return errors.Is(err, leasehold.ErrNotFound)
+		})
+	})
+}
+
 // TestSession: leases taken through a session (by TryAcquire and by a
 // waiting acquire) live as long as it does, kept alive past several of
 // its TTLs, and are freed when it closes; a session the server forgets is

@@ -480,8 +480,10 @@ func (s *RESPStore) tryAcquire(ctx context.Context, req leasehold.AcquireRequest
 // queue for the lease, on a dedicated connection, until it is granted or
 // ctx ends. The wait is asked for in chunks (wait_chunk, default 30s) with
 // the same request id; between chunks the request goes to the back of the
-// queue. If ctx ends mid-wait the connection is closed, which makes the
-// server drop the waiter; a grant that raced with the end is released.
+// queue. If ctx ends mid-wait the connection's sending side is closed,
+// which makes the server drop the waiter, and its reply is read: a grant
+// that raced with the end is released (and, if no reply came, looked for
+// and released).
 func (s *RESPStore) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
 	return s.acquireWait(ctx, req, nil)
 }
@@ -523,6 +525,13 @@ func (s *RESPStore) acquireWait(ctx context.Context, req leasehold.AcquireReques
 		case err == nil:
 			return rec, nil
 		case ctx.Err() != nil:
+			if err == ctx.Err() {
+				// No reply within the cancel's grace (DoBlocking returns
+				// ctx's own error): the server may yet have granted.
+				reclaimGrant(s.ctx, s, req, func(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
+					return s.tryAcquire(ctx, req, ss)
+				})
+			}
 			return leasehold.Record{}, ctx.Err()
 		case errors.As(err, &held):
 			continue // this chunk of waiting ran out: ask again

@@ -259,8 +259,15 @@ func (c *Client) Do(ctx context.Context, enc func([]byte) []byte, dec func(Value
 // DoBlocking runs a command that may block on the server (a waiting
 // acquire) on a dedicated connection, one request at a time, so that it
 // holds up no one else's replies. timeout > 0 bounds the whole exchange.
-// If ctx ends first the connection is closed (the server then drops the
-// request) and ctx's error returned, unless the reply had already arrived.
+//
+// If ctx ends first, the request is cancelled by closing the connection's
+// sending side (the server drops the request when it reads the end of its
+// input) and the reply is still read for up to CancelGrace: a reply the
+// server sent before it read the end — a grant that raced with the cancel —
+// comes back with a nil error, for the caller to undo (ctx.Err() then says
+// that ctx ended). Without a reply within CancelGrace (or on a connection
+// that cannot close one side) the connection is closed and ctx's error
+// returned. The connection is never reused after ctx ended.
 func (c *Client) DoBlocking(ctx context.Context, timeout time.Duration, enc func([]byte) []byte, dec func(Value) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -274,7 +281,7 @@ func (c *Client) DoBlocking(ctx context.Context, timeout time.Duration, enc func
 		dl = time.Now().Add(timeout)
 	}
 	conn.nc.SetDeadline(dl)
-	stop := context.AfterFunc(ctx, func() { conn.nc.Close() })
+	stop := context.AfterFunc(ctx, func() { cancelRequest(conn.nc, dl) })
 	err = conn.Do(enc, dec)
 	stopped := stop()
 	var ce *ConnError
@@ -289,6 +296,25 @@ func (c *Client) DoBlocking(ctx context.Context, timeout time.Duration, enc func
 		c.putConn(conn, stopped) // the reply arrived; keep the connection if ctx did not close it
 		return err
 	}
+}
+
+// CancelGrace is how long DoBlocking still reads a cancelled request's
+// reply.
+const CancelGrace = 2 * time.Second
+
+// cancelRequest ends a blocking request whose caller's ctx ended: it closes
+// the connection's sending side and gives the reply CancelGrace to come, or
+// closes the connection if one side cannot be closed (a TLS connection
+// whose handshake has not finished). dl, if set, is the exchange's
+// deadline, which the grace does not extend.
+func cancelRequest(nc net.Conn, dl time.Time) {
+	if cw, ok := nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		if grace := time.Now().Add(CancelGrace); dl.IsZero() || grace.Before(dl) {
+			nc.SetReadDeadline(grace)
+		}
+		return
+	}
+	nc.Close()
 }
 
 func (c *Client) getConn(ctx context.Context) (*Conn, error) {
