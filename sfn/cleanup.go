@@ -57,7 +57,7 @@ func (c *Config) cleanupMachine() (obj, error) {
 			CleanupStateHold: obj{
 				"Type":      "Wait",
 				"Comment":   "The work the dead execution started may run this long after it stopped.",
-				"Timestamp": js(fmt.Sprintf(`$fromMillis($states.input.detail.stopDate + %d)`, p.Hold.Milliseconds())),
+				"Timestamp": waitUntil(fmt.Sprintf(`$states.input.detail.stopDate + %d`, p.Hold.Milliseconds())),
 				"Next":      CleanupStateRelease,
 			},
 			CleanupStateRelease:  release,

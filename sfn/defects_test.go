@@ -525,3 +525,138 @@ func TestCleanupMachine(t *testing.T) {
 		t.Errorf("event pattern %s", mustJSON(t, pattern))
 	}
 }
+
+// Issue 25, item 2: once the task has been retried, every error keeps the
+// lock (an earlier attempt that failed with an error after which its work
+// may run could still be running); the Catch reads the retry count.
+func TestRetriedErrorKeepsLock(t *testing.T) {
+	m, _ := mustConfig(t, lambdaConfig)
+	cond := condition(t, m, StateAfterTaskError, 1)
+	catch := stateOf(t, m, StateTask)["Catch"].([]any)[0].(map[string]any)["Assign"].(map[string]any)
+	retried, _ := catch["lh_retried"].(string)
+	withRetries := func(n int) map[string]any {
+		c := ctxAt(time.Minute, -1)
+		if n >= 0 {
+			c["State"].(map[string]any)["RetryCount"] = n
+		}
+		return map[string]any{"context": c}
+	}
+	res := evalExprs(t, []exprCase{
+		{Expr: retried, States: withRetries(0)},
+		{Expr: retried, States: withRetries(2)},
+		{Expr: retried, States: withRetries(-1)}, // no RetryCount: taken as retried
+		{Expr: cond, Vars: map[string]any{"lh_error": map[string]any{"Error": "Boom"}, "lh_retried": false}},
+		{Expr: cond, Vars: map[string]any{"lh_error": map[string]any{"Error": "Boom"}, "lh_retried": true}},
+		{Expr: cond, Vars: map[string]any{"lh_error": map[string]any{"Error": "Lambda.ServiceException"}, "lh_retried": false}},
+	})
+	for i, want := range []bool{false, true, true, false, true, true} {
+		if res[i].Error != "" || len(res[i].Values) != 1 || res[i].Values[0] != want {
+			t.Errorf("case %d: %+v, want %v", i, res[i], want)
+		}
+	}
+}
+
+// Issue 25, item 4: a --task keeps the lock after every error (a service
+// error of a .sync or callback integration does not prove the work
+// ended) but the errors the user declares final, and after those too once
+// the task has been retried; timeouts cannot be declared final.
+func TestTaskErrorsKeepLockUnlessFinal(t *testing.T) {
+	m, _ := mustConfig(t, taskConfig)
+	c := taskConfig
+	c.FinalErrors = []string{"States.TaskFailed", "Batch.Final"}
+	mf, _ := mustConfig(t, c)
+	cond, condFinal := condition(t, m, StateAfterTaskError, 1), condition(t, mf, StateAfterTaskError, 1)
+	type tc struct {
+		cond, err string
+		retried   bool
+		want      bool
+	}
+	cases := []tc{
+		{cond, "ECS.AmazonECSException", false, true},
+		{cond, "States.TaskFailed", false, true},
+		{cond, "States.Timeout", false, true},
+		{condFinal, "ECS.AmazonECSException", false, true},
+		{condFinal, "States.Timeout", false, true},
+		{condFinal, "States.TaskFailed", false, false},
+		{condFinal, "Batch.Final", false, false},
+		{condFinal, "Batch.Final", true, true},
+	}
+	var ecs []exprCase
+	for _, k := range cases {
+		ecs = append(ecs, exprCase{Expr: k.cond, Vars: map[string]any{"lh_error": map[string]any{"Error": k.err}, "lh_retried": k.retried}})
+	}
+	res := evalExprs(t, ecs)
+	for i, k := range cases {
+		if res[i].Error != "" || len(res[i].Values) != 1 || res[i].Values[0] != k.want {
+			t.Errorf("after %s (final declared: %v, retried %v): hold = %+v, want %v", k.err, k.cond == condFinal, k.retried, res[i], k.want)
+		}
+	}
+	for _, bad := range [][]string{{"States.Timeout"}, {"States.HeartbeatTimeout"}, {"States.ALL"}, {""}, {" X"}, {"A", "A"}} {
+		c := taskConfig
+		c.FinalErrors = bad
+		if _, err := Generate(c); err == nil || !strings.Contains(err.Error(), "final errors") {
+			t.Errorf("final errors %q: %v, want an error naming final errors", bad, err)
+		}
+	}
+	lc := lambdaConfig
+	lc.FinalErrors = []string{"Boom"}
+	if _, err := Generate(lc); err == nil || !strings.Contains(err.Error(), "final errors") {
+		t.Errorf("final errors with a Lambda function: %v, want an error", err)
+	}
+}
+
+// Issue 25, item 2: States.TaskFailed in a Retry matches
+// States.HeartbeatTimeout, so with HeartbeatSeconds a retry would run the
+// task again beside the attempt that missed its heartbeat: refused.
+func TestHeartbeatWithTaskFailedRetryRefused(t *testing.T) {
+	c := taskConfig
+	c.Task = json.RawMessage(`{"Type": "Task", "Resource": "arn:aws:states:::ecs:runTask.waitForTaskToken", "HeartbeatSeconds": 60,
+		"Retry": [{"ErrorEquals": ["Custom.Error"]}, {"ErrorEquals": ["States.TaskFailed"], "MaxAttempts": 2}], "End": true}`)
+	if _, err := Generate(c); err == nil || !strings.Contains(err.Error(), "Retry[1] retries States.TaskFailed") {
+		t.Errorf("HeartbeatSeconds with a States.TaskFailed retrier: %v, want it refused", err)
+	}
+	c.Task = json.RawMessage(`{"Type": "Task", "Resource": "arn:aws:states:::ecs:runTask.waitForTaskToken", "HeartbeatSeconds": 60,
+		"Retry": [{"ErrorEquals": ["Custom.Error"]}], "End": true}`)
+	if _, err := Generate(c); err != nil {
+		t.Errorf("HeartbeatSeconds with a named retrier: %v", err)
+	}
+}
+
+// Issue 25, item 3: Step Functions drops a Wait Timestamp's fraction of a
+// second, so every hold is rounded up to a whole second (not down).
+func TestHoldTimestampsWholeSeconds(t *testing.T) {
+	m, p := mustConfig(t, lambdaConfig)
+	cl, err := Cleanup(lambdaConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm map[string]any
+	if err := json.Unmarshal(cl, &cm); err != nil {
+		t.Fatal(err)
+	}
+	entered := testEpoch.Add(time.Minute + 1234*time.Millisecond)
+	odd := ctxAt(time.Minute+5*time.Second+1*time.Millisecond, -1)
+	res := evalExprs(t, []exprCase{
+		{Expr: stateOf(t, m, StateHoldAfterTimeout)["Timestamp"].(string), Vars: map[string]any{"lh_task_entered": entered.UnixMilli()}, States: map[string]any{"context": odd}},
+		{Expr: stateOf(t, m, StateRedriveHold)["Timestamp"].(string), Vars: map[string]any{"lh_expires": entered.Add(time.Second).UnixMilli()}, States: map[string]any{"context": odd}},
+		{Expr: stateOf(t, cm, CleanupStateHold)["Timestamp"].(string), States: map[string]any{"input": map[string]any{"detail": map[string]any{"stopDate": entered.UnixMilli()}}}},
+	})
+	exact := []time.Time{
+		minTime(entered.Add(p.Bound), testEpoch.Add(time.Minute+5*time.Second+time.Millisecond+p.Hold)),
+		entered.Add(time.Second),
+		entered.Add(p.Hold),
+	}
+	for i, e := range exact {
+		want := e.Add(time.Second - time.Nanosecond).Truncate(time.Second).Format("2006-01-02T15:04:05.000Z")
+		if res[i].Error != "" || len(res[i].Values) != 1 || res[i].Values[0] != want {
+			t.Errorf("hold %d waits until %+v, want %s (%s rounded up)", i, res[i], want, e.Format(time.RFC3339Nano))
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

@@ -47,7 +47,18 @@ const (
 	exprNow      = `$toMillis($states.context.State.EnteredTime)`
 	exprMe       = `$states.context.Execution.Id`
 	exprRedrives = `($exists($states.context.Execution.RedriveCount) ? $states.context.Execution.RedriveCount : 0)`
+	// exprRetried: the Task state has been retried in this entry (read
+	// in its Catch). Without a RetryCount it is taken to have been.
+	exprRetried = `($exists($states.context.State.RetryCount) ? $states.context.State.RetryCount : 1) > 0`
 )
+
+// waitUntil is a Wait state's Timestamp for the time ms (an expression of
+// milliseconds since the epoch) rounded up to a whole second: Step
+// Functions drops a Timestamp's fraction of a second, which would end a
+// hold up to 999 ms early.
+func waitUntil(ms string) string {
+	return js(`$fromMillis($ceil((` + ms + `) / 1000) * 1000)`)
+}
 
 type obj = map[string]any
 
@@ -122,7 +133,7 @@ func (c *Config) machine() (obj, Plan, error) {
 			"Type": "Choice",
 			"Choices": []any{
 				obj{"Condition": js(exprRedrives + ` != $lh_redrives`), "Next": StateRedriveHold},
-				obj{"Condition": js(`$lh_error.Error in ` + jsonList(p.HoldErrors)), "Next": StateHoldAfterTimeout},
+				obj{"Condition": js(p.holdCondition()), "Next": StateHoldAfterTimeout},
 			},
 			"Default": StateReleaseAfterFailure,
 		},
@@ -130,7 +141,7 @@ func (c *Config) machine() (obj, Plan, error) {
 			"Type": "Wait",
 			"Comment": "Step Functions stopped waiting for the work, which may still run: keep the lock until it cannot " +
 				"(the task's bound from its entry, or the hold from now, whichever is sooner).",
-			"Timestamp": js(fmt.Sprintf(`$fromMillis($min([$lh_task_entered + %d, %s + %d]))`,
+			"Timestamp": waitUntil(fmt.Sprintf(`$min([$lh_task_entered + %d, %s + %d])`,
 				p.Bound.Milliseconds(), now, p.Hold.Milliseconds())),
 			"Next": StateReleaseAfterFailure,
 		},
@@ -138,7 +149,7 @@ func (c *Config) machine() (obj, Plan, error) {
 			"Type": "Wait",
 			"Comment": "Redriven into the task: the earlier attempt's work may still run; wait until it cannot " +
 				"(the earlier lease's expiry, or the hold from now, whichever is sooner), then acquire again.",
-			"Timestamp": js(fmt.Sprintf(`$fromMillis($min([$lh_expires, %s + %d]))`, now, p.Hold.Milliseconds())),
+			"Timestamp": waitUntil(fmt.Sprintf(`$min([$lh_expires, %s + %d])`, now, p.Hold.Milliseconds())),
 			"Next":      StateRedriven,
 		},
 		StateRedriven: obj{
@@ -356,7 +367,7 @@ func (c *Config) taskState(p Plan) (obj, error) {
 	st["Catch"] = []any{obj{
 		"ErrorEquals": []any{"States.ALL"},
 		"Assign": obj{"lh_error": js(`$states.errorOutput`),
-			"lh_task_entered": js(exprNow)},
+			"lh_task_entered": js(exprNow), "lh_retried": js(exprRetried)},
 		"Next": StateAfterTaskError,
 	}}
 	return st, nil

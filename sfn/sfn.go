@@ -42,9 +42,11 @@
 //     work cannot run (the earlier lease's expiry, or Hold from now,
 //     whichever is sooner) and acquires again, with a new token.
 //   - After a task timeout (or a Lambda service error that leaves open
-//     whether the function runs), the machine keeps the lock until the work
-//     cannot run (the task's bound from its entry, or Hold from the error,
-//     whichever is sooner) before releasing it.
+//     whether the function runs, any error of a Task that does not invoke
+//     Lambda but those declared final, or any error once the task has been
+//     retried), the machine keeps the lock until the work cannot run (the
+//     task's bound from its entry, or Hold from the error, whichever is
+//     sooner, rounded up to a whole second) before releasing it.
 //   - Release, after success and after every catchable error, is
 //     conditional on owner and token; when it finds another grant the
 //     machine fails with Leasehold.LeaseLost (keeping the task's error in
@@ -136,6 +138,15 @@ type Config struct {
 	// (its state timed out, or the execution was stopped). Required (at
 	// least 1s) with such a Task.
 	TaskGrace time.Duration
+	// FinalErrors are the error names of a Task that does not invoke a
+	// Lambda function after which its work has certainly ended, so that
+	// the lock is released at once (an ECS .sync task's States.TaskFailed,
+	// say). After any other error of such a Task — a service error of a
+	// .sync or callback integration does not prove that the work stopped —
+	// the machine keeps the lock as after a timeout. Not States.ALL,
+	// States.Timeout or States.HeartbeatTimeout; not with a Lambda
+	// function, whose errors are sorted by the machine.
+	FinalErrors []string
 	// TTL is the lease time. Default 1h; between 10s and 24h.
 	TTL time.Duration
 	// Margin is the lease time left over after the task's bound, for the
@@ -211,8 +222,26 @@ type Plan struct {
 	MaxDelay    time.Duration
 	MaxAttempts int
 	// HoldErrors are the task errors after which the machine keeps the
-	// lock for Hold before releasing it.
+	// lock for Hold before releasing it (a Lambda function: timeouts and
+	// the Lambda service errors after which it may run). Nil for a Task
+	// that does not invoke Lambda: it keeps the lock after every error but
+	// FinalErrors. After a retry every error keeps it (an earlier
+	// attempt's work may still run).
 	HoldErrors []string
+	// FinalErrors are Config.FinalErrors.
+	FinalErrors []string
+}
+
+// holdCondition is AfterTaskError's condition (JSONata) for keeping the
+// lock after the task's error $lh_error.
+func (p Plan) holdCondition() string {
+	if p.HoldErrors == nil {
+		if len(p.FinalErrors) == 0 {
+			return `true`
+		}
+		return `$lh_retried or $not($lh_error.Error in ` + jsonList(p.FinalErrors) + `)`
+	}
+	return `$lh_retried or $lh_error.Error in ` + jsonList(p.HoldErrors)
 }
 
 func (c *Config) defaults() {
@@ -266,6 +295,8 @@ func (c *Config) Plan() (Plan, error) {
 		return Plan{}, fmt.Errorf("max delay %s: want between 1s and 1h", c.MaxDelay)
 	case c.MaxAttempts < 0 || c.MaxAttempts > maxAttemptsLimit:
 		return Plan{}, fmt.Errorf("max attempts %d: want between 1 and %d (the history limit)", c.MaxAttempts, maxAttemptsLimit)
+	case c.LambdaARN != "" && len(c.FinalErrors) > 0:
+		return Plan{}, fmt.Errorf("final errors: only for a Task state that does not invoke Lambda (the machine sorts a Lambda function's errors itself)")
 	case c.Name != "" && !nameRE.MatchString(c.Name):
 		return Plan{}, fmt.Errorf("name %q: want 1-70 characters of A-Z a-z 0-9 _ -", c.Name)
 	}

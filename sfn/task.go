@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -120,6 +121,37 @@ func positiveInt(v any, field string) (int64, error) {
 	return i, nil
 }
 
+// retriesError reports the first retrier of retry (checked by
+// retryBudget) whose ErrorEquals names name.
+func retriesError(retry any, name string) (int, bool) {
+	list, _ := retry.([]any)
+	for i, r := range list {
+		m, _ := r.(map[string]any)
+		errs, _ := m["ErrorEquals"].([]any)
+		if slices.Contains(errs, any(name)) {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// validFinalErrors checks the error names declared final.
+func validFinalErrors(names []string) error {
+	seen := map[string]bool{}
+	for _, n := range names {
+		switch {
+		case n == "" || len(n) > 256 || !utf8.ValidString(n) || strings.TrimSpace(n) != n:
+			return fmt.Errorf("final errors: %q: want an error name (1-256 characters, no leading or trailing space)", n)
+		case n == "States.ALL" || slices.Contains(timeoutErrors, n):
+			return fmt.Errorf("final errors: %s: after a timeout the work may still run; it cannot be final", n)
+		case seen[n]:
+			return fmt.Errorf("final errors: %s is named twice", n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
 // retryBudget returns how often the task may start (1 + every retrier's
 // MaxAttempts) and the longest total of its retry intervals.
 func retryBudget(retry any) (int, time.Duration, error) {
@@ -205,17 +237,24 @@ func (c *Config) planTask(p *Plan, avail time.Duration) error {
 		if c.TaskGrace != 0 {
 			return fmt.Errorf("task grace: not with a task that invokes a Lambda function (it is bounded by the lambda timeout)")
 		}
+		if len(c.FinalErrors) > 0 {
+			return fmt.Errorf("final errors: not with a task that invokes a Lambda function (the machine sorts a Lambda function's errors itself)")
+		}
 		p.Overrun = c.LambdaTimeout + LambdaStartAllowance
 		p.HoldErrors = append(append([]string{}, timeoutErrors...), lambdaUnsureErrors...)
 	} else {
 		if c.LambdaTimeout != 0 {
 			return fmt.Errorf("lambda timeout: this task does not invoke a Lambda function; give --task-grace")
 		}
+		if err := validFinalErrors(c.FinalErrors); err != nil {
+			return err
+		}
+		p.FinalErrors = append([]string{}, c.FinalErrors...)
 		if c.TaskGrace < time.Second {
 			return fmt.Errorf("task grace: required with a task that does not invoke Lambda (at least 1s): how long its work may go on after Step Functions stops waiting for it")
 		}
 		p.Overrun = roundUp(c.TaskGrace)
-		p.HoldErrors = append([]string{}, timeoutErrors...)
+		p.HoldErrors = nil // every error but the final ones
 	}
 	p.Hold = p.Overrun
 	if p.Attempts, p.Backoff, err = retryBudget(st["Retry"]); err != nil {
@@ -243,6 +282,9 @@ func (c *Config) planTask(p *Plan, avail time.Duration) error {
 		}
 		if time.Duration(s)*time.Second >= p.TaskTimeout {
 			return fmt.Errorf("task state: HeartbeatSeconds %d must be less than the task's timeout %s", s, p.TaskTimeout)
+		}
+		if i, ok := retriesError(st["Retry"], "States.TaskFailed"); ok {
+			return fmt.Errorf("task state: Retry[%d] retries States.TaskFailed, which matches States.HeartbeatTimeout: with HeartbeatSeconds, a retry would start the task again while the attempt that missed its heartbeat may still run; retry named errors instead", i)
 		}
 	}
 	return nil

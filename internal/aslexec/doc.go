@@ -11,7 +11,8 @@
 // Machines in the JSONata query language (QueryLanguage "JSONata" at the
 // top; a state may repeat it). States Pass, Task, Choice, Wait, Succeed
 // and Fail, with the fields Next, End, Output, Assign, Arguments,
-// Resource, TimeoutSeconds (a number or an expression), Retry, Catch,
+// Resource, TimeoutSeconds and HeartbeatSeconds (a number or an
+// expression), Retry, Catch,
 // Choices (Condition, Next, Output, Assign), Default, Seconds, Timestamp,
 // Error and Cause, and the machine's TimeoutSeconds; a Task's Credentials
 // are accepted and ignored (there is no IAM here). Any other state type or
@@ -54,6 +55,13 @@
 //     goroutine is not stopped, and what it does later is simply ignored,
 //     as Step Functions ignores a Lambda function that outlives the state.
 //     The machine's TimeoutSeconds ends the execution TIMED_OUT.
+//   - HeartbeatSeconds on a Task: an attempt whose task calls
+//     Call.Heartbeat (SendTaskHeartbeat) less often than that fails with
+//     States.HeartbeatTimeout, and the task goes on, as after a timeout
+//     (States.TaskFailed in a Retry matches that error: the retry runs
+//     beside the attempt that missed its heartbeat).
+//   - A Wait's Timestamp loses its fraction of a second, as Step
+//     Functions truncates it: "...T10:00:00.999Z" waits until 10:00:00.
 //   - Stop (StopExecution) ends the execution ABORTED at once; a task in
 //     progress goes on.
 //   - Redrive (RedriveExecution) restarts a FAILED, TIMED_OUT or ABORTED
@@ -94,7 +102,7 @@
 //
 // # Not implemented
 //
-// Map, Parallel, JSONPath, HeartbeatSeconds, .sync and .waitForTaskToken
+// Map, Parallel, JSONPath, .sync and .waitForTaskToken
 // integrations, Express workflows (at-least-once execution), the history
 // size limit, payload size limits (States.DataLimitExceeded), and the
 // service's own retries and delays. A running execution is not persisted:

@@ -78,6 +78,22 @@ type Call struct {
 	// was stopped or timed out. A test task that models work which goes
 	// on for a bounded time after it was abandoned starts that time here.
 	Abandoned <-chan struct{}
+
+	heartbeat chan<- struct{} // the attempt's, if its state has HeartbeatSeconds
+}
+
+// Heartbeat is SendTaskHeartbeat for this attempt: with HeartbeatSeconds
+// on the state, the attempt's heartbeat timer starts again. It does
+// nothing once Step Functions stopped waiting for the attempt (AWS
+// answers TaskTimedOut then) or without HeartbeatSeconds.
+func (c Call) Heartbeat() {
+	if c.heartbeat == nil {
+		return
+	}
+	select {
+	case c.heartbeat <- struct{}{}:
+	case <-c.Abandoned:
+	}
 }
 
 // Failure is a Step Functions error: a name that Retry and Catch match,

@@ -307,3 +307,93 @@ func TestErrorOutputWithoutCause(t *testing.T) {
 		t.Errorf("result %+v: want the error output without a Cause field", r)
 	}
 }
+
+// TestHeartbeatTimeout: HeartbeatSeconds fails an attempt whose task stops
+// sending heartbeats with States.HeartbeatTimeout, leaving it running; a
+// Retry on States.TaskFailed matches that error and starts the task again
+// beside the attempt that missed its heartbeat (why sfn refuses that
+// retrier with HeartbeatSeconds). A task that keeps sending heartbeats
+// outlives HeartbeatSeconds.
+func TestHeartbeatTimeout(t *testing.T) {
+	var running, maxRunning atomic.Int32
+	release := make(chan struct{})
+	body := Lambda{Fn: func(ctx context.Context, call Call, payload any) (any, error) {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := maxRunning.Load(); n > m && !maxRunning.CompareAndSwap(m, n); m = maxRunning.Load() {
+		}
+		if call.RetryCount == 0 {
+			<-release // the first attempt stops sending heartbeats
+			return "late", nil
+		}
+		return "second", nil
+	}}
+	e := newExecutor(t, Options{Lambdas: map[string]Lambda{"body": body}})
+	def := machineDef(t, "T", map[string]any{
+		"T": task("body", map[string]any{"TimeoutSeconds": 60, "HeartbeatSeconds": 3, "End": true,
+			"Retry": []any{map[string]any{"ErrorEquals": []string{"States.TaskFailed"}, "MaxAttempts": 1}}}),
+	})
+	x, r := run(t, e, def, "heartbeat", nil)
+	if r.Status != Succeeded {
+		t.Fatalf("result %+v, want SUCCEEDED by the retry", r)
+	}
+	if evs := events(x, EvTaskTimedOut); len(evs) != 1 || evs[0].Error != "States.HeartbeatTimeout" {
+		t.Errorf("timed-out events %+v, want one States.HeartbeatTimeout", evs)
+	}
+	if running.Load() != 1 || maxRunning.Load() != 2 {
+		t.Errorf("%d attempts still running, at most %d at once; want the first still running beside the retry (1, 2)", running.Load(), maxRunning.Load())
+	}
+	close(release)
+
+	// On a fake clock: a heartbeat every 2 s keeps a task with
+	// HeartbeatSeconds 3 going for 10 s.
+	k := clock.NewFake(time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC))
+	step, advanced := make(chan struct{}), make(chan struct{})
+	beating := Lambda{Fn: func(ctx context.Context, call Call, payload any) (any, error) {
+		for range 5 {
+			call.Heartbeat()
+			step <- struct{}{}
+			<-advanced
+		}
+		return "done", nil
+	}}
+	e = newExecutor(t, Options{Clock: k, Lambdas: map[string]Lambda{"beating": beating}})
+	def = machineDef(t, "T", map[string]any{"T": task("beating", map[string]any{"HeartbeatSeconds": 3, "End": true})})
+	x, err := e.Start(def, "m", "beating", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		<-step
+		k.Advance(2 * time.Second)
+		advanced <- struct{}{}
+	}
+	if r := wait(t, x); r.Status != Succeeded || len(events(x, EvTaskTimedOut)) != 0 {
+		t.Errorf("a task sending heartbeats: %+v, %d timeouts; want SUCCEEDED", r, len(events(x, EvTaskTimedOut)))
+	}
+	def = machineDef(t, "T", map[string]any{"T": task("beating", map[string]any{"HeartbeatSeconds": 5, "TimeoutSeconds": 5, "End": true})})
+	if _, r := run(t, e, def, "bad", nil); r.Status != Failed || r.Error != "States.Runtime" {
+		t.Errorf("HeartbeatSeconds not below TimeoutSeconds: %+v, want States.Runtime", r)
+	}
+}
+
+// TestWaitTimestampTruncated: a Wait's Timestamp loses its fraction of a
+// second, as Step Functions drops it: a wait until x.999 ends at x.
+func TestWaitTimestampTruncated(t *testing.T) {
+	k := clock.NewFake(time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC))
+	e := newExecutor(t, Options{Clock: k})
+	def := machineDef(t, "W", map[string]any{
+		"W": map[string]any{"Type": "Wait", "Timestamp": "2026-01-01T10:00:05.999Z", "End": true},
+	})
+	x, err := e.Start(def, "m", "truncated", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.WaitForTimers(1)
+	k.Advance(5 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if r, err := x.Wait(ctx); err != nil || r.Status != Succeeded {
+		t.Errorf("5 s into a wait until 5.999 s: %+v, %v; want SUCCEEDED (the fraction dropped)", r, err)
+	}
+}

@@ -28,8 +28,12 @@ type state struct {
 
 	Resource       string // Task
 	TimeoutSeconds any    // Task: a number or "{% %}"; nil: none
-	Retry          []retrier
-	Catch          []catcher
+	// HeartbeatSeconds (Task: a number or "{% %}"; nil: none): an attempt
+	// that sends no heartbeat (Call.Heartbeat) for this long fails with
+	// States.HeartbeatTimeout.
+	HeartbeatSeconds any
+	Retry            []retrier
+	Catch            []catcher
 
 	Choices []choiceRule // Choice
 	Default string
@@ -78,7 +82,7 @@ type choiceRule struct {
 // does not implement fails loudly instead of running differently.
 var allowed = map[string][]string{
 	"Pass":    {"Next", "End", "Output", "Assign"},
-	"Task":    {"Next", "End", "Output", "Assign", "Arguments", "Resource", "TimeoutSeconds", "Retry", "Catch", "Credentials"},
+	"Task":    {"Next", "End", "Output", "Assign", "Arguments", "Resource", "TimeoutSeconds", "HeartbeatSeconds", "Retry", "Catch", "Credentials"},
 	"Choice":  {"Choices", "Default", "Output", "Assign"},
 	"Wait":    {"Next", "End", "Output", "Assign", "Seconds", "Timestamp"},
 	"Succeed": {"Output"},
@@ -168,6 +172,7 @@ func parseState(name string, f map[string]json.RawMessage) (*state, error) {
 		decode(f, "Next", &st.Next), decode(f, "End", &st.End),
 		decode(f, "Arguments", &st.Arguments), decode(f, "Assign", &st.Assign),
 		decode(f, "Resource", &st.Resource), decode(f, "TimeoutSeconds", &st.TimeoutSeconds),
+		decode(f, "HeartbeatSeconds", &st.HeartbeatSeconds),
 		decode(f, "Default", &st.Default), decode(f, "Seconds", &st.Seconds),
 		decode(f, "Timestamp", &st.Timestamp), decode(f, "Error", &st.Error), decode(f, "Cause", &st.Cause),
 		decode(f, "Output", &st.Output),

@@ -8,6 +8,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/leasehold/leasehold/clock"
 )
 
 // errInterrupted ends a run that was aborted or timed out.
@@ -201,7 +203,8 @@ func (x *Execution) waitFor(st *state, states map[string]any) (time.Duration, er
 	if err != nil {
 		return 0, &Failure{Name: "States.Runtime", Cause: fmt.Sprintf("Timestamp %q: %v", ts, err)}
 	}
-	return max(0, t.Sub(x.e.Now())), nil
+	// Step Functions drops a Timestamp's fraction of a second.
+	return max(0, t.Truncate(time.Second).Sub(x.e.Now())), nil
 }
 
 // sleep waits d on the executor's clock; false if interrupted first.
@@ -310,14 +313,16 @@ func (x *Execution) attempt(st *state, states map[string]any, retries int, intr 
 			return nil, err
 		}
 	}
-	var timeout float64
-	if st.TimeoutSeconds != nil {
-		if err := x.eval("TimeoutSeconds", st.TimeoutSeconds, states, &timeout); err != nil {
-			return nil, err
-		}
-		if timeout < 1 || timeout != math.Trunc(timeout) {
-			return nil, &Failure{Name: "States.Runtime", Cause: fmt.Sprintf("TimeoutSeconds %v: want a positive integer", timeout)}
-		}
+	timeout, err := x.seconds("TimeoutSeconds", st.TimeoutSeconds, states)
+	if err != nil {
+		return nil, err
+	}
+	heartbeat, err := x.seconds("HeartbeatSeconds", st.HeartbeatSeconds, states)
+	if err != nil {
+		return nil, err
+	}
+	if heartbeat > 0 && timeout > 0 && heartbeat >= timeout {
+		return nil, &Failure{Name: "States.Runtime", Cause: fmt.Sprintf("HeartbeatSeconds %v: must be less than TimeoutSeconds %v", heartbeat, timeout)}
 	}
 	x.event(Event{Type: EvTaskScheduled, State: st.Name, RetryCount: retries})
 	type answer struct {
@@ -330,6 +335,16 @@ func (x *Execution) attempt(st *state, states map[string]any, retries int, intr 
 	x.mu.Lock()
 	call := Call{Execution: x, State: st.Name, RetryCount: retries, RedriveCount: x.redrive, Abandoned: abandoned}
 	x.mu.Unlock()
+	var beats chan struct{}
+	var beatTimer clock.Timer
+	var beatC <-chan time.Time
+	if heartbeat > 0 {
+		beats = make(chan struct{})
+		call.heartbeat = beats
+		beatTimer = x.e.clk.NewTimer(time.Duration(heartbeat) * time.Second)
+		defer beatTimer.Stop()
+		beatC = beatTimer.C()
+	}
 	go func() {
 		v, err := x.e.invoke(call, st.Resource, args)
 		ch <- answer{v, err}
@@ -340,24 +355,49 @@ func (x *Execution) attempt(st *state, states map[string]any, retries int, intr 
 		defer t.Stop()
 		timer = t.C()
 	}
-	select {
-	case a := <-ch:
-		if a.err != nil {
-			var f *Failure
-			if !errors.As(a.err, &f) {
-				f = &Failure{Name: "States.TaskFailed", Cause: a.err.Error()}
+	for {
+		select {
+		case a := <-ch:
+			if a.err != nil {
+				var f *Failure
+				if !errors.As(a.err, &f) {
+					f = &Failure{Name: "States.TaskFailed", Cause: a.err.Error()}
+				}
+				x.event(Event{Type: EvTaskFailed, State: st.Name, RetryCount: retries, Error: f.Name, Cause: f.Cause})
+				return nil, f
 			}
-			x.event(Event{Type: EvTaskFailed, State: st.Name, RetryCount: retries, Error: f.Name, Cause: f.Cause})
-			return nil, f
+			x.event(Event{Type: EvTaskSucceeded, State: st.Name, RetryCount: retries})
+			return a.v, nil
+		case <-timer:
+			x.event(Event{Type: EvTaskTimedOut, State: st.Name, RetryCount: retries, Error: "States.Timeout"})
+			return nil, &Failure{Name: "States.Timeout", Cause: fmt.Sprintf("the task did not finish within %v seconds", timeout)}
+		case <-beats:
+			beatTimer.Stop()
+			beatTimer = x.e.clk.NewTimer(time.Duration(heartbeat) * time.Second)
+			beatC = beatTimer.C()
+		case <-beatC:
+			x.event(Event{Type: EvTaskTimedOut, State: st.Name, RetryCount: retries, Error: "States.HeartbeatTimeout"})
+			return nil, &Failure{Name: "States.HeartbeatTimeout", Cause: fmt.Sprintf("the task sent no heartbeat within %v seconds", heartbeat)}
+		case <-intr:
+			return nil, errInterrupted
 		}
-		x.event(Event{Type: EvTaskSucceeded, State: st.Name, RetryCount: retries})
-		return a.v, nil
-	case <-timer:
-		x.event(Event{Type: EvTaskTimedOut, State: st.Name, RetryCount: retries, Error: "States.Timeout"})
-		return nil, &Failure{Name: "States.Timeout", Cause: fmt.Sprintf("the task did not finish within %v seconds", timeout)}
-	case <-intr:
-		return nil, errInterrupted
 	}
+}
+
+// seconds evaluates a Task's TimeoutSeconds or HeartbeatSeconds (nil: 0,
+// none): a positive whole number.
+func (x *Execution) seconds(field string, tmpl any, states map[string]any) (float64, error) {
+	if tmpl == nil {
+		return 0, nil
+	}
+	var secs float64
+	if err := x.eval(field, tmpl, states, &secs); err != nil {
+		return 0, err
+	}
+	if secs < 1 || secs != math.Trunc(secs) {
+		return 0, &Failure{Name: "States.Runtime", Cause: fmt.Sprintf("%s %v: want a positive integer", field, secs)}
+	}
+	return secs, nil
 }
 
 // normalize makes v plain JSON (maps, slices, float64, string, bool, nil).

@@ -34,7 +34,10 @@ function's own timeout, --lambda-timeout, plus 10s to start; or
 execution never reaches the task without acquiring again (with a new
 fencing token), after waiting until the earlier attempt's work can no
 longer run (at most that long). After a task timeout the lock is likewise
-kept until the work can no longer run. The machine releases the lock after
+kept until the work can no longer run, and so it is after a Lambda service
+error that leaves open whether the function runs, after any error of a
+--task that does not invoke Lambda (unless named in --final-errors), and
+after any error once the task has been retried. The machine releases the lock after
 success and after every catchable failure (then fails with the task's own
 error), and fails with Leasehold.LeaseLost when another grant had replaced
 its own. The task gets the fencing token: a Lambda function in its payload
@@ -63,7 +66,10 @@ const sfnExample = `  leasehold sfn --table leasehold --lock nightly-import --la
       --lambda arn:aws:lambda:eu-west-1:123456789012:function:import \
       --format cloudformation --output template.json
 
-  leasehold sfn --table leasehold --lock batch --task ecs-task.json --task-grace 2m --ttl 2h --output machine.json`
+  leasehold sfn --table leasehold --lock batch --task ecs-task.json --task-grace 2m --ttl 2h --output machine.json
+
+  leasehold sfn --table leasehold --lock batch --task ecs-task.json --task-grace 2m \
+      --final-errors States.TaskFailed --output machine.json`
 
 func newSfnCmd(e *env) *cobra.Command {
 	var c sfn.Config
@@ -118,6 +124,7 @@ func newSfnCmd(e *env) *cobra.Command {
 	f.DurationVar(&c.LambdaTimeout, "lambda-timeout", 0, "the Lambda function's own timeout (required with --lambda, and with a --task that invokes Lambda)")
 	f.StringVar(&taskFile, "task", "", "file with a Task state (JSON, JSONata form) to run under the lock")
 	f.DurationVar(&c.TaskGrace, "task-grace", 0, "how long a --task's work may go on after Step Functions stops waiting for it (required with a --task that does not invoke Lambda)")
+	f.StringSliceVar(&c.FinalErrors, "final-errors", nil, "error names of a --task after which its work has certainly ended, so the lock is released at once (comma-separated; default none: after any error of a --task that does not invoke Lambda the lock is kept for --task-grace)")
 	f.DurationVar(&c.TTL, "ttl", time.Hour, "lease time: a dead execution's lock frees itself after it")
 	f.DurationVar(&c.Margin, "margin", 0, "lease time left after the task's bound, for the release (default min(1m, max(2s, TTL/10)))")
 	f.DurationVar(&c.MaxClockSkew, "max-clock-skew", time.Second, "clock skew allowed when judging expiry (as the DynamoDB store)")

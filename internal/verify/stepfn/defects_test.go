@@ -1,6 +1,7 @@
 package stepfn
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -105,6 +106,60 @@ func TestR14CleanupReleases(t *testing.T) {
 	}
 	if took < plan.Hold || took > plan.Hold+time.Minute {
 		t.Errorf("the next execution got the lock %s after the abort, want after the hold %s and long before the TTL %s", took, plan.Hold, c.TTL)
+	}
+	s.check(2)
+}
+
+// TestR17RetriedServiceErrorKeepsLock (issue 25, item 2): with the
+// recommended Retry on Lambda.ServiceException, the first attempt fails
+// with it while the function runs on; the retry fails with an ordinary
+// error. The lock stays held until the first attempt's function cannot
+// run any more (its timeout): a waiting execution runs its task only then.
+// It used to be released at the ordinary error, while the function ran.
+func TestR17RetriedServiceErrorKeepsLock(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, time.Second)
+	task, _ := json.Marshal(map[string]any{"Type": "Task", "Resource": "arn:aws:states:::lambda:invoke",
+		"Arguments": map[string]any{"FunctionName": FunctionARN, "Payload": map[string]any{"leasehold": "{% $leasehold %}"}},
+		"Output":    "{% $states.result.Payload %}",
+		"Retry":     []any{map[string]any{"ErrorEquals": []string{"Lambda.ServiceException"}, "IntervalSeconds": 1, "MaxAttempts": 1}}})
+	def := s.generate(sfn.Config{Table: s.table, Lock: s.lock, Task: task, LambdaTimeout: lambdaTimeout, TTL: 30 * time.Second, MaxDelay: 2 * time.Second})
+	started := make(chan struct{})
+	s.plan["first/r0/a0"] = behaviour{hold: time.Minute, early: true, started: started,
+		fail: &aslexec.Failure{Name: "Lambda.ServiceException", Cause: "the service failed; the function runs on"}}
+	s.plan["first/r0/a1"] = behaviour{hold: -1, fail: &aslexec.Failure{Name: "Error", Cause: "an ordinary error"}}
+	first := s.start(def, "first")
+	<-started
+	second := s.start(def, "second")
+	if r := s.wait(first); r.Status != aslexec.Failed || r.Error != "Error" {
+		t.Errorf("first: %+v, want FAILED with the retry's error", r)
+	}
+	if r := s.wait(second); r.Status != aslexec.Succeeded {
+		t.Errorf("second: %+v", r)
+	}
+	s.check(2)
+}
+
+// TestR17TaskServiceErrorKeepsLock (issue 25, item 4): a --task whose
+// integration fails with a service error (an ECS or Batch exception)
+// while the work it started goes on keeps the lock for the task's grace
+// unless the error is declared final; a waiting execution runs its task
+// only after the work cannot run. It used to be released at once.
+func TestR17TaskServiceErrorKeepsLock(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, 2*time.Second)
+	def := s.generate(s.taskConfig(30*time.Second, 10))
+	started := make(chan struct{})
+	s.plan["first/r0"] = behaviour{hold: time.Minute, early: true, started: started,
+		fail: &aslexec.Failure{Name: "Batch.AWSBatchException", Cause: "the service failed; the job runs on"}}
+	first := s.start(def, "first")
+	<-started
+	second := s.start(def, "second")
+	if r := s.wait(first); r.Status != aslexec.Failed || r.Error != "Batch.AWSBatchException" {
+		t.Errorf("first: %+v, want FAILED with the service error", r)
+	}
+	if r := s.wait(second); r.Status != aslexec.Succeeded {
+		t.Errorf("second: %+v", r)
 	}
 	s.check(2)
 }

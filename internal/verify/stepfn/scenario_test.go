@@ -23,10 +23,13 @@ import (
 
 // behaviour is what one run of an execution's task does.
 type behaviour struct {
-	hold       time.Duration    // how long the work takes (cut by a Lambda's kill or the task's grace)
+	hold       time.Duration    // how long the work takes (cut by a Lambda's kill or the task's grace); < 0: it fails at once, doing nothing
 	abortAfter time.Duration    // > 0: the execution is stopped this long into the work
 	fail       *aslexec.Failure // returned after the work
-	started    chan<- struct{}  // closed when the work starts
+	// early: fail is returned at once while the work goes on (a service
+	// error after which the function runs on).
+	early   bool
+	started chan<- struct{} // closed when the work starts
 }
 
 type scenario struct {
@@ -38,7 +41,9 @@ type scenario struct {
 	mu    sync.Mutex
 	works sync.WaitGroup // work that may outlive its execution
 	evs   []verify.Event
-	plan  map[string]behaviour // by execution name and redrive count: "NAME/rN"
+	// by execution name and redrive count, "NAME/rN", or with the
+	// attempt too, "NAME/rN/aK" (taken first)
+	plan map[string]behaviour
 }
 
 func newScenario(t *testing.T, grace time.Duration) *scenario {
@@ -121,11 +126,27 @@ func (s *scenario) work(ctx context.Context, call aslexec.Call, payload any, gra
 	if err != nil {
 		return nil, err
 	}
-	s.works.Add(1)
-	defer s.works.Done()
 	s.mu.Lock()
-	b := s.plan[fmt.Sprintf("%s/r%d", call.Execution.Name, call.RedriveCount)]
+	key := fmt.Sprintf("%s/r%d", call.Execution.Name, call.RedriveCount)
+	b, ok := s.plan[fmt.Sprintf("%s/a%d", key, call.RetryCount)]
+	if !ok {
+		b = s.plan[key]
+	}
 	s.mu.Unlock()
+	if b.hold < 0 { // the work failed before it did anything
+		return nil, b.fail
+	}
+	s.works.Add(1)
+	if b.early {
+		go s.section(ctx, call, l, b, graced)
+		return nil, b.fail
+	}
+	return s.section(ctx, call, l, b, graced)
+}
+
+// section is the work's critical section, recorded when it ends.
+func (s *scenario) section(ctx context.Context, call aslexec.Call, l payloadLease, b behaviour, graced bool) (any, error) {
+	defer s.works.Done()
 	if b.hold == 0 {
 		b.hold = 200 * time.Millisecond
 	}
@@ -159,7 +180,7 @@ func (s *scenario) work(ctx context.Context, call aslexec.Call, payload any, gra
 		}
 	}
 	s.mu.Lock()
-	s.evs = append(s.evs, verify.Event{E: "cs", Worker: "sfn", Proc: fmt.Sprintf("%s/r%d", call.Execution.Name, call.RedriveCount),
+	s.evs = append(s.evs, verify.Event{E: "cs", Worker: "sfn", Proc: fmt.Sprintf("%s/r%d/a%d", call.Execution.Name, call.RedriveCount, call.RetryCount),
 		Owner: call.Execution.Name, Key: l.Lock, Token: l.Token, From: from, To: to})
 	s.mu.Unlock()
 	if b.fail != nil {
