@@ -298,22 +298,32 @@ func (k *keeper) killAll() {
 
 // stopLeftovers stops what the command left in its group after it exited
 // and says how: "" (nothing was left), "term" (gone after SIGTERM) or
-// "kill". To tell when the group is empty the keeper first moves itself to
-// the supervisor's process group; it keeps the group's id from being reused
-// as long as it lives, so the signals cannot reach another group. The
-// control pipe is still obeyed: the supervisor's end or the deadline sends
-// SIGKILL at once.
+// "kill". The control pipe is still obeyed: the supervisor's end or the
+// deadline sends SIGKILL at once.
 //
-// If the keeper cannot leave the group (its supervisor is gone, so its
-// group cannot be joined), killAfter asks the caller to SIGKILL the group,
-// the keeper included, once it has reported the command's status.
+// On Linux the keeper stays in the group and tells when it is empty from
+// /proc, so that a signal to the supervisor's group (kill -9 -PGID,
+// timeout -s KILL, kill %1) during this window kills the supervisor and
+// not the keeper, which then kills the leftovers (it used to join that
+// group, die with it, and leave a leftover that ignores SIGTERM running).
+// Elsewhere it moves itself to the supervisor's process group to tell
+// (kill(-pgid, 0)); it keeps the group's id from being reused as long as
+// it lives, so the signals cannot reach another group. If it cannot leave
+// the group (its supervisor is gone, so its group cannot be joined),
+// killAfter asks the caller to SIGKILL the group, the keeper included,
+// once it has reported the command's status.
 func (k *keeper) stopLeftovers(deadlines <-chan hostTime, latest hostTime) (left string, killAfter bool) {
-	if err := unix.Setpgid(0, supervisorPgrp()); err != nil {
-		return "kill", true
+	empty := func() bool {
+		others, _ := othersInGroup(k.pgid)
+		return !others
 	}
-	empty := func() bool { return errors.Is(unix.Kill(-k.pgid, 0), unix.ESRCH) }
-	kill := func() {
-		_ = unix.Kill(-k.pgid, unix.SIGKILL)
+	kill := func() { killOthersInGroup(k.pgid) }
+	if _, ok := othersInGroup(k.pgid); !ok {
+		if err := unix.Setpgid(0, supervisorPgrp()); err != nil {
+			return "kill", true
+		}
+		empty = func() bool { return errors.Is(unix.Kill(-k.pgid, 0), unix.ESRCH) }
+		kill = func() { _ = unix.Kill(-k.pgid, unix.SIGKILL) }
 	}
 	// obey waits up to pause for the control pipe and applies it: its end
 	// (the supervisor is gone) or a passed deadline kills the group.
@@ -337,7 +347,7 @@ func (k *keeper) stopLeftovers(deadlines <-chan hostTime, latest hostTime) (left
 	}
 	// Processes that were dying with the command (a signal to the group)
 	// may not be reaped yet: give them a moment before calling them left.
-	for end := time.Now().Add(settleTime); !empty(); obey(2 * time.Millisecond) {
+	for end := time.Now().Add(settleTime); !empty(); obey(5 * time.Millisecond) {
 		if time.Now().After(end) {
 			break
 		}
@@ -351,7 +361,7 @@ func (k *keeper) stopLeftovers(deadlines <-chan hostTime, latest hostTime) (left
 			if time.Now().After(end) {
 				return false
 			}
-			obey(5 * time.Millisecond)
+			obey(10 * time.Millisecond)
 		}
 		return true
 	}

@@ -26,10 +26,11 @@ const orphanWait = 100 * time.Millisecond
 // Job control (only when leasehold has a controlling terminal): when the
 // command stops (Ctrl-Z, or a read of the terminal from the background), as
 // its keeper reports (the keeper does not stop: it goes on enforcing the
-// lease's deadline, killing the group at it, stopped or not), or when the
-// keeper itself is stopped (SIGSTOP), leasehold takes the terminal back if
-// the group had it and stops its own process group with SIGTSTP, so that
-// the shell sees its job stopped. A command that ignores SIGTSTP is not
+// lease's deadline, killing the group at it, stopped or not), leasehold
+// takes the terminal back if the group had it and stops its own process
+// group with SIGTSTP, so that the shell sees its job stopped. When the
+// keeper itself is stopped (SIGSTOP, which it cannot catch) leasehold does
+// not stop: nobody else would enforce the deadline while the command runs. A command that ignores SIGTSTP is not
 // stopped, so leasehold is not either: it goes on renewing the lease while
 // the command runs. When leasehold is continued (fg, bg: SIGCONT), it gives the
 // terminal to the command's group if its own group has it and continues
@@ -45,7 +46,7 @@ func (w *watchdog) loop(ctx context.Context, t *tree, sigs <-chan os.Signal) tre
 		defer signal.Stop(conts)
 	}
 	var orphan <-chan time.Time
-	stopped := false
+	stopped, keeperStopped := false, false
 	resume := func() {
 		stopped, orphan = false, nil
 		w.check(w.lease.Remaining())
@@ -74,7 +75,14 @@ func (w *watchdog) loop(ctx context.Context, t *tree, sigs <-chan os.Signal) tre
 			if !ev.stopped {
 				return ev
 			}
-			stopJob() // the keeper itself was stopped (SIGSTOP)
+			// The keeper itself was stopped (SIGSTOP): it cannot enforce
+			// the deadline now, so this process must not stop. It goes on
+			// renewing and, should the lease be lost, kills the group
+			// itself (SIGKILL reaches the stopped keeper too).
+			if !keeperStopped {
+				keeperStopped = true
+				fmt.Fprintf(w.stderr, "leasehold: the keeper of the command's process group was stopped (SIGSTOP); leasehold keeps the lease and enforces its deadline itself\n")
+			}
 		case ev := <-t.jobs:
 			if ev.stopped {
 				stopJob() // the keeper stays awake and enforces the deadline
