@@ -438,6 +438,20 @@ func TestRESPAuthTarpit(t *testing.T) {
 	rtExpect(t, "a good token", c.do("AUTH", "team-token"), "+OK")
 }
 
+// TestRESPPreAuthEndlessLine: before AUTH an inline line is refused as
+// soon as 1 KiB of it has come without a line end, as documented (issue
+// 26: it was refused only at 16 KiB, or when the auth timeout struck).
+func TestRESPPreAuthEndlessLine(t *testing.T) {
+	_, addr := rtServe(t, rtEngine(t), RESPOptions{Auth: rtAuth(t), AuthTimeout: time.Minute})
+	c := rtDial(t, addr)
+	c.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	c.send("PING " + strings.Repeat("x", 1100)) // no line end, and nothing more
+	rtExpect(t, "1,105 bytes of an inline line without its end, before AUTH", c.read(), "-ERR Protocol error: line longer than 1024 bytes")
+	if closed, _ := hdClosed(c.nc, 30*time.Second); !closed {
+		t.Error("the connection was left open")
+	}
+}
+
 // TestRESPInlineLimit: inline lines up to 16 KiB are read, longer ones
 // refused, as docs/protocol.md says.
 func TestRESPInlineLimit(t *testing.T) {

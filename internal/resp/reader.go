@@ -195,6 +195,29 @@ func (r *Reader) rawLine() (b []byte, cr bool, err error) {
 	return b[:n], false, nil
 }
 
+// awaitLine waits until the next line is buffered whole, and refuses it
+// as soon as max+2 bytes have come without a line end, without waiting for
+// (or reading) more: a limit below the buffer's size (1 KiB before AUTH)
+// holds as it is documented, not at the buffer's 16 KiB. Errors of the
+// connection are left to the read that follows.
+func (r *Reader) awaitLine(max int) error {
+	if max+2 >= r.br.Size() {
+		return nil // the buffer's own bound is the limit
+	}
+	for n := 1; ; n = min(r.br.Buffered()+1, max+2) {
+		p, err := r.br.Peek(n)
+		if bytes.IndexByte(p, '\n') >= 0 {
+			return nil
+		}
+		if len(p) >= max+2 {
+			return protoErr("line longer than %d bytes", max)
+		}
+		if err != nil {
+			return nil
+		}
+	}
+}
+
 // ParseInt parses a decimal int64 with an optional '-' sign and no other
 // characters, without allocating.
 func ParseInt(b []byte) (int64, bool) {
@@ -313,6 +336,9 @@ func (r *Reader) ReadCommand() ([][]byte, error) {
 	maxCommand := r.MaxCommand
 	if maxCommand <= 0 {
 		maxCommand = DefaultMaxCommand
+	}
+	if err := r.awaitLine(maxInline); err != nil {
+		return nil, err
 	}
 	line, cr, err := r.rawLine()
 	if err != nil {
