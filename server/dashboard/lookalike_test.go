@@ -77,3 +77,51 @@ func TestDashboardLookAlikeNames(t *testing.T) {
 		}
 	}
 }
+
+// TestDashboardLookAlikeLetters (issue 26): names that differ only in a
+// letter of another script (Cyrillic а for Latin a), in composed against
+// decomposed form (é against e + U+0301), or in a trailing space were
+// shown identically although the docs promise that two names never look
+// alike. Every row shows its own escapes, and no two rows look the same.
+func TestDashboardLookAlikeLetters(t *testing.T) {
+	enginetest.Chromium(t)
+	be := openProxy(t)
+	ts := serveDashboard(t, be, server.HandlerOptions{})
+	names := map[string]string{ // name: how the page shows it
+		"x/cafe":          `x/cafe`,
+		"x/caf\u00e9":     `x/caf\xE9`,
+		"x/cafe\u0301":    `x/cafe\u0301`,
+		"x/c\u0430fe":     `x/c\u0430fe`,
+		"x/cafe ":         `x/cafe\x20`,
+		"x/two  spaces":   `x/two\x20\x20spaces`,
+		"x/one space":     `x/one space`,
+		"x/\uff43afe":     `x/\uFF43afe`,
+		"x/back\\slash":   `x/back\\slash`,
+		"x/admin\u200b":   `x/admin\u200B`,
+		"x/caf\u00e9/own": `x/caf\xE9/own`,
+	}
+	for n := range names {
+		acquire(t, be, n, "o-"+n)
+	}
+	b := newBrowser(t)
+	b.do("loading the dashboard", chromedp.Navigate(ts.URL+"/dashboard/"))
+	b.eventually("every look-alike shown with its own escapes", func() string {
+		got, err := eval[map[string]string](b, `Object.fromEntries(Array.from(document.querySelectorAll('#lease-rows tr')).map(tr =>
+			[tr.dataset.name, tr.querySelector('.lease-name').textContent + ' | ' + tr.children[1].textContent]))`)
+		if err != nil {
+			return err.Error()
+		}
+		seen := map[string]string{}
+		for n, shown := range names {
+			want := shown + " | o-" + shown
+			if got[n] != want {
+				return fmt.Sprintf("%q is shown %q, want %q", n, got[n], want)
+			}
+			if other, dup := seen[got[n]]; dup {
+				return fmt.Sprintf("%q and %q look the same: %q", n, other, got[n])
+			}
+			seen[got[n]] = n
+		}
+		return ""
+	})
+}

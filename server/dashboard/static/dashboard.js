@@ -128,7 +128,7 @@ function render() {
 // its tooltip.
 function dataText(l) {
   if (l.data !== undefined && l.data !== '') {
-    const v = draw.visible(l.data);
+    const v = draw.visibleText(l.data);
     return { short: draw.cut(v, 48), long: draw.cut(v, 1000), binary: false };
   }
   if (l.dataBase64) {

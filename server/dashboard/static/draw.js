@@ -14,22 +14,53 @@ window.leaseholdDraw = (() => {
   // points, lone surrogates, line separators and non-ASCII spaces.
   const HIDDEN =
     /[\p{Cc}\p{Cf}\p{Co}\p{Cn}\p{Cs}\p{Zl}\p{Zp}\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\uffa0\ufe00-\ufe0f\u{e0100}-\u{e01ef}]/u;
+  const MARK = /\p{M}/u;
   const SHORT = { '\\': '\\\\', '\n': '\\n', '\r': '\\r', '\t': '\\t' };
 
   const hex = (n, w) => n.toString(16).toUpperCase().padStart(w, '0');
 
-  // visible returns s with every character a reader could not see written
-  // as an escape (\n, \t, \x1B, \u202E, \u{E0041}), and backslashes doubled,
-  // so that two different names never look alike.
+  // escape writes the code point c as \xNN (below 0x100), \uNNNN or
+  // \u{NNNNN}.
+  const escape = (c) => (c < 0x100 ? '\\x' + hex(c, 2) : c > 0xffff ? `\\u{${hex(c, 5)}}` : '\\u' + hex(c, 4));
+
+  // A space HTML would collapse or a reader would miss: at either end, or
+  // beside another space.
+  const loneSpace = (cps, i) => i > 0 && i < cps.length - 1 && cps[i - 1] !== ' ' && cps[i + 1] !== ' ';
+
+  // visible shows an identifier (a name, owner, token, session): printable
+  // ASCII as it is, everything else as an escape (\n, \t, \x1B, \u202E,
+  // \u0430, \u0301, \u{E0041}), a space at either end or beside another as
+  // \x20, and backslashes doubled, so that two different identifiers never
+  // look alike: not with invisible characters, not with look-alike letters
+  // of another script (Cyrillic а for Latin a), not composed against
+  // decomposed (é against e + U+0301), not with a trailing space.
   function visible(s) {
+    const cps = Array.from(String(s));
     let out = '';
-    for (const ch of String(s)) {
+    cps.forEach((ch, i) => {
       const c = ch.codePointAt(0);
       if (SHORT[ch]) out += SHORT[ch];
-      else if (c < 0x100 && HIDDEN.test(ch)) out += '\\x' + hex(c, 2);
-      else if (HIDDEN.test(ch)) out += c > 0xffff ? `\\u{${hex(c, 5)}}` : '\\u' + hex(c, 4);
+      else if (ch === ' ') out += loneSpace(cps, i) ? ' ' : '\\x20';
+      else if (c > 0x20 && c < 0x7f) out += ch;
+      else out += escape(c);
+    });
+    return out;
+  }
+
+  // visibleText shows free text (a lease's data): letters of every script
+  // as they are, but every character a reader could not see (HIDDEN), every
+  // combining mark and spaces at the ends or in runs as escapes, and
+  // backslashes doubled.
+  function visibleText(s) {
+    const cps = Array.from(String(s));
+    let out = '';
+    cps.forEach((ch, i) => {
+      const c = ch.codePointAt(0);
+      if (SHORT[ch]) out += SHORT[ch];
+      else if (ch === ' ') out += loneSpace(cps, i) ? ' ' : '\\x20';
+      else if (HIDDEN.test(ch) || MARK.test(ch)) out += escape(c);
       else out += ch;
-    }
+    });
     return out;
   }
 
@@ -407,5 +438,5 @@ window.leaseholdDraw = (() => {
     put('chart-handoff', handoffs(plotOf('chart-handoff'), events, now, windowMs));
   }
 
-  return { visible, unhide, visibleBytes, cut, zoom, timeline, charts };
+  return { visible, visibleText, unhide, visibleBytes, cut, zoom, timeline, charts };
 })();
