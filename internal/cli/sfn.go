@@ -18,8 +18,10 @@ DynamoDB store: state machines, "leasehold run --store dynamodb://TABLE" and
 Go programs using the same table exclude each other on the same lock. With
 --format it writes instead the cleanup machine, or a CloudFormation (SAM)
 template or Terraform JSON configuration that deploys everything in one
-step: the machine and its role, the table, and the cleanup machine with the
-EventBridge rule that starts it (templates need --lambda: a --task's
+step: the machine and its role, the table, the cleanup machine with the
+EventBridge rule that starts it, and the machine's log group with an alarm
+on Leasehold.LeaseLost (the log level, the log retention and the alarm's
+SNS topic are template parameters; templates need --lambda: a --task's
 permissions cannot be known).
 
 The machine acquires the lock with one conditional UpdateItem, waits a
