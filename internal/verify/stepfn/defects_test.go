@@ -2,10 +2,12 @@ package stepfn
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/aslexec"
+	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/sfn"
 )
 
@@ -137,7 +139,7 @@ func TestR17RetriedServiceErrorKeepsLock(t *testing.T) {
 	if r := s.wait(second); r.Status != aslexec.Succeeded {
 		t.Errorf("second: %+v", r)
 	}
-	s.check(2)
+	reportR17(t, "lambda", "service error, retried", s.check(2))
 }
 
 // TestR17TaskServiceErrorKeepsLock (issue 25, item 4): a --task whose
@@ -161,5 +163,59 @@ func TestR17TaskServiceErrorKeepsLock(t *testing.T) {
 	if r := s.wait(second); r.Status != aslexec.Succeeded {
 		t.Errorf("second: %+v", r)
 	}
-	s.check(2)
+	reportR17(t, "task", "service error", s.check(2))
+}
+
+// TestR17ClientExecutionTimeoutKeepsLock (issue 25, item 1): the Lambda
+// invoke fails with Lambda.ClientExecutionTimeoutException while the
+// function runs on (until its own timeout kills it). The lock stays held
+// until the function cannot run any more; a waiting execution runs its
+// task only then. It used to be released at once.
+func TestR17ClientExecutionTimeoutKeepsLock(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, time.Second)
+	def := s.generate(s.lambdaConfig(30 * time.Second))
+	started := make(chan struct{})
+	s.plan["first/r0"] = behaviour{hold: time.Minute, early: true, started: started,
+		fail: &aslexec.Failure{Name: "Lambda.ClientExecutionTimeoutException", Cause: "the invoke timed out; the function runs on"}}
+	first := s.start(def, "first")
+	<-started
+	second := s.start(def, "second")
+	if r := s.wait(first); r.Status != aslexec.Failed || r.Error != "Lambda.ClientExecutionTimeoutException" {
+		t.Errorf("first: %+v, want FAILED with Lambda.ClientExecutionTimeoutException", r)
+	}
+	if r := s.wait(second); r.Status != aslexec.Succeeded {
+		t.Errorf("second: %+v", r)
+	}
+	reportR17(t, "lambda", "client execution timeout", s.check(2))
+}
+
+// reportR17 reports an issue-25 scenario as a row of suite R17 (the
+// holder's side, on every surface; internal/verify/holders): the machine
+// holds the lock through its task's error while the work may run on, so
+// the waiting execution's task must not overlap it, and its token must be
+// above it. evs are the scenario's critical sections (scenario.check).
+func reportR17(t *testing.T, machine, fault string, evs []verify.Event) {
+	t.Helper()
+	res := verify.Check(&verify.History{Events: evs}, verify.CheckOptions{NoLinearizability: true})
+	disorder, _ := tokenOrder(evs)
+	violations := res.Overlaps + disorder
+	if len(evs) != 2 {
+		violations++ // scenario.check has failed the test already
+	}
+	checker := "ok"
+	if violations > 0 {
+		checker = "violations"
+	}
+	note := fmt.Sprintf("%d critical sections, %d overlaps, %d tokens out of order", len(evs), res.Overlaps, disorder)
+	if len(evs) == 2 {
+		a, b := evs[0], evs[1]
+		if b.From < a.From {
+			a, b = b, a
+		}
+		note += fmt.Sprintf("; the first task's work ran %s (on after the error), the waiting execution's began %s after it ended",
+			time.Duration(a.To-a.From).Round(time.Millisecond), time.Duration(b.From-a.To).Round(time.Millisecond))
+	}
+	verify.Report(t, verify.Row{Suite: "R17", Store: "sfn(" + machine + ") " + fault, Ops: len(evs), Faults: 1,
+		Violations: violations, Checker: checker, Note: note})
 }
