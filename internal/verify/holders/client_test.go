@@ -358,7 +358,7 @@ func clientRound(t *testing.T, r *row, b backend, fault string, k clock.Clock) {
 	bch := make(chan granted, 1)
 	takeB := func() {
 		go func() {
-			bctx, cancel := context.WithTimeout(ctx, 3*ttl+10*time.Second)
+			bctx, cancel := context.WithTimeout(ctx, 2*ttl+5*time.Second)
 			defer cancel()
 			lb, err := b2.Acquire(bctx, name, leasehold.TTL(time.Minute))
 			g := granted{l: lb, from: verify.Mono(), err: err}
@@ -435,8 +435,8 @@ func clientRound(t *testing.T, r *row, b backend, fault string, k clock.Clock) {
 	var lossAt int64
 	select {
 	case lossAt = <-lost:
-	case <-time.After(life(ttl) + 20*time.Second):
-		r.violation("no loss declared %s after the fault", ms(life(ttl)+20*time.Second))
+	case <-time.After(life(ttl) + lossBound + 5*time.Second):
+		r.violation("no loss declared %s after the fault (the deadline is at most %s after it)", ms(life(ttl)+lossBound+5*time.Second), ms(life(ttl)))
 	}
 	select {
 	case <-worked:
@@ -501,7 +501,7 @@ func clientRound(t *testing.T, r *row, b backend, fault string, k clock.Clock) {
 	var g granted
 	select {
 	case g = <-bch:
-	case <-time.After(3*ttl + 20*time.Second):
+	case <-time.After(2*ttl + 20*time.Second):
 		t.Fatalf("B's acquire of %s did not return", name)
 	}
 	if g.err != nil {
