@@ -123,8 +123,8 @@ type supervisor struct {
 	// command left running would hold a pipe open, and Wait with it).
 	errPath string
 	done    chan struct{}
-	code   int   // exit status (-1: killed by a signal)
-	exitAt int64 // verify.Mono
+	code    int   // exit status (-1: killed by a signal)
+	exitAt  int64 // verify.Mono
 }
 
 // startRun starts `leasehold run` with args in a process group of its own;
