@@ -154,6 +154,13 @@ func (tm *timer) call(what string, timeout time.Duration, f func(ctx context.Con
 	})
 }
 
+// record adds a call timed elsewhere.
+func (tm *timer) record(what string, timeout, took time.Duration, err error) {
+	tm.mu.Lock()
+	tm.calls = append(tm.calls, timed{what: what, timeout: timeout, took: took, err: err})
+	tm.mu.Unlock()
+}
+
 // check waits for the calls and records them on r: each must return within
 // its timeout + callBound (a row figure says by how much the latest one
 // overran its timeout).

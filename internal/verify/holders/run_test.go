@@ -266,21 +266,12 @@ func runRound(t *testing.T, r *row, bin, mut string, b backend, fault string) {
 	r.op(1)
 
 	var tm timer
-	// runWait starts a second `leasehold run --wait` of the held lease
-	// through the proxy: it must give up (75) within its wait.
-	runWait := func(wait time.Duration) {
-		tm.call("leasehold run --wait "+wait.String(), wait, func(context.Context) error {
-			other := startRun(t, bin, nil, "--store", storeURL, "--ttl", ttl.String(), "--wait", wait.String(), name, "--", "true")
-			if !other.wait(wait + 5*time.Second) {
-				_ = syscall.Kill(-other.cmd.Process.Pid, syscall.SIGKILL)
-				return fmt.Errorf("still waiting %s after its wait, killed: %s", ms(5*time.Second), other.stderr())
-			}
-			if other.code != 75 && other.code != 70 {
-				return fmt.Errorf("exited %d: %s", other.code, other.stderr())
-			}
-			t.Logf("run --wait %s exited %d: %s", wait, other.code, strings.TrimSpace(other.stderr()))
-			return nil
-		})
+	// A second `leasehold run --wait` of the held lease through the proxy,
+	// already waiting when the backend hangs or turns slow: it must give
+	// up (75) within its wait.
+	var waiting func()
+	if fault == faultHang || fault == faultLate {
+		waiting = startWaiting(t, &tm, bin, storeURL, name, ttl, 1500*time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond)
 	var (
@@ -303,14 +294,12 @@ func runRound(t *testing.T, r *row, bin, mut string, b backend, fault string) {
 		}
 		faultAt = verify.Mono()
 		fromStore()
-		runWait(time.Second)
 	case faultLate:
 		if err := late(proxy, runLate); err != nil {
 			t.Fatal(err)
 		}
 		faultAt = verify.Mono()
 		fromStore()
-		runWait(2 * time.Second)
 	case faultForce:
 		dUp, bound = forceBound(t, ctx, direct, name)
 		faultAt = verify.Mono()
@@ -385,6 +374,9 @@ func runRound(t *testing.T, r *row, bin, mut string, b backend, fault string) {
 	if lb.Token() <= token {
 		r.violation("B's token %d is not above the lost one %d", lb.Token(), token)
 	}
+	if waiting != nil {
+		waiting()
+	}
 	tm.check(r) // before the heal: the backend is still slow or hung
 	if err := proxy.Heal(); err != nil {
 		t.Fatal(err)
@@ -454,6 +446,42 @@ func runRound(t *testing.T, r *row, bin, mut string, b backend, fault string) {
 	}
 	if fault == faultStop || fault == faultKeeperStop {
 		r.note("stopped %s", ms(2*ttl))
+	}
+}
+
+// startWaiting starts `leasehold run --wait WAIT` of name, held by
+// another, and returns once it says that it waits (its wait began before
+// that). The function it returns waits for it to give up and records on
+// tm how long after it said so it exited: at most WAIT + callBound.
+func startWaiting(t *testing.T, tm *timer, bin, storeURL, name string, ttl, wait time.Duration) func() {
+	t.Helper()
+	s := startRun(t, bin, nil, "--store", storeURL, "--ttl", ttl.String(), "--wait", wait.String(), name, "--", "true")
+	var from int64
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if strings.Contains(s.stderr(), "waiting for") {
+			from = verify.Mono()
+			break
+		}
+		select {
+		case <-s.done:
+			t.Fatalf("leasehold run --wait exited %d before it waited: %s", s.code, s.stderr())
+		default:
+		}
+		if time.Now().After(end) {
+			t.Fatalf("leasehold run --wait did not wait within 30 s: %s", s.stderr())
+		}
+	}
+	what := fmt.Sprintf("leasehold run --wait %s (waiting when the fault came)", wait)
+	return func() {
+		var err error
+		if !s.wait(time.Duration(from + int64(wait+10*time.Second) - verify.Mono())) {
+			_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+			<-s.done
+			err = fmt.Errorf("still waiting 10 s after its wait, killed: %s", s.stderr())
+		} else if s.code != 75 {
+			err = fmt.Errorf("exited %d: %s", s.code, s.stderr())
+		}
+		tm.record(what, wait, time.Duration(s.exitAt-from), err)
 	}
 }
 
