@@ -64,6 +64,11 @@ class Lease:
     called once (from the thread that noticed; it must not block long).
     An unknown outcome counts as lost, never as held.
 
+    A ``Lease`` is one grant. Once released or lost it is never held again:
+    entering it in a ``with`` block again raises its ``Released`` or
+    ``Lost`` (the block does not run). Take a new lease for each block:
+    ``with client.lease(name, ...) as lease:`` inside the loop.
+
     A lease does not fence writes by itself: pass ``token`` to the resource
     you write, and have it refuse tokens lower than the highest it has seen.
 
@@ -198,6 +203,12 @@ class Lease:
             self._released = True
 
     def __enter__(self) -> "Lease":
+        if not self.held:
+            err = self.error
+            what = "was released" if isinstance(err, errors.Released) else "was lost"
+            msg = (f"{self.name!r} (token {self.token}) {what} ({err}): a Lease is one grant and is not taken "
+                   f"again by a with block; take a new one for each block: with client.lease({self.name!r}, ...) as lease:")
+            raise errors.Released(msg) if isinstance(err, errors.Released) else errors.Lost(msg)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:

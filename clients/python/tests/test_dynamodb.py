@@ -17,7 +17,7 @@ import unittest
 import urllib.parse
 
 import leasehold
-from leasehold import Held, Invalid, Lost, NotFound, Unsupported
+from leasehold import Held, Invalid, Lost, NotFound, Released, Unsupported
 
 from server import run_threads, uniq
 
@@ -124,6 +124,27 @@ class DynamoDBLeaseTest(unittest.TestCase):
             self.a.force_release(base)
         with self.assertRaises(Invalid):
             self.a.semaphore(base, 0)
+
+    def test_a_released_or_lost_lease_is_not_entered_again(self) -> None:
+        name = uniq("reuse")
+        lease = self.a.lease(name, ttl=5)
+        ran = []
+        with self.assertRaises(Released) as cm:
+            for job in range(3):
+                with lease:
+                    ran.append((job, lease.held))
+                if job == 0:  # someone else takes the name between the jobs
+                    lb = self.b.try_acquire(name, ttl=30)
+                    self.addCleanup(lb.release)
+        self.assertEqual(ran, [(0, True)])
+        self.assertIn("client.lease(", str(cm.exception))
+        self.assertEqual(self.a.get(name).owner, "py-b")
+        lc = self.a.try_acquire(uniq("reuse"), ttl=0.2, keepalive=False)
+        self.assertTrue(lc.lost.wait(10))
+        with self.assertRaises(Lost):
+            with lc:
+                ran.append((9, lc.held))
+        self.assertEqual(ran, [(0, True)])
 
     def test_with_go_leasehold_run(self) -> None:
         binary = os.environ.get("LEASEHOLD_BIN", "")

@@ -278,6 +278,31 @@ class LeaseTest(unittest.TestCase):
         with self.assertRaises(NotFound):
             self.b.get(name)
 
+    def test_a_released_or_lost_lease_is_not_entered_again(self) -> None:
+        # A Lease is one grant: reusing it for a second block must not run that
+        # block unprotected (it did, with held False and no error).
+        name = uniq("reuse")
+        lease = self.a.lease(name, ttl=5)
+        ran = []
+        with self.assertRaises(Released) as cm:
+            for job in range(3):
+                with lease:
+                    ran.append((job, lease.held))
+                if job == 0:  # someone else takes the name between the jobs
+                    lb = self.b.try_acquire(name, ttl=30)
+                    self.addCleanup(lb.release)
+        self.assertEqual(ran, [(0, True)])
+        self.assertIn("client.lease(", str(cm.exception))
+        self.assertEqual(self.b.get(name).owner, "py-b")
+        # Lost (here: expired without keepalive) is not entered either.
+        lc = self.c.try_acquire(uniq("reuse"), ttl=0.2, keepalive=False)
+        self.assertTrue(lc.lost.wait(10))
+        with self.assertRaises(Lost) as cm2:
+            with lc:
+                ran.append((9, lc.held))
+        self.assertEqual(ran, [(0, True)])
+        self.assertIn("client.lease(", str(cm2.exception))
+
     def test_bad_input_is_invalid_and_changes_nothing(self) -> None:
         base = uniq("bad")
         cases = [
