@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from . import _validate, errors
-from .client import DEFAULT_TTL, Data, Election, _random_id
+from .client import DEFAULT_TTL, Data, Election, _call_window, _random_id, _with_request_id
 from .lease import Lease, LeaseInfo, LostCallback
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,18 +24,17 @@ class DirectSemaphore:
         _validate.text("name", name, _validate.MAX_NAME)
         self._c, self.name, self.permits = client, name, permits
 
-    def try_acquire(self, ttl: float = DEFAULT_TTL, *, data: Data = None, request_id: Optional[str] = None,
-                    keepalive: bool = True, on_lost: Optional[LostCallback] = None) -> Lease:
-        """One pass over the permits; raises ``Held`` (the permit that expires first,
-        with ``permits``) when all are held."""
-        rid = request_id or _random_id()
+    def _pass(self, ttl: float, data: Data, rid: str, keepalive: bool, on_lost: Optional[LostCallback],
+              end: float) -> Lease:
+        """One pass over the permits in random order, its requests ending by ``end``."""
         order = list(range(self.permits))
         random.shuffle(order)
         soonest: Optional[errors.Held] = None
         for i in order:
+            pname = f"{self.name}/permit/{i}"
+            _, ttl_ms, raw = self._c._prepare(pname, ttl, data, rid)
             try:
-                lease = self._c.try_acquire(f"{self.name}/permit/{i}", ttl, data=data, request_id=rid,
-                                            keepalive=keepalive, on_lost=on_lost)
+                lease = self._c._try(pname, rid, ttl_ms, raw, keepalive, on_lost, end)
             except errors.Held as e:
                 if soonest is None or e.remaining < soonest.remaining:
                     soonest = e
@@ -47,17 +46,28 @@ class DirectSemaphore:
         soonest.permits = self.permits
         raise soonest
 
+    def try_acquire(self, ttl: float = DEFAULT_TTL, *, data: Data = None, request_id: Optional[str] = None,
+                    keepalive: bool = True, on_lost: Optional[LostCallback] = None) -> Lease:
+        """One pass over the permits, bounded by the client's ``timeout``; raises
+        ``Held`` (the permit that expires first, with ``permits``) when all are held."""
+        return self._pass(ttl, data, request_id or _random_id(), keepalive, on_lost,
+                          time.monotonic() + self._c.timeout)
+
     def acquire(self, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *, data: Data = None,
                 request_id: Optional[str] = None, keepalive: bool = True,
                 on_lost: Optional[LostCallback] = None) -> Lease:
         """Wait (at most ``timeout`` seconds; None: without end) for a permit, polling
-        with jittered backoff (2 ms to 250 ms) that never sleeps past the first expiry."""
+        with jittered backoff (2 ms to 250 ms) that never sleeps past the first expiry.
+        It returns within ``timeout`` + 0.5 s whatever DynamoDB does; an
+        ``Unreachable`` names the request id the attempts used."""
         rid = request_id or _random_id()
-        end = None if timeout is None else time.monotonic() + timeout
+        end, hard = _call_window(timeout)
         cap = 0.002
         while True:
+            now = time.monotonic()
             try:
-                return self.try_acquire(ttl, data=data, request_id=rid, keepalive=keepalive, on_lost=on_lost)
+                return self._pass(ttl, data, rid, keepalive, on_lost,
+                                  now + self._c.timeout if hard is None else min(now + self._c.timeout, hard))
             except (errors.Held, errors.Unreachable, errors.RateLimited) as e:
                 pause = cap * (0.5 + random.random() / 2)
                 if isinstance(e, errors.Held):
@@ -66,6 +76,8 @@ class DirectSemaphore:
                 if end is not None:
                     left = end - time.monotonic()
                     if left <= 0:
+                        if isinstance(e, errors.Unreachable):
+                            raise _with_request_id(e, rid)
                         raise
                     pause = min(pause, left)
             time.sleep(max(pause, 0.0))

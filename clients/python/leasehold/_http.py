@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import ssl
+import time
 import urllib.parse
 from typing import Any, Dict, Optional, Tuple
 
@@ -44,8 +46,9 @@ class Transport:
 
         A 2xx answer is returned; a problem document is raised as the matching
         exception; a transport failure or a malformed answer is raised as
-        ``Unreachable`` (the outcome is unknown). The socket timeout is
-        ``timeout`` if given, else the transport's timeout plus ``wait``.
+        ``Unreachable`` (the outcome is unknown). ``timeout`` (if given, else
+        the transport's timeout plus ``wait``) bounds the whole request:
+        connecting, sending and reading the answer.
         """
         hdrs = {"Accept": "application/json"}
         data: Optional[bytes] = None
@@ -63,14 +66,27 @@ class Transport:
             path += "?" + urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
         if timeout is None:
             timeout = self.timeout + wait
+        deadline = time.monotonic() + timeout
+
+        def rest() -> float:  # each socket operation gets the time left of the whole request
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("timed out")
+            return left
+
         if self._ssl is not None:
             conn: http.client.HTTPConnection = http.client.HTTPSConnection(
                 self.host, self.port, timeout=timeout, context=self._ssl)
         else:
             conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         try:
+            conn.connect()
+            sock = conn.sock  # kept: getresponse() hands it to the response when the answer closes the connection
+            sock.settimeout(rest())
             conn.request(method, path, body=data, headers=hdrs)
+            sock.settimeout(rest())
             resp = conn.getresponse()
+            sock.settimeout(rest())
             payload = resp.read(MAX_ANSWER)
             status = resp.status
             rh = {k.lower(): v for k, v in resp.getheaders()}

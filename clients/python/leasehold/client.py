@@ -9,7 +9,7 @@ import secrets
 import socket
 import ssl
 import time
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from . import _validate, errors
 from ._http import Transport, name_path
@@ -21,6 +21,16 @@ LONG_POLL = 30.0
 
 DEFAULT_TTL = 15.0
 """The TTL (seconds) of a lease when none is given, as in Go."""
+
+ANSWER_GRACE = 0.5
+"""Seconds a call given a ``timeout`` may run past it: the answer to its
+last attempt, and the request that looks for a grant which may have raced
+with giving up. ``acquire(timeout=T)`` returns by ``T + ANSWER_GRACE``
+whatever the network does; with ``timeout=0`` it makes one attempt of at
+most ``ANSWER_GRACE``."""
+
+MIN_REQUEST = 0.05
+"""Seconds: a request with less time than this left is not sent."""
 
 Data = Union[bytes, str, None]
 WaitCallback = Callable[[errors.Held], None]
@@ -43,6 +53,28 @@ def _data_members(data: Data) -> Dict[str, str]:
         return {"data_base64": base64.b64encode(bytes(data)).decode("ascii")}
 
 
+def _with_request_id(e: errors.Unreachable, rid: str) -> errors.Unreachable:
+    """Name the request id of the acquire whose outcome ``e`` leaves unknown
+    (in ``e.request_id`` and its message), so the caller can retry with it."""
+    if e.request_id is None:
+        e.request_id = rid
+        e.args = (f"{e.args[0] if e.args else e} (request id {rid!r}: an acquire retried with "
+                  f"request_id={rid!r} gets back the grant made for it, if one was)",)
+    return e
+
+
+def _call_window(timeout: Optional[float]) -> Tuple[Optional[float], Optional[float]]:
+    """(end, hard) on ``time.monotonic()`` for a call given ``timeout``: it
+    stops trying at ``end`` and no request of it runs past ``hard``
+    (``end + ANSWER_GRACE``); (None, None) without a timeout."""
+    if timeout is None:
+        return None, None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        raise errors.Invalid("timeout", f"{timeout!r} is not a number of seconds >= 0 (None: wait without end)")
+    end = time.monotonic() + timeout
+    return end, end + ANSWER_GRACE
+
+
 def _ms(seconds: float) -> int:
     """Seconds to whole milliseconds, rounded up (a TTL is never sent shorter than asked)."""
     ms = int(seconds * 1000)
@@ -56,7 +88,11 @@ class Client:
     token (default: ``$LEASEHOLD_AUTH_TOKEN``, if set). ``owner`` is the
     identity written on every grant (default ``host/pid/random``, as the
     Go client). ``timeout`` (seconds) bounds every request besides the time
-    it asks the server to wait. ``rho`` and ``eps`` are the drift allowance
+    it asks the server to wait, and so every call without a timeout of its
+    own (``try_acquire``, ``get``, ``release``, ...); a call given one
+    (``acquire(timeout=T)``) returns within ``T + 0.5`` s (``ANSWER_GRACE``),
+    and a renewal is bounded by the time left before the lease's deadline.
+    ``rho`` and ``eps`` are the drift allowance
     of the local deadline: ``t0 + ttl·(1−rho) − eps`` (defaults 1% and 5 ms).
     ``ssl_context`` verifies an https:// server (default: the system's CAs;
     build one with ``ssl.create_default_context(cafile=...)`` for a private
@@ -83,10 +119,17 @@ class Client:
             token = os.environ.get("LEASEHOLD_AUTH_TOKEN") or None
         self._init_common(owner, timeout, rho, eps)
         self._t = Transport(url, token, timeout, ssl_context)
-        self.records = Records(self._t)
+        self._records = Records(self._t)
+
+    @property
+    def records(self) -> Records:
         """Versioned records: get, put, delete, add, txn, update."""
+        return self._records
 
     def _init_common(self, owner: Optional[str], timeout: float, rho: float, eps: float) -> None:
+        for field, v in (("timeout", timeout), ("rho", rho), ("eps", eps)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise errors.Invalid(field, f"must be a number, not {type(v).__name__}")
         if not (0 <= rho < 1):
             raise errors.Invalid("rho", f"{rho} is outside [0, 1)")
         if eps < 0:
@@ -101,6 +144,7 @@ class Client:
             _validate.text("owner", owner, _validate.MAX_OWNER)
         self.owner: str = owner
         self.rho, self.eps = rho, eps
+        self.timeout: float = timeout
 
     def close(self) -> None:
         """Close idle connections. Leases are not released (they expire after their TTL)."""
@@ -122,23 +166,34 @@ class Client:
         if self._life(ttl) <= 0:
             raise errors.Invalid("ttl", f"{ttl}s leaves no time after the drift margin (rho {self.rho}, eps {self.eps}s)")
 
+    def _bounded(self, timeout: Optional[float]) -> float:
+        """A request's timeout: the client's, or less when the caller has less time."""
+        return self.timeout if timeout is None else max(min(timeout, self.timeout), MIN_REQUEST)
+
     def _renew(self, name: str, owner: str, token: int, ttl: float, timeout: Optional[float], *,
                secret: str = "") -> None:
         body: Dict[str, Any] = {"owner": owner, "token": token, "ttl_ms": _ms(ttl)}
         if secret:
             body["secret"] = secret
-        self._t.request("POST", name_path("v1/leases", name, "renew"), body, name=name, timeout=timeout)
+        self._t.request("POST", name_path("v1/leases", name, "renew"), body, name=name,
+                        timeout=self._bounded(timeout))
 
-    def _release(self, name: str, owner: str, token: int, *, secret: str = "") -> None:
+    def _release(self, name: str, owner: str, token: int, *, secret: str = "",
+                 timeout: Optional[float] = None) -> None:
         body: Dict[str, Any] = {"owner": owner, "token": token}
         if secret:
             body["secret"] = secret
-        self._t.request("POST", name_path("v1/leases", name, "release"), body, name=name)
+        self._t.request("POST", name_path("v1/leases", name, "release"), body, name=name,
+                        timeout=self._bounded(timeout))
 
-    def _post_acquire(self, path: str, body: Dict[str, Any], name: str, wait: float) -> LeaseInfo:
+    def _post_acquire(self, path: str, body: Dict[str, Any], name: str, wait: float,
+                      timeout: Optional[float] = None) -> LeaseInfo:
         if wait > 0:
             body = dict(body, wait_ms=max(int(wait * 1000), 1))
-        _, _, j = self._t.request("POST", path, body, name=name, wait=wait)
+        try:
+            _, _, j = self._t.request("POST", path, body, name=name, wait=wait, timeout=timeout)
+        except errors.Unreachable as e:
+            raise _with_request_id(e, body["request_id"])
         return LeaseInfo.from_json(j)
 
     # --- leases ---
@@ -152,7 +207,9 @@ class Client:
         if someone else holds it, ``Invalid`` for bad input (nothing is
         changed). Any other error (``Unreachable``, a 5xx) leaves it unknown
         whether the server granted the lease: such a grant expires after its
-        TTL, or a retry with the same ``request_id`` gets it back. With
+        TTL, or a retry with the same ``request_id`` gets it back
+        (``Unreachable.request_id`` names it, also when this call made it
+        up). The client's ``timeout`` bounds the call. With
         ``keepalive=False`` nobody renews the lease: it is lost at its deadline.
         """
         self._check_ttl(ttl)
@@ -174,9 +231,13 @@ class Client:
         ``Unreachable``, if the last attempt failed). ``Unreachable``, 503 and 429
         answers are retried with jittered backoff; ``Invalid``,
         ``Unauthorized`` and ``Forbidden`` are raised at once. ``on_wait``
-        is called with the first ``Held`` before waiting. If a grant may
-        have raced with giving up, it is released (best effort; else it
-        expires after its TTL).
+        is called with the first ``Held`` before waiting. Every request is
+        bounded by the time left, so the call returns within ``timeout`` +
+        0.5 s (``ANSWER_GRACE``) however the server or network hangs. If a
+        grant may have raced with giving up and there is time left, it is
+        asked for once more (same request id) and released; otherwise the
+        ``Unreachable`` names the ``request_id``: retry with it to get that
+        grant, or it expires after its TTL.
         """
         self._check_ttl(ttl)
         rid = request_id or _random_id()
@@ -191,7 +252,11 @@ class Client:
 
     def _wait_grant(self, path: str, body: Dict[str, Any], name: str, ttl: float, timeout: Optional[float],
                     keepalive: bool, on_lost: Optional[LostCallback], on_wait: Optional[WaitCallback]) -> Lease:
-        end = None if timeout is None else time.monotonic() + timeout
+        end, hard = _call_window(timeout)  # no request runs past hard
+
+        def left(floor: float = 0.0) -> Optional[float]:  # a request's timeout: None for the default
+            return None if hard is None else max(hard - time.monotonic(), floor)
+
         last: Optional[errors.LeaseholdError] = None
         unknown = False  # an attempt's outcome was unknown: a grant may exist
         fails = 0
@@ -199,15 +264,19 @@ class Client:
         while True:
             now = time.monotonic()
             wait = 0.0 if first else LONG_POLL
-            if end is not None:
+            req_timeout: Optional[float] = None
+            if end is not None and hard is not None:
                 if not first and end - now < 0.001:
                     if unknown:
-                        self._reclaim(path, body, name)
+                        self._reclaim(path, body, name, hard)
+                    if isinstance(last, errors.Unreachable):
+                        raise _with_request_id(last, body["request_id"])
                     raise last if last is not None else errors.Held(name)
                 wait = min(wait, max(end - now, 0.0))
+                req_timeout = min(self.timeout + wait, hard - now)
             t0 = time.monotonic()
             try:
-                info = self._post_acquire(path, dict(body), name, wait)
+                info = self._post_acquire(path, dict(body), name, wait, req_timeout)
             except errors.Held as e:
                 if first and on_wait is not None:
                     on_wait(e)
@@ -229,30 +298,33 @@ class Client:
                 # Granted at some moment of a long wait: renew to know the deadline afresh.
                 t0 = time.monotonic()
                 try:
-                    self._renew(info.name, self.owner, info.token, ttl, None, secret=info.secret)
+                    self._renew(info.name, self.owner, info.token, ttl, left(MIN_REQUEST), secret=info.secret)
                 except errors.NotHeld:
                     first = False
                     continue
                 except errors.LeaseholdError:
-                    self._quiet_release(info.name, info.token, info.secret)
+                    self._quiet_release(info.name, info.token, info.secret, left(MIN_REQUEST))
                     first = False
                     continue
             return Lease(self, info, self.owner, ttl, body["request_id"], t0, keepalive, on_lost)
 
-    def _quiet_release(self, name: str, token: int, secret: str) -> None:
+    def _quiet_release(self, name: str, token: int, secret: str, timeout: Optional[float] = None) -> None:
         try:
-            self._release(name, self.owner, token, secret=secret)
+            self._release(name, self.owner, token, secret=secret, timeout=timeout)
         except errors.LeaseholdError:
             pass
 
-    def _reclaim(self, path: str, body: Dict[str, Any], name: str) -> None:
+    def _reclaim(self, path: str, body: Dict[str, Any], name: str, hard: float) -> None:
         """Release a grant that may have raced with giving up: an acquire with the
-        same request id gets exactly that grant back, if it exists."""
+        same request id gets exactly that grant back, if it exists. Only in the
+        time left before ``hard``: else the caller's error names the request id."""
+        if hard - time.monotonic() < MIN_REQUEST:
+            return
         try:
-            info = self._post_acquire(path, dict(body), name, 0)
+            info = self._post_acquire(path, dict(body), name, 0, min(self.timeout, hard - time.monotonic()))
         except errors.LeaseholdError:
             return
-        self._quiet_release(info.name, info.token, info.secret)
+        self._quiet_release(info.name, info.token, info.secret, max(hard - time.monotonic(), MIN_REQUEST))
 
     def get(self, name: str) -> LeaseInfo:
         """The live lease ``name`` with its queued ``waiters``; raises ``NotFound``."""

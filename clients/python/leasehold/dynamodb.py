@@ -17,21 +17,28 @@ same value or a larger one). The holder's own deadline is on
 ``time.monotonic()`` as everywhere in this package. Waiting polls with
 jittered, capped backoff (DynamoDB cannot push).
 
+Every request is bounded by the time its call has left (see
+``DynamoDBClient``), and a lease's loss is reported by a timer at its
+local deadline, whatever DynamoDB or the network do.
+
 Leases, semaphores (a lease per permit, as Go's) and elections are offered
-here; records and force release raise ``Unsupported`` (use the server).
+here; ``records`` and force release raise ``Unsupported`` (use the server).
 """
 
 from __future__ import annotations
 
 import datetime
 import random
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from . import _validate, errors
-from .client import DEFAULT_TTL, Client, Data, WaitCallback, _random_id
+from .client import (DEFAULT_TTL, MIN_REQUEST, Client, Data, WaitCallback, _call_window, _random_id,
+                     _with_request_id)
 from ._dynamodb_url import parse_url
 from .lease import Lease, LeaseInfo, LostCallback
+from .records import Records
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._dynamodb_recipes import DirectElection, DirectSemaphore
@@ -50,6 +57,12 @@ LIST_FILTER = "begins_with(LockKey, :prefix)"
 PLACEHOLDERS = {"#o": "Owner", "#k": "Token", "#d": "Data"}
 CLEANUP_MARGIN_S = 7 * 24 * 3600
 MAX_ACQUIRE_ROUNDS = 10
+MAX_CALL_ATTEMPTS = 4
+"""Attempts of one DynamoDB request (connection failures, throttling, 5xx), within its call's time."""
+TIMEOUT_STEPS: Tuple[float, ...] = tuple(round(0.05 * 2 ** (k / 2), 3) for k in range(26))
+"""The socket timeouts (0.05 s to about 290 s, by √2) of the botocore clients made
+for requests with less than the client's ``timeout`` left: a request goes
+through the client of the largest step within its time left."""
 
 def _names(*exprs: str) -> Dict[str, str]:
     joined = " ".join(exprs)
@@ -112,10 +125,20 @@ class DynamoDBClient(Client):
 
     ``DynamoDBClient(url, owner=None, timeout=10.0, rho=0.01, eps=0.005, boto_client=None)``;
     it is what ``Client("dynamodb://...")`` returns. Credentials come from
-    boto3's default chain. With ``create=true`` (the default, as in Go) the
-    table is created if it is missing (on-demand, key ``LockKey``), waiting
-    until it is ACTIVE. ``boto_client`` is a boto3 DynamoDB client to use
-    instead of one made from the URL.
+    boto3's default chain (none found: ``Invalid``, field ``credentials``).
+    With ``create=true`` (the default, as in Go) the table is created if it
+    is missing (on-demand, key ``LockKey``), waiting until it is ACTIVE.
+
+    Every DynamoDB request is bounded by the time its call has left:
+    ``timeout`` for a call without a timeout of its own (``try_acquire``,
+    ``get``, ``release``, the constructor's), the time before the lease's
+    deadline for a renewal, ``T + 0.5`` s for ``acquire(timeout=T)``. The
+    client makes a botocore client per timeout class (socket timeouts of
+    0.05 s to ``timeout``, stepping by √2, made when first needed) and
+    retries a failed request itself, within the time left, at most 4
+    times. ``boto_client`` is a boto3 DynamoDB client to use instead of
+    those: its own ``Config`` (timeouts, retries) then bounds each request,
+    so give it short ones; the lease's deadline timer fires on time either way.
     """
 
     def __init__(self, url: str, token: Optional[str] = None, *, owner: Optional[str] = None,
@@ -126,7 +149,6 @@ class DynamoDBClient(Client):
         self.max_clock_skew: float = p["skew"]
         self._skew_ms = int(-(-p["skew"] * 1000 // 1))  # rounded up to whole ms, as in Go
         self._consistent, self._ttl_cleanup = p["consistent"], p["ttl_cleanup"]
-        self.records = None  # type: ignore[assignment]
         try:
             import boto3
             import botocore.config
@@ -135,79 +157,152 @@ class DynamoDBClient(Client):
             raise errors.Unsupported("dynamodb:// needs boto3: pip install 'leasehold[dynamodb]' "
                                      "(on Debian: apt-get install python3-boto3)") from None
         self._botoexc = botocore.exceptions
+        self._config_class = botocore.config.Config
         self._own_client = boto_client is None
-        if boto_client is None:
-            region = p["region"]
-            if region is None and boto3.session.Session().region_name is None:
-                if p["endpoint"] is None:
-                    raise errors.Invalid("dynamodb URL", "no region: add region= to the URL or set AWS_REGION")
-                region = "us-east-1"  # local endpoints ignore it, but requests are signed for one
-            cfg = botocore.config.Config(connect_timeout=timeout, read_timeout=timeout,
-                                         retries={"max_attempts": 3, "mode": "standard"})
-            boto_client = boto3.client("dynamodb", region_name=region, endpoint_url=p["endpoint"], config=cfg)
-        self._ddb = boto_client
-        if p["create"]:
-            self._create_table()
-        else:
-            self._call("describe_table", TableName=self.table)
+        self._clients: Dict[float, Any] = {}  # timeout class -> botocore client
+        self._clients_mu = threading.Lock()
+        self._region: Optional[str] = p["region"]
+        self._endpoint: Optional[str] = p["endpoint"]
+        self._session: Any = None
+        self._ddb: Any = boto_client
+        try:
+            if boto_client is None:
+                try:
+                    # A session of its own: credentials are looked up for this client
+                    # (boto3's default session keeps what it found first), and its
+                    # clients are made under one lock (sessions are not thread-safe).
+                    self._session = boto3.session.Session()
+                    if self._region is None and self._session.region_name is None:
+                        if self._endpoint is None:
+                            raise errors.Invalid("dynamodb URL", "no region: add region= to the URL or set AWS_REGION")
+                        self._region = "us-east-1"  # local endpoints ignore it, but requests are signed for one
+                except self._botoexc.BotoCoreError as e:
+                    raise self._botocore_error(e) from None
+                self._ddb = self._make_client(self.timeout)
+            end = time.monotonic() + self.timeout
+            if p["create"]:
+                self._create_table(end)
+            else:
+                self._call("describe_table", end, TableName=self.table)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def records(self) -> Records:
+        """Not offered on DynamoDB directly: raises ``Unsupported`` (records need the lease server)."""
+        raise errors.Unsupported("records are offered by the lease server only (Client(\"http://...\").records), "
+                                 "not directly on DynamoDB")
 
     def close(self) -> None:
-        """Close the boto3 client's connections (if it was made here). Leases are not released."""
-        if self._own_client and hasattr(self._ddb, "close"):
-            self._ddb.close()
+        """Close the botocore clients' connections (those made here). Leases are not released."""
+        if not self._own_client:
+            return
+        with self._clients_mu:
+            clients, self._clients = [self._ddb, *self._clients.values()], {}
+        for c in clients:
+            if c is not None and hasattr(c, "close"):
+                c.close()
 
     # --- plumbing ---
 
-    def _call(self, op: str, **kw: Any) -> Any:
-        """Call boto3; translate its errors. A failed condition is returned as None."""
+    def _make_client(self, seconds: float) -> Any:
+        cfg = self._config_class(connect_timeout=seconds, read_timeout=seconds,
+                                 retries={"total_max_attempts": 1, "mode": "standard"})  # _call retries
         try:
-            return getattr(self._ddb, op)(**kw)
-        except self._botoexc.ClientError as e:
-            err = e.response.get("Error", {})
-            code, msg = err.get("Code", ""), err.get("Message", "")
-            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-            if code == "ConditionalCheckFailedException":
-                return None
-            if code == "ResourceNotFoundException":
-                raise errors.LeaseholdError(f"dynamodb: table {self.table!r} does not exist "
-                                            "(create it with create=true or \"leasehold store init\")") from None
-            if code in ("AccessDeniedException",):
-                raise errors.Forbidden(403, "forbidden", code, msg) from None
-            if code in ("UnrecognizedClientException", "InvalidSignatureException", "MissingAuthenticationTokenException"):
-                raise errors.Unauthorized(401, "unauthorized", code, msg) from None
-            if code in ("ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"):
-                raise errors.RateLimited(429, "rate-limited", code, msg) from None
-            if code == "ValidationException":
-                raise errors.Invalid("request", msg) from None
-            if status >= 500:
-                raise errors.Unreachable(f"dynamodb: {code}: {msg} (the outcome is unknown)") from None
-            raise errors.LeaseholdError(f"dynamodb: {code}: {msg}") from None
+            return self._session.client("dynamodb", region_name=self._region, endpoint_url=self._endpoint, config=cfg)
         except self._botoexc.BotoCoreError as e:
-            raise errors.Unreachable(f"dynamodb unreachable (the outcome is unknown): {e}") from None
+            raise self._botocore_error(e) from None
 
-    def _create_table(self) -> None:
-        try:
-            self._ddb.describe_table(TableName=self.table)
+    def _client_for(self, left: float) -> Any:
+        """The botocore client whose socket timeouts fit in ``left`` seconds."""
+        if not self._own_client or left >= self.timeout:
+            return self._ddb
+        step = max((s for s in TIMEOUT_STEPS if s <= left), default=TIMEOUT_STEPS[0])
+        with self._clients_mu:
+            c = self._clients.get(step)
+            if c is None:
+                c = self._clients[step] = self._make_client(step)
+            return c
+
+    def _botocore_error(self, e: Exception) -> errors.LeaseholdError:
+        """A botocore error (not an answer of DynamoDB) as this package's error."""
+        x = self._botoexc
+        if isinstance(e, (x.NoCredentialsError, x.PartialCredentialsError)):
+            return errors.Invalid("credentials", f"dynamodb: {e}: give AWS credentials (the environment, "
+                                                 "~/.aws, an IAM role); nothing was sent")
+        config = tuple(getattr(x, n) for n in ("ProfileNotFound", "NoRegionError", "InvalidConfigError",
+                                               "InvalidRegionError", "UnknownServiceError") if hasattr(x, n))
+        if isinstance(e, config):
+            return errors.Invalid("configuration", f"dynamodb: {e}")
+        if isinstance(e, x.ParamValidationError):
+            return errors.Invalid("request", f"dynamodb: {e}")
+        return errors.Unreachable(f"dynamodb unreachable (the outcome is unknown): {e}")
+
+    def _client_error(self, code: str, msg: str, status: int) -> Tuple[errors.LeaseholdError, bool]:
+        """An error answer of DynamoDB as this package's error, and whether to retry it."""
+        if code == "ResourceNotFoundException":
+            return errors.LeaseholdError(f"dynamodb: table {self.table!r} does not exist "
+                                         "(create it with create=true or \"leasehold store init\")"), False
+        if code == "AccessDeniedException":
+            return errors.Forbidden(403, "forbidden", code, msg), False
+        if code in ("UnrecognizedClientException", "InvalidSignatureException", "MissingAuthenticationTokenException"):
+            return errors.Unauthorized(401, "unauthorized", code, msg), False
+        if code in ("ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"):
+            return errors.RateLimited(429, "rate-limited", code, msg), True
+        if code == "ValidationException":
+            return errors.Invalid("request", msg), False
+        if status >= 500:
+            return errors.Unreachable(f"dynamodb: {code}: {msg} (the outcome is unknown)"), True
+        return errors.LeaseholdError(f"dynamodb: {code}: {msg}"), False
+
+    def _call(self, op: str, end: float, tolerate: Tuple[str, ...] = ("ConditionalCheckFailedException",),
+              **kw: Any) -> Any:
+        """Call boto3 within the time left before ``end`` (on ``time.monotonic()``),
+        retrying connection failures, throttling and 5xx answers while time is
+        left; translate its errors. An error answer whose code is in
+        ``tolerate`` (by default a failed condition) is returned as None."""
+        attempt = 0
+        while True:
+            left = end - time.monotonic()
+            if left < MIN_REQUEST:
+                raise errors.Unreachable(f"dynamodb: {op}: no time left for a request (timed out; "
+                                         "the outcome of an earlier attempt is unknown)")
+            try:
+                return getattr(self._client_for(left), op)(**kw)
+            except self._botoexc.ClientError as e:
+                err = e.response.get("Error", {})
+                code, msg = err.get("Code", ""), err.get("Message", "")
+                if code in tolerate:
+                    return None
+                status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+                mapped, retry = self._client_error(code, msg, status)
+            except self._botoexc.BotoCoreError as e:
+                mapped = self._botocore_error(e)
+                retry = isinstance(e, (self._botoexc.ConnectionError, self._botoexc.HTTPClientError))
+            attempt += 1
+            pause = min(0.05 * 2 ** attempt, 1.0) * (0.5 + random.random() / 2)
+            if not retry or attempt >= MAX_CALL_ATTEMPTS or end - time.monotonic() < pause + MIN_REQUEST:
+                raise mapped from None
+            time.sleep(pause)
+
+    def _create_table(self, end: float) -> None:
+        if self._call("describe_table", end, tolerate=("ResourceNotFoundException",), TableName=self.table) is not None:
             return
-        except self._botoexc.ClientError as e:
-            if e.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
-                self._call("describe_table", TableName=self.table)  # raises translated
-        try:
-            self._ddb.create_table(TableName=self.table, BillingMode="PAY_PER_REQUEST",
-                                   AttributeDefinitions=[{"AttributeName": "LockKey", "AttributeType": "S"}],
-                                   KeySchema=[{"AttributeName": "LockKey", "KeyType": "HASH"}])
-        except self._botoexc.ClientError as e:
-            if e.response.get("Error", {}).get("Code") != "ResourceInUseException":  # a concurrent creator won
-                raise errors.LeaseholdError(f"dynamodb: create table {self.table!r}: {e}") from None
-        end = time.monotonic() + 120
-        while time.monotonic() < end:
-            t = self._call("describe_table", TableName=self.table)
-            if t["Table"].get("TableStatus") == "ACTIVE":
+        self._call("create_table", end, tolerate=("ResourceInUseException",),  # a concurrent creator won
+                   TableName=self.table, BillingMode="PAY_PER_REQUEST",
+                   AttributeDefinitions=[{"AttributeName": "LockKey", "AttributeType": "S"}],
+                   KeySchema=[{"AttributeName": "LockKey", "KeyType": "HASH"}])
+        active_end = time.monotonic() + 120
+        while time.monotonic() < active_end:
+            t = self._call("describe_table", min(time.monotonic() + self.timeout, active_end),
+                           tolerate=("ResourceNotFoundException",), TableName=self.table)
+            if t is not None and t["Table"].get("TableStatus") == "ACTIVE":
                 return
             time.sleep(0.2)
         raise errors.LeaseholdError(f"dynamodb: table {self.table!r} is not ACTIVE after 120s")
 
-    def _update(self, name: str, update: str, cond: str, values: Dict[str, Any], clean_at_ms: int,
+    def _update(self, name: str, update: str, cond: str, values: Dict[str, Any], clean_at_ms: int, end: float,
                 returns: bool = False) -> Optional[Dict[str, Any]]:
         if self._ttl_cleanup:
             update = update.replace(" ADD ", CLEAN_SET + " ADD ", 1) if " ADD " in update else update + CLEAN_SET
@@ -217,27 +312,28 @@ class DynamoDBClient(Client):
                                   ExpressionAttributeValues=values)
         if returns:
             kw["ReturnValues"] = "UPDATED_NEW"
-        out = self._call("update_item", **kw)
+        out = self._call("update_item", end, **kw)
         return None if out is None else (out.get("Attributes") or {})
 
-    def _get_item(self, name: str, consistent: bool) -> Optional[Dict[str, Any]]:
-        out = self._call("get_item", TableName=self.table, Key={"LockKey": _s(name)}, ConsistentRead=consistent)
+    def _get_item(self, name: str, consistent: bool, end: float) -> Optional[Dict[str, Any]]:
+        out = self._call("get_item", end, TableName=self.table, Key={"LockKey": _s(name)}, ConsistentRead=consistent)
         return out.get("Item") or None
 
     # --- the store operations (as the Go store's) ---
 
-    def _grant(self, name: str, rid: str, ttl_ms: int, data: bytes) -> Tuple[int, int]:
-        """One TryAcquire of the Go store: returns (token, acquired ms) or raises Held."""
+    def _grant(self, name: str, rid: str, ttl_ms: int, data: bytes, end: float) -> Tuple[int, int]:
+        """One TryAcquire of the Go store: returns (token, acquired ms) or raises Held.
+        Its requests (and a wait for the clock skew) end by ``end``."""
         rounds = 0
         while True:
             now = _now_ms()
             out = self._update(name, ACQUIRE_UPDATE, ACQUIRE_COND, {
                 ":o": _s(self.owner), ":r": _s(rid), ":d": {"B": data}, ":ttl": _n(ttl_ms), ":exp": _n(now + ttl_ms),
                 ":t": {"BOOL": True}, ":now": _n(now), ":one": _n(1), ":f": {"BOOL": False}, ":cut": _n(now - self._skew_ms),
-            }, now + ttl_ms, returns=True)
+            }, now + ttl_ms, end, returns=True)
             if out is not None:
                 return int(out["Token"]["N"]), now
-            item = self._get_item(name, True)
+            item = self._get_item(name, True, end)
             now = _now_ms()
             if item:
                 r = _Row(item)
@@ -245,14 +341,17 @@ class DynamoDBClient(Client):
                     ok = self._update(name, REFRESH_UPDATE, REFRESH_COND, {
                         ":o": _s(self.owner), ":r": _s(rid), ":k": _n(r.token), ":t": {"BOOL": True},
                         ":now": _n(now), ":d": {"B": data}, ":ttl": _n(ttl_ms), ":exp": _n(now + ttl_ms),
-                    }, now + ttl_ms)
+                    }, now + ttl_ms, end)
                     if ok is not None:
                         return r.token, r.acq_ms
                 elif r.live(now):
                     raise r.held_error(now)
                 elif r.held and r.exp_ms + self._skew_ms >= now:
                     # Expired by this clock; a holder whose clock is behind may count it held for up to the skew.
-                    time.sleep((r.exp_ms + self._skew_ms + 1 - now) / 1000)
+                    pause = (r.exp_ms + self._skew_ms + 1 - now) / 1000
+                    if time.monotonic() + pause + MIN_REQUEST > end:
+                        raise r.held_error(now)  # no time to wait it out: held, for this call
+                    time.sleep(pause)
                     continue
             if rounds >= MAX_ACQUIRE_ROUNDS:
                 raise errors.Unreachable(f"dynamodb: lease {name!r} changed under {rounds + 1} acquire attempts in a row; try again")
@@ -264,17 +363,20 @@ class DynamoDBClient(Client):
         _validate.text("name", name, _validate.MAX_NAME)
         _validate.token(token)
         _validate.ttl(ttl)
+        end = time.monotonic() + self._bounded(timeout)
         now, ttl_ms = _now_ms(), int(ttl * 1000)
         if self._update(name, RENEW_UPDATE, RENEW_COND, {
                 ":o": _s(owner), ":k": _n(token), ":t": {"BOOL": True}, ":now": _n(now),
-                ":ttl": _n(ttl_ms), ":exp": _n(now + ttl_ms)}, now + ttl_ms) is None:
+                ":ttl": _n(ttl_ms), ":exp": _n(now + ttl_ms)}, now + ttl_ms, end) is None:
             raise errors.NotHeld(f"{name!r}: not held by {owner!r} with token {token}")
 
-    def _release(self, name: str, owner: str, token: int, *, secret: str = "") -> None:
+    def _release(self, name: str, owner: str, token: int, *, secret: str = "",
+                 timeout: Optional[float] = None) -> None:
         _validate.text("name", name, _validate.MAX_NAME)
         _validate.token(token)
+        end = time.monotonic() + self._bounded(timeout)
         if self._update(name, RELEASE_UPDATE, RELEASE_COND, {
-                ":o": _s(owner), ":k": _n(token), ":f": {"BOOL": False}, ":zero": _n(0)}, _now_ms()) is None:
+                ":o": _s(owner), ":k": _n(token), ":f": {"BOOL": False}, ":zero": _n(0)}, _now_ms(), end) is None:
             raise errors.NotHeld(f"{name!r}: not held by {owner!r} with token {token}")
 
     def _prepare(self, name: str, ttl: float, data: Data, request_id: Optional[str]) -> Tuple[str, int, bytes]:
@@ -295,20 +397,39 @@ class DynamoDBClient(Client):
             raise errors.Invalid("data", f"{len(raw)} bytes is more than the limit of {_validate.MAX_DATA}")
         return rid, int(ttl * 1000), raw
 
+    def _try(self, name: str, rid: str, ttl_ms: int, raw: bytes, keepalive: bool,
+             on_lost: Optional[LostCallback], end: float) -> Lease:
+        """One attempt, its requests ending by ``end``; an ``Unreachable`` names ``rid``."""
+        t0 = time.monotonic()
+        try:
+            token, acq = self._grant(name, rid, ttl_ms, raw, end)
+        except errors.Unreachable as e:
+            raise _with_request_id(e, rid)
+        info = LeaseInfo(name=name, owner=self.owner, token=token, ttl=ttl_ms / 1000, remaining=ttl_ms / 1000,
+                         acquired=_iso(acq), data=raw or None)
+        return Lease(self, info, self.owner, ttl_ms / 1000, rid, t0, keepalive, on_lost)
+
+    def _reclaim_grant(self, name: str, rid: str, ttl_ms: int, hard: float) -> None:
+        """Release a grant that may have raced with giving up (the same request id
+        gets exactly that grant back), only in the time left before ``hard``."""
+        if hard - time.monotonic() < MIN_REQUEST:
+            return
+        try:
+            token, _ = self._grant(name, rid, ttl_ms, b"", hard)
+            self._release(name, self.owner, token, timeout=max(hard - time.monotonic(), MIN_REQUEST))
+        except errors.LeaseholdError:
+            pass
+
     # --- the public API ---
 
     def try_acquire(self, name: str, ttl: float = DEFAULT_TTL, *, data: Data = None,
                     request_id: Optional[str] = None, keepalive: bool = True,
                     on_lost: Optional[LostCallback] = None) -> Lease:
-        """One attempt (as ``Client.try_acquire``). A lease that expired less than
-        ``max_clock_skew`` ago is waited for (at most the skew) before it is taken.
-        TTLs are kept to whole milliseconds."""
+        """One attempt (as ``Client.try_acquire``), bounded by the client's ``timeout``.
+        A lease that expired less than ``max_clock_skew`` ago is waited for (at
+        most the skew) before it is taken. TTLs are kept to whole milliseconds."""
         rid, ttl_ms, raw = self._prepare(name, ttl, data, request_id)
-        t0 = time.monotonic()
-        token, acq = self._grant(name, rid, ttl_ms, raw)
-        info = LeaseInfo(name=name, owner=self.owner, token=token, ttl=ttl_ms / 1000, remaining=ttl_ms / 1000,
-                         acquired=_iso(acq), data=raw or None)
-        return Lease(self, info, self.owner, ttl_ms / 1000, rid, t0, keepalive, on_lost)
+        return self._try(name, rid, ttl_ms, raw, keepalive, on_lost, time.monotonic() + self.timeout)
 
     def acquire(self, name: str, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *,
                 data: Data = None, request_id: Optional[str] = None, keepalive: bool = True,
@@ -316,14 +437,18 @@ class DynamoDBClient(Client):
         """Take the lease, polling with jittered exponential backoff (2 ms to 250 ms, as
         the Go client) that never sleeps past the holder's expiry; every attempt
         uses one request id, so a lost reply never makes it wait behind its own
-        grant. Raises the last ``Held`` (or error) after ``timeout`` seconds."""
-        rid, _, _ = self._prepare(name, ttl, data, request_id)
-        end = None if timeout is None else time.monotonic() + timeout
+        grant. Raises the last ``Held`` (or error) after ``timeout`` seconds, and
+        returns within ``timeout`` + 0.5 s whatever DynamoDB does; an
+        ``Unreachable`` names the ``request_id`` to retry with (as ``Client.acquire``)."""
+        rid, ttl_ms, raw = self._prepare(name, ttl, data, request_id)
+        end, hard = _call_window(timeout)
         cap, attempt, unknown = 0.002, 0, False
         last: Optional[errors.LeaseholdError] = None
         while True:
+            now = time.monotonic()
             try:
-                return self.try_acquire(name, ttl, data=data, request_id=rid, keepalive=keepalive, on_lost=on_lost)
+                return self._try(name, rid, ttl_ms, raw, keepalive, on_lost,
+                                 now + self.timeout if hard is None else min(now + self.timeout, hard))
             except errors.Held as e:
                 if attempt == 0 and on_wait is not None:
                     on_wait(e)
@@ -334,14 +459,13 @@ class DynamoDBClient(Client):
                 pause = cap * (0.5 + random.random() / 2)
             attempt += 1
             cap = min(cap * 2, 0.25)
-            if end is not None:
+            if end is not None and hard is not None:
                 left = end - time.monotonic()
                 if left <= 0:
                     if unknown:  # a grant may have raced with giving up: the same request id gets it back
-                        try:
-                            self.try_acquire(name, ttl, request_id=rid, keepalive=False).release()
-                        except errors.LeaseholdError:
-                            pass
+                        self._reclaim_grant(name, rid, ttl_ms, hard)
+                    if isinstance(last, errors.Unreachable):
+                        raise _with_request_id(last, rid)
                     raise last
                 pause = min(pause, left)
             time.sleep(max(pause, 0.0))
@@ -349,7 +473,7 @@ class DynamoDBClient(Client):
     def get(self, name: str) -> LeaseInfo:
         """The live lease ``name`` (judged by this machine's clock); raises ``NotFound``."""
         _validate.text("name", name, _validate.MAX_NAME)
-        item = self._get_item(name, self._consistent)
+        item = self._get_item(name, self._consistent, time.monotonic() + self.timeout)
         now = _now_ms()
         if not item or not _Row(item).live(now):
             raise errors.NotFound(f"{name!r}: not found")
@@ -364,7 +488,7 @@ class DynamoDBClient(Client):
             kw.update(FilterExpression=LIST_FILTER, ExpressionAttributeValues={":prefix": _s(prefix)})
         out: List[LeaseInfo] = []
         while True:
-            page = self._call("scan", **kw)
+            page = self._call("scan", time.monotonic() + self.timeout, **kw)
             now = _now_ms()
             for item in page.get("Items", []):
                 r = _Row(item)

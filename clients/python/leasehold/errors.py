@@ -118,7 +118,16 @@ class NoSession(ProblemError):
 class Unreachable(LeaseholdError, ConnectionError):
     """The server could not be reached, or its answer was lost or malformed:
     the outcome of the request is unknown. An acquire retried with the same
-    request id gets its grant back if there was one."""
+    request id gets its grant back if there was one.
+
+    ``request_id`` is the request id of the acquire (``try_acquire``,
+    ``acquire``, a semaphore's, ``campaign``) that raised it, also when the
+    call made the id up itself; None for other calls. Pass it as
+    ``request_id=`` to retry: a grant made for the lost attempt comes back
+    (same token), and no second one is made.
+    """
+
+    request_id: Optional[str] = None
 
 
 _PROBLEM_CLASSES = {

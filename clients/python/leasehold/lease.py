@@ -51,6 +51,10 @@ class LeaseInfo:
 
 LostCallback = Callable[["Lease", errors.LeaseholdError], None]
 
+RELEASE_JOIN = 0.1
+"""Seconds ``release`` waits for a renewal in flight to end before it sends
+the release anyway (a renewal that lands after it is refused: harmless)."""
+
 
 class Lease:
     """A granted lease, kept alive by a background thread until released or lost.
@@ -58,11 +62,15 @@ class Lease:
     The holder's local deadline (``deadline``, on ``time.monotonic()``) is
     ``t0 + ttl·(1−ρ) − ε``, where ``t0`` was read *before* the request that
     was granted or last confirmed a renewal. The keepalive thread renews at
-    about ``ttl/3``; when a renewal is refused (the server no longer has the
+    about ``ttl/3``, each renewal bounded by the time left before the
+    deadline. When a renewal is refused (the server no longer has the
     grant) or the deadline passes without a confirmed renewal, the lease is
     lost: ``lost`` is set, ``error`` becomes a ``Lost`` and ``on_lost`` is
     called once (from the thread that noticed; it must not block long).
-    An unknown outcome counts as lost, never as held.
+    The deadline is watched by a timer thread of its own, so the loss is
+    reported at the deadline whatever the network does (a renewal stuck
+    in a hung connection does not delay it). An unknown outcome counts as
+    lost, never as held.
 
     A ``Lease`` is one grant. Once released or lost it is never held again:
     entering it in a ``with`` block again raises its ``Released`` or
@@ -97,9 +105,15 @@ class Lease:
         self._released = False
         self._deadline = t0 + client._life(ttl)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(keepalive, t0 + ttl / 3),
-                                        name=f"leasehold-keepalive-{self.name}", daemon=True)
-        self._thread.start()
+        """Set on release or loss: the keepalive and the timer end."""
+        self._thread: Optional[threading.Thread] = None
+        if keepalive:
+            self._thread = threading.Thread(target=self._run, args=(t0 + ttl / 3,),
+                                            name=f"leasehold-keepalive-{self.name}", daemon=True)
+        self._timer = threading.Thread(target=self._watch, name=f"leasehold-deadline-{self.name}", daemon=True)
+        self._timer.start()
+        if self._thread is not None:
+            self._thread.start()
 
     # --- state ---
 
@@ -139,6 +153,7 @@ class Lease:
             if self._err is not None:
                 return
             self._err = err
+        self._stop.set()
         if isinstance(err, errors.Lost):
             self.lost.set()
         self.done.set()
@@ -186,14 +201,18 @@ class Lease:
         says the grant was no longer ours (it expired and was taken, or was
         force-released), raises ``Lost``; nothing else changes. If the
         server cannot be reached the error is raised and ``release`` may be
-        called again; otherwise the lease expires after its TTL.
+        called again; otherwise the lease expires after its TTL. It waits
+        at most 0.1 s for a renewal in flight (one stuck in a hung
+        connection is left behind); the release request itself is bounded
+        by the client's ``timeout``.
         """
         with self._rel_mu:
             if self._released:
                 return
             self._stop.set()
-            if threading.current_thread() is not self._thread:
-                self._thread.join()
+            t = self._thread
+            if t is not None and threading.current_thread() is not t:
+                t.join(RELEASE_JOIN)
             self._finish(errors.Released(f"{self.name!r} (token {self.token}) was released"))
             try:
                 self._c._release(self.name, self.owner, self.token, secret=self.info.secret)
@@ -229,21 +248,24 @@ class Lease:
             raise lost_err
         return False
 
-    # --- keepalive thread ---
+    # --- keepalive and deadline threads ---
 
-    def _run(self, keepalive: bool, renew_at: float) -> None:
+    def _watch(self) -> None:
+        """The deadline timer: the lease is lost when its deadline passes,
+        whatever the keepalive thread is doing (a renewal may hang)."""
+        while self.held:  # False once finished, or (finishing it as lost) once the deadline has passed
+            if self._stop.wait(max(self.deadline - time.monotonic(), 0.0)):
+                return  # released or lost; release() sets it just before it finishes the lease
+
+    def _run(self, renew_at: float) -> None:
         fails = 0
-        while True:
+        while not self._stop.is_set():
             now = time.monotonic()
             deadline = self.deadline
-            if self.error is not None:
-                return
-            if now >= deadline:
-                self._finish(errors.Lost(f"{self.name!r} (token {self.token}): local deadline passed without a confirmed renewal"))
-                return
-            if not keepalive or now < renew_at:
-                wake = min(deadline, renew_at) if keepalive else deadline
-                if self._stop.wait(max(wake - now, 0.0)):
+            if self.error is not None or now >= deadline:
+                return  # the timer reports the loss
+            if now < renew_at:
+                if self._stop.wait(max(min(deadline, renew_at) - now, 0.0)):
                     return
                 continue
             try:
@@ -257,5 +279,3 @@ class Lease:
                 fails += 1
                 lo, hi = max(self.ttl / 50, 0.001), max(self.ttl / 10, 0.001)
                 renew_at = time.monotonic() + min(hi, lo * (2 ** min(fails, 10))) * (0.5 + random.random() / 2)
-            if self._stop.is_set():
-                return

@@ -15,11 +15,12 @@ import threading
 import time
 import unittest
 import urllib.parse
+from unittest import mock
 
 import leasehold
-from leasehold import Held, Invalid, Lost, NotFound, Released, Unsupported
+from leasehold import Held, Invalid, Lost, NotFound, Released, Unreachable, Unsupported
 
-from server import run_threads, uniq
+from server import Dynalite, free_port, run_threads, uniq
 
 
 def _need(what: str) -> None:
@@ -146,6 +147,25 @@ class DynamoDBLeaseTest(unittest.TestCase):
                 ran.append((9, lc.held))
         self.assertEqual(ran, [(0, True)])
 
+    def test_records_is_unsupported_and_botocore_errors_are_mapped(self) -> None:
+        with self.subTest("records"):
+            with self.assertRaises(Unsupported):
+                self.a.records.get("k")
+        with self.subTest("nothing listens at the endpoint"):
+            url = f"dynamodb://leasehold_py_test?endpoint=http://127.0.0.1:{free_port()}&region=us-east-1"
+            t0 = time.monotonic()
+            with self.assertRaises(Unreachable):
+                leasehold.Client(url, timeout=2)
+            self.assertLess(time.monotonic() - t0, 2 + 1.0)
+        with self.subTest("no credentials"):
+            env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+            env.update(AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_CONFIG_FILE=os.devnull,
+                       AWS_EC2_METADATA_DISABLED="true")
+            with mock.patch.dict(os.environ, env, clear=True):
+                with self.assertRaises(Invalid) as cm:
+                    leasehold.Client(URL)
+            self.assertEqual(cm.exception.field, "credentials")
+
     def test_with_go_leasehold_run(self) -> None:
         binary = os.environ.get("LEASEHOLD_BIN", "")
         if not binary:
@@ -235,6 +255,91 @@ class DynamoDBLeaseTest(unittest.TestCase):
         self.assertEqual(len(tokens), 9)
         self.assertEqual(tokens, sorted(tokens))
         self.assertEqual(len(set(tokens)), 9)
+
+
+class DynamoDBStoppedEndpointTest(unittest.TestCase):
+    """Each test stops (SIGSTOP) a private dynalite of its own: the shared one is never touched."""
+
+    def setUp(self) -> None:
+        table_url("leasehold_py_test")  # skips (or fails) without boto3 or an engine setup
+        self.dl = Dynalite()
+        self.addCleanup(self.dl.stop)  # continues it first
+        self.url = self.dl.url("leasehold_py_stopped")
+
+    def test_stopped_endpoint_loses_at_the_deadline_and_release_does_not_wait(self) -> None:
+        seen = []
+        ca = leasehold.Client(self.url, owner="py-hang-a")  # the default timeout: 10 s
+        self.addCleanup(ca.close)
+        la = ca.try_acquire(uniq("hang"), ttl=4.3, on_lost=lambda l, e: seen.append(time.monotonic()))
+        cb = leasehold.Client(self.url, owner="py-hang-b", timeout=2)
+        self.addCleanup(cb.close)
+        renewing = threading.Event()
+        renew = cb._renew
+
+        def spy(*args, **kw):  # type: ignore[no-untyped-def]
+            renewing.set()
+            return renew(*args, **kw)
+
+        cb._renew = spy  # type: ignore[method-assign]
+        lb = cb.try_acquire(uniq("hang"), ttl=6)
+        self.dl.pause()
+        self.assertTrue(renewing.wait(30))  # lb's keepalive is inside its renewal, which gets no answer
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        with self.assertRaises(Unreachable):  # the release itself: bounded by the client's timeout
+            lb.release()
+        took = time.monotonic() - t0
+        self.assertLess(took, 2 + 1.0, "release waited for the keepalive's stuck renewal")
+        self.assertTrue(la.lost.wait(max(la.deadline - time.monotonic(), 0) + 30))
+        self.assertEqual(len(seen), 1)
+        late = seen[0] - la.deadline
+        self.assertGreaterEqual(late, 0)
+        self.assertLess(late, 0.5, f"on_lost came {late:.3f}s after the deadline")
+        self.assertIn("deadline", str(la.error))
+
+    def test_acquire_keeps_its_timeout_on_a_stopped_endpoint(self) -> None:
+        cl = leasehold.Client(self.url, owner="py-stopped")  # the default timeout: 10 s
+        self.addCleanup(cl.close)
+        short = leasehold.Client(self.url, owner="py-stopped", timeout=2)
+        self.addCleanup(short.close)
+        name = uniq("stopped")
+        first = cl.try_acquire(name, ttl=30)
+        first.release()
+        self.dl.pause()
+        t0 = time.monotonic()
+        with self.assertRaises(Unreachable) as cm:
+            cl.acquire(name, ttl=30, timeout=2)
+        took = time.monotonic() - t0
+        self.assertLess(took, 2 + 1.0, f"acquire(timeout=2) took {took:.2f}s")
+        rid = cm.exception.request_id
+        self.assertTrue(rid)
+        self.assertIn(rid, str(cm.exception))
+        t0 = time.monotonic()
+        with self.assertRaises(Unreachable) as cm0:
+            cl.acquire(uniq("stopped"), ttl=30, timeout=0)
+        self.assertLess(time.monotonic() - t0, 0 + 1.0)
+        self.assertTrue(cm0.exception.request_id)
+        t0 = time.monotonic()
+        with self.assertRaises(Unreachable) as cms:
+            cl.semaphore(uniq("stopped"), 2).acquire(ttl=30, timeout=1)
+        self.assertLess(time.monotonic() - t0, 1 + 1.0)
+        self.assertTrue(cms.exception.request_id)
+        t0 = time.monotonic()
+        with self.assertRaises(Unreachable) as cmt:  # no timeout of its own: the client's bounds it
+            short.try_acquire(uniq("stopped"), ttl=30, request_id="try-1")
+        self.assertLess(time.monotonic() - t0, 2 + 1.0)
+        self.assertEqual(cmt.exception.request_id, "try-1")
+        self.dl.resume()
+        # The documented retry: the same request id gets the grant the stopped
+        # endpoint made for the lost attempt, never a second one.
+        again = cl.try_acquire(name, ttl=30, request_id=rid)
+        self.addCleanup(again.release)
+        self.assertEqual(again.token, first.token + 1)
+        other = leasehold.Client(self.url, owner="py-other")
+        self.addCleanup(other.close)
+        with self.assertRaises(Held) as held:
+            other.try_acquire(name, ttl=30)
+        self.assertEqual((held.exception.owner, held.exception.token), ("py-stopped", again.token))
 
 
 if __name__ == "__main__":

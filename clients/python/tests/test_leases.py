@@ -7,7 +7,7 @@ import time
 import unittest
 
 import leasehold
-from leasehold import Client, Held, Invalid, Lost, NotFound, NotHeld, Released
+from leasehold import Client, Held, Invalid, Lost, NotFound, NotHeld, Released, Unreachable
 
 from server import ModuleServer, Server, uniq
 
@@ -302,6 +302,110 @@ class LeaseTest(unittest.TestCase):
                 ran.append((9, lc.held))
         self.assertEqual(ran, [(0, True)])
         self.assertIn("client.lease(", str(cm2.exception))
+
+    def test_stopped_server_loses_at_the_deadline_and_release_does_not_wait(self) -> None:
+        own = Server()
+        self.addCleanup(own.stop)  # continues the server first
+        seen = []
+        ca = Client(own.url, owner="py-hang-a", timeout=2)
+        la = ca.try_acquire(uniq("hang"), ttl=3, on_lost=lambda l, e: seen.append(time.monotonic()))
+        cb = Client(own.url, owner="py-hang-b", timeout=2)
+        renewing = threading.Event()
+        renew = cb._renew
+
+        def spy(*args, **kw):  # type: ignore[no-untyped-def]
+            renewing.set()
+            return renew(*args, **kw)
+
+        cb._renew = spy  # type: ignore[method-assign]
+        lb = cb.try_acquire(uniq("hang"), ttl=6)
+        own.pause()
+        # lb's keepalive sends its renewal at ttl/3 and waits for an answer that does not come.
+        self.assertTrue(renewing.wait(30))
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        with self.assertRaises(Unreachable):  # the release itself gets no answer: bounded by the client's timeout
+            lb.release()
+        took = time.monotonic() - t0
+        self.assertLess(took, 2 + 1.0, "release waited for the keepalive's stuck renewal")
+        self.assertTrue(lb.done.is_set())
+        self.assertTrue(la.lost.wait(max(la.deadline - time.monotonic(), 0) + 30))
+        self.assertEqual(len(seen), 1)
+        late = seen[0] - la.deadline
+        self.assertGreaterEqual(late, 0)
+        self.assertLess(late, 0.5, f"on_lost came {late:.3f}s after the deadline")
+        self.assertIn("deadline", str(la.error))
+
+    def test_acquire_keeps_its_timeout_on_a_stopped_server(self) -> None:
+        own = Server()
+        self.addCleanup(own.stop)  # continues the server first
+        cl = Client(own.url, owner="py-stopped")  # the default timeout: 10 s per request
+        name = uniq("stopped")
+        first = cl.try_acquire(name, ttl=30)
+        first.release()
+        own.pause()
+        t0 = time.monotonic()
+        with self.assertRaises(Unreachable) as cm:
+            cl.acquire(name, ttl=30, timeout=2)
+        took = time.monotonic() - t0
+        self.assertLess(took, 2 + 1.0, f"acquire(timeout=2) took {took:.2f}s")
+        rid = cm.exception.request_id
+        self.assertTrue(rid)
+        self.assertIn(rid, str(cm.exception))
+        t0 = time.monotonic()
+        with self.assertRaises(Unreachable) as cm0:
+            cl.acquire(uniq("stopped"), ttl=30, timeout=0)
+        self.assertLess(time.monotonic() - t0, 0 + 1.0)
+        self.assertTrue(cm0.exception.request_id)
+        t0 = time.monotonic()
+        with self.assertRaises(Unreachable) as cms:
+            cl.semaphore(uniq("stopped"), 2).acquire(ttl=30, timeout=1)
+        self.assertLess(time.monotonic() - t0, 1 + 1.0)
+        self.assertTrue(cms.exception.request_id)
+        short = Client(own.url, owner="py-stopped", timeout=2)
+        t0 = time.monotonic()
+        with self.assertRaises(Unreachable) as cmt:  # no timeout of its own: the client's bounds it
+            short.try_acquire(uniq("stopped"), ttl=30, request_id="try-1")
+        self.assertLess(time.monotonic() - t0, 2 + 1.0)
+        self.assertEqual(cmt.exception.request_id, "try-1")
+        own.resume()
+        # The documented retry: the same request id gets the grant the stopped
+        # server may have made for the lost attempt, never a second one. (The
+        # server handles the attempt once it runs again: it grants it, or drops
+        # it because its client has gone. Tokens count grants of every name.)
+        try:
+            made: "leasehold.LeaseInfo | None" = cl.get(name)
+        except NotFound:
+            made = None
+        again = cl.try_acquire(name, ttl=30, request_id=rid)
+        self.addCleanup(again.release)
+        self.assertGreater(again.token, first.token)
+        if made is not None:
+            self.assertEqual((made.owner, again.token), ("py-stopped", made.token))
+        with self.assertRaises(Held) as held:
+            Client(own.url, owner="py-other").try_acquire(name, ttl=30)
+        self.assertEqual((held.exception.owner, held.exception.token), ("py-stopped", again.token))
+        with self.assertRaises(Held):  # the same owner with another request id: a second grant is refused
+            cl.try_acquire(name, ttl=30, request_id="another")
+        self.assertEqual(cl.try_acquire(name, ttl=30, request_id=rid).token, again.token)
+
+    def test_an_unanswered_acquire_names_its_request_id_and_a_retry_gets_that_grant(self) -> None:
+        proxy = DelayProxy(SERVER.url, 4.0)  # the server grants at once; its answer comes 4 s late
+        self.addCleanup(proxy.close)
+        slow = Client(proxy.url, owner="py-unanswered")
+        name = uniq("unanswered")
+        t0 = time.monotonic()
+        with self.assertRaises(Unreachable) as cm:
+            slow.acquire(name, ttl=30, timeout=1)
+        self.assertLess(time.monotonic() - t0, 1 + 1.0)
+        rid = cm.exception.request_id
+        granted = self.a.get(name)
+        self.assertEqual(granted.owner, "py-unanswered")
+        retry = Client(SERVER.url, owner="py-unanswered").try_acquire(name, ttl=30, request_id=rid)
+        self.assertEqual(retry.token, granted.token)  # that grant, not a second one
+        retry.release()
+        with self.assertRaises(NotFound):
+            self.a.get(name)
 
     def test_bad_input_is_invalid_and_changes_nothing(self) -> None:
         base = uniq("bad")
