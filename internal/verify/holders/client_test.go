@@ -195,6 +195,7 @@ func TestR17Client(t *testing.T) {
 				t.Parallel()
 				r := newRow(t, "client("+b.name+")", fault)
 				for i := 0; i < rounds && !t.Failed(); i++ {
+					r.round()
 					if fault == faultStop {
 						stoppedRound(t, r, b)
 					} else {
@@ -399,9 +400,9 @@ func clientRound(t *testing.T, r *row, b backend, fault string, k clock.Clock) {
 		faultAt = verify.Mono()
 		r.faults += 2
 		takeB()
-		r.note("%d renewals confirmed %s late while the lease was held", during-before, ms(lateHeld))
+		r.note("late renewals", -int64(during-before), "%d renewals confirmed %s late while the lease was held", during-before, ms(lateHeld))
 		if l.Err() != nil {
-			r.note("lost while the replies came %s late: %v", ms(lateHeld), l.Err())
+			r.note("lost early", 0, "lost while the replies came %s late: %v", ms(lateHeld), l.Err())
 		}
 		waitHeld(3 * time.Second)
 	case faultForce:
@@ -461,10 +462,10 @@ func clientRound(t *testing.T, r *row, b backend, fault string, k clock.Clock) {
 			if after > ttl/3+lossBound {
 				r.violation("loss declared %s after the force-release (bound: the next renewal, TTL/3 = %s, + %s)", ms(after), ms(ttl/3), ms(lossBound))
 			}
-			r.note("loss declared %s after the force-release (bound TTL/3 + %s = %s), %s the local deadline", ms(after), ms(lossBound),
+			r.note("loss", int64(after), "loss declared %s after the force-release (bound TTL/3 + %s = %s), %s the local deadline", ms(after), ms(lossBound),
 				ms(ttl/3+lossBound), signed(late, "after", "before"))
 		} else {
-			r.note("loss declared %s the local deadline (bound +%s)", signed(late, "after", "before"), ms(lossBound))
+			r.note("loss", int64(late), "loss declared %s the local deadline (bound +%s)", signed(late, "after", "before"), ms(lossBound))
 		}
 		// The Lease's own release, during the fault: back in time, and
 		// harmless (B has not been granted yet).
@@ -492,7 +493,7 @@ func clientRound(t *testing.T, r *row, b backend, fault string, k clock.Clock) {
 		r.violation("%d work steps began after the loss was declared", afterLoss)
 	}
 	if len(ws) > 0 {
-		r.note("%d work steps, the last begun %s the local deadline", len(ws), signed(time.Duration(lastWork.T0-deadline), "after", "before"))
+		r.note("work", lastWork.T0-deadline, "%d work steps, the last begun %s the local deadline", len(ws), signed(time.Duration(lastWork.T0-deadline), "after", "before"))
 	}
 
 	if fault == faultForce {
@@ -535,7 +536,7 @@ func clientRound(t *testing.T, r *row, b backend, fault string, k clock.Clock) {
 	if res := verify.Check(h, verify.CheckOptions{NoLinearizability: true}); res.Overlaps > 0 || res.TokenRegressions > 0 {
 		r.violation("critical sections: %d overlaps, %d token regressions: %s", res.Overlaps, res.TokenRegressions, res.FirstBad)
 	}
-	r.note("%d renewals confirmed", renewals)
+	r.note("renewals", 0, "%d renewals confirmed", renewals)
 }
 
 // reused is one use of a lost grant's token and how it went: ok if it
@@ -617,5 +618,5 @@ func checkReuse(r *row, uses []reused, direct leasehold.Store, token uint64, hol
 		r.violation("the next holder cannot renew after the lost grant's calls: %v", err)
 	}
 	r.op(len(uses) + 2)
-	r.note("the lost token %d: %d/%d uses refused or harmless, the next holder's grant %d intact", token, refused, len(uses), holder.Token())
+	r.note("reuse", -int64(refused), "the lost token %d: %d/%d uses refused or harmless, the next holder's grant %d intact", token, refused, len(uses), holder.Token())
 }

@@ -63,9 +63,12 @@ type row struct {
 	faults    int
 	expectBad bool
 
-	mu    sync.Mutex
-	bad   []string
-	notes []string
+	mu     sync.Mutex
+	bad    []string
+	keys   []string          // figures' keys, in the order first noted
+	notes  map[string]string // key → the worst round's figure
+	worst  map[string]int64
+	rounds int
 }
 
 func newRow(t testing.TB, surface, fault string) *row {
@@ -88,10 +91,27 @@ func (r *row) violation(format string, args ...any) {
 	r.t.Errorf("%s: %s", r.name(), msg)
 }
 
-// note adds a measured figure to the row's note.
-func (r *row) note(format string, args ...any) {
+// note records a measured figure for the row's note under key: of the
+// rounds' figures with one key the note keeps the one with the highest v
+// (the worst: the latest loss, the longest overrun, ...), or the first.
+func (r *row) note(key string, v int64, format string, args ...any) {
 	r.mu.Lock()
-	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+	defer r.mu.Unlock()
+	if r.notes == nil {
+		r.notes, r.worst = map[string]string{}, map[string]int64{}
+	}
+	if w, ok := r.worst[key]; ok && v <= w {
+		return
+	} else if !ok {
+		r.keys = append(r.keys, key)
+	}
+	r.notes[key], r.worst[key] = fmt.Sprintf(format, args...), v
+}
+
+// round counts a round of the row.
+func (r *row) round() {
+	r.mu.Lock()
+	r.rounds++
 	r.mu.Unlock()
 }
 
@@ -115,7 +135,13 @@ func (r *row) report() {
 	if len(r.bad) > 0 {
 		checker = "violations"
 	}
-	notes := append([]string(nil), r.notes...)
+	var notes []string
+	if r.rounds > 1 {
+		notes = append(notes, fmt.Sprintf("%d rounds, the worst of each figure", r.rounds))
+	}
+	for _, k := range r.keys {
+		notes = append(notes, r.notes[k])
+	}
 	if len(r.bad) > 0 {
 		notes = append(notes, "first violation: "+r.bad[0])
 	}
@@ -181,7 +207,7 @@ func (tm *timer) check(r *row) {
 			r.violation("%s with a %s timeout returned after %s (bound: timeout + %s; error: %v)", c.what, ms(c.timeout), ms(c.took), ms(callBound), c.err)
 		}
 	}
-	r.note("timeouts: %d calls, the latest returned %s its timeout (%s, bound +%s)", len(tm.calls),
+	r.note("timeouts", int64(worst.took-worst.timeout), "timeouts: %d calls, the latest returned %s its timeout (%s, bound +%s)", len(tm.calls),
 		signed(worst.took-worst.timeout, "after", "before"), worst.what, ms(callBound))
 }
 

@@ -104,6 +104,7 @@ func runRows(t *testing.T, bin, mut string, faults []string, rounds int) []*row 
 				r := newRow(t, "run("+b.name+")", fault)
 				r.expectBad = mut != ""
 				for i := 0; i < rounds && (r.expectBad || !t.Failed()); i++ {
+					r.round()
 					runRound(t, r, bin, mut, b, fault)
 				}
 				if mut == "" {
@@ -428,7 +429,7 @@ func runRound(t *testing.T, r *row, bin, mut string, b backend, fault string) {
 	}
 	switch fault {
 	case faultForce:
-		r.note("the command's last heartbeat %s after the force-release, %s before the local deadline (%s; kill margin %s)",
+		r.note("last", last-dUp, "the command's last heartbeat %s after the force-release, %s before the local deadline (%s; kill margin %s)",
 			ms(time.Duration(last-faultAt)), ms(time.Duration(dUp-last)), bound, ms(killMargin(ttl)))
 		if d := time.Duration(last - faultAt); d > ttl/3+ttl/3+lossBound {
 			r.violation("the command beat %s after the force-release (bound: the next renewal TTL/3, then --grace TTL/3, + %s)", ms(d), ms(lossBound))
@@ -436,16 +437,16 @@ func runRound(t *testing.T, r *row, bin, mut string, b backend, fault string) {
 	case faultGroupKill:
 		leftover := lastBeat(bs, token, "grandchild")
 		d := time.Duration(leftover - faultAt)
-		r.note("the leftover's last heartbeat %s after leasehold's group was killed (bound %s), %s before the local deadline (%s)",
-			ms(d), ms(lossBound), ms(time.Duration(dUp-leftover)), bound)
+		r.note("last", int64(d), "the leftover's last heartbeat %s leasehold's group was killed (bound %s after), %s before the local deadline (%s)",
+			signed(d, "after", "before"), ms(lossBound), ms(time.Duration(dUp-leftover)), bound)
 		if d > lossBound {
 			r.violation("the leftover beat %s after leasehold's group was killed (bound %s)", ms(d), ms(lossBound))
 		}
 	default:
-		r.note("the command's last heartbeat %s before the local deadline (%s; kill margin %s)", ms(time.Duration(dUp-last)), bound, ms(killMargin(ttl)))
+		r.note("last", last-dUp, "the command's last heartbeat %s before the local deadline (%s; kill margin %s)", ms(time.Duration(dUp-last)), bound, ms(killMargin(ttl)))
 	}
 	if fault == faultStop || fault == faultKeeperStop {
-		r.note("stopped %s", ms(2*ttl))
+		r.note("stop", 0, "stopped %s", ms(2*ttl))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -281,6 +282,9 @@ func stoppedRound(t *testing.T, r *row, b backend) {
 			}
 		case "lost":
 			lossAt = e.T
+			if !strings.Contains(e.Err, "lease lost") {
+				r.violation("Done closed with %q, want an error matching ErrLost", e.Err)
+			}
 		case "reuse":
 			uses = append(uses, *e.Use)
 		case "timed":
@@ -288,7 +292,7 @@ func stoppedRound(t *testing.T, r *row, b backend) {
 			if took > 300*time.Millisecond+callBound {
 				r.violation("a Get with a 300 ms timeout after the resume took %s", ms(took))
 			}
-			r.note("a Get with a 300 ms timeout after the resume returned in %s", ms(took))
+			r.note("timed", int64(took), "a Get with a 300 ms timeout after the resume returned in %s", ms(took))
 		}
 	}
 	for _, e := range evs {
@@ -316,7 +320,7 @@ func stoppedRound(t *testing.T, r *row, b backend) {
 		if late > lossBound {
 			r.violation("loss declared %s after the resume (bound %s)", ms(late), ms(lossBound))
 		}
-		r.note("loss declared %s after the resume (bound %s), the local deadline had passed %s before it", ms(time.Duration(lossAt-contAt)),
+		r.note("loss", lossAt-contAt, "loss declared %s after the resume (bound %s), the local deadline had passed %s before it", ms(time.Duration(lossAt-contAt)),
 			ms(lossBound), ms(dead))
 	}
 	if afterDL > 0 {
@@ -325,7 +329,7 @@ func stoppedRound(t *testing.T, r *row, b backend) {
 	if afterLS > 0 {
 		r.violation("%d work steps began after the loss was declared", afterLS)
 	}
-	r.note("%d work steps, the last begun %s the local deadline", nwork, signed(time.Duration(lastWork.T-deadline), "after", "before"))
+	r.note("work", lastWork.T-deadline, "%d work steps, the last begun %s the local deadline", nwork, signed(time.Duration(lastWork.T-deadline), "after", "before"))
 	checkReuse(r, uses, direct, token, lb)
 	if err := lb.Release(ctx); err != nil {
 		t.Errorf("B's release: %v", err)
@@ -338,5 +342,5 @@ func stoppedRound(t *testing.T, r *row, b backend) {
 	if res := verify.Check(hist, verify.CheckOptions{NoLinearizability: true}); res.Overlaps > 0 || res.TokenRegressions > 0 {
 		r.violation("critical sections: %d overlaps, %d token regressions: %s", res.Overlaps, res.TokenRegressions, res.FirstBad)
 	}
-	r.note("stopped %s, B granted %s into the stop", ms(time.Duration(contAt-stopAt)), ms(time.Duration(bFrom-stopAt)))
+	r.note("stop", bFrom-stopAt, "stopped %s, B granted %s into the stop", ms(time.Duration(contAt-stopAt)), ms(time.Duration(bFrom-stopAt)))
 }
