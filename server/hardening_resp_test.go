@@ -155,13 +155,20 @@ func TestRESPConnCaps(t *testing.T) {
 	for _, nc := range []net.Conn{b1, b2} {
 		rtExpect(t, "PING from another address", ping(nc), "+PONG")
 	}
+	// At the cap, a newcomer from an address with 1 connection where the
+	// most any address has is 2 evicts nobody (an address must have two
+	// more than the newcomer's) and is refused.
+	b1.Close()
+	servertest.WaitFor(t, "the closed connection to be counted out", func() bool { return hdValue(t, m.respConns) == 3 })
+	c1 := hdDialFrom(t, "127.0.0.3", addr)
+	rtExpect(t, "PING from a third address", ping(c1), "+PONG")
 	if closed, got := hdClosed(hdDialFrom(t, "127.0.0.3", addr), 30*time.Second); !closed || got != respRefusedAnswer {
-		t.Errorf("fifth connection: closed %v, answer %q", closed, got)
+		t.Errorf("fifth connection, from an address with 1 where the most is 2: closed %v, answer %q", closed, got)
 	}
 	if g := hdValue(t, m.respConns); g != 4 {
 		t.Errorf("leasehold_resp_connections = %v, want 4", g)
 	}
-	for reason, want := range map[string]float64{closeMaxPerAddr: 1, closeMaxConns: 1} {
+	for reason, want := range map[string]float64{closeMaxPerAddr: 1, closeMaxConns: 1, closeEvicted: 0} {
 		if n := hdValue(t, m.respClosedBy.WithLabelValues(reason)); n != want {
 			t.Errorf("closed for %s: %v, want %v", reason, n, want)
 		}
@@ -169,6 +176,66 @@ func TestRESPConnCaps(t *testing.T) {
 	a1.Close()
 	servertest.WaitFor(t, "the closed connection to be counted out", func() bool { return hdValue(t, m.respConns) == 3 })
 	rtExpect(t, "PING after a place was freed", ping(hdDialFrom(t, "127.0.0.1", addr)), "+PONG")
+}
+
+// TestRESPEvictsIdleAtCap (issue 26): idle connections held from a few
+// addresses used to keep every other client out (10,000 from 11
+// addresses: 16 of 21 legitimate connects failed). At the cap, a newcomer
+// from an address with at least two fewer connections than the busiest
+// address evicts that address's longest-idle connection; connections with
+// a command waiting (a blocking acquire) or in watch mode are never
+// evicted, and one from the busiest address evicts nobody.
+func TestRESPEvictsIdleAtCap(t *testing.T) {
+	m := NewMetrics(nil)
+	eng := rtEngine(t)
+	_, addr := rtServe(t, eng, RESPOptions{Metrics: m, MaxConns: 12, MaxConnsPerAddr: 8})
+	mustAcquire(t, eng, "evict/held")
+	ping := func(nc net.Conn) string {
+		nc.SetDeadline(time.Now().Add(30 * time.Second))
+		io.WriteString(nc, "PING\r\n")
+		line, _ := bufio.NewReader(nc).ReadString('\n')
+		return line
+	}
+	// The attacker: 6 idle connections from each of two addresses; one of
+	// the first address's waits for a held lease, one is in watch mode.
+	var flood []net.Conn
+	for i := range 12 {
+		nc := hdDialFrom(t, fmt.Sprintf("127.0.0.%d", 2+i%2), addr)
+		flood = append(flood, nc)
+		switch i {
+		case 0:
+			io.WriteString(nc, "LH.ACQUIRE evict/held waiter 60000 WAIT 300000\r\n")
+		case 2:
+			io.WriteString(nc, "LH.SUBSCRIBE evict/\r\n")
+		default:
+			rtExpect(t, "PING of an idle connection", ping(nc), "+PONG")
+		}
+	}
+	servertest.WaitFor(t, "the waiter queued", func() bool { return len(eng.Waiters("evict/held")) == 1 })
+	// Nine legitimate clients from other addresses each get in, each
+	// evicting an idle connection of the busiest address: 4 of the first
+	// address's (down to its 2 busy ones), 5 of the second's (down to 1,
+	// no longer two more than a newcomer's 0).
+	for i := range 9 {
+		nc := hdDialFrom(t, fmt.Sprintf("127.0.1.%d", 1+i), addr)
+		rtExpect(t, fmt.Sprintf("legitimate client %d at the cap", i), ping(nc), "+PONG")
+	}
+	hdWaitClosed(t, m, closeEvicted, 9)
+	if n := hdValue(t, m.respClosedBy.WithLabelValues(closeMaxConns)); n != 0 {
+		t.Errorf("%v connections refused at the cap, want 0", n)
+	}
+	// The waiter and the subscriber are still there.
+	if n := len(eng.Waiters("evict/held")); n != 1 {
+		t.Errorf("%d waiters after the evictions, want the blocking acquire still waiting", n)
+	}
+	if closed, _ := hdClosed(flood[2], 200*time.Millisecond); closed {
+		t.Error("the connection in watch mode was evicted")
+	}
+	// Now the attacker's addresses hold 2 (the waiter and the watcher: none
+	// idle) and 1: a newcomer finds no connection to evict.
+	if closed, got := hdClosed(hdDialFrom(t, "127.0.2.1", addr), 30*time.Second); !closed || got != respRefusedAnswer {
+		t.Errorf("a newcomer with nothing idle to evict: closed %v, answer %q", closed, got)
+	}
 }
 
 // TestRESPPreAuth: with auth on, a connection that does not authenticate

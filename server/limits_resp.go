@@ -60,6 +60,7 @@ const (
 	closeCommandTimeout = "command_timeout"
 	closeTotalOutput    = "total_output"
 	closeProtocolErr    = "protocol_error"
+	closeEvicted        = "evicted"
 	respRefusedAnswer   = "-ERR max number of clients reached\r\n"
 )
 

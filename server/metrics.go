@@ -97,7 +97,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		respClosedBy: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasehold_resp_connections_closed_total",
 			Help: "RESP connections refused or closed by a resource bound or a guard, by reason " +
-				"(max_conns, max_conns_per_addr, auth_timeout, tls_handshake, input_limit, total_input, output_limit, http_request, protocol_error).",
+				"(max_conns, max_conns_per_addr, auth_timeout, tls_handshake, input_limit, total_input, output_limit, total_output, http_request, foreign_protocol, command_timeout, protocol_error, evicted).",
 		}, []string{"reason"}),
 		httpRefusedBy: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasehold_http_connections_refused_total",
@@ -106,7 +106,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		bodyTimeouts: counter("leasehold_http_body_timeouts_total", "HTTP request bodies cut by the body-read deadline."),
 		misdirected:  counter("leasehold_http_misdirected_total", "HTTP requests refused (421) because, with auth off, their Host is not an allowed one."),
 	}
-	for _, r := range []string{closeMaxConns, closeMaxPerAddr, closeAuthTimeout, closeHandshake, closeInputLimit, closeTotalInput, closeOutputLimit, closeTotalOutput, closeHTTP, closeForeign, closeCommandTimeout, closeProtocolErr} {
+	for _, r := range []string{closeMaxConns, closeMaxPerAddr, closeAuthTimeout, closeHandshake, closeInputLimit, closeTotalInput, closeOutputLimit, closeTotalOutput, closeHTTP, closeForeign, closeCommandTimeout, closeProtocolErr, closeEvicted} {
 		m.respClosedBy.WithLabelValues(r)
 	}
 	m.httpRefusedBy.WithLabelValues(closeMaxConns)

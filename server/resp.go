@@ -116,6 +116,7 @@ type RESPServer struct {
 	conns    map[*respConn]struct{}
 	perAddr  map[string]int // open connections per client IP
 	shutdown bool
+	evicting int // connections evicted (evictLocked) and not yet gone
 	nextID   int64
 	connWG   sync.WaitGroup
 
@@ -236,6 +237,37 @@ func (s *RESPServer) Shutdown(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// evictLocked makes room at the connection cap for a newcomer from addr:
+// it closes an idle connection (no command being read, running or
+// waiting, no reply unsent, not watching) of the address with the most
+// connections that has an idle one, the one idle longest, if that address
+// has at least two more connections than addr. So idle connections held
+// from a few addresses cannot keep every other client out (issue 26:
+// 10,000 idle connections from 11 addresses failed 16 of 21 legitimate
+// connects), while a newcomer from one of those addresses evicts nobody
+// else's. It reports whether it evicted one; s.mu is held.
+func (s *RESPServer) evictLocked(addr string) bool {
+	least := s.perAddr[addr] + 2
+	var victim *respConn
+	for c := range s.conns {
+		n := s.perAddr[c.addr]
+		if n < least || c.evicted || c.reading.Load() || c.watching.Load() || !c.out.Idle() {
+			continue
+		}
+		if v := victim; v == nil || n > s.perAddr[v.addr] || n == s.perAddr[v.addr] && c.lastActive.Load() < v.lastActive.Load() {
+			victim = c
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	victim.evicted = true
+	s.evicting++
+	victim.closeReason.CompareAndSwap(nil, &closeEvictedReason)
+	victim.abort()
+	return true
+}
+
 // newConn admits nc, or refuses it (c nil) with the reason of a cap that
 // it is over ("" when the server is shutting down).
 func (s *RESPServer) newConn(nc net.Conn) (c *respConn, refused string) {
@@ -246,10 +278,10 @@ func (s *RESPServer) newConn(nc net.Conn) (c *respConn, refused string) {
 	}
 	addr := addrKey(nc.RemoteAddr())
 	switch {
-	case len(s.conns) >= s.opts.MaxConns:
-		return nil, closeMaxConns
 	case s.perAddr[addr] >= s.opts.MaxConnsPerAddr:
 		return nil, closeMaxPerAddr
+	case len(s.conns)-s.evicting >= s.opts.MaxConns && !s.evictLocked(addr):
+		return nil, closeMaxConns
 	}
 	s.perAddr[addr]++
 	if s.opts.TLS != nil {
@@ -257,6 +289,7 @@ func (s *RESPServer) newConn(nc net.Conn) (c *respConn, refused string) {
 	}
 	s.nextID++
 	c = &respConn{srv: s, nc: nc, id: s.nextID, addr: addr}
+	c.lastActive.Store(time.Now().UnixNano())
 	c.out = resp.NewReplies(nc, s.opts.MaxInflight, s.workers, c.abort)
 	c.out.SetLimit(s.opts.MaxOutputBytes, func(total bool) {
 		reason := &closeOutputLimitReason

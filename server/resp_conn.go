@@ -44,6 +44,13 @@ type respConn struct {
 
 	out *resp.Replies // replies in request order; closed by the reader
 
+	// For eviction at the connection cap (RESPServer.evictLocked): when
+	// the last command was read (unix ns), whether one is being read, and
+	// whether the connection is in watch mode.
+	lastActive        atomic.Int64
+	reading, watching atomic.Bool
+	evicted           bool // under srv.mu
+
 	// Used only by the reader goroutine.
 	ident  *Identity
 	authed bool
@@ -62,6 +69,9 @@ func (c *respConn) serve() {
 	srv := c.srv
 	defer func() {
 		srv.mu.Lock()
+		if c.evicted {
+			srv.evicting--
+		}
 		delete(srv.conns, c)
 		if srv.perAddr[c.addr]--; srv.perAddr[c.addr] <= 0 {
 			delete(srv.perAddr, c.addr)
@@ -113,19 +123,22 @@ func (c *respConn) serve() {
 		return
 	}
 	for {
-		if !preAuth {
-			// An idle connection may wait for its next command as long as
-			// it likes; once the command has begun, the rest of it must
-			// come within CommandTimeout.
-			if rd.Buffered() == 0 {
-				if _, err := rd.PeekByte(); err != nil && !errors.Is(err, io.EOF) {
-					c.srv.log.Debug("resp: read", "remote", c.nc.RemoteAddr(), "err", err)
-				}
+		// An idle connection may wait for its next command as long as it
+		// likes (before AUTH: until the auth timeout); once the command
+		// has begun, the rest of it must come within CommandTimeout.
+		if rd.Buffered() == 0 {
+			if _, err := rd.PeekByte(); err != nil && !errors.Is(err, io.EOF) {
+				c.srv.log.Debug("resp: read", "remote", c.nc.RemoteAddr(), "err", err)
 			}
+		}
+		c.reading.Store(true)
+		if !preAuth {
 			cr.begin(srv.opts.CommandTimeout)
 		}
 		args, err := rd.ReadCommand()
 		cr.end()
+		c.lastActive.Store(time.Now().UnixNano())
+		c.reading.Store(false)
 		if err != nil {
 			var ne net.Error
 			switch {
@@ -252,6 +265,7 @@ var (
 	closeAuthTimeoutReason    = closeAuthTimeout
 	closeHTTPReason           = closeHTTP
 	closeForeignReason        = closeForeign
+	closeEvictedReason        = closeEvicted
 	closeCommandTimeoutReason = closeCommandTimeout
 	closeTotalOutputReason    = closeTotalOutput
 )

@@ -144,6 +144,7 @@ func (c *respConn) subscribe(a *respArgs) {
 	name := a.name
 	if c.subs == nil {
 		c.subs = map[string]context.CancelFunc{}
+		c.watching.Store(true)
 	}
 	if _, ok := c.subs[name]; !ok {
 		if len(c.subs) >= maxSubscriptions {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestLooksLikeHTTP(t *testing.T) {
@@ -107,5 +108,52 @@ func TestRepliesLimit(t *testing.T) {
 	<-done
 	if sb.Len() != 9*(len(reply)+len("$10240\r\n\r\n")) {
 		t.Errorf("wrote %d bytes", sb.Len())
+	}
+}
+
+// TestInlineLimitBelowBuffer: with MaxInline below the buffer's size (the
+// server's 1 KiB before AUTH), a line without its end is refused once
+// MaxInline+2 bytes have come, without waiting for more; pipelined short
+// lines on a connection that stays open are read at once (an earlier
+// version waited for one byte more than was buffered, and hung).
+func TestInlineLimitBelowBuffer(t *testing.T) {
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	rd := NewReader(bufio.NewReaderSize(pr, 16<<10))
+	rd.MaxInline = 1024
+	go io.WriteString(pw, "A 1\r\nB 2\r\n") // and nothing more for now, not even EOF
+	type res struct {
+		args string
+		err  error
+	}
+	got := make(chan res, 3)
+	go func() {
+		for range 3 {
+			args, err := rd.ReadCommand()
+			got <- res{fmt.Sprintf("%q", args), err} // args share the reader's buffer
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for i, want := range []string{"A 1", "B 2"} {
+		select {
+		case r := <-got:
+			if r.err != nil || r.args != fmt.Sprintf("%q", strings.Fields(want)) {
+				t.Fatalf("command %d: %s, %v; want %q", i, r.args, r.err, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("command %d (%q) not read in 10 s although it is buffered whole", i, want)
+		}
+	}
+	go io.WriteString(pw, strings.Repeat("x", 1100)) // and nothing more
+	select {
+	case r := <-got:
+		var pe *ProtocolError
+		if !errors.As(r.err, &pe) || !strings.Contains(r.err.Error(), "longer than 1024") {
+			t.Errorf("1,100 bytes without a line end: %v, want a protocol error", r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("1,100 bytes without a line end: still waiting for more")
 	}
 }

@@ -197,24 +197,27 @@ func (r *Reader) rawLine() (b []byte, cr bool, err error) {
 
 // awaitLine waits until the next line is buffered whole, and refuses it
 // as soon as max+2 bytes have come without a line end, without waiting for
-// (or reading) more: a limit below the buffer's size (1 KiB before AUTH)
+// (or reading) more (limit+2 bytes: the line and its CRLF): a limit below the buffer's size (1 KiB before AUTH)
 // holds as it is documented, not at the buffer's 16 KiB. Errors of the
 // connection are left to the read that follows.
-func (r *Reader) awaitLine(max int) error {
-	if max+2 >= r.br.Size() {
+func (r *Reader) awaitLine(limit int) error {
+	if limit+2 >= r.br.Size() {
 		return nil // the buffer's own bound is the limit
 	}
-	for n := 1; ; n = min(r.br.Buffered()+1, max+2) {
-		p, err := r.br.Peek(n)
+	// Look at every byte buffered, then wait for one more, until a line
+	// end or limit+2 bytes.
+	for n := max(r.br.Buffered(), 1); ; {
+		p, err := r.br.Peek(min(n, limit+2))
 		if bytes.IndexByte(p, '\n') >= 0 {
 			return nil
 		}
-		if len(p) >= max+2 {
-			return protoErr("line longer than %d bytes", max)
+		if len(p) >= limit+2 {
+			return protoErr("line longer than %d bytes", limit)
 		}
 		if err != nil {
 			return nil
 		}
+		n = max(r.br.Buffered(), len(p)+1)
 	}
 }
 

@@ -34,6 +34,7 @@ type Replies struct {
 	// The output-buffer limit (see SetLimit): bytes of replies built but
 	// not yet handed to w.
 	pending    atomic.Int64
+	queued     atomic.Int64 // replies queued and not yet written (Idle)
 	limit      int64
 	onOverflow func(total bool)
 	overflowed atomic.Bool
@@ -132,8 +133,14 @@ func (r *Replies) Now(f func(b []byte) []byte) {
 	s.buf = f(s.buf)
 	s.ready = true
 	r.built(len(s.buf))
+	r.queued.Add(1)
 	r.slots <- s
 }
+
+// Idle reports whether every reply queued has been written: no command of
+// the connection is running or waiting (a blocking acquire) and no reply
+// is waiting to be sent.
+func (r *Replies) Idle() bool { return r.queued.Load() == 0 }
 
 // Async queues the reply of a command that fn runs and answers. Short
 // commands run on a worker; blocking ones (which may wait long) on a
@@ -142,6 +149,7 @@ func (r *Replies) Now(f func(b []byte) []byte) {
 // run concurrently.
 func (r *Replies) Async(key string, blocking bool, fn func(b []byte) []byte) {
 	s := slotPool.Get().(*slot)
+	r.queued.Add(1)
 	r.slots <- s
 	var prev, me *job
 	if key != "" {
@@ -189,11 +197,13 @@ func (r *Replies) Push(ctx context.Context, f func(b []byte) []byte) bool {
 	r.pushMu.Lock()
 	defer r.pushMu.Unlock()
 	if !r.closed {
+		r.queued.Add(1)
 		select {
 		case r.slots <- s:
 			return true
 		case <-ctx.Done():
 		}
+		r.queued.Add(-1)
 	}
 	r.written(len(s.buf))
 	putSlot(s)
@@ -260,6 +270,7 @@ func (r *Replies) Run() {
 			fail(err)
 		}
 		r.written(len(s.buf))
+		r.queued.Add(-1)
 		putSlot(s)
 	}
 }
