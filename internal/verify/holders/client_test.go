@@ -178,12 +178,13 @@ const (
 // server (RESP; also HTTP in the long tier) and Redis, each reached
 // through a fault proxy: the backend hangs, answers late, or the lease is
 // force-released behind the holder's back, or the holder's process is
-// stopped past its deadline and continued (stoppedRound). Per row: loss declared by the
-// local deadline + lossBound (for a force-release: by the next renewal,
-// TTL/3 later, + lossBound), no work after the loss or the deadline, no
-// overlap with the next holder, every call with a timeout back within it
-// + callBound, and the lost grant's token refused for renewals, releases
-// and fenced writes.
+// stopped past its deadline and continued (stoppedRound). Per row: loss
+// declared by the local deadline + lossBound (for a force-release: by the
+// next renewal, TTL/3 later, + lossBound; for a stop: lossBound after the
+// resume), no work after the loss or the deadline, no overlap with the
+// next holder, every call with a timeout back within it + callBound, and
+// the lost grant's token refused for renewals, releases and fenced
+// writes.
 func TestR17Client(t *testing.T) {
 	if testing.Short() {
 		t.Skip("R17 holds leases for seconds")
