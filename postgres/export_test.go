@@ -56,7 +56,9 @@ const QueueTableDDL = createQueueSQL
 
 // Leave runs AcquireWait's cleanup for a waiter that gives up.
 func Leave(ctx context.Context, s *Store, name, owner, waiter, rid string) {
-	s.leave(ctx, leasehold.AcquireRequest{Name: name, Owner: owner}, waiter, rid)
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	s.leaveNow(lctx, leasehold.AcquireRequest{Name: name, Owner: owner}, waiter, rid)
 }
 
 // WaitStep calls the wait function once for waiter.

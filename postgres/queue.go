@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/randid"
+	"github.com/leasehold/leasehold/storekit"
 )
 
 var _ leasehold.Queuer = (*Store)(nil)
@@ -260,9 +261,7 @@ func granted(note string, req leasehold.AcquireRequest, sent, last time.Time) (l
 // releases it and returns ctx's error.
 func (s *Store) keepUnlessDone(ctx context.Context, rec leasehold.Record) (leasehold.Record, error) {
 	if err := ctx.Err(); err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = s.Release(rctx, rec.Name, rec.Owner, rec.Token)
+		storekit.AfterEnd(ctx, 5*time.Second, func(rctx context.Context) { _ = s.Release(rctx, rec.Name, rec.Owner, rec.Token) })
 		return leasehold.Record{}, err
 	}
 	return rec, nil
@@ -275,8 +274,11 @@ func (s *Store) keepUnlessDone(ctx context.Context, rec leasehold.Record) (lease
 // empty waiter it removes what calls of req's owner and request id rid
 // left: every entry of theirs, and a grant made to them.
 func (s *Store) leave(ctx context.Context, req leasehold.AcquireRequest, waiter, rid string) {
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
+	storekit.AfterEnd(ctx, 5*time.Second, func(lctx context.Context) { s.leaveNow(lctx, req, waiter, rid) })
+}
+
+// leaveNow is leave within lctx.
+func (s *Store) leaveNow(lctx context.Context, req leasehold.AcquireRequest, waiter, rid string) {
 	var dropped, woken int
 	call := func() error {
 		return s.pool.QueryRow(lctx, s.q.leave, req.Name, waiter, s.watch.channel, req.Owner, rid).Scan(&dropped, &woken)

@@ -38,8 +38,8 @@ type epoch struct {
 }
 
 type epochCache struct {
-	dials   atomic.Uint64
-	checkMu sync.Mutex // one check at a time
+	dials    atomic.Uint64
+	checking chan struct{} // holds a token while a check runs: one at a time, waited for within the caller's ctx
 
 	hooked  map[*goredis.Client]bool // cluster node clients with the dial hook (under mu)
 	nodesOK bool                     // the cluster's existing nodes are hooked
@@ -90,8 +90,14 @@ func (s *Store) epoch(ctx context.Context) (epoch, error) {
 	if e, _, ok := s.ep.cached(); ok {
 		return e, nil
 	}
-	s.ep.checkMu.Lock()
-	defer s.ep.checkMu.Unlock()
+	select {
+	case s.ep.checking <- struct{}{}:
+	case <-ctx.Done():
+		// Another call's check holds the server up (a hung server): the
+		// caller's time is up all the same.
+		return epoch{}, s.translate(ctx, "restart check", ctx.Err())
+	}
+	defer func() { <-s.ep.checking }()
 	e, d, ok := s.ep.cached() // checked while this call waited?
 	if ok {
 		return e, nil
@@ -170,7 +176,7 @@ func (s *Store) hookNode(c *goredis.Client) {
 
 // infoClient is where the restart check runs: the server itself, or on a
 // cluster the master that holds the marker key. On a cluster it first
-// hooks the node clients that existed before the store (checkMu is held).
+// hooks the node clients that existed before the store (within a check).
 func (s *Store) infoClient(ctx context.Context) (goredis.Cmdable, error) {
 	cc, ok := s.rdb.(*goredis.ClusterClient)
 	if !ok {

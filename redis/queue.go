@@ -325,9 +325,7 @@ func (s *Store) grantMessage(ctx context.Context, req leasehold.AcquireRequest, 
 // meanwhile (the caller has given up).
 func (s *Store) granted(ctx context.Context, req leasehold.AcquireRequest, token uint64, acqUs int64) (leasehold.Record, error) {
 	if err := ctx.Err(); err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		_ = s.Release(rctx, req.Name, req.Owner, token)
-		cancel()
+		storekit.AfterEnd(ctx, 2*time.Second, func(rctx context.Context) { _ = s.Release(rctx, req.Name, req.Owner, token) })
 		return leasehold.Record{}, err
 	}
 	return grantRecord(req, token, acqUs), nil
@@ -364,12 +362,12 @@ func (s *Store) waitFailed(ctx context.Context, req leasehold.AcquireRequest, id
 // leave removes the waiter's entry, or releases the grant made to this
 // request if one raced with the end of ctx, and returns ctx's error.
 func (s *Store) leave(ctx context.Context, req leasehold.AcquireRequest, id string) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	e, err := s.epoch(rctx)
-	if err == nil {
-		_ = leaveScript.Run(rctx, s.rdb, s.nameKeys(req.Name), s.epochArgs(e, req.Name, req.Owner, req.RequestID, id)...).Err()
-	}
+	storekit.AfterEnd(ctx, 2*time.Second, func(rctx context.Context) {
+		e, err := s.epoch(rctx)
+		if err == nil {
+			_ = leaveScript.Run(rctx, s.rdb, s.nameKeys(req.Name), s.epochArgs(e, req.Name, req.Owner, req.RequestID, id)...).Err()
+		}
+	})
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -246,6 +246,7 @@ func newStore(client goredis.UniversalClient, own bool, cfg config) *Store {
 		rdb: client, own: own, prefix: cfg.prefix, holdback: cfg.holdback, liveness: cfg.liveness,
 		epochKey: cfg.prefix + "epoch", channel: cfg.prefix + "released",
 	}
+	s.ep.checking = make(chan struct{}, 1)
 	if cc, ok := client.(*goredis.ClusterClient); ok {
 		// A cluster client dials through its node clients: count their
 		// dials (nodes that exist now are hooked by the first check).

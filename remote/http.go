@@ -467,7 +467,9 @@ func (s *HTTPStore) AcquireWait(ctx context.Context, req leasehold.AcquireReques
 			return rec, nil
 		}
 		if ctx.Err() != nil {
-			reclaimGrant(s.ctx, s, req, func(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
+			// In the background: a hung server does not stretch the
+			// caller's time.
+			go reclaimGrant(s.ctx, s, req, func(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
 				return s.acquire(ctx, req, 0)
 			})
 			return leasehold.Record{}, ctx.Err()

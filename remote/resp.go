@@ -508,9 +508,22 @@ func (s *RESPStore) acquireWait(ctx context.Context, req leasehold.AcquireReques
 		}
 		var rec leasehold.Record
 		var secret string
+		// late undoes, in the background, what a reply that came after
+		// the caller gave up did: a grant is released; without a reply,
+		// one is looked for by request id and released.
+		late := func(err error) {
+			if err == nil {
+				s.keepSecret(rec, secret, ss)
+				s.releaseAbandoned(rec)
+				return
+			}
+			reclaimGrant(s.ctx, s, req, func(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
+				return s.tryAcquire(ctx, req, ss)
+			})
+		}
 		err := s.cl.DoBlocking(ctx, wait+s.timeout,
 			func(b []byte) []byte { return appendAcquire(b, &req, ss.sessionID(), wait) },
-			acquireReply(&req, &rec, &secret))
+			acquireReply(&req, &rec, &secret), late)
 		if err == nil {
 			s.keepSecret(rec, secret, ss)
 		}
@@ -518,26 +531,25 @@ func (s *RESPStore) acquireWait(ctx context.Context, req leasehold.AcquireReques
 		switch {
 		case err == nil && ctx.Err() != nil:
 			// Granted as ctx ended: the caller will never use it.
-			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = s.Release(rctx, rec.Name, rec.Owner, rec.Token)
-			cancel()
+			storekit.AfterEnd(ctx, 5*time.Second, func(rctx context.Context) { _ = s.Release(rctx, rec.Name, rec.Owner, rec.Token) })
 			return leasehold.Record{}, ctx.Err()
 		case err == nil:
 			return rec, nil
 		case ctx.Err() != nil:
-			if err == ctx.Err() {
-				// No reply within the cancel's grace (DoBlocking returns
-				// ctx's own error): the server may yet have granted.
-				reclaimGrant(s.ctx, s, req, func(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
-					return s.tryAcquire(ctx, req, ss)
-				})
-			}
+			// Without a reply yet, late finishes the work.
 			return leasehold.Record{}, ctx.Err()
 		case errors.As(err, &held):
 			continue // this chunk of waiting ran out: ask again
 		}
 		return leasehold.Record{}, s.mapErr(err)
 	}
+}
+
+// releaseAbandoned releases a grant whose caller had given up, within 5 s.
+func (s *RESPStore) releaseAbandoned(rec leasehold.Record) {
+	rctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	_ = s.Release(rctx, rec.Name, rec.Owner, rec.Token)
 }
 
 // Renew implements leasehold.Store. It sends the grant's secret (SECRET)

@@ -240,6 +240,15 @@ func (w *watchdog) passDeadline() {
 	}
 }
 
+// killIn is how long until check would send SIGKILL (at least 1 ms; an
+// hour once it has).
+func (w *watchdog) killIn() time.Duration {
+	if w.killSent {
+		return time.Hour
+	}
+	return max(w.lease.Remaining()-max(w.killBelow, w.margin), time.Millisecond)
+}
+
 // remaining is the time left until the group must be dead: the lease's
 // time left less the kill margin.
 func (w *watchdog) remaining() time.Duration {

@@ -39,6 +39,10 @@ const orphanWait = 100 * time.Millisecond
 func (w *watchdog) loop(ctx context.Context, t *tree, sigs <-chan os.Signal) treeEvent {
 	tick := time.NewTicker(checkInterval(w.grace))
 	defer tick.Stop()
+	// The kill time itself is met by a timer, not the next tick (up to
+	// 250 ms later): with the keeper stopped nothing else kills on time.
+	killAt := time.NewTimer(w.killIn())
+	defer killAt.Stop()
 	var conts chan os.Signal
 	if t.tty != nil {
 		conts = make(chan os.Signal, 1)
@@ -103,6 +107,10 @@ func (w *watchdog) loop(ctx context.Context, t *tree, sigs <-chan os.Signal) tre
 			w.onDone(w.lease.Remaining())
 		case <-tick.C:
 			w.tick()
+			killAt.Reset(w.killIn())
+		case <-killAt.C:
+			w.check(w.lease.Remaining())
+			killAt.Reset(w.killIn())
 		}
 	}
 }

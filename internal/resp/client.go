@@ -262,13 +262,18 @@ func (c *Client) Do(ctx context.Context, enc func([]byte) []byte, dec func(Value
 //
 // If ctx ends first, the request is cancelled by closing the connection's
 // sending side (the server drops the request when it reads the end of its
-// input) and the reply is still read for up to CancelGrace: a reply the
-// server sent before it read the end — a grant that raced with the cancel —
-// comes back with a nil error, for the caller to undo (ctx.Err() then says
-// that ctx ended). Without a reply within CancelGrace (or on a connection
-// that cannot close one side) the connection is closed and ctx's error
-// returned. The connection is never reused after ctx ended.
-func (c *Client) DoBlocking(ctx context.Context, timeout time.Duration, enc func([]byte) []byte, dec func(Value) error) error {
+// input), and the reply is still read: a reply the server sent before it
+// read the end — a grant that raced with the cancel — may have been
+// decoded (by dec). If it comes within a moment (cancelWait, 250 ms),
+// DoBlocking returns its result (nil after a decoded grant; ctx.Err()
+// tells the caller that ctx ended); otherwise it returns ctx's error at
+// once, so that a hung server does not stretch the caller's time, and
+// reading goes on in the background for up to CancelGrace, after which
+// late (if set) is called with the result: nil if a reply was decoded,
+// else the error (late is also called, on a goroutine of its own, when
+// the connection ended without a reply after ctx did). The connection is
+// never reused after ctx ended.
+func (c *Client) DoBlocking(ctx context.Context, timeout time.Duration, enc func([]byte) []byte, dec func(Value) error, late func(error)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -282,13 +287,35 @@ func (c *Client) DoBlocking(ctx context.Context, timeout time.Duration, enc func
 	}
 	conn.nc.SetDeadline(dl)
 	stop := context.AfterFunc(ctx, func() { cancelRequest(conn.nc, dl) })
-	err = conn.Do(enc, dec)
+	done := make(chan error, 1)
+	go func() { done <- conn.Do(enc, dec) }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		t := time.NewTimer(cancelWait)
+		select {
+		case err = <-done:
+			t.Stop()
+		case <-t.C:
+			go func() {
+				err := <-done
+				c.putConn(conn, false)
+				if late != nil {
+					late(err)
+				}
+			}()
+			return ctx.Err()
+		}
+	}
 	stopped := stop()
 	var ce *ConnError
 	switch {
 	case errors.As(err, &ce):
 		c.putConn(conn, false)
 		if !stopped {
+			if late != nil {
+				go late(err) // ctx ended, and no reply: as if it came late
+			}
 			return ctx.Err()
 		}
 		return err
@@ -297,6 +324,10 @@ func (c *Client) DoBlocking(ctx context.Context, timeout time.Duration, enc func
 		return err
 	}
 }
+
+// cancelWait is how long DoBlocking waits for the reply of a request whose
+// ctx ended before it returns (the rest is read in the background).
+const cancelWait = 250 * time.Millisecond
 
 // CancelGrace is how long DoBlocking still reads a cancelled request's
 // reply.

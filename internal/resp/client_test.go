@@ -236,7 +236,7 @@ func TestDoBlocking(t *testing.T) {
 	ctx := context.Background()
 	block := func(ctx context.Context, ms string) error {
 		return c.DoBlocking(ctx, 5*time.Second, func(b []byte) []byte { return AppendCommand(b, "SLEEP", ms, "x") },
-			func(v Value) error { return nil })
+			func(v Value) error { return nil }, nil)
 	}
 	if err := block(ctx, "1"); err != nil {
 		t.Fatal(err)
@@ -263,9 +263,17 @@ func TestDoBlocking(t *testing.T) {
 	if err := block(cctx, "5000"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("blocking call past its ctx: %v", err)
 	}
-	c.mu.Lock()
-	idle, busy := len(c.idle), len(c.busy)
-	c.mu.Unlock()
+	// Its reply is read in the background for up to CancelGrace, then the
+	// connection is closed, not kept.
+	var idle, busy int
+	for deadline := time.Now().Add(CancelGrace + 5*time.Second); ; time.Sleep(10 * time.Millisecond) {
+		c.mu.Lock()
+		idle, busy = len(c.idle), len(c.busy)
+		c.mu.Unlock()
+		if busy == 0 && idle == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if busy != 0 || idle != 0 {
 		t.Errorf("after a cancelled blocking call: %d idle, %d busy; want its connection closed", idle, busy)
 	}
@@ -314,7 +322,7 @@ func TestClientClose(t *testing.T) {
 	if _, err := echo(ctx, c, "ECHO", "a"); !errors.Is(err, ErrClientClosed) {
 		t.Errorf("after Close: %v", err)
 	}
-	if err := c.DoBlocking(ctx, 0, func(b []byte) []byte { return b }, nil); !errors.Is(err, ErrClientClosed) {
+	if err := c.DoBlocking(ctx, 0, func(b []byte) []byte { return b }, nil, nil); !errors.Is(err, ErrClientClosed) {
 		t.Errorf("blocking after Close: %v", err)
 	}
 }
@@ -392,7 +400,7 @@ func TestBlockingDialDeadline(t *testing.T) {
 	defer c.Close()
 	for range 20 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
-		err := c.DoBlocking(ctx, 0, func(b []byte) []byte { return b }, func(Value) error { return nil })
+		err := c.DoBlocking(ctx, 0, func(b []byte) []byte { return b }, func(Value) error { return nil }, nil)
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("DoBlocking whose dial ran into the deadline: %v, want context.DeadlineExceeded", err)
