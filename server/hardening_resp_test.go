@@ -647,6 +647,38 @@ func TestRESPTotalOutputLimit(t *testing.T) {
 	rtExpect(t, "the reading client after the flood", polite.do("ECHO", payload), "$"+payload)
 }
 
+// TestRESPTotalOutputManyUnderShare (issue 26's review): many connections
+// each keeping just under 1/32 of their own limit unsent (1 MiB by
+// default) held the total many times over (2,000 × 1 MiB: 2.5 GB, none
+// closed). A connection's share of the total is also bounded by the total
+// divided among the connection cap, so they are closed and the replies
+// waiting come back under a bound.
+func TestRESPTotalOutputManyUnderShare(t *testing.T) {
+	m := NewMetrics(nil)
+	const total, conns = 1 << 20, 64 // a share of 16 KiB
+	srv, addr := rtServe(t, rtEngine(t), RESPOptions{Metrics: m, MaxTotalOutputBytes: total, MaxConns: conns})
+	payload := strings.Repeat("p", 1000)
+	cmd := fmt.Sprintf("*2\r\n$4\r\nPING\r\n$%d\r\n%s\r\n", len(payload), payload)
+	for range 40 {
+		nc := rtDial(t, addr).nc
+		go func() {
+			for range 900 { // about 900 KB unsent: under 1/32 of the 32 MiB limit
+				if _, err := io.WriteString(nc, cmd); err != nil {
+					return // closed by the server
+				}
+			}
+		}()
+	}
+	servertest.WaitFor(t, "connections closed for the total", func() bool {
+		return hdValue(t, m.respClosedBy.WithLabelValues(closeTotalOutput)) >= 1
+	})
+	servertest.WaitFor(t, "the waiting replies back under the total and the shares", func() bool {
+		return srv.output.Used() <= total+conns*16<<10
+	})
+	polite := rtDial(t, addr)
+	rtExpect(t, "a reading client after the flood", polite.do("PING"), "+PONG")
+}
+
 // TestRESPSubscriptionLimits: subscriptions are bounded per connection
 // and in sum (each costs a goroutine and a backend subscription; 4
 // connections × 65,536 took a server from 29 MB to 1.16 GB). Over the

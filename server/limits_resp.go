@@ -90,9 +90,15 @@ func orDefault[T ~int | ~int64](p *T, def T) {
 }
 
 // totalOutputShare is how much a connection may have waiting once the
-// replies of all connections are over MaxTotalOutputBytes: 1/32 of its own
-// limit (1 MiB by default).
-func totalOutputShare(maxOutput int64) int64 { return max(maxOutput/32, 64<<10) }
+// replies of all connections together are over their limit: 1/32 of its
+// own limit, but no more than the total divided among the connection cap
+// (at least 16 KiB), so that connections each just under the share cannot
+// together hold the total many times over (issue 26's review: 2,000
+// connections each keeping 1 MiB - 1 KiB unsent held 2.5 GB, also before
+// AUTH with PING).
+func totalOutputShare(maxOutput, maxTotal int64, maxConns int) int64 {
+	return max(min(maxOutput/32, maxTotal/int64(max(maxConns, 1))), 16<<10)
+}
 
 // inputBudget is MaxTotalInputBytes: the bytes of the command buffers of
 // all the connections together (beyond each one's first 16 KiB). No one

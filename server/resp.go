@@ -301,7 +301,7 @@ func (s *RESPServer) newConn(nc net.Conn) (c *respConn, refused string) {
 		c.closeReason.CompareAndSwap(nil, reason)
 		c.abort()
 	})
-	c.out.SetTotal(s.output, totalOutputShare(s.opts.MaxOutputBytes))
+	c.out.SetTotal(s.output, totalOutputShare(s.opts.MaxOutputBytes, s.opts.MaxTotalOutputBytes, s.opts.MaxConns))
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.waitCtx, c.waitCancel = context.WithCancel(c.ctx)
 	s.conns[c] = struct{}{}
