@@ -172,21 +172,25 @@ func (h *httpAPI) list(q *httpReq, a *httpArgs) {
 	// cursor): "next" may be a name stored before today's rules, and a
 	// made-up one can only skip names.
 	after := v.Get("after")
-	recs, err := h.b.List(q.r.Context(), a.prefix)
+	recs, err := listBounded(q.r.Context(), h.b, a.prefix)
 	if err != nil {
 		h.fail(q, err)
 		return
 	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Name < recs[j].Name })
 	out := httpwire.List{Leases: make([]httpwire.Lease, 0, min(len(recs), limit))}
+	size := 0
 	for _, r := range recs {
 		if (after != "" && r.Name <= after) || !q.id.Allowed(r.Name, AccessRead) {
 			continue
 		}
-		if len(out.Leases) == limit {
-			out.Next = out.Leases[limit-1].Name
+		// A page ends at limit leases, or once its leases come to more
+		// than listPageBytes (the rest on the next page).
+		if n := len(out.Leases); n == limit || n > 0 && size+recordBytes(&r) > listPageBytes {
+			out.Next = out.Leases[n-1].Name
 			break
 		}
+		size += recordBytes(&r)
 		out.Leases = append(out.Leases, httpwire.LeaseOf(r))
 	}
 	h.json(q, http.StatusOK, out)

@@ -199,7 +199,7 @@ func (c *respConn) get(a *respArgs) {
 // readable returns the live leases under prefix that id may read, sorted
 // by name.
 func (s *RESPServer) readable(ctx context.Context, id *Identity, prefix string) ([]leasehold.Record, error) {
-	recs, err := s.b.List(ctx, prefix)
+	recs, err := listBounded(ctx, s.b, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -230,6 +230,13 @@ func (c *respConn) list(a *respArgs) {
 		}
 		if len(recs) > srv.opts.MaxList {
 			return resp.AppendError(b, fmt.Sprintf("%s more than %d leases under %q; use LH.SCAN", resp.CodeTooMany, srv.opts.MaxList, prefix))
+		}
+		size := 0
+		for i := range recs {
+			size += recordBytes(&recs[i])
+		}
+		if size > listPageBytes {
+			return resp.AppendError(b, fmt.Sprintf("%s the leases under %q come to more than %d bytes; use LH.SCAN", resp.CodeTooMany, prefix, listPageBytes))
 		}
 		b = resp.AppendArray(b, len(recs))
 		for i := range recs {
@@ -299,6 +306,13 @@ func (c *respConn) scan(a *respArgs) {
 			return 1
 		})
 		page := recs[i:min(i+count, len(recs))]
+		size := 0
+		for k := range page {
+			if size += recordBytes(&page[k]); size > listPageBytes && k > 0 {
+				page = page[:k] // the rest on the next page
+				break
+			}
+		}
 		next := "0"
 		if i+len(page) < len(recs) {
 			next = scanCursor(page[len(page)-1].Name)
