@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -109,6 +110,12 @@ type httpAPI struct {
 
 	// sessions binds each session opened here to its identity (auth on).
 	sessions httpSessions
+
+	// authFail limits wrong bearer tokens per client IP as RESP's AUTH
+	// is (a good token is always accepted); refusals logs refused
+	// requests (401, 403, 429) at most once a second.
+	authFail authLimiter
+	refusals rateLog
 	// cop refuses state-changing cross-origin browser requests (CSRF): a
 	// web page must not take or release leases on a server its visitor
 	// can reach, such as one on loopback without auth.
@@ -129,6 +136,7 @@ func newHTTPAPI(b Backend, opts HandlerOptions) *httpAPI {
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
+	h.refusals.log, h.refusals.interval = h.log, time.Second
 	orDefault(&h.maxBody, DefaultMaxBodyBytes)
 	h.bodyTimeout = opts.BodyTimeout
 	orDefault(&h.bodyTimeout, DefaultBodyTimeout)
@@ -214,7 +222,7 @@ func (h *httpAPI) finish(q *httpReq) {
 	attrs := []slog.Attr{
 		slog.String("method", q.r.Method),
 		slog.String("route", q.route),
-		slog.String("path", q.r.URL.EscapedPath()),
+		slog.String("path", cutPath(q.r.URL.EscapedPath())),
 		slog.Int("status", code),
 		slog.Duration("duration", time.Since(q.start)),
 		slog.String("remote", q.r.RemoteAddr),
@@ -227,6 +235,16 @@ func (h *httpAPI) finish(q *httpReq) {
 	}
 	if q.err != nil {
 		attrs = append(attrs, slog.String("error", q.err.Error()))
+	}
+	if level == slog.LevelWarn {
+		// Refusals come as fast as anyone can send them: at most a line
+		// a second (with the count of those skipped).
+		args := make([]any, len(attrs))
+		for i, a := range attrs {
+			args[i] = a
+		}
+		h.refusals.Warn("http request refused", args...)
+		return
 	}
 	h.log.LogAttrs(q.r.Context(), level, "http request", attrs...)
 }
@@ -484,6 +502,19 @@ func httpCheckEncoded(s string) error {
 func (h *httpAPI) authenticate(q *httpReq) bool {
 	token, hasToken := httpBearer(q.r)
 	id, err := h.auth.Authenticate(token)
+	if err != nil && hasToken {
+		// A wrong token: an address over its failures (as RESP's AUTH)
+		// is answered 429 after authTarpit, so that guessing over HTTP
+		// is no faster than over RESP; a good token is never refused for
+		// others' failures.
+		addr := httpClientIP(q.r)
+		if !h.authFail.allow(addr) {
+			time.Sleep(authTarpit)
+			h.rateLimited(q)
+			return false
+		}
+		h.authFail.failed(addr)
+	}
 	if err != nil {
 		// Unknown credentials share the anonymous budget, which slows
 		// guessing without touching real identities' budgets.
@@ -566,4 +597,21 @@ func (h *httpAPI) methodNotAllowed(q *httpReq, allow string) {
 	q.w.Header().Set("Allow", allow)
 	h.problem(q, http.StatusMethodNotAllowed, httpwire.MethodNotAllowed, "Method not allowed",
 		fmt.Sprintf("%s is not allowed here (allowed: %s)", q.r.Method, allow), nil)
+}
+
+// cutPath shortens a path for a log line to 256 bytes.
+func cutPath(p string) string {
+	if len(p) <= 256 {
+		return p
+	}
+	return p[:256] + "…"
+}
+
+// httpClientIP is the request's client IP (the connection's peer).
+func httpClientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }

@@ -2,8 +2,10 @@ package server
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Auth, cross-origin requests and rate limits over HTTP.
@@ -206,5 +208,34 @@ func TestRateLimit(t *testing.T) {
 	sb.Write(mr.body)
 	if !strings.Contains(sb.String(), "leasehold_rate_limited_total 2") {
 		t.Errorf("metrics do not count 2 rate-limited requests")
+	}
+}
+
+// TestHTTPWrongTokenThrottle (issue 26's review): wrong bearer tokens were
+// not throttled (2,000 guesses a second from one client) while RESP's
+// AUTH allows about one a second per address. Now an address over its
+// failures is answered 429 after the tarpit, a good token from it is
+// still accepted at once, and the refusals are logged at most once a
+// second (15,760 refused requests had logged 192 MB in 5 s).
+func TestHTTPWrongTokenThrottle(t *testing.T) {
+	lines := &hdLines{}
+	ts := newHTServer(t, HandlerOptions{Auth: htAuth(t), Logger: slog.New(slog.NewTextHandler(lines, nil))})
+	defer func(d time.Duration) { authTarpit = d }(authTarpit)
+	authTarpit = 20 * time.Millisecond
+	counts := map[int]int{}
+	start := time.Now()
+	for i := range 40 {
+		r := ts.do("GET", "/v1/leases", fmt.Sprintf("wrong-%d", i), "")
+		counts[r.status]++
+	}
+	if counts[401] > authFailBurst+int(time.Since(start)/authFailEvery)+1 || counts[429] == 0 {
+		t.Errorf("40 wrong tokens: %v, want at most the burst (%d) refused as 401 and the rest 429", counts, authFailBurst)
+	}
+	ts.want(ts.do("GET", "/v1/leases", htAdmin, ""), 200, "")
+	lines.mu.Lock()
+	n := lines.n
+	lines.mu.Unlock()
+	if n > int(time.Since(start)/time.Second)+2 {
+		t.Errorf("%d refusal log lines for 40 refused requests in %s, want at most one a second", n, time.Since(start).Round(time.Millisecond))
 	}
 }
