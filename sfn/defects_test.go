@@ -660,3 +660,21 @@ func minTime(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// Issue 25's review: a Lambda invoke with InvocationType "Event" returns
+// at once while the function runs later (Lambda's async queue retries for
+// hours): the lock cannot cover it, so it is refused, on the optimised
+// integration and on the SDK one.
+func TestAsyncLambdaInvokeRefused(t *testing.T) {
+	for _, res := range []string{"arn:aws:states:::lambda:invoke", "arn:aws:states:::aws-sdk:lambda:invoke"} {
+		c := lambdaConfig
+		c.LambdaARN = ""
+		c.Task = json.RawMessage(`{"Type": "Task", "Resource": "` + res + `", "Arguments": {"FunctionName": "f", "InvocationType": "Event"}, "End": true}`)
+		if strings.Contains(res, "aws-sdk") {
+			c.LambdaTimeout, c.TaskGrace = 0, time.Minute
+		}
+		if _, err := Generate(c); err == nil || !strings.Contains(err.Error(), "InvocationType") {
+			t.Errorf("%s with InvocationType Event: %v, want it refused", res, err)
+		}
+	}
+}

@@ -61,6 +61,11 @@ func (c *Config) parseTask() (map[string]any, error) {
 	if r, ok := st["Resource"].(string); !ok || r == "" {
 		return nil, fmt.Errorf("task state: missing \"Resource\"")
 	}
+	if args, ok := st["Arguments"].(map[string]any); ok && strings.Contains(st["Resource"].(string), "lambda:invoke") {
+		if it, _ := args["InvocationType"].(string); it == "Event" {
+			return nil, fmt.Errorf("task state: InvocationType \"Event\" invokes the function asynchronously: the task returns at once while the function runs later (Lambda keeps and retries async events for hours), so the lock cannot cover it; invoke it synchronously (RequestResponse, the default)")
+		}
+	}
 	if _, ok := st["Catch"]; ok {
 		return nil, fmt.Errorf("task state: remove \"Catch\": the machine catches every error to release the lock, then fails with the task's error")
 	}

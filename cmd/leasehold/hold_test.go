@@ -222,3 +222,31 @@ func TestForceRelease(t *testing.T) {
 		})
 	}
 }
+
+// TestHoldLossOnHungServer (issue 25's review): with the server stopped
+// (SIGSTOP), hold reported the loss and exited 76 about 5 s after the
+// lease's deadline: it first tried to release the lost lease for up to
+// 5 s. A script watching hold's PID believed it held meanwhile. Now the
+// release of a lost lease is brief, and hold exits soon after the deadline.
+func TestHoldLossOnHungServer(t *testing.T) {
+	proctest.MarkTrees(t)
+	addr := proctest.FreeAddr(t)
+	srv := leasehold(context.Background(), "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--addr", addr, "--resp-addr", "", "--log-level", "warn")
+	startGroup(t, srv)
+	url := "http://" + addr
+	proctest.WaitReady(t, url+"/readyz", 30*time.Second)
+	h := startHold(t, url, "--ttl", "1s", "e2e/hold-hung")
+	if err := syscall.Kill(-srv.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	t.Cleanup(func() { _ = syscall.Kill(-srv.Process.Pid, syscall.SIGCONT) })
+	if code := h.wait(t); code != 76 {
+		t.Errorf("hold exited %d, want 76 (lost)", code)
+	}
+	// The deadline is within the TTL of the stop; the kill of a lost
+	// lease's release is 300 ms; the rest is slack for a loaded machine.
+	if took := time.Since(stopped); took > 4*time.Second {
+		t.Errorf("hold exited %s after the server was stopped (TTL 1s): the loss was reported late", took.Round(time.Millisecond))
+	}
+}

@@ -143,7 +143,7 @@ func (o *runOptions) hold(ctx context.Context, e *env, asJSON bool) error {
 		fmt.Fprintf(e.stderr, "leasehold: %s: released %s (token %d)\n", sig, lease.Name(), lease.Token())
 		return nil
 	case <-lease.Done():
-		_ = releaseLease(lease)
+		releaseLost(lease)
 		return exitf(ExitLost, "hold: lost %s (token %d): %v", lease.Name(), lease.Token(), lease.Err())
 	case <-ctx.Done():
 		_ = releaseLease(lease)

@@ -74,7 +74,12 @@ func (o *runOptions) supervise(ctx context.Context, e *env, lease *leasehold.Lea
 	if lost == nil && errors.Is(lease.Err(), leasehold.ErrLost) {
 		lost = lease.Err()
 	}
-	relErr := releaseLease(lease)
+	var relErr error
+	if lost != nil {
+		releaseLost(lease)
+	} else {
+		relErr = releaseLease(lease)
+	}
 	if lost == nil && errors.Is(relErr, leasehold.ErrLost) {
 		lost = relErr
 	}
@@ -111,6 +116,19 @@ func releaseLease(l *leasehold.Lease) error {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	return l.Release(ctx)
+}
+
+// lostReleaseTimeout bounds the release of a lease already known lost: it
+// can free nothing of another holder's (the release is owner-checked),
+// and the loss must be reported at once, not after a hung store's 5 s
+// (issue 25's review: hold exited 76 about 5.9 s after its deadline).
+const lostReleaseTimeout = 300 * time.Millisecond
+
+// releaseLost releases a lease already known lost, briefly.
+func releaseLost(l *leasehold.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), lostReleaseTimeout)
+	defer cancel()
+	_ = l.Release(ctx)
 }
 
 // commandTree is what the watchdog needs of the command's process group.
