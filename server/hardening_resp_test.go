@@ -704,3 +704,22 @@ func TestRESPSubscriptionLimits(t *testing.T) {
 	}
 	rtExpect(t, "over the total again", b.do("LH.SUBSCRIBE", "b/z"), "-ERR the server has 10 subscriptions")
 }
+
+// TestRESPEvictsUnauthenticatedAtCap (issue 26's review): with auth on,
+// connections that never authenticate and keep a command half-sent (so
+// they are never idle) held every slot from 10 addresses: 46 of 50
+// legitimate connects were refused. At the cap, an unauthenticated
+// connection of the busiest address is evicted whatever it is doing.
+func TestRESPEvictsUnauthenticatedAtCap(t *testing.T) {
+	m := NewMetrics(nil)
+	_, addr := rtServe(t, rtEngine(t), RESPOptions{Auth: rtAuth(t), Metrics: m, MaxConns: 8, MaxConnsPerAddr: 8, AuthTimeout: time.Minute})
+	for range 8 {
+		nc := hdDialFrom(t, "127.0.0.2", addr)
+		io.WriteString(nc, "*2\r\n$4\r\nAUTH\r\n$100\r\nhalf") // never finished
+	}
+	time.Sleep(100 * time.Millisecond) // let the server read the halves
+	c := &rtConn{rawConn: rawConn{t: t, nc: hdDialFrom(t, "127.0.1.1", addr)}}
+	c.rd = resp.NewReader(bufio.NewReader(c.nc))
+	rtExpect(t, "AUTH of a legitimate client at the cap", c.do("AUTH", "team-token"), "+OK")
+	hdWaitClosed(t, m, closeEvicted, 1)
+}

@@ -251,7 +251,11 @@ func (s *RESPServer) evictLocked(addr string) bool {
 	var victim *respConn
 	for c := range s.conns {
 		n := s.perAddr[c.addr]
-		if n < least || c.evicted || c.reading.Load() || c.watching.Load() || !c.out.Idle() {
+		// A connection that has not authenticated (auth on) is evictable
+		// whatever it does: it holds a slot with no identity behind it
+		// (half-sent commands from many addresses kept clients out).
+		idle := !c.reading.Load() && !c.watching.Load() && c.out.Idle()
+		if n < least || c.evicted || !idle && !c.unauthed.Load() {
 			continue
 		}
 		if v := victim; v == nil || n > s.perAddr[v.addr] || n == s.perAddr[v.addr] && c.lastActive.Load() < v.lastActive.Load() {

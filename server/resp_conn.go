@@ -49,7 +49,8 @@ type respConn struct {
 	// whether the connection is in watch mode.
 	lastActive        atomic.Int64
 	reading, watching atomic.Bool
-	evicted           bool // under srv.mu
+	unauthed          atomic.Bool // auth is on and it has not authenticated
+	evicted           bool        // under srv.mu
 
 	// Used only by the reader goroutine.
 	ident  *Identity
@@ -109,6 +110,7 @@ func (c *respConn) serve() {
 	defer rd.Free()
 	preAuth := srv.opts.Auth != nil
 	if preAuth {
+		c.unauthed.Store(true)
 		c.limitPreAuth(rd)
 	}
 	// Until the first command of the table, anything that cannot be one
@@ -186,6 +188,7 @@ func (c *respConn) serve() {
 		}
 		if preAuth && c.authed {
 			preAuth = false
+			c.unauthed.Store(false)
 			c.endPreAuth(rd)
 		}
 		if c.ident != nil && budget.ident != c.ident {
