@@ -46,7 +46,11 @@ var (
 	ErrUnauthorized = errors.New("leasehold server: missing or unknown credentials")
 	ErrForbidden    = errors.New("leasehold server: the credentials do not allow this")
 	ErrRateLimited  = errors.New("leasehold server: rate limit exceeded")
-	ErrUnavailable  = errors.New("leasehold server: unavailable")
+	// ErrQuotaExceeded: the client (identity, or address with auth off)
+	// is at one of the server's quotas (leases, data, sessions, waiters);
+	// nothing was changed. Retrying does not help until it holds less.
+	ErrQuotaExceeded = errors.New("leasehold server: quota exceeded")
+	ErrUnavailable   = errors.New("leasehold server: unavailable")
 	// ErrNoSession reports an unknown, closed or expired session.
 	ErrNoSession = errors.New("leasehold server: no such session (unknown, closed or expired)")
 )
@@ -79,6 +83,8 @@ func (e *ProblemError) Is(target error) bool {
 		return e.Type == httpwire.Forbidden
 	case ErrRateLimited:
 		return e.Type == httpwire.RateLimited
+	case ErrQuotaExceeded:
+		return e.Type == httpwire.QuotaExceeded
 	case ErrUnavailable:
 		return e.Type == httpwire.Unavailable
 	case ErrNoSession:

@@ -242,6 +242,37 @@ func TestAuthErrors(t *testing.T) {
 	})
 }
 
+// TestQuotaErrors: an acquire, a waiting acquire and a session open over
+// the server's quotas come back as ErrQuotaExceeded on both transports.
+func TestQuotaErrors(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ts := startEngine(t, tr, server.EngineConfig{}, serveOptions{Quotas: &server.Quotas{Leases: 1, Sessions: 1}})
+		ctx := ctxT(t)
+		s := ts.open(t, "")
+		if _, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "q/1", Owner: "o", TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		req := leasehold.AcquireRequest{Name: "q/2", Owner: "o", TTL: time.Minute}
+		if _, err := s.TryAcquire(ctx, req); !errors.Is(err, remote.ErrQuotaExceeded) {
+			t.Errorf("a second lease over a quota of 1: %v, want ErrQuotaExceeded", err)
+		}
+		if _, err := s.AcquireWait(ctx, req); !errors.Is(err, remote.ErrQuotaExceeded) {
+			t.Errorf("a second lease, waiting, over a quota of 1: %v, want ErrQuotaExceeded", err)
+		}
+		if _, err := s.Get(ctx, "q/2"); !errors.Is(err, leasehold.ErrNotFound) {
+			t.Errorf("the refused lease: %v, want not found", err)
+		}
+		sess, err := tr.openSession(ctx, s, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close(ctx)
+		if _, err := tr.openSession(ctx, s, time.Minute); !errors.Is(err, remote.ErrQuotaExceeded) {
+			t.Errorf("a second session over a quota of 1: %v, want ErrQuotaExceeded", err)
+		}
+	})
+}
+
 // TestAcquireWaitFIFO: waiters are granted in arrival order, each by the
 // release of the one before, with increasing tokens.
 func TestAcquireWaitFIFO(t *testing.T) {

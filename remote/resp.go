@@ -310,7 +310,8 @@ func (s *RESPStore) Watch(ctx context.Context, name string) (<-chan struct{}, er
 // RESPError is a refusal by the server that has no error of its own in
 // package leasehold: authentication (NOAUTH, WRONGPASS: ErrUnauthorized),
 // permission (NOPERM: ErrForbidden), rate limit (RATELIMITED:
-// ErrRateLimited; nothing was changed), session (NOSESSION: ErrNoSession),
+// ErrRateLimited; nothing was changed), quota (QUOTA: ErrQuotaExceeded;
+// nothing was changed), session (NOSESSION: ErrNoSession),
 // or anything else (ERR; a shutting-down server matches ErrUnavailable).
 type RESPError struct {
 	Code string // the reply's first word
@@ -328,6 +329,8 @@ func (e *RESPError) Is(target error) bool {
 		return target == ErrForbidden
 	case resp.CodeRateLimited:
 		return target == ErrRateLimited
+	case resp.CodeQuota:
+		return target == ErrQuotaExceeded
 	case resp.CodeNoSession:
 		return target == ErrNoSession
 	case resp.CodeBadProof:

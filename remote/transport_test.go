@@ -31,6 +31,15 @@ type serveOptions struct {
 	Limits  *server.Limits
 	TLS     *tls.Config // serve https:// or leaseholds://
 	MaxList int         // RESP's cap on LH.LIST (HTTP's page is server.HTTPMaxListLimit)
+	Quotas  *server.Quotas
+}
+
+// withQuotas is b under o's quotas, if any.
+func (o serveOptions) withQuotas(b server.Backend) server.Backend {
+	if o.Quotas == nil {
+		return b
+	}
+	return server.WithQuotas(b, *o.Quotas, nil)
 }
 
 // remoteStore is what the tests use of either transport's store.
@@ -75,7 +84,7 @@ var (
 	httpTransport = transport{
 		name: "http", scheme: "http://", tlsScheme: "https://",
 		serve: func(t testing.TB, ln net.Listener, b server.Backend, o serveOptions) func() {
-			srv := httptest.NewUnstartedServer(server.NewHandler(b, server.HandlerOptions{Auth: o.Auth, Holders: o.Holders, Limits: o.Limits}))
+			srv := httptest.NewUnstartedServer(server.NewHandler(o.withQuotas(b), server.HandlerOptions{Auth: o.Auth, Holders: o.Holders, Limits: o.Limits}))
 			srv.Listener.Close()
 			srv.Listener = ln
 			srv.Config.ErrorLog = log.New(io.Discard, "", 0) // refused TLS handshakes are expected
@@ -95,7 +104,7 @@ var (
 	respTransport = transport{
 		name: "resp", scheme: "leasehold://", tlsScheme: "leaseholds://",
 		serve: func(t testing.TB, ln net.Listener, b server.Backend, o serveOptions) func() {
-			srv := server.NewRESPServer(b, server.RESPOptions{Auth: o.Auth, Holders: o.Holders, Limits: o.Limits, TLS: o.TLS, MaxList: o.MaxList})
+			srv := server.NewRESPServer(o.withQuotas(b), server.RESPOptions{Auth: o.Auth, Holders: o.Holders, Limits: o.Limits, TLS: o.TLS, MaxList: o.MaxList})
 			done := make(chan error, 1)
 			go func() { done <- srv.Serve(ln) }()
 			return func() {

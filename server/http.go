@@ -176,6 +176,7 @@ func (h *httpAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	h.bodyDeadline(w, r)
 	q := &httpReq{w: sw, r: r, route: "unmatched", start: time.Now()}
+	q.r = r.WithContext(withQuotaClient(r.Context(), q))
 	defer h.finish(q)
 	if err := h.cop.Check(r); err != nil {
 		q.err = err
@@ -615,3 +616,7 @@ func httpClientIP(r *http.Request) string {
 	}
 	return host
 }
+
+// quotaKey is the client this request counts against: its identity, or
+// with auth off its address. The backend reads it after authenticate.
+func (q *httpReq) quotaKey() string { return quotaKeyFor(q.id, httpClientIP(q.r)) }

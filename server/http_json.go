@@ -145,7 +145,11 @@ func (h *httpAPI) fail(q *httpReq, err error) {
 	q.err = err
 	var held *leasehold.HeldError
 	var inv *leasehold.InvalidError
+	var quota *QuotaError
 	switch {
+	case errors.As(err, &quota):
+		h.problem(q, http.StatusTooManyRequests, httpwire.QuotaExceeded, "Quota exceeded", quota.Error(),
+			map[string]any{"resource": quota.Resource, "limit": quota.Limit})
 	case errors.As(err, &held):
 		h.problem(q, http.StatusConflict, httpwire.Held, "Lease held", held.Error(), httpwire.HeldMembers(held))
 	case errors.Is(err, leasehold.ErrNotHeld):

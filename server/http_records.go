@@ -42,7 +42,7 @@ func asKey(err error) error {
 // records returns the backend's records; when it keeps none it answers
 // 501.
 func (h *httpAPI) records(q *httpReq) (leasehold.RecordStore, bool) {
-	rs, ok := h.b.(leasehold.RecordStore)
+	rs, ok := unwrapBackend(h.b).(leasehold.RecordStore)
 	if !ok {
 		h.recordFail(q, ErrRecordsUnsupported, 0)
 		return nil, false

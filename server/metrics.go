@@ -36,9 +36,11 @@ import (
 //	leasehold_http_body_timeouts_total HTTP request bodies cut by the body-read deadline
 //	leasehold_http_connections_refused_total  HTTP connections refused by a cap, by reason
 //	leasehold_http_misdirected_total  HTTP requests refused for their Host (auth off)
+//	leasehold_quota_refusals_total    requests refused at a client's quota, by resource
 type Metrics struct {
 	grants, releases, forced, expiries, renewals, waits prometheus.Counter
 	lost, rateLimited                                   prometheus.Counter
+	quotaRefusals                                       *prometheus.CounterVec
 	handoff, syncSeconds, syncRecords                   prometheus.Histogram
 	requests                                            *prometheus.CounterVec
 
@@ -103,17 +105,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "leasehold_http_connections_refused_total",
 			Help: "HTTP connections refused by a connection cap, by reason (max_conns, max_conns_per_addr).",
 		}, []string{"reason"}),
+		quotaRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_quota_refusals_total",
+			Help: "Requests refused because their client was at a quota (--quota-*), by resource (leases, data, sessions, waiters, subscriptions).",
+		}, []string{"resource"}),
 		bodyTimeouts: counter("leasehold_http_body_timeouts_total", "HTTP request bodies cut by the body-read deadline."),
 		misdirected:  counter("leasehold_http_misdirected_total", "HTTP requests refused (421) because, with auth off, their Host is not an allowed one."),
 	}
 	for _, r := range []string{closeMaxConns, closeMaxPerAddr, closeAuthTimeout, closeHandshake, closeInputLimit, closeTotalInput, closeOutputLimit, closeTotalOutput, closeHTTP, closeForeign, closeCommandTimeout, closeProtocolErr, closeEvicted} {
 		m.respClosedBy.WithLabelValues(r)
 	}
+	for _, r := range []string{QuotaLeases, QuotaData, QuotaSessions, QuotaWaiters, QuotaSubscriptions} {
+		m.quotaRefusals.WithLabelValues(r)
+	}
 	m.httpRefusedBy.WithLabelValues(closeMaxConns)
 	m.httpRefusedBy.WithLabelValues(closeMaxPerAddr)
 	reg.MustRegister(m.grants, m.releases, m.forced, m.expiries, m.renewals, m.waits, m.lost, m.rateLimited,
 		m.handoff, m.syncSeconds, m.syncRecords, m.requests, statsCollector{m},
-		m.respConns, m.respClosedBy, m.httpRefusedBy, m.bodyTimeouts, m.misdirected)
+		m.respConns, m.respClosedBy, m.httpRefusedBy, m.bodyTimeouts, m.misdirected, m.quotaRefusals)
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		m.gather = g
 	} else {
@@ -199,6 +208,12 @@ func (m *Metrics) respClosed(reason string) {
 func (m *Metrics) rateLimit() {
 	if m != nil {
 		m.rateLimited.Inc()
+	}
+}
+
+func (m *Metrics) quotaRefused(resource string) {
+	if m != nil {
+		m.quotaRefusals.WithLabelValues(resource).Inc()
 	}
 }
 

@@ -126,6 +126,8 @@ type RESPServer struct {
 	input    *inputBudget // MaxTotalInputBytes
 	output   *resp.Total  // MaxTotalOutputBytes
 	subs     atomic.Int64 // subscriptions of all connections (MaxSubscriptions)
+	subsMu   sync.Mutex
+	subsBy   map[string]int // subscriptions of each client (quotaKey), at most a quarter of MaxSubscriptions
 	workers  *resp.Workers
 	warn     *rateLog // attacks and failed AUTHs: at most a line a second
 	authFail authLimiter
@@ -306,7 +308,8 @@ func (s *RESPServer) newConn(nc net.Conn) (c *respConn, refused string) {
 		c.abort()
 	})
 	c.out.SetTotal(s.output, totalOutputShare(s.opts.MaxOutputBytes, s.opts.MaxTotalOutputBytes, s.opts.MaxConns))
-	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.quota.Store(new(quotaKeyFor(nil, c.addr)))
+	c.ctx, c.cancel = context.WithCancel(withQuotaClient(context.Background(), c))
 	c.waitCtx, c.waitCancel = context.WithCancel(c.ctx)
 	s.conns[c] = struct{}{}
 	s.connWG.Add(1)

@@ -49,16 +49,18 @@ type respConn struct {
 	// whether the connection is in watch mode.
 	lastActive        atomic.Int64
 	reading, watching atomic.Bool
-	unauthed          atomic.Bool // auth is on and it has not authenticated
-	evicted           bool        // under srv.mu
+	unauthed          atomic.Bool            // auth is on and it has not authenticated
+	quota             atomic.Pointer[string] // the client its requests count against (quotaKeyFor)
+	evicted           bool                   // under srv.mu
 
 	// Used only by the reader goroutine.
-	ident  *Identity
-	authed bool
-	name   string
-	upper  [respWordMax]byte
-	resp3  bool                          // the client said HELLO 3: lease replies are maps
-	subs   map[string]context.CancelFunc // watch mode: the subscriptions
+	ident   *Identity
+	authed  bool
+	name    string
+	upper   [respWordMax]byte
+	resp3   bool                          // the client said HELLO 3: lease replies are maps
+	subsKey string                        // the client its subscriptions count against (set at the first)
+	subs    map[string]context.CancelFunc // watch mode: the subscriptions
 }
 
 func (c *respConn) abort() {
@@ -247,6 +249,7 @@ func (r *cmdReader) end() {
 func (c *respConn) finish(writerDone <-chan struct{}) {
 	c.waitCancel() // also ends the subscriptions, so no push holds up Close
 	c.srv.subs.Add(-int64(len(c.subs)))
+	c.srv.giveSubs(c.subsKey, len(c.subs))
 	c.out.Close()
 	<-writerDone
 	c.abort()
@@ -357,7 +360,10 @@ func (c *respConn) replyErr(err error) {
 func (s *RESPServer) appendErr(b []byte, err error) []byte {
 	var he *leasehold.HeldError
 	var ie *leasehold.InvalidError
+	var qe *QuotaError
 	switch {
+	case errors.As(err, &qe):
+		return resp.AppendError(b, resp.CodeQuota+" "+qe.Error())
 	case errors.As(err, &he):
 		return resp.AppendHeld(b, he)
 	case errors.As(err, &ie):
@@ -378,3 +384,7 @@ func (s *RESPServer) appendErr(b []byte, err error) []byte {
 	s.log.Warn("resp: backend error", "err", err)
 	return resp.AppendError(b, "ERR internal error; see the server's log")
 }
+
+// quotaKey is the client this connection's requests count against: its
+// identity once authenticated, else its address.
+func (c *respConn) quotaKey() string { return *c.quota.Load() }

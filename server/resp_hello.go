@@ -76,6 +76,7 @@ func (c *respConn) authenticate(token []byte) bool {
 		return false
 	}
 	c.ident, c.authed = id, true
+	c.quota.Store(new(quotaKeyFor(id, c.addr)))
 	return true
 }
 

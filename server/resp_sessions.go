@@ -151,8 +151,17 @@ func (c *respConn) subscribe(a *respArgs) {
 			c.replyError(fmt.Sprintf("ERR at most %d subscriptions per connection; nothing was changed", maxSubscriptions))
 			return
 		}
+		if c.subsKey == "" {
+			c.subsKey = c.quotaKey()
+		}
+		if share, ok := c.srv.takeSub(c.subsKey); !ok {
+			c.srv.opts.Metrics.quotaRefused(QuotaSubscriptions)
+			c.replyError(fmt.Sprintf("%s quota exceeded: this client has %d subscriptions, its share of the server's %d (a quarter of --resp-max-subscriptions); nothing was changed", resp.CodeQuota, share, c.srv.opts.MaxSubscriptions))
+			return
+		}
 		if n := c.srv.subs.Add(1); n > int64(c.srv.opts.MaxSubscriptions) {
 			c.srv.subs.Add(-1)
+			c.srv.giveSubs(c.subsKey, 1)
 			c.srv.warn.Warn("resp: the subscriptions of all connections are at their limit (--resp-max-subscriptions)", "remote", c.nc.RemoteAddr(), "limit", c.srv.opts.MaxSubscriptions)
 			c.replyError(fmt.Sprintf("ERR the server has %d subscriptions, its limit; nothing was changed", c.srv.opts.MaxSubscriptions))
 			return
@@ -166,6 +175,36 @@ func (c *respConn) subscribe(a *respArgs) {
 	c.reply(func(b []byte) []byte { return appendSubReply(b, "subscribe", name, n, resp3) })
 }
 
+// takeSub counts a subscription of the client key, unless it has its
+// share already (a quarter of MaxSubscriptions, at least maxSubscriptions:
+// one client's connections cannot take every subscription); it returns
+// the client's count.
+func (s *RESPServer) takeSub(key string) (int, bool) {
+	s.subsMu.Lock()
+	defer s.subsMu.Unlock()
+	n := s.subsBy[key]
+	if n >= max(s.opts.MaxSubscriptions/4, maxSubscriptions) {
+		return n, false
+	}
+	if s.subsBy == nil {
+		s.subsBy = map[string]int{}
+	}
+	s.subsBy[key] = n + 1
+	return n + 1, true
+}
+
+// giveSubs gives back n subscriptions of the client key.
+func (s *RESPServer) giveSubs(key string, n int) {
+	if n == 0 {
+		return
+	}
+	s.subsMu.Lock()
+	defer s.subsMu.Unlock()
+	if s.subsBy[key] -= n; s.subsBy[key] <= 0 {
+		delete(s.subsBy, key)
+	}
+}
+
 // LH.UNSUBSCRIBE name
 func (c *respConn) unsubscribe(a *respArgs) {
 	name := string(a.pos[0])
@@ -173,6 +212,7 @@ func (c *respConn) unsubscribe(a *respArgs) {
 		cancel()
 		delete(c.subs, name)
 		c.srv.subs.Add(-1)
+		c.srv.giveSubs(c.subsKey, 1)
 	}
 	if c.subs == nil {
 		c.subs = map[string]context.CancelFunc{} // watch mode all the same

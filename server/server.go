@@ -38,6 +38,9 @@ type Config struct {
 
 	Auth   *Auth   // bearer tokens and per-prefix grants; nil: auth off
 	Limits *Limits // per-identity rate limits; nil: none
+	// Quotas bound what one client (identity, or address with auth off)
+	// holds through this server at once; zero fields take the defaults.
+	Quotas Quotas
 	// Logger receives the server's logs; nil discards.
 	Logger *slog.Logger
 	// Metrics, if set, are served at /metrics (give Metrics.Hooks() to the
@@ -170,7 +173,9 @@ func NewServer(b Backend, cfg Config) (*Server, error) {
 	if tc != nil && s.httpLn != nil {
 		s.httpLn = tls.NewListener(s.httpLn, httpTLS(tc))
 	}
-	s.api = newHTTPAPI(b, HandlerOptions{
+	// Both ports count what their clients hold against one set of quotas.
+	fronted := WithQuotas(b, cfg.Quotas, cfg.Metrics)
+	s.api = newHTTPAPI(fronted, HandlerOptions{
 		Auth: cfg.Auth, Limits: cfg.Limits, Logger: cfg.Logger, Metrics: cfg.Metrics,
 		Dashboard: cfg.Dashboard, MaxBodyBytes: cfg.MaxBodyBytes,
 		Workflows: cfg.Workflows, BodyTimeout: cfg.BodyTimeout, WriteTimeout: cfg.WriteTimeout, AllowedHosts: cfg.AllowedHosts,
@@ -191,7 +196,7 @@ func NewServer(b Backend, cfg Config) (*Server, error) {
 		ro := cfg.RESP
 		ro.Auth, ro.Limits, ro.Logger, ro.TLS, ro.Metrics = cfg.Auth, cfg.Limits, cfg.Logger, rt, cfg.Metrics
 		ro.Holders, ro.Workflows = cfg.Holders, cfg.Workflows
-		s.resp = NewRESPServer(b, ro)
+		s.resp = NewRESPServer(fronted, ro)
 	}
 	if !cfg.Auth.Enabled() {
 		for _, ln := range []net.Listener{s.httpLn, s.respLn} {

@@ -103,23 +103,25 @@ type serveOptions struct {
 	shutdownTimeout time.Duration
 
 	// The hardening bounds (docs/server.md, "Hardening").
-	allowedHosts         []string
-	bodyTimeout          time.Duration
-	writeTimeout         time.Duration
-	httpMaxConns         int
-	httpMaxConnsPerAddr  int
-	respMaxConns         int
-	respMaxConnsPerAddr  int
-	respAuthTimeout      time.Duration
-	respCommandTimeout   time.Duration
-	respHandshakeTimeout time.Duration
-	respMaxOutputBytes   int64
-	respMaxCommandBytes  int
-	respMaxTotalInput    int64
-	respMaxTotalOutput   int64
-	respMaxSubscriptions int
-	respMaxList          int
-	maxBodyBytes         int64
+	allowedHosts                             []string
+	bodyTimeout                              time.Duration
+	writeTimeout                             time.Duration
+	httpMaxConns                             int
+	httpMaxConnsPerAddr                      int
+	respMaxConns                             int
+	respMaxConnsPerAddr                      int
+	respAuthTimeout                          time.Duration
+	respCommandTimeout                       time.Duration
+	respHandshakeTimeout                     time.Duration
+	respMaxOutputBytes                       int64
+	respMaxCommandBytes                      int
+	respMaxTotalInput                        int64
+	respMaxTotalOutput                       int64
+	respMaxSubscriptions                     int
+	quotaLeases, quotaSessions, quotaWaiters int
+	quotaDataBytes                           int64
+	respMaxList                              int
+	maxBodyBytes                             int64
 }
 
 // serveEnv names the environment variable of each flag whose name does not
@@ -183,6 +185,10 @@ func newServeCmd(e *env) *cobra.Command {
 	f.Int64Var(&o.respMaxTotalOutput, "resp-max-total-output-bytes", server.DefaultRESPMaxTotalOutputBytes, "most bytes of replies waiting to be sent on all RESP connections together; past it, a connection with more than 1/32 of --resp-max-output-bytes waiting is closed")
 	f.IntVar(&o.respMaxList, "resp-max-list", server.DefaultRESPMaxList, "most leases one LH.LIST answers (more: -TOOMANY; LH.SCAN pages through any number)")
 	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest HTTP request body; larger ones get 413")
+	f.IntVar(&o.quotaLeases, "quota-leases", server.DefaultQuotaLeases, "most leases one client (identity; with auth off, IP address) holds through this server at once; more: 429 quota-exceeded / -QUOTA (0: no limit)")
+	f.Int64Var(&o.quotaDataBytes, "quota-data-bytes", server.DefaultQuotaDataBytes, "most bytes of lease data one client's leases hold together (0: no limit)")
+	f.IntVar(&o.quotaSessions, "quota-sessions", server.DefaultQuotaSessions, "most open sessions of one client (0: no limit)")
+	f.IntVar(&o.quotaWaiters, "quota-waiters", server.DefaultQuotaWaiters, "most acquires of one client waiting in a queue at once (0: no limit)")
 	return cmd
 }
 
@@ -340,6 +346,10 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		Addr:      o.addr, RESPAddr: o.respAddr,
 		TLSCert: o.tlsCert, TLSKey: o.tlsKey, ClientCA: o.clientCA,
 		Auth: auth, Limits: limits, Logger: log, Metrics: metrics,
+		Quotas: server.Quotas{
+			Leases: noQuotaIfZero(o.quotaLeases), DataBytes: noQuotaIfZero(o.quotaDataBytes),
+			Sessions: noQuotaIfZero(o.quotaSessions), Waiters: noQuotaIfZero(o.quotaWaiters),
+		},
 		Holders:         holders,
 		ShutdownTimeout: o.shutdownTimeout,
 		AllowedHosts:    o.allowedHosts, BodyTimeout: o.bodyTimeout, WriteTimeout: o.writeTimeout, MaxBodyBytes: o.maxBodyBytes,
@@ -461,6 +471,19 @@ func (o *serveOptions) checkBounds() error {
 			return usagef("serve: %s must be positive", c.name)
 		}
 	}
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"--quota-leases", o.quotaLeases >= 0},
+		{"--quota-data-bytes", o.quotaDataBytes >= 0},
+		{"--quota-sessions", o.quotaSessions >= 0},
+		{"--quota-waiters", o.quotaWaiters >= 0},
+	} {
+		if !c.ok {
+			return usagef("serve: %s must be 0 (no limit) or positive", c.name)
+		}
+	}
 	for _, h := range o.allowedHosts {
 		port := strings.Contains(h, ":") && net.ParseIP(strings.Trim(h, "[]")) == nil
 		if h == "" || port || strings.ContainsAny(h, "/ \t@?#") {
@@ -468,4 +491,12 @@ func (o *serveOptions) checkBounds() error {
 		}
 	}
 	return nil
+}
+
+// noQuotaIfZero maps a --quota-* flag's 0 (no limit) to server.NoQuota.
+func noQuotaIfZero[T ~int | ~int64](v T) T {
+	if v == 0 {
+		return server.NoQuota
+	}
+	return v
 }

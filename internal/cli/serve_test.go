@@ -5,6 +5,7 @@ package cli
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -243,6 +244,10 @@ func TestServeUsageErrors(t *testing.T) {
 		{"serve", "--data-dir", dir, "--max-body-bytes", "-1"},
 		{"serve", "--data-dir", dir, "--body-timeout", "0s"},
 		{"serve", "--data-dir", dir, "--write-timeout", "0s"},
+		{"serve", "--data-dir", dir, "--quota-leases", "-1"},
+		{"serve", "--data-dir", dir, "--quota-data-bytes", "-5"},
+		{"serve", "--data-dir", dir, "--quota-sessions", "-1"},
+		{"serve", "--data-dir", dir, "--quota-waiters", "-1"},
 		{"serve", "--data-dir", dir, "--http-max-conns", "0"},
 		{"serve", "--data-dir", dir, "--http-max-conns-per-addr", "-5"},
 		{"serve", "--data-dir", dir, "--allowed-hosts", "http://leases.internal"},
@@ -343,5 +348,45 @@ func TestServeListAndBodyFlags(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Errorf("a %d-byte body with --max-body-bytes 300: %d, want 413", len(body), resp.StatusCode)
+	}
+}
+
+// TestServeQuotaFlags: --quota-leases reaches the server (a second lease
+// of one client is refused with quota-exceeded, over both ports) and 0
+// turns the quota off.
+func TestServeQuotaFlags(t *testing.T) {
+	catchSIGTERM(t)
+	ctx := context.Background()
+	acquire := func(base, name string) error {
+		c, err := remote.OpenHTTP(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, err = c.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "o", TTL: time.Minute})
+		return err
+	}
+	s := startServing(t, "--store", "memory://", "--addr", "127.0.0.1:0", "--resp-addr", "127.0.0.1:0", "--quota-leases", "1")
+	defer stopAll(t, s)
+	if err := acquire(s.base, "q/a"); err != nil {
+		t.Fatalf("the first lease: %v", err)
+	}
+	if err := acquire(s.base, "q/b"); !errors.Is(err, remote.ErrQuotaExceeded) {
+		t.Errorf("a second lease with --quota-leases 1: %v, want ErrQuotaExceeded", err)
+	}
+	r, err := remote.OpenRESP("leasehold://" + s.resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.TryAcquire(ctx, leasehold.AcquireRequest{Name: "q/c", Owner: "o", TTL: time.Minute}); !errors.Is(err, remote.ErrQuotaExceeded) {
+		t.Errorf("a second lease over RESP with --quota-leases 1: %v, want ErrQuotaExceeded", err)
+	}
+	off := startServing(t, "--store", "memory://", "--addr", "127.0.0.1:0", "--quota-leases", "0")
+	defer stopAll(t, off)
+	for _, n := range []string{"o/a", "o/b", "o/c"} {
+		if err := acquire(off.base, n); err != nil {
+			t.Errorf("%s with --quota-leases 0 (no limit): %v", n, err)
+		}
 	}
 }

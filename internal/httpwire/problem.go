@@ -30,6 +30,7 @@ const (
 	Forbidden            = "forbidden"
 	MisdirectedHost      = "misdirected-host"
 	RateLimited          = "rate-limited"
+	QuotaExceeded        = "quota-exceeded"
 	TooLarge             = "too-large"
 	UnsupportedMediaType = "unsupported-media-type"
 	NoRoute              = "no-route"
@@ -55,7 +56,7 @@ const (
 // ProblemTypes are all the problem types the server answers with.
 var ProblemTypes = []string{
 	Held, NotHeld, NotFound, Invalid, BadProof, NoSession, Unauthorized, Forbidden, MisdirectedHost,
-	RateLimited, TooLarge, UnsupportedMediaType, NoRoute, MethodNotAllowed, Unavailable, Timeout, Internal,
+	RateLimited, QuotaExceeded, TooLarge, UnsupportedMediaType, NoRoute, MethodNotAllowed, Unavailable, Timeout, Internal,
 	PreconditionFailed, PreconditionRequired, Conflict, RecordsUnsupported, TxnUnsupported,
 	WrongState, NotAllowed, Exists, Contended, RequestReused, WorkflowRecord,
 }

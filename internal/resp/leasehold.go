@@ -26,6 +26,7 @@ const (
 	CodeRateLimited = "RATELIMITED" // over the identity's rate limit; nothing changed
 	CodeBadProof    = "BADPROOF"    // renew or release without the grant's secret; nothing changed
 	CodeTooMany     = "TOOMANY"     // LH.LIST over the server's cap: page with LH.SCAN
+	CodeQuota       = "QUOTA"       // the client is at a quota of the server (leases, data, sessions, waiters); nothing changed
 	CodeErr         = "ERR"         // anything else
 )
 

@@ -12,7 +12,7 @@ The server client needs only the standard library.
 
 from .client import DEFAULT_TTL, Client, Election, Semaphore
 from .errors import (BadProof, Conflict, Forbidden, Held, Invalid, LeaseholdError, Lost, NoSession, NotFound,
-                     NotHeld, ProblemError, RateLimited, Released, Unauthorized, Unavailable, Unreachable,
+                     NotHeld, ProblemError, QuotaExceeded, RateLimited, Released, Unauthorized, Unavailable, Unreachable,
                      Unsupported)
 from .lease import Lease, LeaseInfo
 from .records import Record, Records, RetriesExhausted, Write
@@ -28,7 +28,7 @@ def __getattr__(name: str):  # DynamoDBClient needs boto3 only when used
 __all__ = [
     "Client", "Election", "Semaphore", "Lease", "LeaseInfo", "Record", "Records", "Write", "DEFAULT_TTL",
     "LeaseholdError", "Held", "NotHeld", "BadProof", "NotFound", "Lost", "Released", "Conflict", "RetriesExhausted",
-    "Invalid", "ProblemError", "Unauthorized", "Forbidden", "RateLimited", "Unavailable", "NoSession",
+    "Invalid", "ProblemError", "Unauthorized", "Forbidden", "RateLimited", "QuotaExceeded", "Unavailable", "NoSession",
     "Unreachable", "Unsupported", "DynamoDBClient",
 ]
 __version__ = "0.1.0"

@@ -107,6 +107,13 @@ class RateLimited(ProblemError):
     """429: over the identity's rate limit; ``retry_after`` says when to ask again. Nothing was changed."""
 
 
+class QuotaExceeded(ProblemError):
+    """429 ``quota-exceeded``: this client (its identity; with auth off, its IP
+    address) is at one of the server's quotas: leases held, their data,
+    sessions or waiting acquires. Nothing was changed; asking again helps only
+    once the client holds less, so it is raised at once, not retried."""
+
+
 class Unavailable(ProblemError):
     """503: the server is shutting down or not ready; retry (an acquire with the same request id)."""
 
@@ -134,6 +141,7 @@ _PROBLEM_CLASSES = {
     "unauthorized": Unauthorized,
     "forbidden": Forbidden,
     "rate-limited": RateLimited,
+    "quota-exceeded": QuotaExceeded,
     "unavailable": Unavailable,
     "no-session": NoSession,
 }

@@ -7,7 +7,7 @@ import time
 import unittest
 
 import leasehold
-from leasehold import Client, Held, Invalid, Lost, NotFound, NotHeld, Released, Unreachable
+from leasehold import Client, Held, Invalid, Lost, NotFound, NotHeld, QuotaExceeded, Released, Unreachable
 
 from server import ModuleServer, Server, uniq
 
@@ -302,6 +302,23 @@ class LeaseTest(unittest.TestCase):
                 ran.append((9, lc.held))
         self.assertEqual(ran, [(0, True)])
         self.assertIn("client.lease(", str(cm2.exception))
+
+    def test_quota_exceeded_is_raised_at_once(self) -> None:
+        own = Server("--quota-leases", "1")
+        self.addCleanup(own.stop)
+        c = Client(own.url, owner="py-quota")
+        first = c.try_acquire(uniq("quota"), ttl=60)
+        self.addCleanup(first.release)
+        name = uniq("quota")
+        with self.assertRaises(QuotaExceeded) as cm:
+            c.try_acquire(name, ttl=60)
+        self.assertEqual((cm.exception.status, cm.exception.type), (429, "quota-exceeded"))
+        t0 = time.monotonic()
+        with self.assertRaises(QuotaExceeded):  # not retried until the timeout
+            c.acquire(name, ttl=60, timeout=20)
+        self.assertLess(time.monotonic() - t0, 10)
+        with self.assertRaises(NotFound):  # nothing was changed
+            c.get(name)
 
     def test_stopped_server_loses_at_the_deadline_and_release_does_not_wait(self) -> None:
         own = Server()
