@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,6 +51,10 @@ func startServeProc(t *testing.T, auth bool, extra ...string) *serveProc {
 	}
 	args = append(args, extra...)
 	cmd, err := verify.CLICommand(context.Background(), args...)
+	if bin := os.Getenv(envServeBin); bin != "" {
+		cmd, err = exec.Command(bin, knownFlags(t, bin, args)...), nil
+		cmd.Stderr = os.Stderr
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +73,43 @@ func startServeProc(t *testing.T, auth bool, extra ...string) *serveProc {
 	t.Cleanup(p.client.CloseIdleConnections)
 	proctest.WaitReady(t, p.url+"/readyz", 60*time.Second)
 	return p
+}
+
+// envServeBin, when set, names a leasehold binary that startServeProc
+// runs as `leasehold serve` instead of this test binary: a test-only
+// override to show a case failing on an older build (a worktree of the
+// commit before a fix, built with go build ./cmd/leasehold). The flags such
+// a binary does not know are left out (knownFlags) and logged.
+const envServeBin = "LEASEHOLD_R11_SERVE_BIN"
+
+// knownFlags is args without the flags (--name value or --name=value) that
+// bin's `serve --help` does not list.
+func knownFlags(t *testing.T, bin string, args []string) []string {
+	t.Helper()
+	help, _ := exec.Command(bin, "serve", "--help").CombinedOutput()
+	var kept, dropped []string
+	for i := 0; i < len(args); i++ {
+		name, hasValue := strings.CutPrefix(args[i], "--")
+		if !hasValue {
+			kept = append(kept, args[i])
+			continue
+		}
+		name, _, inline := strings.Cut(name, "=")
+		n := 1
+		if !inline && i+1 < len(args) && !strings.HasPrefix(args[i+1], "--") {
+			n = 2
+		}
+		if regexp.MustCompile(`--` + regexp.QuoteMeta(name) + `(\s|$)`).Match(help) {
+			kept = append(kept, args[i:i+n]...)
+		} else {
+			dropped = append(dropped, args[i:i+n]...)
+		}
+		i += n - 1
+	}
+	if len(dropped) > 0 {
+		t.Logf("%s=%s does not know %v: left out", envServeBin, bin, dropped)
+	}
+	return kept
 }
 
 // grant is a token of an auth file (--auth-file) with its one grant.
