@@ -238,32 +238,7 @@ func runRound(t *testing.T, r *row, bin, mut string, b backend, fault string) {
 	}
 	sup := startRun(t, bin, env, "--store", storeURL, "--ttl", ttl.String(), name, "--", exe, "-test.run=^$")
 
-	// Wait until both processes of the command beat.
-	var token uint64
-	var child int
-	for end := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		bs, _ := readBeats(logPath)
-		roles := map[string]bool{}
-		for _, x := range bs {
-			if x.Kind == 'B' {
-				roles[x.Role], token = true, x.Token
-				if x.Role == "child" {
-					child = x.Pid
-				}
-			}
-		}
-		if roles["child"] && roles["grandchild"] {
-			break
-		}
-		select {
-		case <-sup.done:
-			t.Fatalf("leasehold run exited %d before its command ran: %s", sup.code, sup.stderr())
-		default:
-		}
-		if time.Now().After(end) {
-			t.Fatalf("the command did not start within 60 s: %s", sup.stderr())
-		}
-	}
+	token, child := waitBeating(t, sup, logPath)
 	r.op(1)
 
 	var tm timer
@@ -447,6 +422,35 @@ func runRound(t *testing.T, r *row, bin, mut string, b backend, fault string) {
 	}
 	if fault == faultStop || fault == faultKeeperStop {
 		r.note("stop", 0, "stopped %s", ms(2*ttl))
+	}
+}
+
+// waitBeating waits until both processes of sup's command beat in the
+// log at logPath and returns their token and the child's pid.
+func waitBeating(t *testing.T, sup *supervisor, logPath string) (token uint64, child int) {
+	t.Helper()
+	for end := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		bs, _ := readBeats(logPath)
+		roles := map[string]bool{}
+		for _, x := range bs {
+			if x.Kind == 'B' {
+				roles[x.Role], token = true, x.Token
+				if x.Role == "child" {
+					child = x.Pid
+				}
+			}
+		}
+		if roles["child"] && roles["grandchild"] {
+			return token, child
+		}
+		select {
+		case <-sup.done:
+			t.Fatalf("leasehold run exited %d before its command ran: %s", sup.code, sup.stderr())
+		default:
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the command did not start within 60 s: %s", sup.stderr())
+		}
 	}
 }
 
