@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -315,34 +316,179 @@ func TestQuotasOverBothPorts(t *testing.T) {
 	}
 	rtExpect(t, "a's third after a release the ports did not see", c.do("LH.ACQUIRE", "p/5", "o", "60000"), "-"+resp.CodeQuota)
 
-	// Auth off: each address is a client.
+	// Auth off: the client is the address, and every loopback address is
+	// one client (the review's F8: a local process used 8 of them to take
+	// 8 quotas).
 	srv2, _ := startServe(t, rtEngine(t), Config{RESPAddr: "127.0.0.1:0", Quotas: Quotas{Leases: 1}})
 	addr := srv2.RESPAddr().String()
-	from := func(src string) *rtConn {
-		nc := hdDialFrom(t, src, addr)
-		nc.SetDeadline(time.Now().Add(time.Minute))
-		return &rtConn{rawConn: rawConn{t: t, nc: nc}, rd: resp.NewReader(bufio.NewReader(nc))}
-	}
-	one, two, other := from("127.0.0.1"), from("127.0.0.1"), from("127.0.0.2")
+	one, two, other := rtDialFrom(t, "127.0.0.1", addr), rtDialFrom(t, "127.0.0.1", addr), rtDialFrom(t, "127.0.0.2", addr)
 	rtExpect(t, "127.0.0.1's acquire", one.do("LH.ACQUIRE", "x/1", "o", "60000"), "[")
 	rtExpect(t, "127.0.0.1's second, on another connection", two.do("LH.ACQUIRE", "x/2", "o", "60000"), "-"+resp.CodeQuota)
-	rtExpect(t, "127.0.0.2's acquire", other.do("LH.ACQUIRE", "x/2", "o", "60000"), "[")
+	rtExpect(t, "127.0.0.2's acquire (loopback too)", other.do("LH.ACQUIRE", "x/2", "o", "60000"), "-"+resp.CodeQuota)
 	rtExpect(t, "127.0.0.1 force-releases x/1", one.do("LH.FORCERELEASE", "x/1"), "[")
-	rtExpect(t, "127.0.0.1's acquire after its release", two.do("LH.ACQUIRE", "x/3", "o", "60000"), "[")
+	rtExpect(t, "127.0.0.2's acquire after the release", other.do("LH.ACQUIRE", "x/3", "o", "60000"), "[")
+}
+
+// rtDialFrom connects to addr from the local address src.
+func rtDialFrom(t *testing.T, src, addr string) *rtConn {
+	nc := hdDialFrom(t, src, addr)
+	nc.SetDeadline(time.Now().Add(2 * time.Minute))
+	return &rtConn{rawConn: rawConn{t: t, nc: nc}, rd: resp.NewReader(bufio.NewReader(nc))}
+}
+
+// TestQuotaKeys: an identity is its own client; without one, an address
+// is, and all loopback addresses are one.
+func TestQuotaKeys(t *testing.T) {
+	id := &Identity{Name: "a"}
+	for _, c := range []struct {
+		id        *Identity
+		a, b      string
+		sameAsAny bool
+	}{
+		{nil, "127.0.0.1", "127.0.0.2", true},
+		{nil, "127.0.0.1", "::1", true},
+		{nil, "10.0.0.1", "10.0.0.2", false},
+		{nil, "10.0.0.1", "127.0.0.1", false},
+		{id, "10.0.0.1", "10.0.0.2", true},
+	} {
+		if same := quotaKeyFor(c.id, c.a) == quotaKeyFor(c.id, c.b); same != c.sameAsAny {
+			t.Errorf("identity %v: %s and %s one client = %v, want %v", c.id, c.a, c.b, same, c.sameAsAny)
+		}
+	}
+	if quotaKeyFor(id, "10.0.0.1") == quotaKeyFor(nil, "10.0.0.1") {
+		t.Error("an identity and its address are one client")
+	}
+}
+
+// TestQuotaForceReleaseToWaiter (the review's F3): a force release that
+// hands the name to a waiter of the same client must not uncount the
+// waiter's new lease; it used to, and the client went on to hold twice
+// its quota.
+func TestQuotaForceReleaseToWaiter(t *testing.T) {
+	qb := newQTBackend(t, Quotas{Leases: 2})
+	// The force release returns only once the waiter's grant is counted:
+	// the order in which the review saw the count go wrong.
+	qb.Backend = forceThen{qb.Backend, func() {
+		servertest.WaitFor(t, "the waiter's grant counted", func() bool {
+			qb.mu.Lock()
+			defer qb.mu.Unlock()
+			l := qb.leases["f/x"]
+			return l != nil && l.client == "m"
+		})
+	}}
+	bg := context.Background()
+	_, err := qb.acquire("other", "f/x", time.Minute, 0)
+	qb.mustOK("the other client's grant", err)
+	_, err = qb.acquire("m", "f/1", time.Minute, 0)
+	qb.mustOK("m's first", err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := qb.Acquire(withQuotaClient(bg, fakeClient("m")), AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: "f/x", Owner: "m", TTL: time.Minute}, Wait: time.Minute})
+		done <- err
+	}()
+	servertest.WaitFor(t, "m's waiter queued", func() bool { return len(qb.Waiters("f/x")) == 1 })
+	_, err = qb.ForceRelease(bg, "f/x")
+	qb.mustOK("the force release", err)
+	qb.mustOK("m's waiter", <-done)
+	_, err = qb.acquire("m", "f/3", time.Minute, 0)
+	qb.mustQuota("m's third lease, holding f/1 and f/x", err, QuotaLeases, "f/3")
+}
+
+// forceThen is a Backend whose ForceRelease calls then before returning.
+type forceThen struct {
+	Backend
+	then func()
+}
+
+func (b forceThen) ForceRelease(ctx context.Context, name string) (leasehold.Record, error) {
+	rec, err := b.Backend.ForceRelease(ctx, name)
+	b.then()
+	return rec, err
+}
+
+// TestQuotaClosedSessionLeases (the review's F4): closing a session ends
+// its leases, and the client's count with them; they used to count until
+// their expiry as announced (the session's TTL, up to 24 h).
+func TestQuotaClosedSessionLeases(t *testing.T) {
+	qb := newQTBackend(t, Quotas{Leases: 2})
+	ctx := withQuotaClient(context.Background(), fakeClient("a"))
+	s, err := qb.OpenSession(ctx, time.Hour)
+	qb.mustOK("open", err)
+	for _, n := range []string{"c/1", "c/2"} {
+		_, err := qb.Acquire(ctx, AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Name: n, Owner: "o", TTL: time.Hour}, Session: s.ID})
+		qb.mustOK("a lease on the session", err)
+	}
+	_, err = qb.acquire("a", "c/3", time.Hour, 0)
+	qb.mustQuota("a third lease", err, QuotaLeases, "c/3")
+	qb.mustOK("close the session", qb.CloseSession(ctx, s.ID))
+	for _, n := range []string{"c/3", "c/4"} {
+		_, err = qb.acquire("a", n, time.Hour, 0)
+		qb.mustOK("a lease after closing the session ("+n+")", err)
+	}
+}
+
+// TestQuotaSemaphoreWaits (the review's F5): a semaphore acquire that
+// waits counts as one of its client's waiters; 50 such waits from one
+// address were all accepted with --quota-waiters 10.
+func TestQuotaSemaphoreWaits(t *testing.T) {
+	srv, _ := startServe(t, rtEngine(t), Config{Quotas: Quotas{Waiters: 2}})
+	base := "http://" + srv.HTTPAddr().String()
+	post := func(ctx context.Context, body string) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/semaphores/s/acquire", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, body := post(context.Background(), `{"owner":"h","ttl_ms":60000,"permits":1}`); code != http.StatusOK {
+		t.Fatalf("the holder's permit: %d %s", code, body)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range 2 {
+		go post(ctx, fmt.Sprintf(`{"owner":"w%d","ttl_ms":60000,"permits":1,"wait_ms":60000}`, i))
+	}
+	qb := srv.api.b.(*quotaBackend)
+	servertest.WaitFor(t, "two semaphore waits counted", func() bool {
+		qb.mu.Lock()
+		defer qb.mu.Unlock()
+		u := qb.clients["loopback"]
+		return u != nil && u.waiters == 2
+	})
+	code, body := post(context.Background(), `{"owner":"w3","ttl_ms":60000,"permits":1,"wait_ms":60000}`)
+	if code != http.StatusTooManyRequests || !strings.Contains(body, `"resource":"waiters"`) {
+		t.Errorf("a third semaphore wait with a quota of 2: %d %s; want 429 naming waiters", code, body)
+	}
+	cancel()
+	servertest.WaitFor(t, "the cancelled waits uncounted", func() bool {
+		qb.mu.Lock()
+		defer qb.mu.Unlock()
+		u := qb.clients["loopback"]
+		return u == nil || u.waiters == 0
+	})
 }
 
 // TestRESPSubscriptionShare (issue 26: 4 connections × 65,536
 // subscriptions; the total is now bounded, and one client must not take
 // all of it): a client's subscriptions, over all its connections, are at
-// most a quarter of the server's (at least 1,024); another client still
-// subscribes, and closing a connection gives its share back.
+// most a quarter of the server's (at least 1,024); another client (here
+// an identity) still subscribes, and closing a connection gives its
+// share back.
 func TestRESPSubscriptionShare(t *testing.T) {
 	m := NewMetrics(nil)
-	srv, addr := rtServe(t, rtEngine(t), RESPOptions{Metrics: m, MaxSubscriptions: 8192})
-	from := func(src string) *rtConn {
-		nc := hdDialFrom(t, src, addr)
-		nc.SetDeadline(time.Now().Add(2 * time.Minute))
-		return &rtConn{rawConn: rawConn{t: t, nc: nc}, rd: resp.NewReader(bufio.NewReader(nc))}
+	auth := testAuth(t, []TokenConfig{
+		{Identity: "a", Token: "token-a-0123456789", Grants: []Grant{{Prefix: "", Access: "read"}}},
+		{Identity: "b", Token: "token-b-0123456789", Grants: []Grant{{Prefix: "", Access: "read"}}},
+	})
+	srv, addr := rtServe(t, rtEngine(t), RESPOptions{Metrics: m, MaxSubscriptions: 8192, Auth: auth})
+	from := func(token string) *rtConn {
+		c := rtDialFrom(t, "127.0.0.1", addr)
+		rtExpect(t, "AUTH", c.do("AUTH", token), "+OK")
+		return c
 	}
 	// subscribe pipelines n subscriptions on c and returns the last reply.
 	subscribe := func(c *rtConn, prefix string, n int) string {
@@ -357,13 +503,13 @@ func TestRESPSubscriptionShare(t *testing.T) {
 		}
 		return last
 	}
-	a1, a2 := from("127.0.0.1"), from("127.0.0.1")
+	a1, a2 := from("token-a-0123456789"), from("token-a-0123456789")
 	rtExpect(t, "a's first 1,024 subscriptions", subscribe(a1, "a1/", 1024), "[$subscribe $a1/1023 :1024")
 	rtExpect(t, "a's next 1,024 on another connection", subscribe(a2, "a2/", 1024), "[$subscribe $a2/1023 :1024")
-	a3 := from("127.0.0.1")
+	a3 := from("token-a-0123456789")
 	rtExpect(t, "a's 2,049th", a3.do("LH.SUBSCRIBE", "a3/0"), "-"+resp.CodeQuota+" quota exceeded: this client has 2048 subscriptions")
-	b := from("127.0.0.2")
-	rtExpect(t, "another address's subscription", b.do("LH.SUBSCRIBE", "b/0"), "[$subscribe $b/0 :1")
+	b := from("token-b-0123456789")
+	rtExpect(t, "another identity's subscription", b.do("LH.SUBSCRIBE", "b/0"), "[$subscribe $b/0 :1")
 	if v := hdValue(t, m.quotaRefusals.WithLabelValues(QuotaSubscriptions)); v != 1 {
 		t.Errorf("leasehold_quota_refusals_total{resource=subscriptions} = %v, want 1", v)
 	}

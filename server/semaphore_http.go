@@ -89,6 +89,13 @@ func (h *httpAPI) semAcquire(ctx context.Context, name string, n int, req Acquir
 	deadline := time.Now().Add(wait)
 	var events <-chan Event
 	if wait > 0 {
+		// It waits here, not in a queue of the backend: count it as one
+		// of its client's waiters all the same.
+		done, err := waitingFor(h.b, ctx)
+		if err != nil {
+			return leasehold.Record{}, 0, err
+		}
+		defer done()
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		events = h.b.Subscribe(sctx, name+httpPermitSep)
