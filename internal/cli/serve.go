@@ -119,6 +119,7 @@ type serveOptions struct {
 	respMaxTotalOutput                       int64
 	respMaxSubscriptions                     int
 	quotaLeases, quotaSessions, quotaWaiters int
+	capsGiven                                bool // --http-max-conns or --resp-max-conns set (flag or environment)
 	quotaDataBytes                           int64
 	respMaxList                              int
 	maxBodyBytes                             int64
@@ -147,6 +148,7 @@ func newServeCmd(e *env) *cobra.Command {
 			if err := applyEnv(cmd.Flags()); err != nil {
 				return err
 			}
+			o.capsGiven = cmd.Flags().Changed("http-max-conns") || cmd.Flags().Changed("resp-max-conns")
 			return o.run(cmd.Context(), e)
 		}),
 	}
@@ -264,6 +266,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	if err := o.checkBounds(); err != nil {
 		return err
 	}
+	o.fitConnCaps(fileLimit(), log)
 	var auth *server.Auth
 	if o.authFile != "" {
 		if auth, err = server.LoadAuth(o.authFile); err != nil {
@@ -499,4 +502,42 @@ func noQuotaIfZero[T ~int | ~int64](v T) T {
 		return server.NoQuota
 	}
 	return v
+}
+
+// fdReserve is the open files kept for everything but client connections:
+// the engine's log and snapshots, the listeners, a store's connections.
+const fdReserve = 512
+
+// fitConnCaps keeps the connection caps of the ports served within the
+// process's file limit. Above it, accept fails (too many open files)
+// before a cap refuses or evicts anyone, and every newcomer waits: the
+// review of issue 26 filled a server whose limit (20,000) equalled the
+// default caps' sum, and polite clients on both ports timed out. Default
+// caps are lowered in proportion, with a line in the log; caps given
+// explicitly are kept, with a warning.
+func (o *serveOptions) fitConnCaps(limit uint64, log *slog.Logger) {
+	var need uint64
+	if o.addr != "" {
+		need += uint64(o.httpMaxConns)
+	}
+	if o.respAddr != "" {
+		need += uint64(o.respMaxConns)
+	}
+	if limit == 0 || need == 0 || need+fdReserve <= limit {
+		return
+	}
+	room := limit / 2
+	if limit > 2*fdReserve {
+		room = limit - fdReserve
+	}
+	if o.capsGiven {
+		log.Warn("the connection caps add up to more than the open-file limit allows: at the limit new connections wait or fail (accept: too many open files) before a cap refuses or evicts anyone; raise the limit (ulimit -n) or lower the caps",
+			"open_file_limit", limit, "http_max_conns", o.httpMaxConns, "resp_max_conns", o.respMaxConns)
+		return
+	}
+	scale := func(c int) int { return max(1, int(uint64(c)*room/need)) }
+	o.httpMaxConns, o.respMaxConns = scale(o.httpMaxConns), scale(o.respMaxConns)
+	o.httpMaxConnsPerAddr, o.respMaxConnsPerAddr = min(o.httpMaxConnsPerAddr, o.httpMaxConns), min(o.respMaxConnsPerAddr, o.respMaxConns)
+	log.Info("connection caps lowered to fit the open-file limit (raise it with ulimit -n for more)",
+		"open_file_limit", limit, "http_max_conns", o.httpMaxConns, "resp_max_conns", o.respMaxConns)
 }
