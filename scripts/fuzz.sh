@@ -56,6 +56,17 @@ for t in "${targets[@]}"; do
 	# -parallel 2: one fuzzing worker per core of a 2-core CI machine.
 	go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -parallel 2 "$pkg" 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
+	# Go's fuzzing coordinator can fail a target with a bare "context
+	# deadline exceeded" when -fuzztime ends while a starved worker is
+	# mid-call (go.dev/issue/75804, fixed in Go 1.27; CI saw it on a
+	# loaded machine): no input is written, nothing of the target failed.
+	# That one case is run once more; any other failure stands.
+	if [ "$rc" -ne 0 ] && grep -q 'context deadline exceeded' "$log" &&
+		! grep -q 'Failing input written to\|panic:\|_test.go:[0-9]' "$log"; then
+		echo "fuzz.sh: $short.$name: the coordinator's deadline failure of go.dev/issue/75804 (no input written); running it once more"
+		go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -parallel 2 "$pkg" 2>&1 | tee "$log"
+		rc=${PIPESTATUS[0]}
+	fi
 	execs=$(grep -o 'execs: [0-9]*' "$log" | tail -n 1 | grep -o '[0-9]*$')
 	execs=${execs:-0}
 	violations=0 checker=ok

@@ -111,6 +111,48 @@ func TestRepliesLimit(t *testing.T) {
 	}
 }
 
+// TestRepliesOverflowedRunNothing (issue 26's review): once a connection
+// has overflowed, the commands it still has queued are not run, so no
+// reply is built for a client that will never get it (200 slow readers of
+// 64 KiB replies took a server to 1.7 GB against a 256 MiB total).
+func TestRepliesOverflowedRunNothing(t *testing.T) {
+	w := blockingWriter{release: make(chan struct{})}
+	defer close(w.release)
+	r := NewReplies(w, 1024, NewWorkers(), func() {})
+	var overflowed atomic.Bool
+	r.SetLimit(100<<10, func(bool) { overflowed.Store(true) })
+	go r.Run()
+	reply := strings.Repeat("x", 10<<10)
+	var ran, after atomic.Int32
+	for i := 0; i < 200; i++ {
+		r.Async("k", false, func(b []byte) []byte { // one key: they run in order
+			ran.Add(1)
+			if overflowed.Load() {
+				after.Add(1)
+			}
+			return AppendBulkString(b, reply)
+		})
+	}
+	r.Close()
+	finished := func() bool { // the last of the key has finished
+		r.orderMu.Lock()
+		defer r.orderMu.Unlock()
+		return len(r.lastBy) == 0
+	}
+	for deadline := time.Now().Add(30 * time.Second); !finished() && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !overflowed.Load() {
+		t.Fatal("no overflow with 200 replies of 10 KiB unwritten against a 100 KiB limit")
+	}
+	if n := after.Load(); n != 0 {
+		t.Errorf("%d commands ran after the overflow (%d in all), want 0", n, ran.Load())
+	}
+	if n := ran.Load(); n > 12 {
+		t.Errorf("%d commands ran, want at most the 11 or so that fit in the limit", n)
+	}
+}
+
 // TestInlineLimitBelowBuffer: with MaxInline below the buffer's size (the
 // server's 1 KiB before AUTH), a line without its end is refused once
 // MaxInline+2 bytes have come, without waiting for more; pipelined short
