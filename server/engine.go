@@ -47,7 +47,31 @@ type EngineConfig struct {
 	// 1,048,576). One takes about 250 bytes of memory and 100 of snapshot
 	// (measured with 19-byte names and 12-byte owners).
 	MaxTombstones int
+	// MaxTombstoneBytes bounds the memory of the freed grants remembered:
+	// each counts its name's and owner's bytes plus tombOverhead (a
+	// tombstone keeps no request id or data); past it the oldest are
+	// forgotten first, as past MaxTombstones (default
+	// DefaultMaxTombstoneBytes). Negative, or too small for one tombstone
+	// of the longest name and owner, is an error.
+	MaxTombstoneBytes int64
+	// MaxRecordBytes bounds the versioned records of all clients together:
+	// each counts its key's and value's bytes plus recOverhead. A write
+	// that would take the total past it is refused with a *QuotaError
+	// (Resource QuotaRecords) and changes nothing; writes that shrink or
+	// delete records always pass (default DefaultMaxRecordBytes). Negative
+	// is an error.
+	MaxRecordBytes int64
 }
+
+// The defaults of EngineConfig's memory bounds: 64 MiB of tombstones are
+// about 79,000 freed grants with 256-byte names and 250-byte owners (the
+// count bound alone allowed a million: 1.1 GB of the engine's heap, 2.9
+// GB measured in a running server), 512 MiB of records about 8,000
+// values of 64 KiB.
+const (
+	DefaultMaxTombstoneBytes = 64 << 20
+	DefaultMaxRecordBytes    = 512 << 20
+)
 
 // Engine is the server's native Backend: lease state in memory, every
 // change appended to a group-committed log before it is acknowledged,
@@ -80,6 +104,7 @@ type Engine struct {
 	token     uint64      // last token issued
 	tombs     []tombstone // in the order they were made (engine_tombs.go)
 	nTombs    int         // live tombstones in tombs
+	tombBytes int64       // their tombSize, summed
 	closed    bool
 	kick      chan struct{}
 	stop      chan struct{}
@@ -151,6 +176,9 @@ func OpenEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.MaxTombstones <= 0 {
 		cfg.MaxTombstones = 1 << 20
 	}
+	if err := cfg.defaultBounds(); err != nil {
+		return nil, err
+	}
 	e := &Engine{
 		cfg: cfg, clk: cfg.Clock, base: cfg.Clock.Now(), log_: cfg.Logger,
 		hub:      newHub(cfg.RecentEvents),
@@ -173,6 +201,26 @@ func OpenEngine(cfg EngineConfig) (*Engine, error) {
 	}
 	go e.expiryLoop()
 	return e, nil
+}
+
+// defaultBounds gives MaxTombstoneBytes and MaxRecordBytes their defaults
+// when zero, and refuses values that cannot be right.
+func (cfg *EngineConfig) defaultBounds() error {
+	switch {
+	case cfg.MaxTombstoneBytes < 0:
+		return fmt.Errorf("MaxTombstoneBytes is %d: it must not be negative (0 takes the default, %d)", cfg.MaxTombstoneBytes, DefaultMaxTombstoneBytes)
+	case cfg.MaxTombstoneBytes == 0:
+		cfg.MaxTombstoneBytes = DefaultMaxTombstoneBytes
+	case cfg.MaxTombstoneBytes < maxTombSize:
+		return fmt.Errorf("MaxTombstoneBytes is %d: it must hold at least one tombstone of the longest name and owner (%d bytes)", cfg.MaxTombstoneBytes, maxTombSize)
+	}
+	switch {
+	case cfg.MaxRecordBytes < 0:
+		return fmt.Errorf("MaxRecordBytes is %d: it must not be negative (0 takes the default, %d)", cfg.MaxRecordBytes, DefaultMaxRecordBytes)
+	case cfg.MaxRecordBytes == 0:
+		cfg.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	return nil
 }
 
 // durableLog is the group-committed log (package wal).

@@ -304,7 +304,7 @@ func (rc *recovery) finish() {
 	}
 	rc.freed = nil
 	for name, ent := range e.leases {
-		if !ent.held && !ent.tomb { // forgotten already (MaxTombstones)
+		if !ent.held && !ent.tomb { // forgotten already (MaxTombstones, MaxTombstoneBytes)
 			delete(e.leases, name)
 		}
 	}

@@ -1,5 +1,7 @@
 package server
 
+import "github.com/leasehold/leasehold"
+
 // Tombstones: freed grants remembered for a repeated release.
 //
 // The Store contract lets a holder repeat its release (after a lost
@@ -10,8 +12,8 @@ package server
 //   - for TombstoneTTL after it was freed, counted on the engine's
 //     monotonic clock, then it is forgotten (by the expiry loop, so a
 //     little later rather than earlier);
-//   - at most MaxTombstones at once: beyond that the oldest are forgotten
-//     first;
+//   - at most MaxTombstones at once, and at most MaxTombstoneBytes of
+//     them (tombSize each): beyond either the oldest are forgotten first;
 //   - across restarts: a snapshot records every tombstone (as its grant
 //     followed by its release, the same records the log holds, in the
 //     order they were freed), and recovery makes a tombstone of every
@@ -22,7 +24,39 @@ package server
 //
 // A new grant of the name ends its tombstone. Forgetting a tombstone
 // changes no lease: the name is free either way, and tokens come from the
-// one global counter, so fencing does not depend on tombstones.
+// one global counter, so fencing does not depend on tombstones. A release
+// repeated after its tombstone was forgotten is answered as the release
+// of a grant never made: leasehold.ErrNotHeld (HTTP 409 not-held, RESP
+// -NOTHELD).
+//
+// A tombstone keeps what recognising a repeated release needs: the name,
+// owner and token. Its data and request id are dropped (a retried acquire
+// is recognised only while its grant is held), and it has no queue or
+// session (it is made only when no waiter takes the name over).
+
+// tombOverhead is what a tombstone takes in memory besides its name's and
+// owner's bytes: its engEntry (160 bytes), its slot in e.leases, its
+// element of e.tombs with their spare room, and the rounding up of the
+// strings' allocations. Measured as live heap after GC with
+// runtime.ReadMemStats: 234 bytes each for 100,000 tombstones made in a
+// row (with 256-byte names and 250-byte owners, and with 10-byte ones);
+// 329 to 337 at the bound, where every new one forgets the oldest (as
+// TestTombstoneBytesBound: 5,504 and 44,034 kept of 40,000 and 200,000
+// made; the churned map and e.tombs keep more spare room).
+const tombOverhead = 340
+
+// maxTombSize is the largest tombSize: the longest name and owner.
+const maxTombSize = tombOverhead + leasehold.MaxNameLen + leasehold.MaxOwnerLen
+
+// tombSize is what ent counts against MaxTombstoneBytes while it is a
+// tombstone (its name and owner do not change meanwhile).
+func tombSize(ent *engEntry) int64 { return tombOverhead + int64(len(ent.name)+len(ent.owner)) }
+
+// tombsOver reports whether the tombstones are past MaxTombstones or
+// MaxTombstoneBytes. e.mu held.
+func (e *Engine) tombsOver() bool {
+	return e.nTombs > e.cfg.MaxTombstones || e.tombBytes > e.cfg.MaxTombstoneBytes
+}
 
 // tombstone is one entry of e.tombs, the tombstones in the order they were
 // made. An entry whose grant was taken over since (its entry no longer a
@@ -36,16 +70,18 @@ type tombstone struct {
 func (t tombstone) live() bool { return t.ent.tomb && t.ent.token == t.token }
 
 // tomb makes a freed, unqueued entry a tombstone, forgetting the oldest
-// tombstone if that makes more than MaxTombstones. e.mu held.
+// tombstones if that makes more than MaxTombstones or MaxTombstoneBytes.
+// e.mu held.
 func (e *Engine) tomb(ent *engEntry, now int64) {
 	if ent.tomb {
 		return
 	}
 	ent.tomb = true
-	ent.data = "" // not needed to recognise a repeated release
+	ent.data, ent.reqID = "", "" // not needed to recognise a repeated release
 	e.nTombs++
+	e.tombBytes += tombSize(ent)
 	e.tombs = append(e.tombs, tombstone{ent, now, ent.token})
-	if e.nTombs > e.cfg.MaxTombstones {
+	if e.tombsOver() {
 		e.sweepTombs(now)
 	}
 	if len(e.tombs) > 2*e.nTombs+1024 {
@@ -59,11 +95,13 @@ func (e *Engine) unTomb(ent *engEntry) {
 	if ent.tomb {
 		ent.tomb = false
 		e.nTombs--
+		e.tombBytes -= tombSize(ent)
 	}
 }
 
 // sweepTombs forgets the tombstones made TombstoneTTL or longer before now,
-// and the oldest ones beyond MaxTombstones. e.mu held.
+// and the oldest ones beyond MaxTombstones or MaxTombstoneBytes. e.mu
+// held.
 func (e *Engine) sweepTombs(now int64) {
 	i := 0
 	for ; i < len(e.tombs); i++ {
@@ -71,7 +109,7 @@ func (e *Engine) sweepTombs(now int64) {
 		if !t.live() {
 			continue // taken again since
 		}
-		if now-t.at < int64(e.cfg.TombstoneTTL) && e.nTombs <= e.cfg.MaxTombstones {
+		if now-t.at < int64(e.cfg.TombstoneTTL) && !e.tombsOver() {
 			break
 		}
 		e.unTomb(t.ent)
