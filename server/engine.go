@@ -203,6 +203,10 @@ func OpenEngine(cfg EngineConfig) (*Engine, error) {
 	return e, nil
 }
 
+// MinTombstoneBytes is the smallest MaxTombstoneBytes: one tombstone of
+// the longest name and owner.
+const MinTombstoneBytes = maxTombSize
+
 // defaultBounds gives MaxTombstoneBytes and MaxRecordBytes their defaults
 // when zero, and refuses values that cannot be right.
 func (cfg *EngineConfig) defaultBounds() error {

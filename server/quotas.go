@@ -64,11 +64,15 @@ type QuotaError struct {
 var quotaFlags = map[string]string{
 	QuotaLeases: "--quota-leases", QuotaData: "--quota-data-bytes",
 	QuotaSessions: "--quota-sessions", QuotaWaiters: "--quota-waiters",
+	QuotaRecords: "--max-record-bytes",
 }
 
 func (e *QuotaError) Error() string {
-	if e.Resource == QuotaData {
+	switch e.Resource {
+	case QuotaData:
 		return fmt.Sprintf("quota exceeded: this client's leases on this server would hold %d bytes of data, over its limit of %d (%s); nothing was changed", e.Have, e.Limit, quotaFlags[e.Resource])
+	case QuotaRecords:
+		return fmt.Sprintf("records full: the records of all clients on this server would take %d bytes with this write, over the server's limit of %d (%s); delete records to make room; nothing was changed", e.Have, e.Limit, quotaFlags[e.Resource])
 	}
 	return fmt.Sprintf("quota exceeded: this client has %d %s on this server, its limit (%s); nothing was changed", e.Have, e.Resource, quotaFlags[e.Resource])
 }

@@ -121,6 +121,7 @@ type serveOptions struct {
 	quotaLeases, quotaSessions, quotaWaiters int
 	capsGiven                                bool // --http-max-conns or --resp-max-conns set (flag or environment)
 	quotaDataBytes                           int64
+	maxTombstoneBytes, maxRecordBytes        int64
 	respMaxList                              int
 	maxBodyBytes                             int64
 }
@@ -190,6 +191,8 @@ func newServeCmd(e *env) *cobra.Command {
 	f.IntVar(&o.quotaLeases, "quota-leases", server.DefaultQuotaLeases, "most leases one client (identity; with auth off, IP address) holds through this server at once; more: 429 quota-exceeded / -QUOTA (0: no limit)")
 	f.Int64Var(&o.quotaDataBytes, "quota-data-bytes", server.DefaultQuotaDataBytes, "most bytes of lease data one client's leases hold together (0: no limit)")
 	f.IntVar(&o.quotaSessions, "quota-sessions", server.DefaultQuotaSessions, "most open sessions of one client (0: no limit)")
+	f.Int64Var(&o.maxTombstoneBytes, "max-tombstone-bytes", server.DefaultMaxTombstoneBytes, "engine: most bytes of freed grants remembered so that a holder's repeated release still succeeds (each: its name, owner and 340 bytes); past it the oldest are forgotten first, and a release repeated after that is answered not-held")
+	f.Int64Var(&o.maxRecordBytes, "max-record-bytes", server.DefaultMaxRecordBytes, "engine: most bytes of versioned records of all clients together (each: its key, value and 96 bytes); a write past it gets 429 quota-exceeded (resource records) and changes nothing; deletes and writes that do not grow the records always pass")
 	f.IntVar(&o.quotaWaiters, "quota-waiters", server.DefaultQuotaWaiters, "most acquires of one client waiting in a queue at once (0: no limit)")
 	return cmd
 }
@@ -314,7 +317,8 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return exitf(ExitInternal, "serve: data directory: %v", err)
 		}
-		eng, err := server.OpenEngine(server.EngineConfig{Dir: dir, NoSync: o.noSync, Hooks: metrics.Hooks(), Logger: log})
+		eng, err := server.OpenEngine(server.EngineConfig{Dir: dir, NoSync: o.noSync, Hooks: metrics.Hooks(), Logger: log,
+			MaxTombstoneBytes: o.maxTombstoneBytes, MaxRecordBytes: o.maxRecordBytes})
 		if err != nil {
 			return exitf(ExitInternal, "serve: %v", err)
 		}
@@ -469,6 +473,8 @@ func (o *serveOptions) checkBounds() error {
 		{"--resp-max-subscriptions", o.respMaxSubscriptions > 0},
 		{"--resp-max-list", o.respMaxList > 0},
 		{"--max-body-bytes", o.maxBodyBytes > 0},
+		{"--max-tombstone-bytes", o.maxTombstoneBytes > 0},
+		{"--max-record-bytes", o.maxRecordBytes > 0},
 	} {
 		if !c.ok {
 			return usagef("serve: %s must be positive", c.name)
@@ -486,6 +492,9 @@ func (o *serveOptions) checkBounds() error {
 		if !c.ok {
 			return usagef("serve: %s must be 0 (no limit) or positive", c.name)
 		}
+	}
+	if o.maxTombstoneBytes > 0 && o.maxTombstoneBytes < server.MinTombstoneBytes {
+		return usagef("serve: --max-tombstone-bytes %d: it must hold at least one freed grant of the longest name and owner (%d bytes)", o.maxTombstoneBytes, server.MinTombstoneBytes)
 	}
 	for _, h := range o.allowedHosts {
 		port := strings.Contains(h, ":") && net.ParseIP(strings.Trim(h, "[]")) == nil
