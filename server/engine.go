@@ -66,11 +66,14 @@ type EngineConfig struct {
 // The defaults of EngineConfig's memory bounds: 64 MiB of tombstones are
 // about 79,000 freed grants with 256-byte names and 250-byte owners (the
 // count bound alone allowed a million: 1.1 GB of the engine's heap, 2.9
-// GB measured in a running server), 512 MiB of records about 8,000
-// values of 64 KiB.
+// GB measured in a running server), 128 MiB of records about 2,000
+// values of 64 KiB. A running server's RSS is several times the records'
+// bytes under a write flood (the heap's headroom, the snapshot's encoding
+// of every record, request buffers): 8,000 records of 64 KiB, within a
+// bound of 512 MiB, took one to 2.7 GB.
 const (
 	DefaultMaxTombstoneBytes = 64 << 20
-	DefaultMaxRecordBytes    = 512 << 20
+	DefaultMaxRecordBytes    = 128 << 20
 )
 
 // Engine is the server's native Backend: lease state in memory, every

@@ -187,8 +187,8 @@ func TestEngineBoundsConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.cfg.MaxTombstoneBytes != 64<<20 || e.cfg.MaxRecordBytes != 512<<20 {
-		t.Errorf("defaults: MaxTombstoneBytes %d, MaxRecordBytes %d, want 64 MiB and 512 MiB", e.cfg.MaxTombstoneBytes, e.cfg.MaxRecordBytes)
+	if e.cfg.MaxTombstoneBytes != 64<<20 || e.cfg.MaxRecordBytes != 128<<20 {
+		t.Errorf("defaults: MaxTombstoneBytes %d, MaxRecordBytes %d, want 64 MiB and 128 MiB", e.cfg.MaxTombstoneBytes, e.cfg.MaxRecordBytes)
 	}
 	e.Close()
 	for _, c := range []struct {
