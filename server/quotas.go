@@ -32,10 +32,12 @@ type Quotas struct {
 }
 
 // The quotas of a client when Quotas leaves them zero: generous for one
-// service, small enough that one client cannot take the server's memory
-// (2,000 leases of 64 KiB took 527 MB of a server's RSS).
+// service (a batch may lock many thousand items; a lease without data
+// costs the server about a kilobyte), small enough that one client cannot
+// take the server's memory (2,000 leases of 64 KiB took 527 MB of a
+// server's RSS: the data quota bounds that).
 const (
-	DefaultQuotaLeases    = 10000
+	DefaultQuotaLeases    = 100000
 	DefaultQuotaDataBytes = 64 << 20
 	DefaultQuotaSessions  = 1000
 	DefaultQuotaWaiters   = 1000

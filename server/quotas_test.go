@@ -27,16 +27,16 @@ func (c fakeClient) quotaKey() string { return string(c) }
 // moves.
 type qtBackend struct {
 	*quotaBackend
-	t   *testing.T
-	mu  sync.Mutex
-	now time.Time
+	t       *testing.T
+	clockMu sync.Mutex // the clock's (qb.mu is the quota backend's own)
+	now     time.Time
 }
 
 func newQTBackend(t *testing.T, q Quotas) *qtBackend {
 	qb := &qtBackend{quotaBackend: newQuotaBackend(rtEngine(t), q, NewMetrics(nil)), t: t, now: time.Unix(1_000_000, 0)}
 	qb.quotaBackend.now = func() time.Time {
-		qb.mu.Lock()
-		defer qb.mu.Unlock()
+		qb.clockMu.Lock()
+		defer qb.clockMu.Unlock()
 		return qb.now
 	}
 	t.Cleanup(func() { qb.Close() })
@@ -44,9 +44,9 @@ func newQTBackend(t *testing.T, q Quotas) *qtBackend {
 }
 
 func (qb *qtBackend) advance(d time.Duration) {
-	qb.mu.Lock()
+	qb.clockMu.Lock()
 	qb.now = qb.now.Add(d)
-	qb.mu.Unlock()
+	qb.clockMu.Unlock()
 }
 
 func (qb *qtBackend) acquire(client, name string, ttl time.Duration, data int) (leasehold.Record, error) {
