@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,15 +26,52 @@ import (
 )
 
 // FreeAddr returns a loopback TCP address (host:port) that was free a
-// moment ago.
+// moment ago. Its port is below the kernel's ephemeral range, so that no
+// outgoing connection takes it as its source port before the server binds
+// it: a port chosen by listening on port 0 is an ephemeral one, and under
+// a suite that makes thousands of connections a server started on it
+// failed with "address already in use" (CI, TestR11HolderSpoofing).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	ln := listenBelowEphemeral(t)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// portPick draws the ports listenBelowEphemeral tries.
+var portPick = struct {
+	sync.Mutex
+	r *rand.Rand
+}{r: rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(time.Now().UnixNano())))}
+
+// listenBelowEphemeral listens on a random loopback port under the
+// ephemeral range (Linux's ip_local_port_range; elsewhere below 32768),
+// or, if none of 200 tries is free, on port 0.
+func listenBelowEphemeral(t testing.TB) net.Listener {
+	t.Helper()
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	if from := max(1024, low-12000); from < low {
+		for range 200 {
+			portPick.Lock()
+			port := from + portPick.r.IntN(low-from)
+			portPick.Unlock()
+			if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+				return ln
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return ln
 }
 
 // FreeAddrs returns n loopback TCP addresses that were free a moment ago,
@@ -42,10 +81,7 @@ func FreeAddrs(t testing.TB, n int) []string {
 	t.Helper()
 	addrs := make([]string, n)
 	for i := range addrs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		ln := listenBelowEphemeral(t)
 		defer ln.Close()
 		addrs[i] = ln.Addr().String()
 	}

@@ -1,10 +1,12 @@
 package proctest
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -27,6 +29,27 @@ func TestFreeAddrs(t *testing.T) {
 	}
 	if len(addrs) != 8 {
 		t.Fatalf("%d addresses, want 8", len(addrs))
+	}
+}
+
+// TestFreeAddrBelowEphemeral: FreeAddr's ports are below the kernel's
+// ephemeral range, so an outgoing connection's source port cannot take
+// one before the server binds it. Before, they were drawn from it (a
+// listen on port 0) and a server of the R11 suite lost its port so.
+func TestFreeAddrBelowEphemeral(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		t.Skip("no /proc/sys/net/ipv4/ip_local_port_range here")
+	}
+	var low, high int
+	if _, err := fmt.Sscan(string(b), &low, &high); err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		_, port, _ := net.SplitHostPort(FreeAddr(t))
+		if p, _ := strconv.Atoi(port); p >= low && p <= high {
+			t.Fatalf("port %s is in the ephemeral range %d-%d", port, low, high)
+		}
 	}
 }
 
