@@ -518,11 +518,15 @@ func r2SubscribeFlood(t *testing.T, p *serveProc, conns, per int) {
 // client (the admin, another address) must AUTH and be served, and every
 // half-sent command's connection be closed within --resp-command-timeout
 // (8s here) plus 10s (at once when its identity is over its share of the
-// input budget); the RSS must stay under +96 MiB. Before, 295 such
+// input budget); the RSS must stay under +192 MiB: the identity's share of
+// the input budget (a quarter of 256 MiB), each connection's uncounted
+// first 16 KiB and its buffers, twice over for the garbage Go's collector
+// lets the heap hold (CI saw +98 MiB against an earlier ceiling of 96; a
+// server without the shares held the whole 256 MiB). Before, 295 such
 // connections held the whole budget for as long as they liked and every
 // new client, the admin's AUTH included, was refused.
 func r2HalfSent(t *testing.T, p *serveProc, conns int) {
-	const slack, ceiling = 10 * time.Second, 96 * mib
+	const slack, ceiling = 10 * time.Second, 192 * mib
 	r2Row(t, p, "resp-half-sent-commands", ceiling, false, func(c *tally) string {
 		start := time.Now()
 		var half []*respClient
