@@ -12,8 +12,8 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/resp"
-	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/memory"
+	"github.com/leasehold/leasehold/testrig/servertest"
 )
 
 // rtServe serves b over RESP on a loopback port until the test ends.

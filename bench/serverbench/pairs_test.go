@@ -16,7 +16,7 @@ import (
 // two pipelined RESP connections, server and client in this process) for
 // -benchtime's worth of seconds, durable and without fsync, so that it can
 // be profiled: go test -run '^$' -bench Pairs -benchtime 1x -cpuprofile cpu.out
-// ./internal/serverbench/ (LEASEHOLD_BENCH_SECONDS, default 3).
+// ./bench/serverbench/ (LEASEHOLD_BENCH_SECONDS, default 3).
 func BenchmarkPairs(b *testing.B) {
 	for _, noSync := range []bool{false, true} {
 		name := "durable"

@@ -1,7 +1,7 @@
 // Package leasestate holds the lease rules of the stores that decide in Go:
 // given the stored row and the store's clock reading, decide what an
 // operation does. The memory store and the deliberately broken stores of
-// internal/brokenstore apply them; the SQLite store reads its rows into Row
+// testrig/brokenstore apply them; the SQLite store reads its rows into Row
 // and writes the same rules in SQL, as the PostgreSQL store does in its own
 // SQL. The lease server's engine (package server) does not use this
 // package: it keeps its own state, with one token counter for all names.

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/clock"
-	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // fast is the rate of the tests' clocks: 50 times real time, so a 1 s

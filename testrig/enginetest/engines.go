@@ -19,7 +19,7 @@ const (
 	// may kill and restart (Start).
 	External
 	// LeaseServer is `leasehold serve`, which the verification suites
-	// start from their own test binaries (internal/verify).
+	// start from their own test binaries (testrig/verify).
 	LeaseServer
 )
 
@@ -60,12 +60,12 @@ type Engine struct {
 	Sessions bool
 	// ExtendsOnRecovery: by design, a restarted server gives every lease
 	// it recovers its full TTL again from the moment of recovery (see
-	// internal/verify/crash).
+	// testrig/verify/crash).
 	ExtendsOnRecovery bool
 }
 
 // Engines is the one table of the stores the tests know: the verification
-// targets (internal/verify.StartTarget, AllStores) and this package's
+// targets (testrig/verify.StartTarget, AllStores) and this package's
 // helpers (SharedURL, Engine.Start and the Start functions) read it. Adding a store to the
 // tests is adding its row here, and, for an External engine, a start_
 // function in scripts/engines.sh (the shell starter of the shared test

@@ -23,8 +23,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/pgcluster"
-	"github.com/leasehold/leasehold/internal/proctest"
+	"github.com/leasehold/leasehold/testrig/pgcluster"
+	"github.com/leasehold/leasehold/testrig/proctest"
 )
 
 const howTo = "start the engines with: eval \"$(scripts/engines.sh start)\" (or run scripts/test.sh)"

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 func TestPrivateServersRestart(t *testing.T) {

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehold/leasehold/internal/enginetest"
-	"github.com/leasehold/leasehold/internal/proctest"
+	"github.com/leasehold/leasehold/testrig/enginetest"
+	"github.com/leasehold/leasehold/testrig/proctest"
 )
 
 // childEnv, set, makes TestChild run the cases: it runs in a copy of this

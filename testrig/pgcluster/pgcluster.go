@@ -1,6 +1,6 @@
 // Package pgcluster initialises throwaway PostgreSQL clusters with the
 // server programs installed on this machine: the private servers of the
-// tests (internal/enginetest) and of the benchmarks (the bench module).
+// tests (testrig/enginetest) and of the benchmarks (the bench module).
 //
 // PostgreSQL refuses to run as root, so when this process is root the
 // cluster's directory is given to the postgres user and initdb (and every

@@ -3,7 +3,7 @@
 // it to answer, a child's environment, the go command and building the
 // leasehold command with it, a buffer its output goroutines may share.
 // Both cmd/leasehold's end-to-end tests and the verification suites
-// (internal/verify) use it.
+// (testrig/verify) use it.
 package proctest
 
 import (

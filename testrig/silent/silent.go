@@ -1,7 +1,7 @@
 // Package silent gives tests a TCP server that accepts connections and
 // never answers: what a store looks like when it hangs after the connect.
 // The tests of connect timeouts in package stores and in the command
-// (internal/cli) dial it.
+// (cmd/leasehold/cli) dial it.
 package silent
 
 import (

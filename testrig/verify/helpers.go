@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/mutation"
-	"github.com/leasehold/leasehold/internal/proctest"
+	"github.com/leasehold/leasehold/testrig/proctest"
 )
 
 // EnvSeed fixes a suite's random seed (to rerun a failure).

@@ -3,7 +3,7 @@ package verify_test
 import (
 	"testing"
 
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // TestCountsNote: counts are written in the order of their names.

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/enginetest"
-	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/stores"
+	"github.com/leasehold/leasehold/testrig/enginetest"
+	"github.com/leasehold/leasehold/testrig/proctest"
 )
 
 // AllStores names every store a suite can run on: the rows of

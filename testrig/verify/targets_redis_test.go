@@ -8,8 +8,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/redis"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // TestRedisAsRunTargets checks that the RedisAsRun targets are what their

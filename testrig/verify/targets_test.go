@@ -4,10 +4,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/enginetest"
-	"github.com/leasehold/leasehold/internal/verify"
-	"github.com/leasehold/leasehold/internal/verify/crash"
-	"github.com/leasehold/leasehold/internal/verify/recipes"
+	"github.com/leasehold/leasehold/testrig/enginetest"
+	"github.com/leasehold/leasehold/testrig/verify"
+	"github.com/leasehold/leasehold/testrig/verify/crash"
+	"github.com/leasehold/leasehold/testrig/verify/recipes"
 )
 
 // TestTargetsRestart checks the plumbing every fault suite relies on: each

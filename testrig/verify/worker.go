@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/cli"
+	"github.com/leasehold/leasehold/cmd/leasehold/cli"
 	"github.com/leasehold/leasehold/stores"
 )
 

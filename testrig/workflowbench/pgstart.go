@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/leasehold/leasehold/internal/pgcluster"
+	"github.com/leasehold/leasehold/testrig/pgcluster"
 )
 
 // privatePostgres is a throwaway PostgreSQL server with fsync on (the

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // TestRunSmall runs the experiment small on the engines at hand and checks

@@ -32,7 +32,7 @@ import (
 )
 
 // Version is the version printed by "leasehold version". Release builds set
-// it with -ldflags "-X github.com/leasehold/leasehold/internal/cli.Version=v1.2.3";
+// it with -ldflags "-X github.com/leasehold/leasehold/cmd/leasehold/cli.Version=v1.2.3";
 // left at "dev", the module version recorded by "go install" is printed
 // instead when there is one.
 var Version = "dev"

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/sqlite"
 	"github.com/leasehold/leasehold/stores"
+	"github.com/leasehold/leasehold/testrig/proctest"
 )
 
 // result is the outcome of one command.

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/stores"
+	"github.com/leasehold/leasehold/testrig/servertest"
 )
 
 // faultStore wraps a store and replaces its TryAcquire or Renew by the

@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/remote"
 	"github.com/leasehold/leasehold/stores"
+	"github.com/leasehold/leasehold/testrig/proctest"
 )
 
 // serving is a "leasehold serve" running in-process.

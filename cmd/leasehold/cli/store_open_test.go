@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/proctest"
-	"github.com/leasehold/leasehold/internal/silent"
 	"github.com/leasehold/leasehold/stores"
+	"github.com/leasehold/leasehold/testrig/proctest"
+	"github.com/leasehold/leasehold/testrig/silent"
 )
 
 // TestOpenHelperProcess is not a test of its own: the tests below run this

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/testrig/servertest"
 )
 
 // grandchild is a shell snippet (for sh -c, with $1 a log file) that starts

@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/server"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // The identities of the test servers. tenant may write under tenant-a/

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // The cases of issue 15: cross-protocol writes to the RESP port (raw and

@@ -28,11 +28,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/internal/resp"
-	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/stores"
+	"github.com/leasehold/leasehold/testrig/proctest"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // The rest of issue 15's findings: secrets of store URLs in logs, errors

@@ -8,7 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/resp"
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // Request-id replay: a retried acquire is recognised by owner and request

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/internal/resp"
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // The RESP half of issue 15's parity gaps and holder spoofing, against a

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/resp"
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // The floods of issue 26's round 2 (its "Major" items 2-7), one R11 row

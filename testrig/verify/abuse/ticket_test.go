@@ -24,7 +24,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // Issue 26, item 1: a TLS session ticket that holds RESP command lines.

@@ -13,10 +13,10 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
-	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/server"
 	"github.com/leasehold/leasehold/sqlite"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 func TestMain(m *testing.M) { verify.Main(m) }

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/stores"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 func TestMain(m *testing.M) { verify.Main(m) }

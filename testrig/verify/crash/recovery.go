@@ -3,8 +3,8 @@ package crash
 import (
 	"fmt"
 
-	"github.com/leasehold/leasehold/internal/enginetest"
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/enginetest"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // Restart is one SIGKILL of an engine and its restart, on the verify.Mono

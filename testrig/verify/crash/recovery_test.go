@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // lossHistory is one key: x is granted token 100 (TTL 1 s) at 0 ms; the

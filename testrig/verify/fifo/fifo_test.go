@@ -28,11 +28,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/enginetest"
-	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/internal/randid"
-	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/stores"
+	"github.com/leasehold/leasehold/testrig/enginetest"
+	"github.com/leasehold/leasehold/testrig/proctest"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 func TestMain(m *testing.M) { verify.Main(m) }

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // envCommand makes the test binary the command of a `leasehold run` row

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 func TestMain(m *testing.M) {

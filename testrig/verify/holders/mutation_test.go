@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/mutation"
-	"github.com/leasehold/leasehold/internal/proctest"
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/proctest"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // envMutations runs TestR17Mutations in the default tier too.

@@ -17,9 +17,9 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/mutation"
-	"github.com/leasehold/leasehold/internal/proctest"
-	"github.com/leasehold/leasehold/internal/verify"
-	"github.com/leasehold/leasehold/internal/verify/netfault"
+	"github.com/leasehold/leasehold/testrig/proctest"
+	"github.com/leasehold/leasehold/testrig/verify"
+	"github.com/leasehold/leasehold/testrig/verify/netfault"
 )
 
 // The `leasehold run` rows' faults (besides faultHang, faultLate,

@@ -5,7 +5,7 @@
 // on one lease of the lease server and one of DynamoDB (dynalite), each
 // doing fenced read-modify-writes at the harness's oracle; on DynamoDB,
 // executions of the Step Functions machine that package sfn generates, run
-// by the test executor (internal/aslexec, as R14 runs them), contend too,
+// by the test executor (testrig/aslexec, as R14 runs them), contend too,
 // their Lambda bodies doing the same fenced writes. The checks: no
 // two critical sections overlap, the fencing tokens of all of them
 // increase in the order the sections happened, whatever the language, the
@@ -31,11 +31,11 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/dynamodb"
-	"github.com/leasehold/leasehold/internal/aslexec"
-	"github.com/leasehold/leasehold/internal/enginetest"
-	"github.com/leasehold/leasehold/internal/proctest"
-	"github.com/leasehold/leasehold/internal/verify"
-	"github.com/leasehold/leasehold/internal/verify/stepfn"
+	"github.com/leasehold/leasehold/testrig/aslexec"
+	"github.com/leasehold/leasehold/testrig/enginetest"
+	"github.com/leasehold/leasehold/testrig/proctest"
+	"github.com/leasehold/leasehold/testrig/verify"
+	"github.com/leasehold/leasehold/testrig/verify/stepfn"
 )
 
 func TestMain(m *testing.M) {
@@ -191,7 +191,7 @@ func run(t *testing.T, store, storeURL, bin, root string, sfn *stepfn.Env) {
 		errs = append(errs, fmt.Sprintf(format, args...))
 		errMu.Unlock()
 	}
-	worker := filepath.Join(root, "internal/verify/interop/testdata/pyworker.py")
+	worker := filepath.Join(root, "testrig/verify/interop/testdata/pyworker.py")
 	for i := 0; i < p.pyWorkers; i++ {
 		id := fmt.Sprintf("py%d", i)
 		for _, key := range []string{csKey, linKey} {
@@ -365,7 +365,7 @@ func TestInteropControl(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cmd := exec.Command(python, filepath.Join(root, "internal/verify/interop/testdata/pyworker.py"), "lock", string(cfg))
+			cmd := exec.Command(python, filepath.Join(root, "testrig/verify/interop/testdata/pyworker.py"), "lock", string(cfg))
 			cmd.Env = childEnv(root)
 			out, err := cmd.Output()
 			if err != nil {
@@ -426,7 +426,7 @@ func TestInteropControlSFN(t *testing.T) {
 		"id": "py0", "store": u.String(), "key": key, "cycles": 1, "ttl": 30.0, "hold": 5.0,
 		"oracle": env.Oracle.URL(), "acquire_timeout": 60, "barrier": dir, "parties": 2,
 	})
-	cmd := exec.Command(python, filepath.Join(root, "internal/verify/interop/testdata/pyworker.py"), "lock", string(cfg))
+	cmd := exec.Command(python, filepath.Join(root, "testrig/verify/interop/testdata/pyworker.py"), "lock", string(cfg))
 	cmd.Env = childEnv(root)
 	var out, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &stderr

@@ -22,7 +22,7 @@ import (
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
 
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // Proxy is a TCP proxy in front of one upstream address, with toxics added

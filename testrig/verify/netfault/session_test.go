@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/verify"
-	"github.com/leasehold/leasehold/internal/verify/netfault"
 	"github.com/leasehold/leasehold/remote"
+	"github.com/leasehold/leasehold/testrig/verify"
+	"github.com/leasehold/leasehold/testrig/verify/netfault"
 )
 
 // session is what sessionPool needs of remote.Session and

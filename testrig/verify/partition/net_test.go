@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/enginetest"
-	"github.com/leasehold/leasehold/internal/verify/partition"
+	"github.com/leasehold/leasehold/testrig/enginetest"
+	"github.com/leasehold/leasehold/testrig/verify/partition"
 )
 
 // TestNetPartition checks R7's plumbing quickly (it runs in the default

@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/enginetest"
-	"github.com/leasehold/leasehold/internal/verify"
-	"github.com/leasehold/leasehold/internal/verify/crash"
-	"github.com/leasehold/leasehold/internal/verify/partition"
-	"github.com/leasehold/leasehold/internal/verify/recipes"
+	"github.com/leasehold/leasehold/testrig/enginetest"
+	"github.com/leasehold/leasehold/testrig/verify"
+	"github.com/leasehold/leasehold/testrig/verify/crash"
+	"github.com/leasehold/leasehold/testrig/verify/partition"
+	"github.com/leasehold/leasehold/testrig/verify/recipes"
 )
 
 // envNetns tells worker processes which network namespace each runs in: a

@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // Config says how a Pauser pauses.

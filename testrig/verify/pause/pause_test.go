@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/verify"
-	"github.com/leasehold/leasehold/internal/verify/pause"
+	"github.com/leasehold/leasehold/testrig/verify"
+	"github.com/leasehold/leasehold/testrig/verify/pause"
 )
 
 func TestMain(m *testing.M) { verify.Main(m) }

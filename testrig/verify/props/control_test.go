@@ -12,8 +12,8 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
-	"github.com/leasehold/leasehold/internal/brokenstore"
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/brokenstore"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // captureTB is a rapid.TB that records a failure instead of failing the

@@ -17,10 +17,10 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
-	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/server"
 	"github.com/leasehold/leasehold/sqlite"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // maxSteps bounds the actions of one check (the pass figure is 1,000

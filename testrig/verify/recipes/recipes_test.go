@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/verify"
-	"github.com/leasehold/leasehold/internal/verify/crash"
-	"github.com/leasehold/leasehold/internal/verify/pause"
-	"github.com/leasehold/leasehold/internal/verify/recipes"
+	"github.com/leasehold/leasehold/testrig/verify"
+	"github.com/leasehold/leasehold/testrig/verify/crash"
+	"github.com/leasehold/leasehold/testrig/verify/pause"
+	"github.com/leasehold/leasehold/testrig/verify/recipes"
 )
 
 func TestMain(m *testing.M) { verify.Main(m) }

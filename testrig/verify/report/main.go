@@ -4,7 +4,7 @@
 // (or "caught N/M" for the suites that must fail), 2 if it cannot read the
 // report. scripts/verify.sh runs it.
 //
-//	go run ./internal/verify/report FILE
+//	go run ./testrig/verify/report FILE
 package main
 
 import (

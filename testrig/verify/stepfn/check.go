@@ -3,7 +3,7 @@ package stepfn
 import (
 	"fmt"
 
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // tokenOrder counts the critical sections (of any client: machines, Go

@@ -3,7 +3,7 @@ package stepfn
 import (
 	"testing"
 
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 func cs(worker, owner string, token uint64, from, to int64) verify.Event {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // CommandArg is the first argument of the command that a "leasehold run"

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/aslexec"
-	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/sfn"
+	"github.com/leasehold/leasehold/testrig/aslexec"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // TestR14RedriveReacquires: an execution stopped while its Lambda function
@@ -191,7 +191,7 @@ func TestR17ClientExecutionTimeoutKeepsLock(t *testing.T) {
 }
 
 // reportR17 reports an issue-25 scenario as a row of suite R17 (the
-// holder's side, on every surface; internal/verify/holders): the machine
+// holder's side, on every surface; testrig/verify/holders): the machine
 // holds the lock through its task's error while the work may run on, so
 // the waiting execution's task must not overlap it, and its token must be
 // above it. evs are the scenario's critical sections (scenario.check).

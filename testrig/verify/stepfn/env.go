@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/aslexec"
-	"github.com/leasehold/leasehold/internal/enginetest"
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/aslexec"
+	"github.com/leasehold/leasehold/testrig/enginetest"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // FunctionName is the Lambda function every generated machine of R14

@@ -8,11 +8,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // Executions are executions of R14's generated Lambda machine on a lock
-// whose other clients another suite runs (R15, internal/verify/interop):
+// whose other clients another suite runs (R15, testrig/verify/interop):
 // Slots executions at once, Each one after the other in every slot, with
 // no faults. Their Lambda body is R14's: a fenced increment of the Env's
 // oracle under the lock's name with the grant's token, recorded as a

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/sfn"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // envTrials makes TestR14Trials run: a trialsSpec (JSON).

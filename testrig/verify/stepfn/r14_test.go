@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/cli"
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/cmd/leasehold/cli"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 func TestMain(m *testing.M) {

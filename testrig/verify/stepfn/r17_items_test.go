@@ -17,11 +17,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/aslexec"
-	"github.com/leasehold/leasehold/internal/enginetest"
-	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/sfn"
 	"github.com/leasehold/leasehold/stores"
+	"github.com/leasehold/leasehold/testrig/aslexec"
+	"github.com/leasehold/leasehold/testrig/enginetest"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // R17 rows for issue 25 items 3 and 5 (the other items' sfn rows are the

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/sfn"
 	"github.com/leasehold/leasehold/stores"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // Config is one trial: executions of the generated machines, Go workers

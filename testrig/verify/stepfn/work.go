@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/aslexec"
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/aslexec"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // draw picks what an invocation does: only an execution's first

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/stores"
+	"github.com/leasehold/leasehold/testrig/verify"
 	"github.com/leasehold/leasehold/workflow"
 )
 

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/verify"
 	"github.com/leasehold/leasehold/workflow"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // The environment of a command run under a supervisor. The harness sets

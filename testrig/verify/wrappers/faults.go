@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/verify"
 	"github.com/leasehold/leasehold/stores"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // pick returns a slot whose supervisor runs a command right now, or any

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/verify"
-	"github.com/leasehold/leasehold/internal/verify/wrappers"
+	"github.com/leasehold/leasehold/testrig/verify"
+	"github.com/leasehold/leasehold/testrig/verify/wrappers"
 )
 
 // wrapperBugs are the deliberate bugs of package internal/mutation that

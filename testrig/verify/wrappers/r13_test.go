@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/verify"
-	"github.com/leasehold/leasehold/internal/verify/wrappers"
+	"github.com/leasehold/leasehold/testrig/verify"
+	"github.com/leasehold/leasehold/testrig/verify/wrappers"
 )
 
 func TestMain(m *testing.M) {

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/verify"
+	"github.com/leasehold/leasehold/testrig/verify"
 )
 
 // tailer follows the heartbeat log while a run goes on, so that the fault

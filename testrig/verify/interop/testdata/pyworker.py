@@ -1,4 +1,4 @@
-"""A Python worker of the R15 interop suite (internal/verify/interop).
+"""A Python worker of the R15 interop suite (testrig/verify/interop).
 
     pyworker.py lock   CONFIG_JSON   # acquire, fenced read/write at the oracle, release; N cycles
     pyworker.py child  CONFIG_JSON   # run by `leasehold run`: one fenced read/write with $LEASEHOLD_TOKEN
@@ -8,7 +8,7 @@ still under "key": a client that ignores the lock) and "barrier" (a
 directory: each holder waits there until every other one holds too, so
 their critical sections surely overlap).
 
-It writes the Go harness's events (internal/verify/event.go) to stdout, one
+It writes the Go harness's events (testrig/verify/event.go) to stdout, one
 JSON object a line: "call"/"ret" for every acquire and release (so the
 porcupine lease model checks Python's history with Go's), and "cs" for
 every critical section, [grant returned, release called or local deadline

@@ -10,12 +10,12 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
-	"github.com/leasehold/leasehold/internal/enginetest"
-	"github.com/leasehold/leasehold/internal/verify"
-	"github.com/leasehold/leasehold/internal/verify/crash"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/redis"
 	"github.com/leasehold/leasehold/server"
+	"github.com/leasehold/leasehold/testrig/enginetest"
+	"github.com/leasehold/leasehold/testrig/verify"
+	"github.com/leasehold/leasehold/testrig/verify/crash"
 )
 
 func TestMain(m *testing.M) { verify.Main(m) }
@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { verify.Main(m) }
 func needMutated(t *testing.T) {
 	t.Helper()
 	if !mutated {
-		t.Skip("an R10 suite: TestMutationsCaught in internal/verify/mutation runs it in a binary built with -tags leasehold_mutations")
+		t.Skip("an R10 suite: TestMutationsCaught in testrig/verify/mutation runs it in a binary built with -tags leasehold_mutations")
 	}
 }
 
