@@ -10,8 +10,8 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
-	"github.com/leasehold/leasehold/internal/leasestate"
 	"github.com/leasehold/leasehold/storekit"
+	"github.com/leasehold/leasehold/storekit/leasestate"
 )
 
 // Bug selects the mistake the store makes.

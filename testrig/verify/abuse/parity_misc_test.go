@@ -29,10 +29,10 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/redact"
-	"github.com/leasehold/leasehold/internal/resp"
 	"github.com/leasehold/leasehold/stores"
 	"github.com/leasehold/leasehold/testrig/proctest"
 	"github.com/leasehold/leasehold/testrig/verify"
+	"github.com/leasehold/leasehold/wire/resp"
 )
 
 // The rest of issue 15's findings: secrets of store URLs in logs, errors

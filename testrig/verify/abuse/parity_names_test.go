@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/resp"
 	"github.com/leasehold/leasehold/server"
+	"github.com/leasehold/leasehold/wire/resp"
 	"github.com/leasehold/leasehold/workflow"
 )
 

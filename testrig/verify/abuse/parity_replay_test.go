@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/resp"
 	"github.com/leasehold/leasehold/testrig/verify"
+	"github.com/leasehold/leasehold/wire/resp"
 )
 
 // Request-id replay: a retried acquire is recognised by owner and request

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehold/leasehold/internal/resp"
 	"github.com/leasehold/leasehold/testrig/verify"
+	"github.com/leasehold/leasehold/wire/resp"
 )
 
 // The RESP half of issue 15's parity gaps and holder spoofing, against a

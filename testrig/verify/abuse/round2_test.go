@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/resp"
 	"github.com/leasehold/leasehold/testrig/verify"
+	"github.com/leasehold/leasehold/wire/resp"
 )
 
 // The floods of issue 26's round 2 (its "Major" items 2-7), one R11 row

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/resp"
 	"github.com/leasehold/leasehold/testrig/proctest"
 	"github.com/leasehold/leasehold/testrig/verify"
+	"github.com/leasehold/leasehold/wire/resp"
 )
 
 // TestMain lets this test binary also be `leasehold` (serveProc runs it as

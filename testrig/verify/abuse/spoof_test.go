@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/resp"
 	"github.com/leasehold/leasehold/testrig/verify"
+	"github.com/leasehold/leasehold/wire/resp"
 )
 
 // Holder spoofing (issue 15): a lease's owner and fencing token are
