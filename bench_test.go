@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/latency"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/sqlite"
+	"github.com/leasehold/leasehold/testrig/latency"
 )
 
 // Run with:

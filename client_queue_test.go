@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/brokenstore"
 	"github.com/leasehold/leasehold/memory"
+	"github.com/leasehold/leasehold/testrig/brokenstore"
 )
 
 // A caller that gives up after a failed wait asks the store to remove what

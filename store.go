@@ -3,6 +3,8 @@ package leasehold
 import (
 	"context"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/check"
 )
 
 // Store is the seam between leasehold's recipes and an engine. Each method
@@ -65,6 +67,21 @@ type AcquireRequest struct {
 	RequestID string
 	TTL       time.Duration
 	Data      []byte
+}
+
+// Validate checks every field of an acquire request: the name and owner (1
+// to MaxNameLen and MaxOwnerLen bytes of valid UTF-8 without control
+// characters; names are compared byte for byte and never normalised), the
+// request id (empty or up to MaxRequestIDLen bytes), the TTL (within
+// [MinTTL, MaxTTL]) and the data (at most MaxDataLen bytes).
+func (r AcquireRequest) Validate() error {
+	for _, p := range []*check.Problem{check.Name(r.Name), check.Owner(r.Owner),
+		check.RequestID(r.RequestID), check.TTL(r.TTL), check.Data(r.Data)} {
+		if p != nil {
+			return asInvalid(p)
+		}
+	}
+	return nil
 }
 
 // Record describes a lease as a store sees it.

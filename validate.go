@@ -30,18 +30,3 @@ func asInvalid(p *check.Problem) error {
 	}
 	return &InvalidError{Field: p.Field, Reason: p.Reason}
 }
-
-// Validate checks every field of an acquire request: the name and owner (1
-// to MaxNameLen and MaxOwnerLen bytes of valid UTF-8 without control
-// characters; names are compared byte for byte and never normalised), the
-// request id (empty or up to MaxRequestIDLen bytes), the TTL (within
-// [MinTTL, MaxTTL]) and the data (at most MaxDataLen bytes).
-func (r AcquireRequest) Validate() error {
-	for _, p := range []*check.Problem{check.Name(r.Name), check.Owner(r.Owner),
-		check.RequestID(r.RequestID), check.TTL(r.TTL), check.Data(r.Data)} {
-		if p != nil {
-			return asInvalid(p)
-		}
-	}
-	return nil
-}

@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/serverbench"
+	"github.com/leasehold/leasehold/bench/serverbench"
 )
 
 // The server suite: the lease server's engine beside Redis.

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/workflowbench"
+	"github.com/leasehold/leasehold/testrig/workflowbench"
 )
 
 // The workflow suite: every strategy of package workflow beside three

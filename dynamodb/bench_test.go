@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // Run with the shared dynalite (source the engines' environment first):

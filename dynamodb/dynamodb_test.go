@@ -14,8 +14,8 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/dynamodb"
-	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/storetest"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 var tableSeq atomic.Int64

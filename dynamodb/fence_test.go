@@ -12,7 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/dynamodb"
-	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // createResourceTable makes a plain table (key "id") standing for the

@@ -8,7 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/dynamodb"
-	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // TestDynaliteRestart: dynalite keeps its tables in memory, so a restart

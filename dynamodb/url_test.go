@@ -9,8 +9,8 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/dynamodb"
-	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/stores"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // TestBadURLs: a bad URL, table name or parameter is an *InvalidError, and

@@ -13,8 +13,8 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/etcd"
-	"github.com/leasehold/leasehold/internal/enginetest"
-	"github.com/leasehold/leasehold/internal/latency"
+	"github.com/leasehold/leasehold/testrig/enginetest"
+	"github.com/leasehold/leasehold/testrig/latency"
 )
 
 // Run with the shared test etcd (see scripts/engines.sh):

@@ -15,10 +15,10 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/etcd"
-	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/internal/randid"
 	"github.com/leasehold/leasehold/stores"
 	"github.com/leasehold/leasehold/storetest"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 func ctxFor(t testing.TB, d time.Duration) context.Context {

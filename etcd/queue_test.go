@@ -17,8 +17,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/internal/randid"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // queueURL returns the shared etcd's URL with a fresh key prefix, whose

@@ -11,8 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/storetest"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // TestRecordsBasics covers what is particular to the etcd records: the key

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 type acquired struct {

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/internal/randid"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // calls counts the gRPC requests a client sends: unary calls, and

@@ -14,9 +14,9 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
-	"github.com/leasehold/leasehold/internal/leasestate"
-	"github.com/leasehold/leasehold/internal/watchset"
 	"github.com/leasehold/leasehold/storekit"
+	"github.com/leasehold/leasehold/storekit/leasestate"
+	"github.com/leasehold/leasehold/storekit/watchset"
 )
 
 var (

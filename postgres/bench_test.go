@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/enginetest"
-	"github.com/leasehold/leasehold/internal/latency"
 	"github.com/leasehold/leasehold/postgres"
+	"github.com/leasehold/leasehold/testrig/enginetest"
+	"github.com/leasehold/leasehold/testrig/latency"
 )
 
 // Run with:

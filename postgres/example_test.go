@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/postgres"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // Example_fencing protects writes to another table with a lease's fencing

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/postgres"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // crashedHandover: X holds "n" (by TryAcquire, with ttlX), then P and H

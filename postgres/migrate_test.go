@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/internal/randid"
 	"github.com/leasehold/leasehold/postgres"
 	"github.com/leasehold/leasehold/stores"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 func TestMigrate(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 // Every operation is one statement (TryAcquire: grabSQL, and acquireSQL
 // when grabSQL decides nothing): one round trip, one implicit
 // transaction, decided by the database with the rules of
-// internal/leasestate written in SQL. A row is live when it is held and
+// storekit/leasestate written in SQL. A row is live when it is held and
 // expires_at is after now(), the start of the statement's transaction: one
 // instant for the whole statement, so its WHERE and SET clauses cannot
 // disagree about whether the lease is live.

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/postgres"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // TestQueueEndedCtxCleansUp: AcquireWait called with an ended context

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/postgres"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // grant is one lease some party got, with the times (on this process's

@@ -13,8 +13,8 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/backoff"
-	"github.com/leasehold/leasehold/internal/watchset"
 	"github.com/leasehold/leasehold/storekit"
+	"github.com/leasehold/leasehold/storekit/watchset"
 )
 
 // Listener timing. The listener reconnects with jittered exponential

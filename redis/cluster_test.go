@@ -11,9 +11,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/redis"
 	"github.com/leasehold/leasehold/storetest"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // startCluster starts a one-node Redis Cluster that owns every slot. One

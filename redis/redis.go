@@ -33,8 +33,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/watchset"
 	"github.com/leasehold/leasehold/storekit"
+	"github.com/leasehold/leasehold/storekit/watchset"
 )
 
 var (

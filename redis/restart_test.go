@@ -11,8 +11,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/redis"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // eventually retries f until it returns nil or 30s pass (a restarted

@@ -21,9 +21,9 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/backoff"
-	"github.com/leasehold/leasehold/internal/httpwire"
 	"github.com/leasehold/leasehold/internal/randid"
 	"github.com/leasehold/leasehold/storekit"
+	"github.com/leasehold/leasehold/wire/httpwire"
 )
 
 // EnvAuthToken is the environment variable OpenHTTP reads the bearer token
@@ -242,7 +242,7 @@ func (s *HTTPStore) Close() error {
 	return nil
 }
 
-// --- paths (the bodies and answers are internal/httpwire's) ---
+// --- paths (the bodies and answers are wire/httpwire's) ---
 
 // namePath is /v1/{kind}/NAME[/action] with each segment of NAME
 // percent-encoded: the server decodes the name once.

@@ -8,7 +8,7 @@ import (
 	"net/http"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/httpwire"
+	"github.com/leasehold/leasehold/wire/httpwire"
 )
 
 // Versioned records over the server's HTTP API (/v1/records/{key},

@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/remote"
 	"github.com/leasehold/leasehold/server"
 	"github.com/leasehold/leasehold/storetest"
+	"github.com/leasehold/leasehold/testrig/servertest"
 )
 
 // TestConformanceEngine runs the whole conformance suite over each

@@ -16,8 +16,8 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/randid"
-	"github.com/leasehold/leasehold/internal/resp"
 	"github.com/leasehold/leasehold/storekit"
+	"github.com/leasehold/leasehold/wire/resp"
 )
 
 // DefaultRESPPort is the port of a leasehold:// URL that names none.

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/remote"
 	"github.com/leasehold/leasehold/server"
+	"github.com/leasehold/leasehold/testrig/servertest"
 )
 
 // The behaviour tests of this package are written once and run over both

@@ -4,14 +4,14 @@
 # names, so that a flaky test is found here rather than in CI.
 #
 #   scripts/flakes.sh                     # every package but the fault suites, -count 5, -race
-#   scripts/flakes.sh -count 10 ./internal/cli/ ./cmd/leasehold/
+#   scripts/flakes.sh -count 10 ./cmd/leasehold/cli/ ./cmd/leasehold/
 #   scripts/flakes.sh -load 0 -norace     # no extra load, no race detector
 #
 # Options: -count N (default 5) runs of each test; -load K (default 2 per
 # core) busy loops running beside the tests for the whole hunt; -norace
 # leaves out the race detector (CI uses it; the hunt is faster without);
 # -timeout D per package (default 60m). Packages default to what
-# scripts/test.sh runs under -race (every package but internal/verify).
+# scripts/test.sh runs under -race (every package but testrig/verify).
 #
 # Starts test engines of its own unless they are already running
 # (LEASEHOLD_TEST_PG_BIN set, as test.sh and verify.sh export it), in its
@@ -93,7 +93,7 @@ if [ $# -gt 0 ]; then
 		exit 64
 	fi
 else
-	list=$(go list ./... | grep -v '/internal/verify') || exit 1
+	list=$(go list ./... | grep -v '/testrig/verify') || exit 1
 fi
 mapfile -t pkgs <<<"$list"
 

@@ -7,7 +7,7 @@
 # Every engine must start: if one cannot be installed or started, this stops
 # at once, naming it (with its log, from scripts/engines.sh). And every test
 # must have its engine: LEASEHOLD_REQUIRE_ENGINES=1 makes a test that would
-# skip for a missing engine fail instead (internal/enginetest).
+# skip for a missing engine fail instead (testrig/enginetest).
 #
 # Every stage runs even when an earlier one failed, so that one failure does
 # not hide the rest of the report; the script ends with a table of the
@@ -91,7 +91,7 @@ report() {
 
 race() {
 	local pkgs
-	pkgs=$(go list ./... | grep -v '/internal/verify') || return 1
+	pkgs=$(go list ./... | grep -v '/testrig/verify') || return 1
 	# shellcheck disable=SC2086 # one word per package
 	go test -race -count=1 -timeout 40m $pkgs
 }

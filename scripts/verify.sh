@@ -5,7 +5,7 @@
 #
 #   scripts/verify.sh               # default tier (part of scripts/test.sh)
 #   scripts/verify.sh long          # every suite at full length (hours)
-#   scripts/verify.sh long ./internal/verify/crash/   # one package
+#   scripts/verify.sh long ./testrig/verify/crash/   # one package
 #
 # Starts the test engines unless they are already running (scripts/test.sh
 # starts them first), and stops at once, naming the engine, if one does not
@@ -30,7 +30,7 @@ long) export LEASEHOLD_LONG=1; timeout=8h fuzztime=2m ;;
 	;;
 esac
 pkgs=("$@")
-[ ${#pkgs[@]} -eq 0 ] && pkgs=(./internal/verify/...)
+[ ${#pkgs[@]} -eq 0 ] && pkgs=(./testrig/verify/...)
 
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
@@ -69,5 +69,5 @@ if [ $# -eq 0 ] && [ -x scripts/fuzz.sh ]; then
 	scripts/fuzz.sh "$fuzztime" || status=$?
 fi
 echo "== verification report ($tier tier, $(($(date +%s) - started)) s)"
-go run ./internal/verify/report "$report" || status=$?
+go run ./testrig/verify/report "$report" || status=$?
 exit $status

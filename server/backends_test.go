@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/storetest"
+	"github.com/leasehold/leasehold/testrig/servertest"
 )
 
 // backendCase is one way the server keeps its leases: the Engine,

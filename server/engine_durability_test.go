@@ -10,7 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/testrig/servertest"
 )
 
 // stuckEngine opens a durable engine in a new directory whose group

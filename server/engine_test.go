@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/testrig/servertest"
 )
 
 // openEngine opens an engine on dir ("" keeps it in memory), closed when

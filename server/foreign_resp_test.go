@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/memory"
+	"github.com/leasehold/leasehold/testrig/servertest"
 )
 
 // poisonedTicketHello returns the bytes of a real TLS ClientHello, made by

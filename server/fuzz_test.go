@@ -19,8 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/httpwire"
 	"github.com/leasehold/leasehold/storekit"
+	"github.com/leasehold/leasehold/wire/httpwire"
 )
 
 // Fuzz targets of suite R12 for the server's request decoding: names

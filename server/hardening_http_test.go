@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"crypto/tls"
 	"fmt"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/testrig/servertest"
 	"io"
 	"net"
 	"net/http"

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/resp"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/testrig/servertest"
+	"github.com/leasehold/leasehold/wire/resp"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )

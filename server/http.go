@@ -14,7 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/httpwire"
+	"github.com/leasehold/leasehold/wire/httpwire"
 	"github.com/leasehold/leasehold/workflow"
 )
 

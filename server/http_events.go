@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/httpwire"
+	"github.com/leasehold/leasehold/wire/httpwire"
 )
 
 // Events: GET /v1/events (a server-sent event stream) and

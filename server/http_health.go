@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/httpwire"
+	"github.com/leasehold/leasehold/wire/httpwire"
 )
 
 // Health, readiness, metrics, stats and the dashboard's files.

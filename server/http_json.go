@@ -14,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/httpwire"
+	"github.com/leasehold/leasehold/wire/httpwire"
 	"time"
 )
 

@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/httpwire"
+	"github.com/leasehold/leasehold/wire/httpwire"
 )
 
 // Leases and elections: the handlers of the /v1/leases and
-// /v1/elections routes (their JSON shapes are in internal/httpwire).
+// /v1/elections routes (their JSON shapes are in wire/httpwire).
 
 // acquireRequest converts an acquire's body (of a lease or a semaphore)
 // to a backend request for name and checks that its session is the

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/httpwire"
+	"github.com/leasehold/leasehold/wire/httpwire"
 )
 
 // Versioned records over HTTP (see docs/http-api.md, "Records"):

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/httpwire"
+	"github.com/leasehold/leasehold/wire/httpwire"
 )
 
 // Sessions, semaphores, elections, health, metrics, the dashboard, and

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/httpwire"
+	"github.com/leasehold/leasehold/wire/httpwire"
 )
 
 // Sessions: POST /v1/sessions, POST /v1/sessions/{id}/keepalive, DELETE

@@ -6,7 +6,7 @@ import (
 	"net/http"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/httpwire"
+	"github.com/leasehold/leasehold/wire/httpwire"
 	"github.com/leasehold/leasehold/workflow"
 )
 

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/brokenstore"
 	"github.com/leasehold/leasehold/memory"
+	"github.com/leasehold/leasehold/testrig/brokenstore"
 )
 
 // A queued wait whose store wait failed (a lost connection) and whose Wait

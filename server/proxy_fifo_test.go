@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/testrig/servertest"
 )
 
 // Proxies in front of a store that queues waiters itself (a

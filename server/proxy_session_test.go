@@ -9,8 +9,8 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
-	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/memory"
+	"github.com/leasehold/leasehold/testrig/servertest"
 )
 
 // Sessions of a Proxy end on time on the server side too: a lease whose

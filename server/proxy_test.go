@@ -10,8 +10,8 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
-	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/memory"
+	"github.com/leasehold/leasehold/testrig/servertest"
 )
 
 // Generous bounds for a noisy 2-core machine running -race: the tests

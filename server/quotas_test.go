@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/resp"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/testrig/servertest"
+	"github.com/leasehold/leasehold/wire/resp"
 )
 
 // fakeClient is a request's client for the quota tests.

@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/storekit"
+	"github.com/leasehold/leasehold/testrig/servertest"
 )
 
 func wantConflict(t *testing.T, err error, key string, expected, actual uint64) {

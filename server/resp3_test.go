@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold/internal/resp"
+	"github.com/leasehold/leasehold/wire/resp"
 )
 
 // r3Conn is a raw connection read as RESP3: every reply is kept as the

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/resp"
+	"github.com/leasehold/leasehold/wire/resp"
 )
 
 // The connection: its reader loop, the bounds before AUTH, and the replies

@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold/internal/resp"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/testrig/servertest"
+	"github.com/leasehold/leasehold/wire/resp"
 )
 
 // TestRESPGoRedis: a stock Redis client (go-redis, which sends CLIENT

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/resp"
+	"github.com/leasehold/leasehold/wire/resp"
 )
 
 // The connection's commands: PING, QUIT, ECHO, COMMAND, AUTH, HELLO,

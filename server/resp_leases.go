@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/resp"
+	"github.com/leasehold/leasehold/wire/resp"
 )
 
 // The lease commands (rows in resp_table.go). The preamble has checked

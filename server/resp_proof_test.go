@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehold/leasehold/internal/resp"
+	"github.com/leasehold/leasehold/wire/resp"
 )
 
 // TestRESPHolderProofs: with holder proofs on, only the acquirer learns the

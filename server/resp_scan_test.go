@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehold/leasehold/internal/resp"
+	"github.com/leasehold/leasehold/wire/resp"
 )
 
 // rtScan sends LH.SCAN and returns the next cursor and the names of the

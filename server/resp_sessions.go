@@ -7,7 +7,7 @@ import (
 	"github.com/leasehold/leasehold/storekit"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/resp"
+	"github.com/leasehold/leasehold/wire/resp"
 )
 
 // Sessions and watch mode (rows in resp_table.go). The sessions' rows need

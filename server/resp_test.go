@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/resp"
-	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/memory"
+	"github.com/leasehold/leasehold/testrig/servertest"
+	"github.com/leasehold/leasehold/wire/resp"
 )
 
 // rtServe serves b over RESP on a loopback port until the test ends.

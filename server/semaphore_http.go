@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/httpwire"
+	"github.com/leasehold/leasehold/wire/httpwire"
 )
 
 // Semaphores over HTTP use the naming of the Go recipe (leasehold.Semaphore):

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/remote"
+	"github.com/leasehold/leasehold/testrig/servertest"
 )
 
 // startServe runs Serve in the background on loopback ports and returns

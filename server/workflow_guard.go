@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/resp"
+	"github.com/leasehold/leasehold/wire/resp"
 	"github.com/leasehold/leasehold/workflow"
 )
 

@@ -63,7 +63,7 @@
 //
 // # The ASL subset the generator emits
 //
-// The test executor (internal/aslexec) runs exactly this subset:
+// The test executor (testrig/aslexec) runs exactly this subset:
 //
 //   - Top level: Comment, QueryLanguage "JSONata", StartAt, States.
 //   - State types and their fields: Pass (Comment, Assign, Output, Next or

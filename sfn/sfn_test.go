@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // node runs one of the testdata scripts with the npm packages that

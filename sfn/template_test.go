@@ -13,7 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // cfnCheck checks a template with testdata/cfncheck.js against the

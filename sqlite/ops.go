@@ -12,7 +12,7 @@ import (
 
 // Each write is one SQL statement in its own (implicit) transaction: one
 // commit, one fsync of the WAL. The rules are those of
-// internal/leasestate, written in SQL; the conformance suite checks both.
+// storekit/leasestate, written in SQL; the conformance suite checks both.
 //
 // A row is live when held = 1, it was written in this boot and its expiry
 // (on the boot-time clock) is in the future.

@@ -27,8 +27,8 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/internal/backoff"
-	"github.com/leasehold/leasehold/internal/leasestate"
 	"github.com/leasehold/leasehold/storekit"
+	"github.com/leasehold/leasehold/storekit/leasestate"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/watchset"
 	"github.com/leasehold/leasehold/storekit"
+	"github.com/leasehold/leasehold/storekit/watchset"
 )
 
 // pollInterval is how often the watch goroutine asks SQLite whether another

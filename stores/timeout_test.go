@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/silent"
 	"github.com/leasehold/leasehold/stores"
+	"github.com/leasehold/leasehold/testrig/silent"
 )
 
 func TestConnectTimeoutParameter(t *testing.T) {
@@ -50,7 +50,7 @@ func TestConnectTimeoutParameter(t *testing.T) {
 // connect_timeout=, and a server that accepts connections but never
 // answers makes Open fail saying so, not hang on ctx (which has no end).
 // (The server's stores, http:// and leasehold://, send nothing when
-// opened; the command asks them once, see internal/cli.)
+// opened; the command asks them once, see cmd/leasehold/cli.)
 func TestOpenGivesUpAfterConnectTimeout(t *testing.T) {
 	srv := silent.Listen(t)
 	a := srv.Addr()

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/brokenstore"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/server"
+	"github.com/leasehold/leasehold/testrig/brokenstore"
 )
 
 // handle is one "connection" to a shared in-process Queuer: closing it

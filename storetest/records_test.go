@@ -10,8 +10,8 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/brokenstore"
 	"github.com/leasehold/leasehold/storekit"
+	"github.com/leasehold/leasehold/testrig/brokenstore"
 )
 
 // refRecords is a small in-memory RecordStore written independently of

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/latency"
-	"github.com/leasehold/leasehold/internal/workflowbench"
 	"github.com/leasehold/leasehold/memory"
+	"github.com/leasehold/leasehold/testrig/latency"
+	"github.com/leasehold/leasehold/testrig/workflowbench"
 	"github.com/leasehold/leasehold/workflow"
 )
 

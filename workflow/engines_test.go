@@ -7,12 +7,12 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/internal/randid"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/postgres"
 	"github.com/leasehold/leasehold/redis"
 	"github.com/leasehold/leasehold/sqlite"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // engine is a store to run the workflow tests on: records and leases.

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/proctest"
+	"github.com/leasehold/leasehold/testrig/proctest"
 )
 
 // readLines returns the non-empty lines of a file (missing: none).

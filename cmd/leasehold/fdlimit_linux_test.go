@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/proctest"
+	"github.com/leasehold/leasehold/testrig/proctest"
 )
 
 // TestServeFitsFileLimit (issue 26's review, F7): with an open-file limit

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/proctest"
+	"github.com/leasehold/leasehold/testrig/proctest"
 )
 
 // holdStores returns the stores the hold/release tests run on: a SQLite

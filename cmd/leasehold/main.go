@@ -3,14 +3,14 @@
 // holds, releases and force-releases leases, lists live leases (status),
 // prepares a store (store init), runs the lease server (serve), writes Step
 // Functions state machines (sfn) and shows workers taking turns (demo).
-// The commands live in package internal/cli; see "leasehold --help".
+// The commands live in package cmd/leasehold/cli; see "leasehold --help".
 package main
 
 import (
 	"context"
 	"os"
 
-	"github.com/leasehold/leasehold/internal/cli"
+	"github.com/leasehold/leasehold/cmd/leasehold/cli"
 )
 
 func main() {

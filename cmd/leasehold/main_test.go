@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/sqlite"
+	"github.com/leasehold/leasehold/testrig/proctest"
 )
 
 // bin is the leasehold binary built by TestMain.

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	lh "github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/remote"
+	"github.com/leasehold/leasehold/testrig/proctest"
 )
 
 // startServer runs `leasehold serve` on dir and returns its HTTP URL once

@@ -18,9 +18,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/leasehold/leasehold/dynamodb"
-	"github.com/leasehold/leasehold/internal/enginetest"
-	"github.com/leasehold/leasehold/internal/proctest"
 	"github.com/leasehold/leasehold/sfn"
+	"github.com/leasehold/leasehold/testrig/enginetest"
+	"github.com/leasehold/leasehold/testrig/proctest"
 )
 
 // machineRequests evaluates the JSONata expressions of one state of the

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/enginetest"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // treeScript is a command (for sh -c, with the log file as $1) whose

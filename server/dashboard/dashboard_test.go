@@ -21,10 +21,10 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/server"
 	"github.com/leasehold/leasehold/server/dashboard"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // timeout bounds each wait: the test machines are small and busy, so the

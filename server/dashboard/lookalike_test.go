@@ -10,8 +10,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/server"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // TestDashboardLookAlikeNames: a store may hold names the server's API

@@ -11,8 +11,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/enginetest"
 	"github.com/leasehold/leasehold/server"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // overflowJS lists what overflows horizontally: the page wider than the

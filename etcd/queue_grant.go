@@ -1,0 +1,152 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehold/leasehold"
+)
+
+// tryValue is the lease key's value for a grant attempt made at now; the
+// waiter keeps it to recognise its grant after an unknown outcome, also
+// without a request id (the time makes it unique).
+func (w *waiter) tryValue(now time.Time) string {
+	w.tried = record{owner: w.req.Owner, requestID: w.req.RequestID, ttl: w.req.TTL, acquired: now, data: w.req.Data}.encode()
+	return w.tried
+}
+
+// granted builds the record of a grant made by the Txn of resp on g.
+func (w *waiter) granted(ctx context.Context, resp *clientv3.TxnResponse, g grantLease, now time.Time, rerr error) (leasehold.Record, error) {
+	token := uint64(resp.Header.Revision)
+	w.key, w.stale = "", nil
+	if rerr != nil {
+		// The grant's etcd lease may expire early: give it back.
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = w.s.Release(rctx, w.req.Name, w.req.Owner, token)
+		cancel()
+		if ctx.Err() != nil {
+			return leasehold.Record{}, ctx.Err()
+		}
+		return leasehold.Record{}, fmt.Errorf("etcd acquire: granted (token %d) but its spare etcd lease could not be refreshed (%s); the grant was released", token, rerr.Error())
+	}
+	w.s.used(g)
+	w.s.noteGrant(w.req.Name, w.req.Owner, token, g.leaseRef)
+	rec := leasehold.Record{
+		Name: w.req.Name, Owner: w.req.Owner, Token: token, Data: append([]byte(nil), w.req.Data...),
+		TTL: w.req.TTL, Remaining: time.Duration(g.granted) * time.Second, Acquired: time.Unix(0, now.UnixNano()),
+	}
+	if ctx.Err() != nil {
+		// Granted as the wait ended: the caller is gone.
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = w.s.Release(rctx, w.req.Name, w.req.Owner, token)
+		cancel()
+		return leasehold.Record{}, ctx.Err()
+	}
+	return rec, nil
+}
+
+// again serves the request's own grant found while waiting (an earlier
+// attempt's reply was lost) as a retried acquire does, and leaves the
+// queue.
+func (w *waiter) again(ctx context.Context, kv *mvccpb.KeyValue) (leasehold.Record, bool, error) {
+	var ops []clientv3.Op
+	for _, k := range append([]string{w.key, w.sent}, w.stale...) {
+		if k != "" {
+			ops = append(ops, clientv3.OpDelete(k))
+		}
+	}
+	if len(ops) > 0 {
+		if _, err := w.s.cli.Txn(w.octx).Then(ops...).Commit(); err != nil {
+			return leasehold.Record{}, false, err
+		}
+		w.key, w.sent, w.stale = "", "", nil
+	}
+	cur, err := decodeRecord(kv.Value)
+	if err != nil {
+		return leasehold.Record{}, true, err
+	}
+	rec, done, err := w.s.reacquire(w.octx, w.req, kv, cur)
+	if err != nil || !done {
+		return leasehold.Record{}, false, err
+	}
+	return rec, true, nil
+}
+
+// acquire is the head's grant: one Txn that puts the lease key if it is
+// absent, the waiter's entry still exists, and no entry is older; it
+// deletes the entry. Otherwise its Else reads what to do next.
+func (w *waiter) acquire(ctx context.Context) (leasehold.Record, next, bool, error) {
+	s := w.s
+	g, err := w.lease()
+	if err != nil {
+		return leasehold.Record{}, next{}, false, err
+	}
+	w.acquires++
+	now := time.Now()
+	resp, err := s.cli.Txn(w.octx).If(
+		cmpAbsent(w.lk),
+		clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.rev),
+		clientv3.Compare(clientv3.CreateRevision(w.qp), ">", w.rev-1).WithPrefix(), // none older
+	).Then(
+		clientv3.OpPut(w.lk, w.tryValue(now), clientv3.WithLease(g.id)), clientv3.OpPut(w.ok, w.req.Owner), clientv3.OpDelete(w.key),
+	).Else(
+		clientv3.OpGet(w.key, clientv3.WithKeysOnly()), w.olderOp(), clientv3.OpGet(w.lk),
+	).Commit()
+	rerr := g.settle()
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.revokeLater(g.id)
+			return leasehold.Record{}, next{}, false, err
+		}
+		s.unused(g, rerr)
+		w.uncertain = true
+		return leasehold.Record{}, next{}, false, err
+	}
+	if resp.Succeeded {
+		rec, err := w.granted(ctx, resp, g, now, rerr)
+		return rec, next{}, true, err
+	}
+	s.unused(g, rerr)
+	return leasehold.Record{}, w.decide(one(resp.Responses[0]) != nil, one(resp.Responses[1]), one(resp.Responses[2]), resp.Header.Revision), false, nil
+}
+
+// ready gets the etcd lease of the head's grant while it waits for the
+// release, so that the handoff need not wait for a Grant. It is refreshed
+// (or granted) now, after the wait began, so a grant on it still lives a
+// TTL past the caller's t0.
+func (w *waiter) ready() {
+	if w.next.id != clientv3.NoLease {
+		return
+	}
+	if g, err := w.s.obtain(w.octx, w.secs); err == nil {
+		w.next = g
+	}
+}
+
+// lease returns the etcd lease for the head's grant: the one made ready if
+// it is still fresh, else a spare or a new one.
+func (w *waiter) lease() (grantLease, error) {
+	g := w.next
+	w.next = grantLease{}
+	if g.id != clientv3.NoLease {
+		if g.fresh(time.Now()) {
+			return g, nil
+		}
+		w.s.unused(g, g.settle())
+	}
+	return w.s.obtain(w.octx, w.secs)
+}
+
+// drop hands back a lease made ready and not used.
+func (w *waiter) drop() {
+	if g := w.next; g.id != clientv3.NoLease {
+		w.next = grantLease{}
+		w.s.unused(g, g.settle())
+	}
+}

@@ -1,0 +1,145 @@
+package enginetest_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/testrig/enginetest"
+	"github.com/leasehold/leasehold/testrig/proctest"
+)
+
+// fakeEngine is a stand-in for an engine's program that cannot start. It
+// first records the PIDs of the engines scripts/engines.sh has started so
+// far (from the state directory the script keeps them in; not its own),
+// so that the test can check that the script stopped every one of them.
+const fakeEngine = `#!/bin/sh
+for f in "$LEASEHOLD_ENGINES_DIR"/*.dir; do
+	[ -f "$f" ] || continue
+	d=$(cat "$f")
+	for p in "$d/pid" "$d/redis.pid" "$d/data/postmaster.pid"; do
+		[ -s "$p" ] || continue
+		pid=$(head -n 1 "$p")
+		[ "$pid" = $$ ] || echo "$pid"
+	done
+done >"$FAKE_ENGINE_RECORD"
+echo "fake $(basename "$0"): cannot start, on purpose" >&2
+exit 1
+`
+
+// TestEnginesStartFails runs scripts/engines.sh start with one engine
+// whose program exits at once, and checks what scripts/test.sh relies on:
+// the script exits non-zero, names the engine and prints its log on
+// stderr, and leaves none of the engines it started before running. It
+// never installs anything (LEASEHOLD_ENGINES_NO_INSTALL): it needs the
+// engines scripts/engines.sh installs, and is missing-engine like any
+// other test without them.
+func TestEnginesStartFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL, Redis and dynalite")
+	}
+	script, err := filepath.Abs(filepath.Join("..", "..", "scripts", "engines.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		program, engine string
+		before          int // engines started before it: PostgreSQL, Redis, dynalite
+	}{
+		{"redis-server", "Redis", 1},
+		{"etcd", "etcd", 3},
+	} {
+		t.Run(tc.engine, func(t *testing.T) {
+			bin := t.TempDir()
+			if err := os.WriteFile(filepath.Join(bin, tc.program), []byte(fakeEngine), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			state, record := t.TempDir(), filepath.Join(t.TempDir(), "pids")
+			t.Cleanup(func() { killRecorded(record) }) // should there be any left, after a failure
+			cmd := exec.Command("bash", script, "start")
+			cmd.Env = append(proctest.EnvWithout("LEASEHOLD_ENGINES_DIR", "LEASEHOLD_NPM_DIR", "PATH", "FAKE_ENGINE_RECORD"),
+				"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+				"LEASEHOLD_ENGINES_DIR="+state,
+				"LEASEHOLD_ENGINES_NO_INSTALL=1",
+				"FAKE_ENGINE_RECORD="+record)
+			if mods := os.Getenv("LEASEHOLD_TEST_NODE_MODULES"); mods != "" {
+				cmd.Env = append(cmd.Env, "LEASEHOLD_NPM_DIR="+filepath.Dir(mods))
+			}
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			t.Logf("stderr of engines.sh start:\n%s", stderr.String())
+			if strings.Contains(stderr.String(), "not installed") {
+				enginetest.Missing(t, "the engines of scripts/engines.sh", "it says some are not installed")
+			}
+			if _, ok := err.(*exec.ExitError); !ok {
+				t.Fatalf("engines.sh start with %s failing: %v, want a non-zero exit", tc.program, err)
+			}
+			if want := "FAILED: " + tc.engine + " did not start"; !strings.Contains(stderr.String(), want) {
+				t.Errorf("stderr does not say %q", want)
+			}
+			if want := "fake " + tc.program + ": cannot start, on purpose"; !strings.Contains(stderr.String(), want) {
+				t.Errorf("stderr lacks the engine's log (%q)", want)
+			}
+			pids := recorded(t, record)
+			if len(pids) != tc.before {
+				t.Fatalf("%d engines were running when %s was started (PIDs %v), want %d", len(pids), tc.program, pids, tc.before)
+			}
+			for _, pid := range pids {
+				if running(pid) {
+					t.Errorf("engine process %d still runs after engines.sh start failed", pid)
+				}
+			}
+			if left, _ := filepath.Glob(filepath.Join(state, "*.dir")); len(left) != 0 {
+				t.Errorf("engines left in the state directory: %v", left)
+			}
+		})
+	}
+}
+
+func recorded(t *testing.T, record string) []int {
+	t.Helper()
+	b, err := os.ReadFile(record)
+	if err != nil {
+		t.Fatalf("the fake engine was not run: %v", err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("bad PID %q in %s", f, record)
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// running reports whether process pid exists and is not a zombie (an
+// exited process that its new parent has not reaped yet).
+func running(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	// "pid (comm) state ...": comm may hold spaces and parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// killRecorded kills what the fake engine recorded and is still running.
+func killRecorded(record string) {
+	b, _ := os.ReadFile(record)
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && running(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+}

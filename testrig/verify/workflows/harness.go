@@ -1,0 +1,266 @@
+package workflows
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/memory"
+	"github.com/leasehold/leasehold/stores"
+	"github.com/leasehold/leasehold/testrig/verify"
+	"github.com/leasehold/leasehold/workflow"
+)
+
+// Trial is one run of the suite: Procs workers on one instance.
+type Trial struct {
+	Target     verify.Target // Name "memory" with URL "" runs in-process values on one memory store
+	Strategy   workflow.Strategy
+	LocalQueue bool
+	Procs      int // workers (processes; in-process values on memory)
+	Clients    int // per worker
+	Duration   time.Duration
+	Kills      int  // workers killed (SIGKILL) and replaced during the run
+	Restart    bool // the engine is killed and started again once
+	LockWait   time.Duration
+	LeaseTTL   time.Duration
+	Seed       uint64
+	// API, when positive, runs that many `leasehold serve --store
+	// Target.URL --workflows ...` processes, each its own Workflows, and
+	// the workers call their workflow HTTP API; Kills then kill and restart
+	// those servers (the workers stay).
+	API int
+}
+
+// Outcome is what a trial recorded and what Check said of it.
+type Outcome struct {
+	Calls  []Call
+	Hist   []workflow.Entry
+	Result Result
+	Faults int
+}
+
+// RunTrial runs tr and checks it.
+func RunTrial(t *testing.T, tr Trial) Outcome {
+	t.Helper()
+	name := fmt.Sprintf("r16%x", tr.Seed&0xffffff)
+	base := Config{Workflow: name, Instance: "i", Strategy: tr.Strategy, LocalQueue: tr.LocalQueue,
+		Clients: tr.Clients, Duration: tr.Duration, LockWait: tr.LockWait, LeaseTTL: tr.LeaseTTL, Store: tr.Target.URL}
+	ctx := context.Background()
+	var rs leasehold.RecordStore
+	var mem *memory.Store
+	if tr.Target.URL == "" {
+		mem = memory.New()
+		rs = mem
+	} else {
+		st, err := stores.Open(ctx, tr.Target.URL)
+		if err != nil {
+			t.Fatalf("open %s: %v", tr.Target.Name, err)
+		}
+		defer st.Close()
+		var ok bool
+		if rs, ok = st.(leasehold.RecordStore); !ok {
+			t.Fatalf("%s keeps no records", tr.Target.Name)
+		}
+	}
+	w, err := workflow.New(Chain(name), workflow.Config{Records: rs, Strategy: workflow.Optimistic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Create(ctx, "i"); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	var log callLog
+	emit := log.emit
+	out := Outcome{}
+	var apis []verify.Target
+	for i := range tr.API {
+		apis = append(apis, startAPI(t, tr, name))
+		base.HTTP = append(base.HTTP, "http://"+apis[i].HTTPAddr)
+	}
+	var wg sync.WaitGroup
+	if mem != nil {
+		for p := range tr.Procs {
+			cfg := base
+			cfg.ID, cfg.Seed = "p"+strconv.Itoa(p), tr.Seed+uint64(p)*7919
+			wp, err := New(cfg, mem, mem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Go(func() { Run(ctx, cfg, func(int) Service { return wp }, emit) })
+		}
+		wg.Wait()
+	} else {
+		procs := make([]*workerProc, 0, tr.Procs+tr.Kills)
+		start := func(i int) *workerProc {
+			cfg := base
+			cfg.ID, cfg.Seed = "p"+strconv.Itoa(i), tr.Seed+uint64(i)*7919
+			p := startWorker(t, cfg, emit)
+			procs = append(procs, p)
+			return p
+		}
+		live := make([]*workerProc, tr.Procs)
+		for i := range tr.Procs {
+			live[i] = start(i)
+		}
+		faults := tr.Kills
+		if tr.Restart {
+			faults++
+		}
+		// Faults at even intervals through the middle of the run.
+		step := tr.Duration / time.Duration(faults+2)
+		for k := 0; k < faults; k++ {
+			time.Sleep(step)
+			if k == 0 && tr.Restart {
+				tr.Target.Kill()
+				time.Sleep(500 * time.Millisecond)
+				tr.Target.Start()
+				out.Faults++
+				continue
+			}
+			if len(apis) > 0 {
+				a := apis[k%len(apis)]
+				a.Kill()
+				a.Start()
+				out.Faults++
+				continue
+			}
+			i := k % tr.Procs
+			live[i].kill()
+			out.Faults++
+			// The replacement runs for what is left of the run.
+			live[i] = start(tr.Procs + k)
+		}
+		for _, p := range procs {
+			p.wait(tr.Duration + 90*time.Second)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var hist []workflow.Entry
+	for attempt := 0; ; attempt++ {
+		if hist, err = w.History(rctx, "i"); err == nil || attempt == 20 {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("history: %v", err)
+	}
+	out.Calls, out.Hist = log.all(), hist
+	out.Result = Check(Chain(name), out.Calls, hist)
+	return out
+}
+
+type workerProc struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	done chan struct{}
+	end  time.Time
+}
+
+func startWorker(t *testing.T, cfg Config, emit func(Call)) *workerProc {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(cfg)
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), EnvWorker+"="+string(raw))
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start worker: %v", err)
+	}
+	p := &workerProc{t: t, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var c Call
+			if json.Unmarshal(sc.Bytes(), &c) == nil {
+				emit(c)
+			}
+		}
+		_ = cmd.Wait()
+	}()
+	return p
+}
+
+func (p *workerProc) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+func (p *workerProc) wait(limit time.Duration) {
+	select {
+	case <-p.done:
+	case <-time.After(limit):
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		p.t.Errorf("worker %d still running after %s: stopped", p.cmd.Process.Pid, limit)
+		<-p.done
+	}
+}
+
+// Serve runs `leasehold serve` with its own durable engine in a temporary
+// directory and returns it as a target whose URL is its HTTP API (records
+// and leases); Kill and Start stop and restart the process on the same data.
+func Serve(t *testing.T) verify.Target {
+	t.Helper()
+	tg := verify.StartServe(t, "--data-dir", t.TempDir())
+	return verify.Target{Name: "server", URL: "http://" + tg.HTTPAddr, Addr: tg.HTTPAddr, HTTPAddr: tg.HTTPAddr,
+		Kill: tg.Kill, Start: tg.Start}
+}
+
+// startAPI runs a `leasehold serve` in front of the trial's store, serving
+// the trial's definition with its strategy (verify.StartServe: its
+// HTTPAddr is the API).
+func startAPI(t *testing.T, tr Trial, name string) verify.Target {
+	t.Helper()
+	def := Chain(name)
+	wf := map[string]any{"name": name, "initial": def.Initial, "transitions": def.Transitions, "strategy": string(tr.Strategy)}
+	if tr.LockWait > 0 {
+		wf["lock_wait"] = tr.LockWait.String()
+	}
+	if tr.LeaseTTL > 0 {
+		wf["lease_ttl"] = tr.LeaseTTL.String()
+	}
+	f := map[string]any{"workflows": []map[string]any{wf}}
+	b, _ := json.Marshal(f)
+	path := t.TempDir() + "/workflows.json"
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return verify.StartServe(t, "--store", tr.Target.URL, "--workflows", path)
+}
+
+// callLog collects the calls that workers emit, from any goroutine.
+type callLog struct {
+	mu    sync.Mutex
+	calls []Call
+}
+
+func (l *callLog) emit(c Call) {
+	l.mu.Lock()
+	l.calls = append(l.calls, c)
+	l.mu.Unlock()
+}
+
+func (l *callLog) all() []Call {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.calls
+}
