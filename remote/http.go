@@ -10,14 +10,9 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/backoff"
-	"github.com/leasehold/leasehold/internal/randid"
-	"github.com/leasehold/leasehold/storekit"
-	"github.com/leasehold/leasehold/wire/httpwire"
 )
 
 // EnvAuthToken is the environment variable OpenHTTP reads the bearer token
@@ -60,27 +55,23 @@ var (
 // connections open for reuse.
 type HTTPStore struct {
 	*conn
-	// session, when set, attaches every acquire to that session, sess.
-	session string
-	sess    *Session
+	// sess, when set, is the session every acquire attaches to.
+	sess *Session
 	// borrowed stores (Session.Store) do not close the connection pool.
 	borrowed bool
 }
 
-// conn is what the stores of one OpenHTTP share.
+// conn is what the stores of one OpenHTTP share: the client core (its
+// ctx ends watches and sessions at Close; its secrets are those of the
+// grants acquired by any store of this connection, sessions' stores too),
+// over the HTTP transport.
 type conn struct {
+	core
+
 	base    string // scheme://host[:port][/path], without a trailing slash
 	token   string
 	client  *http.Client
 	timeout time.Duration
-
-	ctx    context.Context // ends at Close: ends watches and sessions
-	cancel context.CancelFunc
-	closed atomic.Bool
-
-	// secrets are the holder proofs of the grants acquired here (by any
-	// store of this connection: sessions' stores too).
-	secrets *holderSecrets
 }
 
 // OpenHTTP opens a store on the server at rawURL:
@@ -162,16 +153,18 @@ func OpenHTTP(rawURL string) (*HTTPStore, error) {
 		ExpectContinueTimeout: time.Second,
 		TLSClientConfig:       tc,
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{
 		base:    u.Scheme + "://" + u.Host + strings.TrimRight(u.EscapedPath(), "/"),
 		token:   token,
 		client:  &http.Client{Transport: tr, CheckRedirect: noRedirects},
 		timeout: timeout,
-		ctx:     ctx,
-		cancel:  cancel,
-		secrets: newHolderSecrets(),
 	}
+	c.core.init(c, waitPolicy{
+		chunk: longPoll,
+		// A long-poll is cancelled with its ctx, and its answer lost.
+		cancelLosesReply: true,
+		retry:            retryUnavailable,
+	})
 	return &HTTPStore{conn: c}, nil
 }
 
@@ -196,34 +189,11 @@ func (s *HTTPStore) Close() error {
 	return nil
 }
 
-// --- leasehold.Store ---
+// --- leasehold.Store (the client core's, core.go) ---
 
 // TryAcquire implements leasehold.Store: one attempt, no waiting.
 func (s *HTTPStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
-	if err := req.Validate(); err != nil {
-		return leasehold.Record{}, err
-	}
-	return s.acquire(ctx, req, 0)
-}
-
-func (s *HTTPStore) acquire(ctx context.Context, req leasehold.AcquireRequest, wait time.Duration) (leasehold.Record, error) {
-	var lj httpwire.Lease
-	_, err := s.do(ctx, call{
-		method: http.MethodPost, path: s.namePath("leases", req.Name, "acquire"),
-		body: httpwire.AcquireBodyOf(req, wait, s.session), replayable: req.RequestID != "", wait: wait, name: req.Name,
-	}, &lj)
-	if err != nil {
-		return leasehold.Record{}, err
-	}
-	rec, err := answerRecord(&lj)
-	if err != nil {
-		return leasehold.Record{}, err
-	}
-	s.secrets.put(rec, lj.Secret, s.session)
-	if s.sess != nil && s.sess.Err() != nil {
-		s.secrets.dropSession(s.session) // ended meanwhile: its grants are freed
-	}
-	return rec, nil
+	return s.tryAcquire(ctx, req, s.bound())
 }
 
 // AcquireWait implements leasehold.Queuer: it waits in the server's FIFO
@@ -237,53 +207,15 @@ func (s *HTTPStore) acquire(ctx context.Context, req leasehold.AcquireRequest, w
 // grant raced with the end, AcquireWait releases it (best effort; else it
 // expires after its TTL).
 func (s *HTTPStore) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
-	if err := req.Validate(); err != nil {
-		return leasehold.Record{}, err
+	return s.acquireWait(ctx, req, s.bound())
+}
+
+// bound is the session the store's acquires attach to, or nil.
+func (s *HTTPStore) bound() *keeper {
+	if s.sess == nil {
+		return nil
 	}
-	if req.RequestID == "" {
-		req.RequestID = randid.Hex(12)
-	}
-	var bo *backoff.Backoff
-	for {
-		wait := longPoll
-		if dl, ok := ctx.Deadline(); ok {
-			wait = min(wait, time.Until(dl))
-		}
-		if err := ctx.Err(); err != nil {
-			return leasehold.Record{}, err
-		}
-		wait = max(wait, time.Millisecond)
-		rec, err := s.acquire(ctx, req, wait)
-		if err == nil {
-			return rec, nil
-		}
-		if ctx.Err() != nil {
-			// In the background: a hung server does not stretch the
-			// caller's time.
-			go reclaimGrant(s.ctx, s, req, func(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
-				return s.acquire(ctx, req, 0)
-			})
-			return leasehold.Record{}, ctx.Err()
-		}
-		if errors.Is(err, leasehold.ErrHeld) {
-			continue // the long-poll ran out: wait again
-		}
-		var pe *ProblemError
-		if errors.As(err, &pe) && pe.Type == httpwire.Unavailable {
-			// The server is shutting down or not ready: wait a little
-			// (a quarter of its Retry-After, and a backoff from 50ms
-			// that spreads the waiters) and ask again (another
-			// instance, or the restarted one).
-			if bo == nil {
-				bo = backoff.New(100*time.Millisecond, 2*time.Second)
-			}
-			if err := backoff.Sleep(ctx, pe.RetryAfter/4+bo.Next()); err != nil {
-				return leasehold.Record{}, err
-			}
-			continue
-		}
-		return leasehold.Record{}, err
-	}
+	return s.sess.keeper
 }
 
 // Renew implements leasehold.Store. It sends the grant's secret if this
@@ -291,34 +223,13 @@ func (s *HTTPStore) AcquireWait(ctx context.Context, req leasehold.AcquireReques
 // proofs refuses a renew without the right one with an error matching
 // ErrBadProof and leasehold.ErrNotHeld.
 func (s *HTTPStore) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := storekit.ValidateHolder(name, owner, token); err != nil {
-		return err
-	}
-	if err := storekit.ValidateTTL(ttl); err != nil {
-		return err
-	}
-	_, err := s.do(ctx, call{
-		method: http.MethodPost, path: s.namePath("leases", name, "renew"),
-		body:       httpwire.RenewBody{Owner: owner, Token: token, TTLMS: httpwire.CeilMS(ttl), Secret: s.secrets.get(name, owner, token)},
-		replayable: true, name: name,
-	}, nil)
-	s.secrets.settle(name, owner, token, ttl, err)
-	return err
+	return s.renew(ctx, name, owner, token, ttl)
 }
 
 // Release implements leasehold.Store. Like Renew, it sends the grant's
 // secret if this store has it.
 func (s *HTTPStore) Release(ctx context.Context, name, owner string, token uint64) error {
-	if err := storekit.ValidateHolder(name, owner, token); err != nil {
-		return err
-	}
-	_, err := s.do(ctx, call{
-		method: http.MethodPost, path: s.namePath("leases", name, "release"),
-		body:       httpwire.ReleaseBody{Owner: owner, Token: token, Secret: s.secrets.get(name, owner, token)},
-		replayable: true, name: name,
-	}, nil)
-	s.secrets.settle(name, owner, token, 0, err)
-	return err
+	return s.release(ctx, name, owner, token)
 }
 
 // HolderSecret returns the secret (holder proof) of a grant acquired
@@ -342,26 +253,12 @@ func (s *HTTPStore) SetHolderSecret(name, owner string, token uint64, secret str
 // ForceRelease frees a lease whoever holds it (it needs admin access) and
 // returns the grant it ended, or leasehold.ErrNotFound.
 func (s *HTTPStore) ForceRelease(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := storekit.ValidateName(name); err != nil {
-		return leasehold.Record{}, err
-	}
-	var lj httpwire.Lease
-	if _, err := s.do(ctx, call{method: http.MethodPost, path: s.namePath("leases", name, "force-release"), body: struct{}{}, name: name}, &lj); err != nil {
-		return leasehold.Record{}, err
-	}
-	return answerRecord(&lj)
+	return s.lease(ctx, name, true)
 }
 
 // Get implements leasehold.Store.
 func (s *HTTPStore) Get(ctx context.Context, name string) (leasehold.Record, error) {
-	if err := storekit.ValidateName(name); err != nil {
-		return leasehold.Record{}, err
-	}
-	var lj httpwire.Lease
-	if _, err := s.do(ctx, call{method: http.MethodGet, path: s.namePath("leases", name, ""), name: name}, &lj); err != nil {
-		return leasehold.Record{}, err
-	}
-	return answerRecord(&lj)
+	return s.lease(ctx, name, false)
 }
 
 // List implements leasehold.Store. With auth on, it lists only the leases
@@ -370,45 +267,10 @@ func (s *HTTPStore) Get(ctx context.Context, name string) (leasehold.Record, err
 // before, until there are no more. A lease held throughout is listed once;
 // one granted or freed meanwhile may or may not be.
 func (s *HTTPStore) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
-	if err := storekit.ValidatePrefix(prefix); err != nil {
-		return nil, err
-	}
-	var recs []leasehold.Record
-	after := ""
-	for {
-		var out httpwire.List
-		q := url.Values{}
-		if prefix != "" {
-			q.Set("prefix", prefix)
-		}
-		if after != "" {
-			q.Set("after", after)
-		}
-		if _, err := s.do(ctx, call{method: http.MethodGet, path: "/v1/leases", query: q}, &out); err != nil {
-			return nil, err
-		}
-		if recs == nil {
-			recs = make([]leasehold.Record, 0, len(out.Leases))
-		}
-		for i := range out.Leases {
-			r, err := answerRecord(&out.Leases[i])
-			if err != nil {
-				return nil, err
-			}
-			recs = append(recs, r)
-		}
-		if out.Next == "" {
-			return recs, nil
-		}
-		if out.Next <= after {
-			return nil, fmt.Errorf("leasehold server: malformed answer to GET /v1/leases: next %q does not follow %q", out.Next, after)
-		}
-		after = out.Next
-	}
+	return s.list(ctx, prefix)
 }
 
 // Ready asks the server whether it can serve (GET /readyz).
 func (s *HTTPStore) Ready(ctx context.Context) error {
-	_, err := s.do(ctx, call{method: http.MethodGet, path: "/readyz"}, nil)
-	return err
+	return s.ready(ctx)
 }

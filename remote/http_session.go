@@ -4,14 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/url"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/wire/httpwire"
 )
 
 // --- sessions ---
@@ -29,10 +24,6 @@ import (
 type Session struct {
 	*keeper
 	s *HTTPStore
-
-	stop   context.CancelFunc
-	wg     sync.WaitGroup
-	closed atomic.Bool
 }
 
 var (
@@ -49,31 +40,11 @@ var (
 // releases (or has released) those leases. A bad TTL or option is an
 // *leasehold.InvalidError and opens nothing.
 func (s *HTTPStore) OpenSession(ctx context.Context, ttl time.Duration, opts ...SessionOption) (*Session, error) {
-	cfg, err := sessionOptions(ttl, opts)
+	k, err := s.openSession(ctx, ttl, opts, func(err error) bool { return errors.Is(err, ErrNoSession) })
 	if err != nil {
 		return nil, err
 	}
-	t0, b0 := cfg.clock.Now(), cfg.clock.Boot()
-	var sj httpwire.Session
-	if _, err := s.do(ctx, call{method: http.MethodPost, path: "/v1/sessions", body: httpwire.SessionBody{TTLMS: httpwire.CeilMS(ttl)}}, &sj); err != nil {
-		return nil, err
-	}
-	kctx, stop := context.WithCancel(s.ctx)
-	x := &Session{keeper: newKeeper(sj.ID, ttl, cfg, t0, b0), s: s, stop: stop}
-	x.onEnd = func() { s.secrets.dropSession(sj.ID) }
-	x.wg.Add(1)
-	go func() {
-		defer x.wg.Done()
-		x.run(kctx, t0, func(ctx context.Context) error {
-			_, err := x.s.do(ctx, call{method: http.MethodPost, path: "/v1/sessions/" + url.PathEscape(x.id) + "/keepalive", replayable: true}, nil)
-			return err
-		}, func(err error) bool { return errors.Is(err, ErrNoSession) })
-		if !x.closed.Load() {
-			// The store was closed: nothing keeps the session alive now.
-			x.end(fmt.Errorf("session %s: %w: its store was closed", x.id, leasehold.ErrLost))
-		}
-	}()
-	return x, nil
+	return &Session{keeper: k, s: s}, nil
 }
 
 // ID is the session's id. Treat it as a secret: it lets its bearer close
@@ -89,7 +60,7 @@ func (x *Session) TTL() time.Duration { return x.ttl }
 // (leasehold.BoundedStore). Its Close does nothing; close the session
 // instead.
 func (x *Session) Store() *HTTPStore {
-	return &HTTPStore{conn: x.s.conn, session: x.id, sess: x, borrowed: true}
+	return &HTTPStore{conn: x.s.conn, sess: x, borrowed: true}
 }
 
 // LeaseBound implements leasehold.BoundedStore: a grant made through a
@@ -106,13 +77,11 @@ func (s *HTTPStore) LeaseBound(leasehold.Record) leasehold.Bound {
 // leasehold.ErrLost); Err then matches leasehold.ErrReleased. Closing
 // twice, or a lost session, returns nil.
 func (x *Session) Close(ctx context.Context) error {
-	if x.closed.Swap(true) {
+	if x.halt() {
 		return nil
 	}
-	x.stop()
-	x.wg.Wait()
 	lost := !x.end(fmt.Errorf("session %s closed: %w", x.id, leasehold.ErrReleased))
-	_, err := x.s.do(ctx, call{method: http.MethodDelete, path: "/v1/sessions/" + url.PathEscape(x.id), replayable: true}, nil)
+	err := x.s.sendCloseSession(ctx, x.id)
 	if errors.Is(err, ErrNoSession) && lost {
 		return nil
 	}

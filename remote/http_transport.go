@@ -109,7 +109,7 @@ type call struct {
 
 // do sends c and decodes a 2xx answer's JSON into out (if non-nil). Any
 // other answer becomes an error.
-func (s *HTTPStore) do(ctx context.Context, c call, out any) (int, error) {
+func (s *conn) do(ctx context.Context, c call, out any) (int, error) {
 	if s.closed.Load() {
 		return 0, leasehold.ErrClosed
 	}
@@ -180,7 +180,7 @@ func (s *HTTPStore) do(ctx context.Context, c call, out any) (int, error) {
 // the request may have reached the server: not if the connection was never
 // made (refused, no route, unknown host: nothing was sent), else the
 // outcome is unknown.
-func (s *HTTPStore) transportError(ctx context.Context, err error) error {
+func (s *conn) transportError(ctx context.Context, err error) error {
 	if s.closed.Load() {
 		return leasehold.ErrClosed
 	}
@@ -226,4 +226,131 @@ func problemError(resp *http.Response, data []byte, name string) error {
 		}
 	}
 	return pe
+}
+
+// --- the transport of the client core (core.go) ---
+
+var _ transport = (*conn)(nil)
+
+// sendAcquire sends POST /v1/leases/{name}/acquire (with wait_ms for a
+// long-poll), replayable when it has a request id. It reads no answer
+// after ctx ends (the core reclaims the grant instead), so it ignores
+// late.
+func (s *conn) sendAcquire(ctx context.Context, req *leasehold.AcquireRequest, session string, wait time.Duration, _ func(grant, error)) (grant, error) {
+	var lj httpwire.Lease
+	_, err := s.do(ctx, call{
+		method: http.MethodPost, path: s.namePath("leases", req.Name, "acquire"),
+		body: httpwire.AcquireBodyOf(*req, wait, session), replayable: req.RequestID != "", wait: wait, name: req.Name,
+	}, &lj)
+	if err != nil {
+		return grant{}, err
+	}
+	rec, err := answerRecord(&lj)
+	if err != nil {
+		return grant{}, err
+	}
+	return grant{rec: rec, secret: lj.Secret}, nil
+}
+
+// retryUnavailable is the HTTP store's waitPolicy.retry: a server that is
+// shutting down or not ready (503 unavailable), with its Retry-After.
+func retryUnavailable(err error) (time.Duration, bool) {
+	var pe *ProblemError
+	if errors.As(err, &pe) && pe.Type == httpwire.Unavailable {
+		return pe.RetryAfter, true
+	}
+	return 0, false
+}
+
+// sendHolder sends POST /v1/leases/{name}/renew with ttl, or .../release
+// (ttl 0).
+func (s *conn) sendHolder(ctx context.Context, name, owner string, token uint64, ttl time.Duration, secret string) error {
+	c := call{method: http.MethodPost, replayable: true, name: name}
+	if ttl > 0 {
+		c.path = s.namePath("leases", name, "renew")
+		c.body = httpwire.RenewBody{Owner: owner, Token: token, TTLMS: httpwire.CeilMS(ttl), Secret: secret}
+	} else {
+		c.path = s.namePath("leases", name, "release")
+		c.body = httpwire.ReleaseBody{Owner: owner, Token: token, Secret: secret}
+	}
+	_, err := s.do(ctx, c, nil)
+	return err
+}
+
+// sendLease sends GET /v1/leases/{name}, or with force POST
+// /v1/leases/{name}/force-release.
+func (s *conn) sendLease(ctx context.Context, name string, force bool) (leasehold.Record, error) {
+	c := call{method: http.MethodGet, path: s.namePath("leases", name, ""), name: name}
+	if force {
+		c = call{method: http.MethodPost, path: s.namePath("leases", name, "force-release"), body: struct{}{}, name: name}
+	}
+	var lj httpwire.Lease
+	if _, err := s.do(ctx, c, &lj); err != nil {
+		return leasehold.Record{}, err
+	}
+	return answerRecord(&lj)
+}
+
+// sendList reads GET /v1/leases page by page (?after= the last page's
+// next).
+func (s *conn) sendList(ctx context.Context, prefix string) ([]leasehold.Record, error) {
+	var recs []leasehold.Record
+	after := ""
+	for {
+		var out httpwire.List
+		q := url.Values{}
+		if prefix != "" {
+			q.Set("prefix", prefix)
+		}
+		if after != "" {
+			q.Set("after", after)
+		}
+		if _, err := s.do(ctx, call{method: http.MethodGet, path: "/v1/leases", query: q}, &out); err != nil {
+			return nil, err
+		}
+		if recs == nil {
+			recs = make([]leasehold.Record, 0, len(out.Leases))
+		}
+		for i := range out.Leases {
+			r, err := answerRecord(&out.Leases[i])
+			if err != nil {
+				return nil, err
+			}
+			recs = append(recs, r)
+		}
+		if out.Next == "" {
+			return recs, nil
+		}
+		if out.Next <= after {
+			return nil, fmt.Errorf("leasehold server: malformed answer to GET /v1/leases: next %q does not follow %q", out.Next, after)
+		}
+		after = out.Next
+	}
+}
+
+// sendReady sends GET /readyz.
+func (s *conn) sendReady(ctx context.Context) error {
+	_, err := s.do(ctx, call{method: http.MethodGet, path: "/readyz"}, nil)
+	return err
+}
+
+// sendOpenSession sends POST /v1/sessions.
+func (s *conn) sendOpenSession(ctx context.Context, ttl time.Duration) (string, error) {
+	var sj httpwire.Session
+	if _, err := s.do(ctx, call{method: http.MethodPost, path: "/v1/sessions", body: httpwire.SessionBody{TTLMS: httpwire.CeilMS(ttl)}}, &sj); err != nil {
+		return "", err
+	}
+	return sj.ID, nil
+}
+
+// sendKeepalive sends POST /v1/sessions/{id}/keepalive.
+func (s *conn) sendKeepalive(ctx context.Context, id string) error {
+	_, err := s.do(ctx, call{method: http.MethodPost, path: "/v1/sessions/" + url.PathEscape(id) + "/keepalive", replayable: true}, nil)
+	return err
+}
+
+// sendCloseSession sends DELETE /v1/sessions/{id}.
+func (s *conn) sendCloseSession(ctx context.Context, id string) error {
+	_, err := s.do(ctx, call{method: http.MethodDelete, path: "/v1/sessions/" + url.PathEscape(id), replayable: true}, nil)
+	return err
 }

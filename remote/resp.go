@@ -11,11 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/randid"
 	"github.com/leasehold/leasehold/storekit"
 	"github.com/leasehold/leasehold/wire/resp"
 )
@@ -50,20 +48,14 @@ const DefaultRESPPort = "7071"
 // With holder proofs on the server, each grant's secret is kept and sent
 // with its Renew and Release (see ErrBadProof, HolderSecret).
 type RESPStore struct {
-	cl        *resp.Client
-	addr      string
-	timeout   time.Duration
-	waitChunk time.Duration
-	closed    atomic.Bool
-	ctx       context.Context // ends at Close: ends the sessions' keepalives
-	cancel    context.CancelFunc
+	core // the client core, over this store as its transport
+
+	cl      *resp.Client
+	addr    string
+	timeout time.Duration
 
 	subOnce sync.Once
 	sub     *resp.Subscriber // Watch's connection, made on first use
-
-	// secrets are the holder proofs of the grants acquired here (its
-	// sessions' stores included).
-	secrets *holderSecrets
 }
 
 var (
@@ -224,8 +216,10 @@ func newRESPStore(ctx context.Context, cfg respConfig) (*RESPStore, error) {
 			return c.Do(func(b []byte) []byte { return resp.AppendCommand(b, "AUTH", token) }, expectOK(""))
 		}
 	}
-	s := &RESPStore{addr: cfg.addr, timeout: cfg.timeout, waitChunk: cfg.waitChunk, secrets: newHolderSecrets()}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s := &RESPStore{addr: cfg.addr, timeout: cfg.timeout}
+	// A waiting acquire's reply is still read a moment after its ctx
+	// ended (resp.Client.DoBlocking): a grant it brings is released.
+	s.core.init(s, waitPolicy{chunk: cfg.waitChunk, releaseEnded: true})
 	s.cl = resp.NewClient(resp.ClientOptions{
 		Dial: dial, Init: init, Conns: cfg.conns, MaxIdle: cfg.idle, Timeout: cfg.timeout,
 		MaxArray: 1 << 24, // LH.LIST may return many leases; memory still follows the bytes received
@@ -307,40 +301,9 @@ func (s *RESPStore) Watch(ctx context.Context, name string) (<-chan struct{}, er
 	return ch, nil
 }
 
-// keepSecret keeps the secret of a grant made through session (or none).
-func (s *RESPStore) keepSecret(rec leasehold.Record, secret string, session *RESPSession) {
-	if session == nil {
-		s.secrets.put(rec, secret, "")
-		return
-	}
-	s.secrets.put(rec, secret, session.id)
-	if session.Err() != nil {
-		s.secrets.dropSession(session.id) // ended meanwhile: its grants are freed
-	}
-}
-
 // TryAcquire implements leasehold.Store.
 func (s *RESPStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
 	return s.tryAcquire(ctx, req, nil)
-}
-
-func (s *RESPStore) tryAcquire(ctx context.Context, req leasehold.AcquireRequest, ss *RESPSession) (leasehold.Record, error) {
-	if err := req.Validate(); err != nil {
-		return leasehold.Record{}, err
-	}
-	if err := s.check(); err != nil {
-		return leasehold.Record{}, err
-	}
-	var rec leasehold.Record
-	var secret string
-	err := s.cl.Do(ctx,
-		func(b []byte) []byte { return appendAcquire(b, &req, ss.sessionID(), 0) },
-		acquireReply(&req, &rec, &secret))
-	if err != nil {
-		return leasehold.Record{}, s.mapErr(err)
-	}
-	s.keepSecret(rec, secret, ss)
-	return rec, nil
 }
 
 // AcquireWait implements leasehold.Queuer: it waits in the server's FIFO
@@ -355,121 +318,18 @@ func (s *RESPStore) AcquireWait(ctx context.Context, req leasehold.AcquireReques
 	return s.acquireWait(ctx, req, nil)
 }
 
-func (s *RESPStore) acquireWait(ctx context.Context, req leasehold.AcquireRequest, ss *RESPSession) (leasehold.Record, error) {
-	if err := req.Validate(); err != nil {
-		return leasehold.Record{}, err
-	}
-	if req.RequestID == "" {
-		req.RequestID = randid.Hex(12)
-	}
-	for {
-		if err := s.check(); err != nil {
-			return leasehold.Record{}, err
-		}
-		if err := ctx.Err(); err != nil {
-			return leasehold.Record{}, err
-		}
-		wait := s.waitChunk
-		if dl, ok := ctx.Deadline(); ok {
-			wait = max(min(wait, time.Until(dl)), time.Millisecond)
-		}
-		var rec leasehold.Record
-		var secret string
-		// late undoes, in the background, what a reply that came after
-		// the caller gave up did: a grant is released; without a reply,
-		// one is looked for by request id and released.
-		late := func(err error) {
-			if err == nil {
-				s.keepSecret(rec, secret, ss)
-				s.releaseAbandoned(rec)
-				return
-			}
-			reclaimGrant(s.ctx, s, req, func(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
-				return s.tryAcquire(ctx, req, ss)
-			})
-		}
-		err := s.cl.DoBlocking(ctx, wait+s.timeout,
-			func(b []byte) []byte { return appendAcquire(b, &req, ss.sessionID(), wait) },
-			acquireReply(&req, &rec, &secret), late)
-		if err == nil {
-			s.keepSecret(rec, secret, ss)
-		}
-		var held *leasehold.HeldError
-		switch {
-		case err == nil && ctx.Err() != nil:
-			// Granted as ctx ended: the caller will never use it.
-			storekit.AfterEnd(ctx, 5*time.Second, func(rctx context.Context) { _ = s.Release(rctx, rec.Name, rec.Owner, rec.Token) })
-			return leasehold.Record{}, ctx.Err()
-		case err == nil:
-			return rec, nil
-		case ctx.Err() != nil:
-			// Without a reply yet, late finishes the work.
-			return leasehold.Record{}, ctx.Err()
-		case errors.As(err, &held):
-			continue // this chunk of waiting ran out: ask again
-		}
-		return leasehold.Record{}, s.mapErr(err)
-	}
-}
-
-// releaseAbandoned releases a grant whose caller had given up, within 5 s.
-func (s *RESPStore) releaseAbandoned(rec leasehold.Record) {
-	rctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
-	defer cancel()
-	_ = s.Release(rctx, rec.Name, rec.Owner, rec.Token)
-}
-
 // Renew implements leasehold.Store. It sends the grant's secret (SECRET)
 // if this store acquired the grant (and the server gave one); a server
 // with holder proofs refuses a renew without the right one with an error
 // matching ErrBadProof and leasehold.ErrNotHeld.
 func (s *RESPStore) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := storekit.ValidateHolder(name, owner, token); err != nil {
-		return err
-	}
-	if err := storekit.ValidateTTL(ttl); err != nil {
-		return err
-	}
-	return s.holderCommand(ctx, "LH.RENEW", name, owner, token, ttl)
-}
-
-// holderCommand sends the grant's holder command: LH.RENEW with ttl, or
-// LH.RELEASE (ttl 0), with the grant's secret if this store has it, and
-// settles the secret by the answer.
-func (s *RESPStore) holderCommand(ctx context.Context, cmd, name, owner string, token uint64, ttl time.Duration) error {
-	if err := s.check(); err != nil {
-		return err
-	}
-	secret := s.secrets.get(name, owner, token)
-	n := 4 + secretArgs(secret)
-	if ttl > 0 {
-		n++
-	}
-	err := s.cl.Do(ctx, func(b []byte) []byte {
-		b = resp.AppendArray(b, n)
-		b = resp.AppendBulkString(b, cmd)
-		b = resp.AppendBulkString(b, name)
-		b = resp.AppendBulkString(b, owner)
-		b = resp.AppendBulkInt(b, int64(token))
-		if ttl > 0 {
-			b = resp.AppendBulkInt(b, resp.Millis(ttl))
-		}
-		return appendSecret(b, secret)
-	}, expectOK(name))
-	if err != nil {
-		err = s.mapErr(err)
-	}
-	s.secrets.settle(name, owner, token, ttl, err)
-	return err
+	return s.renew(ctx, name, owner, token, ttl)
 }
 
 // Release implements leasehold.Store. Like Renew, it sends the grant's
 // secret if this store has it.
 func (s *RESPStore) Release(ctx context.Context, name, owner string, token uint64) error {
-	if err := storekit.ValidateHolder(name, owner, token); err != nil {
-		return err
-	}
-	return s.holderCommand(ctx, "LH.RELEASE", name, owner, token, 0)
+	return s.release(ctx, name, owner, token)
 }
 
 // HolderSecret returns the secret (holder proof) of a grant acquired
@@ -492,43 +352,19 @@ func (s *RESPStore) SetHolderSecret(name, owner string, token uint64, secret str
 
 // Get implements leasehold.Store.
 func (s *RESPStore) Get(ctx context.Context, name string) (leasehold.Record, error) {
-	return s.recordCommand(ctx, "LH.GET", name)
-}
-
-// recordCommand sends cmd with the lease's name and returns the record it
-// answers (a null answer is leasehold.ErrNotFound).
-func (s *RESPStore) recordCommand(ctx context.Context, cmd, name string) (leasehold.Record, error) {
-	if err := storekit.ValidateName(name); err != nil {
-		return leasehold.Record{}, err
-	}
-	if err := s.check(); err != nil {
-		return leasehold.Record{}, err
-	}
-	var rec leasehold.Record
-	err := s.cl.Do(ctx, func(b []byte) []byte { return resp.AppendCommand(b, cmd, name) }, recordReply(name, &rec))
-	if err != nil {
-		return leasehold.Record{}, s.mapErr(err)
-	}
-	return rec, nil
+	return s.lease(ctx, name, false)
 }
 
 // Ready reports nil when the server can serve (its log is open, its engine
 // reachable).
 func (s *RESPStore) Ready(ctx context.Context) error {
-	if err := s.check(); err != nil {
-		return err
-	}
-	err := s.cl.Do(ctx, func(b []byte) []byte { return resp.AppendCommand(b, "LH.READY") }, expectOK(""))
-	if err != nil {
-		return s.mapErr(err)
-	}
-	return nil
+	return s.ready(ctx)
 }
 
 // ForceRelease frees the named lease whoever holds it (it needs admin
 // access) and returns the grant it ended, or leasehold.ErrNotFound.
 func (s *RESPStore) ForceRelease(ctx context.Context, name string) (leasehold.Record, error) {
-	return s.recordCommand(ctx, "LH.FORCERELEASE", name)
+	return s.lease(ctx, name, true)
 }
 
 // List implements leasehold.Store. With auth on, only the leases the token
@@ -536,48 +372,5 @@ func (s *RESPStore) ForceRelease(ctx context.Context, name string) (leasehold.Re
 // (the server caps LH.LIST): a lease held throughout is listed once; one
 // granted or freed meanwhile may or may not be.
 func (s *RESPStore) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
-	if err := storekit.ValidatePrefix(prefix); err != nil {
-		return nil, err
-	}
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	out := []leasehold.Record{}
-	cursor := "0"
-	for {
-		var next string
-		err := s.cl.Do(ctx, func(b []byte) []byte {
-			return resp.AppendCommand(b, "LH.SCAN", prefix, cursor, "COUNT", strconv.Itoa(scanCount))
-		}, func(v resp.Value) error {
-			if v.Type == resp.Error {
-				return replyErr(v.Str, prefix)
-			}
-			if v.Type != resp.Array || v.Null || len(v.Array) != 2 || v.Array[0].Type != resp.BulkString ||
-				v.Array[0].Null || v.Array[1].Type != resp.Array || v.Array[1].Null {
-				return errors.New("unexpected reply to LH.SCAN: not [cursor, [records]]")
-			}
-			next = string(v.Array[0].Str)
-			for _, e := range v.Array[1].Array {
-				var rec leasehold.Record
-				if err := resp.DecodeRecord(e, &rec); err != nil {
-					return err
-				}
-				out = append(out, rec)
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, s.mapErr(err)
-		}
-		if next == "0" {
-			return out, nil
-		}
-		if next == cursor {
-			return nil, fmt.Errorf("leasehold server %s: LH.SCAN returned the cursor it was given", s.addr)
-		}
-		cursor = next
-	}
+	return s.list(ctx, prefix)
 }
-
-// scanCount is List's LH.SCAN page size.
-const scanCount = 5000

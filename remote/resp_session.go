@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/wire/resp"
 )
 
 // RESPSession is a server session: leases taken through its Store live as
@@ -28,11 +25,6 @@ import (
 type RESPSession struct {
 	*keeper
 	s *RESPStore
-
-	ctx     context.Context // cancelled by Close and the store's Close: stops the keepalive
-	stop    context.CancelFunc
-	closing atomic.Bool // Close was called
-	wg      sync.WaitGroup
 }
 
 var _ leasehold.Bound = (*RESPSession)(nil)
@@ -40,73 +32,17 @@ var _ leasehold.Bound = (*RESPSession)(nil)
 // OpenSession opens a session with the given TTL and starts its keepalive.
 // A bad TTL or option is an *leasehold.InvalidError and opens nothing.
 func (s *RESPStore) OpenSession(ctx context.Context, ttl time.Duration, opts ...SessionOption) (*RESPSession, error) {
-	cfg, err := sessionOptions(ttl, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	t0, b0 := cfg.clock.Now(), cfg.clock.Boot()
-	var id string
-	err = s.cl.Do(ctx, func(b []byte) []byte {
-		b = resp.AppendArray(b, 3)
-		b = resp.AppendBulkString(b, "LH.SESSION")
-		b = resp.AppendBulkString(b, "OPEN")
-		// Rounded up, as the HTTP store does: the server's session must not
-		// end before the deadline the client keeps for it.
-		return resp.AppendBulkInt(b, resp.CeilMillis(ttl))
-	}, func(v resp.Value) error {
-		switch {
-		case v.Type == resp.Error:
-			return replyErr(v.Str, "")
-		case v.Type != resp.BulkString || v.Null || len(v.Str) == 0:
-			return errors.New("unexpected reply to LH.SESSION OPEN")
-		}
-		id = string(v.Str)
-		return nil
+	k, err := s.openSession(ctx, ttl, opts, func(err error) bool {
+		return errors.Is(err, ErrNoSession) || errors.Is(err, leasehold.ErrClosed)
 	})
 	if err != nil {
-		return nil, s.mapErr(err)
+		return nil, err
 	}
-	ss := &RESPSession{keeper: newKeeper(id, ttl, cfg, t0, b0), s: s}
-	ss.onEnd = func() { s.secrets.dropSession(id) }
-	ss.ctx, ss.stop = context.WithCancel(s.ctx)
-	ss.wg.Add(1)
-	go func() {
-		defer ss.wg.Done()
-		ss.run(ss.ctx, t0, func(ctx context.Context) error {
-			err := ss.s.cl.Do(ctx, func(b []byte) []byte {
-				return resp.AppendCommand(b, "LH.SESSION", "KEEPALIVE", ss.id)
-			}, func(v resp.Value) error {
-				if v.Type == resp.Error {
-					return replyErr(v.Str, "")
-				}
-				return nil
-			})
-			if err != nil {
-				return ss.s.mapErr(err)
-			}
-			return nil
-		}, func(err error) bool { return errors.Is(err, ErrNoSession) || errors.Is(err, leasehold.ErrClosed) })
-		if !ss.closing.Load() {
-			// The store was closed: nothing keeps the session alive now.
-			ss.end(fmt.Errorf("session %s: %w: its store was closed", ss.id, leasehold.ErrLost))
-		}
-	}()
-	return ss, nil
+	return &RESPSession{keeper: k, s: s}, nil
 }
 
 // ID returns the session's id. Treat it as a secret.
 func (ss *RESPSession) ID() string { return ss.id }
-
-// sessionID is ss's id, or "" for nil (no session).
-func (ss *RESPSession) sessionID() string {
-	if ss == nil {
-		return ""
-	}
-	return ss.id
-}
 
 // TTL is the session's time to live.
 func (ss *RESPSession) TTL() time.Duration { return ss.ttl }
@@ -122,20 +58,15 @@ func (ss *RESPSession) TTL() time.Duration { return ss.ttl }
 // request, so no lease may still count as held by then, also when the
 // reply is lost.
 func (ss *RESPSession) Close(ctx context.Context) error {
-	ss.closing.Store(true)
-	ss.stop()
-	ss.wg.Wait()
+	ss.halt()
 	if !ss.end(fmt.Errorf("session %s closed: %w", ss.id, leasehold.ErrReleased)) {
 		if err := ss.Err(); !errors.Is(err, leasehold.ErrReleased) {
 			return err
 		}
 		return nil
 	}
-	err := ss.s.cl.Do(ctx, func(b []byte) []byte {
-		return resp.AppendCommand(b, "LH.SESSION", "CLOSE", ss.id)
-	}, expectOK(""))
-	if err != nil && !errors.Is(err, ErrNoSession) {
-		return ss.s.mapErr(err)
+	if err := ss.s.sendCloseSession(ctx, ss.id); err != nil && !errors.Is(err, ErrNoSession) {
+		return err
 	}
 	return nil
 }
@@ -160,11 +91,11 @@ var (
 func (v sessionStore) LeaseBound(leasehold.Record) leasehold.Bound { return v.ss }
 
 func (v sessionStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
-	return v.ss.s.tryAcquire(ctx, req, v.ss)
+	return v.ss.s.tryAcquire(ctx, req, v.ss.keeper)
 }
 
 func (v sessionStore) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
-	return v.ss.s.acquireWait(ctx, req, v.ss)
+	return v.ss.s.acquireWait(ctx, req, v.ss.keeper)
 }
 
 func (v sessionStore) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
