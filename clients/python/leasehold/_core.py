@@ -4,11 +4,13 @@ of a call's time and request id. It imports neither transport."""
 
 from __future__ import annotations
 
+import os
 import secrets
+import socket
 import time
-from typing import Callable, Optional, Tuple, Union
+from typing import Any, Callable, Optional, Tuple, TypeVar, Union
 
-from . import errors
+from . import _validate, errors
 
 DEFAULT_TTL = 15.0
 """The TTL (seconds) of a lease when none is given, as in Go."""
@@ -57,3 +59,55 @@ def _call_window(timeout: Optional[float]) -> Tuple[Optional[float], Optional[fl
         raise errors.Invalid("timeout", f"{timeout!r} is not a number of seconds >= 0 (None: wait without end)")
     end = time.monotonic() + timeout
     return end, end + ANSWER_GRACE - RETURN_MARGIN
+
+
+_Self = TypeVar("_Self", bound="ClientBase")
+
+
+class ClientBase:
+    """What both clients, the server's (``Client``) and DynamoDB's (``DynamoDBClient``), share:
+    the owner, the request timeout, the drift allowance (``rho``, ``eps``) and what follows from them."""
+
+    def _init_common(self, owner: Optional[str], timeout: float, rho: float, eps: float) -> None:
+        for field, v in (("timeout", timeout), ("rho", rho), ("eps", eps)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise errors.Invalid(field, f"must be a number, not {type(v).__name__}")
+        if not (0 <= rho < 1):
+            raise errors.Invalid("rho", f"{rho} is outside [0, 1)")
+        if eps < 0:
+            raise errors.Invalid("eps", f"{eps} is negative")
+        if timeout <= 0:
+            raise errors.Invalid("timeout", f"{timeout} is not positive")
+        if owner is None:
+            owner = f"{socket.gethostname()}/{os.getpid()}/{_random_id(4)}"
+            if len(owner.encode()) > 256:
+                owner = f"pid-{os.getpid()}/{_random_id(4)}"
+        else:
+            _validate.text("owner", owner, _validate.MAX_OWNER)
+        self.owner: str = owner
+        self.rho, self.eps = rho, eps
+        self.timeout: float = timeout
+
+    def close(self) -> None:
+        """Close the client's connections. Leases are not released (they expire after their TTL)."""
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # --- helpers ---
+
+    def _life(self, ttl: float) -> float:
+        return ttl - (ttl * self.rho + self.eps)
+
+    def _check_ttl(self, ttl: float) -> None:
+        if not isinstance(ttl, (int, float)) or isinstance(ttl, bool):
+            raise errors.Invalid("ttl", f"must be a number of seconds, not {type(ttl).__name__}")
+        if self._life(ttl) <= 0:
+            raise errors.Invalid("ttl", f"{ttl}s leaves no time after the drift margin (rho {self.rho}, eps {self.eps}s)")
+
+    def _bounded(self, timeout: Optional[float]) -> float:
+        """A request's timeout: the client's, or less when the caller has less time."""
+        return self.timeout if timeout is None else max(min(timeout, self.timeout), MIN_REQUEST)

@@ -5,15 +5,14 @@ from __future__ import annotations
 import base64
 import os
 import random
-import socket
 import ssl
 import time
 from typing import Any, Dict, List, Optional
 
-from . import _validate, errors
+from . import errors
 # ANSWER_GRACE and RETURN_MARGIN stay importable from here, where they were defined.
-from ._core import (ANSWER_GRACE, DEFAULT_TTL, MIN_REQUEST, RETURN_MARGIN, Data, WaitCallback, _call_window,
-                    _random_id, _with_request_id)
+from ._core import (ANSWER_GRACE, DEFAULT_TTL, MIN_REQUEST, RETURN_MARGIN, ClientBase, Data, WaitCallback,
+                    _call_window, _random_id, _with_request_id)
 from ._http import Transport, name_path
 from .lease import Lease, LeaseInfo, LostCallback
 from .records import Records
@@ -41,7 +40,7 @@ def _ms(seconds: float) -> int:
     return ms + 1 if ms < seconds * 1000 else ms
 
 
-class Client:
+class Client(ClientBase):
     """Takes leases, permits, leadership and records from a leasehold server.
 
     ``Client("http://127.0.0.1:7070", token=None)``: ``token`` is the bearer
@@ -86,49 +85,10 @@ class Client:
         """Versioned records: get, put, delete, add, txn, update."""
         return self._records
 
-    def _init_common(self, owner: Optional[str], timeout: float, rho: float, eps: float) -> None:
-        for field, v in (("timeout", timeout), ("rho", rho), ("eps", eps)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise errors.Invalid(field, f"must be a number, not {type(v).__name__}")
-        if not (0 <= rho < 1):
-            raise errors.Invalid("rho", f"{rho} is outside [0, 1)")
-        if eps < 0:
-            raise errors.Invalid("eps", f"{eps} is negative")
-        if timeout <= 0:
-            raise errors.Invalid("timeout", f"{timeout} is not positive")
-        if owner is None:
-            owner = f"{socket.gethostname()}/{os.getpid()}/{_random_id(4)}"
-            if len(owner.encode()) > 256:
-                owner = f"pid-{os.getpid()}/{_random_id(4)}"
-        else:
-            _validate.text("owner", owner, _validate.MAX_OWNER)
-        self.owner: str = owner
-        self.rho, self.eps = rho, eps
-        self.timeout: float = timeout
-
     def close(self) -> None:
         """Close idle connections. Leases are not released (they expire after their TTL)."""
 
-    def __enter__(self) -> "Client":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     # --- helpers ---
-
-    def _life(self, ttl: float) -> float:
-        return ttl - (ttl * self.rho + self.eps)
-
-    def _check_ttl(self, ttl: float) -> None:
-        if not isinstance(ttl, (int, float)) or isinstance(ttl, bool):
-            raise errors.Invalid("ttl", f"must be a number of seconds, not {type(ttl).__name__}")
-        if self._life(ttl) <= 0:
-            raise errors.Invalid("ttl", f"{ttl}s leaves no time after the drift margin (rho {self.rho}, eps {self.eps}s)")
-
-    def _bounded(self, timeout: Optional[float]) -> float:
-        """A request's timeout: the client's, or less when the caller has less time."""
-        return self.timeout if timeout is None else max(min(timeout, self.timeout), MIN_REQUEST)
 
     def _renew(self, name: str, owner: str, token: int, ttl: float, timeout: Optional[float], *,
                secret: str = "") -> None:
