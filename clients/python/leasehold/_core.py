@@ -66,7 +66,8 @@ _Self = TypeVar("_Self", bound="ClientBase")
 
 class ClientBase:
     """What both clients, the server's (``Client``) and DynamoDB's (``DynamoDBClient``), share:
-    the owner, the request timeout, the drift allowance (``rho``, ``eps``) and what follows from them."""
+    the owner, the request timeout, the drift allowance (``rho``, ``eps``) and what follows from them.
+    A ``Lease`` renews and releases itself through ``_renew`` and ``_release``, which each client has."""
 
     def _init_common(self, owner: Optional[str], timeout: float, rho: float, eps: float) -> None:
         for field, v in (("timeout", timeout), ("rho", rho), ("eps", eps)):
@@ -111,3 +112,19 @@ class ClientBase:
     def _bounded(self, timeout: Optional[float]) -> float:
         """A request's timeout: the client's, or less when the caller has less time."""
         return self.timeout if timeout is None else max(min(timeout, self.timeout), MIN_REQUEST)
+
+    def _renew(self, name: str, owner: str, token: int, ttl: float, timeout: Optional[float], *,
+               secret: str = "") -> None:
+        raise NotImplementedError
+
+    def _release(self, name: str, owner: str, token: int, *, secret: str = "",
+                 timeout: Optional[float] = None) -> None:
+        raise NotImplementedError
+
+
+class ElectionBase:
+    """What both elections, the server's (``Election``) and DynamoDB's (``DirectElection``), share:
+    the client that campaigns (each election declares its type) and the election's name, its lease's."""
+
+    def __init__(self, client: Any, name: str) -> None:
+        self._c, self.name = client, name

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import abc
 import base64
 import os
 import random
 import ssl
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from . import errors
 # ANSWER_GRACE and RETURN_MARGIN stay importable from here, where they were defined.
-from ._core import (ANSWER_GRACE, DEFAULT_TTL, MIN_REQUEST, RETURN_MARGIN, ClientBase, Data, WaitCallback,
-                    _call_window, _random_id, _with_request_id)
+from ._core import (ANSWER_GRACE, DEFAULT_TTL, MIN_REQUEST, RETURN_MARGIN, ClientBase, Data, ElectionBase,
+                    WaitCallback, _call_window, _random_id, _with_request_id)
 from ._http import Transport, name_path
 from .lease import Lease, LeaseInfo, LostCallback
 from .records import Records
 
 LONG_POLL = 30.0
 """Seconds of one long-poll; longer waits repeat it with the same request id (as the Go store does)."""
+
+_SCHEMES: Dict[str, Callable[..., ClientBase]] = {}
+"""The clients ``Client(url)`` returns instead for other URLs, by the URL's
+prefix: the package (``__init__.py``) adds ``"dynamodb:"``, the DynamoDB
+client, which this module does not import."""
 
 
 def _data_members(data: Data) -> Dict[str, str]:
@@ -40,7 +46,7 @@ def _ms(seconds: float) -> int:
     return ms + 1 if ms < seconds * 1000 else ms
 
 
-class Client(ClientBase):
+class Client(ClientBase, metaclass=abc.ABCMeta):
     """Takes leases, permits, leadership and records from a leasehold server.
 
     ``Client("http://127.0.0.1:7070", token=None)``: ``token`` is the bearer
@@ -65,11 +71,21 @@ class Client(ClientBase):
     """
 
     def __new__(cls, url: str, *args: Any, **kw: Any) -> "Client":
-        # Client("dynamodb://TABLE?...") is the DynamoDB client (needs boto3).
-        if cls is Client and isinstance(url, str) and url.startswith("dynamodb:"):
-            from .dynamodb import DynamoDBClient
-            return super().__new__(DynamoDBClient)
+        # Client("dynamodb://TABLE?...") is the DynamoDB client (needs boto3), made
+        # here whole: Python does not run __init__ again on what is no subclass of Client.
+        if cls is Client and isinstance(url, str):
+            for prefix, make in _SCHEMES.items():
+                if url.startswith(prefix):
+                    return make(url, *args, **kw)
         return super().__new__(cls)
+
+    @classmethod
+    def __subclasshook__(cls, sub: type) -> Any:
+        # DynamoDBClient derives from ClientBase, not from Client (neither client's module
+        # imports the other's), and is still a Client to isinstance and issubclass.
+        if cls is Client and sub is not ClientBase and issubclass(sub, ClientBase):
+            return True
+        return NotImplemented
 
     def __init__(self, url: str, token: Optional[str] = None, *, owner: Optional[str] = None,
                  timeout: float = 10.0, rho: float = 0.01, eps: float = 0.005,
@@ -319,13 +335,19 @@ class Semaphore:
                                    ttl, timeout, keepalive, on_lost, None)
 
 
-class Election:
+class Election(ElectionBase, metaclass=abc.ABCMeta):
     """Leader election: campaign by acquiring the election's lease (waiting in the
     FIFO queue); the lease's token is the term, greater for every new leader.
     Resign with ``Lease.release``; leadership ends when the lease is lost."""
 
-    def __init__(self, client: Client, name: str) -> None:
-        self._c, self.name = client, name
+    _c: Client
+
+    @classmethod
+    def __subclasshook__(cls, sub: type) -> Any:
+        # DirectElection (DynamoDB's) derives from ElectionBase, and is still an Election.
+        if cls is Election and sub is not ElectionBase and issubclass(sub, ElectionBase):
+            return True
+        return NotImplemented
 
     def campaign(self, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *, data: Data = None,
                  on_lost: Optional[LostCallback] = None) -> Lease:
