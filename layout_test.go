@@ -89,11 +89,6 @@ func TestLayoutImportsRunDown(t *testing.T) {
 // TestLayoutNoLongFiles keeps every non-test source file of the tree (Go,
 // the Python client, the dashboard's scripts) at 700 lines or fewer: a file
 // over that holds more than one concern.
-//
-// remote/resp.go and remote/http.go are over it until the remote client's
-// shared core lands (issue 32, item 2): they are named here, by their lines
-// today, so that they cannot grow meanwhile.
-var longUntilSplit = map[string]int{"remote/resp.go": 919, "remote/http.go": 851}
 
 func TestLayoutNoLongFiles(t *testing.T) {
 	const maxLines = 700
@@ -122,7 +117,7 @@ func TestLayoutNoLongFiles(t *testing.T) {
 			return err
 		}
 		checked++
-		if n := bytes.Count(b, []byte("\n")); n > max(maxLines, longUntilSplit[filepath.ToSlash(path)]) {
+		if n := bytes.Count(b, []byte("\n")); n > maxLines {
 			t.Errorf("%s: %d lines, over %d: split it by concern", path, n, maxLines)
 		}
 		return nil

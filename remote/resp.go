@@ -11,11 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/randid"
 	"github.com/leasehold/leasehold/storekit"
 	"github.com/leasehold/leasehold/wire/resp"
 )
@@ -50,20 +48,14 @@ const DefaultRESPPort = "7071"
 // With holder proofs on the server, each grant's secret is kept and sent
 // with its Renew and Release (see ErrBadProof, HolderSecret).
 type RESPStore struct {
-	cl        *resp.Client
-	addr      string
-	timeout   time.Duration
-	waitChunk time.Duration
-	closed    atomic.Bool
-	ctx       context.Context // ends at Close: ends the sessions' keepalives
-	cancel    context.CancelFunc
+	core // the client core, over this store as its transport
+
+	cl      *resp.Client
+	addr    string
+	timeout time.Duration
 
 	subOnce sync.Once
 	sub     *resp.Subscriber // Watch's connection, made on first use
-
-	// secrets are the holder proofs of the grants acquired here (its
-	// sessions' stores included).
-	secrets *holderSecrets
 }
 
 var (
@@ -224,8 +216,10 @@ func newRESPStore(ctx context.Context, cfg respConfig) (*RESPStore, error) {
 			return c.Do(func(b []byte) []byte { return resp.AppendCommand(b, "AUTH", token) }, expectOK(""))
 		}
 	}
-	s := &RESPStore{addr: cfg.addr, timeout: cfg.timeout, waitChunk: cfg.waitChunk, secrets: newHolderSecrets()}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s := &RESPStore{addr: cfg.addr, timeout: cfg.timeout}
+	// A waiting acquire's reply is still read a moment after its ctx
+	// ended (resp.Client.DoBlocking): a grant it brings is released.
+	s.core.init(s, waitPolicy{chunk: cfg.waitChunk, releaseEnded: true})
 	s.cl = resp.NewClient(resp.ClientOptions{
 		Dial: dial, Init: init, Conns: cfg.conns, MaxIdle: cfg.idle, Timeout: cfg.timeout,
 		MaxArray: 1 << 24, // LH.LIST may return many leases; memory still follows the bytes received
@@ -307,176 +301,9 @@ func (s *RESPStore) Watch(ctx context.Context, name string) (<-chan struct{}, er
 	return ch, nil
 }
 
-// RESPError is a refusal by the server that has no error of its own in
-// package leasehold: authentication (NOAUTH, WRONGPASS: ErrUnauthorized),
-// permission (NOPERM: ErrForbidden), rate limit (RATELIMITED:
-// ErrRateLimited; nothing was changed), quota (QUOTA: ErrQuotaExceeded;
-// nothing was changed), session (NOSESSION: ErrNoSession),
-// or anything else (ERR; a shutting-down server matches ErrUnavailable).
-type RESPError struct {
-	Code string // the reply's first word
-	Msg  string // the whole reply
-}
-
-func (e *RESPError) Error() string { return "leasehold server: " + e.Msg }
-
-// Is matches the package's sentinel errors by code.
-func (e *RESPError) Is(target error) bool {
-	switch e.Code {
-	case resp.CodeNoAuth, resp.CodeWrongPass:
-		return target == ErrUnauthorized
-	case resp.CodeNoPerm:
-		return target == ErrForbidden
-	case resp.CodeRateLimited:
-		return target == ErrRateLimited
-	case resp.CodeQuota:
-		return target == ErrQuotaExceeded
-	case resp.CodeNoSession:
-		return target == ErrNoSession
-	case resp.CodeBadProof:
-		return target == ErrBadProof || target == leasehold.ErrNotHeld
-	case resp.CodeErr:
-		return target == ErrUnavailable && e.Msg == "ERR the server is shutting down"
-	}
-	return false
-}
-
-// replyErr decodes an error reply.
-func replyErr(msg []byte, name string) error {
-	err := resp.ParseError(msg, name)
-	var se *resp.ServerError
-	if errors.As(err, &se) {
-		return &RESPError{Code: se.Code, Msg: se.Msg}
-	}
-	return err
-}
-
-// mapErr translates the client's own errors.
-func (s *RESPStore) mapErr(err error) error {
-	var ce *resp.ConnError
-	switch {
-	case errors.Is(err, resp.ErrClientClosed) && s.closed.Load():
-		return leasehold.ErrClosed
-	case errors.As(err, &ce):
-		return fmt.Errorf("leasehold server %s: %w", s.addr, err)
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return err
-	}
-	var re *RESPError
-	var he *leasehold.HeldError
-	var ie *leasehold.InvalidError
-	if errors.As(err, &re) || errors.As(err, &he) || errors.As(err, &ie) ||
-		errors.Is(err, leasehold.ErrNotHeld) || errors.Is(err, leasehold.ErrNotFound) {
-		return err
-	}
-	return fmt.Errorf("leasehold server %s: %w", s.addr, err)
-}
-
-func (s *RESPStore) check() error {
-	if s.closed.Load() {
-		return leasehold.ErrClosed
-	}
-	return nil
-}
-
-func expectOK(name string) func(v resp.Value) error {
-	return func(v resp.Value) error {
-		switch {
-		case v.Type == resp.Error:
-			return replyErr(v.Str, name)
-		case v.Type != resp.SimpleString || string(v.Str) != "OK":
-			return fmt.Errorf("unexpected reply to a command expecting OK")
-		}
-		return nil
-	}
-}
-
-func appendAcquire(b []byte, req *leasehold.AcquireRequest, session string, wait time.Duration) []byte {
-	n := 4
-	if len(req.Data) > 0 {
-		n += 2
-	}
-	if req.RequestID != "" {
-		n += 2
-	}
-	if wait > 0 {
-		n += 2
-	}
-	if session != "" {
-		n += 2
-	}
-	b = resp.AppendArray(b, n)
-	b = resp.AppendBulkString(b, "LH.ACQUIRE")
-	b = resp.AppendBulkString(b, req.Name)
-	b = resp.AppendBulkString(b, req.Owner)
-	b = resp.AppendBulkInt(b, resp.Millis(req.TTL))
-	if len(req.Data) > 0 {
-		b = resp.AppendBulkString(b, "DATA")
-		b = resp.AppendBulk(b, req.Data)
-	}
-	if req.RequestID != "" {
-		b = resp.AppendBulkString(b, "REQID")
-		b = resp.AppendBulkString(b, req.RequestID)
-	}
-	if wait > 0 {
-		b = resp.AppendBulkString(b, "WAIT")
-		b = resp.AppendBulkInt(b, max(resp.Millis(wait), 1))
-	}
-	if session != "" {
-		b = resp.AppendBulkString(b, "SESSION")
-		b = resp.AppendBulkString(b, session)
-	}
-	return b
-}
-
-// acquireReply decodes the reply to LH.ACQUIRE into rec and the grant's
-// secret (if the server gives one).
-func acquireReply(req *leasehold.AcquireRequest, rec *leasehold.Record, secret *string) func(v resp.Value) error {
-	return func(v resp.Value) error {
-		if v.Type == resp.Error {
-			return replyErr(v.Str, req.Name)
-		}
-		rec.Name, rec.Owner = req.Name, req.Owner
-		var err error
-		*secret, err = resp.DecodeGrant(v, rec)
-		return err
-	}
-}
-
-// keepSecret keeps the secret of a grant made through session (or none).
-func (s *RESPStore) keepSecret(rec leasehold.Record, secret string, session *RESPSession) {
-	if session == nil {
-		s.secrets.put(rec, secret, "")
-		return
-	}
-	s.secrets.put(rec, secret, session.id)
-	if session.Err() != nil {
-		s.secrets.dropSession(session.id) // ended meanwhile: its grants are freed
-	}
-}
-
 // TryAcquire implements leasehold.Store.
 func (s *RESPStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
 	return s.tryAcquire(ctx, req, nil)
-}
-
-func (s *RESPStore) tryAcquire(ctx context.Context, req leasehold.AcquireRequest, ss *RESPSession) (leasehold.Record, error) {
-	if err := req.Validate(); err != nil {
-		return leasehold.Record{}, err
-	}
-	if err := s.check(); err != nil {
-		return leasehold.Record{}, err
-	}
-	var rec leasehold.Record
-	var secret string
-	err := s.cl.Do(ctx,
-		func(b []byte) []byte { return appendAcquire(b, &req, ss.sessionID(), 0) },
-		acquireReply(&req, &rec, &secret))
-	if err != nil {
-		return leasehold.Record{}, s.mapErr(err)
-	}
-	s.keepSecret(rec, secret, ss)
-	return rec, nil
 }
 
 // AcquireWait implements leasehold.Queuer: it waits in the server's FIFO
@@ -491,136 +318,18 @@ func (s *RESPStore) AcquireWait(ctx context.Context, req leasehold.AcquireReques
 	return s.acquireWait(ctx, req, nil)
 }
 
-func (s *RESPStore) acquireWait(ctx context.Context, req leasehold.AcquireRequest, ss *RESPSession) (leasehold.Record, error) {
-	if err := req.Validate(); err != nil {
-		return leasehold.Record{}, err
-	}
-	if req.RequestID == "" {
-		req.RequestID = randid.Hex(12)
-	}
-	for {
-		if err := s.check(); err != nil {
-			return leasehold.Record{}, err
-		}
-		if err := ctx.Err(); err != nil {
-			return leasehold.Record{}, err
-		}
-		wait := s.waitChunk
-		if dl, ok := ctx.Deadline(); ok {
-			wait = max(min(wait, time.Until(dl)), time.Millisecond)
-		}
-		var rec leasehold.Record
-		var secret string
-		// late undoes, in the background, what a reply that came after
-		// the caller gave up did: a grant is released; without a reply,
-		// one is looked for by request id and released.
-		late := func(err error) {
-			if err == nil {
-				s.keepSecret(rec, secret, ss)
-				s.releaseAbandoned(rec)
-				return
-			}
-			reclaimGrant(s.ctx, s, req, func(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
-				return s.tryAcquire(ctx, req, ss)
-			})
-		}
-		err := s.cl.DoBlocking(ctx, wait+s.timeout,
-			func(b []byte) []byte { return appendAcquire(b, &req, ss.sessionID(), wait) },
-			acquireReply(&req, &rec, &secret), late)
-		if err == nil {
-			s.keepSecret(rec, secret, ss)
-		}
-		var held *leasehold.HeldError
-		switch {
-		case err == nil && ctx.Err() != nil:
-			// Granted as ctx ended: the caller will never use it.
-			storekit.AfterEnd(ctx, 5*time.Second, func(rctx context.Context) { _ = s.Release(rctx, rec.Name, rec.Owner, rec.Token) })
-			return leasehold.Record{}, ctx.Err()
-		case err == nil:
-			return rec, nil
-		case ctx.Err() != nil:
-			// Without a reply yet, late finishes the work.
-			return leasehold.Record{}, ctx.Err()
-		case errors.As(err, &held):
-			continue // this chunk of waiting ran out: ask again
-		}
-		return leasehold.Record{}, s.mapErr(err)
-	}
-}
-
-// releaseAbandoned releases a grant whose caller had given up, within 5 s.
-func (s *RESPStore) releaseAbandoned(rec leasehold.Record) {
-	rctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
-	defer cancel()
-	_ = s.Release(rctx, rec.Name, rec.Owner, rec.Token)
-}
-
 // Renew implements leasehold.Store. It sends the grant's secret (SECRET)
 // if this store acquired the grant (and the server gave one); a server
 // with holder proofs refuses a renew without the right one with an error
 // matching ErrBadProof and leasehold.ErrNotHeld.
 func (s *RESPStore) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	if err := storekit.ValidateHolder(name, owner, token); err != nil {
-		return err
-	}
-	if err := storekit.ValidateTTL(ttl); err != nil {
-		return err
-	}
-	return s.holderCommand(ctx, "LH.RENEW", name, owner, token, ttl)
-}
-
-// holderCommand sends the grant's holder command: LH.RENEW with ttl, or
-// LH.RELEASE (ttl 0), with the grant's secret if this store has it, and
-// settles the secret by the answer.
-func (s *RESPStore) holderCommand(ctx context.Context, cmd, name, owner string, token uint64, ttl time.Duration) error {
-	if err := s.check(); err != nil {
-		return err
-	}
-	secret := s.secrets.get(name, owner, token)
-	n := 4 + secretArgs(secret)
-	if ttl > 0 {
-		n++
-	}
-	err := s.cl.Do(ctx, func(b []byte) []byte {
-		b = resp.AppendArray(b, n)
-		b = resp.AppendBulkString(b, cmd)
-		b = resp.AppendBulkString(b, name)
-		b = resp.AppendBulkString(b, owner)
-		b = resp.AppendBulkInt(b, int64(token))
-		if ttl > 0 {
-			b = resp.AppendBulkInt(b, resp.Millis(ttl))
-		}
-		return appendSecret(b, secret)
-	}, expectOK(name))
-	if err != nil {
-		err = s.mapErr(err)
-	}
-	s.secrets.settle(name, owner, token, ttl, err)
-	return err
-}
-
-func secretArgs(secret string) int {
-	if secret == "" {
-		return 0
-	}
-	return 2
-}
-
-func appendSecret(b []byte, secret string) []byte {
-	if secret == "" {
-		return b
-	}
-	b = resp.AppendBulkString(b, "SECRET")
-	return resp.AppendBulkString(b, secret)
+	return s.renew(ctx, name, owner, token, ttl)
 }
 
 // Release implements leasehold.Store. Like Renew, it sends the grant's
 // secret if this store has it.
 func (s *RESPStore) Release(ctx context.Context, name, owner string, token uint64) error {
-	if err := storekit.ValidateHolder(name, owner, token); err != nil {
-		return err
-	}
-	return s.holderCommand(ctx, "LH.RELEASE", name, owner, token, 0)
+	return s.release(ctx, name, owner, token)
 }
 
 // HolderSecret returns the secret (holder proof) of a grant acquired
@@ -641,57 +350,21 @@ func (s *RESPStore) SetHolderSecret(name, owner string, token uint64, secret str
 	s.secrets.importSecret(name, owner, token, secret)
 }
 
-func recordReply(name string, rec *leasehold.Record) func(v resp.Value) error {
-	return func(v resp.Value) error {
-		switch {
-		case v.Type == resp.Error:
-			return replyErr(v.Str, name)
-		case v.Null:
-			return leasehold.ErrNotFound
-		}
-		return resp.DecodeRecord(v, rec)
-	}
-}
-
 // Get implements leasehold.Store.
 func (s *RESPStore) Get(ctx context.Context, name string) (leasehold.Record, error) {
-	return s.recordCommand(ctx, "LH.GET", name)
-}
-
-// recordCommand sends cmd with the lease's name and returns the record it
-// answers (a null answer is leasehold.ErrNotFound).
-func (s *RESPStore) recordCommand(ctx context.Context, cmd, name string) (leasehold.Record, error) {
-	if err := storekit.ValidateName(name); err != nil {
-		return leasehold.Record{}, err
-	}
-	if err := s.check(); err != nil {
-		return leasehold.Record{}, err
-	}
-	var rec leasehold.Record
-	err := s.cl.Do(ctx, func(b []byte) []byte { return resp.AppendCommand(b, cmd, name) }, recordReply(name, &rec))
-	if err != nil {
-		return leasehold.Record{}, s.mapErr(err)
-	}
-	return rec, nil
+	return s.lease(ctx, name, false)
 }
 
 // Ready reports nil when the server can serve (its log is open, its engine
 // reachable).
 func (s *RESPStore) Ready(ctx context.Context) error {
-	if err := s.check(); err != nil {
-		return err
-	}
-	err := s.cl.Do(ctx, func(b []byte) []byte { return resp.AppendCommand(b, "LH.READY") }, expectOK(""))
-	if err != nil {
-		return s.mapErr(err)
-	}
-	return nil
+	return s.ready(ctx)
 }
 
 // ForceRelease frees the named lease whoever holds it (it needs admin
 // access) and returns the grant it ended, or leasehold.ErrNotFound.
 func (s *RESPStore) ForceRelease(ctx context.Context, name string) (leasehold.Record, error) {
-	return s.recordCommand(ctx, "LH.FORCERELEASE", name)
+	return s.lease(ctx, name, true)
 }
 
 // List implements leasehold.Store. With auth on, only the leases the token
@@ -699,221 +372,5 @@ func (s *RESPStore) ForceRelease(ctx context.Context, name string) (leasehold.Re
 // (the server caps LH.LIST): a lease held throughout is listed once; one
 // granted or freed meanwhile may or may not be.
 func (s *RESPStore) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
-	if err := storekit.ValidatePrefix(prefix); err != nil {
-		return nil, err
-	}
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	out := []leasehold.Record{}
-	cursor := "0"
-	for {
-		var next string
-		err := s.cl.Do(ctx, func(b []byte) []byte {
-			return resp.AppendCommand(b, "LH.SCAN", prefix, cursor, "COUNT", strconv.Itoa(scanCount))
-		}, func(v resp.Value) error {
-			if v.Type == resp.Error {
-				return replyErr(v.Str, prefix)
-			}
-			if v.Type != resp.Array || v.Null || len(v.Array) != 2 || v.Array[0].Type != resp.BulkString ||
-				v.Array[0].Null || v.Array[1].Type != resp.Array || v.Array[1].Null {
-				return errors.New("unexpected reply to LH.SCAN: not [cursor, [records]]")
-			}
-			next = string(v.Array[0].Str)
-			for _, e := range v.Array[1].Array {
-				var rec leasehold.Record
-				if err := resp.DecodeRecord(e, &rec); err != nil {
-					return err
-				}
-				out = append(out, rec)
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, s.mapErr(err)
-		}
-		if next == "0" {
-			return out, nil
-		}
-		if next == cursor {
-			return nil, fmt.Errorf("leasehold server %s: LH.SCAN returned the cursor it was given", s.addr)
-		}
-		cursor = next
-	}
+	return s.list(ctx, prefix)
 }
-
-// scanCount is List's LH.SCAN page size.
-const scanCount = 5000
-
-// RESPSession is a server session: leases taken through its Store live as
-// long as the session does, kept alive by one keepalive (every TTL/3) for
-// all of them, and are released by the server when it ends. It ends when
-// Close is called or when it cannot be kept alive: a keepalive refused (the
-// server does not know it any more) or none confirmed before the session's
-// local deadline. Done is then closed and Err says why.
-//
-// It is also a leasehold.Bound, and its Store a leasehold.BoundedStore: a
-// Lease taken through Store is lost no later than the session. The
-// session's local deadline is t0 + TTL·(1−ρ) − ε, where t0 is taken (on the
-// monotonic and the boot-time clock) before the last confirmed keepalive
-// (or the open) was sent; the server frees the session's leases no earlier
-// than TTL after it received that keepalive.
-type RESPSession struct {
-	*keeper
-	s *RESPStore
-
-	ctx     context.Context // cancelled by Close and the store's Close: stops the keepalive
-	stop    context.CancelFunc
-	closing atomic.Bool // Close was called
-	wg      sync.WaitGroup
-}
-
-var _ leasehold.Bound = (*RESPSession)(nil)
-
-// OpenSession opens a session with the given TTL and starts its keepalive.
-// A bad TTL or option is an *leasehold.InvalidError and opens nothing.
-func (s *RESPStore) OpenSession(ctx context.Context, ttl time.Duration, opts ...SessionOption) (*RESPSession, error) {
-	cfg, err := sessionOptions(ttl, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	t0, b0 := cfg.clock.Now(), cfg.clock.Boot()
-	var id string
-	err = s.cl.Do(ctx, func(b []byte) []byte {
-		b = resp.AppendArray(b, 3)
-		b = resp.AppendBulkString(b, "LH.SESSION")
-		b = resp.AppendBulkString(b, "OPEN")
-		// Rounded up, as the HTTP store does: the server's session must not
-		// end before the deadline the client keeps for it.
-		return resp.AppendBulkInt(b, resp.CeilMillis(ttl))
-	}, func(v resp.Value) error {
-		switch {
-		case v.Type == resp.Error:
-			return replyErr(v.Str, "")
-		case v.Type != resp.BulkString || v.Null || len(v.Str) == 0:
-			return errors.New("unexpected reply to LH.SESSION OPEN")
-		}
-		id = string(v.Str)
-		return nil
-	})
-	if err != nil {
-		return nil, s.mapErr(err)
-	}
-	ss := &RESPSession{keeper: newKeeper(id, ttl, cfg, t0, b0), s: s}
-	ss.onEnd = func() { s.secrets.dropSession(id) }
-	ss.ctx, ss.stop = context.WithCancel(s.ctx)
-	ss.wg.Add(1)
-	go func() {
-		defer ss.wg.Done()
-		ss.run(ss.ctx, t0, func(ctx context.Context) error {
-			err := ss.s.cl.Do(ctx, func(b []byte) []byte {
-				return resp.AppendCommand(b, "LH.SESSION", "KEEPALIVE", ss.id)
-			}, func(v resp.Value) error {
-				if v.Type == resp.Error {
-					return replyErr(v.Str, "")
-				}
-				return nil
-			})
-			if err != nil {
-				return ss.s.mapErr(err)
-			}
-			return nil
-		}, func(err error) bool { return errors.Is(err, ErrNoSession) || errors.Is(err, leasehold.ErrClosed) })
-		if !ss.closing.Load() {
-			// The store was closed: nothing keeps the session alive now.
-			ss.end(fmt.Errorf("session %s: %w: its store was closed", ss.id, leasehold.ErrLost))
-		}
-	}()
-	return ss, nil
-}
-
-// ID returns the session's id. Treat it as a secret.
-func (ss *RESPSession) ID() string { return ss.id }
-
-// sessionID is ss's id, or "" for nil (no session).
-func (ss *RESPSession) sessionID() string {
-	if ss == nil {
-		return ""
-	}
-	return ss.id
-}
-
-// TTL is the session's time to live.
-func (ss *RESPSession) TTL() time.Duration { return ss.ttl }
-
-// Close ends the session: it stops the keepalive and asks the server to
-// close the session, which releases its leases. Leases taken through it are
-// lost (their Err matches leasehold.ErrLost); Err then matches
-// leasehold.ErrReleased. Closing an ended session returns nil if Close
-// already ended it, else the error that ended it.
-//
-// The session ends here, and its leases are lost, before the server is
-// asked to close it: the server frees the leases as soon as it reads the
-// request, so no lease may still count as held by then, also when the
-// reply is lost.
-func (ss *RESPSession) Close(ctx context.Context) error {
-	ss.closing.Store(true)
-	ss.stop()
-	ss.wg.Wait()
-	if !ss.end(fmt.Errorf("session %s closed: %w", ss.id, leasehold.ErrReleased)) {
-		if err := ss.Err(); !errors.Is(err, leasehold.ErrReleased) {
-			return err
-		}
-		return nil
-	}
-	err := ss.s.cl.Do(ctx, func(b []byte) []byte {
-		return resp.AppendCommand(b, "LH.SESSION", "CLOSE", ss.id)
-	}, expectOK(""))
-	if err != nil && !errors.Is(err, ErrNoSession) {
-		return ss.s.mapErr(err)
-	}
-	return nil
-}
-
-// Store returns a view of the store whose acquires attach their leases to
-// the session: the server frees them when the session ends, whatever their
-// own TTL, and a Lease taken through the view is lost no later than the
-// session (leasehold.BoundedStore). Renew, Release, Get and List are the
-// store's. Closing the view closes nothing.
-func (ss *RESPSession) Store() leasehold.Store { return sessionStore{ss} }
-
-type sessionStore struct{ ss *RESPSession }
-
-var (
-	_ leasehold.Store        = sessionStore{}
-	_ leasehold.Queuer       = sessionStore{}
-	_ leasehold.BoundedStore = sessionStore{}
-)
-
-// LeaseBound implements leasehold.BoundedStore: every grant made through
-// the view is bounded by its session.
-func (v sessionStore) LeaseBound(leasehold.Record) leasehold.Bound { return v.ss }
-
-func (v sessionStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
-	return v.ss.s.tryAcquire(ctx, req, v.ss)
-}
-
-func (v sessionStore) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
-	return v.ss.s.acquireWait(ctx, req, v.ss)
-}
-
-func (v sessionStore) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
-	return v.ss.s.Renew(ctx, name, owner, token, ttl)
-}
-
-func (v sessionStore) Release(ctx context.Context, name, owner string, token uint64) error {
-	return v.ss.s.Release(ctx, name, owner, token)
-}
-
-func (v sessionStore) Get(ctx context.Context, name string) (leasehold.Record, error) {
-	return v.ss.s.Get(ctx, name)
-}
-
-func (v sessionStore) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
-	return v.ss.s.List(ctx, prefix)
-}
-
-func (v sessionStore) Close() error { return nil }

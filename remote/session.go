@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -91,6 +92,21 @@ type keeper struct {
 	// onEnd, if set, is called (with mu held) when the session ends: it
 	// forgets the secrets of the session's grants.
 	onEnd func()
+
+	// The keepalive loop that core.openSession runs: stop ends it, wg
+	// waits for it, closing says that the session's Close stopped it.
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	closing atomic.Bool
+}
+
+// halt stops the keepalive loop for the session's Close and waits for it
+// to return. It reports whether Close had been called before.
+func (k *keeper) halt() bool {
+	again := k.closing.Swap(true)
+	k.stop()
+	k.wg.Wait()
+	return again
 }
 
 // newKeeper returns the keeper of a session opened by a request sent at

@@ -10,6 +10,7 @@ Functions through a leasehold server (``leasehold serve``).
 The server client needs only the standard library.
 """
 
+from . import client as _client
 from .client import DEFAULT_TTL, Client, Election, Semaphore
 from .errors import (BadProof, Conflict, Forbidden, Held, Invalid, LeaseholdError, Lost, NoSession, NotFound,
                      NotHeld, ProblemError, QuotaExceeded, RateLimited, Released, Unauthorized, Unavailable, Unreachable,
@@ -18,7 +19,18 @@ from .lease import Lease, LeaseInfo
 from .records import Record, Records, RetriesExhausted, Write
 
 
-def __getattr__(name: str):  # DynamoDBClient needs boto3 only when used
+# client.py and dynamodb.py do not import each other: the package joins them.
+# dynamodb.py is imported when first used (as is boto3, by DynamoDBClient).
+
+def _dynamodb_client(url: str, *args, **kw) -> "Client":
+    from .dynamodb import DynamoDBClient
+    return DynamoDBClient(url, *args, **kw)
+
+
+_client._SCHEMES["dynamodb:"] = _dynamodb_client  # Client("dynamodb://...") is a DynamoDBClient
+
+
+def __getattr__(name: str):
     if name == "DynamoDBClient":
         from .dynamodb import DynamoDBClient
         return DynamoDBClient

@@ -1,24 +1,38 @@
-"""Semaphores and elections directly on DynamoDB, over DynamoDBClient's leases."""
+"""Semaphores and elections directly on DynamoDB, over DynamoDBClient's leases.
+dynamodb.py imports this module, not the reverse: what the recipes use of
+DynamoDBClient is written down here as ``DirectLeases``."""
 
 from __future__ import annotations
 
 import random
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Optional, Protocol, Tuple
 
 from . import _validate, errors
-from .client import DEFAULT_TTL, Data, Election, _call_window, _random_id, _with_request_id
+from ._core import DEFAULT_TTL, Data, ElectionBase, _call_window, _random_id, _with_request_id
 from .lease import Lease, LeaseInfo, LostCallback
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .dynamodb import DynamoDBClient
+
+class DirectLeases(Protocol):
+    """What the recipes use of DynamoDBClient."""
+
+    timeout: float
+
+    def _prepare(self, name: str, ttl: float, data: Data, request_id: Optional[str]) -> Tuple[str, int, bytes]: ...
+
+    def _try(self, name: str, rid: str, ttl_ms: int, raw: bytes, keepalive: bool,
+             on_lost: Optional[LostCallback], end: float) -> Lease: ...
+
+    def acquire(self, name: str, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, **kw: Any) -> Lease: ...
+
+    def get(self, name: str) -> LeaseInfo: ...
 
 
 class DirectSemaphore:
     """A counting semaphore on DynamoDB, as Go's ``Semaphore``: a lease per permit
     (``NAME/permit/I``), tried in random order; waiting polls with jittered backoff."""
 
-    def __init__(self, client: DynamoDBClient, name: str, permits: int) -> None:
+    def __init__(self, client: DirectLeases, name: str, permits: int) -> None:
         if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= 1024:
             raise errors.Invalid("permits", f"{permits!r} is outside [1, 1024]")
         _validate.text("name", name, _validate.MAX_NAME)
@@ -83,13 +97,17 @@ class DirectSemaphore:
             time.sleep(max(pause, 0.0))
 
 
-class DirectElection(Election):
+class DirectElection(ElectionBase):
     """Leader election on DynamoDB: campaign by acquiring the election's lease; its
-    token is the term. Resign with ``Lease.release``. Campaigning is Election's,
+    token is the term. Resign with ``Lease.release``. Campaigning is as ``Election``'s,
     through the DynamoDB client's acquire."""
 
-    def __init__(self, client: DynamoDBClient, name: str) -> None:
-        self._c, self.name = client, name
+    _c: DirectLeases
+
+    def campaign(self, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *, data: Data = None,
+                 on_lost: Optional[LostCallback] = None) -> Lease:
+        """Become leader (``data``, an address say, tells followers where); returns the lease."""
+        return self._c.acquire(self.name, ttl, timeout, data=data, on_lost=on_lost)
 
     def leader(self) -> Optional[LeaseInfo]:
         """The current leader (``term`` set to its token), or None when there is none."""

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import abc
 import base64
 import os
 import random
-import secrets
-import socket
 import ssl
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional
 
-from . import _validate, errors
+from . import errors
+# ANSWER_GRACE and RETURN_MARGIN stay importable from here, where they were defined.
+from ._core import (ANSWER_GRACE, DEFAULT_TTL, MIN_REQUEST, RETURN_MARGIN, ClientBase, Data, ElectionBase,
+                    WaitCallback, _call_window, _random_id, _with_request_id)
 from ._http import Transport, name_path
 from .lease import Lease, LeaseInfo, LostCallback
 from .records import Records
@@ -19,30 +21,10 @@ from .records import Records
 LONG_POLL = 30.0
 """Seconds of one long-poll; longer waits repeat it with the same request id (as the Go store does)."""
 
-DEFAULT_TTL = 15.0
-"""The TTL (seconds) of a lease when none is given, as in Go."""
-
-ANSWER_GRACE = 0.5
-"""Seconds a call given a ``timeout`` may run past it: the answer to its
-last attempt, and the request that looks for a grant which may have raced
-with giving up. ``acquire(timeout=T)`` returns by ``T + ANSWER_GRACE``
-whatever the network does; with ``timeout=0`` it makes one attempt of at
-most ``ANSWER_GRACE``."""
-
-MIN_REQUEST = 0.05
-"""Seconds: a request with less time than this left is not sent."""
-
-RETURN_MARGIN = 0.1
-"""Seconds kept back from ``ANSWER_GRACE`` for giving up and returning: the
-last request of a call ends this long before ``T + ANSWER_GRACE`` (R17
-measured returns 1-4 ms past it when it ended there)."""
-
-Data = Union[bytes, str, None]
-WaitCallback = Callable[[errors.Held], None]
-
-
-def _random_id(n: int = 12) -> str:
-    return secrets.token_hex(n)
+_SCHEMES: Dict[str, Callable[..., ClientBase]] = {}
+"""The clients ``Client(url)`` returns instead for other URLs, by the URL's
+prefix: the package (``__init__.py``) adds ``"dynamodb:"``, the DynamoDB
+client, which this module does not import."""
 
 
 def _data_members(data: Data) -> Dict[str, str]:
@@ -58,36 +40,13 @@ def _data_members(data: Data) -> Dict[str, str]:
         return {"data_base64": base64.b64encode(bytes(data)).decode("ascii")}
 
 
-def _with_request_id(e: errors.Unreachable, rid: str) -> errors.Unreachable:
-    """Name the request id of the acquire whose outcome ``e`` leaves unknown
-    (in ``e.request_id`` and its message), so the caller can retry with it."""
-    if e.request_id is None:
-        e.request_id = rid
-        e.args = (f"{e.args[0] if e.args else e} (request id {rid!r}: an acquire retried with "
-                  f"request_id={rid!r} gets back the grant made for it, if one was)",)
-    return e
-
-
-def _call_window(timeout: Optional[float]) -> Tuple[Optional[float], Optional[float]]:
-    """(end, hard) on ``time.monotonic()`` for a call given ``timeout``: it
-    stops trying at ``end`` and no request of it runs past ``hard``
-    (``end + ANSWER_GRACE - RETURN_MARGIN``); (None, None) without a
-    timeout."""
-    if timeout is None:
-        return None, None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
-        raise errors.Invalid("timeout", f"{timeout!r} is not a number of seconds >= 0 (None: wait without end)")
-    end = time.monotonic() + timeout
-    return end, end + ANSWER_GRACE - RETURN_MARGIN
-
-
 def _ms(seconds: float) -> int:
     """Seconds to whole milliseconds, rounded up (a TTL is never sent shorter than asked)."""
     ms = int(seconds * 1000)
     return ms + 1 if ms < seconds * 1000 else ms
 
 
-class Client:
+class Client(ClientBase, metaclass=abc.ABCMeta):
     """Takes leases, permits, leadership and records from a leasehold server.
 
     ``Client("http://127.0.0.1:7070", token=None)``: ``token`` is the bearer
@@ -112,11 +71,21 @@ class Client:
     """
 
     def __new__(cls, url: str, *args: Any, **kw: Any) -> "Client":
-        # Client("dynamodb://TABLE?...") is the DynamoDB client (needs boto3).
-        if cls is Client and isinstance(url, str) and url.startswith("dynamodb:"):
-            from .dynamodb import DynamoDBClient
-            return super().__new__(DynamoDBClient)
+        # Client("dynamodb://TABLE?...") is the DynamoDB client (needs boto3), made
+        # here whole: Python does not run __init__ again on what is no subclass of Client.
+        if cls is Client and isinstance(url, str):
+            for prefix, make in _SCHEMES.items():
+                if url.startswith(prefix):
+                    return make(url, *args, **kw)
         return super().__new__(cls)
+
+    @classmethod
+    def __subclasshook__(cls, sub: type) -> Any:
+        # DynamoDBClient derives from ClientBase, not from Client (neither client's module
+        # imports the other's), and is still a Client to isinstance and issubclass.
+        if cls is Client and sub is not ClientBase and issubclass(sub, ClientBase):
+            return True
+        return NotImplemented
 
     def __init__(self, url: str, token: Optional[str] = None, *, owner: Optional[str] = None,
                  timeout: float = 10.0, rho: float = 0.01, eps: float = 0.005,
@@ -132,49 +101,10 @@ class Client:
         """Versioned records: get, put, delete, add, txn, update."""
         return self._records
 
-    def _init_common(self, owner: Optional[str], timeout: float, rho: float, eps: float) -> None:
-        for field, v in (("timeout", timeout), ("rho", rho), ("eps", eps)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise errors.Invalid(field, f"must be a number, not {type(v).__name__}")
-        if not (0 <= rho < 1):
-            raise errors.Invalid("rho", f"{rho} is outside [0, 1)")
-        if eps < 0:
-            raise errors.Invalid("eps", f"{eps} is negative")
-        if timeout <= 0:
-            raise errors.Invalid("timeout", f"{timeout} is not positive")
-        if owner is None:
-            owner = f"{socket.gethostname()}/{os.getpid()}/{_random_id(4)}"
-            if len(owner.encode()) > 256:
-                owner = f"pid-{os.getpid()}/{_random_id(4)}"
-        else:
-            _validate.text("owner", owner, _validate.MAX_OWNER)
-        self.owner: str = owner
-        self.rho, self.eps = rho, eps
-        self.timeout: float = timeout
-
     def close(self) -> None:
         """Close idle connections. Leases are not released (they expire after their TTL)."""
 
-    def __enter__(self) -> "Client":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     # --- helpers ---
-
-    def _life(self, ttl: float) -> float:
-        return ttl - (ttl * self.rho + self.eps)
-
-    def _check_ttl(self, ttl: float) -> None:
-        if not isinstance(ttl, (int, float)) or isinstance(ttl, bool):
-            raise errors.Invalid("ttl", f"must be a number of seconds, not {type(ttl).__name__}")
-        if self._life(ttl) <= 0:
-            raise errors.Invalid("ttl", f"{ttl}s leaves no time after the drift margin (rho {self.rho}, eps {self.eps}s)")
-
-    def _bounded(self, timeout: Optional[float]) -> float:
-        """A request's timeout: the client's, or less when the caller has less time."""
-        return self.timeout if timeout is None else max(min(timeout, self.timeout), MIN_REQUEST)
 
     def _renew(self, name: str, owner: str, token: int, ttl: float, timeout: Optional[float], *,
                secret: str = "") -> None:
@@ -405,13 +335,19 @@ class Semaphore:
                                    ttl, timeout, keepalive, on_lost, None)
 
 
-class Election:
+class Election(ElectionBase, metaclass=abc.ABCMeta):
     """Leader election: campaign by acquiring the election's lease (waiting in the
     FIFO queue); the lease's token is the term, greater for every new leader.
     Resign with ``Lease.release``; leadership ends when the lease is lost."""
 
-    def __init__(self, client: Client, name: str) -> None:
-        self._c, self.name = client, name
+    _c: Client
+
+    @classmethod
+    def __subclasshook__(cls, sub: type) -> Any:
+        # DirectElection (DynamoDB's) derives from ElectionBase, and is still an Election.
+        if cls is Election and sub is not ElectionBase and issubclass(sub, ElectionBase):
+            return True
+        return NotImplemented
 
     def campaign(self, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *, data: Data = None,
                  on_lost: Optional[LostCallback] = None) -> Lease:

@@ -31,17 +31,15 @@ import datetime
 import random
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _validate, errors
-from .client import (DEFAULT_TTL, MIN_REQUEST, Client, Data, WaitCallback, _call_window, _random_id,
-                     _with_request_id)
+from ._core import (DEFAULT_TTL, MIN_REQUEST, ClientBase, Data, WaitCallback, _call_window, _random_id,
+                    _with_request_id)
+from ._dynamodb_recipes import DirectElection, DirectSemaphore
 from ._dynamodb_url import parse_url
 from .lease import Lease, LeaseInfo, LostCallback
 from .records import Records
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ._dynamodb_recipes import DirectElection, DirectSemaphore
 
 # The Go store's expressions (dynamodb/item.go), byte for byte.
 ACQUIRE_UPDATE = "SET #o = :o, RequestId = :r, #d = :d, TtlMs = :ttl, ExpiresAtMs = :exp, Held = :t, AcquiredAtMs = :now ADD #k :one"
@@ -120,7 +118,7 @@ class _Row:
         return errors.Held(self.name, self.owner, self.token, max(self.exp_ms - now_ms, 0) / 1000, _iso(self.acq_ms))
 
 
-class DynamoDBClient(Client):
+class DynamoDBClient(ClientBase):
     """Leases on a DynamoDB table, sharing them with the Go store (see the module doc).
 
     ``DynamoDBClient(url, owner=None, timeout=10.0, rho=0.01, eps=0.005, boto_client=None)``;
@@ -470,6 +468,11 @@ class DynamoDBClient(Client):
                 pause = min(pause, left)
             time.sleep(max(pause, 0.0))
 
+    def lease(self, name: str, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, **kw: Any) -> Lease:
+        """``acquire`` for a ``with`` block: ``with client.lease("jobs/nightly", ttl=30) as lease: ...``.
+        The lease is released when the block ends; see ``Lease``."""
+        return self.acquire(name, ttl, timeout, **kw)
+
     def get(self, name: str) -> LeaseInfo:
         """The live lease ``name`` (judged by this machine's clock); raises ``NotFound``."""
         _validate.text("name", name, _validate.MAX_NAME)
@@ -502,13 +505,11 @@ class DynamoDBClient(Client):
     def force_release(self, name: str) -> LeaseInfo:
         raise errors.Unsupported("force release is not offered on DynamoDB directly (the Go store has none either)")
 
-    def semaphore(self, name: str, permits: int) -> "DirectSemaphore":
+    def semaphore(self, name: str, permits: int) -> DirectSemaphore:
         """At most ``permits`` holders of ``name``: permit I is the lease ``name/permit/I``,
         shared with Go's ``Semaphore`` and ``leasehold run --permits`` on the same table."""
-        from ._dynamodb_recipes import DirectSemaphore
         return DirectSemaphore(self, name, permits)
 
-    def election(self, name: str) -> "DirectElection":
+    def election(self, name: str) -> DirectElection:
         """The election ``name``: a lease whose token is the leader's term."""
-        from ._dynamodb_recipes import DirectElection
         return DirectElection(self, name)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 from . import errors
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .client import Client
+    from ._core import ClientBase
 
 
 @dataclass
@@ -84,7 +84,7 @@ class Lease:
     the block and the block raised nothing, ``__exit__`` raises the ``Lost``.
     """
 
-    def __init__(self, client: "Client", info: LeaseInfo, owner: str, ttl: float, request_id: str,
+    def __init__(self, client: "ClientBase", info: LeaseInfo, owner: str, ttl: float, request_id: str,
                  t0: float, keepalive: bool = True, on_lost: Optional[LostCallback] = None) -> None:
         self._c = client
         self.name: str = info.name

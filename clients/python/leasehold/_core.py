@@ -1,0 +1,130 @@
+"""What the server's client (client.py) and the DynamoDB client (dynamodb.py)
+share: the timing constants, the types of data and callbacks, and the helpers
+of a call's time and request id. It imports neither transport."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import time
+from typing import Any, Callable, Optional, Tuple, TypeVar, Union
+
+from . import _validate, errors
+
+DEFAULT_TTL = 15.0
+"""The TTL (seconds) of a lease when none is given, as in Go."""
+
+ANSWER_GRACE = 0.5
+"""Seconds a call given a ``timeout`` may run past it: the answer to its
+last attempt, and the request that looks for a grant which may have raced
+with giving up. ``acquire(timeout=T)`` returns by ``T + ANSWER_GRACE``
+whatever the network does; with ``timeout=0`` it makes one attempt of at
+most ``ANSWER_GRACE``."""
+
+MIN_REQUEST = 0.05
+"""Seconds: a request with less time than this left is not sent."""
+
+RETURN_MARGIN = 0.1
+"""Seconds kept back from ``ANSWER_GRACE`` for giving up and returning: the
+last request of a call ends this long before ``T + ANSWER_GRACE`` (R17
+measured returns 1-4 ms past it when it ended there)."""
+
+Data = Union[bytes, str, None]
+WaitCallback = Callable[[errors.Held], None]
+
+
+def _random_id(n: int = 12) -> str:
+    return secrets.token_hex(n)
+
+
+def _with_request_id(e: errors.Unreachable, rid: str) -> errors.Unreachable:
+    """Name the request id of the acquire whose outcome ``e`` leaves unknown
+    (in ``e.request_id`` and its message), so the caller can retry with it."""
+    if e.request_id is None:
+        e.request_id = rid
+        e.args = (f"{e.args[0] if e.args else e} (request id {rid!r}: an acquire retried with "
+                  f"request_id={rid!r} gets back the grant made for it, if one was)",)
+    return e
+
+
+def _call_window(timeout: Optional[float]) -> Tuple[Optional[float], Optional[float]]:
+    """(end, hard) on ``time.monotonic()`` for a call given ``timeout``: it
+    stops trying at ``end`` and no request of it runs past ``hard``
+    (``end + ANSWER_GRACE - RETURN_MARGIN``); (None, None) without a
+    timeout."""
+    if timeout is None:
+        return None, None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        raise errors.Invalid("timeout", f"{timeout!r} is not a number of seconds >= 0 (None: wait without end)")
+    end = time.monotonic() + timeout
+    return end, end + ANSWER_GRACE - RETURN_MARGIN
+
+
+_Self = TypeVar("_Self", bound="ClientBase")
+
+
+class ClientBase:
+    """What both clients, the server's (``Client``) and DynamoDB's (``DynamoDBClient``), share:
+    the owner, the request timeout, the drift allowance (``rho``, ``eps``) and what follows from them.
+    A ``Lease`` renews and releases itself through ``_renew`` and ``_release``, which each client has."""
+
+    def _init_common(self, owner: Optional[str], timeout: float, rho: float, eps: float) -> None:
+        for field, v in (("timeout", timeout), ("rho", rho), ("eps", eps)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise errors.Invalid(field, f"must be a number, not {type(v).__name__}")
+        if not (0 <= rho < 1):
+            raise errors.Invalid("rho", f"{rho} is outside [0, 1)")
+        if eps < 0:
+            raise errors.Invalid("eps", f"{eps} is negative")
+        if timeout <= 0:
+            raise errors.Invalid("timeout", f"{timeout} is not positive")
+        if owner is None:
+            owner = f"{socket.gethostname()}/{os.getpid()}/{_random_id(4)}"
+            if len(owner.encode()) > 256:
+                owner = f"pid-{os.getpid()}/{_random_id(4)}"
+        else:
+            _validate.text("owner", owner, _validate.MAX_OWNER)
+        self.owner: str = owner
+        self.rho, self.eps = rho, eps
+        self.timeout: float = timeout
+
+    def close(self) -> None:
+        """Close the client's connections. Leases are not released (they expire after their TTL)."""
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # --- helpers ---
+
+    def _life(self, ttl: float) -> float:
+        return ttl - (ttl * self.rho + self.eps)
+
+    def _check_ttl(self, ttl: float) -> None:
+        if not isinstance(ttl, (int, float)) or isinstance(ttl, bool):
+            raise errors.Invalid("ttl", f"must be a number of seconds, not {type(ttl).__name__}")
+        if self._life(ttl) <= 0:
+            raise errors.Invalid("ttl", f"{ttl}s leaves no time after the drift margin (rho {self.rho}, eps {self.eps}s)")
+
+    def _bounded(self, timeout: Optional[float]) -> float:
+        """A request's timeout: the client's, or less when the caller has less time."""
+        return self.timeout if timeout is None else max(min(timeout, self.timeout), MIN_REQUEST)
+
+    def _renew(self, name: str, owner: str, token: int, ttl: float, timeout: Optional[float], *,
+               secret: str = "") -> None:
+        raise NotImplementedError
+
+    def _release(self, name: str, owner: str, token: int, *, secret: str = "",
+                 timeout: Optional[float] = None) -> None:
+        raise NotImplementedError
+
+
+class ElectionBase:
+    """What both elections, the server's (``Election``) and DynamoDB's (``DirectElection``), share:
+    the client that campaigns (each election declares its type) and the election's name, its lease's."""
+
+    def __init__(self, client: Any, name: str) -> None:
+        self._c, self.name = client, name

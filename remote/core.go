@@ -1,0 +1,343 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/backoff"
+	"github.com/leasehold/leasehold/internal/randid"
+	"github.com/leasehold/leasehold/storekit"
+)
+
+// The client core: what a store does for its caller whatever the protocol
+// — validation, closing, holder secrets, request ids, the holder's side of
+// acquire, renew and release, waiting in the server's queue (long-polls,
+// giving up, a grant that races with the give-up), sessions — written once
+// over a transport, which encodes one request, sends it and decodes its
+// reply into the shared shapes and errors. HTTPStore (http_transport.go)
+// and RESPStore (resp_transport.go) are the two transports.
+
+// transport is one protocol's exchange of single requests with a server.
+// Its errors are the package's: leasehold's errors, *ProblemError or
+// *RESPError, leasehold.ErrClosed once the store is closed, ctx's error
+// (possibly wrapped) when ctx ends first.
+type transport interface {
+	// sendAcquire sends one acquire of req attached to session ("" for
+	// none): wait 0 tries once; wait > 0 waits up to that long in the
+	// server's queue. If ctx ends before the reply, a transport that still
+	// reads it (see waitPolicy.cancelLosesReply) calls late, if set, on a
+	// goroutine of its own, with the grant the reply brought (nil error) or
+	// with the error that says none came.
+	sendAcquire(ctx context.Context, req *leasehold.AcquireRequest, session string, wait time.Duration, late func(grant, error)) (grant, error)
+	// sendHolder sends a renew of the grant for ttl, or (ttl 0) its
+	// release, with the grant's secret unless it is "".
+	sendHolder(ctx context.Context, name, owner string, token uint64, ttl time.Duration, secret string) error
+	// sendLease asks for the named lease's record (Get), or with force
+	// frees it and returns the grant it ended (ForceRelease).
+	sendLease(ctx context.Context, name string, force bool) (leasehold.Record, error)
+	// sendList reads the leases under prefix, page by page.
+	sendList(ctx context.Context, prefix string) ([]leasehold.Record, error)
+	// sendReady asks whether the server can serve.
+	sendReady(ctx context.Context) error
+	// sendOpenSession opens a session of ttl and returns its id.
+	sendOpenSession(ctx context.Context, ttl time.Duration) (string, error)
+	// sendKeepalive keeps the session alive; sendCloseSession ends it.
+	sendKeepalive(ctx context.Context, id string) error
+	sendCloseSession(ctx context.Context, id string) error
+}
+
+// grant is an acquire's answer: the record and its secret (holder proof),
+// "" if the server gives none.
+type grant struct {
+	rec    leasehold.Record
+	secret string
+}
+
+// waitPolicy is how AcquireWait waits over a transport. Its fields name
+// what the two transports do differently.
+type waitPolicy struct {
+	// chunk is the longest wait of one request (the server's long-poll).
+	chunk time.Duration
+	// releaseEnded: a grant that is answered although ctx ended is
+	// released, and ctx's error returned (RESP, which still reads the
+	// reply a moment after ctx ends); else the grant is returned (HTTP).
+	releaseEnded bool
+	// cancelLosesReply: the end of ctx cancels the request and loses its
+	// reply, so after an error with ctx ended the core reclaims a grant
+	// that may have been made (HTTP); else the transport reports a late
+	// reply, or its absence, through sendAcquire's late (RESP).
+	cancelLosesReply bool
+	// retry, if set, reports an error after which waiting goes on (a
+	// server shutting down or not ready) and the server's Retry-After.
+	retry func(err error) (retryAfter time.Duration, ok bool)
+}
+
+// core is the client core of a store: its transport, its lifetime and the
+// secrets of the grants acquired through it. A store embeds it and sets
+// it up with init.
+type core struct {
+	t    transport
+	wait waitPolicy
+
+	ctx    context.Context // ends at Close: ends the sessions' keepalives, watches and clean-ups
+	cancel context.CancelFunc
+	closed atomic.Bool
+
+	// secrets are the holder proofs of the grants acquired here (its
+	// sessions' stores included).
+	secrets *holderSecrets
+}
+
+func (c *core) init(t transport, wait waitPolicy) {
+	c.t, c.wait = t, wait
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.secrets = newHolderSecrets()
+}
+
+func (c *core) check() error {
+	if c.closed.Load() {
+		return leasehold.ErrClosed
+	}
+	return nil
+}
+
+// sessionID is k's id, or "" for nil (no session).
+func (k *keeper) sessionID() string {
+	if k == nil {
+		return ""
+	}
+	return k.id
+}
+
+// keepSecret keeps the secret of a grant made through session k (or none).
+func (c *core) keepSecret(g grant, k *keeper) {
+	if k == nil {
+		c.secrets.put(g.rec, g.secret, "")
+		return
+	}
+	c.secrets.put(g.rec, g.secret, k.id)
+	if k.Err() != nil {
+		c.secrets.dropSession(k.id) // ended meanwhile: its grants are freed
+	}
+}
+
+// tryAcquire makes one attempt, attached to session k (nil: none).
+func (c *core) tryAcquire(ctx context.Context, req leasehold.AcquireRequest, k *keeper) (leasehold.Record, error) {
+	if err := req.Validate(); err != nil {
+		return leasehold.Record{}, err
+	}
+	if err := c.check(); err != nil {
+		return leasehold.Record{}, err
+	}
+	g, err := c.t.sendAcquire(ctx, &req, k.sessionID(), 0, nil)
+	if err != nil {
+		return leasehold.Record{}, err
+	}
+	c.keepSecret(g, k)
+	return g.rec, nil
+}
+
+// acquireWait waits in the server's queue for the lease, attached to
+// session k (nil: none), in requests of up to wait.chunk with the same
+// request id (made here if req has none, so that its repeated requests
+// never wait behind their own grant), until it is granted or ctx ends.
+// "Held" (a chunk ran out) asks again; other errors are returned at once,
+// but those wait.retry accepts, which ask again after a pause. When ctx
+// ends, a grant that raced with the end is released: one answered (see
+// wait.releaseEnded), one answered too late, and one whose reply was lost,
+// which is looked for by request id.
+func (c *core) acquireWait(ctx context.Context, req leasehold.AcquireRequest, k *keeper) (leasehold.Record, error) {
+	if err := req.Validate(); err != nil {
+		return leasehold.Record{}, err
+	}
+	if req.RequestID == "" {
+		req.RequestID = randid.Hex(12)
+	}
+	// late undoes, in the background, what a request did after the caller
+	// gave up: a grant is released; without a reply, one is looked for by
+	// request id and released.
+	late := func(g grant, err error) {
+		if err == nil {
+			c.keepSecret(g, k)
+			c.releaseAbandoned(g.rec)
+			return
+		}
+		c.reclaimGrant(req, k)
+	}
+	var bo *backoff.Backoff
+	for {
+		if err := c.check(); err != nil {
+			return leasehold.Record{}, err
+		}
+		if err := ctx.Err(); err != nil {
+			return leasehold.Record{}, err
+		}
+		wait := c.wait.chunk
+		if dl, ok := ctx.Deadline(); ok {
+			wait = max(min(wait, time.Until(dl)), time.Millisecond)
+		}
+		g, err := c.t.sendAcquire(ctx, &req, k.sessionID(), wait, late)
+		if err == nil {
+			c.keepSecret(g, k)
+		}
+		switch {
+		case err == nil && ctx.Err() != nil && c.wait.releaseEnded:
+			// Granted as ctx ended: the caller will never use it.
+			storekit.AfterEnd(ctx, 5*time.Second, func(rctx context.Context) { _ = c.release(rctx, g.rec.Name, g.rec.Owner, g.rec.Token) })
+			return leasehold.Record{}, ctx.Err()
+		case err == nil:
+			return g.rec, nil
+		case ctx.Err() != nil:
+			if c.wait.cancelLosesReply {
+				// In the background: a hung server does not stretch the
+				// caller's time.
+				go late(grant{}, err)
+			}
+			// Else, without a reply yet, the transport's late finishes
+			// the work.
+			return leasehold.Record{}, ctx.Err()
+		case errors.Is(err, leasehold.ErrHeld):
+			continue // this chunk of waiting ran out: ask again
+		}
+		if c.wait.retry != nil {
+			if retryAfter, ok := c.wait.retry(err); ok {
+				// The server is shutting down or not ready: wait a little
+				// (a quarter of its Retry-After, and a backoff from 50ms
+				// that spreads the waiters) and ask again (another
+				// instance, or the restarted one).
+				if bo == nil {
+					bo = backoff.New(100*time.Millisecond, 2*time.Second)
+				}
+				if err := backoff.Sleep(ctx, retryAfter/4+bo.Next()); err != nil {
+					return leasehold.Record{}, err
+				}
+				continue
+			}
+		}
+		return leasehold.Record{}, err
+	}
+}
+
+// releaseAbandoned releases a grant whose caller had given up, within 5 s.
+func (c *core) releaseAbandoned(rec leasehold.Record) {
+	rctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+	defer cancel()
+	_ = c.release(rctx, rec.Name, rec.Owner, rec.Token)
+}
+
+// reclaimGrant releases a grant that may have raced with the end of a
+// wait whose reply never came: if the lease is held by req's owner, an
+// acquire with req's request id gets that grant back, and only that one,
+// and it is released. Best effort, bounded by 2s: a grant it misses
+// expires after its TTL.
+func (c *core) reclaimGrant(req leasehold.AcquireRequest, k *keeper) {
+	ctx, cancel := context.WithTimeout(c.ctx, reclaimTimeout)
+	defer cancel()
+	rec, err := c.lease(ctx, req.Name, false)
+	if err != nil || rec.Owner != req.Owner {
+		return
+	}
+	if got, err := c.tryAcquire(ctx, req, k); err == nil {
+		_ = c.release(ctx, req.Name, req.Owner, got.Token)
+	}
+}
+
+const reclaimTimeout = 2 * time.Second
+
+// renew renews a grant, sending its secret if this store has it.
+func (c *core) renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
+		return err
+	}
+	if err := storekit.ValidateTTL(ttl); err != nil {
+		return err
+	}
+	return c.holder(ctx, name, owner, token, ttl)
+}
+
+// release releases a grant, sending its secret if this store has it.
+func (c *core) release(ctx context.Context, name, owner string, token uint64) error {
+	if err := storekit.ValidateHolder(name, owner, token); err != nil {
+		return err
+	}
+	return c.holder(ctx, name, owner, token, 0)
+}
+
+// holder sends the grant's renew (ttl > 0) or release (ttl 0), with the
+// grant's secret if this store has it, and settles the secret by the
+// answer.
+func (c *core) holder(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	err := c.t.sendHolder(ctx, name, owner, token, ttl, c.secrets.get(name, owner, token))
+	c.secrets.settle(name, owner, token, ttl, err)
+	return err
+}
+
+// lease returns the named lease's record, or with force frees the lease
+// and returns the grant it ended.
+func (c *core) lease(ctx context.Context, name string, force bool) (leasehold.Record, error) {
+	if err := storekit.ValidateName(name); err != nil {
+		return leasehold.Record{}, err
+	}
+	if err := c.check(); err != nil {
+		return leasehold.Record{}, err
+	}
+	return c.t.sendLease(ctx, name, force)
+}
+
+func (c *core) list(ctx context.Context, prefix string) ([]leasehold.Record, error) {
+	if err := storekit.ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	return c.t.sendList(ctx, prefix)
+}
+
+func (c *core) ready(ctx context.Context) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	return c.t.sendReady(ctx)
+}
+
+// openSession opens a session of ttl on the server and keeps it alive in
+// the background (every TTL/3, see keeper.run) until its close (halt) or
+// the store's Close, which ends it as lost. gone reports a keepalive's
+// error that ends the session at once. The secrets of the session's
+// grants are forgotten when it ends.
+func (c *core) openSession(ctx context.Context, ttl time.Duration, opts []SessionOption, gone func(error) bool) (*keeper, error) {
+	cfg, err := sessionOptions(ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	t0, b0 := cfg.clock.Now(), cfg.clock.Boot()
+	id, err := c.t.sendOpenSession(ctx, ttl)
+	if err != nil {
+		return nil, err
+	}
+	k := newKeeper(id, ttl, cfg, t0, b0)
+	k.onEnd = func() { c.secrets.dropSession(id) }
+	kctx, stop := context.WithCancel(c.ctx)
+	k.stop = stop
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		k.run(kctx, t0, func(ctx context.Context) error { return c.t.sendKeepalive(ctx, id) }, gone)
+		if !k.closing.Load() {
+			// The store was closed: nothing keeps the session alive now.
+			k.end(fmt.Errorf("session %s: %w: its store was closed", id, leasehold.ErrLost))
+		}
+	}()
+	return k, nil
+}

@@ -1,0 +1,253 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+)
+
+// The client core's holder side, tested once for both transports over a
+// scripted fake transport: what it sends, and what it does when the caller
+// gives up. (The transport tests run the same paths over HTTP and RESP
+// against a server.)
+
+// fakeTransport answers sendAcquire with acquire and records every
+// request it is sent.
+type fakeTransport struct {
+	acquire func(ctx context.Context, req *leasehold.AcquireRequest, wait time.Duration, late func(grant, error)) (grant, error)
+	owner   string // Get's answer: the lease's holder, "" for none
+
+	mu   sync.Mutex
+	sent []string
+}
+
+func (f *fakeTransport) log(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sent = append(f.sent, fmt.Sprintf(format, args...))
+}
+
+func (f *fakeTransport) requests() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.sent...)
+}
+
+func (f *fakeTransport) sendAcquire(ctx context.Context, req *leasehold.AcquireRequest, session string, wait time.Duration, late func(grant, error)) (grant, error) {
+	f.log("acquire %s id=%s session=%s wait=%t", req.Name, req.RequestID, session, wait > 0)
+	return f.acquire(ctx, req, wait, late)
+}
+
+func (f *fakeTransport) sendHolder(ctx context.Context, name, owner string, token uint64, ttl time.Duration, secret string) error {
+	op := "release"
+	if ttl > 0 {
+		op = "renew"
+	}
+	f.log("%s %s %d secret=%s", op, name, token, secret)
+	return nil
+}
+
+func (f *fakeTransport) sendLease(ctx context.Context, name string, force bool) (leasehold.Record, error) {
+	f.log("get %s", name)
+	if f.owner == "" {
+		return leasehold.Record{}, leasehold.ErrNotFound
+	}
+	return leasehold.Record{Name: name, Owner: f.owner, Token: 7}, nil
+}
+
+func (f *fakeTransport) sendList(context.Context, string) ([]leasehold.Record, error) {
+	return nil, nil
+}
+func (f *fakeTransport) sendReady(context.Context) error { return nil }
+func (f *fakeTransport) sendOpenSession(context.Context, time.Duration) (string, error) {
+	return "s1", nil
+}
+func (f *fakeTransport) sendKeepalive(context.Context, string) error    { return nil }
+func (f *fakeTransport) sendCloseSession(context.Context, string) error { return nil }
+
+func newFakeCore(t *testing.T, f *fakeTransport, wait waitPolicy) *core {
+	c := &core{}
+	c.init(f, wait)
+	t.Cleanup(c.cancel)
+	return c
+}
+
+func fakeGrant(req *leasehold.AcquireRequest, token uint64) grant {
+	return grant{rec: leasehold.Record{Name: req.Name, Owner: req.Owner, Token: token, TTL: req.TTL}, secret: fmt.Sprintf("sec%d", token)}
+}
+
+// waitForRequests waits until the fake has been sent want (in order).
+func waitForRequests(t *testing.T, f *fakeTransport, want ...string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := f.requests()
+		if fmt.Sprint(got) == fmt.Sprint(want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("requests:\n%q\nwant:\n%q", got, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+var heldErr = &leasehold.HeldError{Name: "a", Owner: "other"}
+
+// AcquireWait asks again with the same request id (made if none) after
+// "held", keeps the grant's secret, and Renew and Release send it; a
+// release forgets it.
+func TestCoreWaitKeepsAskingAndSecrets(t *testing.T) {
+	n := 0
+	f := &fakeTransport{}
+	f.acquire = func(ctx context.Context, req *leasehold.AcquireRequest, wait time.Duration, late func(grant, error)) (grant, error) {
+		if n++; n < 3 {
+			return grant{}, heldErr
+		}
+		return fakeGrant(req, 5), nil
+	}
+	for _, w := range []waitPolicy{{chunk: time.Second, releaseEnded: true}, {chunk: time.Second, cancelLosesReply: true}} {
+		n, f.sent = 0, nil
+		c := newFakeCore(t, f, w)
+		ctx := context.Background()
+		rec, err := c.acquireWait(ctx, leasehold.AcquireRequest{Name: "a", Owner: "me", TTL: time.Minute}, nil)
+		if err != nil || rec.Token != 5 {
+			t.Fatalf("acquireWait = %+v, %v", rec, err)
+		}
+		reqs := f.requests()
+		if len(reqs) != 3 || reqs[0] != reqs[1] || reqs[1] != reqs[2] || reqs[0] == "acquire a id= session= wait=true" {
+			t.Fatalf("want three waits with one request id made by the core: %q", reqs)
+		}
+		if err := c.renew(ctx, "a", "me", 5, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.release(ctx, "a", "me", 5); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.release(ctx, "a", "me", 5); err != nil {
+			t.Fatal(err)
+		}
+		waitForRequests(t, f, reqs[0], reqs[1], reqs[2], "renew a 5 secret=sec5", "release a 5 secret=sec5", "release a 5 secret=")
+	}
+}
+
+// A grant answered although ctx ended: released, and ctx's error
+// returned, with releaseEnded (RESP); else returned (HTTP).
+func TestCoreWaitGrantAsCtxEnds(t *testing.T) {
+	for _, releaseEnded := range []bool{true, false} {
+		f := &fakeTransport{}
+		ctx, cancel := context.WithCancel(context.Background())
+		f.acquire = func(_ context.Context, req *leasehold.AcquireRequest, _ time.Duration, _ func(grant, error)) (grant, error) {
+			cancel()
+			return fakeGrant(req, 9), nil
+		}
+		c := newFakeCore(t, f, waitPolicy{chunk: time.Second, releaseEnded: releaseEnded})
+		rec, err := c.acquireWait(ctx, leasehold.AcquireRequest{Name: "a", Owner: "me", TTL: time.Minute, RequestID: "r1"}, nil)
+		acq := "acquire a id=r1 session= wait=true"
+		if releaseEnded {
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("releaseEnded: acquireWait = %+v, %v; want context.Canceled", rec, err)
+			}
+			waitForRequests(t, f, acq, "release a 9 secret=sec9")
+		} else {
+			if err != nil || rec.Token != 9 {
+				t.Fatalf("acquireWait = %+v, %v; want the grant", rec, err)
+			}
+			waitForRequests(t, f, acq)
+		}
+	}
+}
+
+// The caller gives up and the reply is lost: with cancelLosesReply (HTTP)
+// the core reclaims the grant by request id; else the transport reports
+// through late (RESP): a late grant is released, a lost one reclaimed.
+func TestCoreWaitGiveUp(t *testing.T) {
+	acq := "acquire a id=r1 session= wait=true"
+	try := "acquire a id=r1 session= wait=false"
+	for _, tc := range []struct {
+		name   string
+		policy waitPolicy
+		late   func(late func(grant, error), req *leasehold.AcquireRequest) // what the transport reports late
+		want   []string
+	}{
+		{"lost reply, core reclaims", waitPolicy{chunk: time.Second, cancelLosesReply: true}, nil,
+			[]string{acq, "get a", try, "release a 3 secret=sec3"}},
+		{"late grant", waitPolicy{chunk: time.Second, releaseEnded: true},
+			func(late func(grant, error), req *leasehold.AcquireRequest) { late(fakeGrant(req, 4), nil) },
+			[]string{acq, "release a 4 secret=sec4"}},
+		{"late: no reply", waitPolicy{chunk: time.Second, releaseEnded: true},
+			func(late func(grant, error), req *leasehold.AcquireRequest) {
+				late(grant{}, errors.New("connection closed"))
+			},
+			[]string{acq, "get a", try, "release a 3 secret=sec3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeTransport{owner: "me"}
+			ctx, cancel := context.WithCancel(context.Background())
+			f.acquire = func(actx context.Context, req *leasehold.AcquireRequest, wait time.Duration, late func(grant, error)) (grant, error) {
+				if wait == 0 {
+					return fakeGrant(req, 3), nil // the reclaim's try: the grant the lost reply carried
+				}
+				cancel()
+				if tc.late != nil {
+					go tc.late(late, req)
+				}
+				return grant{}, actx.Err()
+			}
+			c := newFakeCore(t, f, tc.policy)
+			_, err := c.acquireWait(ctx, leasehold.AcquireRequest{Name: "a", Owner: "me", TTL: time.Minute, RequestID: "r1"}, nil)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("acquireWait = %v, want context.Canceled", err)
+			}
+			waitForRequests(t, f, tc.want...)
+		})
+	}
+}
+
+// An error the policy retries asks again after a pause; others return.
+func TestCoreWaitRetry(t *testing.T) {
+	unavailable := errors.New("unavailable")
+	n := 0
+	f := &fakeTransport{}
+	f.acquire = func(_ context.Context, req *leasehold.AcquireRequest, _ time.Duration, _ func(grant, error)) (grant, error) {
+		if n++; n == 1 {
+			return grant{}, unavailable
+		}
+		return fakeGrant(req, 2), nil
+	}
+	retry := func(err error) (time.Duration, bool) { return 0, errors.Is(err, unavailable) }
+	c := newFakeCore(t, f, waitPolicy{chunk: time.Second, retry: retry})
+	if rec, err := c.acquireWait(context.Background(), leasehold.AcquireRequest{Name: "a", Owner: "me", TTL: time.Minute}, nil); err != nil || rec.Token != 2 {
+		t.Fatalf("with retry: acquireWait = %+v, %v", rec, err)
+	}
+	n = 0
+	c = newFakeCore(t, f, waitPolicy{chunk: time.Second})
+	if _, err := c.acquireWait(context.Background(), leasehold.AcquireRequest{Name: "a", Owner: "me", TTL: time.Minute}, nil); !errors.Is(err, unavailable) {
+		t.Fatalf("without retry: acquireWait = %v, want the error", err)
+	}
+}
+
+// A closed core refuses before sending anything.
+func TestCoreClosed(t *testing.T) {
+	f := &fakeTransport{}
+	c := newFakeCore(t, f, waitPolicy{chunk: time.Second})
+	c.closed.Store(true)
+	req := leasehold.AcquireRequest{Name: "a", Owner: "me", TTL: time.Minute}
+	if _, err := c.tryAcquire(context.Background(), req, nil); !errors.Is(err, leasehold.ErrClosed) {
+		t.Fatalf("tryAcquire = %v", err)
+	}
+	if _, err := c.acquireWait(context.Background(), req, nil); !errors.Is(err, leasehold.ErrClosed) {
+		t.Fatalf("acquireWait = %v", err)
+	}
+	if err := c.renew(context.Background(), "a", "me", 1, time.Minute); !errors.Is(err, leasehold.ErrClosed) {
+		t.Fatalf("renew = %v", err)
+	}
+	if got := f.requests(); len(got) != 0 {
+		t.Fatalf("sent %q", got)
+	}
+}
