@@ -89,7 +89,6 @@ func TestLayoutImportsRunDown(t *testing.T) {
 // TestLayoutNoLongFiles keeps every non-test source file of the tree (Go,
 // the Python client, the dashboard's scripts) at 700 lines or fewer: a file
 // over that holds more than one concern.
-
 func TestLayoutNoLongFiles(t *testing.T) {
 	const maxLines = 700
 	checked := 0
