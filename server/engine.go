@@ -100,6 +100,7 @@ type Engine struct {
 	emitMu    sync.Mutex // orders deferred completions in memory-only mode
 	deferred  []func(error)
 	leases    map[string]*engEntry
+	parked    map[string]*engWaiter // waiters between two polls (engine_park.go)
 	sessions  map[string]*engSession
 	dl        deadlines
 	held      int
@@ -154,6 +155,11 @@ type engWaiter struct {
 	at    int64 // engine clock when queued
 	ch    chan grantResult
 	done  bool // granted or removed
+	// parked: its poll ran out and its place waits for the next one
+	// (engine_park.go); token: the grant it got, once granted.
+	parked bool
+	taken  chan struct{} // closed when a parked place is taken back
+	token  uint64
 }
 
 type grantResult struct {
@@ -186,6 +192,7 @@ func OpenEngine(cfg EngineConfig) (*Engine, error) {
 		cfg: cfg, clk: cfg.Clock, base: cfg.Clock.Now(), log_: cfg.Logger,
 		hub:      newHub(cfg.RecentEvents),
 		leases:   map[string]*engEntry{},
+		parked:   map[string]*engWaiter{},
 		sessions: map[string]*engSession{},
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),

@@ -25,13 +25,18 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Rec
 			return leasehold.Record{}, ErrNoSession
 		}
 	}
-	// Reused unless it goes to a waiter, which may outlive this call's
-	// interest in it.
-	ch := grantChans.Get().(chan grantResult)
 	ent := e.leases[req.Name]
 	if ent != nil {
 		e.expireIfDue(ent, now)
 	}
+	if w := e.unpark(ent, req); w != nil {
+		// The next poll of a parked waiter: it waits on in its place.
+		e.unlock()
+		return e.wait(ctx, ent, w)
+	}
+	// Reused unless it goes to a waiter, which may outlive this call's
+	// interest in it.
+	ch := grantChans.Get().(chan grantResult)
 	switch {
 	case ent.live(now) && req.RequestID != "" && ent.reqID == req.RequestID && ent.owner == req.Owner:
 		// A retried acquire: the same grant, with a fresh expiry.
@@ -119,8 +124,13 @@ func (e *Engine) wait(ctx context.Context, ent *engEntry, w *engWaiter) (leaseho
 		e.expireIfDue(ent, e.now())
 	}
 	if !w.done {
-		e.dequeue(ent, w)
 		now := e.now()
+		if ctx.Err() == nil && e.canPark(w) {
+			// The poll ran out: the place waits for the next one.
+			e.park(ent, w)
+		} else {
+			e.dequeue(ent, w)
+		}
 		if err := ctx.Err(); err != nil {
 			e.unlock()
 			return leasehold.Record{}, err

@@ -124,6 +124,7 @@ func (e *Engine) free(ent *engEntry, now int64, why EventType, done func(error))
 			delete(w.sess.waits, w)
 		}
 		e.grant(ent, w.req, w.sess, now, now, w.ch)
+		w.token = ent.token
 		return
 	}
 	e.tomb(ent, now)
