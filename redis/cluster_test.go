@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,8 +29,12 @@ func startCluster(t *testing.T) *goredis.ClusterClient {
 // cluster master refuses commands (CLUSTERDOWN) for a rejoin delay of
 // min(cluster-node-timeout, 5s), here 1s.
 func startClusterServer(t *testing.T) (*enginetest.Server, *goredis.ClusterClient) {
+	// The cluster bus listens on its own port: by default the client port
+	// + 10000, which can fall in the ephemeral range and be taken by an
+	// outgoing connection (CI: "bind: Address already in use" on the bus
+	// port). Choose it as the client port is chosen.
 	srv := enginetest.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-		"--cluster-node-timeout", "1000")
+		"--cluster-node-timeout", "1000", "--cluster-port", strconv.Itoa(enginetest.FreePort(t)))
 	addr := fmt.Sprintf("127.0.0.1:%d", srv.Port)
 	ctx := ctxT(t, time.Minute)
 	plain := goredis.NewClient(&goredis.Options{Addr: addr})
