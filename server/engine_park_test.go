@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func parkReq(owner, requestID string, wait time.Duration) AcquireRequest {
 }
 
 // poll starts one long-poll of a waiter and returns its answer's channel.
-func poll(e *Engine, req AcquireRequest) chan parkAnswer {
+func poll(e Backend, req AcquireRequest) chan parkAnswer {
 	ch := make(chan parkAnswer, 1)
 	go func() {
 		rec, err := e.Acquire(context.Background(), req)
@@ -48,9 +49,9 @@ func poll(e *Engine, req AcquireRequest) chan parkAnswer {
 // pollUntilGranted is what the clients do: repeat the poll with the same
 // request id while the answer is "held". It returns the grant and counts
 // its polls.
-func pollUntilGranted(e *Engine, req AcquireRequest, polls *int, out chan<- parkAnswer) {
+func pollUntilGranted(e Backend, req AcquireRequest, polls *atomic.Int32, out chan<- parkAnswer) {
 	for {
-		*polls++
+		polls.Add(1)
 		rec, err := e.Acquire(context.Background(), req)
 		if errors.Is(err, leasehold.ErrHeld) {
 			continue
@@ -70,7 +71,7 @@ func TestEngineWaiterKeepsPlaceAcrossPolls(t *testing.T) {
 
 	const pollLen = 30 * time.Second
 	answers := make(chan parkAnswer, 2)
-	var earlyPolls, latePolls int
+	var earlyPolls, latePolls atomic.Int32
 	go pollUntilGranted(e, parkReq("early", "early-1", pollLen), &earlyPolls, answers)
 	clk.WaitForTimers(1)
 	clk.Advance(10 * time.Second)
@@ -104,8 +105,8 @@ func TestEngineWaiterKeepsPlaceAcrossPolls(t *testing.T) {
 	if second.err != nil || second.rec.Owner != "late" || second.rec.Token <= first.rec.Token {
 		t.Fatalf("second grant: %+v, %v; want late", second.rec, second.err)
 	}
-	if earlyPolls < 6 || latePolls < 6 {
-		t.Fatalf("polls: early %d, late %d; the test meant to cross several polls' ends", earlyPolls, latePolls)
+	if earlyPolls.Load() < 6 || latePolls.Load() < 6 {
+		t.Fatalf("polls: early %d, late %d; the test meant to cross several polls' ends", earlyPolls.Load(), latePolls.Load())
 	}
 }
 
@@ -137,6 +138,18 @@ func waitPolling(t *testing.T, e *Engine, clk *clock.Fake, n int) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d waiters parked, %d timers after 10 s; want 0 and %d", parked, clk.Timers(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitTimers waits (in real time, briefly) until exactly n fake timers run.
+func waitTimers(t *testing.T, clk *clock.Fake, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for clk.Timers() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d timers after 10 s; want %d", clk.Timers(), n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -228,6 +241,7 @@ func TestEngineParkLimits(t *testing.T) {
 		t.Fatalf("%d waiters after a try took the place back; want 0", n)
 	}
 
+	waitTimers(t, clk, 0) // the given-up place's grace timer has stopped
 	anon := poll(e, parkReq("anon", "", 2*time.Second))
 	clk.WaitForTimers(1)
 	clk.Advance(2 * time.Second)

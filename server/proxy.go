@@ -92,7 +92,8 @@ type Proxy struct {
 	mu           sync.Mutex
 	closed       bool
 	names        map[string]*proxyName
-	waiting      int // queued waiters, all names
+	parks        map[string]*proxyPark // waits between two polls (proxy_park.go)
+	waiting      int                   // queued waiters, all names
 	sessions     map[string]*proxySession
 	leaseSession map[proxyLeaseKey]*proxySession
 	heldAt       time.Time // last recount of Held
@@ -167,7 +168,7 @@ func NewProxy(store leasehold.Store, cfg ProxyConfig) *Proxy {
 	p := &Proxy{
 		store: store, clock: cfg.Clock, hooks: cfg.Hooks, log: cfg.Logger, cfg: cfg,
 		ctx: ctx, cancel: cancel, done: make(chan struct{}),
-		names: map[string]*proxyName{}, sessions: map[string]*proxySession{},
+		names: map[string]*proxyName{}, parks: map[string]*proxyPark{}, sessions: map[string]*proxySession{},
 		leaseSession: map[proxyLeaseKey]*proxySession{},
 		hub:          newHub(cfg.RecentEvents),
 	}

@@ -57,6 +57,12 @@ func (p *Proxy) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Reco
 	if p.isClosed() {
 		return leasehold.Record{}, leasehold.ErrClosed
 	}
+	if req.Wait > 0 && p.parkable(AcquireRequest{AcquireRequest: r, Wait: req.Wait}) {
+		return p.waitParked(ctx, r, req, sess)
+	}
+	if req.Wait == 0 {
+		p.unpark(r)
+	}
 	ns := p.ref(r.Name)
 	defer p.unref(ns)
 	if req.Wait == 0 {

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -35,7 +36,18 @@ import (
 	"github.com/leasehold/leasehold/testrig/verify"
 )
 
-func TestMain(m *testing.M) { verify.Main(m) }
+func TestMain(m *testing.M) {
+	verify.MaybeWorker()
+	flag.Parse()
+	// TestFIFOLongWait's four stores each wait minutes, idle: all at once
+	// (t.Parallel runs GOMAXPROCS tests at a time unless -parallel says).
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", "4")
+	}
+	os.Exit(m.Run())
+}
 
 const (
 	servers = 3 // `leasehold serve --store` processes in front of the store
@@ -67,9 +79,43 @@ func TestFIFOAcrossServers(t *testing.T) {
 				probe = engineProbe(t, store, storeURL)
 			}
 			requireQueuer(t, store, storeURL)
-			runFIFO(t, storeURL, probe)
+			runFIFO(t, storeURL, probe, fifoTiming{})
 		})
 	}
+}
+
+// TestFIFOLongWait is TestFIFOAcrossServers with waiters that wait minutes
+// (issue 27): the clients wait in long-polls of 30 s, so every waiter's
+// poll runs out and is repeated six times or more. The waiters start 5 s
+// apart and the holder releases 3 min 2.5 s after the first queued, when
+// the first waiter's poll has just run out and the others' have not: a
+// waiter that lost its place at a poll's end would be granted last, not
+// first. Before the servers kept a waiter's place between polls, the grants
+// came in the arrival order rotated by one. The stores run at once.
+func TestFIFOLongWait(t *testing.T) {
+	for _, store := range []string{"redis", "postgres", "etcd", "server"} {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			var storeURL string
+			var probe queueProbe
+			if store == "server" {
+				inner := startServe(t, "--data-dir", t.TempDir())
+				storeURL, probe = inner.resp, serverProbe(inner.http)
+			} else {
+				storeURL = enginetest.SharedURL(t, store)
+				probe = engineProbe(t, store, storeURL)
+			}
+			requireQueuer(t, store, storeURL)
+			runFIFO(t, storeURL, probe, fifoTiming{stagger: 5 * time.Second, releaseAfter: 3*time.Minute + 2500*time.Millisecond})
+		})
+	}
+}
+
+// fifoTiming spreads a run over time: each waiter starts stagger after
+// the one before was queued, and the holder releases releaseAfter the
+// first waiter was queued (at once after the last when zero).
+type fifoTiming struct {
+	stagger, releaseAfter time.Duration
 }
 
 // queueProbe reports whether the store holds a waiter of owner on name in
@@ -142,8 +188,8 @@ func startServe(t *testing.T, args ...string) serverProc {
 	return serverProc{resp: "leasehold://" + respAddr, http: "http://" + httpAddr}
 }
 
-func runFIFO(t *testing.T, storeURL string, probe queueProbe) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+func runFIFO(t *testing.T, storeURL string, probe queueProbe, timing fifoTiming) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+timing.releaseAfter)
 	defer cancel()
 
 	// One holder key for all the servers: a secret issued by one is
@@ -201,6 +247,7 @@ func runFIFO(t *testing.T, storeURL string, probe queueProbe) {
 	)
 	done := make(chan struct{}, waiters)
 	var want []string
+	var firstQueued time.Time
 	perServer := make([][]string, servers)
 	for i := range waiters {
 		si := i % servers
@@ -242,6 +289,16 @@ func runFIFO(t *testing.T, storeURL string, probe queueProbe) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+		if i == 0 {
+			firstQueued = time.Now()
+		}
+		if timing.stagger > 0 && i < waiters-1 {
+			time.Sleep(timing.stagger)
+		}
+	}
+	if timing.releaseAfter > 0 {
+		time.Sleep(time.Until(firstQueued.Add(timing.releaseAfter)))
+		t.Logf("releasing after the first waiter waited %s", time.Since(firstQueued).Round(time.Millisecond))
 	}
 
 	// Each server lists its own waiters, in arrival order.
