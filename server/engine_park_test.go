@@ -84,29 +84,37 @@ func TestEngineWaiterKeepsPlaceAcrossPolls(t *testing.T) {
 		waitForQueue(t, e, "job", 2)
 		waitPolling(t, e, clk, 2) // each poll that ran out has been repeated
 	}
-	ws := e.Waiters("job")
+	earlyThenLate(t, e, holder.Token, answers)
+	if earlyPolls.Load() < 6 || latePolls.Load() < 6 {
+		t.Fatalf("polls: early %d, late %d; the test meant to cross several polls' ends", earlyPolls.Load(), latePolls.Load())
+	}
+}
+
+// earlyThenLate checks, after three minutes of polls, that b lists
+// [early, late] with their whole ages, then that the holder's release
+// grants early and early's grants late.
+func earlyThenLate(t *testing.T, b Backend, holderToken uint64, answers <-chan parkAnswer) {
+	t.Helper()
+	ws := b.Waiters("job")
 	if len(ws) != 2 || ws[0].Owner != "early" || ws[1].Owner != "late" {
 		t.Fatalf("after 3 minutes the queue is %+v; want [early, late]", ws)
 	}
 	if ws[0].Waited < 189*time.Second || ws[1].Waited < 179*time.Second {
 		t.Fatalf("waiters' ages %v and %v: they restarted at a poll", ws[0].Waited, ws[1].Waited)
 	}
-	if err := e.Release(context.Background(), "job", "holder", holder.Token); err != nil {
+	if err := b.Release(context.Background(), "job", "holder", holderToken); err != nil {
 		t.Fatal(err)
 	}
 	first := <-answers
 	if first.err != nil || first.rec.Owner != "early" {
 		t.Fatalf("first grant after the release: %+v, %v; want early (queued 10 s before late)", first.rec, first.err)
 	}
-	if err := e.Release(context.Background(), "job", "early", first.rec.Token); err != nil {
+	if err := b.Release(context.Background(), "job", "early", first.rec.Token); err != nil {
 		t.Fatal(err)
 	}
 	second := <-answers
 	if second.err != nil || second.rec.Owner != "late" || second.rec.Token <= first.rec.Token {
 		t.Fatalf("second grant: %+v, %v; want late", second.rec, second.err)
-	}
-	if earlyPolls.Load() < 6 || latePolls.Load() < 6 {
-		t.Fatalf("polls: early %d, late %d; the test meant to cross several polls' ends", earlyPolls.Load(), latePolls.Load())
 	}
 }
 

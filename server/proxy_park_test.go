@@ -62,26 +62,7 @@ func TestProxyWaiterKeepsPlaceAcrossPolls(t *testing.T) {
 		fc.Advance(time.Second)
 		proxyPolling(t, p, fc, 5)
 	}
-	ws := p.Waiters("job")
-	if len(ws) != 2 || ws[0].Owner != "early" || ws[1].Owner != "late" {
-		t.Fatalf("after 3 minutes the proxy's queue is %+v; want [early, late]", ws)
-	}
-	if ws[0].Waited < 189*time.Second || ws[1].Waited < 179*time.Second {
-		t.Fatalf("waiters' ages %v and %v: they restarted at a poll", ws[0].Waited, ws[1].Waited)
-	}
-	if err := p.Release(context.Background(), "job", "holder", holder.Token); err != nil {
-		t.Fatal(err)
-	}
-	first := <-answers
-	if first.err != nil || first.rec.Owner != "early" {
-		t.Fatalf("first grant: %+v, %v; want early", first.rec, first.err)
-	}
-	if err := p.Release(context.Background(), "job", "early", first.rec.Token); err != nil {
-		t.Fatal(err)
-	}
-	if second := <-answers; second.err != nil || second.rec.Owner != "late" {
-		t.Fatalf("second grant: %+v, %v; want late", second.rec, second.err)
-	}
+	earlyThenLate(t, p, holder.Token, answers)
 	if earlyPolls.Load() < 6 || latePolls.Load() < 6 {
 		t.Fatalf("polls: early %d, late %d; the test meant to cross several polls' ends", earlyPolls.Load(), latePolls.Load())
 	}

@@ -69,16 +69,7 @@ const (
 func TestFIFOAcrossServers(t *testing.T) {
 	for _, store := range []string{"redis", "postgres", "etcd", "server"} {
 		t.Run(store, func(t *testing.T) {
-			var storeURL string
-			var probe queueProbe
-			if store == "server" {
-				inner := startServe(t, "--data-dir", t.TempDir())
-				storeURL, probe = inner.resp, serverProbe(inner.http)
-			} else {
-				storeURL = enginetest.SharedURL(t, store)
-				probe = engineProbe(t, store, storeURL)
-			}
-			requireQueuer(t, store, storeURL)
+			storeURL, probe := queueStore(t, store)
 			runFIFO(t, storeURL, probe, fifoTiming{})
 		})
 	}
@@ -96,19 +87,27 @@ func TestFIFOLongWait(t *testing.T) {
 	for _, store := range []string{"redis", "postgres", "etcd", "server"} {
 		t.Run(store, func(t *testing.T) {
 			t.Parallel()
-			var storeURL string
-			var probe queueProbe
-			if store == "server" {
-				inner := startServe(t, "--data-dir", t.TempDir())
-				storeURL, probe = inner.resp, serverProbe(inner.http)
-			} else {
-				storeURL = enginetest.SharedURL(t, store)
-				probe = engineProbe(t, store, storeURL)
-			}
-			requireQueuer(t, store, storeURL)
+			storeURL, probe := queueStore(t, store)
 			runFIFO(t, storeURL, probe, fifoTiming{stagger: 5 * time.Second, releaseAfter: 3*time.Minute + 2500*time.Millisecond})
 		})
 	}
+}
+
+// queueStore returns the URL of the store the servers stand in front of (a
+// shared engine, or a lease server of its own) and a probe of its queue.
+func queueStore(t *testing.T, store string) (string, queueProbe) {
+	t.Helper()
+	var storeURL string
+	var probe queueProbe
+	if store == "server" {
+		inner := startServe(t, "--data-dir", t.TempDir())
+		storeURL, probe = inner.resp, serverProbe(inner.http)
+	} else {
+		storeURL = enginetest.SharedURL(t, store)
+		probe = engineProbe(t, store, storeURL)
+	}
+	requireQueuer(t, store, storeURL)
+	return storeURL, probe
 }
 
 // fifoTiming spreads a run over time: each waiter starts stagger after
