@@ -168,13 +168,28 @@ func (c *core) acquireWait(ctx context.Context, req leasehold.AcquireRequest, k 
 		}
 		c.reclaimGrant(req, k)
 	}
+	// The wait also ends when the store closes: its request is cancelled
+	// (the server drops the waiter), and it returns ErrClosed. Without
+	// this, a closed HTTP store's long-poll went on and could be granted
+	// a lease that nobody could renew or release.
+	caller := ctx
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(c.ctx, func() { cancel(leasehold.ErrClosed) })
+	defer stop()
+	ended := func() error {
+		if err := caller.Err(); err != nil {
+			return err
+		}
+		return context.Cause(ctx)
+	}
 	var bo *backoff.Backoff
 	for {
 		if err := c.check(); err != nil {
 			return leasehold.Record{}, err
 		}
-		if err := ctx.Err(); err != nil {
-			return leasehold.Record{}, err
+		if ctx.Err() != nil {
+			return leasehold.Record{}, ended()
 		}
 		wait := c.wait.chunk
 		if dl, ok := ctx.Deadline(); ok {
@@ -185,10 +200,11 @@ func (c *core) acquireWait(ctx context.Context, req leasehold.AcquireRequest, k 
 			c.keepSecret(g, k)
 		}
 		switch {
-		case err == nil && ctx.Err() != nil && c.wait.releaseEnded:
-			// Granted as ctx ended: the caller will never use it.
+		case err == nil && ctx.Err() != nil && (c.wait.releaseEnded || caller.Err() == nil):
+			// Granted as ctx ended (or the store closed): the caller will
+			// never use it.
 			storekit.AfterEnd(ctx, 5*time.Second, func(rctx context.Context) { _ = c.release(rctx, g.rec.Name, g.rec.Owner, g.rec.Token) })
-			return leasehold.Record{}, ctx.Err()
+			return leasehold.Record{}, ended()
 		case err == nil:
 			return g.rec, nil
 		case ctx.Err() != nil:
@@ -199,7 +215,7 @@ func (c *core) acquireWait(ctx context.Context, req leasehold.AcquireRequest, k 
 			}
 			// Else, without a reply yet, the transport's late finishes
 			// the work.
-			return leasehold.Record{}, ctx.Err()
+			return leasehold.Record{}, ended()
 		case errors.Is(err, leasehold.ErrHeld):
 			continue // this chunk of waiting ran out: ask again
 		}
@@ -212,8 +228,8 @@ func (c *core) acquireWait(ctx context.Context, req leasehold.AcquireRequest, k 
 				if bo == nil {
 					bo = backoff.New(100*time.Millisecond, 2*time.Second)
 				}
-				if err := backoff.Sleep(ctx, retryAfter/4+bo.Next()); err != nil {
-					return leasehold.Record{}, err
+				if backoff.Sleep(ctx, retryAfter/4+bo.Next()) != nil {
+					return leasehold.Record{}, ended()
 				}
 				continue
 			}

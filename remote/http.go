@@ -203,9 +203,12 @@ func (s *HTTPStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest
 // own grant. Errors other than "held" (a transient failure, invalid
 // input, refused credentials) are returned at once.
 //
-// When ctx ends during a long-poll, the server drops the waiter; if the
-// grant raced with the end, AcquireWait releases it (best effort; else it
-// expires after its TTL).
+// Between two long-polls the server keeps the waiter's place in its queue
+// (for 5 s, server.ParkGrace), so waiting longer than one poll keeps the
+// arrival order. When ctx ends during a long-poll, the server drops the
+// waiter; if the grant raced with the end, AcquireWait releases it (best
+// effort; else it expires after its TTL). Closing the store ends a wait at
+// once with leasehold.ErrClosed, the same way.
 func (s *HTTPStore) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
 	return s.acquireWait(ctx, req, s.bound())
 }

@@ -75,7 +75,9 @@ func (s *HTTPStore) LeaseBound(leasehold.Record) leasehold.Bound {
 // Close ends the session on the server, which releases its leases, and
 // stops the keepalive. Leases taken through it are lost (their Err matches
 // leasehold.ErrLost); Err then matches leasehold.ErrReleased. Closing
-// twice, or a lost session, returns nil.
+// twice, or a lost session, returns nil. Once the store is closed, Close
+// cannot reach the server and returns leasehold.ErrClosed; the server then
+// ends the session when its TTL runs out.
 func (x *Session) Close(ctx context.Context) error {
 	if x.halt() {
 		return nil

@@ -694,3 +694,47 @@ func BenchmarkHandoff(b *testing.B) {
 		})
 	}
 }
+
+// TestAcquireWaitStoreClosed: closing the store ends a wait in progress
+// at once with ErrClosed, the server drops the waiter, and a release
+// afterwards does not grant it (red team of issue 32: a closed HTTP
+// store's long-poll went on for up to 30 s and was granted a lease that
+// nobody could renew or release).
+func TestAcquireWaitStoreClosed(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ts := startEngine(t, tr, server.EngineConfig{}, serveOptions{})
+		holderStore := ts.open(t, "")
+		ctx := ctxT(t)
+		h, err := holderStore.TryAcquire(ctx, leasehold.AcquireRequest{Name: "cw", Owner: "holder", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := ts.open(t, "")
+		got := make(chan error, 1)
+		go func() {
+			_, err := s.AcquireWait(ctx, leasehold.AcquireRequest{Name: "cw", Owner: "w", TTL: time.Minute})
+			got <- err
+		}()
+		ts.waiters(t, "cw", 1)
+		start := time.Now()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if !errors.Is(err, leasehold.ErrClosed) {
+				t.Errorf("AcquireWait after Close: %v; want ErrClosed", err)
+			}
+			t.Logf("the wait ended %s after Close", time.Since(start).Round(time.Millisecond))
+		case <-time.After(10 * time.Second):
+			t.Fatal("AcquireWait still waiting 10 s after its store closed")
+		}
+		ts.waiters(t, "cw", 0)
+		if err := holderStore.Release(ctx, "cw", "holder", h.Token); err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := holderStore.Get(ctx, "cw"); !errors.Is(err, leasehold.ErrNotFound) {
+			t.Errorf("after the holder's release: %+v, %v; want the lease free (the closed store's waiter gone)", rec, err)
+		}
+	})
+}

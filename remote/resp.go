@@ -309,11 +309,12 @@ func (s *RESPStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest
 // AcquireWait implements leasehold.Queuer: it waits in the server's FIFO
 // queue for the lease, on a dedicated connection, until it is granted or
 // ctx ends. The wait is asked for in chunks (wait_chunk, default 30s) with
-// the same request id; between chunks the request goes to the back of the
-// queue. If ctx ends mid-wait the connection's sending side is closed,
-// which makes the server drop the waiter, and its reply is read: a grant
-// that raced with the end is released (and, if no reply came, looked for
-// and released).
+// the same request id; between chunks the server keeps the waiter's place
+// in its queue (for 5 s, server.ParkGrace). If ctx ends mid-wait the
+// connection's sending side is closed, which makes the server drop the
+// waiter, and its reply is read: a grant that raced with the end is
+// released (and, if no reply came, looked for and released). Closing the
+// store ends a wait at once with leasehold.ErrClosed.
 func (s *RESPStore) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
 	return s.acquireWait(ctx, req, nil)
 }
