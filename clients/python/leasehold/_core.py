@@ -4,6 +4,7 @@ of a call's time and request id. It imports neither transport."""
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import socket
@@ -106,6 +107,8 @@ class ClientBase:
     def _check_ttl(self, ttl: float) -> None:
         if not isinstance(ttl, (int, float)) or isinstance(ttl, bool):
             raise errors.Invalid("ttl", f"must be a number of seconds, not {type(ttl).__name__}")
+        if not math.isfinite(ttl):
+            raise errors.Invalid("ttl", f"{ttl} is not a number of seconds")
         if self._life(ttl) <= 0:
             raise errors.Invalid("ttl", f"{ttl}s leaves no time after the drift margin (rho {self.rho}, eps {self.eps}s)")
 

@@ -20,6 +20,8 @@ def name_path(*parts: str) -> str:
     """Join path parts; each part may contain '/', whose segments are percent-encoded one by one."""
     out = []
     for p in parts:
+        if not isinstance(p, str):
+            raise errors.Invalid("name", f"must be a str, not {type(p).__name__}")
         out.append("/".join(urllib.parse.quote(seg, safe="") for seg in p.split("/")))
     return "/" + "/".join(out)
 

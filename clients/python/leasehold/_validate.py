@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from typing import Union
 
@@ -35,7 +36,7 @@ def text(field: str, s: str, limit: int) -> None:
 def ttl(seconds: Union[int, float]) -> None:
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise errors.Invalid("ttl", f"must be a number of seconds, not {type(seconds).__name__}")
-    if not MIN_TTL <= seconds <= MAX_TTL:
+    if not math.isfinite(seconds) or not MIN_TTL <= seconds <= MAX_TTL:
         raise errors.Invalid("ttl", f"{seconds}s is outside the allowed range [10ms, 24h]")
 
 

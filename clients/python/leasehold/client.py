@@ -75,7 +75,7 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
         # here whole: Python does not run __init__ again on what is no subclass of Client.
         if cls is Client and isinstance(url, str):
             for prefix, make in _SCHEMES.items():
-                if url.startswith(prefix):
+                if url[:len(prefix)].lower() == prefix:  # schemes are case-insensitive (RFC 3986)
                     return make(url, *args, **kw)
         return super().__new__(cls)
 

@@ -1,0 +1,51 @@
+"""Bad input of the wrong type is Invalid before any request (red team of
+issue 32: names of None, 123 or bytes, and TTLs of NaN or infinity, raised
+AttributeError, TypeError, ValueError or OverflowError), and URL schemes are
+case-insensitive when the client picks its transport."""
+
+import math
+import unittest
+
+import leasehold
+from leasehold import Invalid
+
+
+class InputTypesTest(unittest.TestCase):
+    def setUp(self) -> None:
+        # Nothing listens on port 9: every check here must fail before a request.
+        self.c = leasehold.Client("http://127.0.0.1:9", owner="input-test", timeout=1)
+        self.addCleanup(self.c.close)
+
+    def test_names_of_the_wrong_type(self) -> None:
+        for bad in [None, 123, b"x", ["a"]]:
+            for call in (lambda: self.c.try_acquire(bad, ttl=1),
+                         lambda: self.c.acquire(bad, ttl=1, timeout=0),
+                         lambda: self.c.get(bad)):
+                with self.subTest(name=bad):
+                    with self.assertRaises(Invalid) as cm:
+                        call()
+                    self.assertEqual(cm.exception.field, "name")
+
+    def test_ttls_that_are_not_numbers(self) -> None:
+        for bad in [math.nan, math.inf, -math.inf]:
+            with self.subTest(ttl=bad):
+                with self.assertRaises(Invalid) as cm:
+                    self.c.try_acquire("job", ttl=bad)
+                self.assertEqual(cm.exception.field, "ttl")
+
+    def test_scheme_case(self) -> None:
+        c = leasehold.Client("HTTP://127.0.0.1:9", owner="input-test")
+        c.close()
+        # A dynamodb URL in capitals is the DynamoDB client too: it is refused
+        # for the same reason as the same URL in small letters (here: no
+        # table), not as "not an http:// or https:// server address".
+        rest = "://?region=us-east-1&endpoint=http://127.0.0.1:9"
+        with self.assertRaises(Invalid) as small:
+            leasehold.Client("dynamodb" + rest)
+        with self.assertRaises(Invalid) as caps:
+            leasehold.Client("DYNAMODB" + rest)
+        self.assertEqual((caps.exception.field, caps.exception.reason),
+                         (small.exception.field, small.exception.reason))
+
+if __name__ == "__main__":
+    unittest.main()
