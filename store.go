@@ -34,7 +34,8 @@ type Store interface {
 	// one's own again returns nil while the store remembers that grant. A
 	// store that forgets freed grants says when (the lease server: not
 	// before 10 minutes after the grant was freed, restarts included, for
-	// up to 1,048,576 most recently freed grants; docs/server.md); a repeat
+	// up to 1,048,576 most recently freed grants taking up to 64 MiB, both
+	// configurable; docs/server.md); a repeat
 	// after that returns ErrNotHeld, the lease being free either way. A
 	// release by anyone else returns ErrNotHeld and changes nothing.
 	Release(ctx context.Context, name, owner string, token uint64) error
