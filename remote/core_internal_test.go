@@ -100,8 +100,8 @@ func waitForRequests(t *testing.T, f *fakeTransport, want ...string) {
 var heldErr = &leasehold.HeldError{Name: "a", Owner: "other"}
 
 // AcquireWait asks again with the same request id (made if none) after
-// "held", keeps the grant's secret, and Renew and Release send it; a
-// release forgets it.
+// "held", keeps the grant's secret, and Renew and Release send it, a
+// repeated release too (the secret is kept a while after a release).
 func TestCoreWaitKeepsAskingAndSecrets(t *testing.T) {
 	n := 0
 	f := &fakeTransport{}
@@ -132,7 +132,7 @@ func TestCoreWaitKeepsAskingAndSecrets(t *testing.T) {
 		if err := c.release(ctx, "a", "me", 5); err != nil {
 			t.Fatal(err)
 		}
-		waitForRequests(t, f, reqs[0], reqs[1], reqs[2], "renew a 5 secret=sec5", "release a 5 secret=sec5", "release a 5 secret=")
+		waitForRequests(t, f, reqs[0], reqs[1], reqs[2], "renew a 5 secret=sec5", "release a 5 secret=sec5", "release a 5 secret=sec5")
 	}
 }
 

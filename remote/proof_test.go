@@ -77,8 +77,16 @@ func checkHolderProofs(t *testing.T, a, b remoteStore) {
 	if _, err := b.Get(ctx, "p/x"); !errors.Is(err, leasehold.ErrNotFound) {
 		t.Fatalf("after a's release: %v", err)
 	}
-	if a.HolderSecret("p/x", "owner-a", rec.Token) != "" {
-		t.Error("a keeps the secret of a released grant")
+	// A release repeated is answered as the first (Store.Release: "again
+	// returns nil while the store remembers that grant"): a keeps the
+	// secret a while for it (red team of issue 32: the repeat was refused
+	// with ErrBadProof, the secret dropped at the first release).
+	if err := a.Release(ctx, "p/x", "owner-a", rec.Token); err != nil {
+		t.Errorf("a releases again: %v, want nil", err)
+	}
+	// Someone without the secret is still refused.
+	if err := b.Release(ctx, "p/x", "owner-a", rec.Token); !errors.Is(err, remote.ErrBadProof) {
+		t.Errorf("b releases a's released grant: %v, want ErrBadProof", err)
 	}
 
 	// Handing the secret over lets b release a's grant.

@@ -182,17 +182,39 @@ func (h *holderSecrets) len() int {
 }
 
 // settle updates the secrets after a renew (ttl > 0) or release (ttl 0)
-// of the grant answered err: a success of a renew keeps the secret on, a
-// success of a release or an answer that the grant is not held (a bad
-// proof included) drops it; other errors (the outcome unknown) keep it
-// for a retry.
+// of the grant answered err: a success of a renew keeps the secret on; a
+// success of a release keeps it for secretGrace more, so that the release
+// can be repeated (the server answers a repeat with the secret as it
+// answered the first; without it, a bad proof); an answer that the grant
+// is not held (a bad proof included) drops it; other errors (the outcome
+// unknown) keep it for a retry.
 func (h *holderSecrets) settle(name, owner string, token uint64, ttl time.Duration, err error) {
 	switch {
 	case err == nil && ttl > 0:
 		h.renewed(name, owner, token, ttl)
-	case err == nil, errors.Is(err, leasehold.ErrNotHeld), errors.Is(err, leasehold.ErrNotFound):
+	case err == nil:
+		h.released(name, owner, token)
+	case errors.Is(err, leasehold.ErrNotHeld), errors.Is(err, leasehold.ErrNotFound):
 		h.drop(name, owner, token)
 	}
+}
+
+// released keeps a released grant's secret for secretGrace from now,
+// apart from any session (whose end no longer concerns it).
+func (h *holderSecrets) released(name, owner string, token uint64) {
+	if h == nil {
+		return
+	}
+	k := grantKey{name, owner, token}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g, ok := h.m[k]
+	if !ok {
+		return
+	}
+	h.unindexLocked(k)
+	g.session, g.until = "", h.now().Add(secretGrace)
+	h.m[k] = g
 }
 
 // importSecret keeps a secret handed over from elsewhere as the grant's
