@@ -151,10 +151,16 @@ window.leaseholdDraw = (() => {
   // ---- timeline ---------------------------------------------------------
 
   const LANES = 12;
+  const STUB_W = 6; // px: a hold whose start is not known
 
   // spans turns one name's events (oldest first) into holds, waits and
   // marks (force releases, expiries) within [from, now].
-  function spans(evs, from, now, heldToken) {
+  // A hold whose grant is not among the events read (the server keeps its
+  // latest 256) began at a time the page does not know: it starts at the
+  // live lease's acquired time when that is the same grant, else it is
+  // drawn as a stub at its end and says that its start is unknown (it was
+  // drawn from the window's start, claiming holds that never happened).
+  function spans(evs, from, now, lease) {
     const holds = [];
     const waits = [];
     const marks = [];
@@ -163,6 +169,12 @@ window.leaseholdDraw = (() => {
     const close = (end, how) => {
       holds.push({ ...open, end, how });
       open = null;
+    };
+    const begun = (ev) => {
+      if (lease && lease.token === ev.token && lease.acquired !== undefined && !Number.isNaN(lease.acquired)) {
+        return { owner: ev.owner, token: ev.token, start: Math.max(from, lease.acquired), clipped: lease.acquired < from };
+      }
+      return { owner: ev.owner, token: ev.token, start: Math.max(from, ev.time), startUnknown: true };
     };
     for (const ev of evs) {
       const t = Math.max(from, ev.time);
@@ -176,12 +188,12 @@ window.leaseholdDraw = (() => {
           }
           break;
         case 'renewed':
-          if (!open) open = { owner: ev.owner, token: ev.token, start: from, clipped: true };
+          if (!open) open = begun(ev);
           break;
         case 'released':
         case 'forced':
         case 'expired':
-          if (!open) open = { owner: ev.owner, token: ev.token, start: from, clipped: true };
+          if (!open) open = begun(ev);
           close(t, ev.type);
           if (ev.type !== 'released') marks.push({ type: ev.type, time: t, owner: ev.owner, token: ev.token });
           break;
@@ -196,7 +208,7 @@ window.leaseholdDraw = (() => {
           break;
       }
     }
-    if (open) holds.push({ ...open, end: now, how: heldToken === open.token ? 'held' : 'unknown' });
+    if (open) holds.push({ ...open, end: now, how: lease && lease.token === open.token ? 'held' : 'unknown' });
     for (const [owner, start] of waiting) waits.push({ owner, start, end: now, how: 'waiting' });
     return { holds, waits, marks };
   }
@@ -212,7 +224,7 @@ window.leaseholdDraw = (() => {
       if (!byName.has(ev.name)) byName.set(ev.name, []);
       byName.get(ev.name).push(ev);
     }
-    const held = new Map(leases.map((l) => [l.name, l.token]));
+    const held = new Map(leases.map((l) => [l.name, l]));
     const names = [...byName.keys()].sort((a, b) => {
       const la = byName.get(a).at(-1).time;
       const lb = byName.get(b).at(-1).time;
@@ -230,18 +242,22 @@ window.leaseholdDraw = (() => {
       let lastX = -1;
       const thin = s.holds.length > w / 2;
       for (const h of s.holds) {
-        const x0 = x(h.start);
+        // A hold of unknown start: a stub at its end.
+        const x0 = h.startUnknown ? Math.max(0, x(h.end) - STUB_W) : x(h.start);
         if (thin && Math.floor(x0) === lastX) continue;
         lastX = Math.floor(x0);
-        const bw = Math.max(2, x(h.end) - x0);
+        const bw = h.startUnknown ? STUB_W : Math.max(2, x(h.end) - x0);
         const text = `${visible(h.owner)} #${h.token}`;
-        const what =
-          `${visible(h.owner)} held it with token ${h.token}, ` +
-          `${h.clipped ? 'before ' : ''}${clock(h.start)} to ${h.how === 'held' ? 'now' : clock(h.end)} ` +
-          `(${dur(h.end - h.start)}${h.how === 'held' || h.how === 'unknown' ? '' : ', ' + h.how})` +
-          (h.handoff ? `, handed over in ${dur(h.handoff)}` : '');
+        const what = h.startUnknown
+          ? `${visible(h.owner)} held it with token ${h.token} ` +
+            `${h.how === 'held' ? 'and holds it now' : 'until ' + clock(h.end) + (h.how === 'unknown' ? '' : ' (' + h.how + ')')}; ` +
+            `when it began is not known (its grant is no longer among the server's recent events)`
+          : `${visible(h.owner)} held it with token ${h.token}, ` +
+            `${h.clipped ? 'before ' : ''}${clock(h.start)} to ${h.how === 'held' ? 'now' : clock(h.end)} ` +
+            `(${dur(h.end - h.start)}${h.how === 'held' || h.how === 'unknown' ? '' : ', ' + h.how})` +
+            (h.handoff ? `, handed over in ${dur(h.handoff)}` : '');
         const bar = svg('g', {
-          class: 'tl-hold' + (h.how === 'held' ? ' live' : ''),
+          class: 'tl-hold' + (h.how === 'held' ? ' live' : '') + (h.startUnknown ? ' start-unknown' : ''),
           'data-owner': h.owner,
           'data-token': h.token,
         });
