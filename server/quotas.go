@@ -125,6 +125,7 @@ type quotaBackend struct {
 	leases   map[string]*quotaLease   // by name: the last grant made here
 	sessions map[string]*quotaSession // by id
 	clients  map[string]*quotaUse
+	parked   map[string]string // parkKey → client: places kept between polls
 	swept    time.Time
 	opening  uint64 // sessions being opened, for their placeholders
 }
@@ -145,12 +146,13 @@ type quotaSession struct {
 }
 
 type quotaUse struct {
-	names    map[string]struct{} // its leases
-	sids     map[string]struct{} // its sessions
-	bytes    int64               // data of its leases
-	pending  int                 // acquires under way (counted as leases)
-	pendingB int64               // and their data
-	waiters  int
+	names    map[string]struct{}  // its leases
+	sids     map[string]struct{}  // its sessions
+	bytes    int64                // data of its leases
+	pending  int                  // acquires under way (counted as leases)
+	pendingB int64                // and their data
+	waiters  int                  // waits under way and places kept (parked)
+	parked   map[string]time.Time // parkKey → when its place ends at the latest
 }
 
 // quotaSweepEvery is how often every client's ended leases and sessions
@@ -165,6 +167,7 @@ func newQuotaBackend(b Backend, q Quotas, m *Metrics) *quotaBackend {
 	return &quotaBackend{
 		Backend: b, lim: q, metrics: m, now: time.Now,
 		leases: map[string]*quotaLease{}, sessions: map[string]*quotaSession{}, clients: map[string]*quotaUse{},
+		parked: map[string]string{},
 	}
 }
 
@@ -233,6 +236,11 @@ func (b *quotaBackend) dropSession(id string) {
 
 // sweepClient forgets the client's ended leases and sessions.
 func (b *quotaBackend) sweepClient(u *quotaUse, now time.Time) {
+	for key, until := range u.parked {
+		if now.After(until) {
+			b.unpark(key)
+		}
+	}
 	for id := range u.sids {
 		if now.After(b.sessions[id].until) {
 			b.dropSession(id)
@@ -254,7 +262,7 @@ func (b *quotaBackend) sweep(now time.Time) {
 	b.swept = now
 	for key, u := range b.clients {
 		b.sweepClient(u, now)
-		if len(u.names) == 0 && len(u.sids) == 0 && u.pending == 0 && u.waiters == 0 {
+		if len(u.names) == 0 && len(u.sids) == 0 && u.pending == 0 && u.waiters == 0 && len(u.parked) == 0 {
 			delete(b.clients, key)
 		}
 	}
@@ -268,15 +276,62 @@ func (b *quotaBackend) refuse(resource string, limit, have int64) error {
 	return &QuotaError{Resource: resource, Limit: limit, Have: have}
 }
 
+// A waiter whose poll ran out keeps its place in the backend's queue for
+// ParkGrace (engine_park.go, proxy_park.go): it counts as one of its
+// client's waiters until its next poll takes the place back (and counts
+// instead), or the grace has passed. (The red team of issue 27: parked
+// places were not counted, and one client kept 5,000 waiters queued on a
+// quota of 1,000, with 64 KiB of data each.)
+
+// parkedAfter counts the place a poll that ran out may have kept. b.mu held.
+func (b *quotaBackend) parkedAfter(client string, req AcquireRequest, err error) {
+	if req.RequestID == "" || req.Wait < minParkWait || !errors.Is(err, leasehold.ErrHeld) {
+		return
+	}
+	key := parkKey(req.Name, req.Owner, req.RequestID)
+	b.unpark(key)
+	u := b.use(client)
+	if u.parked == nil {
+		u.parked = map[string]time.Time{}
+	}
+	u.parked[key] = b.now().Add(ParkGrace)
+	u.waiters++
+	b.parked[key] = client
+}
+
+// unpark stops counting a kept place (taken back, given up, or past its
+// grace). b.mu held.
+func (b *quotaBackend) unpark(key string) {
+	client, ok := b.parked[key]
+	if !ok {
+		return
+	}
+	delete(b.parked, key)
+	if u := b.clients[client]; u != nil {
+		if _, ok := u.parked[key]; ok {
+			delete(u.parked, key)
+			u.waiters--
+		}
+	}
+}
+
 // reserve counts an acquire of name with size bytes (and a waiter if
 // wait) against the client before it reaches the backend, or refuses it.
 // An acquire of a name the client holds here (a retry, whose answer is
-// the same grant) takes the place of that lease.
-func (b *quotaBackend) reserve(client, name string, size int64, wait bool) error {
+// the same grant) takes the place of that lease; one with the request id
+// of a place kept for the client, the place of that waiter.
+func (b *quotaBackend) reserve(client string, req AcquireRequest, size int64, wait bool) error {
+	name := req.Name
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
 	b.sweep(now)
+	if req.RequestID != "" {
+		key := parkKey(req.Name, req.Owner, req.RequestID)
+		if b.parked[key] == client {
+			b.unpark(key)
+		}
+	}
 	u := b.use(client)
 	over := func() (resource string, limit, have int64) {
 		leases, maxLeases := int64(len(u.names)+u.pending), int64(limitOf(b.lim.Leases))
@@ -315,7 +370,7 @@ func (b *quotaBackend) Acquire(ctx context.Context, req AcquireRequest) (leaseho
 		return b.Backend.Acquire(ctx, req)
 	}
 	size, wait := int64(len(req.Data)), req.Wait > 0
-	if err := b.reserve(client, req.Name, size, wait); err != nil {
+	if err := b.reserve(client, req, size, wait); err != nil {
 		return leasehold.Record{}, err
 	}
 	rec, err := b.Backend.Acquire(ctx, req)
@@ -328,6 +383,9 @@ func (b *quotaBackend) Acquire(ctx context.Context, req AcquireRequest) (leaseho
 		u.waiters--
 	}
 	if err != nil {
+		if ctx.Err() == nil {
+			b.parkedAfter(client, req, err)
+		}
 		return rec, err
 	}
 	// A new grant of the name ends any earlier one made here (a retry's

@@ -517,3 +517,41 @@ func TestRESPSubscriptionShare(t *testing.T) {
 	servertest.WaitFor(t, "a's closed connection's subscriptions to be given back", func() bool { return srv.subs.Load() == 1024+1 })
 	rtExpect(t, "a's subscription after it closed a connection", a3.do("LH.SUBSCRIBE", "a3/0"), "[$subscribe $a3/0 :1")
 }
+
+// TestQuotaParkedPlaces: a place kept between two polls (engine_park.go)
+// counts as one of its client's waiters until the next poll takes it back
+// or its grace has passed (the red team of issue 27: one client kept 5,000
+// waiters queued, with 64 KiB each, on a quota of 1,000).
+func TestQuotaParkedPlaces(t *testing.T) {
+	qb := newQTBackend(t, Quotas{Waiters: 2})
+	_, err := qb.acquire("holder", "p/x", time.Minute, 0)
+	qb.mustOK("the holder's grant", err)
+	ctx := withQuotaClient(context.Background(), fakeClient("a"))
+	poll := func(rid string) error {
+		_, err := qb.Acquire(ctx, AcquireRequest{AcquireRequest: leasehold.AcquireRequest{
+			Name: "p/x", Owner: "w-" + rid, RequestID: rid, TTL: time.Minute}, Wait: time.Second})
+		return err
+	}
+	for _, rid := range []string{"a", "b"} {
+		if err := poll(rid); !errors.Is(err, leasehold.ErrHeld) {
+			t.Fatalf("poll %s: %v, want held (its wait ran out)", rid, err)
+		}
+	}
+	if n := len(qb.Waiters("p/x")); n != 2 {
+		t.Fatalf("%d places kept, want 2", n)
+	}
+	err = poll("c")
+	var qe *QuotaError
+	if !errors.As(err, &qe) || qe.Resource != QuotaWaiters {
+		t.Fatalf("a third waiter beside two kept places: %v, want a waiters QuotaError", err)
+	}
+	// The next poll of a kept place takes it back: not refused.
+	if err := poll("a"); !errors.Is(err, leasehold.ErrHeld) {
+		t.Fatalf("a's next poll: %v, want held (its place taken back, not refused)", err)
+	}
+	// Past the grace, the places no longer count.
+	qb.advance(ParkGrace + quotaSweepEvery + time.Second)
+	if err := poll("c"); !errors.Is(err, leasehold.ErrHeld) {
+		t.Fatalf("a waiter once the kept places' grace passed: %v, want held", err)
+	}
+}

@@ -195,6 +195,9 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
 
         last: Optional[errors.LeaseholdError] = None
         unknown = False  # an attempt's outcome was unknown: a grant may exist
+        # A lease's wait of 1 s or more that ran out keeps its place in the
+        # server's queue for 5 s (docs/http-api.md): giving up gives it up.
+        kept = False
         fails = 0
         first = True
         while True:
@@ -203,7 +206,7 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
             req_timeout: Optional[float] = None
             if end is not None and hard is not None:
                 if not first and end - now < 0.001:
-                    if unknown:
+                    if unknown or kept:
                         self._reclaim(path, body, name, hard)
                     if isinstance(last, errors.Unreachable):
                         raise _with_request_id(last, body["request_id"])
@@ -216,6 +219,7 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
             except errors.Held as e:
                 if first and on_wait is not None:
                     on_wait(e)
+                kept = wait >= 1.0 and path.startswith("/v1/leases/")
                 first, last, unknown = False, e, False
                 continue
             except (errors.Unreachable, errors.Unavailable, errors.RateLimited, errors.ProblemError) as e:

@@ -258,6 +258,22 @@ class LeaseTest(unittest.TestCase):
         self.assertEqual(self.a.get(name).waiters, [])  # the waiter left the queue
         la.release()
 
+    def test_acquire_timeout_gives_up_its_place(self) -> None:
+        # A wait of 1 s or more that runs out keeps its place in the server's
+        # queue for 5 s (docs/http-api.md); acquire(timeout=...) giving up must
+        # give the place up, or the lease goes to nobody for those 5 s (red
+        # team of issue 27: c was granted 5.0 s after the release).
+        name = uniq("giveup")
+        la = self.a.try_acquire(name, ttl=30)
+        with self.assertRaises(Held):
+            self.b.acquire(name, ttl=30, timeout=1.5)
+        self.assertEqual(self.a.get(name).waiters, [])  # no place kept
+        la.release()
+        t0 = time.monotonic()
+        lc = self.c.acquire(name, ttl=30, timeout=10)
+        self.addCleanup(lc.release)
+        self.assertLess(time.monotonic() - t0, 2.0, "granted only after b's kept place ran out")
+
     def test_context_manager(self) -> None:
         name = uniq("with")
         with self.a.lease(name, ttl=30) as l:
