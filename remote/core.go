@@ -207,6 +207,11 @@ func (c *core) acquireWait(ctx context.Context, req leasehold.AcquireRequest, k 
 			return leasehold.Record{}, ended()
 		case err == nil:
 			return g.rec, nil
+		case c.closed.Load():
+			// The store closed under the request (RESP closes its
+			// connections before the core's context ends): the server
+			// dropped the waiter with the connection.
+			return leasehold.Record{}, leasehold.ErrClosed
 		case ctx.Err() != nil:
 			if c.wait.cancelLosesReply {
 				// In the background: a hung server does not stretch the
