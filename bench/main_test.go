@@ -26,7 +26,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"stores", "extra"}, 2, "unexpected arguments"},
 		{append([]string{"stores"}, off...), 1, "no engine given"},
 		{[]string{"--smoke", "stores", "--redis", "off"}, 1, "no Redis: the smoke run measures every engine"},
-		{[]string{"server", "--smoke", "--redis", "off"}, 1, "no Redis: the smoke run measures the server beside its reference"},
+		{[]string{"server", "--smoke", "--redis", "off"}, 1, "the smoke run measures the server beside both references"},
+		{[]string{"server", "--smoke", "--redis-server", "off"}, 1, "no redis-server (--redis-server)"},
 		{[]string{"--smoke", "workflow", "--redis", "redis://127.0.0.1:1/0", "--postgres", "off"}, 1, "no PostgreSQL"},
 	} {
 		var out, errOut bytes.Buffer

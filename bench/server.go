@@ -16,6 +16,7 @@ import (
 func serverFlags(fs *flag.FlagSet) *serverbench.Config {
 	c := &serverbench.Config{}
 	fs.StringVar(&c.RedisURL, "redis", os.Getenv("LEASEHOLD_TEST_REDIS"), `Redis URL of the reference (default $LEASEHOLD_TEST_REDIS; "off": none). Run it with --save "" --appendonly no for the "no persistence" figure`)
+	fs.StringVar(&c.RedisServer, "redis-server", os.Getenv("LEASEHOLD_TEST_REDIS_SERVER"), `redis-server binary for the durable reference, which the suite starts itself with appendonly yes and appendfsync always in the data directory (default $LEASEHOLD_TEST_REDIS_SERVER; "off": none)`)
 	fs.IntVar(&c.Clients, "clients", 32, "concurrent clients for the pairs figure")
 	fs.DurationVar(&c.Duration, "duration", 3*time.Second, "length of each round per implementation")
 	fs.IntVar(&c.Rounds, "rounds", 3, "interleaved rounds")
@@ -31,9 +32,12 @@ func runServer(ctx context.Context, c *serverbench.Config, smoke bool, out io.Wr
 	if c.RedisURL == "off" {
 		c.RedisURL = ""
 	}
+	if c.RedisServer == "off" {
+		c.RedisServer = ""
+	}
 	if smoke {
-		if c.RedisURL == "" {
-			return errors.New("no Redis: the smoke run measures the server beside its reference")
+		if c.RedisURL == "" || c.RedisServer == "" {
+			return errors.New("no Redis (--redis) or no redis-server (--redis-server): the smoke run measures the server beside both references")
 		}
 		c.Clients, c.Duration, c.Rounds, c.Waiters, c.Handoffs, c.Leases = 4, 200*time.Millisecond, 1, 4, 50, 2000
 	}

@@ -28,14 +28,18 @@ import (
 
 // Config says what to measure.
 type Config struct {
-	RedisURL string        // the reference; empty skips it
-	Clients  int           // concurrent clients for the pairs figure (default 32)
-	Duration time.Duration // per round and implementation (default 3s)
-	Rounds   int           // interleaved rounds (default 3)
-	Waiters  int           // queued waiters for the handoff figure (default 8)
-	Handoffs int           // handoffs measured (default 2000)
-	Leases   int           // held leases for the memory/restart figure (0 skips it)
-	Dir      string        // where the server keeps its log (default: a temp dir)
+	RedisURL string // the reference; empty skips it
+	// RedisServer, if set, is a redis-server binary the suite starts with
+	// appendonly yes and appendfsync always in the data directory: the
+	// durable reference, beside RedisURL's (run without persistence).
+	RedisServer string
+	Clients     int           // concurrent clients for the pairs figure (default 32)
+	Duration    time.Duration // per round and implementation (default 3s)
+	Rounds      int           // interleaved rounds (default 3)
+	Waiters     int           // queued waiters for the handoff figure (default 8)
+	Handoffs    int           // handoffs measured (default 2000)
+	Leases      int           // held leases for the memory/restart figure (0 skips it)
+	Dir         string        // where the server keeps its log (default: a temp dir)
 	// LogSyncs, if not 0, adds a row: the durable server with this many
 	// group commits syncing at once (EngineConfig.LogSyncs), beside the
 	// default.
@@ -119,12 +123,28 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer onSQLite.close()
 	lockers = append(lockers, onSQLite)
-	if cfg.RedisURL != "" {
-		r, err := redisLocker(ctx, cfg.RedisURL, cfg.Clients)
+	refs := map[string]int{} // reference rows by what they are
+	if cfg.RedisServer != "" {
+		dr, err := startDurableRedis(ctx, cfg.RedisServer, dir)
+		if err != nil {
+			return err
+		}
+		defer dr.stop()
+		r, err := redisLocker(ctx, dr.url, cfg.Clients, "Redis SET NX PX + Lua delete (go-redis, appendfsync always)")
 		if err != nil {
 			return err
 		}
 		defer r.close()
+		refs["Redis with appendfsync always"] = len(lockers)
+		lockers = append(lockers, r)
+	}
+	if cfg.RedisURL != "" {
+		r, err := redisLocker(ctx, cfg.RedisURL, cfg.Clients, "Redis SET NX PX + Lua delete (go-redis, no persistence)")
+		if err != nil {
+			return err
+		}
+		defer r.close()
+		refs["Redis without persistence"] = len(lockers)
 		lockers = append(lockers, r)
 	}
 
@@ -144,6 +164,7 @@ func Run(ctx context.Context, cfg Config) error {
 	fmt.Fprintf(cfg.Out, "| implementation | pairs/s, %d clients (median of %d rounds) | pair p50 / p99 | handoff p50 / p99 (%d waiters) |\n", cfg.Clients, cfg.Rounds, cfg.Waiters)
 	fmt.Fprintln(cfg.Out, "| --- | --- | --- | --- |")
 	handoffs := make([]time.Duration, len(lockers))
+	pairP50 := make([]time.Duration, len(lockers))
 	for i, l := range lockers {
 		slices.Sort(lats[i])
 		slices.Sort(rates[i])
@@ -152,6 +173,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("%s handoff: %w", l.name, err)
 		}
 		handoffs[i] = pct(h, 50)
+		pairP50[i] = pct(lats[i], 50)
 		fmt.Fprintf(cfg.Out, "| %s | %.0f | %s / %s | %s / %s |\n", l.name, rates[i][len(rates[i])/2],
 			fmtDur(pct(lats[i], 50)), fmtDur(pct(lats[i], 99)),
 			fmtDur(pct(h, 50)), fmtDur(pct(h, 99)))
@@ -163,12 +185,15 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	median := func(i int) float64 { return rates[i][len(rates[i])/2] }
 	for i := range durables {
-		if cfg.RedisURL != "" {
-			fmt.Fprintf(cfg.Out, "%s: pairs/s %.2f × Redis; ", lockers[i].name, median(i)/median(len(lockers)-1))
-		} else {
-			fmt.Fprintf(cfg.Out, "%s: ", lockers[i].name)
+		fmt.Fprintf(cfg.Out, "%s: ", lockers[i].name)
+		for _, ref := range []string{"Redis with appendfsync always", "Redis without persistence"} {
+			if j, ok := refs[ref]; ok {
+				fmt.Fprintf(cfg.Out, "pairs/s %.2f × %s; ", median(i)/median(j), ref)
+			}
 		}
-		fmt.Fprintf(cfg.Out, "handoff p50 %.2f × one fsync\n", float64(handoffs[i])/float64(pct(fsync, 50)))
+		fsync50 := float64(pct(fsync, 50))
+		fmt.Fprintf(cfg.Out, "pair p50 %.2f × one fsync; handoff p50 %.2f × one fsync\n",
+			float64(pairP50[i])/fsync50, float64(handoffs[i])/fsync50)
 	}
 
 	if cfg.Leases > 0 {
@@ -370,7 +395,7 @@ const unlockScript = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis
 
 // redisLocker is the reference: SET NX PX and a compare-and-delete script
 // with go-redis; waiters poll every millisecond (Redis has no queue).
-func redisLocker(ctx context.Context, rawURL string, clients int) (*locker, error) {
+func redisLocker(ctx context.Context, rawURL string, clients int, name string) (*locker, error) {
 	opt, err := goredis.ParseURL(rawURL)
 	if err != nil {
 		return nil, err
@@ -390,7 +415,7 @@ func redisLocker(ctx context.Context, rawURL string, clients int) (*locker, erro
 	const ttl = 10 * time.Second
 	type heldKey struct{ key, val string }
 	return &locker{
-		name: "Redis SET NX PX + Lua delete (go-redis, no persistence)",
+		name: name,
 		pair: func(ctx context.Context, c int) error {
 			ok, err := rdb.SetNX(ctx, keys[c], "bench", ttl).Result()
 			if err != nil {
