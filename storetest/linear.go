@@ -244,7 +244,7 @@ func runClient(ctx context.Context, store leasehold.Store, name, owner string, i
 		}
 		out.Return = now()
 		if in.Kind == opWait && !out.OK && err == nil {
-			ops = append(ops, racedOp(porcupine.Operation{ClientId: id, Input: in, Call: in.Call, Output: out, Return: out.Return}, out.Return+freedBy))
+			ops = append(ops, racedOps(porcupine.Operation{ClientId: id, Input: in, Call: in.Call, Output: out, Return: out.Return}, out.Return+freedBy)...)
 		}
 		if err != nil {
 			// Indeterminate: the operation may or may not have taken effect.

@@ -104,6 +104,9 @@ type opInput struct {
 	Token     uint64 // renew, release
 	TTL       int64
 	Call      int64
+	// Again marks the second opRaced beside a wait ended by its context:
+	// the grant its give-up may make anew (see racedOps).
+	Again bool
 }
 
 // opOutput is what it got back.
@@ -290,6 +293,8 @@ func LeaseModel() porcupine.Model {
 				res = "unknown"
 			case !o.OK && i.Kind == opWait:
 				res = "context ended"
+			case i.Kind == opRaced && i.Again:
+				res = "maybe granted again by the give-up, freed by the return"
 			case i.Kind == opRaced || i.Kind == opUndone:
 				res = "maybe granted, freed by the return"
 			case !o.OK && i.Kind == opAcquire && o.Token == 0 && o.HolderOwner != "":
@@ -437,4 +442,21 @@ func racedOp(wait porcupine.Operation, freedBy int64) porcupine.Operation {
 	in := wait.Input.(opInput)
 	in.Kind = opRaced
 	return porcupine.Operation{ClientId: wait.ClientId, Input: in, Call: wait.Call, Output: opOutput{Return: freedBy}, Return: freedBy}
+}
+
+// racedOps are the operations the recorder adds beside a wait ended by
+// its context: the grant that may have raced with the end (racedOp), and
+// a second one, from the same call to the same bound. The give-up looks
+// for the raced grant by the wait's request id (a read, then an acquire
+// with that id, which returns the grant if it is still the one held and
+// is then released): if the raced grant expired or was freed between the
+// read and the acquire, that acquire finds the lease free and grants it
+// anew, for the time of one more release. Nobody is told of either grant;
+// both are freed by the bound.
+func racedOps(wait porcupine.Operation, freedBy int64) []porcupine.Operation {
+	again := racedOp(wait, freedBy)
+	in := again.Input.(opInput)
+	in.Again = true
+	again.Input = in
+	return []porcupine.Operation{racedOp(wait, freedBy), again}
 }

@@ -300,3 +300,44 @@ func TestMarkQueuedAfterRacedWait(t *testing.T) {
 		}
 	}
 }
+
+// TestRacedWaitGrantedAgain: a wait ended by its context may leave two
+// grants to its owner that nobody is told of: the one that raced with the
+// end, and one its give-up makes anew when the raced grant expired between
+// the give-up's read and its acquire by request id (both freed by the
+// bound). From a CI run (remote proxy over the memory store, loaded
+// machine): c's wait ended; b was refused by c/1, a got token 2, d was
+// refused by c/3. A third unexplained grant, or one seen after the bound,
+// is still illegal.
+func TestRacedWaitGrantedAgain(t *testing.T) {
+	ttl := 30 * ms
+	w := op(0, wait("c", "r1", ttl, 0), opOutput{Return: 23 * ms})
+	history := func(raced []porcupine.Operation, extra ...porcupine.Operation) []porcupine.Operation {
+		ops := []porcupine.Operation{
+			w,
+			op(1, acq("b", "r2", ttl, 0), opOutput{HolderOwner: "c", Token: 1, Return: 60 * ms}),
+			op(2, acq("a", "r3", ttl, 0), opOutput{OK: true, Token: 2, Return: 90 * ms}),
+			op(1, acq("b", "r4", ttl, 95*ms), opOutput{HolderOwner: "a", Token: 2, Return: 100 * ms}),
+			op(3, acq("d", "r5", ttl, 130*ms), opOutput{HolderOwner: "c", Token: 3, Return: 170 * ms}),
+			op(1, acq("b", "r6", ttl, 180*ms), opOutput{OK: true, Token: 4, Return: 240 * ms}),
+		}
+		return append(append(ops, raced...), extra...)
+	}
+	bound := w.Return + 1000*ms
+	for _, c := range []struct {
+		name  string
+		ops   []porcupine.Operation
+		legal bool
+	}{
+		{"one raced grant", history([]porcupine.Operation{racedOp(w, bound)}), false},
+		{"raced grant and the give-up's", history(racedOps(w, bound)), true},
+		{"a third grant to c", history(racedOps(w, bound),
+			op(1, acq("b", "r7", ttl, 250*ms), opOutput{HolderOwner: "c", Token: 5, Return: 251 * ms})), false},
+		{"c seen holding after the bound", history(racedOps(w, 60*ms)), false},
+	} {
+		ops := prepareLeaseOps(append([]porcupine.Operation(nil), c.ops...))
+		if got := porcupine.CheckOperations(LeaseModel(), ops); got != c.legal {
+			t.Errorf("%s: linearizable = %v, want %v", c.name, got, c.legal)
+		}
+	}
+}
