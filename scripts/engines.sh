@@ -354,6 +354,16 @@ export_chromium() {
 	log "Chromium: $bin"
 }
 
+# owned PID DIR: whether PID is still the engine started in DIR (its
+# command line names DIR, or DIR is its working directory, as for Redis),
+# not another process that was given the pid after the engine died.
+owned() {
+	local pid=$1 dir=$2
+	[ -r "/proc/$pid/cmdline" ] || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$dir" && return 0
+	[ "$(readlink "/proc/$pid/cwd" 2>/dev/null)" = "$dir" ]
+}
+
 # stop stops the engines named in $STATE, and waits until they are gone.
 # stop_one KEY stops a single-process engine (dynalite, etcd, redis) that
 # start recorded in $STATE/KEY.dir and removes its directory.
@@ -363,7 +373,11 @@ stop_one() {
 	dir=$(cat "$STATE/$1.dir")
 	for pid in "$dir/pid" "$dir/redis.pid"; do
 		if [ -n "$dir" ] && [ -s "$pid" ]; then
-			stop_pid "$(cat "$pid")"
+			if owned "$(cat "$pid")" "$dir"; then
+				stop_pid "$(cat "$pid")"
+			else
+				log "process $(cat "$pid") (from $pid) is not this engine any more (its pid was reused): left alone"
+			fi
 		fi
 	done
 	[ -z "$dir" ] || rm -rf "$dir"

@@ -23,6 +23,8 @@
 # after SIGTERM, once the running test and the busy loops are stopped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/proc.sh
+. scripts/lib/proc.sh
 
 usage() {
 	echo "flakes.sh: $*" >&2
@@ -43,9 +45,13 @@ while [ $# -gt 0 ]; do
 	*) break ;;
 	esac
 done
-[[ $count =~ ^[0-9]+$ ]] && [ "$count" -ge 1 ] || usage "-count takes a whole number of at least 1 (got '$count')"
-[[ $load =~ ^[0-9]+$ ]] || usage "-load takes a whole number (got '$load')"
-[[ $timeout =~ ^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$ ]] || usage "-timeout takes a Go duration such as 60m or 1h30m (got '$timeout')"
+# Decimal, as written (go test reads 010 as octal 8): leading zeros are
+# dropped here; at most 6 digits, so that the shell's arithmetic holds.
+[[ $count =~ ^[0-9]{1,6}$ ]] && [ $((10#$count)) -ge 1 ] || usage "-count takes a whole number from 1 to 999999 (got '$count')"
+count=$((10#$count))
+[[ $load =~ ^[0-9]{1,4}$ ]] || usage "-load takes a whole number up to 9999 (got '$load')"
+load=$((10#$load))
+[[ $timeout == 0 || $timeout =~ ^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$ ]] || usage "-timeout takes a Go duration such as 60m or 1h30m, or 0 for none (got '$timeout')"
 for a in "$@"; do
 	case "$a" in -*) usage "option $a after the packages: options go first (see --help)" ;; esac
 done
@@ -60,8 +66,7 @@ cleanup() {
 	[ ${#loops[@]} -gt 0 ] && kill "${loops[@]}" 2>/dev/null
 	loops=()
 	if [ -n "$gopid" ]; then
-		pkill -KILL -P "$gopid" 2>/dev/null
-		kill -KILL "$gopid" 2>/dev/null
+		stop_tree "$gopid"
 		gopid=
 	fi
 	if [ -n "${started_engines:-}" ]; then
@@ -72,6 +77,18 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "flakes.sh: interrupted" >&2; cleanup; exit 130' INT
 trap 'echo "flakes.sh: terminated" >&2; cleanup; exit 143' TERM
+
+# The packages first: a bad one is a usage error before any engine starts.
+module=$(go list -m) || exit 1
+if [ $# -gt 0 ]; then
+	if ! list=$(go list "$@"); then
+		echo "flakes.sh: go list could not find every package named (see above)" >&2
+		exit 64
+	fi
+else
+	list=$(go list ./... | grep -v '/testrig/verify') || exit 1
+fi
+mapfile -t pkgs <<<"$list"
 
 if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 	started_engines=1
@@ -86,16 +103,6 @@ if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 fi
 export LEASEHOLD_REQUIRE_ENGINES=1
 
-module=$(go list -m) || exit 1
-if [ $# -gt 0 ]; then
-	if ! list=$(go list "$@"); then
-		echo "flakes.sh: go list could not find every package named (see above)" >&2
-		exit 64
-	fi
-else
-	list=$(go list ./... | grep -v '/testrig/verify') || exit 1
-fi
-mapfile -t pkgs <<<"$list"
 
 for ((i = 0; i < load; i++)); do
 	(while :; do :; done) &

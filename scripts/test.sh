@@ -14,25 +14,43 @@
 # stages (status and seconds) and exits non-zero if any failed.
 #
 # LEASEHOLD_STAGES="vet race" runs only the named stages (mod, vet, race,
-# bench, python, verify; unset or empty: all of them); the engines start
-# whenever a named stage needs them. An unknown name is a usage error (64).
-# The table gives each stage's wall-clock and CPU seconds (its processes'
-# user + system time).
+# bench, python, verify, and engines, which starts alone; names separated by
+# spaces, tabs or newlines; unset, empty or blank: all of them); the engines
+# start whenever a named stage needs them. An unknown name is a usage error
+# (64). The table gives each stage's wall-clock and CPU seconds (its
+# processes' user + system time).
+#
+# SIGINT or SIGTERM (to this script alone or to its process group) stops the
+# running stage's whole process tree, stops the engines, prints the table
+# with the stage marked interrupted, and exits 130 or 143.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/proc.sh
+. scripts/lib/proc.sh
 
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 all_stages="mod vet race bench python verify"
-want=" ${LEASEHOLD_STAGES:-$all_stages} "
-for s in $want; do
-	case " $all_stages " in
+# Split on any whitespace, without pathname expansion ('*' is a name).
+read -r -d '' -a named < <(printf '%s\0' "${LEASEHOLD_STAGES:-}" | tr '\t\n\r\v\f' '     ')
+if [ ${#named[@]} -eq 0 ]; then
+	want=" $all_stages "
+else
+	want=" ${named[*]} "
+fi
+for s in "${named[@]}"; do
+	case " $all_stages engines " in
 	*" $s "*) ;;
 	*)
-		echo "test.sh: unknown stage '$s' in LEASEHOLD_STAGES (the stages: $all_stages, separated by spaces)" >&2
+		echo "test.sh: unknown stage '$s' in LEASEHOLD_STAGES (the stages: $all_stages, engines; separated by spaces)" >&2
 		exit 64
 		;;
 	esac
 done
+if ! tmpcheck=$(mktemp 2>/dev/null); then
+	echo "test.sh: cannot create a temporary file in ${TMPDIR:-/tmp} (TMPDIR): make it an existing, writable directory" >&2
+	exit 64
+fi
+rm -f "$tmpcheck"
 began=$(date +%s)
 summary=()
 failed=0
@@ -48,8 +66,19 @@ stage() {
 	local c0
 	cpu_now
 	c0=$CPU_NOW
-	"$@"
-	st=$?
+	if [ "$name" = engines ]; then
+		"$@" # in this shell: it exports the engines' variables
+		st=$?
+	else
+		# In the background and waited for, so that a signal to this
+		# script runs its trap at once, which stops the stage's tree.
+		running=$name
+		"$@" &
+		stage_pid=$!
+		wait "$stage_pid"
+		st=$?
+		stage_pid= running=
+	fi
 	local secs=$(($(date +%s) - t0))
 	cpu_now
 	local cpu=$((CPU_NOW - c0))
@@ -64,24 +93,44 @@ stage() {
 }
 
 # cpu_now sets CPU_NOW to the user + system CPU seconds this script's
-# finished children have used so far: the second line of bash's times
-# builtin, which must run in this shell (in a subshell or a pipeline it
-# reports that subshell's children), so the result is a variable, not
-# printed.
+# waited-for children have used so far: fields 16 and 17 (cutime, cstime,
+# in clock ticks) of this shell's /proc/PID/stat.
+ticks=$(getconf CLK_TCK 2>/dev/null || echo 100)
 cpu_now() {
-	local f l1 l2
-	f=$(mktemp)
-	times >"$f"
-	{
-		read -r l1
-		read -r l2
-	} <"$f"
-	rm -f "$f"
+	local stat rest
 	CPU_NOW=0
-	if [[ $l2 =~ ^([0-9]+)m([0-9]+)[.,][0-9]+s\ ([0-9]+)m([0-9]+)[.,][0-9]+s$ ]]; then
-		CPU_NOW=$((10#${BASH_REMATCH[1]} * 60 + 10#${BASH_REMATCH[2]} + 10#${BASH_REMATCH[3]} * 60 + 10#${BASH_REMATCH[4]}))
-	fi
+	stat=$(cat /proc/$$/stat 2>/dev/null) || return 0
+	rest=${stat##*) } # after the command name, which may hold spaces
+	read -r -a f <<<"$rest"
+	# rest starts at field 3: cutime is field 16, cstime field 17.
+	CPU_NOW=$(((f[13] + f[14]) / ticks))
 }
+
+# kill_tree PID SIG: sends SIG to PID and all its descendants, children
+# first found, so that none is left behind with no parent.
+kill_tree() {
+	local pid=$1 sig=$2 child
+	kill -STOP "$pid" 2>/dev/null # no new children while we look
+	for child in $(pgrep -P "$pid"); do
+		kill_tree "$child" "$sig"
+	done
+	kill "-$sig" "$pid" 2>/dev/null
+	kill -CONT "$pid" 2>/dev/null
+}
+
+stage_pid= running=
+interrupted() {
+	local code=$1 sig=$2
+	trap - INT TERM
+	if [ -n "$stage_pid" ]; then
+		stop_tree "$stage_pid"
+		summary+=("$(printf '%-8s INTERRUPTED by SIG%s' "$running" "$sig")")
+	fi
+	echo "test.sh: interrupted (SIG$sig)" >&2
+	exit "$code"
+}
+trap 'interrupted 130 INT' INT
+trap 'interrupted 143 TERM' TERM
 
 report() {
 	echo
@@ -100,8 +149,17 @@ race() {
 # counts (docs/benchmarks.md), so that none can rot: a suite that cannot run
 # an implementation or its reference fails; timings never do. A change to
 # the main go.mod can leave bench/go.mod behind: cd bench && go mod tidy.
+# Its three steps all run, so that a failing test does not hide the smoke
+# run; the stage fails if any did.
 bench_smoke() {
-	(cd bench && go vet ./... && go test -count=1 ./... && go run . --smoke all >/dev/null)
+	(
+		cd bench || exit 1
+		st=0
+		go vet ./... || st=1
+		go test -count=1 ./... || st=1
+		go run . --smoke all >/dev/null || st=1
+		exit $st
+	)
 }
 
 engines() {
@@ -121,7 +179,7 @@ echo "== $(go version)"
 trap report EXIT
 stage mod go mod download
 case "$want" in
-*" race "* | *" bench "* | *" python "* | *" verify "*)
+*" race "* | *" bench "* | *" python "* | *" verify "* | *" engines "*)
 	want="$want engines "
 	stage engines engines
 	if [ $failed -ne 0 ]; then

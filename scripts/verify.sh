@@ -15,6 +15,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+for a in "$@"; do
+	case "$a" in -h | --help) set -- --help ;; esac
+done
 tier=${1:-default}
 [ $# -gt 0 ] && shift
 case "$tier" in
@@ -70,4 +73,10 @@ if [ $# -eq 0 ] && [ -x scripts/fuzz.sh ]; then
 fi
 echo "== verification report ($tier tier, $(($(date +%s) - started)) s)"
 go run ./testrig/verify/report "$report" || status=$?
+if [ ! -s "$report" ]; then
+	# Packages that ran no suite (a typo, a package without rows) pass
+	# nothing: a report without rows is a failure.
+	echo "verify.sh: FAILED: no suite row was reported by ${pkgs[*]}" >&2
+	[ $status -eq 0 ] && status=1
+fi
 exit $status

@@ -19,6 +19,8 @@ import urllib.request
 import uuid
 from typing import Callable, List, Optional
 
+import engines
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -75,9 +77,7 @@ class Server:
     def __init__(self, *extra: str, scheme: str = "http", ssl_context=None) -> None:
         binary = os.environ.get("LEASEHOLD_BIN", "")
         if not binary or not os.access(binary, os.X_OK):
-            if os.environ.get("LEASEHOLD_REQUIRE_ENGINES") == "1":
-                raise RuntimeError("LEASEHOLD_BIN is not an executable leasehold binary (LEASEHOLD_REQUIRE_ENGINES=1)")
-            raise unittest.SkipTest("set LEASEHOLD_BIN to a leasehold binary (clients/python/run_tests.sh builds one)")
+            engines.missing("$LEASEHOLD_BIN, a leasehold binary (clients/python/run_tests.sh builds one)")
         self.dir = tempfile.mkdtemp(prefix="leasehold-py-")
         self.ssl_context = ssl_context
         self.proc: Optional[subprocess.Popen] = None
@@ -169,9 +169,7 @@ class Dynalite:
         cli, node = os.environ.get("LEASEHOLD_TEST_DYNALITE", ""), shutil.which("node")
         if not cli or not os.path.isfile(cli) or node is None:
             what = "$LEASEHOLD_TEST_DYNALITE (dynalite's cli.js: scripts/engines.sh start) and node"
-            if os.environ.get("LEASEHOLD_REQUIRE_ENGINES") == "1":
-                raise RuntimeError(f"missing {what} (LEASEHOLD_REQUIRE_ENGINES=1)")
-            raise unittest.SkipTest(f"missing {what}")
+            engines.missing(what)
         self.dir = tempfile.mkdtemp(prefix="leasehold-py-dynalite-")
         preload = os.path.join(self.dir, "ignore-aborted.js")
         with open(preload, "w") as f:

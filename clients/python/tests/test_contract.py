@@ -9,6 +9,8 @@ import re
 import unittest
 from typing import Any, Dict, List, Set
 
+import engines
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 CLIENTS_MD = os.path.join(ROOT, "docs", "clients.md")
 OPENAPI = os.path.join(ROOT, "docs", "openapi.yaml")
@@ -19,9 +21,7 @@ def load_openapi() -> Dict[str, Any]:
     try:
         import yaml
     except ImportError:
-        if os.environ.get("LEASEHOLD_REQUIRE_ENGINES") == "1":
-            raise RuntimeError("PyYAML is missing (apt-get install python3-yaml; LEASEHOLD_REQUIRE_ENGINES=1)")
-        raise unittest.SkipTest("PyYAML is missing (apt-get install python3-yaml)")
+        engines.missing("PyYAML (apt-get install python3-yaml)")
     with open(OPENAPI, encoding="utf-8") as f:
         return yaml.safe_load(f)
 

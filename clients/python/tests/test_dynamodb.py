@@ -4,7 +4,7 @@ through ``leasehold run --store dynamodb://...``.
 Needs $LEASEHOLD_TEST_DYNAMODB (a dynamodb:// URL of a running endpoint,
 as scripts/engines.sh exports it), boto3 (Debian: python3-boto3) and
 $LEASEHOLD_BIN; each is skipped with a message when missing, or fails
-under LEASEHOLD_REQUIRE_ENGINES=1.
+under LEASEHOLD_REQUIRE_ENGINES=1 or CI=true (tests/engines.py).
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ from unittest import mock
 import leasehold
 from leasehold import Held, Invalid, Lost, NotFound, Released, Unreachable, Unsupported
 
+import engines
 from server import Dynalite, free_port, run_threads, uniq
 
 
 def _need(what: str) -> None:
-    if os.environ.get("LEASEHOLD_REQUIRE_ENGINES") == "1":
-        raise RuntimeError(f"missing {what} (LEASEHOLD_REQUIRE_ENGINES=1)")
-    raise unittest.SkipTest(f"missing {what}")
+    engines.missing(what)
 
 
 def table_url(table: str) -> str:

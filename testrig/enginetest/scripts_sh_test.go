@@ -1,0 +1,173 @@
+package enginetest_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The test scripts' own promises (docs/testing.md), each found broken by an
+// outside review of them: names of stages split on any whitespace, a
+// SIGTERM to scripts/test.sh alone stops its running stage's processes, a
+// fault-suite run with no row fails, and flakes.sh reads -count as decimal.
+
+// repoScript is the absolute path of scripts/NAME.
+func repoScript(t *testing.T, name string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("..", "..", "scripts", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// runScript runs a script with env added to the test's, in the
+// repository's root, and returns its combined output and exit code.
+func runScript(t *testing.T, env []string, name string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(repoScript(t, name), args...)
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), code
+}
+
+// TestStagesAnyWhitespace: LEASEHOLD_STAGES with a tab and a newline ran
+// no stage and passed (exit 0, an empty table); blank ran nothing either.
+func TestStagesAnyWhitespace(t *testing.T) {
+	out, code := runScript(t, []string{"LEASEHOLD_STAGES=\tmod\n"}, "test.sh")
+	if code != 0 || !strings.Contains(out, "== [mod] exit 0") {
+		t.Fatalf("LEASEHOLD_STAGES=\"\\tmod\\n\": exit %d, want the mod stage run and passed:\n%s", code, out)
+	}
+	out, code = runScript(t, []string{"LEASEHOLD_STAGES=mod\t*"}, "test.sh")
+	if code != 64 || !strings.Contains(out, "unknown stage '*'") {
+		t.Fatalf("LEASEHOLD_STAGES=\"mod\\t*\": exit %d, want 64 naming '*' (not a file name the shell expanded it to):\n%s", code, out)
+	}
+}
+
+// TestTestShTermStopsStage: a SIGTERM to test.sh alone (not its group) used
+// to leave the running stage's processes going with no parent. The stage
+// here is vet (it needs no engine); test.sh must exit 143 and leave none of
+// its descendants.
+func TestTestShTermStopsStage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go vet")
+	}
+	cmd := exec.Command(repoScript(t, "test.sh"))
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(os.Environ(), "LEASEHOLD_STAGES=vet", "GOFLAGS=-buildvcs=false", "GOCACHE="+t.TempDir())
+	// A file, not a pipe: an orphan holding a pipe open would keep Wait
+	// from returning (as it did before the fix).
+	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := fileText{f}
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group: the signal reaches test.sh alone
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgid := cmd.Process.Pid
+	defer syscall.Kill(-pgid, syscall.SIGKILL)
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(out.String(), "== [vet]") || len(groupMembers(pgid)) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the vet stage did not start within 60 s:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 143 {
+		t.Errorf("test.sh after SIGTERM: %v, want exit 143", err)
+	}
+	if !strings.Contains(out.String(), "vet      INTERRUPTED by SIGTERM") {
+		t.Errorf("the table does not mark vet interrupted:\n%s", out.String())
+	}
+	// Give an orphan time to show itself: it would still be in the group.
+	time.Sleep(500 * time.Millisecond)
+	if left := groupMembers(pgid); len(left) > 0 {
+		t.Fatalf("processes of the stage left running after test.sh exited: %v", left)
+	}
+}
+
+// fileText reads a file's whole text.
+type fileText struct{ f *os.File }
+
+func (t fileText) String() string {
+	b, _ := os.ReadFile(t.f.Name())
+	return string(b)
+}
+
+// groupMembers lists the processes of process group pgid (from /proc).
+func groupMembers(pgid int) []string {
+	var out []string
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:]) // state ppid pgrp ...
+		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
+			cmdline, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+			out = append(out, strconv.Itoa(pid)+" "+strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+	return out
+}
+
+// TestVerifyNoRowsFails: scripts/verify.sh over a package with no fault
+// suite reported "0 rows" and passed.
+func TestVerifyNoRowsFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the report tool")
+	}
+	// LEASEHOLD_TEST_PG_BIN set: verify.sh starts no engines of its own.
+	out, code := runScript(t, []string{"LEASEHOLD_TEST_PG_BIN=/nonexistent", "LEASEHOLD_VERIFY_REPORT=" + filepath.Join(t.TempDir(), "report")},
+		"verify.sh", "default", "./internal/randid/")
+	if code == 0 || !strings.Contains(out, "no suite row was reported") {
+		t.Fatalf("verify.sh over a package with no suite: exit %d, want a failure saying no row was reported:\n%s", code, out)
+	}
+}
+
+// TestFlakesCountDecimal: flakes.sh passed -count 010 on to go test, which
+// read it as octal and ran 8 times.
+func TestFlakesCountDecimal(t *testing.T) {
+	out, code := runScript(t, []string{"LEASEHOLD_TEST_PG_BIN=/nonexistent", "LEASEHOLD_FLAKES_DIR=" + t.TempDir()},
+		"flakes.sh", "-count", "010", "-load", "0", "-norace", "./internal/randid/")
+	if code != 0 || !strings.Contains(out, "-count 10 ") {
+		t.Fatalf("flakes.sh -count 010: exit %d, want 10 runs:\n%s", code, out)
+	}
+	out, code = runScript(t, nil, "flakes.sh", "-count", "99999999999999999999", "./internal/randid/")
+	if code != 64 || strings.Contains(out, "integer expression expected") {
+		t.Fatalf("flakes.sh -count 99999999999999999999: exit %d, want 64 and one clear message:\n%s", code, out)
+	}
+}
