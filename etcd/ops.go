@@ -237,8 +237,11 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 		if err != nil {
 			return s.fail(ctx, "renew", err)
 		}
+		if !resp.Succeeded {
+			return leasehold.ErrNotHeld
+		}
 		cg, _, held := grantOf(resp.Responses[0].GetResponseRange().Kvs)
-		if !resp.Succeeded || !held {
+		if !held {
 			return leasehold.ErrNotHeld
 		}
 		kv := cg.kv
@@ -307,7 +310,7 @@ func (s *Store) renewKnown(ctx context.Context, name, owner string, token uint64
 	).Then(opGetGrant(lk)).Commit()
 	rerr := <-ch
 	cg, _, held := grant{}, 0, false
-	if err == nil {
+	if err == nil && resp.Succeeded {
 		cg, _, held = grantOf(resp.Responses[0].GetResponseRange().Kvs)
 	}
 	switch {
