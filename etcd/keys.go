@@ -167,15 +167,6 @@ func grantOf(kvs []*mvccpb.KeyValue) (g grant, n int, ok bool) {
 	return g, n, true
 }
 
-// otherSlot returns the token key that a handoff from g creates.
-func (g grant) otherSlot() string {
-	lk := string(g.kv.Key)
-	if g.tk == tokenKey(lk, 0) {
-		return tokenKey(lk, 1)
-	}
-	return tokenKey(lk, 0)
-}
-
 // moveTo returns the puts that rewrite the grant's lease key with val and
 // move it and its token key onto etcd lease id (their CreateRevisions, so
 // the token, stay).

@@ -151,7 +151,9 @@ func (w *waiter) handed(ctx context.Context, kv *mvccpb.KeyValue, token int64) (
 	if err != nil {
 		return leasehold.Record{}, err
 	}
-	s.used(g)
+	// Noted, not used(): the lease left the spares when the waiter queued,
+	// and the releaser's lease has just become one, so no refill.
+	s.spares.note(g.leaseRef)
 	s.noteGrant(w.req.Name, w.req.Owner, uint64(token), g.leaseRef)
 	s.noteQueue(w.req.Name, true)
 	if ctx.Err() != nil {

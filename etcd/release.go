@@ -37,10 +37,51 @@ import (
 // Reading the queue is a second request (a serializable read: the Txn's
 // compares make a stale read harmless), so a release only does it when a
 // queue is likely: this store has waiters for the name, the lease was
-// granted after queueing, or the last release here found waiters.
+// granted after queueing, or the last release here found waiters. And it
+// is skipped when this store made the handoff that granted the lease: that
+// Txn also read the next head (nextHead).
 
 // maxQueueHints bounds the names remembered as having a queue.
 const maxQueueHints = 8192
+
+// nextHead is the queue's head as a handoff left it: the entry that the
+// release of the grant it made (token, token key tk) will likely hand the
+// lease to. When that release is made by this store too (several waiters
+// of one store take turns), it need not read the queue first; the Txn's
+// compares check the entry is still the head.
+type nextHead struct {
+	token int64
+	tk    string
+	head  *mvccpb.KeyValue
+}
+
+// noteNextHead records the head left by a handoff that made the grant
+// with token and token key tk (head nil: the queue was empty).
+func (s *Store) noteNextHead(name string, token int64, tk string, head *mvccpb.KeyValue) {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if head == nil {
+		delete(s.heads, name)
+		return
+	}
+	if len(s.heads) >= maxQueueHints {
+		clear(s.heads)
+	}
+	s.heads[name] = nextHead{token: token, tk: tk, head: head}
+}
+
+// takeNextHead returns and forgets the head noted for the release of the
+// grant of name with token, if any.
+func (s *Store) takeNextHead(name string, token uint64) (string, *mvccpb.KeyValue) {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	h, ok := s.heads[name]
+	delete(s.heads, name)
+	if !ok || h.token != int64(token) {
+		return "", nil
+	}
+	return h.tk, h.head
+}
 
 // noteQueue records whether name was last seen with waiters queued.
 func (s *Store) noteQueue(name string, queued bool) {
@@ -120,25 +161,34 @@ func (s *Store) released(name string, prev []*mvccpb.KeyValue) {
 // the caller then releases plainly.
 func (s *Store) handOff(ctx context.Context, name, owner string, token uint64) (done bool, err error) {
 	lk, ok, qp := s.leaseKey(name), s.ownerKey(name), s.queuePrefix(name)
-	resp, err := s.cli.Txn(ctx).Then(
-		clientv3.OpGet(lk, clientv3.WithRange(grantEnd(lk)), clientv3.WithSerializable()),
-		clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithPrefix(), clientv3.WithSerializable())...),
-	).Commit()
-	if err != nil {
-		return false, nil
-	}
-	head := one(resp.Responses[1])
+	tk, head := s.takeNextHead(name, token)
 	if head == nil {
-		s.noteQueue(name, false)
-		return false, nil
+		resp, err := s.cli.Txn(ctx).Then(
+			clientv3.OpGet(lk, clientv3.WithRange(grantEnd(lk)), clientv3.WithSerializable()),
+			clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithPrefix(), clientv3.WithSerializable())...),
+		).Commit()
+		if err != nil {
+			return false, nil
+		}
+		if head = one(resp.Responses[1]); head == nil {
+			s.noteQueue(name, false)
+			return false, nil
+		}
+		cur, _, held := grantOf(resp.Responses[0].GetResponseRange().Kvs)
+		if !held || cur.tk == "" || cur.token != int64(token) {
+			return false, nil
+		}
+		tk = cur.tk
 	}
-	cur, _, held := grantOf(resp.Responses[0].GetResponseRange().Kvs)
 	w, prepared, err := decodeEntry(head.Value)
-	if !held || cur.tk == "" || cur.token != int64(token) || err != nil || prepared == clientv3.NoLease {
+	if err != nil || prepared == clientv3.NoLease {
 		return false, nil
 	}
 	val := record{owner: w.owner, requestID: w.requestID, ttl: w.ttl, acquired: time.Now(), data: w.data}.encode()
-	next := cur.otherSlot()
+	next := tokenKey(lk, 0)
+	if tk == next {
+		next = tokenKey(lk, 1)
+	}
 	owned := []clientv3.Cmp{
 		clientv3.Compare(clientv3.ModRevision(ok), "=", int64(token)),
 		clientv3.Compare(clientv3.Value(ok), "=", owner),
@@ -150,10 +200,11 @@ func (s *Store) handOff(ctx context.Context, name, owner string, token uint64) (
 		clientv3.Compare(clientv3.CreateRevision(qp), ">", head.CreateRevision-1).WithPrefix(), // none older
 	)...).Then(
 		clientv3.OpPut(lk, val, clientv3.WithLease(prepared), clientv3.WithPrevKV()),
-		clientv3.OpDelete(cur.tk),
+		clientv3.OpDelete(tk),
 		clientv3.OpPut(next, "", clientv3.WithLease(prepared)),
 		clientv3.OpPut(ok, w.owner),
 		clientv3.OpDelete(string(head.Key)),
+		clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithPrefix())...), // the next head, after this one's delete
 	).Else(
 		clientv3.OpTxn(owned, []clientv3.Op{clientv3.OpDelete(lk, clientv3.WithRange(grantEnd(lk)), clientv3.WithPrevKV())}, nil),
 	).Commit()
@@ -165,6 +216,7 @@ func (s *Store) handOff(ctx context.Context, name, owner string, token uint64) (
 	}
 	s.noteQueue(name, true)
 	if tr.Succeeded {
+		s.noteNextHead(name, tr.Header.Revision, next, one(tr.Responses[5]))
 		if prev := tr.Responses[0].GetResponsePut().PrevKv; prev != nil {
 			s.released(name, []*mvccpb.KeyValue{prev})
 		} else {
