@@ -168,8 +168,8 @@ func (w *waiter) run(ctx context.Context) (leasehold.Record, error) {
 		case w.key == "" || n.lost:
 			rec, n, done, err = w.enqueue(ctx)
 		case n.handed != nil:
-			rec, err = w.handed(ctx, n.handed.kv, n.handed.token)
-			done = true
+			rec, done, err = w.handed(ctx, n.handed.kv, n.handed.token)
+			n = next{}
 		case n.mine != nil:
 			rec, done, err = w.again(ctx, *n.mine)
 			n = next{}
@@ -185,8 +185,8 @@ func (w *waiter) run(ctx context.Context) (leasehold.Record, error) {
 			var got *mvccpb.KeyValue
 			if got, err = w.waitDeleted(ctx, n.watch, n.from, n.create); err == nil && got != nil {
 				w.wakes++
-				rec, err = w.handed(ctx, got, got.ModRevision)
-				done = true
+				rec, done, err = w.handed(ctx, got, got.ModRevision)
+				n = next{}
 				break
 			}
 			if err == nil && w.se.dead() {

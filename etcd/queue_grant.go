@@ -131,9 +131,28 @@ func (w *waiter) acquire(ctx context.Context) (leasehold.Record, next, bool, err
 // handed serves a grant that a release handed to this waiter: the lease
 // key kv on its prepared etcd lease, with token. The release deleted its
 // entry; entries of earlier attempts, if any, are deleted now.
-func (w *waiter) handed(ctx context.Context, kv *mvccpb.KeyValue, token int64) (leasehold.Record, error) {
+//
+// done is false when the grant could not be kept: the prepared lease's
+// refresh had failed, so it is not known to outlive the caller's t0 by a
+// TTL; it is refreshed now and, if that fails too, the grant is given back
+// and the waiter queues again.
+func (w *waiter) handed(ctx context.Context, kv *mvccpb.KeyValue, token int64) (rec leasehold.Record, done bool, err error) {
 	s := w.s
 	g := w.next
+	if w.prepDead {
+		sent := time.Now()
+		if ka, err := s.cli.KeepAliveOnce(w.octx, g.id); err == nil {
+			g.born, g.granted, w.prepDead = sent, ka.TTL, false
+		} else {
+			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = s.Release(rctx, w.req.Name, w.req.Owner, uint64(token))
+			cancel()
+			s.revokeLater(g.id)
+			w.next, w.prepDead = grantLease{}, false
+			w.key = "" // the handoff deleted it
+			return leasehold.Record{}, false, nil
+		}
+	}
 	w.next = grantLease{}
 	var ops []clientv3.Op
 	if w.sent != "" || len(w.stale) > 0 {
@@ -149,7 +168,7 @@ func (w *waiter) handed(ctx context.Context, kv *mvccpb.KeyValue, token int64) (
 	}
 	cur, err := decodeRecord(kv.Value)
 	if err != nil {
-		return leasehold.Record{}, err
+		return leasehold.Record{}, true, err
 	}
 	// Noted, not used(): the lease left the spares when the waiter queued,
 	// and the releaser's lease has just become one, so no refill.
@@ -161,12 +180,12 @@ func (w *waiter) handed(ctx context.Context, kv *mvccpb.KeyValue, token int64) (
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = s.Release(rctx, w.req.Name, w.req.Owner, uint64(token))
 		cancel()
-		return leasehold.Record{}, ctx.Err()
+		return leasehold.Record{}, true, ctx.Err()
 	}
 	return leasehold.Record{
 		Name: w.req.Name, Owner: w.req.Owner, Token: uint64(token), Data: append([]byte(nil), w.req.Data...), TTL: w.req.TTL,
 		Remaining: max(time.Until(g.born.Add(time.Duration(g.granted)*time.Second)), 0), Acquired: cur.acquired,
-	}, nil
+	}, true, nil
 }
 
 // ready gets the etcd lease of the head's grant while it waits for the

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -275,5 +276,45 @@ func TestQueueHandoffDeadHead(t *testing.T) {
 			}
 			t.Logf("the dead head held the queue for %s after the release", took.Round(time.Millisecond))
 		})
+	}
+}
+
+// TestQueueHandedUnrefreshed: a grant handed over on a prepared etcd lease
+// whose refresh had failed is kept only after a refresh now succeeds (so
+// it lives a TTL past the wait's start); if the lease is gone, the waiter
+// keeps nothing and queues again.
+func TestQueueHandedUnrefreshed(t *testing.T) {
+	s := openStore(t, queueURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, gone := range []bool{false, true} {
+		name := fmt.Sprint("u", gone)
+		lr, err := s.cli.Grant(ctx, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lk := s.leaseKey(name)
+		val := record{owner: "w", requestID: "r", ttl: 5 * time.Second, acquired: time.Now()}.encode()
+		put, err := s.cli.Txn(ctx).Then(clientv3.OpPut(lk, val, clientv3.WithLease(lr.ID)),
+			clientv3.OpPut(tokenKey(lk, 1), "", clientv3.WithLease(lr.ID)), clientv3.OpPut(s.ownerKey(name), "w")).Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		kv := &mvccpb.KeyValue{Key: []byte(lk), Value: []byte(val), Lease: int64(lr.ID), ModRevision: put.Header.Revision}
+		if gone {
+			if _, err := s.cli.Revoke(ctx, lr.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		born := time.Now().Add(-time.Hour) // not known to be refreshed after the wait began
+		w := &waiter{s: s, octx: ctx, req: leasehold.AcquireRequest{Name: name, Owner: "w", RequestID: "r", TTL: 5 * time.Second},
+			lk: lk, next: grantLease{leaseRef: leaseRef{id: lr.ID, granted: 5, born: born}, secs: 5}, prepDead: true}
+		rec, done, err := w.handed(ctx, kv, put.Header.Revision)
+		switch {
+		case gone && (done || err != nil || w.next.id != clientv3.NoLease):
+			t.Errorf("lease gone: handed = %+v, %v, %v; want not done, the lease dropped", rec, done, err)
+		case !gone && (!done || err != nil || rec.Token != uint64(put.Header.Revision) || rec.Remaining < 4*time.Second):
+			t.Errorf("lease alive: handed = %+v, %v, %v; want the grant, refreshed", rec, done, err)
+		}
 	}
 }
