@@ -31,6 +31,11 @@ var _ leasehold.Queuer = (*Store)(nil)
 // over the queue's key range). The same Txn deletes its entry, so the next
 // waiter is woken by the grant. TryAcquire compares that the range is
 // empty, so it never overtakes a queued waiter.
+//
+// Usually the head does not even acquire: each waiter prepares the etcd
+// lease of its grant when it queues and names it in its entry, and a
+// release hands the lease to the head in its own Txn (release.go); the
+// head sees the lease key written on its prepared lease and returns.
 
 // DefaultQueueLiveness is how long, by default, a waiter's queue entry
 // outlives a process that stopped keeping it alive (WithQueueLiveness).
