@@ -71,8 +71,10 @@ type Store struct {
 	liveness  time.Duration // of queue entries (WithQueueLiveness)
 
 	qmu     sync.Mutex
-	sess    *session       // the queue entries' etcd lease; nil when none
-	waiting map[string]int // AcquireWaits in progress, by name
+	sess    *session        // the queue entries' etcd lease; nil when none
+	waiting map[string]int  // AcquireWaits in progress, by name
+	queued  map[string]bool // names last seen with waiters (release.go)
+	heads   map[string]nextHead
 
 	// waitHook, if set (tests), is told how often each AcquireWait was
 	// woken and sent an acquire Txn.
@@ -132,7 +134,7 @@ func configure(opts []Option) (config, error) {
 
 func newStore(cli *clientv3.Client, owned bool, cfg config) *Store {
 	s := &Store{cli: cli, owned: owned, prefix: cfg.prefix, liveness: cfg.liveness, spares: newPool(), bgSem: make(chan struct{}, 16),
-		waiting: map[string]int{}}
+		waiting: map[string]int{}, queued: map[string]bool{}, heads: map[string]nextHead{}}
 	s.stop, s.cancel = context.WithCancel(context.Background())
 	s.refresher = newRefresher(cli, s.stop)
 	return s

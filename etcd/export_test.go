@@ -15,7 +15,7 @@ func QueuedOwners(ctx context.Context, s *Store, name string) ([]string, error) 
 	}
 	var owners []string
 	for _, kv := range resp.Kvs {
-		r, err := decodeRecord(kv.Value)
+		r, _, err := decodeEntry(kv.Value)
 		if err != nil {
 			return nil, err
 		}

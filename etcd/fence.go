@@ -80,6 +80,11 @@ func FencedPut(ctx context.Context, kv clientv3.KV, key, value string, token uin
 // etcd, it still passes for up to about 0.5 s after etcd expired the lease,
 // until etcd deletes the key: a holder should also check its own
 // Lease.Held before writing.
+//
+// It compares the grant's token key (a range compare over the name's
+// keys, which etcd supports from 3.3), so it holds for a grant handed
+// over by a release too; it does not hold for grants made by versions
+// of this package without token keys.
 func (s *Store) HeldCmp(name string, token uint64) clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(s.leaseKey(name)), "=", int64(token))
+	return cmpToken(s.leaseKey(name), int64(token))
 }

@@ -3,8 +3,10 @@ package etcd
 import (
 	"encoding/binary"
 	"errors"
+	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -17,6 +19,20 @@ import (
 //	                  Written only by the transaction that creates a grant,
 //	                  so its ModRevision is that grant's token. It outlives
 //	                  release and expiry, to recognise a repeated release.
+//	P + "l/" + name + NUL + "a" or "b"
+//	                  the grant's token key: empty, on the grant's etcd
+//	                  lease, created by the transaction that makes the
+//	                  grant, so its CreateRevision is the token. A handoff
+//	                  (release.go) rewrites the lease key for the next
+//	                  holder, which keeps the lease key's CreateRevision,
+//	                  so it deletes the token key and creates the other
+//	                  one in the same transaction. Grants of versions
+//	                  before handoffs have no token key; their token is
+//	                  the lease key's CreateRevision.
+//
+// A name's grant is the range [P l/name, P l/name + "\x01"): the lease key
+// and at most one token key, no other name's (names have no control
+// characters). Grants are made only if that whole range is empty.
 //
 // Lease keys and owner keys live under different sub-prefixes, so a List
 // (a range over P + "l/" + prefix) never sees an owner key. Names are used
@@ -100,6 +116,66 @@ func decodeRecord(v []byte) (record, error) {
 		r.data = append([]byte(nil), v...)
 	}
 	return r, nil
+}
+
+// grantEnd is the end of the range of name's lease and token keys.
+func grantEnd(lk string) string { return lk + "\x01" }
+
+// tokenKey is the token key of slot (0 or 1) of the grant at lease key lk.
+func tokenKey(lk string, slot int) string { return lk + "\x00" + string(rune('a'+slot)) }
+
+// cmpFree holds when the lease key lk and its token keys are absent.
+func cmpFree(lk string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(lk), "=", 0).WithRange(grantEnd(lk))
+}
+
+// cmpToken holds while the grant with token has its token key: not
+// released, and not expired and deleted.
+func cmpToken(lk string, token int64) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(lk+"\x00"), "=", token).WithRange(grantEnd(lk))
+}
+
+// opGetGrant reads the lease key lk and its token key.
+func opGetGrant(lk string) clientv3.Op { return clientv3.OpGet(lk, clientv3.WithRange(grantEnd(lk))) }
+
+// grant is a lease key as read with its token key (opGetGrant).
+type grant struct {
+	kv    *mvccpb.KeyValue // the lease key
+	tk    string           // its token key; "" for a grant of an older version
+	token int64
+}
+
+// grantOf picks the grant out of the keys of opGetGrant (or of a range
+// over several names, from kvs[0] on); ok is false when there is no lease
+// key. n is how many of kvs belong to it.
+func grantOf(kvs []*mvccpb.KeyValue) (g grant, n int, ok bool) {
+	if len(kvs) == 0 {
+		return grant{}, 0, false
+	}
+	lk := string(kvs[0].Key)
+	if i := strings.IndexByte(lk, 0); i >= 0 { // a token key whose lease key is gone: skip it
+		n = 1
+		for n < len(kvs) && strings.HasPrefix(string(kvs[n].Key), lk[:i+1]) {
+			n++
+		}
+		return grant{}, n, false
+	}
+	g = grant{kv: kvs[0], token: kvs[0].CreateRevision}
+	for n = 1; n < len(kvs) && strings.HasPrefix(string(kvs[n].Key), lk+"\x00"); n++ {
+		g.tk, g.token = string(kvs[n].Key), kvs[n].CreateRevision
+	}
+	return g, n, true
+}
+
+// moveTo returns the puts that rewrite the grant's lease key with val and
+// move it and its token key onto etcd lease id (their CreateRevisions, so
+// the token, stay).
+func (g grant) moveTo(val string, id clientv3.LeaseID) []clientv3.Op {
+	ops := []clientv3.Op{clientv3.OpPut(string(g.kv.Key), val, clientv3.WithLease(id))}
+	if g.tk != "" {
+		ops = append(ops, clientv3.OpPut(g.tk, "", clientv3.WithLease(id)))
+	}
+	return ops
 }
 
 // cmpAbsent holds when key does not exist.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -49,9 +48,10 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 			if g, err = s.obtain(ctx, secs); err != nil {
 				return leasehold.Record{}, err
 			}
-			resp, err = s.cli.Txn(ctx).If(cmpAbsent(lk), cmpQueueEmpty(qp)).
-				Then(clientv3.OpPut(lk, val, clientv3.WithLease(g.id)), clientv3.OpPut(ok, req.Owner)).
-				Else(clientv3.OpGet(lk), clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithPrefix())...)).Commit()
+			resp, err = s.cli.Txn(ctx).If(cmpFree(lk), cmpQueueEmpty(qp)).
+				Then(clientv3.OpPut(lk, val, clientv3.WithLease(g.id)), clientv3.OpPut(tokenKey(lk, 0), "", clientv3.WithLease(g.id)),
+					clientv3.OpPut(ok, req.Owner)).
+				Else(opGetGrant(lk), clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithPrefix())...)).Commit()
 			rerr = g.settle()
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				continue // the spare was gone; nothing was written
@@ -74,25 +74,26 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 			}
 			s.unused(g, rerr)
 		}
-		kv := one(resp.Responses[0])
-		if kv == nil {
+		cg, _, held := grantOf(resp.Responses[0].GetResponseRange().Kvs)
+		if !held {
 			head := one(resp.Responses[1])
 			if head == nil {
 				continue
 			}
 			// Free, but waiters are queued: the head's turn.
-			w, err := decodeRecord(head.Value)
+			w, _, err := decodeEntry(head.Value)
 			if err != nil {
 				return leasehold.Record{}, err
 			}
 			return leasehold.Record{}, &leasehold.HeldError{Name: req.Name, Owner: w.owner, Remaining: queueHint}
 		}
+		kv := cg.kv
 		cur, err := decodeRecord(kv.Value)
 		if err != nil {
 			return leasehold.Record{}, err
 		}
 		if req.RequestID != "" && cur.owner == req.Owner && cur.requestID == req.RequestID {
-			rec, done, err := s.reacquire(ctx, req, kv, cur)
+			rec, done, err := s.reacquire(ctx, req, cg, cur)
 			if err != nil || done {
 				return rec, err
 			}
@@ -104,7 +105,7 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 		}
 		if alive {
 			return leasehold.Record{}, &leasehold.HeldError{
-				Name: req.Name, Owner: cur.owner, Token: uint64(kv.CreateRevision), Remaining: rem, Acquired: cur.acquired,
+				Name: req.Name, Owner: cur.owner, Token: uint64(cg.token), Remaining: rem, Acquired: cur.acquired,
 			}
 		}
 		// The holder's etcd lease is gone: its key is gone too by now.
@@ -123,7 +124,7 @@ func (s *Store) peek(ctx context.Context, name string, first bool) (*clientv3.Tx
 		return nil, nil
 	}
 	qp := s.queuePrefix(name)
-	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.leaseKey(name)),
+	resp, err := s.cli.Txn(ctx).Then(opGetGrant(s.leaseKey(name)),
 		clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithPrefix())...)).Commit()
 	if err != nil {
 		return nil, s.fail(ctx, "acquire", err)
@@ -144,9 +145,9 @@ func (s *Store) peek(ctx context.Context, name string, first bool) (*clientv3.Tx
 // The name is marked busy and the key checked unchanged before the
 // refresh, so that a release overtaking this retry cannot hand the etcd
 // lease to another grant before the refresh lands (see spares.go).
-func (s *Store) reacquire(ctx context.Context, req leasehold.AcquireRequest, kv *mvccpb.KeyValue, cur record) (rec leasehold.Record, done bool, err error) {
+func (s *Store) reacquire(ctx context.Context, req leasehold.AcquireRequest, cg grant, cur record) (rec leasehold.Record, done bool, err error) {
 	defer s.spares.enter(req.Name)()
-	lk := s.leaseKey(req.Name)
+	lk, kv, token := s.leaseKey(req.Name), cg.kv, uint64(cg.token)
 	same, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(lk), "=", kv.ModRevision)).Commit()
 	if err != nil {
 		return rec, false, s.fail(ctx, "acquire", err)
@@ -165,14 +166,14 @@ func (s *Store) reacquire(ctx context.Context, req leasehold.AcquireRequest, kv 
 	s.spares.note(leaseRef{id: old, granted: ka.TTL, born: refreshed})
 	cur.ttl, cur.data = req.TTL, req.Data
 	secs, granted := leaseSeconds(req.TTL), ka.TTL
-	put, g, moved := clientv3.OpPut(lk, cur.encode(), clientv3.WithIgnoreLease()), grantLease{}, ka.TTL != secs
+	puts, g, moved := []clientv3.Op{clientv3.OpPut(lk, cur.encode(), clientv3.WithIgnoreLease())}, grantLease{}, ka.TTL != secs
 	if moved {
 		if g, err = s.obtain(ctx, secs); err != nil {
 			return rec, false, err
 		}
-		put, granted = clientv3.OpPut(lk, cur.encode(), clientv3.WithLease(g.id)), g.granted
+		puts, granted = cg.moveTo(cur.encode(), g.id), g.granted
 	}
-	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(lk), "=", kv.ModRevision)).Then(put).Commit()
+	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(lk), "=", kv.ModRevision)).Then(puts...).Commit()
 	rerr := g.settle()
 	switch {
 	case err != nil:
@@ -183,16 +184,16 @@ func (s *Store) reacquire(ctx context.Context, req leasehold.AcquireRequest, kv 
 		}
 		return rec, false, nil
 	case moved && rerr != nil:
-		return rec, false, refreshFailed(ctx, uint64(kv.CreateRevision), rerr)
+		return rec, false, refreshFailed(ctx, token, rerr)
 	case moved:
 		s.used(g)
-		s.spares.setGrant(req.Name, req.Owner, uint64(kv.CreateRevision), g.id)
+		s.spares.setGrant(req.Name, req.Owner, token, g.id)
 		s.replaced(req.Name, old, false, nil)
 	default:
-		s.spares.setGrant(req.Name, req.Owner, uint64(kv.CreateRevision), old)
+		s.spares.setGrant(req.Name, req.Owner, token, old)
 	}
 	return leasehold.Record{
-		Name: req.Name, Owner: req.Owner, Token: uint64(kv.CreateRevision), Data: bytes.Clone(req.Data),
+		Name: req.Name, Owner: req.Owner, Token: token, Data: bytes.Clone(req.Data),
 		TTL: req.TTL, Remaining: time.Duration(granted) * time.Second, Acquired: cur.acquired,
 	}, true, nil
 }
@@ -231,15 +232,19 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 		resp, err := s.cli.Txn(ctx).If(
 			clientv3.Compare(clientv3.ModRevision(ok), "=", int64(token)),
 			clientv3.Compare(clientv3.Value(ok), "=", owner),
-			clientv3.Compare(clientv3.CreateRevision(lk), "=", int64(token)),
-		).Then(clientv3.OpGet(lk)).Commit()
+			cmpToken(lk, int64(token)),
+		).Then(opGetGrant(lk)).Commit()
 		if err != nil {
 			return s.fail(ctx, "renew", err)
 		}
-		if !resp.Succeeded || len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+		if !resp.Succeeded {
 			return leasehold.ErrNotHeld
 		}
-		kv := resp.Responses[0].GetResponseRange().Kvs[0]
+		cg, _, held := grantOf(resp.Responses[0].GetResponseRange().Kvs)
+		if !held {
+			return leasehold.ErrNotHeld
+		}
+		kv := cg.kv
 		cur, err := decodeRecord(kv.Value)
 		if err != nil {
 			return err
@@ -257,7 +262,7 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 		if cur.ttl == ttl {
 			return nil
 		}
-		done, err := s.retime(ctx, name, kv, cur, ttl, ka.TTL)
+		done, err := s.retime(ctx, name, cg, cur, ttl, ka.TTL)
 		if done || err != nil {
 			return err
 		}
@@ -300,14 +305,18 @@ func (s *Store) renewKnown(ctx context.Context, name, owner string, token uint64
 	resp, err := s.cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(ok), "=", int64(token)),
 		clientv3.Compare(clientv3.Value(ok), "=", owner),
-		clientv3.Compare(clientv3.CreateRevision(lk), "=", int64(token)),
+		cmpToken(lk, int64(token)),
 		clientv3.Compare(clientv3.LeaseValue(lk), "=", int64(id)),
-	).Then(clientv3.OpGet(lk)).Commit()
+	).Then(opGetGrant(lk)).Commit()
 	rerr := <-ch
+	cg, _, held := grant{}, 0, false
+	if err == nil && resp.Succeeded {
+		cg, _, held = grantOf(resp.Responses[0].GetResponseRange().Kvs)
+	}
 	switch {
 	case err != nil:
 		return true, s.fail(ctx, "renew", err)
-	case !resp.Succeeded || len(resp.Responses[0].GetResponseRange().Kvs) == 0:
+	case !resp.Succeeded || !held:
 		s.spares.setGrant(name, "", 0, clientv3.NoLease)
 		return false, nil
 	case errors.Is(rerr, rpctypes.ErrLeaseNotFound):
@@ -316,29 +325,28 @@ func (s *Store) renewKnown(ctx context.Context, name, owner string, token uint64
 		return true, s.fail(ctx, "renew", rerr)
 	}
 	s.spares.note(leaseRef{id: id, granted: granted, born: refreshed})
-	kv := resp.Responses[0].GetResponseRange().Kvs[0]
-	cur, err := decodeRecord(kv.Value)
+	cur, err := decodeRecord(cg.kv.Value)
 	if err != nil || cur.ttl == ttl {
 		return true, err
 	}
-	return s.retime(ctx, name, kv, cur, ttl, granted)
+	return s.retime(ctx, name, cg, cur, ttl, granted)
 }
 
 // retime rewrites a live grant's record with a new TTL, on an etcd lease
 // of the new length if that differs from granted (seconds). done is false
 // when the key changed since kv was read.
-func (s *Store) retime(ctx context.Context, name string, kv *mvccpb.KeyValue, cur record, ttl time.Duration, granted int64) (done bool, err error) {
-	lk := s.leaseKey(name)
+func (s *Store) retime(ctx context.Context, name string, cg grant, cur record, ttl time.Duration, granted int64) (done bool, err error) {
+	lk, kv := s.leaseKey(name), cg.kv
 	cur.ttl = ttl
 	secs := leaseSeconds(ttl)
-	put, g, moved := clientv3.OpPut(lk, cur.encode(), clientv3.WithIgnoreLease()), grantLease{}, granted != secs
+	puts, g, moved := []clientv3.Op{clientv3.OpPut(lk, cur.encode(), clientv3.WithIgnoreLease())}, grantLease{}, granted != secs
 	if moved {
 		if g, err = s.obtain(ctx, secs); err != nil {
 			return false, err
 		}
-		put = clientv3.OpPut(lk, cur.encode(), clientv3.WithLease(g.id))
+		puts = cg.moveTo(cur.encode(), g.id)
 	}
-	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(lk), "=", kv.ModRevision)).Then(put).Commit()
+	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(lk), "=", kv.ModRevision)).Then(puts...).Commit()
 	rerr := g.settle()
 	switch {
 	case err != nil:
@@ -355,37 +363,8 @@ func (s *Store) retime(ctx context.Context, name string, kv *mvccpb.KeyValue, cu
 		return false, fmt.Errorf("etcd renew: the new etcd lease could not be refreshed: %s", rerr.Error())
 	case moved:
 		s.used(g)
-		s.spares.setGrant(name, cur.owner, uint64(kv.CreateRevision), g.id)
+		s.spares.setGrant(name, cur.owner, uint64(cg.token), g.id)
 		s.replaced(name, clientv3.LeaseID(kv.Lease), false, nil)
 	}
 	return true, nil
-}
-
-// Release implements leasehold.Store: one Txn that, if owner and token are
-// those of the latest grant, deletes the lease key (a no-op when it is
-// already gone, so a repeated release succeeds). The grant's etcd lease
-// then becomes a spare, or is revoked in the background (see spares.go).
-func (s *Store) Release(ctx context.Context, name, owner string, token uint64) error {
-	if err := storekit.ValidateHolder(name, owner, token); err != nil {
-		return err
-	}
-	if err := s.begin(ctx); err != nil {
-		return err
-	}
-	ok := s.ownerKey(name)
-	resp, err := s.cli.Txn(ctx).If(
-		clientv3.Compare(clientv3.ModRevision(ok), "=", int64(token)),
-		clientv3.Compare(clientv3.Value(ok), "=", owner),
-	).Then(clientv3.OpDelete(s.leaseKey(name), clientv3.WithPrevKV())).Commit()
-	if err != nil {
-		return s.fail(ctx, "release", err)
-	}
-	if !resp.Succeeded {
-		return leasehold.ErrNotHeld
-	}
-	s.spares.setGrant(name, "", 0, clientv3.NoLease)
-	if prev := resp.Responses[0].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
-		s.replaced(name, clientv3.LeaseID(prev[0].Lease), true, prev[0].Value)
-	}
-	return nil
 }

@@ -31,6 +31,11 @@ var _ leasehold.Queuer = (*Store)(nil)
 // over the queue's key range). The same Txn deletes its entry, so the next
 // waiter is woken by the grant. TryAcquire compares that the range is
 // empty, so it never overtakes a queued waiter.
+//
+// Usually the head does not even acquire: each waiter prepares the etcd
+// lease of its grant when it queues and names it in its entry, and a
+// release hands the lease to the head in its own Txn (release.go); the
+// head sees the lease key written on its prepared lease and returns.
 
 // DefaultQueueLiveness is how long, by default, a waiter's queue entry
 // outlives a process that stopped keeping it alive (WithQueueLiveness).
@@ -78,7 +83,8 @@ type waiter struct {
 	stale           []string   // old entries of this waiter, to delete when queueing again
 	sent            string     // an entry an enqueue Txn with an unknown outcome may have made
 	tried           string     // the lease key's value in the last grant attempt
-	next            grantLease // the head's grant lease, made ready while it waits
+	next            grantLease // the etcd lease prepared for its grant, named in its entry
+	prepDead        bool       // next may be gone, or a release may still hand it a grant: revoke it at the end
 	pre             *preWatch  // the lease key's watch, opened before the read that made it the head
 	uncertain       bool       // an acquire Txn failed with an unknown outcome
 	wakes, acquires int        // watches that ended, acquire Txns sent (for tests)
@@ -86,12 +92,13 @@ type waiter struct {
 
 // next is what a waiter does after reading the queue and the lease.
 type next struct {
-	watch   string           // wait for this key's deletion
-	from    int64            // from this revision
-	create  int64            // the CreateRevision it was read with
-	acquire bool             // head, and the lease is free
-	lost    bool             // the entry is gone: queue again
-	mine    *mvccpb.KeyValue // the lease key holds this request's own grant
+	watch   string // wait for this key's deletion
+	from    int64  // from this revision
+	create  int64  // the CreateRevision it was read with
+	acquire bool   // head, and the lease is free
+	lost    bool   // the entry is gone: queue again
+	mine    *grant // the lease key holds this request's own grant
+	handed  *grant // a release handed the lease to this waiter
 }
 
 // AcquireWait implements leasehold.Queuer: it queues the request behind
@@ -127,10 +134,10 @@ func (s *Store) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (
 	defer func() { s.leaveSession(w.se) }()
 	rec, err := w.run(ctx)
 	w.closePre()
-	w.drop()
 	if err != nil {
 		w.abandon()
 	}
+	w.finish()
 	if s.waitHook != nil {
 		s.waitHook(req, w.wakes, w.acquires)
 	}
@@ -156,7 +163,7 @@ func (w *waiter) run(ctx context.Context) (leasehold.Record, error) {
 		if s.isClosed() || s.cli.Ctx().Err() != nil {
 			return leasehold.Record{}, leasehold.ErrClosed
 		}
-		if w.key != "" && !n.lost && n.mine == nil && w.se.dead() {
+		if w.key != "" && !n.lost && n.mine == nil && n.handed == nil && w.se.dead() {
 			if berr := backoff.Sleep(ctx, requeue.Next()); berr != nil {
 				return leasehold.Record{}, berr
 			}
@@ -165,8 +172,11 @@ func (w *waiter) run(ctx context.Context) (leasehold.Record, error) {
 		switch {
 		case w.key == "" || n.lost:
 			rec, n, done, err = w.enqueue(ctx)
+		case n.handed != nil:
+			rec, done, err = w.handed(ctx, n.handed.kv, n.handed.token)
+			n = next{}
 		case n.mine != nil:
-			rec, done, err = w.again(ctx, n.mine)
+			rec, done, err = w.again(ctx, *n.mine)
 			n = next{}
 		case n.acquire:
 			rec, n, done, err = w.acquire(ctx)
@@ -177,7 +187,14 @@ func (w *waiter) run(ctx context.Context) (leasehold.Record, error) {
 			if n.watch != w.lk {
 				w.closePre()
 			}
-			if err = w.waitDeleted(ctx, n.watch, n.from, n.create); err == nil && w.se.dead() {
+			var got *mvccpb.KeyValue
+			if got, err = w.waitDeleted(ctx, n.watch, n.from, n.create); err == nil && got != nil {
+				w.wakes++
+				rec, done, err = w.handed(ctx, got, got.ModRevision)
+				n = next{}
+				break
+			}
+			if err == nil && w.se.dead() {
 				break // queue again (above)
 			}
 			if err == nil {

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -17,11 +18,33 @@ import (
 	"github.com/leasehold/leasehold/internal/randid"
 )
 
-// entryValue is the value of a queue entry: the waiter's owner and
-// request id (a TryAcquire refused because of the queue names the head's
-// owner).
+// entryVersion is the first byte of a queue entry's value: the id of the
+// etcd lease the waiter prepared for its grant, then its record (owner,
+// request id, TTL, data: what a release that hands it the lease writes;
+// a TryAcquire refused because of the queue names the head's owner).
+// Entries of older versions are a bare record (recordVersion) without a
+// prepared lease: a release does not hand them the lease.
+const entryVersion = 2
+
+// entryValue is the value of the waiter's queue entry.
 func (w *waiter) entryValue() string {
-	return record{owner: w.req.Owner, requestID: w.req.RequestID, ttl: w.req.TTL, acquired: time.Now()}.encode()
+	b := binary.AppendUvarint([]byte{entryVersion}, uint64(w.next.id))
+	return string(b) + record{owner: w.req.Owner, requestID: w.req.RequestID, ttl: w.req.TTL, acquired: time.Now(), data: w.req.Data}.encode()
+}
+
+// decodeEntry reads a queue entry's value (or a lease key's record): the
+// record and the prepared etcd lease (NoLease if none).
+func decodeEntry(v []byte) (record, clientv3.LeaseID, error) {
+	if len(v) == 0 || v[0] != entryVersion {
+		r, err := decodeRecord(v)
+		return r, clientv3.NoLease, err
+	}
+	id, n := binary.Uvarint(v[1:])
+	if n <= 0 {
+		return record{}, clientv3.NoLease, errCorrupt
+	}
+	r, err := decodeRecord(v[1+n:])
+	return r, clientv3.LeaseID(id), err
 }
 
 // enqueue grants the lease if it is free and nobody waits, and otherwise
@@ -46,58 +69,61 @@ func (w *waiter) enqueue(ctx context.Context) (leasehold.Record, next, bool, err
 		}
 		w.se = se
 	}
-	// Try to grant at once only with a spare at hand (a waiter that finds
-	// the lease held does not wait for a Grant first), and only if no
-	// other waiter of this store waits for the name (then the lease is
-	// surely taken, and the spares are better kept for the heads).
-	var g grantLease
-	spare := false
-	if s.waiters(w.req.Name) <= 1 {
-		g, spare = s.spare(w.octx, w.secs)
+	// The etcd lease of the grant: a grant at once goes on it, and the
+	// entry names it, so that a release can hand the lease over on it (see
+	// release.go). It is this waiter's until the wait ends (finish).
+	if w.prepDead && w.next.id != clientv3.NoLease {
+		s.revokeLater(w.next.id) // its entries go in this Txn
+		w.next, w.prepDead = grantLease{}, false
 	}
+	if w.next.id == clientv3.NoLease {
+		g, err := s.obtain(w.octx, w.secs)
+		if err != nil {
+			return leasehold.Record{}, next{}, false, err
+		}
+		w.next = g
+	}
+	g := w.next
 	key := w.qp + fmt.Sprintf("%016x/", int64(w.se.id)) + randid.Hex(8)
 	w.sent = key // until the reply: the Txn may have queued it
 	now := time.Now()
-	then := []clientv3.Op{clientv3.OpPut(w.lk, w.tryValue(now), clientv3.WithLease(g.id)), clientv3.OpPut(w.ok, w.req.Owner)}
+	then := []clientv3.Op{clientv3.OpPut(w.lk, w.tryValue(now), clientv3.WithLease(g.id)),
+		clientv3.OpPut(tokenKey(w.lk, 0), "", clientv3.WithLease(g.id)), clientv3.OpPut(w.ok, w.req.Owner)}
 	var els []clientv3.Op
 	for _, k := range w.stale {
 		then = append(then, clientv3.OpDelete(k))
 		els = append(els, clientv3.OpDelete(k))
 	}
 	nst := len(w.stale)
-	els = append(els, clientv3.OpPut(key, w.entryValue(), clientv3.WithLease(w.se.id)), clientv3.OpGet(w.lk),
+	els = append(els, clientv3.OpPut(key, w.entryValue(), clientv3.WithLease(w.se.id)), opGetGrant(w.lk),
 		clientv3.OpGet(w.qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
 			clientv3.WithLimit(2), clientv3.WithKeysOnly()))
-	txn := s.cli.Txn(w.octx).If(cmpAbsent(w.lk), cmpQueueEmpty(w.qp)).Then(then...).Else(els...)
-	if !spare {
-		txn = s.cli.Txn(w.octx).Then(els...) // just queue
-	}
-	resp, err := txn.Commit()
-	rerr := g.settle()
+	resp, err := s.cli.Txn(w.octx).If(cmpFree(w.lk), cmpQueueEmpty(w.qp)).Then(then...).Else(els...).Commit()
+	rerr := w.next.settle()
 	if err == nil {
 		w.sent = ""
 	}
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			// The spare or the session is gone; nothing was written.
-			if spare {
-				s.revokeLater(g.id)
-			}
+			// The prepared lease or the session is gone; nothing was
+			// written. Both are replaced.
+			s.revokeLater(g.id)
+			w.next = grantLease{}
 			s.dropSession(w.se)
 			return leasehold.Record{}, next{}, false, err
 		}
-		if spare {
-			s.unused(g, rerr)
-		}
+		// Unknown outcome: an entry naming the prepared lease may exist,
+		// or a grant on it; the lease stays this waiter's.
 		w.uncertain = true
 		return leasehold.Record{}, next{}, false, err
 	}
-	if resp.Succeeded && spare {
+	if resp.Succeeded {
+		w.next = grantLease{}
 		rec, err := w.granted(ctx, resp, g, now, rerr)
 		return rec, next{}, true, err
 	}
-	if spare {
-		s.unused(g, rerr)
+	if rerr != nil {
+		w.prepDead = true // its refresh failed: the waiter's own acquire uses another
 	}
 	w.key, w.rev, w.stale = key, resp.Header.Revision, nil
 	var older *mvccpb.KeyValue
@@ -107,7 +133,7 @@ func (w *waiter) enqueue(ctx context.Context) (leasehold.Record, next, bool, err
 			break
 		}
 	}
-	return leasehold.Record{}, w.decide(true, older, one(resp.Responses[nst+1]), resp.Header.Revision), false, nil
+	return leasehold.Record{}, w.decide(true, older, resp.Responses[nst+1].GetResponseRange().Kvs, resp.Header.Revision), false, nil
 }
 
 // one returns the first key a range operation read, or nil.
@@ -127,17 +153,26 @@ func (w *waiter) olderOp() clientv3.Op {
 // look reads the waiter's entry, the one before it and the lease key, in
 // one read-only Txn.
 func (w *waiter) look(ctx context.Context) (next, error) {
-	resp, err := w.s.cli.Txn(w.octx).Then(clientv3.OpGet(w.key, clientv3.WithKeysOnly()), w.olderOp(), clientv3.OpGet(w.lk)).Commit()
+	resp, err := w.s.cli.Txn(w.octx).Then(clientv3.OpGet(w.key, clientv3.WithKeysOnly()), w.olderOp(), opGetGrant(w.lk)).Commit()
 	if err != nil {
 		return next{}, err
 	}
-	return w.decide(one(resp.Responses[0]) != nil, one(resp.Responses[1]), one(resp.Responses[2]), resp.Header.Revision), nil
+	return w.decide(one(resp.Responses[0]) != nil, one(resp.Responses[1]), resp.Responses[2].GetResponseRange().Kvs, resp.Header.Revision), nil
 }
 
-func (w *waiter) decide(own bool, older, lease *mvccpb.KeyValue, rev int64) next {
+// decide says what to do after a read of the waiter's entry (own: it
+// exists), the entry just older than it, and the lease and token keys.
+func (w *waiter) decide(own bool, older *mvccpb.KeyValue, grantKVs []*mvccpb.KeyValue, rev int64) next {
+	g, _, held := grantOf(grantKVs)
+	var lease *mvccpb.KeyValue
+	if held {
+		lease = g.kv
+	}
 	switch {
+	case lease != nil && w.handedTo(lease):
+		return next{handed: &g}
 	case lease != nil && w.ours(lease):
-		return next{mine: lease}
+		return next{mine: &g}
 	case w.uncertain:
 		w.uncertain = false
 		if !own {
@@ -155,14 +190,25 @@ func (w *waiter) decide(own bool, older, lease *mvccpb.KeyValue, rev int64) next
 	return next{acquire: true}
 }
 
-// ours reports whether kv is a grant to this request (same owner and
-// non-empty request id): one whose reply was lost.
+// ours reports whether kv (a lease key or a queue entry) is this
+// request's (same owner and non-empty request id): a grant whose reply was
+// lost, or one handed to it (on its prepared etcd lease).
 func (w *waiter) ours(kv *mvccpb.KeyValue) bool {
+	if w.handedTo(kv) {
+		return true
+	}
 	if w.req.RequestID == "" {
 		return false
 	}
-	cur, err := decodeRecord(kv.Value)
+	cur, _, err := decodeEntry(kv.Value)
 	return err == nil && cur.owner == w.req.Owner && cur.requestID == w.req.RequestID
+}
+
+// handedTo reports whether the lease key kv holds a grant on the etcd
+// lease this waiter prepared: one a release handed to it. No other grant
+// uses that lease while the waiter may still be handed one.
+func (w *waiter) handedTo(kv *mvccpb.KeyValue) bool {
+	return w.next.id != clientv3.NoLease && kv.Lease == int64(w.next.id)
 }
 
 // abandon removes the waiter's entry after its wait ended without a
@@ -182,14 +228,14 @@ func (w *waiter) abandon() {
 	if (len(ops) == 0 && !w.uncertain) || s.cli.Ctx().Err() != nil {
 		return
 	}
-	ops = append(ops, clientv3.OpGet(w.lk))
+	ops = append(ops, opGetGrant(w.lk))
 	clean := func(ctx context.Context) error {
 		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
 			return err
 		}
-		if kv := one(resp.Responses[len(ops)-1]); kv != nil && (w.ours(kv) || w.tried != "" && string(kv.Value) == w.tried) {
-			_ = s.Release(ctx, w.req.Name, w.req.Owner, uint64(kv.CreateRevision))
+		if g, _, held := grantOf(resp.Responses[len(ops)-1].GetResponseRange().Kvs); held && (w.ours(g.kv) || w.tried != "" && string(g.kv.Value) == w.tried) {
+			_ = s.Release(ctx, w.req.Name, w.req.Owner, uint64(g.token))
 		}
 		return nil
 	}
@@ -197,9 +243,11 @@ func (w *waiter) abandon() {
 		if len(ops) > 1 && w.se.id != clientv3.NoLease {
 			s.dropSession(w.se)
 		}
+		w.prepDead = true // a release may still hand it the lease: revoke it (finish)
 		return
 	}
 	if w.uncertain || w.sent != "" {
+		w.prepDead = true
 		// A request whose reply was lost may still be applied after
 		// this one: look again a little later.
 		s.mu.Lock()
@@ -226,7 +274,7 @@ func (s *Store) cleanUp(ctx context.Context, req leasehold.AcquireRequest) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestGrace)
 	defer cancel()
 	w := &waiter{req: req}
-	resp, err := s.cli.Txn(cctx).Then(clientv3.OpGet(s.queuePrefix(req.Name), clientv3.WithPrefix()), clientv3.OpGet(s.leaseKey(req.Name))).Commit()
+	resp, err := s.cli.Txn(cctx).Then(clientv3.OpGet(s.queuePrefix(req.Name), clientv3.WithPrefix()), opGetGrant(s.leaseKey(req.Name))).Commit()
 	if err != nil {
 		return
 	}
@@ -239,8 +287,8 @@ func (s *Store) cleanUp(ctx context.Context, req leasehold.AcquireRequest) {
 	if len(ops) > 0 {
 		_, _ = s.cli.Txn(cctx).Then(ops...).Commit()
 	}
-	if kv := one(resp.Responses[1]); kv != nil && w.ours(kv) {
-		_ = s.Release(cctx, req.Name, req.Owner, uint64(kv.CreateRevision))
+	if g, _, held := grantOf(resp.Responses[1].GetResponseRange().Kvs); held && w.ours(g.kv) {
+		_ = s.Release(cctx, req.Name, req.Owner, uint64(g.token))
 	}
 }
 

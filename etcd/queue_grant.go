@@ -54,7 +54,7 @@ func (w *waiter) granted(ctx context.Context, resp *clientv3.TxnResponse, g gran
 // again serves the request's own grant found while waiting (an earlier
 // attempt's reply was lost) as a retried acquire does, and leaves the
 // queue.
-func (w *waiter) again(ctx context.Context, kv *mvccpb.KeyValue) (leasehold.Record, bool, error) {
+func (w *waiter) again(ctx context.Context, g grant) (leasehold.Record, bool, error) {
 	var ops []clientv3.Op
 	for _, k := range append([]string{w.key, w.sent}, w.stale...) {
 		if k != "" {
@@ -67,11 +67,11 @@ func (w *waiter) again(ctx context.Context, kv *mvccpb.KeyValue) (leasehold.Reco
 		}
 		w.key, w.sent, w.stale = "", "", nil
 	}
-	cur, err := decodeRecord(kv.Value)
+	cur, err := decodeRecord(g.kv.Value)
 	if err != nil {
 		return leasehold.Record{}, true, err
 	}
-	rec, done, err := w.s.reacquire(w.octx, w.req, kv, cur)
+	rec, done, err := w.s.reacquire(w.octx, w.req, g, cur)
 	if err != nil || !done {
 		return leasehold.Record{}, false, err
 	}
@@ -83,37 +83,109 @@ func (w *waiter) again(ctx context.Context, kv *mvccpb.KeyValue) (leasehold.Reco
 // deletes the entry. Otherwise its Else reads what to do next.
 func (w *waiter) acquire(ctx context.Context) (leasehold.Record, next, bool, error) {
 	s := w.s
-	g, err := w.lease()
+	g, prep, err := w.lease()
 	if err != nil {
 		return leasehold.Record{}, next{}, false, err
 	}
 	w.acquires++
 	now := time.Now()
 	resp, err := s.cli.Txn(w.octx).If(
-		cmpAbsent(w.lk),
+		cmpFree(w.lk),
 		clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.rev),
 		clientv3.Compare(clientv3.CreateRevision(w.qp), ">", w.rev-1).WithPrefix(), // none older
 	).Then(
-		clientv3.OpPut(w.lk, w.tryValue(now), clientv3.WithLease(g.id)), clientv3.OpPut(w.ok, w.req.Owner), clientv3.OpDelete(w.key),
+		clientv3.OpPut(w.lk, w.tryValue(now), clientv3.WithLease(g.id)), clientv3.OpPut(tokenKey(w.lk, 0), "", clientv3.WithLease(g.id)),
+		clientv3.OpPut(w.ok, w.req.Owner), clientv3.OpDelete(w.key),
 	).Else(
-		clientv3.OpGet(w.key, clientv3.WithKeysOnly()), w.olderOp(), clientv3.OpGet(w.lk),
+		clientv3.OpGet(w.key, clientv3.WithKeysOnly()), w.olderOp(), opGetGrant(w.lk),
 	).Commit()
 	rerr := g.settle()
 	if err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound) && prep:
+			w.prepDead = true // the entry still names it; revoked at the end
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			s.revokeLater(g.id)
-			return leasehold.Record{}, next{}, false, err
+		case prep:
+			w.uncertain = true
+		default:
+			s.unused(g, rerr)
+			w.uncertain = true
 		}
-		s.unused(g, rerr)
-		w.uncertain = true
 		return leasehold.Record{}, next{}, false, err
 	}
 	if resp.Succeeded {
+		if prep {
+			w.next = grantLease{}
+		}
+		s.noteQueue(w.req.Name, true) // it queued: its release looks for a head
 		rec, err := w.granted(ctx, resp, g, now, rerr)
 		return rec, next{}, true, err
 	}
-	s.unused(g, rerr)
-	return leasehold.Record{}, w.decide(one(resp.Responses[0]) != nil, one(resp.Responses[1]), one(resp.Responses[2]), resp.Header.Revision), false, nil
+	if !prep {
+		s.unused(g, rerr)
+	}
+	return leasehold.Record{}, w.decide(one(resp.Responses[0]) != nil, one(resp.Responses[1]), resp.Responses[2].GetResponseRange().Kvs, resp.Header.Revision), false, nil
+}
+
+// handed serves a grant that a release handed to this waiter: the lease
+// key kv on its prepared etcd lease, with token. The release deleted its
+// entry; entries of earlier attempts, if any, are deleted now.
+//
+// done is false when the grant could not be kept: the prepared lease's
+// refresh had failed, so it is not known to outlive the caller's t0 by a
+// TTL; it is refreshed now and, if that fails too, the grant is given back
+// and the waiter queues again.
+func (w *waiter) handed(ctx context.Context, kv *mvccpb.KeyValue, token int64) (rec leasehold.Record, done bool, err error) {
+	s := w.s
+	g := w.next
+	if w.prepDead {
+		sent := time.Now()
+		if ka, err := s.cli.KeepAliveOnce(w.octx, g.id); err == nil {
+			g.born, g.granted, w.prepDead = sent, ka.TTL, false
+		} else {
+			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = s.Release(rctx, w.req.Name, w.req.Owner, uint64(token))
+			cancel()
+			s.revokeLater(g.id)
+			w.next, w.prepDead = grantLease{}, false
+			w.key = "" // the handoff deleted it
+			return leasehold.Record{}, false, nil
+		}
+	}
+	w.next = grantLease{}
+	var ops []clientv3.Op
+	if w.sent != "" || len(w.stale) > 0 {
+		for _, k := range append([]string{w.key, w.sent}, w.stale...) {
+			if k != "" {
+				ops = append(ops, clientv3.OpDelete(k))
+			}
+		}
+	}
+	w.key, w.sent, w.stale = "", "", nil
+	if len(ops) > 0 {
+		_, _ = s.cli.Txn(w.octx).Then(ops...).Commit()
+	}
+	cur, err := decodeRecord(kv.Value)
+	if err != nil {
+		return leasehold.Record{}, true, err
+	}
+	// Noted, not used(): the lease left the spares when the waiter queued,
+	// and the releaser's lease has just become one, so no refill.
+	s.spares.note(g.leaseRef)
+	s.noteGrant(w.req.Name, w.req.Owner, uint64(token), g.leaseRef)
+	s.noteQueue(w.req.Name, true)
+	if ctx.Err() != nil {
+		// Handed over as the wait ended: the caller is gone.
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = s.Release(rctx, w.req.Name, w.req.Owner, uint64(token))
+		cancel()
+		return leasehold.Record{}, true, ctx.Err()
+	}
+	return leasehold.Record{
+		Name: w.req.Name, Owner: w.req.Owner, Token: uint64(token), Data: append([]byte(nil), w.req.Data...), TTL: w.req.TTL,
+		Remaining: max(time.Until(g.born.Add(time.Duration(g.granted)*time.Second)), 0), Acquired: cur.acquired,
+	}, true, nil
 }
 
 // ready gets the etcd lease of the head's grant while it waits for the
@@ -129,24 +201,52 @@ func (w *waiter) ready() {
 	}
 }
 
-// lease returns the etcd lease for the head's grant: the one made ready if
-// it is still fresh, else a spare or a new one.
-func (w *waiter) lease() (grantLease, error) {
-	g := w.next
-	w.next = grantLease{}
-	if g.id != clientv3.NoLease {
-		if g.fresh(time.Now()) {
-			return g, nil
-		}
-		w.s.unused(g, g.settle())
+// lease returns the etcd lease for the head's own acquire: the prepared
+// one (prep) unless it may be gone, else a spare or a new one. The
+// prepared lease stays the waiter's whatever the Txn's outcome, since its
+// entry names it.
+func (w *waiter) lease() (g grantLease, prep bool, err error) {
+	if w.next.id != clientv3.NoLease && !w.prepDead {
+		return w.next, true, nil
 	}
-	return w.s.obtain(w.octx, w.secs)
+	g, err = w.s.obtain(w.octx, w.secs)
+	return g, false, err
 }
 
-// drop hands back a lease made ready and not used.
-func (w *waiter) drop() {
-	if g := w.next; g.id != clientv3.NoLease {
-		w.next = grantLease{}
-		w.s.unused(g, g.settle())
+// finish hands back the prepared lease when the wait ended without a
+// grant on it: to the spares if no release can hand it a grant any more
+// (the waiter's entries are surely gone), else it is revoked, which also
+// ends a grant handed to it late.
+func (w *waiter) finish() {
+	g := w.next
+	if g.id == clientv3.NoLease {
+		return
+	}
+	rerr := g.settle()
+	if w.prepDead || w.uncertain || w.key != "" || w.sent != "" || len(w.stale) > 0 {
+		w.s.revokeLater(g.id)
+		return
+	}
+	w.s.unused(g, rerr)
+}
+
+// keepPrepared refreshes the prepared lease while the waiter waits, every
+// third of its TTL, so that a grant handed over on it lives a whole TTL
+// from about the handoff and not less; a waiter that died stops
+// refreshing it, and a grant handed to it ends within a TTL.
+func (w *waiter) keepPrepared(ctx context.Context) {
+	g := &w.next
+	if g.id == clientv3.NoLease || w.prepDead {
+		return
+	}
+	sent := time.Now()
+	if sent.Sub(g.born) < time.Duration(g.granted)*time.Second/3 {
+		return
+	}
+	switch err := w.s.refresher.refresh(ctx, g.id); {
+	case err == nil:
+		g.born = sent
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		w.prepDead = true
 	}
 }

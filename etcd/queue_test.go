@@ -62,7 +62,7 @@ func queued(t *testing.T, s *Store, name string) []string {
 	}
 	var owners []string
 	for _, kv := range resp.Kvs {
-		r, err := decodeRecord(kv.Value)
+		r, _, err := decodeEntry(kv.Value)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,9 +130,10 @@ func TestQueueRangeCompare(t *testing.T) {
 
 // TestQueueFIFO: 8 waiters, each on a store (connection) of its own,
 // queue one after another behind a holder; after its release they get the
-// lease in exactly their arrival order, each sending one acquire Txn and
-// woken at most twice (by its predecessor leaving the queue, then by the
-// release), never by the other waiters' turns.
+// lease in exactly their arrival order, each woken at most twice (by its
+// predecessor leaving the queue, then by the release or the grant handed
+// to it), never by the other waiters' turns. The first sends one acquire
+// Txn; the others are handed the lease by their predecessor's release.
 func TestQueueFIFO(t *testing.T) {
 	u := queueURL(t)
 	hs := openStore(t, u)
@@ -193,8 +194,15 @@ func TestQueueFIFO(t *testing.T) {
 		t.Errorf("grants in order %v, want arrival order", order)
 	}
 	for owner, st := range stats {
-		if st[1] != 1 || st[0] > 2 {
-			t.Errorf("%s was woken %d times and sent %d acquire Txns; want at most 2 and exactly 1", owner, st[0], st[1])
+		// w0 takes the lease after the holder's plain release (its store
+		// has not seen the queue); each later waiter is handed it by its
+		// predecessor's release and writes nothing.
+		want := 0
+		if owner == "w0" {
+			want = 1
+		}
+		if st[1] != want || st[0] > 2 {
+			t.Errorf("%s was woken %d times and sent %d acquire Txns; want at most 2 and exactly %d", owner, st[0], st[1], want)
 		}
 	}
 	if len(stats) != n {

@@ -2,6 +2,9 @@ package etcd
 
 import (
 	"context"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
@@ -12,7 +15,9 @@ import (
 // waitDeleted returns when key (read at revision from-1 with CreateRevision
 // create) is deleted at or after revision from, when the watch breaks (the
 // caller reads again), or when the waiter's session ends; with ctx's error
-// when ctx ends.
+// when ctx ends. When key is the lease key, it also returns, with the
+// lease key as written, when a release hands the lease to this waiter
+// (handedTo). Meanwhile it keeps the prepared lease fresh (keepPrepared).
 //
 // The watch starts at etcd's current revision rather than at from: etcd
 // catches a watch that starts in the past up with the present only in a
@@ -20,7 +25,7 @@ import (
 // average. So when etcd's revision moved on between the read and the
 // watch's creation, the key is read again (a read-only request) to learn
 // whether it went meanwhile.
-func (w *waiter) waitDeleted(ctx context.Context, key string, from, create int64) error {
+func (w *waiter) waitDeleted(ctx context.Context, key string, from, create int64) (*mvccpb.KeyValue, error) {
 	var wch clientv3.WatchChan
 	var cancel func()
 	if key == w.lk && w.pre != nil {
@@ -31,34 +36,50 @@ func (w *waiter) waitDeleted(ctx context.Context, key string, from, create int64
 	}
 	defer cancel()
 	created := false
+	keep := time.NewTicker(time.Second)
+	defer keep.Stop()
 	for {
 		select {
 		case resp, ok := <-wch:
 			if !ok || resp.Err() != nil || resp.Canceled {
 				if err := ctx.Err(); err != nil {
-					return err
+					return nil, err
 				}
 				if w.s.isClosed() {
-					return leasehold.ErrClosed
+					return nil, leasehold.ErrClosed
 				}
-				return nil
+				return nil, nil
 			}
-			if len(resp.Events) > 0 {
-				return nil
+			gone := false
+			for _, ev := range resp.Events {
+				switch {
+				case ev.Type == mvccpb.DELETE:
+					gone = true
+				case key == w.lk && w.handedTo(ev.Kv):
+					return ev.Kv, nil
+				}
+			}
+			if gone {
+				return nil, nil
 			}
 			if resp.Created && !created {
 				created = true
 				if resp.Header.Revision >= from {
-					r, err := w.s.cli.Get(w.octx, key, clientv3.WithKeysOnly())
-					if err != nil || len(r.Kvs) == 0 || r.Kvs[0].CreateRevision != create {
-						return nil
+					r, err := w.s.cli.Get(w.octx, key)
+					switch {
+					case err != nil || len(r.Kvs) == 0 || r.Kvs[0].CreateRevision != create:
+						return nil, nil
+					case key == w.lk && w.handedTo(r.Kvs[0]):
+						return r.Kvs[0], nil
 					}
 				}
 			}
+		case <-keep.C:
+			w.keepPrepared(ctx)
 		case <-w.se.done:
-			return nil
+			return nil, nil
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 }
@@ -75,7 +96,11 @@ func (w *waiter) openWatch(ctx context.Context, key string) (clientv3.WatchChan,
 	}
 	wctx, cancel := context.WithCancel(wctx)
 	stop := context.AfterFunc(w.s.stop, cancel)
-	return w.s.cli.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify()), func() { stop(); cancel() }
+	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
+	if key != w.lk {
+		opts = append(opts, clientv3.WithFilterPut()) // the lease key's puts may be a grant handed to this waiter
+	}
+	return w.s.cli.Watch(wctx, key, opts...), func() { stop(); cancel() }
 }
 
 // preWatch is a watch of the lease key opened before the read that made

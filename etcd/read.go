@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold"
@@ -69,8 +68,9 @@ func (s *Store) judge(ctx context.Context, id clientv3.LeaseID, ttl time.Duratio
 // resolve turns a lease key into a Record if its lease is alive. When the
 // lease turns out to be gone, it reads the key again (a retried acquire
 // or a renewal with a new TTL may have moved it to another etcd lease).
-func (s *Store) resolve(ctx context.Context, name string, kv *mvccpb.KeyValue) (leasehold.Record, bool, error) {
+func (s *Store) resolve(ctx context.Context, name string, g grant) (leasehold.Record, bool, error) {
 	for attempt := 0; attempt < maxAttempts; attempt++ {
+		kv := g.kv
 		cur, err := decodeRecord(kv.Value)
 		if err != nil {
 			return leasehold.Record{}, false, err
@@ -81,18 +81,19 @@ func (s *Store) resolve(ctx context.Context, name string, kv *mvccpb.KeyValue) (
 		}
 		if alive {
 			return leasehold.Record{
-				Name: name, Owner: cur.owner, Token: uint64(kv.CreateRevision), Data: cur.data,
+				Name: name, Owner: cur.owner, Token: uint64(g.token), Data: cur.data,
 				TTL: cur.ttl, Remaining: rem, Acquired: cur.acquired,
 			}, true, nil
 		}
-		resp, err := s.cli.Get(ctx, s.leaseKey(name))
+		lk := s.leaseKey(name)
+		resp, err := s.cli.Get(ctx, lk, clientv3.WithRange(grantEnd(lk)))
 		if err != nil {
 			return leasehold.Record{}, false, s.fail(ctx, "get", err)
 		}
-		if len(resp.Kvs) == 0 {
+		var held bool
+		if g, _, held = grantOf(resp.Kvs); !held {
 			return leasehold.Record{}, false, nil
 		}
-		kv = resp.Kvs[0]
 	}
 	return leasehold.Record{}, false, nil
 }
@@ -106,14 +107,16 @@ func (s *Store) Get(ctx context.Context, name string) (leasehold.Record, error) 
 	if err := s.begin(ctx); err != nil {
 		return leasehold.Record{}, err
 	}
-	resp, err := s.cli.Get(ctx, s.leaseKey(name))
+	lk := s.leaseKey(name)
+	resp, err := s.cli.Get(ctx, lk, clientv3.WithRange(grantEnd(lk)))
 	if err != nil {
 		return leasehold.Record{}, s.fail(ctx, "get", err)
 	}
-	if len(resp.Kvs) == 0 {
+	g, _, held := grantOf(resp.Kvs)
+	if !held {
 		return leasehold.Record{}, leasehold.ErrNotFound
 	}
-	rec, ok, err := s.resolve(ctx, name, resp.Kvs[0])
+	rec, ok, err := s.resolve(ctx, name, g)
 	if err == nil && !ok {
 		err = leasehold.ErrNotFound
 	}
@@ -137,19 +140,27 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, er
 	if err != nil {
 		return nil, s.fail(ctx, "list", err)
 	}
-	recs := make([]leasehold.Record, len(resp.Kvs))
-	live := make([]bool, len(resp.Kvs))
-	errs := make([]error, len(resp.Kvs))
+	var grants []grant
+	for kvs := resp.Kvs; len(kvs) > 0; {
+		g, n, held := grantOf(kvs)
+		if held {
+			grants = append(grants, g)
+		}
+		kvs = kvs[n:]
+	}
+	recs := make([]leasehold.Record, len(grants))
+	live := make([]bool, len(grants))
+	errs := make([]error, len(grants))
 	sem := make(chan struct{}, listParallel)
 	var wg sync.WaitGroup
 	base := len(s.leaseKey(""))
-	for i, kv := range resp.Kvs {
+	for i, g := range grants {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			recs[i], live[i], errs[i] = s.resolve(ctx, string(kv.Key[base:]), kv)
+			recs[i], live[i], errs[i] = s.resolve(ctx, string(g.kv.Key[base:]), g)
 		}()
 	}
 	wg.Wait()
