@@ -1,23 +1,34 @@
--- lease_lib.lua: prepended to the lease scripts that grant or free a lease
--- (acquire.lua, release.lua, wait.lua, leave.lua). Every key of a name is
--- in one hash slot (the name's hash tag), and every script declares them all:
--- KEYS[1] lease hash (expires with the lease), KEYS[2] fence hash (n =
--- latest token, o = its owner, q = the queue's arrival counter; never
--- expires), KEYS[3] queue (sorted set: waiter id -> arrival number),
--- KEYS[4] waiters (hash: d:<id> = liveness deadline in server ms, r:<id> =
--- the waiter's request), KEYS[5] Watch interest marker (a string with PX),
--- KEYS[6] the restart marker (not on a cluster, where it is in another slot).
--- ARGV[1] hold-back end in server ms (0 = none), ARGV[2] token floor,
--- ARGV[3] the floor_us of the marker the caller checked, ARGV[4] the
--- store's channel, ARGV[5] the lease name; the script's own from ARGV[6].
-if redis.replicate_commands then redis.replicate_commands() end
-local K_LEASE, K_FENCE, K_QUEUE, K_WAIT, K_INTEREST, K_MARK = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local hold = tonumber(ARGV[1])
-local floor = tonumber(ARGV[2])
-local channel, name = ARGV[4], ARGV[5]
+-- lease_lib.lua: the helpers of the lease functions that grant or free a
+-- lease (acquire.lua, release.lua, wait.lua, leave.lua). The store loads it
+-- with every lease and record file as one Redis Function library, or, where
+-- the server has no functions, prepends it to each file as a script (see
+-- lua.go). Every key of a name is in one hash slot (the name's hash tag),
+-- and every call declares them all: KEYS[1] lease hash (expires with the
+-- lease), KEYS[2] fence hash (n = latest token, o = its owner, q = the
+-- queue's arrival counter; never expires), KEYS[3] queue (sorted set: waiter
+-- id -> arrival number), KEYS[4] waiters (hash: d:<id> = liveness deadline
+-- in server ms, r:<id> = the waiter's request), KEYS[5] Watch interest
+-- marker (a string with PX), KEYS[6] the restart marker (not on a cluster,
+-- where it is in another slot). ARGV[1] hold-back end in server ms (0 =
+-- none), ARGV[2] token floor, ARGV[3] the floor_us of the marker the caller
+-- checked, ARGV[4] the store's channel, ARGV[5] the lease name; the call's
+-- own from ARGV[6].
+--
+-- A function library keeps its top-level locals from one call to the next:
+-- begin sets every one of them at the start of each call.
+local K_LEASE, K_FENCE, K_QUEUE, K_WAIT, K_INTEREST, K_MARK
+local hold, floor, mark_floor, channel, name
 -- The server clock and the marker check are read when first needed (a
 -- release with no one queued needs neither).
-local now_us, now_ms
+local now_us, now_ms, marker_state
+
+local function begin(keys, argv)
+  K_LEASE, K_FENCE, K_QUEUE, K_WAIT, K_INTEREST, K_MARK = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
+  hold, floor = tonumber(argv[1]), tonumber(argv[2])
+  mark_floor, channel, name = argv[3], argv[4], argv[5]
+  now_us, now_ms, marker_state = nil, nil, nil
+end
+
 local function clock()
   if not now_us then
     local t = redis.call('TIME')
@@ -28,10 +39,9 @@ end
 -- marker_ok is false if the marker is not the one the caller checked: lost
 -- in a restart, or rewritten by a client that noticed one. No grant is
 -- made on stale facts.
-local marker_state
 local function marker_ok()
   if marker_state == nil then
-    marker_state = (not K_MARK) or redis.call('HGET', K_MARK, 'floor_us') == ARGV[3]
+    marker_state = (not K_MARK) or redis.call('HGET', K_MARK, 'floor_us') == mark_floor
   end
   return marker_state
 end

@@ -1,7 +1,9 @@
 // Package redis is a leasehold.Store on Redis (5.0 or later; tested on 7).
 //
-// Each operation is one Lua script run with EVALSHA: one round trip, atomic
-// on the server. Expiry is judged by Redis's clock (PEXPIRE, PTTL, TIME).
+// Each operation is one Lua function, one round trip, atomic on the server:
+// on Redis 7.0 or later a function of a library the store loads once
+// (FUNCTION LOAD, then FCALL), elsewhere a script run with EVALSHA (see
+// lua.go). Expiry is judged by Redis's clock (PEXPIRE, PTTL, TIME).
 // Per lease name there are up to five keys in one hash slot, so the store
 // also works on Redis Cluster:
 //
@@ -81,6 +83,7 @@ type Store struct {
 	closed   atomic.Bool
 
 	ep     epochCache
+	fn     fnState
 	w      watchState
 	qstats queueStats
 }
@@ -247,6 +250,7 @@ func newStore(client goredis.UniversalClient, own bool, cfg config) *Store {
 		epochKey: cfg.prefix + "epoch", channel: cfg.prefix + "released",
 	}
 	s.ep.checking = make(chan struct{}, 1)
+	s.fn.loading = make(chan struct{}, 1)
 	if cc, ok := client.(*goredis.ClusterClient); ok {
 		// A cluster client dials through its node clients: count their
 		// dials (nodes that exist now are hooked by the first check).
