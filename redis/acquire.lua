@@ -29,8 +29,11 @@ local function acquire(KEYS, ARGV)
     end
     return {1, cur[1], cur[2], redis.call('PTTL', K_LEASE), cur[4], cur[3] or ''}
   end
-  -- Free. Queued waiters come first: the live head gets the lease now.
-  if redis.call('EXISTS', K_QUEUE) == 1 then
+  -- Free. Queued waiters come first: the live head gets the lease now. The
+  -- fence tells when no one can be queued (read_fence); else the queue is
+  -- looked at.
+  local f = read_fence()
+  if not f.quiet and redis.call('EXISTS', K_QUEUE) == 1 then
     local h = handover(nil)
     if h then
       if not h[2] then
@@ -43,7 +46,8 @@ local function acquire(KEYS, ARGV)
       end
       return {1, h[2], h[4], math.floor(tonumber(h[6]) / 1000000), h[5], h[3]}
     end
+    -- No live waiter: handover emptied the queue (the fence is unchanged).
   end
-  local tok, acq = grant(owner, req, ARGV[8], ARGV[9])
+  local tok, acq = grant(owner, req, ARGV[8], ARGV[9], f)
   return {0, tok, acq, now_ms}
 end

@@ -358,3 +358,120 @@ func TestReleaseOutOfMemory(t *testing.T) {
 		t.Errorf("Get after the release: %v, want ErrNotFound", err)
 	}
 }
+
+// TestUncontendedCalls counts the Redis commands that the operations run
+// inside Redis (INFO commandstats counts those of functions and scripts):
+// an uncontended TryAcquire + Release makes 7 + 3 (the acquire's queue
+// check is folded into its read of the fence, the release's two EXISTS
+// into one), and an uncontended AcquireWait 7.
+func TestUncontendedCalls(t *testing.T) {
+	u, rdb := privateRedis(t)
+	ctx := ctxT(t, time.Minute)
+	s := open(t, u, redis.WithKeyPrefix(uniquePrefix(t)), redis.WithHoldback(0))
+	defer s.Close()
+	inner := func() (int64, map[string]int64) {
+		st := cmdStats(t, ctx, rdb)
+		per := map[string]int64{}
+		var n int64
+		for c, f := range st {
+			switch {
+			case strings.HasPrefix(c, "fcall"), strings.HasPrefix(c, "eval"), strings.HasPrefix(c, "function"),
+				strings.HasPrefix(c, "config"), c == "info", c == "ping", c == "hello", c == "subscribe", strings.HasPrefix(c, "client"):
+				continue
+			}
+			per[c] = f["calls"]
+			n += f["calls"]
+		}
+		return n, per
+	}
+	const name, pairs = "fn/calls", 20
+	pair := func(wait bool) {
+		t.Helper()
+		req := leasehold.AcquireRequest{Name: name, Owner: "a", TTL: time.Minute}
+		var rec leasehold.Record
+		var err error
+		if wait {
+			rec, err = s.AcquireWait(ctx, req)
+		} else {
+			rec, err = s.TryAcquire(ctx, req)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, name, "a", rec.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Warm up: the name's first grant reads a fence that is not there yet,
+	// and the first AcquireWait dials the subscriber's connection, after
+	// which the store checks the server again.
+	pair(false)
+	pair(true)
+	for _, c := range []struct {
+		wait bool
+		want int64
+	}{{false, 7 + 3}, {true, 7 + 3}} {
+		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for range pairs {
+			pair(c.wait)
+		}
+		if n, per := inner(); n != c.want*pairs {
+			t.Errorf("wait %v: %d commands in %d pairs (%v), want %d a pair", c.wait, n, pairs, per, c.want)
+		}
+	}
+}
+
+// TestQueueCheckFolded: the acquire skips its look at the queue only when
+// the fence says no one can have queued since a grant found the queue
+// empty (qd = q). Waiters that another client's script enqueued the way
+// every version's wait.lua does (the arrival counter q incremented, the
+// entry added), also after the fence was lost, are still not overtaken.
+func TestQueueCheckFolded(t *testing.T) {
+	f := newQueueFixture(t)
+	ctx := ctxT(t, time.Minute)
+	s := f.open()
+	enqueue := func(name, id, owner string) {
+		t.Helper()
+		now, err := f.rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := f.rdb.HIncrBy(ctx, f.key(name, ":f"), "q", 1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.rdb.ZAdd(ctx, f.key(name, ":q"), goredis.Z{Score: float64(n), Member: id}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		err = f.rdb.HSet(ctx, f.key(name, ":w"), "d:"+id, now.Add(time.Minute).UnixMilli(),
+			"r:"+id, fmt.Sprintf("%d\x00%s\x00\x00", time.Minute.Nanoseconds(), owner)).Err()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name      string
+		lostFence bool
+	}{{"folded/kept", false}, {"folded/lost", true}} {
+		rec := f.hold(ctx, s, c.name, "a", time.Minute)
+		if err := s.Release(ctx, c.name, "a", rec.Token); err != nil {
+			t.Fatal(err)
+		}
+		if qd, err := f.rdb.HGet(ctx, f.key(c.name, ":f"), "qd").Result(); err != nil || qd != "0" {
+			t.Fatalf("%s: fence qd = %q, %v after a grant that found no queue", c.name, qd, err)
+		}
+		if c.lostFence {
+			if err := f.rdb.Del(ctx, f.key(c.name, ":f")).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		enqueue(c.name, "w1", "waiter")
+		var he *leasehold.HeldError
+		_, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: c.name, Owner: "b", TTL: time.Minute})
+		if !errors.As(err, &he) || he.Owner != "waiter" {
+			t.Errorf("%s: TryAcquire with a waiter queued = %v, want the lease handed to the waiter", c.name, err)
+		}
+	}
+}

@@ -8,7 +8,8 @@
 // also works on Redis Cluster:
 //
 //	<prefix>{<tag>}     the lease hash (owner, token, req, data, ttl, acq); expires with the lease
-//	<prefix>{<tag>}:f   the fence hash (n = latest token, o = its owner, q = arrival counter); never expires
+//	<prefix>{<tag>}:f   the fence hash (n = latest token, o = its owner, q = arrival counter,
+//	                    qd = q when the queue was last seen empty); never expires
 //	<prefix>{<tag>}:q   the FIFO queue of waiters (AcquireWait), with
 //	<prefix>{<tag>}:w   their liveness deadlines and requests (see queue.go)
 //	<prefix>{<tag>}:i   a Watch's interest marker (see watch.go)

@@ -25,9 +25,19 @@ local function wait(KEYS, ARGV)
     drop(id)
     return {3, cur[2], cur[4], now_ms}
   end
+  -- A free lease and a queue the fence knows to be empty (read_fence): grant
+  -- at once, without looking at the queue.
+  local f
+  if not cur[1] and now_ms >= hold then
+    f = read_fence()
+    if f.quiet then
+      local tok, acq = grant(owner, req, ARGV[8], ARGV[9], f)
+      return {0, tok, acq, now_ms}
+    end
+  end
   if not redis.call('ZSCORE', K_QUEUE, id) then
-    if not cur[1] and now_ms >= hold and redis.call('EXISTS', K_QUEUE) == 0 then
-      local tok, acq = grant(owner, req, ARGV[8], ARGV[9])
+    if f and redis.call('EXISTS', K_QUEUE) == 0 then
+      local tok, acq = grant(owner, req, ARGV[8], ARGV[9], f)
       return {0, tok, acq, now_ms}
     end
     -- Arrival order: the moment this script runs.
