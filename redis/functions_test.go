@@ -129,7 +129,7 @@ func TestFunctionsUsed(t *testing.T) {
 			t.Errorf("%s called %d times, want none: %v", c, n, st[c])
 		}
 	}
-	if st["fcall"]["calls"] < 8 || st["fcall_ro"]["calls"] < 2 || st["fcall"]["failed_calls"] != 0 {
+	if st["fcall"]["calls"] < 8 || st["fcall_ro"]["calls"] < 2 || st["fcall"]["failed_calls"]+st["fcall"]["rejected_calls"] != 0 {
 		t.Errorf("fcall %v, fcall_ro %v: want every operation a call of the library", st["fcall"], st["fcall_ro"])
 	}
 	if n := st["function|load"]["calls"]; n != 1 {
@@ -176,7 +176,9 @@ func TestFunctionFlush(t *testing.T) {
 		t.Errorf("c's TryAcquire = %v, want held by b with token %d", err, rec.Token)
 	}
 	st := cmdStats(t, ctx, rdb)
-	if st["fcall"]["failed_calls"] != 1 || st["function|load"]["calls"] != 2 {
+	// Redis 7.0 counts the call that missed its function as failed; the
+	// sum holds too for a server that counts it as rejected.
+	if st["fcall"]["failed_calls"]+st["fcall"]["rejected_calls"] != 1 || st["function|load"]["calls"] != 2 {
 		t.Errorf("fcall %v, function|load %v: want one call that missed its function and one load after Open's", st["fcall"], st["function|load"])
 	}
 	// Each kind of call recovers by itself, the restart check aside.
