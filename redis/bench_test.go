@@ -25,7 +25,8 @@ import (
 // compare-and-delete; "store" is Store.TryAcquire + Store.Release; "client"
 // goes through Client.TryAcquire and Lease.Release (which also starts and
 // stops the keepalive goroutine). The parallel variants run 32 goroutines on
-// distinct names and report pairs/s.
+// distinct names and report pairs/s. BenchmarkAcquireReleaseInterleaved
+// alternates raw, store and client pairs in one loop.
 
 var compareAndDelete = goredis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 
@@ -128,6 +129,47 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.Run("raw", func(b *testing.B) { benchSeq(b, raw) })
 	b.Run("store", func(b *testing.B) { benchSeq(b, storePair(s)) })
 	b.Run("client", func(b *testing.B) { benchSeq(b, clientPair(b, s)) })
+}
+
+// BenchmarkAcquireReleaseInterleaved runs one raw, one store and one
+// client pair per iteration, each first in turn, so that all three meet
+// the same load of a busy machine; it reports each one's median and p99
+// and the store's and the client's median over raw's (compare these
+// ratios, not the microseconds, between runs).
+func BenchmarkAcquireReleaseInterleaved(b *testing.B) {
+	_, rdb, s := benchServer(b)
+	pairs := []struct {
+		name string
+		p    pair
+	}{
+		{"raw", rawPair(rdb, s.KeyPrefix()+"raw:")},
+		{"store", storePair(s)},
+		{"client", clientPair(b, s)},
+	}
+	ctx := context.Background()
+	name := fmt.Sprintf("bench/i%d", time.Now().UnixNano())
+	lat := make([][]time.Duration, len(pairs))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for k := range pairs {
+			j := (i + k) % len(pairs)
+			t0 := time.Now()
+			if err := pairs[j].p(ctx, name); err != nil {
+				b.Fatal(err)
+			}
+			lat[j] = append(lat[j], time.Since(t0))
+		}
+	}
+	b.StopTimer()
+	p50 := make([]float64, len(pairs))
+	for j, l := range lat {
+		slices.Sort(l)
+		p50[j] = float64(l[len(l)/2].Nanoseconds()) / 1e3
+		b.ReportMetric(p50[j], pairs[j].name+"-p50-µs")
+		b.ReportMetric(float64(l[len(l)*99/100].Nanoseconds())/1e3, pairs[j].name+"-p99-µs")
+	}
+	b.ReportMetric(p50[1]/p50[0], "store/raw")
+	b.ReportMetric(p50[2]/p50[0], "client/raw")
 }
 
 func BenchmarkAcquireReleaseParallel(b *testing.B) {

@@ -91,6 +91,37 @@ func TestClusterConformance(t *testing.T) {
 	if err != nil || len(list) != 2 || list[0].Name != "br/{" || list[1].Name != "br/{a}" {
 		t.Errorf("List(br/{) = %+v, %v", list, err)
 	}
+	// The function library is on every master; lost there (FUNCTION
+	// FLUSH), it is loaded again by the next call.
+	lib, _ := redis.FunctionLibrary()
+	hasLib := func(what string) {
+		t.Helper()
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
+			libs, err := c.FunctionList(ctx, goredis.FunctionListQuery{LibraryNamePattern: lib}).Result()
+			if err == nil && len(libs) != 1 {
+				err = fmt.Errorf("%s has %d libraries named %s", c.Options().Addr, len(libs), lib)
+			}
+			return err
+		})
+		if err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	hasLib("after the suite")
+	if err := cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return c.FunctionFlush(ctx).Err() }); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "after/flush", Owner: "o", TTL: time.Minute})
+	if err != nil {
+		t.Fatalf("TryAcquire after FUNCTION FLUSH: %v", err)
+	}
+	if err := s.Release(ctx, "after/flush", "o", rec.Token); err != nil {
+		t.Errorf("Release after FUNCTION FLUSH: %v", err)
+	}
+	hasLib("after FUNCTION FLUSH and a call")
+	if !s.(*redis.Store).UsesFunctions() {
+		t.Error("the cluster's store does not call functions")
+	}
 }
 
 // TestClusterRestart: the master that holds the marker restarts without
@@ -137,5 +168,18 @@ func TestClusterRestart(t *testing.T) {
 	st2, err := s.ServerState(ctx)
 	if err != nil || st2.RunID == st.RunID || st2.TokenFloor <= st.TokenFloor {
 		t.Errorf("ServerState after the restart = %+v, %v (before %+v)", st2, err, st)
+	}
+	// The restart lost the function library with the keys; the restart
+	// check loaded it again.
+	lib, _ := redis.FunctionLibrary()
+	err = cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
+		libs, err := c.FunctionList(ctx, goredis.FunctionListQuery{LibraryNamePattern: lib}).Result()
+		if err == nil && len(libs) != 1 {
+			err = fmt.Errorf("%d libraries named %s", len(libs), lib)
+		}
+		return err
+	})
+	if err != nil || !s.UsesFunctions() {
+		t.Errorf("after the restart: %v (calls functions: %v)", err, s.UsesFunctions())
 	}
 }

@@ -20,7 +20,8 @@ import (
 // a connection is dialled, so the store counts dials (a go-redis dial hook)
 // and re-checks the marker before the next TryAcquire after any dial. The
 // check is INFO (run_id, uptime, role), CONFIG GET appendonly/appendfsync
-// (ignored if refused) in one pipeline, then epoch.lua, which compares the
+// (ignored if refused) and FUNCTION LIST of the store's library (lua.go;
+// loaded if missing) in one pipeline, then epoch.lua, which compares the
 // run_id with the marker and writes a new marker if it changed. Between
 // dials the cached result is used: no extra round trip per operation.
 //
@@ -214,8 +215,12 @@ func (s *Store) check(ctx context.Context) (e epoch, sv serverFacts, err error) 
 		pipe.ConfigGet(ctx, "appendonly"), pipe.ConfigGet(ctx, "appendfsync"),
 		pipe.ConfigGet(ctx, "maxmemory"), pipe.ConfigGet(ctx, "maxmemory-policy"),
 	}
-	_, _ = pipe.Exec(ctx) // CONFIG may be refused (ACL, renamed); judged per command
+	fnList := pipe.Do(ctx, "FUNCTION", "LIST", "LIBRARYNAME", lua.name)
+	_, _ = pipe.Exec(ctx) // CONFIG and FUNCTION may be refused (ACL, renamed, Redis < 7); judged per command
 	if err := srv.Err(); err != nil {
+		return e, sv, err
+	}
+	if err := s.checkFunctions(ctx, fnList); err != nil {
 		return e, sv, err
 	}
 	info := parseInfo(srv.Val())
@@ -241,7 +246,7 @@ func (s *Store) check(ctx context.Context) (e epoch, sv serverFacts, err error) 
 	if sv.durable || mutation.On("no-holdback") { // the bug: grant at once after a restart (the floor stays)
 		holdback = 0
 	}
-	res, err := epochScript.Run(ctx, s.rdb, []string{s.epochKey}, sv.runID, uptime, holdback.Milliseconds()).Slice()
+	res, err := s.run(ctx, lua.epoch, []string{s.epochKey}, sv.runID, uptime, holdback.Milliseconds()).Slice()
 	if err != nil {
 		return e, sv, err
 	}

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"strings"
 
 	"github.com/leasehold/leasehold"
 )
@@ -27,3 +28,13 @@ func (s *Store) Translate(ctx context.Context, op string, err error) error {
 func (s *Store) WaitFailed(ctx context.Context, req leasehold.AcquireRequest, id string, err error) error {
 	return s.waitFailed(ctx, req, id, err)
 }
+
+// FunctionLibrary returns the name of the store's Redis Function library
+// and the prefix of its functions' names.
+func FunctionLibrary() (name, fnPrefix string) {
+	return lua.name, strings.TrimSuffix(lua.acquire.fn, "acquire")
+}
+
+// UsesFunctions reports whether the store calls the library (false: it
+// sends scripts).
+func (s *Store) UsesFunctions() bool { return !s.fn.off.Load() }

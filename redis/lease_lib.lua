@@ -1,23 +1,35 @@
--- lease_lib.lua: prepended to the lease scripts that grant or free a lease
--- (acquire.lua, release.lua, wait.lua, leave.lua). Every key of a name is
--- in one hash slot (the name's hash tag), and every script declares them all:
--- KEYS[1] lease hash (expires with the lease), KEYS[2] fence hash (n =
--- latest token, o = its owner, q = the queue's arrival counter; never
--- expires), KEYS[3] queue (sorted set: waiter id -> arrival number),
--- KEYS[4] waiters (hash: d:<id> = liveness deadline in server ms, r:<id> =
--- the waiter's request), KEYS[5] Watch interest marker (a string with PX),
--- KEYS[6] the restart marker (not on a cluster, where it is in another slot).
--- ARGV[1] hold-back end in server ms (0 = none), ARGV[2] token floor,
--- ARGV[3] the floor_us of the marker the caller checked, ARGV[4] the
--- store's channel, ARGV[5] the lease name; the script's own from ARGV[6].
-if redis.replicate_commands then redis.replicate_commands() end
-local K_LEASE, K_FENCE, K_QUEUE, K_WAIT, K_INTEREST, K_MARK = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local hold = tonumber(ARGV[1])
-local floor = tonumber(ARGV[2])
-local channel, name = ARGV[4], ARGV[5]
+-- lease_lib.lua: the helpers of the lease functions that grant or free a
+-- lease (acquire.lua, release.lua, wait.lua, leave.lua). The store loads it
+-- with every lease and record file as one Redis Function library, or, where
+-- the server has no functions, prepends it to each file as a script (see
+-- lua.go). Every key of a name is in one hash slot (the name's hash tag),
+-- and every call declares them all: KEYS[1] lease hash (expires with the
+-- lease), KEYS[2] fence hash (n = latest token, o = its owner, q = the
+-- queue's arrival counter, qd = the value of q when the queue was last seen
+-- empty; never expires), KEYS[3] queue (sorted set: waiter id -> arrival
+-- number), KEYS[4] waiters (hash: d:<id> = liveness deadline in server ms,
+-- r:<id> = the waiter's request), KEYS[5] Watch interest marker (a string
+-- with PX), KEYS[6] the restart marker (not on a cluster, where it is in
+-- another slot). ARGV[1] hold-back end in server ms (0 = none), ARGV[2]
+-- token floor, ARGV[3] the floor_us of the marker the caller checked,
+-- ARGV[4] the store's channel, ARGV[5] the lease name; the call's own from
+-- ARGV[6].
+--
+-- A function library keeps its top-level locals from one call to the next:
+-- begin sets every one of them at the start of each call.
+local K_LEASE, K_FENCE, K_QUEUE, K_WAIT, K_INTEREST, K_MARK
+local hold, floor, mark_floor, channel, name
 -- The server clock and the marker check are read when first needed (a
 -- release with no one queued needs neither).
-local now_us, now_ms
+local now_us, now_ms, marker_state
+
+local function begin(keys, argv)
+  K_LEASE, K_FENCE, K_QUEUE, K_WAIT, K_INTEREST, K_MARK = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
+  hold, floor = tonumber(argv[1]), tonumber(argv[2])
+  mark_floor, channel, name = argv[3], argv[4], argv[5]
+  now_us, now_ms, marker_state = nil, nil, nil
+end
+
 local function clock()
   if not now_us then
     local t = redis.call('TIME')
@@ -28,22 +40,36 @@ end
 -- marker_ok is false if the marker is not the one the caller checked: lost
 -- in a restart, or rewritten by a client that noticed one. No grant is
 -- made on stale facts.
-local marker_state
 local function marker_ok()
   if marker_state == nil then
-    marker_state = (not K_MARK) or redis.call('HGET', K_MARK, 'floor_us') == ARGV[3]
+    marker_state = (not K_MARK) or redis.call('HGET', K_MARK, 'floor_us') == mark_floor
   end
   return marker_state
 end
 
 local function fmt(x) return string.format('%.0f', x) end
 
+-- read_fence reads the fence before a grant of a free lease: the latest
+-- token (n), the queue's arrival counter (q, '0' if none) and whether the
+-- queue is known to be empty without looking at it (quiet). It is when qd,
+-- written by a grant that found the queue empty, still equals q: every
+-- enqueue (wait.lua, in every version that has queues) increments q in the
+-- same step, and qd goes with the hash if the fence is lost.
+local function read_fence()
+  local f = redis.call('HMGET', K_FENCE, 'n', 'q', 'qd')
+  local q = f[2] or '0'
+  return {n = f[1], q = q, quiet = f[3] == q}
+end
+
 -- grant makes a new grant of the free lease: the next token is above the
 -- fence and the floor. A missing fence (first use, or lost) starts at the
 -- server clock in microseconds, which exceeds every token granted before.
-local function grant(owner, req, data, ttl_ns)
+-- f is read_fence's answer when the caller read it and found the queue
+-- empty (the grant then records qd); nil otherwise (a handover).
+local function grant(owner, req, data, ttl_ns, f)
   clock()
-  local n = tonumber(redis.call('HGET', K_FENCE, 'n'))
+  local n
+  if f then n = tonumber(f.n) else n = tonumber(redis.call('HGET', K_FENCE, 'n')) end
   local token
   if n then
     token = math.max(n + 1, floor)
@@ -51,7 +77,11 @@ local function grant(owner, req, data, ttl_ns)
     token = math.max(now_us, floor, 1)
   end
   local tok, acq = fmt(token), fmt(now_us)
-  redis.call('HSET', K_FENCE, 'n', tok, 'o', owner)
+  if f then
+    redis.call('HSET', K_FENCE, 'n', tok, 'o', owner, 'qd', f.q)
+  else
+    redis.call('HSET', K_FENCE, 'n', tok, 'o', owner)
+  end
   redis.call('HSET', K_LEASE, 'owner', owner, 'token', tok, 'req', req, 'data', data, 'ttl', ttl_ns, 'acq', acq)
   redis.call('PEXPIRE', K_LEASE, fmt(math.floor(tonumber(ttl_ns) / 1000000)))
   return tok, acq
@@ -136,15 +166,23 @@ end
 
 -- freed tells whoever waits that the lease is free: the live head of the
 -- queue gets it; failing that, Watch subscribers hear of it, but only if
--- one registered interest. No one waits: nothing is published.
+-- one registered interest. No one waits: nothing is published, and one
+-- EXISTS of both keys tells so.
 local function freed()
-  if redis.call('EXISTS', K_QUEUE) == 1 then
+  local n = redis.call('EXISTS', K_QUEUE, K_INTEREST)
+  if n == 0 then
+    return
+  end
+  local queued = n == 2 or redis.call('EXISTS', K_QUEUE) == 1
+  if queued then
     local h = handover(nil)
     if h and h[2] then
       return
     end
   end
-  if redis.call('EXISTS', K_INTEREST) == 1 then
+  -- The interest marker exists if EXISTS counted it: both keys were
+  -- there, or one that is not the queue (handover leaves the marker be).
+  if n == 2 or not queued then
     redis.call('PUBLISH', channel, name)
   end
 end

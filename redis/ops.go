@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"sort"
@@ -15,35 +14,6 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/storekit"
-)
-
-// The scripts. goredis.Script.Run sends EVALSHA and falls back to EVAL
-// when the server does not have the script cached (NOSCRIPT).
-var (
-	//go:embed lease_lib.lua
-	leaseLibSrc string
-	//go:embed acquire.lua
-	acquireSrc string
-	//go:embed renew.lua
-	renewSrc string
-	//go:embed release.lua
-	releaseSrc string
-	//go:embed get.lua
-	getSrc string
-	//go:embed epoch.lua
-	epochSrc string
-	//go:embed wait.lua
-	waitSrc string
-	//go:embed leave.lua
-	leaveSrc string
-
-	acquireScript = goredis.NewScript(leaseLibSrc + acquireSrc)
-	renewScript   = goredis.NewScript(renewSrc)
-	releaseScript = goredis.NewScript(leaseLibSrc + releaseSrc)
-	getScript     = goredis.NewScript(getSrc)
-	epochScript   = goredis.NewScript(epochSrc)
-	waitScript    = goredis.NewScript(leaseLibSrc + waitSrc)
-	leaveScript   = goredis.NewScript(leaseLibSrc + leaveSrc)
 )
 
 // usable reports a done context or a closed store before any round trip.
@@ -76,7 +46,7 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 		if e, err = s.epoch(ctx); err != nil {
 			return leasehold.Record{}, err
 		}
-		res, err = acquireScript.Run(ctx, s.rdb, keys, s.epochArgs(e, req.Name,
+		res, err = s.run(ctx, lua.acquire, keys, s.epochArgs(e, req.Name,
 			req.Owner, req.RequestID, string(req.Data), int64(req.TTL))...).Slice()
 		if err != nil {
 			return leasehold.Record{}, s.translate(ctx, "acquire", err)
@@ -198,7 +168,7 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 		return err
 	}
 	lease, _ := s.keys(name)
-	n, err := renewScript.Run(ctx, s.rdb, []string{lease}, owner, strconv.FormatUint(token, 10),
+	n, err := s.run(ctx, lua.renew, []string{lease}, owner, strconv.FormatUint(token, 10),
 		int64(ttl), ttl.Milliseconds()).Int64()
 	if err != nil {
 		return s.translate(ctx, "renew", err)
@@ -224,7 +194,7 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 	if err != nil {
 		return err
 	}
-	n, err := releaseScript.Run(ctx, s.rdb, s.nameKeys(name), s.epochArgs(e, name, owner, strconv.FormatUint(token, 10))...).Int64()
+	n, err := s.run(ctx, lua.release, s.nameKeys(name), s.epochArgs(e, name, owner, strconv.FormatUint(token, 10))...).Int64()
 	if err != nil {
 		return s.translate(ctx, "release", err)
 	}
@@ -248,7 +218,7 @@ func (s *Store) Get(ctx context.Context, name string) (leasehold.Record, error) 
 		return leasehold.Record{}, err
 	}
 	lease, _ := s.keys(name)
-	res, err := getScript.Run(ctx, s.rdb, []string{lease}).Slice()
+	res, err := s.run(ctx, lua.get, []string{lease}).Slice()
 	if errors.Is(err, goredis.Nil) {
 		return leasehold.Record{}, leasehold.ErrNotFound
 	}
@@ -350,22 +320,36 @@ func (s *Store) scan(ctx context.Context, match string) ([]string, error) {
 	return keys, err
 }
 
-// readBatch reads leases with get.lua in one pipeline, loading the script
-// first if the server does not have it.
+// readBatch reads leases with get in one pipeline, loading the library
+// (or the script) first if the server does not have it.
 func (s *Store) readBatch(ctx context.Context, keys []string) ([]leasehold.Record, error) {
 	for attempt := 0; ; attempt++ {
+		scripts, loads := s.fn.off.Load(), s.fn.loads.Load()
 		cmds, err := s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			for _, k := range keys {
-				p.EvalSha(ctx, getScript.Hash(), []string{k})
+				if scripts {
+					p.EvalSha(ctx, lua.get.script.Hash(), []string{k})
+				} else {
+					p.FCallRO(ctx, lua.get.fn, []string{k})
+				}
 			}
 			return nil
 		})
 		if err != nil && !errors.Is(err, goredis.Nil) {
-			if attempt == 0 && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-				if err := getScript.Load(ctx, s.rdb).Err(); err != nil {
+			if attempt == 0 && scripts && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				if err := lua.get.script.Load(ctx, s.rdb).Err(); err != nil {
 					return nil, err
 				}
 				continue
+			}
+			if attempt == 0 && !scripts {
+				retry, lerr := s.recoverFunctions(ctx, err, loads)
+				if lerr != nil {
+					return nil, lerr
+				}
+				if retry {
+					continue
+				}
 			}
 			return nil, err
 		}

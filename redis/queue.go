@@ -207,7 +207,7 @@ func (s *Store) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (
 		// Redis first (another connection). Only a failure of Redis
 		// itself leaves it unknown (the entry then expires).
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
-		res, err := waitScript.Run(sctx, s.rdb, keys, s.epochArgs(e, req.Name, req.Owner, req.RequestID,
+		res, err := s.run(sctx, lua.wait, keys, s.epochArgs(e, req.Name, req.Owner, req.RequestID,
 			string(req.Data), int64(req.TTL), id, s.liveness.Milliseconds())...).Slice()
 		cancel()
 		if err != nil {
@@ -365,7 +365,7 @@ func (s *Store) leave(ctx context.Context, req leasehold.AcquireRequest, id stri
 	storekit.AfterEnd(ctx, 2*time.Second, func(rctx context.Context) {
 		e, err := s.epoch(rctx)
 		if err == nil {
-			_ = leaveScript.Run(rctx, s.rdb, s.nameKeys(req.Name), s.epochArgs(e, req.Name, req.Owner, req.RequestID, id)...).Err()
+			_ = s.run(rctx, lua.leave, s.nameKeys(req.Name), s.epochArgs(e, req.Name, req.Owner, req.RequestID, id)...).Err()
 		}
 	})
 	if err := ctx.Err(); err != nil {

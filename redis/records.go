@@ -2,13 +2,10 @@ package redis
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/storekit"
@@ -26,7 +23,7 @@ import (
 // (or Sentinel) any keys go together.
 //
 // GetRecord is one HMGET; PutRecord, DeleteRecord, AddCounter and Txn are
-// one Lua script each, which checks versions and writes atomically.
+// one Lua function each (lua.go), which checks versions and writes atomically.
 // Versions are above the previous version of the key and at least the
 // server clock (TIME) in microseconds, so they are never reused, even when
 // a key is deleted and created again.
@@ -38,24 +35,6 @@ import (
 // before it gets a conflict, because new versions are above old ones, but a
 // create (expected version 0) of a lost record succeeds.
 var _ leasehold.RecordStore = (*Store)(nil)
-
-var (
-	//go:embed records_lib.lua
-	recordsLibSrc string
-	//go:embed records_put.lua
-	recordsPutSrc string
-	//go:embed records_delete.lua
-	recordsDeleteSrc string
-	//go:embed records_add.lua
-	recordsAddSrc string
-	//go:embed records_txn.lua
-	recordsTxnSrc string
-
-	recordPutScript    = goredis.NewScript(recordsLibSrc + recordsPutSrc)
-	recordDeleteScript = goredis.NewScript(recordsLibSrc + recordsDeleteSrc)
-	recordAddScript    = goredis.NewScript(recordsLibSrc + recordsAddSrc)
-	recordTxnScript    = goredis.NewScript(recordsLibSrc + recordsTxnSrc)
-)
 
 // recordKey is the Redis key of a record.
 func (s *Store) recordKey(key string) string { return s.prefix + "rec:" + key }
@@ -92,7 +71,7 @@ func (s *Store) PutRecord(ctx context.Context, key string, value []byte, expect 
 	if err := s.usable(ctx); err != nil {
 		return 0, err
 	}
-	res, err := recordPutScript.Run(ctx, s.rdb, []string{s.recordKey(key)}, bytesArg(value), strconv.FormatUint(expect, 10)).Slice()
+	res, err := s.run(ctx, lua.recPut, []string{s.recordKey(key)}, bytesArg(value), strconv.FormatUint(expect, 10)).Slice()
 	if err != nil {
 		return 0, s.translate(ctx, "put record", err)
 	}
@@ -118,7 +97,7 @@ func (s *Store) DeleteRecord(ctx context.Context, key string, expect uint64) err
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	res, err := recordDeleteScript.Run(ctx, s.rdb, []string{s.recordKey(key)}, strconv.FormatUint(expect, 10)).Slice()
+	res, err := s.run(ctx, lua.recDelete, []string{s.recordKey(key)}, strconv.FormatUint(expect, 10)).Slice()
 	if err != nil {
 		return s.translate(ctx, "delete record", err)
 	}
@@ -146,7 +125,7 @@ func (s *Store) AddCounter(ctx context.Context, key string, delta int64) (int64,
 	if err := s.usable(ctx); err != nil {
 		return 0, 0, err
 	}
-	res, err := recordAddScript.Run(ctx, s.rdb, []string{s.recordKey(key)}, strconv.FormatInt(delta, 10)).Slice()
+	res, err := s.run(ctx, lua.recAdd, []string{s.recordKey(key)}, strconv.FormatInt(delta, 10)).Slice()
 	if err != nil {
 		return 0, 0, s.translate(ctx, "add to counter", err)
 	}
@@ -225,7 +204,7 @@ func (s *Store) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult
 			return leasehold.TxnResult{}, err
 		}
 	}
-	res, err := recordTxnScript.Run(ctx, s.rdb, keys, args...).Slice()
+	res, err := s.run(ctx, lua.recTxn, keys, args...).Slice()
 	if err != nil {
 		return leasehold.TxnResult{}, s.translate(ctx, "txn", err)
 	}

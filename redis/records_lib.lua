@@ -1,20 +1,26 @@
--- records_lib.lua: helpers shared by the record scripts; prepended to each
--- of them (records_*.lua). A record is a hash: v = value, n = version.
-if redis.replicate_commands then redis.replicate_commands() end
+-- records_lib.lua: helpers shared by the record functions (records_*.lua),
+-- in the one library with them or prepended to each as a script (lua.go).
+-- A record is a hash: v = value, n = version.
 
-local now_us = nil
+-- The server clock, read at most once a call; rec_begin forgets it at the
+-- start of each call (a function library keeps it between calls).
+local rec_now_us
+
+local function rec_begin()
+  rec_now_us = nil
+end
 
 -- next_version returns the version of the next write of a record whose
 -- version is cur (false: absent): above cur and at least the server clock
 -- in microseconds, so a record deleted and created again (or lost in a
 -- restart) never gets a version it had before.
 local function next_version(cur)
-  if not now_us then
+  if not rec_now_us then
     local t = redis.call('TIME')
-    now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    rec_now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
   local n = tonumber(cur or '0') or 0
-  return string.format('%.0f', math.max(n + 1, now_us))
+  return string.format('%.0f', math.max(n + 1, rec_now_us))
 end
 
 -- canon returns the canonical decimal form of s if Go's

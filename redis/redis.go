@@ -1,12 +1,15 @@
 // Package redis is a leasehold.Store on Redis (5.0 or later; tested on 7).
 //
-// Each operation is one Lua script run with EVALSHA: one round trip, atomic
-// on the server. Expiry is judged by Redis's clock (PEXPIRE, PTTL, TIME).
+// Each operation is one Lua function, one round trip, atomic on the server:
+// on Redis 7.0 or later a function of a library the store loads once
+// (FUNCTION LOAD, then FCALL), elsewhere a script run with EVALSHA (see
+// lua.go). Expiry is judged by Redis's clock (PEXPIRE, PTTL, TIME).
 // Per lease name there are up to five keys in one hash slot, so the store
 // also works on Redis Cluster:
 //
 //	<prefix>{<tag>}     the lease hash (owner, token, req, data, ttl, acq); expires with the lease
-//	<prefix>{<tag>}:f   the fence hash (n = latest token, o = its owner, q = arrival counter); never expires
+//	<prefix>{<tag>}:f   the fence hash (n = latest token, o = its owner, q = arrival counter,
+//	                    qd = q when the queue was last seen empty); never expires
 //	<prefix>{<tag>}:q   the FIFO queue of waiters (AcquireWait), with
 //	<prefix>{<tag>}:w   their liveness deadlines and requests (see queue.go)
 //	<prefix>{<tag>}:i   a Watch's interest marker (see watch.go)
@@ -81,6 +84,7 @@ type Store struct {
 	closed   atomic.Bool
 
 	ep     epochCache
+	fn     fnState
 	w      watchState
 	qstats queueStats
 }
@@ -247,6 +251,7 @@ func newStore(client goredis.UniversalClient, own bool, cfg config) *Store {
 		epochKey: cfg.prefix + "epoch", channel: cfg.prefix + "released",
 	}
 	s.ep.checking = make(chan struct{}, 1)
+	s.fn.loading = make(chan struct{}, 1)
 	if cc, ok := client.(*goredis.ClusterClient); ok {
 		// A cluster client dials through its node clients: count their
 		// dials (nodes that exist now are hooked by the first check).
