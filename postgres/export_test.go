@@ -97,3 +97,7 @@ func Deadlocks(s *Store) int64 { return s.deadlocks.Load() }
 // Relocks reports how many times LockedTxn let its locks go and took them
 // again in key order.
 func Relocks(s *Store) int64 { return s.relocks.Load() }
+
+// Fences reports how many backends the Store ended after an acquire cut
+// by its context.
+func Fences(s *Store) int64 { return s.fences.Load() }

@@ -71,6 +71,7 @@ type Store struct {
 	notes     atomic.Int64 // notifications received by this Store's waiters (for tests)
 	deadlocks atomic.Int64 // transactions run again after a deadlock (for tests)
 	relocks   atomic.Int64 // LockedTxn calls that took their locks again in key order (for tests)
+	fences    atomic.Int64 // backends ended after a cut acquire (for tests)
 }
 
 type config struct {

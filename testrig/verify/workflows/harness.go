@@ -46,6 +46,8 @@ type Trial struct {
 	// Handoff: lost replies are asked again through another worker
 	// process (Config.Handoff).
 	Handoff bool
+	// LostPercent is Config.LostPercent.
+	LostPercent int
 	// KillQueueHolder: each kill takes the worker that holds the
 	// instance's queue lease (Adaptive's), if one does within a second.
 	KillQueueHolder bool
@@ -106,7 +108,7 @@ func RunTrial(t *testing.T, tr Trial) Outcome {
 			hand.send(c)
 		}
 	}
-	base.Handoff = tr.Handoff
+	base.Handoff, base.LostPercent = tr.Handoff, tr.LostPercent
 	out := Outcome{}
 	var apis []verify.Target
 	for i := range tr.API {

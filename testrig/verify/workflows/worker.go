@@ -47,6 +47,9 @@ type Config struct {
 	// again with the same actor and request id. Jobs handed to this
 	// process arrive on its standard input, one JSON Job a line.
 	Handoff bool
+	// LostPercent, when positive, makes that share of the operations
+	// lost replies (otherwise 22 %).
+	LostPercent int
 }
 
 // Job is a request handed over by another process: ask again, as Actor,
@@ -193,6 +196,9 @@ func (cl *client) run(ctx context.Context, end time.Time) {
 		}
 		from, to := in.State, next(in.State)
 		p := cl.rng.IntN(100)
+		if cl.cfg.LostPercent > 0 && cl.rng.IntN(100) < cl.cfg.LostPercent {
+			p = 80 // a lost reply
+		}
 		switch {
 		case p < 45:
 			cl.call(ctx, "unique", from, to, cl.actor, cl.rid(), time.Minute)
