@@ -30,6 +30,9 @@ var faultRows = []faultRow{
 	// Calls cut by their context at 0–4 ms, asked again through another
 	// process: a grant the cut call left must not hold the instance.
 	{name: "handoff-lease", mix: []workflow.Strategy{workflow.Lease}, procs: 2, handoff: true, lost: 60},
+	// One of three processes SIGKILLed while it holds Adaptive's queue
+	// lease: the others go on after about a queue slice.
+	{name: "kill-adaptive", mix: []workflow.Strategy{workflow.Adaptive}, procs: 3, killHead: true},
 }
 
 // gapLimit bounds the longest time without a transition in a fault row.
