@@ -84,7 +84,14 @@ func TestR16Faults(t *testing.T) {
 							}
 						}
 					}
-					if o.MaxGap >= gapLimit {
+					limit := gapLimit
+					if store == "etcd" && fr.killHead {
+						// etcd keeps a dead process's queue entry for its
+						// liveness window (queue_liveness, 5 s) and a grant
+						// for at least 2 s: measured 4.75 s (docs/workflows.md).
+						limit = 7 * time.Second
+					}
+					if o.MaxGap >= limit {
 						bad = append(bad, fmt.Sprintf("a gap of %s without a transition", o.MaxGap.Round(time.Millisecond)))
 					}
 					if o.Result.Transitions == 0 {
