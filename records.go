@@ -259,7 +259,12 @@ type RecordLocker interface {
 	// absent: the key is then not locked, so fn's Txn should condition on
 	// absence), and applies the Txn fn returns — its conditions checked and
 	// its writes applied in the same engine transaction, which then commits
-	// and unlocks. An error from fn rolls back and is returned as is.
+	// and unlocks. An error from fn rolls back and is returned as is. fn
+	// may be called more than once, each time with the record as locked
+	// then (PostgreSQL: when the Txn touches keys that sort before key and
+	// one of them is busy, the locks are let go and taken again in key
+	// order, so that LockedTxn never deadlocks with Txn): it must be free
+	// of side effects.
 	LockedTxn(ctx context.Context, key string, wait time.Duration, fn func(cur Versioned, exists bool) (Txn, error)) (TxnResult, error)
 }
 

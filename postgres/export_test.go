@@ -89,3 +89,15 @@ func TxnInTx(ctx context.Context, s *Store, txn leasehold.Txn) (leasehold.TxnRes
 	})
 	return res, err
 }
+
+// Deadlocks reports how many transactions the Store ran again after
+// PostgreSQL chose them as a deadlock's victim.
+func Deadlocks(s *Store) int64 { return s.deadlocks.Load() }
+
+// Relocks reports how many times LockedTxn let its locks go and took them
+// again in key order.
+func Relocks(s *Store) int64 { return s.relocks.Load() }
+
+// Fences reports how many backends the Store ended after an acquire cut
+// by its context.
+func Fences(s *Store) int64 { return s.fences.Load() }

@@ -212,8 +212,8 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 		if attempt == 0 {
 			q = s.q.grab // the fast path; no row: acquireSQL decides
 		}
-		err := s.pool.QueryRow(ctx, q, req.Name, req.Owner, req.RequestID, data, micros(req.TTL)).
-			Scan(&granted, &token, &owner, &expires, &acquired, &ttl, &held, &now)
+		err := s.acquireRow(ctx, req, q, []any{req.Name, req.Owner, req.RequestID, data, micros(req.TTL)},
+			&granted, &token, &owner, &expires, &acquired, &ttl, &held, &now)
 		switch {
 		case attempt == 0 && errors.Is(err, pgx.ErrNoRows):
 			continue

@@ -69,6 +69,9 @@ type Store struct {
 	reruns    atomic.Int64 // acquires re-run for a holder inserted concurrently (for tests)
 	steps     atomic.Int64 // calls of the wait function (for tests)
 	notes     atomic.Int64 // notifications received by this Store's waiters (for tests)
+	deadlocks atomic.Int64 // transactions run again after a deadlock (for tests)
+	relocks   atomic.Int64 // LockedTxn calls that took their locks again in key order (for tests)
+	fences    atomic.Int64 // backends ended after a cut acquire (for tests)
 }
 
 type config struct {

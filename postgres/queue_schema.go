@@ -419,8 +419,9 @@ func refreshFunctions(ctx context.Context, pool *pgxpool.Pool, lease tableName) 
 }
 
 // txnFnSQL is Txn in one call: it gives every key (p_keys, sorted, without
-// duplicates) a row (a placeholder when absent), locks them in key order,
-// and checks the conditions (p_ikeys at p_iver: 0 = absent) and that every
+// duplicates) a row (a placeholder when absent) and locks it, one key
+// after the other in key order — so that it never holds a key while it
+// waits for a smaller one, as LockedTxn does not either — and checks the conditions (p_ikeys at p_iver: 0 = absent) and that every
 // add (kind 2) applies to a counter without overflow. If all hold it
 // applies the writes (kind 0 put p_wval, 1 delete, 2 add p_wadd) and
 // returns the written rows' new versions (r_applied true); otherwise it
@@ -431,11 +432,16 @@ const txnFnSQL = `CREATE OR REPLACE FUNCTION %[1]s(p_keys text[], p_ikeys text[]
 RETURNS TABLE (r_applied boolean, r_key text, r_value bytea, r_version bigint, r_live boolean)
 LANGUAGE plpgsql AS $fn$
 DECLARE
-	v_n integer;
+	v_n integer := 0;
+	v_k text;
 BEGIN
-	INSERT INTO %[2]s (key, value, version) SELECT k, NULL, 0 FROM unnest(p_keys) AS k ON CONFLICT (key) DO NOTHING;
-	PERFORM 1 FROM %[2]s r WHERE r.key = ANY(p_keys) ORDER BY r.key FOR UPDATE;
-	GET DIAGNOSTICS v_n = ROW_COUNT;
+	FOREACH v_k IN ARRAY p_keys LOOP
+		INSERT INTO %[2]s (key, value, version) VALUES (v_k, NULL, 0) ON CONFLICT (key) DO NOTHING;
+		PERFORM 1 FROM %[2]s r WHERE r.key = v_k FOR UPDATE;
+		IF FOUND THEN
+			v_n := v_n + 1;
+		END IF;
+	END LOOP;
 	IF v_n <> cardinality(p_keys) THEN
 		RAISE EXCEPTION 'transaction locked %% of its %% keys', v_n, cardinality(p_keys);
 	END IF;

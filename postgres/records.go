@@ -105,6 +105,13 @@ const recLockSQL = `SELECT key, value, version, value IS NOT NULL FROM %s
 // recLockOneSQL locks one key's row for LockedTxn.
 const recLockOneSQL = `SELECT value, version, value IS NOT NULL FROM %s WHERE key = $1::text FOR UPDATE`
 
+// recTryLockOneSQL locks one key's row if no one else holds it (LockedTxn,
+// for a key that sorts before one it holds).
+const recTryLockOneSQL = `SELECT value, version, value IS NOT NULL FROM %s WHERE key = $1::text FOR UPDATE NOWAIT`
+
+// recPlaceholderSQL gives one key a row (a placeholder when absent).
+const recPlaceholderSQL = `INSERT INTO %s (key, value, version) VALUES ($1::text, NULL, 0) ON CONFLICT (key) DO NOTHING`
+
 // recWriteSQL applies a transaction's writes to rows it has locked.
 const recWriteSQL = `UPDATE %s AS r SET value = u.v, version = u.n
 	FROM unnest($1::text[], $2::bytea[], $3::bigint[]) AS u(k, v, n) WHERE r.key = u.k`
@@ -113,6 +120,7 @@ type recordQueries struct {
 	table                            string // for messages
 	get, create, update, delete, add string
 	placeholders, lock, lockOne      string
+	tryLockOne, placeholder          string
 	write                            string
 	txn                              string // SELECT from the txn function (queue_schema.go)
 }
@@ -129,6 +137,8 @@ func buildRecordQueries(t, lease tableName) recordQueries {
 		placeholders: fmt.Sprintf(recPlaceholdersSQL, id),
 		lock:         fmt.Sprintf(recLockSQL, id),
 		lockOne:      fmt.Sprintf(recLockOneSQL, id),
+		tryLockOne:   fmt.Sprintf(recTryLockOneSQL, id),
+		placeholder:  fmt.Sprintf(recPlaceholderSQL, id),
 		write:        fmt.Sprintf(recWriteSQL, id),
 		txn: fmt.Sprintf("SELECT r_applied, r_key, r_value, r_version, r_live FROM %s($1::text[], $2::text[], $3::bigint[], $4::text[], $5::smallint[], $6::bytea[], $7::bigint[])",
 			queueObjectsFor(lease).txn),
@@ -312,12 +322,15 @@ func (r recRow) holds(expect uint64) bool {
 }
 
 // Txn implements leasehold.RecordStore in one round trip: one call of the
-// schema's txn function (queue_schema.go), which gives every key a row,
-// locks them all in key order, checks the conditions and applies the
-// writes in one implicit transaction. When it refuses, it returns the rows
-// it locked, and the refusal is reported from them by the same code as
-// LockedTxn's (planTxn). Not retried after a lost connection: it may have
-// been applied.
+// schema's txn function (queue_schema.go), which gives every key a row and
+// locks it, key after key in key order, checks the conditions and applies
+// the writes in one implicit transaction. When it refuses, it returns the
+// rows it locked, and the refusal is reported from them (planTxn). Not
+// retried after a lost connection: it may have been applied. A call that
+// PostgreSQL chose as a deadlock's victim (SQLSTATE 40P01; possible only
+// with writers that lock the keys in another order) changed nothing and is
+// run again, up to deadlockAttempts times, and then refused as a conflict
+// (deadlocked).
 func (s *Store) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult, error) {
 	if err := txn.Validate(); err != nil {
 		return leasehold.TxnResult{}, err
@@ -326,6 +339,33 @@ func (s *Store) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult
 		return leasehold.TxnResult{}, err
 	}
 	keys := txnKeys(txn)
+	for attempt := 1; ; attempt++ {
+		res, err := s.txnCall(ctx, s.pool, keys, txn)
+		if !isDeadlock(err) || ctx.Err() != nil {
+			if err != nil {
+				return leasehold.TxnResult{}, s.txnFail(ctx, err)
+			}
+			return res, nil
+		}
+		if attempt == deadlockAttempts {
+			return leasehold.TxnResult{}, deadlocked(txn, keys)
+		}
+		if err := s.afterDeadlock(ctx, attempt); err != nil {
+			return leasehold.TxnResult{}, err
+		}
+	}
+}
+
+// querier runs a query on the pool or in a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// txnCall runs txn (whose sorted keys are keys) as one call of the txn
+// function on q. Errors are returned as they come (the caller translates
+// them); a refusal is a *leasehold.ConflictError or an
+// *leasehold.InvalidError.
+func (s *Store) txnCall(ctx context.Context, q querier, keys []string, txn leasehold.Txn) (leasehold.TxnResult, error) {
 	ikeys, iver := make([]string, 0, len(txn.If)), make([]int64, 0, len(txn.If))
 	for _, c := range txn.If {
 		v := int64(c.Version)
@@ -348,9 +388,9 @@ func (s *Store) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult
 		}
 		wkeys, wkind, wval, wadd = append(wkeys, w.Key), append(wkind, kind), append(wval, value), append(wadd, w.Add)
 	}
-	rows, err := s.pool.Query(ctx, s.rq.txn, keys, ikeys, iver, wkeys, wkind, wval, wadd)
+	rows, err := q.Query(ctx, s.rq.txn, keys, ikeys, iver, wkeys, wkind, wval, wadd)
 	if err != nil {
-		return leasehold.TxnResult{}, s.txnFail(ctx, err)
+		return leasehold.TxnResult{}, err
 	}
 	applied := true
 	cur := make(map[string]recRow, len(keys))
@@ -361,7 +401,7 @@ func (s *Store) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult
 		var version int64
 		if err := rows.Scan(&ok, &k, &r.value, &version, &r.live); err != nil {
 			rows.Close()
-			return leasehold.TxnResult{}, s.txnFail(ctx, err)
+			return leasehold.TxnResult{}, err
 		}
 		applied = applied && ok
 		r.version = uint64(version)
@@ -369,7 +409,7 @@ func (s *Store) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return leasehold.TxnResult{}, s.txnFail(ctx, err)
+		return leasehold.TxnResult{}, err
 	}
 	if !applied {
 		if len(cur) != len(keys) {
@@ -551,61 +591,4 @@ func planTxn(cur map[string]recRow, txn leasehold.Txn) (txnPlan, error) {
 		p.keys, p.values, p.versions = append(p.keys, w.Key), append(p.values, value), append(p.versions, int64(next))
 	}
 	return p, nil
-}
-
-// LockedTxn implements leasehold.RecordLocker: BEGIN; lock_timeout for
-// this transaction; SELECT ... FOR UPDATE of key; fn; the Txn fn returns,
-// applied as Txn applies one; COMMIT. A lock not granted within wait
-// (lock_not_available, at the first lock or any later one of the Txn) is
-// leasehold.ErrLockTimeout. lock_timeout counts whole milliseconds: wait is
-// rounded up, and a wait below 1ms waits 1ms.
-func (s *Store) LockedTxn(ctx context.Context, key string, wait time.Duration, fn func(cur leasehold.Versioned, exists bool) (leasehold.Txn, error)) (leasehold.TxnResult, error) {
-	if err := storekit.ValidateKey(key); err != nil {
-		return leasehold.TxnResult{}, err
-	}
-	if err := s.begin(ctx); err != nil {
-		return leasehold.TxnResult{}, err
-	}
-	// lock_timeout counts whole milliseconds; round up, and at least 1ms
-	// (0 would mean no limit).
-	ms := max((wait+time.Millisecond-1)/time.Millisecond, 1)
-	var res leasehold.TxnResult
-	var fnErr error
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1::text, true)", strconv.FormatInt(int64(ms), 10)); err != nil {
-			return err
-		}
-		cur := leasehold.Versioned{Key: key}
-		var version int64
-		var live bool
-		err := tx.QueryRow(ctx, s.rq.lockOne, key).Scan(&cur.Value, &version, &live)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		if !live {
-			cur.Value = nil
-		} else {
-			cur.Version = uint64(version)
-		}
-		txn, err := fn(cur, live)
-		if err != nil {
-			fnErr = err
-			return err
-		}
-		if err := txn.Validate(); err != nil {
-			return err
-		}
-		res, err = applyTxn(ctx, tx, s.rq, txn)
-		return err
-	})
-	var pe *pgconn.PgError
-	switch {
-	case err == nil:
-		return res, nil
-	case fnErr != nil:
-		return leasehold.TxnResult{}, fnErr
-	case errors.As(err, &pe) && pe.Code == "55P03":
-		return leasehold.TxnResult{}, fmt.Errorf("record %q: %w (waited %s)", key, leasehold.ErrLockTimeout, time.Duration(ms)*time.Millisecond)
-	}
-	return leasehold.TxnResult{}, s.txnFail(ctx, err)
 }

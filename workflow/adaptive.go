@@ -290,7 +290,7 @@ func (w *Workflows) drain(h *hotInstance) {
 			}
 			if lease == nil {
 				actx, cancel := context.WithTimeout(context.Background(), w.cfg.LockWait)
-				l, err := w.client.Acquire(actx, w.queueLeaseName(h.id), leasehold.TTL(w.cfg.LeaseTTL), leasehold.NoKeepalive())
+				l, err := w.client.Acquire(actx, w.queueLeaseName(h.id), leasehold.TTL(w.queueTTL()))
 				cancel()
 				if err == nil {
 					lease, leaseAt = l, w.clock.Now()
@@ -314,6 +314,16 @@ func (w *Workflows) drain(h *hotInstance) {
 			h.mu.Unlock()
 		}
 	}
+}
+
+// queueTTL is the TTL of the queue head's FIFO lease: five queue slices
+// (at least 200ms, at most LeaseTTL), renewed by keepalive while the head
+// holds it. The head lets it go after a slice; a head whose process dies
+// holding it keeps the other processes' heads out for at most this long
+// (before issue 28 it was LeaseTTL without keepalive: a SIGKILLed process
+// stalled the instance for 10 s).
+func (w *Workflows) queueTTL() time.Duration {
+	return min(max(5*w.cfg.QueueSlice, 200*time.Millisecond), w.cfg.LeaseTTL)
 }
 
 // refusalsPerBatch bounds the refusals one batch answers: under a herd of

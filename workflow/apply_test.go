@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/workflow"
 )
 
@@ -128,5 +129,43 @@ func TestApplyLabel(t *testing.T) {
 				t.Fatalf("lookup of the old entry: %+v %v", l, err)
 			}
 		})
+	}
+}
+
+// TestResultErr: Result.Err makes Apply's refusals (nil error) visible as
+// errors, and is nil for the outcomes whose request is in the history
+// (issue 28's API note).
+func TestResultErr(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	w, err := workflow.New(workflow.Definition{Name: "e", Initial: "A", Transitions: map[string][]string{"A": {"B", "C"}, "B": {"C"}}},
+		workflow.Config{Records: st, Leases: st, Strategy: workflow.Optimistic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Create(ctx, "i"); err != nil {
+		t.Fatal(err)
+	}
+	ab := workflow.Request{Instance: "i", From: "A", To: "B", Actor: "a", RequestID: "r1"}
+	res, err := w.Apply(ctx, ab)
+	if err != nil || res.Err() != nil {
+		t.Fatalf("applied: %v, Err %v", err, res.Err())
+	}
+	if res, err = w.Apply(ctx, ab); err != nil || res.Outcome != workflow.Repeated || res.Err() != nil {
+		t.Fatalf("repeated: %+v, %v, Err %v", res, err, res.Err())
+	}
+	res, err = w.Apply(ctx, workflow.Request{Instance: "i", From: "A", To: "B", Actor: "b", RequestID: "r2"})
+	if err != nil || res.Outcome != workflow.AlreadyDone || !errors.Is(res.Err(), workflow.ErrAlreadyDone) {
+		t.Fatalf("already done: %+v, %v, Err %v", res, err, res.Err())
+	}
+	res, err = w.Apply(ctx, workflow.Request{Instance: "i", From: "A", To: "C", Actor: "c", RequestID: "r3"})
+	var ws *workflow.WrongStateError
+	if err != nil || res.Outcome != workflow.WrongState || !errors.As(res.Err(), &ws) || ws.Current != "B" || ws.Version != 1 ||
+		ws.Last == nil || ws.Last.RequestID != "r1" || !errors.Is(res.Err(), workflow.ErrWrongState) {
+		t.Fatalf("wrong state: %+v, %v, Err %v", res, err, res.Err())
+	}
+	// The same refusal from the deprecated Transition, for comparison.
+	if _, terr := w.Transition(ctx, "i", "A", "C", "c", "r3"); !strings.HasSuffix(terr.Error(), res.Err().Error()) {
+		t.Errorf("Err %q, Transition's error %q", res.Err(), terr)
 	}
 }

@@ -42,6 +42,8 @@ func Example_lostReply() {
 	// 2. Asked from the state read since, the id is refused with the entry
 	// it applied: the caller learns its payment went through at version 1.
 	_, err = orders.Apply(ctx, workflow.Request{Instance: "o-7", From: "SHIPPED", To: "DELIVERED", Actor: "billing", RequestID: rid})
+	// It is an invalid request (errors.Is(err, leasehold.ErrInvalid)), but
+	// not an *leasehold.InvalidError: errors.As finds its own type.
 	var reused *workflow.RequestReusedError
 	if errors.As(err, &reused) {
 		fmt.Println("reused:", reused.Entry.From, "→", reused.Entry.To, "at version", reused.Entry.Version)

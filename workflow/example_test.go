@@ -71,8 +71,12 @@ func Example() {
 
 	// Someone rejects from a state the request has left: the same shape
 	// as the second approver's answer — the state found and who moved it.
-	rej, _ := approvals.Apply(ctx, workflow.Request{Instance: "exp-42", From: "PENDING", To: "REJECTED", Actor: "dave", RequestID: "reject-by-dave"})
-	fmt.Println("reject:", rej.Outcome, rej.Superseded(), rej.State, "by", rej.Entry.Actor == winner)
+	// Apply's error is nil for a refusal: Err says whether this request
+	// is in the history.
+	rej, err := approvals.Apply(ctx, workflow.Request{Instance: "exp-42", From: "PENDING", To: "REJECTED", Actor: "dave", RequestID: "reject-by-dave"})
+	fmt.Println("reject:", rej.Outcome, rej.Superseded(), rej.State, "by", rej.Entry.Actor == winner, "| error:", err)
+	fmt.Println("refused:", errors.Is(rej.Err(), workflow.ErrWrongState), "| second approver refused:", errors.Is(r.Err(), workflow.ErrAlreadyDone),
+		"| winner:", results[winner].Err())
 
 	history, _ := approvals.History(ctx, "exp-42")
 	for _, e := range history {
@@ -82,7 +86,8 @@ func Example() {
 	// first approver: applied at version 2
 	// second approver: already-done | told who: true | which request: true
 	// retry: repeated version 2
-	// reject: wrong-state true APPROVED by true
+	// reject: wrong-state true APPROVED by true | error: <nil>
+	// refused: true | second approver refused: true | winner: <nil>
 	// v1 DRAFT → PENDING
 	// v2 PENDING → APPROVED
 }

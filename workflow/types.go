@@ -131,6 +131,36 @@ type Result struct {
 // and Version as found, and Entry, the transition that moved it there.
 func (r Result) Superseded() bool { return r.Outcome == AlreadyDone || r.Outcome == WrongState }
 
+// Err is nil when this call's request is in the history — Applied (this
+// call moved the instance) or Repeated (an earlier call with its request
+// id did) — and otherwise the refusal as an error: a *WrongStateError
+// (matching ErrWrongState) for WrongState, an error matching
+// ErrAlreadyDone for AlreadyDone. Apply answers both refusals with a nil
+// error, so a caller that must not take someone else's transition for its
+// own checks Err (or Outcome), not only Apply's error:
+//
+//	res, err := w.Apply(ctx, req)
+//	if err == nil {
+//		err = res.Err()
+//	}
+func (r Result) Err() error {
+	switch r.Outcome {
+	case Applied, Repeated:
+		return nil
+	case WrongState:
+		e := &WrongStateError{Instance: r.Instance, Current: r.State, Version: r.Version, From: r.From, To: r.To,
+			strategy: r.Strategy, attempts: r.Attempts}
+		if r.Version > 0 {
+			last := r.Entry
+			e.Last = &last
+		}
+		return e
+	case AlreadyDone:
+		return fmt.Errorf("%s: %w", r, ErrAlreadyDone)
+	}
+	return fmt.Errorf("workflow: a result with no outcome (%q)", r.Outcome)
+}
+
 func (r Result) String() string {
 	switch r.Outcome {
 	case WrongState:
@@ -155,6 +185,9 @@ var (
 	ErrNoInstance = errors.New("no such workflow instance")
 	// ErrExists reports a Create of an instance that exists.
 	ErrExists = errors.New("workflow instance already exists")
+	// ErrAlreadyDone is matched by Result.Err of an AlreadyDone result:
+	// another request moved the instance into the target state.
+	ErrAlreadyDone = errors.New("workflow instance already moved to the target state by another request")
 	// ErrWrongState is matched (errors.Is) by every *WrongStateError.
 	ErrWrongState = errors.New("workflow instance is not in the transition's source state")
 	// ErrNotAllowed is matched (errors.Is) by every *NotAllowedError.
@@ -223,8 +256,11 @@ func (e *WrongStateError) result() Result {
 }
 
 func (e *WrongStateError) Error() string {
-	s := fmt.Sprintf("workflow %q instance %q: transition %q → %q refused: the instance is in %q (version %d), not %q",
-		e.Workflow, e.Instance, e.From, e.To, e.Current, e.Version, e.From)
+	s := fmt.Sprintf("instance %q: transition %q → %q refused: the instance is in %q (version %d), not %q",
+		e.Instance, e.From, e.To, e.Current, e.Version, e.From)
+	if e.Workflow != "" { // Result.Err does not know it
+		s = fmt.Sprintf("workflow %q ", e.Workflow) + s
+	}
 	if e.Last != nil {
 		s += fmt.Sprintf(" (moved there by %s, request %s)", e.Last.Actor, e.Last.RequestID)
 	}

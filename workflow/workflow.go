@@ -78,7 +78,9 @@ type Config struct {
 	LocalQueue bool
 	// QueueSlice is how long a queue head keeps its FIFO lease while
 	// transitions keep arriving before it lets the heads of other
-	// processes in (default 50ms).
+	// processes in (default 50ms). The lease's TTL is five slices (at
+	// least 200ms, at most LeaseTTL), renewed while it is held: what a
+	// process that dies holding it costs the others.
 	QueueSlice time.Duration
 
 	// Registerer receives the metrics (nil: none).

@@ -14,7 +14,9 @@ import (
 type Call struct {
 	Worker string `json:"w"`
 	// Op: "begin" (a transition is about to be sent: nothing else is known
-	// of it if the process dies), "transition", "get" or "lookup".
+	// of it if the process dies), "transition", "get", "lookup", or
+	// "handoff" (a lost reply handed to another process to ask again:
+	// Config.Handoff).
 	Op string `json:"op"`
 	// Kind says why a transition was sent: "unique" (a fresh request id),
 	// "shared" (an id every process derives from the version it read, with

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -38,6 +40,17 @@ type Trial struct {
 	// the workers call their workflow HTTP API; Kills then kill and restart
 	// those servers (the workers stay).
 	API int
+	// Mix, when set, gives worker i the strategy Mix[i mod len(Mix)]
+	// instead of Strategy: several strategies on one instance.
+	Mix []workflow.Strategy
+	// Handoff: lost replies are asked again through another worker
+	// process (Config.Handoff).
+	Handoff bool
+	// LostPercent is Config.LostPercent.
+	LostPercent int
+	// KillQueueHolder: each kill takes the worker that holds the
+	// instance's queue lease (Adaptive's), if one does within a second.
+	KillQueueHolder bool
 }
 
 // Outcome is what a trial recorded and what Check said of it.
@@ -46,6 +59,13 @@ type Outcome struct {
 	Hist   []workflow.Entry
 	Result Result
 	Faults int
+	// MaxGap is the longest time without a transition: between two
+	// history entries, or from the last one to the end of the run.
+	MaxGap time.Duration
+	// Errors counts the transitions answered with a store error;
+	// Deadlocks those of them that were PostgreSQL deadlocks (SQLSTATE
+	// 40P01).
+	Errors, Deadlocks int
 }
 
 // RunTrial runs tr and checks it.
@@ -56,6 +76,7 @@ func RunTrial(t *testing.T, tr Trial) Outcome {
 		Clients: tr.Clients, Duration: tr.Duration, LockWait: tr.LockWait, LeaseTTL: tr.LeaseTTL, Store: tr.Target.URL}
 	ctx := context.Background()
 	var rs leasehold.RecordStore
+	var ls leasehold.Store // the harness's own client of the store (nil on memory)
 	var mem *memory.Store
 	if tr.Target.URL == "" {
 		mem = memory.New()
@@ -66,6 +87,7 @@ func RunTrial(t *testing.T, tr Trial) Outcome {
 			t.Fatalf("open %s: %v", tr.Target.Name, err)
 		}
 		defer st.Close()
+		ls = st
 		var ok bool
 		if rs, ok = st.(leasehold.RecordStore); !ok {
 			t.Fatalf("%s keeps no records", tr.Target.Name)
@@ -79,18 +101,29 @@ func RunTrial(t *testing.T, tr Trial) Outcome {
 		t.Fatalf("create: %v", err)
 	}
 	var log callLog
-	emit := log.emit
+	hand := &handoffs{}
+	emit := func(c Call) {
+		log.emit(c)
+		if c.Op == "handoff" {
+			hand.send(c)
+		}
+	}
+	base.Handoff, base.LostPercent = tr.Handoff, tr.LostPercent
 	out := Outcome{}
 	var apis []verify.Target
 	for i := range tr.API {
 		apis = append(apis, startAPI(t, tr, name))
 		base.HTTP = append(base.HTTP, "http://"+apis[i].HTTPAddr)
 	}
+	runStart := time.Now()
 	var wg sync.WaitGroup
 	if mem != nil {
 		for p := range tr.Procs {
 			cfg := base
 			cfg.ID, cfg.Seed = "p"+strconv.Itoa(p), tr.Seed+uint64(p)*7919
+			if len(tr.Mix) > 0 {
+				cfg.Strategy = tr.Mix[p%len(tr.Mix)]
+			}
 			wp, err := New(cfg, mem, mem)
 			if err != nil {
 				t.Fatal(err)
@@ -103,8 +136,12 @@ func RunTrial(t *testing.T, tr Trial) Outcome {
 		start := func(i int) *workerProc {
 			cfg := base
 			cfg.ID, cfg.Seed = "p"+strconv.Itoa(i), tr.Seed+uint64(i)*7919
+			if len(tr.Mix) > 0 {
+				cfg.Strategy = tr.Mix[i%len(tr.Mix)]
+			}
 			p := startWorker(t, cfg, emit)
 			procs = append(procs, p)
+			hand.add(p)
 			return p
 		}
 		live := make([]*workerProc, tr.Procs)
@@ -134,6 +171,10 @@ func RunTrial(t *testing.T, tr Trial) Outcome {
 				continue
 			}
 			i := k % tr.Procs
+			if tr.KillQueueHolder {
+				i = queueHolder(ls, name, live, i)
+			}
+			hand.remove(live[i])
 			live[i].kill()
 			out.Faults++
 			// The replacement runs for what is left of the run.
@@ -157,14 +198,119 @@ func RunTrial(t *testing.T, tr Trial) Outcome {
 	}
 	out.Calls, out.Hist = log.all(), hist
 	out.Result = Check(Chain(name), out.Calls, hist)
+	// The run ends when the workers stop starting operations, or, if an
+	// operation was still waiting then (a stall), when the last one ended.
+	end := runStart.Add(tr.Duration)
+	mono0 := verify.MonoOf(runStart)
+	for _, c := range out.Calls {
+		if c.Op == "transition" && c.Kind != "stopped" {
+			end = later(end, runStart.Add(time.Duration(c.End-mono0)))
+		}
+	}
+	out.MaxGap = maxGap(hist, end)
+	for _, c := range out.Calls {
+		if c.Op == "transition" && c.Answer == AnsError {
+			out.Errors++
+			if strings.Contains(c.Err, "40P01") {
+				out.Deadlocks++
+			}
+		}
+	}
 	return out
 }
 
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// maxGap is the longest time between two entries of hist, or from the
+// last one to end.
+func maxGap(hist []workflow.Entry, end time.Time) time.Duration {
+	var gap time.Duration
+	for i := 1; i < len(hist); i++ {
+		gap = max(gap, hist[i].At.Sub(hist[i-1].At))
+	}
+	if n := len(hist); n > 0 {
+		gap = max(gap, end.Sub(hist[n-1].At))
+	}
+	return gap
+}
+
+// queueHolder returns the index in live of the worker that holds the
+// instance's queue lease (owner "r16-" + its ID), waiting up to a second
+// for one to hold it; otherwise def.
+func queueHolder(ls leasehold.Store, name string, live []*workerProc, def int) int {
+	if ls == nil {
+		return def
+	}
+	lease := "wf/" + name + "/queue/i"
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		r, err := ls.Get(ctx, lease)
+		cancel()
+		if err != nil {
+			continue
+		}
+		for i, p := range live {
+			if "r16-"+p.id == r.Owner {
+				return i
+			}
+		}
+	}
+	return def
+}
+
+// handoffs passes the requests a worker hands over (Config.Handoff) to
+// another live worker, in turn.
+type handoffs struct {
+	mu    sync.Mutex
+	procs []*workerProc
+	next  int
+}
+
+func (h *handoffs) add(p *workerProc) {
+	h.mu.Lock()
+	h.procs = append(h.procs, p)
+	h.mu.Unlock()
+}
+
+func (h *handoffs) remove(p *workerProc) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, x := range h.procs {
+		if x == p {
+			h.procs = append(h.procs[:i:i], h.procs[i+1:]...)
+			return
+		}
+	}
+}
+
+func (h *handoffs) send(c Call) {
+	b, _ := json.Marshal(Job{Actor: c.Actor, From: c.From, To: c.To, RequestID: c.RequestID})
+	b = append(b, '\n')
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for range h.procs {
+		h.next++
+		p := h.procs[h.next%len(h.procs)]
+		if p.id == c.Worker || p.stdin == nil {
+			continue
+		}
+		_, _ = p.stdin.Write(b)
+		return
+	}
+}
+
 type workerProc struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	done chan struct{}
-	end  time.Time
+	t     *testing.T
+	id    string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser // Config.Handoff's jobs (nil without)
+	done  chan struct{}
+	end   time.Time
 }
 
 func startWorker(t *testing.T, cfg Config, emit func(Call)) *workerProc {
@@ -181,10 +327,15 @@ func startWorker(t *testing.T, cfg Config, emit func(Call)) *workerProc {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p := &workerProc{t: t, id: cfg.ID, cmd: cmd, done: make(chan struct{})}
+	if cfg.Handoff {
+		if p.stdin, err = cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start worker: %v", err)
 	}
-	p := &workerProc{t: t, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		sc := bufio.NewScanner(stdout)

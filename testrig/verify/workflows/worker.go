@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,6 +41,24 @@ type Config struct {
 	// processes serving the definition: the clients call their workflow
 	// API (client i the server i mod len(HTTP)) instead of a Workflows.
 	HTTP []string
+	// Handoff: a transition whose reply was lost (its context cut at 0–4
+	// ms) is not resolved here but handed to another process (the call
+	// is emitted with Handoff set; the harness passes it on), which asks
+	// again with the same actor and request id. Jobs handed to this
+	// process arrive on its standard input, one JSON Job a line.
+	Handoff bool
+	// LostPercent, when positive, makes that share of the operations
+	// lost replies (otherwise 22 %).
+	LostPercent int
+}
+
+// Job is a request handed over by another process: ask again, as Actor,
+// From → To with RequestID.
+type Job struct {
+	Actor     string `json:"actor"`
+	From      string `json:"from"`
+	To        string `json:"to"`
+	RequestID string `json:"rid"`
 }
 
 // Chain is the suite's definition: A → B → C → D → A.
@@ -97,7 +116,20 @@ func runProcess(cfg Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	Run(ctx, cfg, func(int) Service { return w }, emit)
+	var jobs chan Job
+	if cfg.Handoff {
+		jobs = make(chan Job, 64)
+		go func() {
+			sc := bufio.NewScanner(os.Stdin)
+			for sc.Scan() {
+				var j Job
+				if json.Unmarshal(sc.Bytes(), &j) == nil {
+					jobs <- j
+				}
+			}
+		}()
+	}
+	RunJobs(ctx, cfg, func(int) Service { return w }, emit, jobs)
 	return nil
 }
 
@@ -105,6 +137,13 @@ func runProcess(cfg Config, out io.Writer) error {
 // i on svc(i), then lets each finish what it is doing, passing every call
 // to emit.
 func Run(ctx context.Context, cfg Config, svc func(i int) Service, emit func(Call)) {
+	RunJobs(ctx, cfg, svc, emit, nil)
+}
+
+// RunJobs is Run that also resolves the requests handed over on jobs (nil:
+// none) while its clients run, each with the job's actor on svc(0); it
+// returns when the clients and the jobs taken have finished.
+func RunJobs(ctx context.Context, cfg Config, svc func(i int) Service, emit func(Call), jobs <-chan Job) {
 	if cfg.Clients == 0 {
 		cfg.Clients = 4
 	}
@@ -117,7 +156,25 @@ func Run(ctx context.Context, cfg Config, svc func(i int) Service, emit func(Cal
 			rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i)))}
 		wg.Go(func() { cl.run(ctx, end) })
 	}
+	stop := make(chan struct{})
+	var jwg sync.WaitGroup
+	if jobs != nil {
+		jwg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				case j := <-jobs:
+					cl := &client{cfg: cfg, w: svc(0), emit: emit, actor: j.Actor,
+						rng: rand.New(rand.NewPCG(cfg.Seed, uint64(1000+n)))}
+					jwg.Go(func() { cl.resolve(ctx, "resolve", j.From, j.To, j.RequestID) })
+				}
+			}
+		})
+	}
 	wg.Wait()
+	close(stop)
+	jwg.Wait()
 }
 
 type client struct {
@@ -139,6 +196,9 @@ func (cl *client) run(ctx context.Context, end time.Time) {
 		}
 		from, to := in.State, next(in.State)
 		p := cl.rng.IntN(100)
+		if cl.cfg.LostPercent > 0 && cl.rng.IntN(100) < cl.cfg.LostPercent {
+			p = 80 // a lost reply
+		}
 		switch {
 		case p < 45:
 			cl.call(ctx, "unique", from, to, cl.actor, cl.rid(), time.Minute)
@@ -203,6 +263,12 @@ func (cl *client) lost(ctx context.Context, from, to string) {
 	rid := cl.rid()
 	c := cl.call(ctx, "lost", from, to, cl.actor, rid, verify.Between(cl.rng, 0, 4*time.Millisecond))
 	if definitive(c.Answer) {
+		return
+	}
+	if cl.cfg.Handoff && c.Answer == AnsUnknown && ctx.Err() == nil {
+		// Another process asks again (the harness hands it over).
+		h := Call{Worker: cl.cfg.ID, Op: "handoff", From: from, To: to, Actor: cl.actor, RequestID: rid, Start: c.End}
+		cl.emit(h)
 		return
 	}
 	switch cl.rng.IntN(3) {
