@@ -77,7 +77,7 @@ func (e *Engine) tomb(ent *engEntry, now int64) {
 		return
 	}
 	ent.tomb = true
-	ent.data, ent.reqID = "", "" // not needed to recognise a repeated release
+	ent.setGrantFields("", "") // not needed to recognise a repeated release
 	e.nTombs++
 	e.tombBytes += tombSize(ent)
 	e.tombs = append(e.tombs, tombstone{ent, now, ent.token})
