@@ -7,8 +7,12 @@ package server
 // this is written for speed: a record's strings are looked up without
 // copying them (only a new entry's name and an owner not seen lately are
 // copied out), the lease map is sized from the count that a snapshot's
-// token record carries, and the expiry heap is built in one pass at the
-// end rather than one push per lease.
+// token record carries, a snapshot's grants are put in the map without
+// looking their names up first (a snapshot holds each name once: a
+// duplicate is noticed by the map's size and handled as in the log),
+// finish walks the entries in the order they were made (which is the
+// order of their memory) rather than the map's, and the expiry heap is
+// built in one pass rather than one push per lease.
 
 import (
 	"bufio"
@@ -27,6 +31,16 @@ type recovery struct {
 	// freed lists the entries whose release (or expiry) was replayed, in
 	// replay order: they become tombstones in that order.
 	freed []*engEntry
+	// ents lists the entries made, in the order they were made: e.leases
+	// holds each of them, unless dupe.
+	ents []*engEntry
+	// dupe: a snapshot named an entry twice, so some of ents may have
+	// been replaced in e.leases (finish then walks e.leases).
+	dupe bool
+	// inSnap: load is reading a snapshot. last is the entry of the grant
+	// just read, which the tombstone's release that follows it names.
+	inSnap bool
+	last   *engEntry
 }
 
 func newRecovery(e *Engine) *recovery {
@@ -34,6 +48,8 @@ func newRecovery(e *Engine) *recovery {
 }
 
 func (rc *recovery) load(r io.Reader) error {
+	rc.inSnap = true
+	defer func() { rc.inSnap, rc.last = false, nil }()
 	br := bufio.NewReaderSize(r, 1<<20)
 	buf := make([]byte, 0, 4096)
 	for {
@@ -83,10 +99,18 @@ func (rc *recovery) apply(rec []byte) error {
 		if r.err != nil {
 			return r.err
 		}
-		ent := e.leases[string(name)]
-		if ent == nil {
+		var ent *engEntry
+		if rc.inSnap {
+			ent = newEntry(string(name))
+			n := len(e.leases)
+			e.leases[ent.name] = ent
+			rc.dupe = rc.dupe || len(e.leases) == n
+			rc.ents = append(rc.ents, ent)
+			rc.last = ent
+		} else if ent = e.leases[string(name)]; ent == nil {
 			ent = newEntry(string(name))
 			e.leases[ent.name] = ent
+			rc.ents = append(rc.ents, ent)
 		}
 		ent.owner = e.owners.internBytes(owner)
 		ent.token, ent.ttl, ent.loggedTTL, ent.acquired = token, ttl, logged, acquired
@@ -105,7 +129,11 @@ func (rc *recovery) apply(rec []byte) error {
 		if r.err != nil {
 			return r.err
 		}
-		if ent := e.leases[string(name)]; ent != nil && ent.token == token {
+		ent := rc.last
+		if ent == nil || ent.name != string(name) {
+			ent = e.leases[string(name)]
+		}
+		if ent != nil && ent.token == token {
 			ent.held = false
 			ent.setSess(nil)
 			rc.freed = append(rc.freed, ent)
@@ -146,6 +174,7 @@ func (rc *recovery) apply(rec []byte) error {
 			n := r.uvarint()
 			if r.err == nil && len(e.leases) == 0 && n <= maxPresize {
 				e.leases = make(map[string]*engEntry, n)
+				rc.ents = make([]*engEntry, 0, n)
 			}
 		}
 	case recNop:
@@ -175,8 +204,15 @@ func (rc *recovery) finish() {
 		s := e.newSession(id, ttl)
 		e.sdl.set(s, now+int64(ttl))
 	}
-	dl := make(deadlines[*engEntry], 0, len(e.leases))
-	for _, ent := range e.leases {
+	ents := rc.ents
+	if rc.dupe {
+		ents = ents[:0]
+		for _, ent := range e.leases {
+			ents = append(ents, ent)
+		}
+	}
+	dl := make(deadlines[*engEntry], 0, len(ents))
+	for _, ent := range ents {
 		if !ent.held {
 			continue
 		}
@@ -214,5 +250,5 @@ func (rc *recovery) finish() {
 			delete(e.leases, ent.name)
 		}
 	}
-	rc.freed = nil
+	rc.freed, rc.ents = nil, nil
 }
