@@ -194,11 +194,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Queue > 0 {
 		fmt.Fprintln(cfg.Out)
-		res, err := MeasureQueue(ctx, filepath.Join(dir, "queue"), cfg.Queue, 1000)
-		if err != nil {
-			return err
+		for _, overRESP := range []bool{false, true} {
+			res, err := MeasureQueue(ctx, filepath.Join(dir, "queue-"+strconv.FormatBool(overRESP)), cfg.Queue, 1000, overRESP)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cfg.Out, "leasehold engine, %s (one fsync p50 %s)\n", res, fmtDur(pct(fsync, 50)))
 		}
-		fmt.Fprintf(cfg.Out, "leasehold engine, %s (one fsync p50 %s)\n", res, fmtDur(pct(fsync, 50)))
 	}
 	return nil
 }
