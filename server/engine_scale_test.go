@@ -145,13 +145,14 @@ func TestSnapshotCountsEntries(t *testing.T) {
 		snap := append(binary.AppendUvarint(nil, uint64(len(rec))), rec...)
 		snap = append(snap, rest...)
 		e2 := openEngine(t, "")
-		rc := newRecovery(e2)
-		if err := rc.load(bytes.NewReader(snap)); err != nil {
+		if err := recoverFrom(e2, bytes.NewReader(snap)); err != nil {
 			t.Fatalf("count %d: %v", count, err)
 		}
-		rc.finish()
-		if e2.held != 6 || e2.nTombs != 4 || e2.token != 10 || len(e2.leases) != 10 {
-			t.Fatalf("count %d: %d held, %d tombstones, token %d; want 6, 4, 10", count, e2.held, e2.nTombs, e2.token)
+		e2.lock()
+		held, nTombs, token, entries := e2.held, e2.nTombs, e2.token, len(e2.leases)
+		e2.unlock()
+		if held != 6 || nTombs != 4 || token != 10 || entries != 10 {
+			t.Fatalf("count %d: %d held, %d tombstones, token %d; want 6, 4, 10", count, held, nTombs, token)
 		}
 	}
 }
@@ -175,18 +176,32 @@ func TestRecoveryLargeRecords(t *testing.T) {
 		put(encodeGrant(ent))
 		put(big)
 	}
-	rc := newRecovery(e)
-	if err := rc.load(bufio.NewReaderSize(bytes.NewReader(snap), 64<<10)); err != nil {
+	if err := recoverFrom(e, bufio.NewReaderSize(bytes.NewReader(snap), 64<<10)); err != nil {
 		t.Fatal(err)
 	}
-	rc.finish()
+	e.lock()
+	defer e.unlock()
 	if e.held != 3 || e.leases["after-big-2"] == nil || e.leases["after-big-2"].owner != "o" {
 		t.Fatalf("%d held after records longer than the buffer, want 3", e.held)
 	}
 	// A record cut short is an error, not the end.
-	if err := rc.load(bytes.NewReader(snap[:len(snap)-10])); err == nil || err == io.EOF {
+	if err := recoverFrom(openEngine(t, ""), bytes.NewReader(snap[:len(snap)-10])); err == nil || err == io.EOF {
 		t.Fatalf("a torn record: %v", err)
 	}
+}
+
+// recoverFrom loads the snapshot content r into e, an engine opened
+// without a directory (so empty), as OpenEngine recovers, under e's lock:
+// its expiry loop runs.
+func recoverFrom(e *Engine, r io.Reader) error {
+	e.lock()
+	defer e.unlock()
+	rc := newRecovery(e)
+	if err := rc.load(r); err != nil {
+		return err
+	}
+	rc.finish()
+	return nil
 }
 
 // TestCrashMidSnapshot: a process that died while writing a snapshot left
@@ -279,11 +294,11 @@ func TestSnapshotDuplicateName(t *testing.T) {
 		snap = append(snap, rec...)
 	}
 	e := openEngine(t, "")
-	rc := newRecovery(e)
-	if err := rc.load(bytes.NewReader(snap)); err != nil {
+	if err := recoverFrom(e, bytes.NewReader(snap)); err != nil {
 		t.Fatal(err)
 	}
-	rc.finish()
+	e.lock()
+	defer e.unlock()
 	if e.held != 2 || len(e.leases) != 3 || e.nTombs != 1 {
 		t.Fatalf("%d held, %d entries, %d tombstones; want 2 (a, b), 3, 1 (c)", e.held, len(e.leases), e.nTombs)
 	}
