@@ -36,6 +36,8 @@ func BenchmarkPairs(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			ctx := context.Background()
 			var syncs, recs, busy atomic.Int64
+			var cmu sync.Mutex
+			var commits []time.Duration
 			dir := b.TempDir()
 			fsync, err := measureFsync(dir, 300)
 			if err != nil {
@@ -48,6 +50,9 @@ func BenchmarkPairs(b *testing.B) {
 						syncs.Add(1)
 						recs.Add(int64(n))
 						busy.Add(int64(d))
+						cmu.Lock()
+						commits = append(commits, d)
+						cmu.Unlock()
 					}}})
 				timed.Backend = e
 				return timed, err
@@ -80,7 +85,11 @@ func BenchmarkPairs(b *testing.B) {
 			if n := syncs.Load(); n > 0 {
 				b.ReportMetric(float64(recs.Load())/float64(n), "records/commit")
 				b.ReportMetric(float64(busy.Load())/float64(n)/1e3, "µs/commit")
-				b.ReportMetric(float64(busy.Load())/float64(n)/f, "commit/fsync")
+				b.ReportMetric(float64(busy.Load())/float64(n)/f, "commit-mean/fsync")
+				cmu.Lock()
+				slices.Sort(commits)
+				b.ReportMetric(float64(pct(commits, 50))/f, "commit-p50/fsync")
+				cmu.Unlock()
 				b.ReportMetric(float64(n)/float64(b.N)/pairsDuration().Seconds(), "commits/s")
 			}
 		})
