@@ -38,7 +38,7 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Rec
 	// interest in it.
 	ch := grantChans.Get().(chan grantResult)
 	switch {
-	case ent.live(now) && req.RequestID != "" && ent.reqID == req.RequestID && ent.owner == req.Owner:
+	case ent.live(now) && req.RequestID != "" && ent.reqID() == req.RequestID && ent.owner == req.Owner:
 		// A retried acquire: the same grant, with a fresh expiry.
 		e.refresh(ent, req, sess, now, ch)
 	case ent.live(now) && !mutation.On("grant-no-recheck") || ent != nil && len(ent.queue()) > 0:
@@ -61,9 +61,7 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Rec
 		return e.wait(ctx, ent, w)
 	default:
 		if ent == nil {
-			ent = &engEntry{name: req.Name}
-			ent.dl.ent = ent
-			ent.dl.idx = -1
+			ent = newEntry(req.Name)
 			e.leases[req.Name] = ent
 		}
 		e.grant(ent, req, sess, now, 0, ch)
@@ -181,16 +179,17 @@ func (e *Engine) grant(ent *engEntry, req AcquireRequest, sess *engSession, now,
 		e.held-- // an expired grant being replaced
 	}
 	e.unTomb(ent)
-	ent.owner, ent.reqID, ent.data = req.Owner, req.RequestID, string(req.Data)
+	ent.owner = e.owners.intern(req.Owner)
+	ent.setGrantFields(req.RequestID, string(req.Data))
 	ent.token, ent.ttl, ent.loggedTTL = e.token, req.TTL, req.TTL
 	ent.acquired = e.clk.Now().UnixNano()
 	ent.held = true
 	e.held++
 	e.attach(ent, sess)
 	if sess == nil {
-		e.dl.set(&ent.dl, now+int64(req.TTL))
+		e.dl.set(ent, now+int64(req.TTL))
 	} else {
-		e.dl.remove(&ent.dl)
+		e.dl.remove(ent)
 	}
 	e.pokeIfEarlier()
 	rec := ent.record(now)
@@ -212,11 +211,11 @@ func (e *Engine) grant(ent *engEntry, req AcquireRequest, sess *engSession, now,
 
 // refresh answers a retried acquire with the grant it already has.
 func (e *Engine) refresh(ent *engEntry, req AcquireRequest, sess *engSession, now int64, ch chan grantResult) {
-	ent.data = string(req.Data)
+	ent.setGrantFields(ent.reqID(), string(req.Data))
 	ent.ttl = req.TTL
 	var rec []byte
-	if sess == nil && ent.sess == nil {
-		e.dl.set(&ent.dl, now+int64(req.TTL))
+	if sess == nil && ent.sess() == nil {
+		e.dl.set(ent, now+int64(req.TTL))
 		e.pokeIfEarlier()
 		if req.TTL > ent.loggedTTL {
 			ent.loggedTTL = req.TTL
@@ -228,10 +227,10 @@ func (e *Engine) refresh(ent *engEntry, req AcquireRequest, sess *engSession, no
 }
 
 func (e *Engine) attach(ent *engEntry, sess *engSession) {
-	if ent.sess != nil && ent.sess != sess {
-		delete(ent.sess.leases, ent)
+	if old := ent.sess(); old != nil && old != sess {
+		delete(old.leases, ent)
 	}
-	ent.sess = sess
+	ent.setSess(sess)
 	if sess != nil {
 		sess.leases[ent] = struct{}{}
 	}

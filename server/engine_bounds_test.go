@@ -84,7 +84,7 @@ func checkTombBytes(t *testing.T, e *Engine, l longTombs, bound int64) int {
 			continue
 		}
 		sum += tombSize(ts.ent)
-		if ts.ent.reqID != "" || ts.ent.data != "" {
+		if ts.ent.reqID() != "" || ts.ent.data() != "" {
 			keeping++
 		}
 	}

@@ -37,10 +37,10 @@ func (e *Engine) Renew(ctx context.Context, name, owner string, token uint64, tt
 	ch := errChans.Get().(chan error)
 	ent.ttl = ttl
 	var rec []byte
-	if ent.sess != nil {
-		e.dl.set(&ent.sess.dl, now+int64(ent.sess.ttl)) // a session lease's renewal keeps its session alive
+	if s := ent.sess(); s != nil {
+		e.sdl.set(s, now+int64(s.ttl)) // a session lease's renewal keeps its session alive
 	} else {
-		e.dl.set(&ent.dl, now+int64(ttl))
+		e.dl.set(ent, now+int64(ttl))
 		if ttl > ent.loggedTTL {
 			ent.loggedTTL = ttl
 			rec = encodeTTL(ent)
@@ -103,7 +103,7 @@ func (e *Engine) free(ent *engEntry, now int64, why EventType, done func(error))
 	ent.held = false
 	e.held--
 	e.attach(ent, nil)
-	e.dl.remove(&ent.dl)
+	e.dl.remove(ent)
 	ev.Waiters = len(ent.queue())
 	e.enc = appendRelease(e.scratch(), ent)
 	e.commit(ent, e.enc, func(err error) {
@@ -135,24 +135,6 @@ func (e *Engine) expireIfDue(ent *engEntry, now int64) {
 	if ent.held && !ent.live(now) {
 		e.free(ent, now, EventExpired, nil)
 	}
-}
-
-func (ent *engEntry) queue() []*engWaiter {
-	if ent.wq == nil {
-		return nil
-	}
-	return *ent.wq
-}
-
-func (ent *engEntry) setQueue(q []*engWaiter) {
-	if len(q) == 0 {
-		ent.wq = nil
-		return
-	}
-	if ent.wq == nil {
-		ent.wq = new([]*engWaiter)
-	}
-	*ent.wq = q
 }
 
 // forgetIfIdle drops an entry that is neither held, queued on, nor a

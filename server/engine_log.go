@@ -1,14 +1,10 @@
 package server
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"time"
-
-	"github.com/leasehold/leasehold/internal/mutation"
 )
 
 // Log records. Each is a type byte followed by uvarint numbers and
@@ -35,7 +31,7 @@ func appendString(b []byte, s string) []byte {
 }
 
 func encodeGrant(ent *engEntry) []byte {
-	return appendGrant(make([]byte, 0, 48+len(ent.name)+len(ent.owner)+len(ent.reqID)+len(ent.data)), ent)
+	return appendGrant(make([]byte, 0, 48+len(ent.name)+len(ent.owner)+len(ent.reqID())+len(ent.data())), ent)
 }
 
 // appendGrant appends ent's grant record to b.
@@ -47,14 +43,15 @@ func appendGrant(b []byte, ent *engEntry) []byte {
 	b = binary.AppendVarint(b, ent.acquired)
 	b = appendString(b, ent.name)
 	b = appendString(b, ent.owner)
-	b = appendString(b, ent.reqID)
+	b = appendString(b, ent.reqID())
 	sess := ""
-	if ent.sess != nil {
-		sess = ent.sess.id
+	if s := ent.sess(); s != nil {
+		sess = s.id
 	}
 	b = appendString(b, sess)
-	b = binary.AppendUvarint(b, uint64(len(ent.data)))
-	return append(b, ent.data...)
+	data := ent.data()
+	b = binary.AppendUvarint(b, uint64(len(data)))
+	return append(b, data...)
 }
 
 func encodeRelease(ent *engEntry) []byte {
@@ -139,177 +136,6 @@ func (r *reader) bytes() []byte {
 
 func (r *reader) string() string { return string(r.bytes()) }
 
-// recovery rebuilds the engine's state from a snapshot and the log.
-type recovery struct {
-	e        *Engine
-	sessions map[string]time.Duration
-	// freed lists the entries whose release (or expiry) was replayed, in
-	// replay order: they become tombstones in that order.
-	freed []*engEntry
-}
-
-func newRecovery(e *Engine) *recovery {
-	return &recovery{e: e, sessions: map[string]time.Duration{}}
-}
-
-func (rc *recovery) load(r io.Reader) error {
-	br := bufio.NewReaderSize(r, 1<<20)
-	buf := make([]byte, 0, 4096)
-	for {
-		n, err := binary.ReadUvarint(br)
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("snapshot: %w", err)
-		}
-		if n > 1<<24 {
-			return fmt.Errorf("snapshot: %w", errCorrupt)
-		}
-		buf = buf[:0]
-		buf = append(buf, make([]byte, n)...)
-		if _, err := io.ReadFull(br, buf); err != nil {
-			return fmt.Errorf("snapshot: %w", err)
-		}
-		if err := rc.apply(buf); err != nil {
-			return fmt.Errorf("snapshot: %w", err)
-		}
-	}
-}
-
-// apply replays one record. Strings are copied out of rec.
-func (rc *recovery) apply(rec []byte) error {
-	if len(rec) == 0 {
-		return errCorrupt
-	}
-	e := rc.e
-	r := &reader{b: rec[1:]}
-	switch rec[0] {
-	case recGrant:
-		token := r.uvarint()
-		ttl := time.Duration(r.uvarint())
-		logged := time.Duration(r.uvarint())
-		acquired := r.varint()
-		name, owner, reqID, sess := r.string(), r.string(), r.string(), r.string()
-		data := r.bytes()
-		if r.err != nil {
-			return r.err
-		}
-		ent := e.leases[name]
-		if ent == nil {
-			ent = &engEntry{name: name}
-			ent.dl.ent = ent
-			ent.dl.idx = -1
-			e.leases[name] = ent
-		}
-		ent.owner, ent.reqID, ent.token, ent.ttl, ent.loggedTTL, ent.acquired = owner, reqID, token, ttl, logged, acquired
-		ent.data = string(data)
-		ent.held = true
-		ent.sess = nil
-		if sess != "" {
-			ent.sess = &engSession{id: sess} // resolved in finish
-		}
-		if !mutation.On("token-reuse") {
-			e.token = max(e.token, token)
-		}
-	case recRelease:
-		token := r.uvarint()
-		name := r.string()
-		if r.err != nil {
-			return r.err
-		}
-		if ent := e.leases[name]; ent != nil && ent.token == token {
-			ent.held = false
-			ent.sess = nil
-			rc.freed = append(rc.freed, ent)
-		}
-	case recTTL:
-		token := r.uvarint()
-		logged := time.Duration(r.uvarint())
-		name := r.string()
-		if r.err != nil {
-			return r.err
-		}
-		if ent := e.leases[name]; ent != nil && ent.token == token {
-			ent.loggedTTL = max(ent.loggedTTL, logged)
-		}
-	case recSessionOpen:
-		ttl := time.Duration(r.uvarint())
-		id := r.string()
-		if r.err != nil {
-			return r.err
-		}
-		rc.sessions[id] = ttl
-	case recSessionClose:
-		id := r.string()
-		if r.err != nil {
-			return r.err
-		}
-		delete(rc.sessions, id)
-	case recToken:
-		t := r.uvarint()
-		if r.err != nil {
-			return r.err
-		}
-		e.token = max(e.token, t)
-	case recNop:
-	case recRecords, recRecEpoch:
-		return e.replayRecords(rec[0], r)
-	default:
-		return fmt.Errorf("%w: unknown type %d", errCorrupt, rec[0])
-	}
-	return nil
-}
-
-// finish gives every recovered lease and session its full TTL from now:
-// no holder's own deadline can be later than that. Grants freed before the
-// restart (in the snapshot's tombstones or the log) become tombstones again,
-// in the order they were freed, each with a full TombstoneTTL from now, so
-// their holders may repeat the release and still get nil (the Store
-// contract).
-func (rc *recovery) finish() {
-	e := rc.e
-	now := e.now()
-	for id, ttl := range rc.sessions {
-		s := e.newSession(id, ttl)
-		e.dl.set(&s.dl, now+int64(ttl))
-	}
-	for _, ent := range e.leases {
-		if !ent.held {
-			continue
-		}
-		if ent.sess != nil {
-			s := e.sessions[ent.sess.id]
-			ent.sess = nil
-			if s == nil { // its session ended without the release logged
-				ent.held = false
-				rc.freed = append(rc.freed, ent)
-				continue
-			}
-			e.attach(ent, s)
-		} else {
-			e.dl.set(&ent.dl, now+int64(max(ent.loggedTTL, ent.ttl)))
-		}
-		e.held++
-	}
-	// A name freed several times takes the place of its last release.
-	last := make(map[*engEntry]int, len(rc.freed))
-	for i, ent := range rc.freed {
-		last[ent] = i
-	}
-	for i, ent := range rc.freed {
-		if last[ent] == i && !ent.held && e.leases[ent.name] == ent {
-			e.tomb(ent, now)
-		}
-	}
-	rc.freed = nil
-	for name, ent := range e.leases {
-		if !ent.held && !ent.tomb { // forgotten already (MaxTombstones, MaxTombstoneBytes)
-			delete(e.leases, name)
-		}
-	}
-}
-
 // maybeSnapshot starts a snapshot when the log has grown past
 // SnapshotBytes, and writes it in the background. e.mu held.
 func (e *Engine) maybeSnapshot() {
@@ -383,7 +209,9 @@ func (e *Engine) encodeState() []byte {
 		buf = binary.AppendUvarint(buf, uint64(len(rec)))
 		buf = append(buf, rec...)
 	}
-	put(encodeToken(e.token))
+	// The token record of a snapshot also says how many entries follow
+	// (recovery sizes its map with it; older versions ignore it).
+	put(binary.AppendUvarint(encodeToken(e.token), uint64(len(e.leases))))
 	for _, s := range e.sessions {
 		if !s.ended {
 			put(encodeSessionOpen(s))

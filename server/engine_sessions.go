@@ -22,7 +22,7 @@ func (e *Engine) OpenSession(ctx context.Context, ttl time.Duration) (Session, e
 	ch := make(chan error, 1)
 	s := e.newSession(randid.Hex(16), ttl)
 	now := e.now()
-	e.dl.set(&s.dl, now+int64(ttl))
+	e.sdl.set(s, now+int64(ttl))
 	e.pokeIfEarlier()
 	e.commit(nil, encodeSessionOpen(s), func(err error) { ch <- err })
 	info := Session{ID: s.id, TTL: ttl, Remaining: ttl}
@@ -35,7 +35,6 @@ func (e *Engine) OpenSession(ctx context.Context, ttl time.Duration) (Session, e
 
 func (e *Engine) newSession(id string, ttl time.Duration) *engSession {
 	s := &engSession{id: id, ttl: ttl, leases: map[*engEntry]struct{}{}, waits: map[*engWaiter]struct{}{}}
-	s.dl.sess = s
 	s.dl.idx = -1
 	e.sessions[id] = s
 	return s
@@ -53,7 +52,7 @@ func (e *Engine) KeepAlive(ctx context.Context, id string) (Session, error) {
 	if s == nil || !s.liveAt(now) {
 		return Session{}, ErrNoSession
 	}
-	e.dl.set(&s.dl, now+int64(s.ttl))
+	e.sdl.set(s, now+int64(s.ttl))
 	e.pokeIfEarlier()
 	return Session{ID: s.id, TTL: s.ttl, Remaining: s.ttl, Leases: len(s.leases)}, nil
 }
@@ -78,7 +77,7 @@ func (e *Engine) CloseSession(ctx context.Context, id string) error {
 // drops its waiters and logs its end. e.mu held.
 func (e *Engine) endSession(s *engSession, now int64, why EventType, done func(error)) {
 	s.ended = true
-	e.dl.remove(&s.dl)
+	e.sdl.remove(s)
 	delete(e.sessions, s.id)
 	for w := range s.waits {
 		for _, ent := range e.leasesOf(w) {

@@ -39,6 +39,7 @@ type Config struct {
 	Waiters     int           // queued waiters for the handoff figure (default 8)
 	Handoffs    int           // handoffs measured (default 2000)
 	Leases      int           // held leases for the memory/restart figure (0 skips it)
+	Queue       int           // waiters queued on one name for the queue figure (0 skips it)
 	Dir         string        // where the server keeps its log (default: a temp dir)
 	// LogSyncs, if not 0, adds a row: the durable server with this many
 	// group commits syncing at once (EngineConfig.LogSyncs), beside the
@@ -205,15 +206,25 @@ func Run(ctx context.Context, cfg Config) error {
 		if res.Recovered != res.Leases {
 			return fmt.Errorf("scale: %d of %d leases recovered after the restart", res.Recovered, res.Leases)
 		}
-		fmt.Fprintf(cfg.Out, "leasehold engine, %d held leases: heap %.0f B/lease (%.0f MB), process RSS %.0f MB, granted in %s, restart %s (%d recovered)\n",
+		fmt.Fprintf(cfg.Out, "leasehold engine, %d held leases: heap %.0f B/lease (%.0f MB), process RSS %.0f MB, granted in %s, restart %s using %s of CPU (%d recovered)\n",
 			res.Leases, res.HeapPerLease, float64(res.HeapTotal)/1e6, float64(res.RSS)/1e6,
-			res.AcquireTime.Round(time.Millisecond), res.RestartTime.Round(time.Millisecond), res.Recovered)
+			res.AcquireTime.Round(time.Millisecond), res.RestartTime.Round(time.Millisecond), res.RestartCPU.Round(time.Millisecond), res.Recovered)
 		if cfg.RedisURL != "" {
 			per, err := redisMemory(ctx, cfg.RedisURL, cfg.Leases)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cfg.Out, "Redis, %d lock keys (SET NX PX): %.0f B/key of used_memory (%.0f MB)\n", cfg.Leases, per, per*float64(cfg.Leases)/1e6)
+		}
+	}
+	if cfg.Queue > 0 {
+		fmt.Fprintln(cfg.Out)
+		for _, overRESP := range []bool{false, true} {
+			res, err := MeasureQueue(ctx, filepath.Join(dir, "queue-"+strconv.FormatBool(overRESP)), cfg.Queue, 1000, overRESP)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cfg.Out, "leasehold engine, %s (one fsync p50 %s)\n", res, fmtDur(pct(fsync, 50)))
 		}
 	}
 	return nil
