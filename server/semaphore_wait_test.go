@@ -1,0 +1,211 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/memory"
+	"github.com/leasehold/leasehold/remote"
+	"github.com/leasehold/leasehold/testrig/servertest"
+	"github.com/leasehold/leasehold/wire/resp"
+)
+
+// getJSON reads url's JSON answer into out.
+func getJSON(t *testing.T, url string, out any) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, res.Status)
+	}
+	if err := json.NewDecoder(res.Body).Decode(out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSemaphoreWaitersVisible is the outside user's scenario (issue 27,
+// item 3) through a served engine and a proxy, over HTTP and RESP, with
+// the Go client's Semaphore (what `leasehold run --permits 2` uses): 2 of
+// 2 permits held, 2 more Acquires waiting. Before, they waited in the
+// client (Holders, tries, watches) and /v1/stats counted 0 waiters, as did
+// each permit's waiters; now /v1/stats counts 2 and GET of each permit
+// lists both (what the dashboard's permit rows show). On the engine they
+// are granted in arrival order.
+func TestSemaphoreWaitersVisible(t *testing.T) {
+	for _, backend := range []string{"engine", "proxy"} {
+		for _, proto := range []string{"http", "resp"} {
+			t.Run(backend+"/"+proto, func(t *testing.T) {
+				var b Backend
+				if backend == "engine" {
+					e, err := OpenEngine(EngineConfig{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					b = e
+				} else {
+					b = NewProxy(memory.New(), ProxyConfig{})
+				}
+				srv, _ := startServe(t, b, Config{RESPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second})
+				base := "http://" + srv.HTTPAddr().String()
+				url := base
+				if proto == "resp" {
+					url = "leasehold://" + srv.RESPAddr().String()
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				sem := func(owner string) *leasehold.Semaphore {
+					st, err := remote.Open(ctx, url)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { st.Close() })
+					c, err := leasehold.New(st, leasehold.WithOwner(owner))
+					if err != nil {
+						t.Fatal(err)
+					}
+					s, err := c.Semaphore("pool", 2)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return s
+				}
+				var held []*leasehold.Lease
+				for _, o := range []string{"h1", "h2"} {
+					l, err := sem(o).Acquire(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					held = append(held, l)
+				}
+				type got struct {
+					l   *leasehold.Lease
+					err error
+				}
+				granted := make(chan got, 2)
+				for i, o := range []string{"w1", "w2"} {
+					s := sem(o)
+					go func() {
+						l, err := s.Acquire(ctx)
+						granted <- got{l, err}
+					}()
+					servertest.WaitFor(t, fmt.Sprintf("waiter %d to queue", i+1), func() bool { return b.Stats().Waiters == i+1 })
+				}
+				var st struct{ Waiters int }
+				getJSON(t, base+"/v1/stats", &st)
+				if st.Waiters != 2 {
+					t.Errorf("/v1/stats: waiters %d, want 2", st.Waiters)
+				}
+				for i := range 2 {
+					var l struct {
+						Waiters []struct {
+							Owner    string
+							WaitedMS *int64 `json:"waited_ms"`
+						}
+					}
+					getJSON(t, fmt.Sprintf("%s/v1/leases/pool/permit/%d", base, i), &l)
+					if len(l.Waiters) != 2 || l.Waiters[0].WaitedMS == nil {
+						t.Errorf("GET pool/permit/%d: waiters %+v, want w1 and w2 with their ages", i, l.Waiters)
+					} else if backend == "engine" && (l.Waiters[0].Owner != "w1" || l.Waiters[1].Owner != "w2") {
+						t.Errorf("GET pool/permit/%d: waiters %+v, want w1 then w2", i, l.Waiters)
+					}
+				}
+				for i, h := range held {
+					if err := h.Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+					g := <-granted
+					if g.err != nil {
+						t.Fatalf("waiter: %v", g.err)
+					}
+					if want := fmt.Sprintf("w%d", i+1); backend == "engine" && g.l.Owner() != want {
+						t.Errorf("grant %d went to %s, want %s (arrival order)", i+1, g.l.Owner(), want)
+					}
+					defer g.l.Release(ctx)
+				}
+				if n := b.Stats().Waiters; n != 0 {
+					t.Errorf("Stats().Waiters = %d after both were granted", n)
+				}
+			})
+		}
+	}
+}
+
+// TestRESPSemaphoreWaiterCrash: a waiter whose connection closes leaves
+// no entry behind (on the engine: no waiter counted or listed, and the
+// permit freed later stays free); bad input is an error that changes
+// nothing.
+func TestRESPSemaphoreWaiterCrash(t *testing.T) {
+	b := rtEngine(t)
+	_, addr := rtServe(t, b, RESPOptions{})
+	holder := rtDial(t, addr)
+	g := holder.do("LH.SEMACQUIRE", "crash", "holder", "1", "30000")
+	if !strings.HasPrefix(g, "[:0 [:") {
+		t.Fatalf("LH.SEMACQUIRE: %s, want [permit, grant] for permit 0", g)
+	}
+	token := strings.TrimPrefix(rtFields(g)[1], "[:")
+	waiter := rtDial(t, addr)
+	waiter.send(string(resp.AppendCommand(nil, "LH.SEMACQUIRE", "crash", "waiter", "1", "30000", "WAIT", "60000", "REQID", "r1")))
+	servertest.WaitFor(t, "the waiter to queue", func() bool { return b.Stats().Waiters == 1 })
+	if ws := b.Waiters("crash/permit/0"); len(ws) != 1 || ws[0].Owner != "waiter" {
+		t.Fatalf("Waiters = %+v", ws)
+	}
+	waiter.nc.Close()
+	servertest.WaitFor(t, "the waiter to leave", func() bool { return b.Stats().Waiters == 0 })
+	if ws := b.Waiters("crash/permit/0"); len(ws) != 0 {
+		t.Fatalf("Waiters after the crash = %+v", ws)
+	}
+	rtExpect(t, "release", holder.do("LH.RELEASE", "crash/permit/0", "holder", token), "+OK")
+	rtExpect(t, "GET after release", holder.do("LH.GET", "crash/permit/0"), "$nil")
+
+	// Bad input: an error, nothing changed.
+	for _, c := range []struct{ args []string }{
+		{[]string{"crash", "o", "0", "30000"}},
+		{[]string{"crash", "o", "1025", "30000"}},
+		{[]string{"crash", "o", "x", "30000"}},
+		{[]string{strings.Repeat("n", leasehold.MaxNameLen-len("/permit/0")+1), "o", "1", "30000"}},
+		{[]string{"crash", "o", "1", "30000", "WAIT", "-1"}},
+	} {
+		got := holder.do(append([]string{"LH.SEMACQUIRE"}, c.args...)...)
+		if !strings.HasPrefix(got, "-INVALID") {
+			t.Errorf("LH.SEMACQUIRE %.40q: %s, want -INVALID", c.args, got)
+		}
+	}
+	if st := b.Stats(); st.Held != 0 || st.Waiters != 0 {
+		t.Fatalf("Stats after bad input: %+v", st)
+	}
+}
+
+// TestHTTPSemaphoreBadInput: bad input to the semaphore route is a 400
+// that changes nothing, as before; a try of a full semaphore is a 409
+// naming the holder.
+func TestHTTPSemaphoreBadInput(t *testing.T) {
+	ts := newHTServer(t, HandlerOptions{})
+	for _, body := range []string{
+		`{"owner":"o","permits":0,"ttl_ms":30000}`,
+		`{"owner":"o","permits":1025,"ttl_ms":30000}`,
+		`{"owner":"o","permits":1,"ttl_ms":30000,"wait_ms":-5}`,
+	} {
+		ts.want(ts.do("POST", "/v1/semaphores/bad/acquire", "", body), 400, "invalid")
+	}
+	ts.want(ts.do("POST", "/v1/semaphores/"+strings.Repeat("n", leasehold.MaxNameLen-len("/permit/0")+1)+"/acquire", "", `{"owner":"o","permits":1,"ttl_ms":30000}`), 400, "invalid")
+	if st := ts.eng.Stats(); st.Held != 0 || st.Waiters != 0 {
+		t.Fatalf("Stats after bad input: %+v", st)
+	}
+	r := ts.do("POST", "/v1/semaphores/bad/acquire", "", `{"owner":"a","permits":1,"ttl_ms":30000}`)
+	ts.want(r, 200, "")
+	r = ts.do("POST", "/v1/semaphores/bad/acquire", "", `{"owner":"b","permits":1,"ttl_ms":30000}`)
+	ts.want(r, 409, "held")
+	if !errors.Is(leasehold.ErrNoPermit, leasehold.ErrNoPermit) || !strings.Contains(string(r.body), `"a"`) {
+		t.Errorf("409 names no holder: %s", r.body)
+	}
+}
