@@ -128,9 +128,10 @@ type PermitWaiter interface {
 	// AcquirePermit takes one of the permits 0..n-1 of semaphore (the
 	// leases semaphore/permit/I) for req; req.Name is ignored, the grant's
 	// Record names the permit. wait 0 tries once; wait > 0 waits up to
-	// wait in the store's queue of the semaphore. When every permit stays
-	// held it returns an error matching ErrNoPermit that wraps the
-	// *HeldError of the permit that expires first (errors.As). A retry
+	// wait in the store's queue of the semaphore (a wait that runs out
+	// gives its place up). When every permit stays held it returns an
+	// error matching ErrNoPermit that wraps the *HeldError of the permit
+	// that expires first (errors.As). A retry
 	// with the same owner and request id gets its own permit back. When
 	// ctx ends it returns ctx's error (the store drops the waiter, and
 	// releases a grant that raced with the end). A store that finds its

@@ -160,7 +160,7 @@ func (c *core) acquireWait(ctx context.Context, req leasehold.AcquireRequest, k 
 	if req.RequestID == "" {
 		req.RequestID = randid.Hex(12)
 	}
-	return c.waitLoop(ctx, req, k, c.t.sendAcquire, func() { c.reclaimGrant(req, k) }, nil)
+	return c.waitLoop(ctx, req, k, c.t.sendAcquire, func() { c.reclaimGrant(req, k) }, nil, time.Time{})
 }
 
 // sendFunc is a transport's acquire (sendAcquire, or sendPermit of one
@@ -169,8 +169,10 @@ type sendFunc func(ctx context.Context, req *leasehold.AcquireRequest, session s
 
 // waitLoop is acquireWait's loop over send; reclaim looks for a grant
 // whose reply was lost, by req's request id, and releases it; held, if
-// set, is told each "held" answer.
-func (c *core) waitLoop(ctx context.Context, req leasehold.AcquireRequest, k *keeper, send sendFunc, reclaim func(), held func(error)) (leasehold.Record, error) {
+// set, is told each "held" answer. A non-zero until ends the wait then,
+// with errWaitRanOut: the server is asked to wait no longer than that,
+// and its answer is read (not cut off by a deadline of ctx).
+func (c *core) waitLoop(ctx context.Context, req leasehold.AcquireRequest, k *keeper, send sendFunc, reclaim func(), held func(error), until time.Time) (leasehold.Record, error) {
 	// late undoes, in the background, what a request did after the caller
 	// gave up: a grant is released; without a reply, one is looked for by
 	// request id and released.
@@ -209,9 +211,19 @@ func (c *core) waitLoop(ctx context.Context, req leasehold.AcquireRequest, k *ke
 		if dl, ok := ctx.Deadline(); ok {
 			wait = max(min(wait, time.Until(dl)), time.Millisecond)
 		}
+		if !until.IsZero() {
+			left := time.Until(until)
+			if left <= 0 {
+				return leasehold.Record{}, errWaitRanOut
+			}
+			wait = max(min(wait, left), time.Millisecond)
+		}
 		g, err := send(ctx, &req, k.sessionID(), wait, late)
 		if err == nil {
 			c.keepSecret(g, k)
+		}
+		if held != nil && errors.Is(err, leasehold.ErrHeld) {
+			held(err)
 		}
 		switch {
 		case err == nil && ctx.Err() != nil && (c.wait.releaseEnded || caller.Err() == nil):
@@ -236,9 +248,6 @@ func (c *core) waitLoop(ctx context.Context, req leasehold.AcquireRequest, k *ke
 			// the work.
 			return leasehold.Record{}, ended()
 		case errors.Is(err, leasehold.ErrHeld):
-			if held != nil {
-				held(err)
-			}
 			continue // this chunk of waiting ran out: ask again
 		}
 		if c.wait.retry != nil {
@@ -285,6 +294,9 @@ func (c *core) reclaimGrant(req leasehold.AcquireRequest, k *keeper) {
 }
 
 const reclaimTimeout = 2 * time.Second
+
+// errWaitRanOut ends a waitLoop whose until has passed.
+var errWaitRanOut = errors.New("the wait ran out")
 
 // renew renews a grant, sending its secret if this store has it.
 func (c *core) renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {

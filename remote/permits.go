@@ -102,16 +102,24 @@ func (c *core) acquirePermit(ctx context.Context, sem string, n int, req leaseho
 			_ = c.release(rctx, g.rec.Name, g.rec.Owner, g.rec.Token)
 		}
 	}
-	wctx := ctx
+	var until time.Time
 	if wait < maxPermitWait {
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, wait)
-		defer cancel()
+		until = time.Now().Add(wait)
 	}
-	rec, err := c.waitLoop(wctx, req, k, send, reclaim, func(err error) { held = err })
-	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-		// Its own wait ran out: the server dropped the waiter.
-		return leasehold.Record{}, noPermit(sem, n, held)
+	rec, err := c.waitLoop(ctx, req, k, send, reclaim, func(err error) { held = err }, until)
+	if errors.Is(err, errWaitRanOut) {
+		// Its own wait ran out: a last try with its request id gives up the
+		// place the server keeps after a poll (else a permit freed within
+		// the next 5 s would wait for nobody), or takes a permit free now.
+		g, err := send(ctx, &req, k.sessionID(), 0, nil)
+		if err != nil {
+			if errors.Is(err, leasehold.ErrHeld) {
+				return leasehold.Record{}, noPermit(sem, n, err)
+			}
+			return leasehold.Record{}, noPermit(sem, n, held)
+		}
+		c.keepSecret(g, k)
+		return g.rec, nil
 	}
 	if err != nil {
 		return leasehold.Record{}, noPermit(sem, n, err)

@@ -209,3 +209,70 @@ func TestHTTPSemaphoreBadInput(t *testing.T) {
 		t.Errorf("409 names no holder: %s", r.body)
 	}
 }
+
+// TestRemoteAcquirePermit: the Go client's AcquirePermit over both
+// protocols: a wait that runs out is ErrNoPermit naming the holder, a
+// cancelled wait is ctx's error, and neither leaves a waiter behind once
+// a kept place's grace has passed; bad input changes nothing.
+func TestRemoteAcquirePermit(t *testing.T) {
+	e, err := OpenEngine(EngineConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := startServe(t, e, Config{RESPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second})
+	for _, url := range []string{"http://" + srv.HTTPAddr().String(), "leasehold://" + srv.RESPAddr().String()} {
+		ctx := context.Background()
+		st, err := remote.Open(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pw := st.(leasehold.PermitWaiter)
+		req := func(owner string) leasehold.AcquireRequest {
+			return leasehold.AcquireRequest{Owner: owner, TTL: time.Minute}
+		}
+		h, err := pw.AcquirePermit(ctx, "rp", 1, req("holder"), 0)
+		if err != nil || h.Name != "rp/permit/0" {
+			t.Fatalf("%s: the holder's permit: %+v, %v", url, h, err)
+		}
+		_, err = pw.AcquirePermit(ctx, "rp", 1, req("late"), 1500*time.Millisecond)
+		var held *leasehold.HeldError
+		if !errors.Is(err, leasehold.ErrNoPermit) || !errors.As(err, &held) || held.Owner != "holder" {
+			t.Errorf("%s: a wait that ran out: %v; want ErrNoPermit naming holder", url, err)
+		}
+		if n := e.Stats().Waiters; n != 0 {
+			t.Errorf("%s: %d waiters after a wait ran out; want its place given up", url, n)
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := pw.AcquirePermit(cctx, "rp", 1, req("gone"), time.Minute)
+			done <- err
+		}()
+		servertest.WaitFor(t, "the waiter to queue", func() bool {
+			for _, w := range e.Waiters("rp/permit/0") {
+				if w.Owner == "gone" {
+					return true
+				}
+			}
+			return false
+		})
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: a cancelled wait: %v", url, err)
+		}
+		for _, bad := range []int{0, leasehold.MaxPermits + 1} {
+			var ie *leasehold.InvalidError
+			if _, err := pw.AcquirePermit(ctx, "rp", bad, req("bad"), 0); !errors.As(err, &ie) {
+				t.Errorf("%s: %d permits: %v, want invalid", url, bad, err)
+			}
+		}
+		servertest.WaitFor(t, "the cancelled waiter gone", func() bool { return e.Stats().Waiters == 0 })
+		if err := st.Release(ctx, h.Name, h.Owner, h.Token); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Get(ctx, "rp/permit/0"); !errors.Is(err, leasehold.ErrNotFound) {
+			t.Errorf("%s: the permit after its release: %v, want free", url, err)
+		}
+		st.Close()
+	}
+}
