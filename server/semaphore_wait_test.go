@@ -276,3 +276,43 @@ func TestRemoteAcquirePermit(t *testing.T) {
 		st.Close()
 	}
 }
+
+// TestRESPSessionPermit: a permit taken through a RESP session's store is
+// attached to the session: closing the session frees it and grants it to
+// the semaphore's waiter.
+func TestRESPSessionPermit(t *testing.T) {
+	e, err := OpenEngine(EngineConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := startServe(t, e, Config{RESPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second})
+	ctx := context.Background()
+	st, err := remote.OpenRESP("leasehold://" + srv.RESPAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ss, err := st.OpenSession(ctx, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ss.Store().(leasehold.PermitWaiter).AcquirePermit(ctx, "sp", 1, leasehold.AcquireRequest{Owner: "s", TTL: time.Minute}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan leasehold.Record, 1)
+	go func() {
+		r, err := st.AcquirePermit(ctx, "sp", 1, leasehold.AcquireRequest{Owner: "w", TTL: time.Minute}, time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	servertest.WaitFor(t, "the waiter to queue", func() bool { return e.Stats().Waiters == 1 })
+	if err := ss.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-done; got.Name != rec.Name || got.Owner != "w" {
+		t.Fatalf("the waiter got %+v, want %s after the session closed", got, rec.Name)
+	}
+}
