@@ -212,11 +212,12 @@ func (p *Proxy) emitUnlock(ev Event) {
 	if ev.Time.IsZero() {
 		ev.Time = p.clock.Now()
 	}
-	switch ns := p.names[ev.Name]; {
-	case ns != nil:
-		ev.Waiters = len(ns.queue) + len(p.permitWaitersLocked(ev.Name))
-	case ev.Type != EventQueued && ev.Type != EventDequeued:
-		ev.Waiters = len(p.permitWaitersLocked(ev.Name))
+	if ns := p.names[ev.Name]; ns != nil {
+		ev.Waiters = len(ns.queue)
+	}
+	if ev.Type != EventQueued && ev.Type != EventDequeued {
+		// A permit's events count its semaphore's waiters that may take it.
+		ev.Waiters += len(p.permitWaitersLocked(ev.Name))
 	}
 	p.evMu.Lock()
 	p.mu.Unlock()
