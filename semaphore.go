@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/leasehold/leasehold/internal/backoff"
 	"github.com/leasehold/leasehold/internal/check"
@@ -97,8 +98,76 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 	if err != nil {
 		return nil, err
 	}
+	if pw, ok := s.c.store.(PermitWaiter); ok {
+		l, err := s.fromStore(ctx, pw, cfg, 0)
+		if !errors.Is(err, errors.ErrUnsupported) {
+			return l, err
+		}
+	}
 	l, _, err := s.try(ctx, cfg)
 	return l, err
+}
+
+// permitWaitForever is the wait of Acquire's AcquirePermit: until ctx
+// ends.
+const permitWaitForever = time.Duration(1<<63 - 1)
+
+// fromStore takes a permit with the store's AcquirePermit (waiting up to
+// wait in its queue). A grant made during a long wait is renewed at once,
+// to know its expiry afresh (as Client.Acquire does with a Queuer).
+func (s *Semaphore) fromStore(ctx context.Context, pw PermitWaiter, cfg acquireConfig, wait time.Duration) (*Lease, error) {
+	req := AcquireRequest{Owner: s.c.owner, RequestID: cfg.requestID, TTL: cfg.ttl, Data: cfg.data}
+	t0, b0 := s.c.clock.Now(), s.c.clock.Boot()
+	rec, err := pw.AcquirePermit(ctx, s.name, s.n, req, wait)
+	if err != nil {
+		return nil, err
+	}
+	if wait > 0 && s.c.clock.Now().Sub(t0) > req.TTL/3 {
+		t0, b0 = s.c.clock.Now(), s.c.clock.Boot()
+		if err := s.c.store.Renew(ctx, rec.Name, rec.Owner, rec.Token, req.TTL); err != nil {
+			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = s.c.store.Release(rctx, rec.Name, rec.Owner, rec.Token)
+			cancel()
+			return nil, err
+		}
+	}
+	return s.c.newLease(rec, req.RequestID, t0, b0, cfg.keepalive), nil
+}
+
+// acquireFromStore is Acquire on a store that queues a semaphore's
+// waiters itself (PermitWaiter): one try, so that OnWait learns the
+// holder that expires first, then a wait in the store's queue, repeated
+// with the same request id after transient errors. ok is false when the
+// store's server lacks the operation (nothing was changed).
+func (s *Semaphore) acquireFromStore(ctx context.Context, pw PermitWaiter, cfg acquireConfig) (l *Lease, ok bool, err error) {
+	l, err = s.fromStore(ctx, pw, cfg, 0)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return nil, false, nil
+	}
+	bo := backoff.New(s.c.backoffMin, s.c.backoffMax)
+	for err != nil {
+		var held *HeldError
+		switch {
+		case ctx.Err() != nil:
+			return nil, true, ctx.Err()
+		case errors.As(err, &held):
+			if cfg.onWait != nil {
+				cfg.onWait(held)
+			}
+		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed):
+			return nil, true, err
+		default:
+			if cfg.onError != nil {
+				cfg.onError(err)
+			}
+			if backoff.Sleep(ctx, bo.Next()) != nil {
+				return nil, true, ctx.Err()
+			}
+		}
+		l, err = s.fromStore(ctx, pw, cfg, permitWaitForever)
+	}
+	l, err = keepUnlessDone(ctx, l)
+	return l, true, err
 }
 
 // try makes one pass over the free permits; on ErrNoPermit it also returns
@@ -148,14 +217,22 @@ func (s *Semaphore) try(ctx context.Context, cfg acquireConfig) (*Lease, *HeldEr
 }
 
 // Acquire takes one permit, waiting until one is free or ctx ends; OnWait
-// is called with the permit that expires first each time all are held. It waits
-// on the store's push notifications for every permit where the store has
-// them (and N is at most 64), else polls with jittered backoff; it never
-// sleeps past the earliest expiry among the holders.
+// is called with the permit that expires first each time all are held.
+// On a store that queues a semaphore's waiters itself (PermitWaiter: the
+// leasehold server) it waits in that queue, in arrival order, and the
+// server counts and lists it as a waiter. Elsewhere it waits on the
+// store's push notifications for every permit where the store has them
+// (and N is at most 64), else polls with jittered backoff; it never sleeps
+// past the earliest expiry among the holders.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
 	_, cfg, err := s.c.config(permitName(s.name, 0), opts)
 	if err != nil {
 		return nil, err
+	}
+	if pw, ok := s.c.store.(PermitWaiter); ok {
+		if l, ok, err := s.acquireFromStore(ctx, pw, cfg); ok {
+			return l, err
+		}
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -118,3 +118,24 @@ type Queuer interface {
 	// up after such a failure.
 	AcquireWait(ctx context.Context, req AcquireRequest) (Record, error)
 }
+
+// PermitWaiter is implemented by stores that take a semaphore's permits
+// and queue its waiters themselves (the leasehold server): waiters are
+// granted in arrival order, by the release or expiry that frees a permit
+// they may take, and the server counts and lists them. Semaphore's
+// TryAcquire and Acquire use it when the store has it.
+type PermitWaiter interface {
+	// AcquirePermit takes one of the permits 0..n-1 of semaphore (the
+	// leases semaphore/permit/I) for req; req.Name is ignored, the grant's
+	// Record names the permit. wait 0 tries once; wait > 0 waits up to
+	// wait in the store's queue of the semaphore (a wait that runs out
+	// gives its place up). When every permit stays held it returns an
+	// error matching ErrNoPermit that wraps the *HeldError of the permit
+	// that expires first (errors.As). A retry
+	// with the same owner and request id gets its own permit back. When
+	// ctx ends it returns ctx's error (the store drops the waiter, and
+	// releases a grant that raced with the end). A store that finds its
+	// server without the operation (an older one) returns an error
+	// matching errors.ErrUnsupported and changes nothing.
+	AcquirePermit(ctx context.Context, semaphore string, n int, req AcquireRequest, wait time.Duration) (Record, error)
+}

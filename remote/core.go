@@ -33,6 +33,9 @@ type transport interface {
 	// goroutine of its own, with the grant the reply brought (nil error) or
 	// with the error that says none came.
 	sendAcquire(ctx context.Context, req *leasehold.AcquireRequest, session string, wait time.Duration, late func(grant, error)) (grant, error)
+	// sendPermit is sendAcquire of one of the n permits of semaphore sem
+	// (req.Name is ignored); the grant names the permit.
+	sendPermit(ctx context.Context, sem string, n int, req *leasehold.AcquireRequest, session string, wait time.Duration, late func(grant, error)) (grant, error)
 	// sendHolder sends a renew of the grant for ttl, or (ttl 0) its
 	// release, with the grant's secret unless it is "".
 	sendHolder(ctx context.Context, name, owner string, token uint64, ttl time.Duration, secret string) error
@@ -157,6 +160,19 @@ func (c *core) acquireWait(ctx context.Context, req leasehold.AcquireRequest, k 
 	if req.RequestID == "" {
 		req.RequestID = randid.Hex(12)
 	}
+	return c.waitLoop(ctx, req, k, c.t.sendAcquire, func() { c.reclaimGrant(req, k) }, nil, time.Time{})
+}
+
+// sendFunc is a transport's acquire (sendAcquire, or sendPermit of one
+// semaphore).
+type sendFunc func(ctx context.Context, req *leasehold.AcquireRequest, session string, wait time.Duration, late func(grant, error)) (grant, error)
+
+// waitLoop is acquireWait's loop over send; reclaim looks for a grant
+// whose reply was lost, by req's request id, and releases it; held, if
+// set, is told each "held" answer. A non-zero until ends the wait then,
+// with errWaitRanOut: the server is asked to wait no longer than that,
+// and its answer is read (not cut off by a deadline of ctx).
+func (c *core) waitLoop(ctx context.Context, req leasehold.AcquireRequest, k *keeper, send sendFunc, reclaim func(), held func(error), until time.Time) (leasehold.Record, error) {
 	// late undoes, in the background, what a request did after the caller
 	// gave up: a grant is released; without a reply, one is looked for by
 	// request id and released.
@@ -166,7 +182,7 @@ func (c *core) acquireWait(ctx context.Context, req leasehold.AcquireRequest, k 
 			c.releaseAbandoned(g.rec)
 			return
 		}
-		c.reclaimGrant(req, k)
+		reclaim()
 	}
 	// The wait also ends when the store closes: its request is cancelled
 	// (the server drops the waiter), and it returns ErrClosed. Without
@@ -195,9 +211,19 @@ func (c *core) acquireWait(ctx context.Context, req leasehold.AcquireRequest, k 
 		if dl, ok := ctx.Deadline(); ok {
 			wait = max(min(wait, time.Until(dl)), time.Millisecond)
 		}
-		g, err := c.t.sendAcquire(ctx, &req, k.sessionID(), wait, late)
+		if !until.IsZero() {
+			left := time.Until(until)
+			if left <= 0 {
+				return leasehold.Record{}, errWaitRanOut
+			}
+			wait = max(min(wait, left), time.Millisecond)
+		}
+		g, err := send(ctx, &req, k.sessionID(), wait, late)
 		if err == nil {
 			c.keepSecret(g, k)
+		}
+		if held != nil && errors.Is(err, leasehold.ErrHeld) {
+			held(err)
 		}
 		switch {
 		case err == nil && ctx.Err() != nil && (c.wait.releaseEnded || caller.Err() == nil):
@@ -268,6 +294,9 @@ func (c *core) reclaimGrant(req leasehold.AcquireRequest, k *keeper) {
 }
 
 const reclaimTimeout = 2 * time.Second
+
+// errWaitRanOut ends a waitLoop whose until has passed.
+var errWaitRanOut = errors.New("the wait ran out")
 
 // renew renews a grant, sending its secret if this store has it.
 func (c *core) renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {

@@ -43,6 +43,11 @@ func (f *fakeTransport) sendAcquire(ctx context.Context, req *leasehold.AcquireR
 	return f.acquire(ctx, req, wait, late)
 }
 
+func (f *fakeTransport) sendPermit(ctx context.Context, sem string, n int, req *leasehold.AcquireRequest, session string, wait time.Duration, late func(grant, error)) (grant, error) {
+	f.log("permit %s/%d id=%s session=%s wait=%t", sem, n, req.RequestID, session, wait > 0)
+	return f.acquire(ctx, req, wait, late)
+}
+
 func (f *fakeTransport) sendHolder(ctx context.Context, name, owner string, token uint64, ttl time.Duration, secret string) error {
 	op := "release"
 	if ttl > 0 {

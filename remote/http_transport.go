@@ -252,6 +252,28 @@ func (s *conn) sendAcquire(ctx context.Context, req *leasehold.AcquireRequest, s
 	return grant{rec: rec, secret: lj.Secret}, nil
 }
 
+// sendPermit sends POST /v1/semaphores/{name}/acquire, as sendAcquire
+// sends a lease's acquire.
+func (s *conn) sendPermit(ctx context.Context, sem string, n int, req *leasehold.AcquireRequest, session string, wait time.Duration, _ func(grant, error)) (grant, error) {
+	var lj httpwire.Lease
+	body := httpwire.SemaphoreBody{AcquireBody: httpwire.AcquireBodyOf(*req, wait, session), Permits: n}
+	_, err := s.do(ctx, call{
+		method: http.MethodPost, path: s.namePath("semaphores", sem, "acquire"),
+		body: body, replayable: req.RequestID != "", wait: wait, name: sem,
+	}, &lj)
+	if err != nil {
+		return grant{}, err
+	}
+	rec, err := answerRecord(&lj)
+	if err != nil {
+		return grant{}, err
+	}
+	if lj.Permit == nil || rec.Name != permitName(sem, *lj.Permit) {
+		return grant{}, fmt.Errorf("leasehold server: the answer to a semaphore's acquire names no permit of %q", sem)
+	}
+	return grant{rec: rec, secret: lj.Secret}, nil
+}
+
 // retryUnavailable is the HTTP store's waitPolicy.retry: a server that is
 // shutting down or not ready (503 unavailable), with its Retry-After.
 func retryUnavailable(err error) (time.Duration, bool) {

@@ -83,6 +83,7 @@ type sessionStore struct{ ss *RESPSession }
 var (
 	_ leasehold.Store        = sessionStore{}
 	_ leasehold.Queuer       = sessionStore{}
+	_ leasehold.PermitWaiter = sessionStore{}
 	_ leasehold.BoundedStore = sessionStore{}
 )
 
@@ -96,6 +97,12 @@ func (v sessionStore) TryAcquire(ctx context.Context, req leasehold.AcquireReque
 
 func (v sessionStore) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
 	return v.ss.s.acquireWait(ctx, req, v.ss.keeper)
+}
+
+// AcquirePermit implements leasehold.PermitWaiter: the permit is attached
+// to the session.
+func (v sessionStore) AcquirePermit(ctx context.Context, sem string, n int, req leasehold.AcquireRequest, wait time.Duration) (leasehold.Record, error) {
+	return v.ss.s.acquirePermit(ctx, sem, n, req, wait, v.ss.keeper)
 }
 
 func (v sessionStore) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {

@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -89,7 +90,16 @@ func expectOK(name string) func(v resp.Value) error {
 }
 
 func appendAcquire(b []byte, req *leasehold.AcquireRequest, session string, wait time.Duration) []byte {
+	return appendAcquireCmd(b, req, "", 0, session, wait)
+}
+
+// appendAcquireCmd appends LH.ACQUIRE of req, or (n > 0) LH.SEMACQUIRE of
+// one of the n permits of sem.
+func appendAcquireCmd(b []byte, req *leasehold.AcquireRequest, sem string, permits int, session string, wait time.Duration) []byte {
 	n := 4
+	if permits > 0 {
+		n++
+	}
 	if len(req.Data) > 0 {
 		n += 2
 	}
@@ -103,9 +113,16 @@ func appendAcquire(b []byte, req *leasehold.AcquireRequest, session string, wait
 		n += 2
 	}
 	b = resp.AppendArray(b, n)
-	b = resp.AppendBulkString(b, "LH.ACQUIRE")
-	b = resp.AppendBulkString(b, req.Name)
-	b = resp.AppendBulkString(b, req.Owner)
+	if permits > 0 {
+		b = resp.AppendBulkString(b, "LH.SEMACQUIRE")
+		b = resp.AppendBulkString(b, sem)
+		b = resp.AppendBulkString(b, req.Owner)
+		b = resp.AppendBulkInt(b, int64(permits))
+	} else {
+		b = resp.AppendBulkString(b, "LH.ACQUIRE")
+		b = resp.AppendBulkString(b, req.Name)
+		b = resp.AppendBulkString(b, req.Owner)
+	}
 	b = resp.AppendBulkInt(b, resp.Millis(req.TTL))
 	if len(req.Data) > 0 {
 		b = resp.AppendBulkString(b, "DATA")
@@ -189,6 +206,45 @@ func (s *RESPStore) sendAcquire(ctx context.Context, req *leasehold.AcquireReque
 		err = s.cl.DoBlocking(ctx, wait+s.timeout, enc, dec, lateReply)
 	}
 	if err != nil {
+		return grant{}, s.mapErr(err)
+	}
+	return g, nil
+}
+
+// sendPermit sends LH.SEMACQUIRE, as sendAcquire sends LH.ACQUIRE. A
+// server without the command (an older one) is errors.ErrUnsupported.
+func (s *RESPStore) sendPermit(ctx context.Context, sem string, n int, req *leasehold.AcquireRequest, session string, wait time.Duration, late func(grant, error)) (grant, error) {
+	var g grant
+	enc := func(b []byte) []byte { return appendAcquireCmd(b, req, sem, n, session, wait) }
+	dec := func(v resp.Value) error {
+		if v.Type == resp.Error {
+			if bytes.HasPrefix(v.Str, []byte("ERR unknown command")) {
+				return fmt.Errorf("leasehold server %s has no LH.SEMACQUIRE: %w", s.addr, errors.ErrUnsupported)
+			}
+			return replyErr(v.Str, sem)
+		}
+		if v.Type != resp.Array || len(v.Array) != 2 || v.Array[0].Type != resp.Integer || v.Array[0].Int < 0 || v.Array[0].Int >= int64(n) {
+			return fmt.Errorf("unexpected reply to LH.SEMACQUIRE: want [permit, grant]")
+		}
+		g.rec.Name, g.rec.Owner = permitName(sem, int(v.Array[0].Int)), req.Owner
+		var err error
+		g.secret, err = resp.DecodeGrant(v.Array[1], &g.rec)
+		return err
+	}
+	var err error
+	if wait == 0 {
+		err = s.cl.Do(ctx, enc, dec)
+	} else {
+		var lateReply func(error)
+		if late != nil {
+			lateReply = func(err error) { late(g, err) }
+		}
+		err = s.cl.DoBlocking(ctx, wait+s.timeout, enc, dec, lateReply)
+	}
+	if err != nil {
+		if errors.Is(err, errors.ErrUnsupported) {
+			return grant{}, err
+		}
 		return grant{}, s.mapErr(err)
 	}
 	return g, nil

@@ -42,7 +42,9 @@ type Backend interface {
 	ForceRelease(ctx context.Context, name string) (leasehold.Record, error)
 	Get(ctx context.Context, name string) (leasehold.Record, error)
 	List(ctx context.Context, prefix string) ([]leasehold.Record, error)
-	// Waiters lists the requests queued on name, in grant order.
+	// Waiters lists the requests queued on name, in grant order; for a
+	// semaphore's permit (NAME/permit/I), then the semaphore's waiters that
+	// may take it (PermitBackend).
 	Waiters(name string) []Waiter
 	// Subscribe delivers events for names starting with prefix until ctx
 	// ends; the channel is then closed. A subscriber that falls more than

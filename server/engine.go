@@ -101,7 +101,8 @@ type Engine struct {
 	emitMu    sync.Mutex // orders deferred completions in memory-only mode
 	deferred  []func(error)
 	leases    map[string]*engEntry
-	parked    map[string]*engWaiter // waiters between two polls (engine_park.go)
+	parked    map[string]*engWaiter    // waiters between two polls (engine_park.go)
+	sems      map[string]*[]*engWaiter // semaphore name → its permit waiters, in arrival order (engine_permits.go)
 	sessions  map[string]*engSession
 	dl        deadlines[*engEntry]   // expiry of leases held without a session
 	sdl       deadlines[*engSession] // expiry of sessions
@@ -173,6 +174,12 @@ type engWaiter struct {
 	parked bool
 	taken  chan struct{} // closed when a parked place is taken back
 	token  uint64
+	// A semaphore's waiter (engine_permits.go): sem is the semaphore's
+	// name ("" for a lease's waiter), n how many permits it may take
+	// (indexes below n), got the permit's name once granted.
+	sem string
+	n   int
+	got string
 }
 
 type grantResult struct {
@@ -206,6 +213,7 @@ func OpenEngine(cfg EngineConfig) (*Engine, error) {
 		hub:      newHub(cfg.RecentEvents),
 		leases:   map[string]*engEntry{},
 		parked:   map[string]*engWaiter{},
+		sems:     map[string]*[]*engWaiter{},
 		sessions: map[string]*engSession{},
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
@@ -401,6 +409,13 @@ func (e *Engine) Close() error {
 		}
 		ent.setQueue(nil)
 	}
+	for _, q := range e.sems {
+		for _, w := range *q {
+			w.done = true
+			w.ch <- grantResult{err: leasehold.ErrClosed}
+		}
+	}
+	clear(e.sems)
 	e.waiters = 0
 	e.unlock()
 	close(e.stop)

@@ -125,7 +125,7 @@ func (e *Engine) wait(ctx context.Context, ent *engEntry, w *engWaiter) (leaseho
 		now := e.now()
 		if ctx.Err() == nil && e.canPark(w) {
 			// The poll ran out: the place waits for the next one.
-			e.park(ent, w)
+			e.park(w)
 		} else {
 			e.dequeue(ent, w)
 		}
@@ -193,7 +193,7 @@ func (e *Engine) grant(ent *engEntry, req AcquireRequest, sess *engSession, now,
 	}
 	e.pokeIfEarlier()
 	rec := ent.record(now)
-	waiters := len(ent.queue())
+	waiters := e.queuedOn(ent)
 	e.enc = appendGrant(e.scratch(), ent)
 	e.commit(ent, e.enc, func(err error) {
 		if err != nil {

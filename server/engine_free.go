@@ -47,7 +47,7 @@ func (e *Engine) Renew(ctx context.Context, name, owner string, token uint64, tt
 		}
 	}
 	e.pokeIfEarlier()
-	ev := Event{Type: EventRenewed, Name: name, Owner: owner, Token: token, Time: e.clk.Now(), Waiters: len(ent.queue())}
+	ev := Event{Type: EventRenewed, Name: name, Owner: owner, Token: token, Time: e.clk.Now(), Waiters: e.queuedOn(ent)}
 	e.commit(ent, rec, func(err error) {
 		if err == nil {
 			e.emit(ev)
@@ -104,7 +104,7 @@ func (e *Engine) free(ent *engEntry, now int64, why EventType, done func(error))
 	e.held--
 	e.attach(ent, nil)
 	e.dl.remove(ent)
-	ev.Waiters = len(ent.queue())
+	ev.Waiters = e.queuedOn(ent)
 	e.enc = appendRelease(e.scratch(), ent)
 	e.commit(ent, e.enc, func(err error) {
 		if err == nil {
@@ -124,7 +124,10 @@ func (e *Engine) free(ent *engEntry, now int64, why EventType, done func(error))
 			delete(w.sess.waits, w)
 		}
 		e.grant(ent, w.req, w.sess, now, now, w.ch)
-		w.token = ent.token
+		w.token, w.got = ent.token, ent.name
+		return
+	}
+	if len(e.sems) > 0 && e.handPermit(ent, now) {
 		return
 	}
 	e.tomb(ent, now)

@@ -41,6 +41,20 @@ func parkKey(name, owner, requestID string) string {
 	return name + "\x00" + owner + "\x00" + requestID
 }
 
+// permitParkKey names a semaphore's waiter for its next poll: the NUL
+// keeps it apart from every lease's key.
+func permitParkKey(sem, owner, requestID string) string {
+	return parkKey(sem, owner, requestID) + "\x00permit"
+}
+
+// parkKey is w's key in e.parked.
+func (w *engWaiter) parkKey() string {
+	if w.sem != "" {
+		return permitParkKey(w.sem, w.req.Owner, w.req.RequestID)
+	}
+	return parkKey(w.req.Name, w.req.Owner, w.req.RequestID)
+}
+
 // canPark reports whether a waiter whose poll ran out keeps its place.
 // e.mu held.
 func (e *Engine) canPark(w *engWaiter) bool {
@@ -49,10 +63,10 @@ func (e *Engine) canPark(w *engWaiter) bool {
 
 // park keeps w in ent's queue for its next poll and starts the grace that
 // ends the place if no poll comes. e.mu held.
-func (e *Engine) park(ent *engEntry, w *engWaiter) {
-	key := parkKey(ent.name, w.req.Owner, w.req.RequestID)
+func (e *Engine) park(w *engWaiter) {
+	key := w.parkKey()
 	if old := e.parked[key]; old != nil && old != w && !old.done {
-		e.dequeue(ent, old)
+		e.leave(old)
 	}
 	w.parked = true
 	taken := make(chan struct{})
@@ -76,15 +90,15 @@ func (e *Engine) park(ent *engEntry, w *engWaiter) {
 		delete(e.parked, key)
 		w.parked = false
 		if !w.done {
-			e.dequeue(ent, w)
+			e.leave(w)
 			e.unlock()
 			return
 		}
-		token := w.token
+		token, got := w.token, w.got
 		e.unlock()
 		if token != 0 {
 			// Granted while parked and never taken: nobody will use it.
-			_ = e.Release(context.Background(), ent.name, w.req.Owner, token)
+			_ = e.Release(context.Background(), got, w.req.Owner, token)
 		}
 	}()
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/storekit"
@@ -71,13 +70,19 @@ func (e *Engine) Waiters(name string) []Waiter {
 	e.lock()
 	defer e.unlock()
 	ent := e.leases[name]
-	if ent == nil {
+	pw := e.permitWaiters(name)
+	if ent == nil && len(pw) == 0 {
 		return nil
 	}
 	now := e.now()
-	out := make([]Waiter, 0, len(ent.queue()))
+	out := make([]Waiter, 0, len(ent.queue())+len(pw))
 	for _, w := range ent.queue() {
-		out = append(out, Waiter{Owner: w.req.Owner, Session: w.req.Session, Since: w.since, Waited: time.Duration(now - w.at)})
+		out = append(out, waiterOf(w, now))
+	}
+	// A permit's own waiters come first (see free), then its semaphore's
+	// that may take it.
+	for _, w := range pw {
+		out = append(out, waiterOf(w, now))
 	}
 	return out
 }

@@ -80,9 +80,7 @@ func (e *Engine) endSession(s *engSession, now int64, why EventType, done func(e
 	e.sdl.remove(s)
 	delete(e.sessions, s.id)
 	for w := range s.waits {
-		for _, ent := range e.leasesOf(w) {
-			e.dequeue(ent, w)
-		}
+		e.leave(w)
 		w.ch <- grantResult{err: ErrNoSession}
 	}
 	ents := make([]*engEntry, 0, len(s.leases))
@@ -102,9 +100,14 @@ func (e *Engine) endSession(s *engSession, now int64, why EventType, done func(e
 	})
 }
 
-func (e *Engine) leasesOf(w *engWaiter) []*engEntry {
-	if ent := e.leases[w.req.Name]; ent != nil {
-		return []*engEntry{ent}
+// leave removes a waiter that leaves without a grant from its queue: its
+// lease's, or its semaphore's. e.mu held.
+func (e *Engine) leave(w *engWaiter) {
+	if w.sem != "" {
+		e.dequeuePermit(w)
+		return
 	}
-	return nil
+	if ent := e.leases[w.req.Name]; ent != nil {
+		e.dequeue(ent, w)
+	}
 }

@@ -94,6 +94,7 @@ func NewHandler(b Backend, opts HandlerOptions) http.Handler { return newHTTPAPI
 // line and the authorisation check.
 type httpAPI struct {
 	b       Backend
+	started time.Time // when the API was made: /v1/stats's started
 	auth    *Auth
 	limits  *Limits
 	log     *slog.Logger
@@ -131,7 +132,7 @@ func newHTTPAPI(b Backend, opts HandlerOptions) *httpAPI {
 	h := &httpAPI{
 		b: b, auth: opts.Auth, limits: opts.Limits, log: opts.Logger,
 		metrics: opts.Metrics, dash: opts.Dashboard, maxBody: opts.MaxBodyBytes,
-		workflows: opts.Workflows, holders: opts.Holders,
+		workflows: opts.Workflows, holders: opts.Holders, started: time.Now(),
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)

@@ -54,5 +54,5 @@ func (h *httpAPI) serveMetrics(q *httpReq, _ *httpArgs) {
 
 func (h *httpAPI) stats(q *httpReq, _ *httpArgs) {
 	s := h.b.Stats()
-	h.json(q, http.StatusOK, httpwire.Stats{Held: s.Held, Waiters: s.Waiters, Sessions: s.Sessions, Durable: s.Durable})
+	h.json(q, http.StatusOK, httpwire.Stats{Held: s.Held, Waiters: s.Waiters, Sessions: s.Sessions, Durable: s.Durable, Started: httpwire.Time(h.started)})
 }

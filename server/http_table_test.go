@@ -260,7 +260,7 @@ var sharedOps = map[string]Access{
 	"lease.acquire": AccessWrite, "lease.renew": AccessWrite, "lease.release": AccessWrite,
 	"lease.get": AccessRead, "lease.list": AccessRead, "lease.forcerelease": AccessAdmin,
 	"session.open": AccessWrite, "session.keepalive": AccessWrite, "session.close": AccessWrite,
-	"events.subscribe": AccessRead, "ready": AccessNone,
+	"events.subscribe": AccessRead, "ready": AccessNone, "semaphore.acquire": AccessWrite,
 }
 
 // wantSharedOps checks that ops, an API's operations (what), has every

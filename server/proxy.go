@@ -92,8 +92,9 @@ type Proxy struct {
 	mu           sync.Mutex
 	closed       bool
 	names        map[string]*proxyName
-	parks        map[string]*proxyPark // waits between two polls (proxy_park.go)
-	waiting      int                   // queued waiters, all names
+	parks        map[string]*proxyPark           // waits between two polls (proxy_park.go)
+	permitWaits  map[string][]*proxyPermitWaiter // semaphore → its waiters (proxy_permits.go)
+	waiting      int                             // queued waiters, all names
 	sessions     map[string]*proxySession
 	leaseSession map[proxyLeaseKey]*proxySession
 	heldAt       time.Time // last recount of Held
@@ -168,7 +169,7 @@ func NewProxy(store leasehold.Store, cfg ProxyConfig) *Proxy {
 	p := &Proxy{
 		store: store, clock: cfg.Clock, hooks: cfg.Hooks, log: cfg.Logger, cfg: cfg,
 		ctx: ctx, cancel: cancel, done: make(chan struct{}),
-		names: map[string]*proxyName{}, parks: map[string]*proxyPark{}, sessions: map[string]*proxySession{},
+		names: map[string]*proxyName{}, parks: map[string]*proxyPark{}, permitWaits: map[string][]*proxyPermitWaiter{}, sessions: map[string]*proxySession{},
 		leaseSession: map[proxyLeaseKey]*proxySession{},
 		hub:          newHub(cfg.RecentEvents),
 	}
@@ -213,6 +214,10 @@ func (p *Proxy) emitUnlock(ev Event) {
 	}
 	if ns := p.names[ev.Name]; ns != nil {
 		ev.Waiters = len(ns.queue)
+	}
+	if ev.Type != EventQueued && ev.Type != EventDequeued {
+		// A permit's events count its semaphore's waiters that may take it.
+		ev.Waiters += len(p.permitWaitersLocked(ev.Name))
 	}
 	p.evMu.Lock()
 	p.mu.Unlock()

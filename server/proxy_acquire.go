@@ -431,13 +431,19 @@ func (p *Proxy) timedOut(ctx context.Context, ns *proxyName, r leasehold.Acquire
 func (p *Proxy) Waiters(name string) []Waiter {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ns := p.names[name]
-	if ns == nil || len(ns.queue) == 0 {
+	var ws []*proxyWaiter
+	if ns := p.names[name]; ns != nil {
+		ws = append(ws, ns.queue...)
+	}
+	for _, w := range p.permitWaitersLocked(name) { // a semaphore's, after the permit's own
+		ws = append(ws, &w.w)
+	}
+	if len(ws) == 0 {
 		return nil
 	}
 	now := p.clock.Now()
-	out := make([]Waiter, len(ns.queue))
-	for i, w := range ns.queue {
+	out := make([]Waiter, len(ws))
+	for i, w := range ws {
 		out[i] = Waiter{Owner: w.owner, Session: w.session, Since: w.since, Waited: max(now.Sub(w.since), 0)}
 	}
 	return out

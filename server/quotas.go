@@ -284,11 +284,10 @@ func (b *quotaBackend) refuse(resource string, limit, have int64) error {
 // quota of 1,000, with 64 KiB of data each.)
 
 // parkedAfter counts the place a poll that ran out may have kept. b.mu held.
-func (b *quotaBackend) parkedAfter(client string, req AcquireRequest, err error) {
+func (b *quotaBackend) parkedAfter(client string, req AcquireRequest, key string, err error) {
 	if req.RequestID == "" || req.Wait < minParkWait || !errors.Is(err, leasehold.ErrHeld) {
 		return
 	}
-	key := parkKey(req.Name, req.Owner, req.RequestID)
 	b.unpark(key)
 	u := b.use(client)
 	if u.parked == nil {
@@ -320,14 +319,13 @@ func (b *quotaBackend) unpark(key string) {
 // An acquire of a name the client holds here (a retry, whose answer is
 // the same grant) takes the place of that lease; one with the request id
 // of a place kept for the client, the place of that waiter.
-func (b *quotaBackend) reserve(client string, req AcquireRequest, size int64, wait bool) error {
+func (b *quotaBackend) reserve(client string, req AcquireRequest, key string, size int64, wait bool) error {
 	name := req.Name
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
 	b.sweep(now)
 	if req.RequestID != "" {
-		key := parkKey(req.Name, req.Owner, req.RequestID)
 		if b.parked[key] == client {
 			b.unpark(key)
 		}
@@ -369,11 +367,20 @@ func (b *quotaBackend) Acquire(ctx context.Context, req AcquireRequest) (leaseho
 	if client == "" {
 		return b.Backend.Acquire(ctx, req)
 	}
+	key := parkKey(req.Name, req.Owner, req.RequestID)
+	return b.counted(ctx, client, req, key, func() (leasehold.Record, error) { return b.Backend.Acquire(ctx, req) })
+}
+
+// counted runs acquire, an acquire of req (a lease's, or a semaphore's
+// whose grant names its permit) counted against client: reserved before,
+// and the grant (or the place a poll that ran out kept, under key)
+// counted after.
+func (b *quotaBackend) counted(ctx context.Context, client string, req AcquireRequest, key string, acquire func() (leasehold.Record, error)) (leasehold.Record, error) {
 	size, wait := int64(len(req.Data)), req.Wait > 0
-	if err := b.reserve(client, req, size, wait); err != nil {
+	if err := b.reserve(client, req, key, size, wait); err != nil {
 		return leasehold.Record{}, err
 	}
-	rec, err := b.Backend.Acquire(ctx, req)
+	rec, err := acquire()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	u := b.use(client)
@@ -384,29 +391,47 @@ func (b *quotaBackend) Acquire(ctx context.Context, req AcquireRequest) (leaseho
 	}
 	if err != nil {
 		if ctx.Err() == nil {
-			b.parkedAfter(client, req, err)
+			b.parkedAfter(client, req, key, err)
 		}
 		return rec, err
 	}
 	// A new grant of the name ends any earlier one made here (a retry's
 	// answer is the same grant: it replaces itself).
-	b.dropLease(req.Name)
+	name := rec.Name
+	b.dropLease(name)
 	now := b.now()
 	left := rec.Remaining
 	if left <= 0 {
 		left = rec.TTL
 	}
 	l := &quotaLease{client: client, token: rec.Token, bytes: size, ttl: rec.TTL, until: now.Add(left), session: req.Session}
-	b.leases[req.Name] = l
-	u.names[req.Name] = struct{}{}
+	b.leases[name] = l
+	u.names[name] = struct{}{}
 	u.bytes += size
 	if s := b.sessions[req.Session]; req.Session != "" && s != nil {
 		if s.names == nil {
 			s.names = map[string]struct{}{}
 		}
-		s.names[req.Name] = struct{}{}
+		s.names[name] = struct{}{}
 	}
 	return rec, nil
+}
+
+// AcquirePermit counts a semaphore's acquire as Acquire does a lease's:
+// its wait as one of the client's waiters (a place kept between polls
+// too), its grant as a lease of the permit's name.
+func (b *quotaBackend) AcquirePermit(ctx context.Context, sem string, n int, req AcquireRequest) (leasehold.Record, error) {
+	client := quotaKeyOf(ctx)
+	if client == "" {
+		return acquirePermit(ctx, b.Backend, sem, n, req)
+	}
+	if err := validatePermits(sem, n); err != nil {
+		return leasehold.Record{}, err
+	}
+	r := req
+	r.Name = "" // which permit is not known yet
+	key := permitParkKey(sem, req.Owner, req.RequestID)
+	return b.counted(ctx, client, r, key, func() (leasehold.Record, error) { return acquirePermit(ctx, b.Backend, sem, n, req) })
 }
 
 // grantEnded is whether err from a renew or release of a grant means the
@@ -540,28 +565,6 @@ func (b *quotaBackend) CloseSession(ctx context.Context, id string) error {
 // both front ends so they count against one set.
 func WithQuotas(b Backend, q Quotas, m *Metrics) Backend {
 	return newQuotaBackend(b, q, m)
-}
-
-// waitingFor counts a wait of ctx's client outside the backend's queues
-// (a semaphore's) against its waiters quota, or refuses it; done ends it.
-func waitingFor(b Backend, ctx context.Context) (done func(), err error) {
-	qb, ok := b.(*quotaBackend)
-	client := quotaKeyOf(ctx)
-	if !ok || client == "" {
-		return func() {}, nil
-	}
-	qb.mu.Lock()
-	defer qb.mu.Unlock()
-	u := qb.use(client)
-	if max := limitOf(qb.lim.Waiters); u.waiters >= max {
-		return nil, qb.refuse(QuotaWaiters, int64(max), int64(u.waiters))
-	}
-	u.waiters++
-	return func() {
-		qb.mu.Lock()
-		qb.use(client).waiters--
-		qb.mu.Unlock()
-	}, nil
 }
 
 // unwrapBackend is the backend under any quotaBackend.

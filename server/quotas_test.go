@@ -555,3 +555,34 @@ func TestQuotaParkedPlaces(t *testing.T) {
 		t.Fatalf("a waiter once the kept places' grace passed: %v, want held", err)
 	}
 }
+
+// TestQuotaParkedPermitPlaces: a semaphore's place kept between two polls
+// counts as one of its client's waiters too, until its next poll takes it
+// back (which is not refused).
+func TestQuotaParkedPermitPlaces(t *testing.T) {
+	qb := newQTBackend(t, Quotas{Waiters: 2})
+	ctx := withQuotaClient(context.Background(), fakeClient("a"))
+	_, err := qb.AcquirePermit(withQuotaClient(context.Background(), fakeClient("holder")), "p/s", 1,
+		AcquireRequest{AcquireRequest: leasehold.AcquireRequest{Owner: "h", TTL: time.Minute}})
+	qb.mustOK("the holder's permit", err)
+	poll := func(rid string) error {
+		_, err := qb.AcquirePermit(ctx, "p/s", 1, AcquireRequest{AcquireRequest: leasehold.AcquireRequest{
+			Owner: "w-" + rid, RequestID: rid, TTL: time.Minute}, Wait: time.Second})
+		return err
+	}
+	for _, rid := range []string{"a", "b"} {
+		if err := poll(rid); !errors.Is(err, leasehold.ErrNoPermit) {
+			t.Fatalf("poll %s: %v, want no permit (its wait ran out)", rid, err)
+		}
+	}
+	if n := len(qb.Waiters("p/s/permit/0")); n != 2 {
+		t.Fatalf("%d places kept, want 2", n)
+	}
+	var qe *QuotaError
+	if err := poll("c"); !errors.As(err, &qe) || qe.Resource != QuotaWaiters {
+		t.Fatalf("a third waiter beside two kept places: %v, want a waiters QuotaError", err)
+	}
+	if err := poll("a"); !errors.Is(err, leasehold.ErrNoPermit) {
+		t.Fatalf("a's next poll: %v, want no permit (its place taken back, not refused)", err)
+	}
+}

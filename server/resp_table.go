@@ -56,6 +56,9 @@ type respCmd struct {
 	// rule), so that a name stored before that rule can still be read and
 	// freed. Rows that may create a name check it with CheckName.
 	existing bool
+	// onPermit: the name is a semaphore's, and access is checked on its
+	// permit 0 (name/permit/0); the handler checks the other permits.
+	onPermit bool
 	handler  func(c *respConn, a *respArgs)
 }
 
@@ -86,6 +89,8 @@ var respCommands = []*respCmd{
 	// Leases.
 	{name: "LH.ACQUIRE", op: "lease.acquire", min: 3, max: 3, opts: []string{"DATA", "REQID", "WAIT", "SESSION"},
 		access: AccessWrite, scope: scopeName, verb: "acquire", limited: true, handler: (*respConn).acquire},
+	{name: "LH.SEMACQUIRE", op: "semaphore.acquire", min: 4, max: 4, opts: []string{"DATA", "REQID", "WAIT", "SESSION"},
+		access: AccessWrite, scope: scopeName, onPermit: true, verb: "acquire", limited: true, handler: (*respConn).semAcquire},
 	{name: "LH.RENEW", existing: true, op: "lease.renew", min: 4, max: 4, opts: []string{"SECRET"},
 		access: AccessWrite, scope: scopeName, verb: "renew", limited: true, handler: (*respConn).renew},
 	{name: "LH.RELEASE", existing: true, op: "lease.release", min: 3, max: 3, opts: []string{"SECRET"},
@@ -274,7 +279,11 @@ func (c *respConn) permitted(row *respCmd, a *respArgs) bool {
 	case scopeNone:
 		return true
 	case scopeName, scopePrefix:
-		ok = c.ident.Allowed(a.name, row.access)
+		on := a.name
+		if row.onPermit {
+			on = httpPermitName(a.name, 0)
+		}
+		ok = c.ident.Allowed(on, row.access)
 	case scopeAny:
 		ok = anyGrant(c.ident, row.access)
 	}
@@ -288,7 +297,11 @@ func (c *respConn) permitted(row *respCmd, a *respArgs) bool {
 	if row.scope == scopeAny {
 		c.replyError(fmt.Sprintf("%s identity %q may not %s: that needs %s access to some prefix", resp.CodeNoPerm, id, row.verb, row.access))
 	} else {
-		c.replyError(fmt.Sprintf("%s identity %q may not %s %q", resp.CodeNoPerm, id, row.verb, a.name))
+		on := a.name
+		if row.onPermit {
+			on = httpPermitName(a.name, 0)
+		}
+		c.replyError(fmt.Sprintf("%s identity %q may not %s %q", resp.CodeNoPerm, id, row.verb, on))
 	}
 	return false
 }

@@ -50,6 +50,8 @@ func rtSample(t *testing.T, row *respCmd, name, token string) []string {
 		args = []string{"LIB-NAME", "x"}
 	case "lease.acquire":
 		args = []string{name, "me", "30000"}
+	case "semaphore.acquire":
+		args = []string{name, "me", "2", "30000"}
 	case "lease.renew":
 		args = []string{name, "me", "1", "30000"}
 	case "lease.release":

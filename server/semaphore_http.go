@@ -50,7 +50,7 @@ func (h *httpAPI) semaphore(q *httpReq, a *httpArgs) {
 		return
 	}
 	defer cancel()
-	rec, idx, err := h.semAcquire(ctx, name, body.Permits, req)
+	rec, err := acquirePermit(ctx, h.b, name, body.Permits, req)
 	if err != nil {
 		var held *leasehold.HeldError
 		if errors.As(err, &held) {
@@ -64,6 +64,7 @@ func (h *httpAPI) semaphore(q *httpReq, a *httpArgs) {
 		h.fail(q, err)
 		return
 	}
+	idx, _ := httpPermitIndex(name, rec.Name)
 	lj := httpwire.LeaseOf(rec)
 	lj.Session = req.Session
 	lj.Permit = &idx
@@ -78,36 +79,41 @@ func httpPermitIndex(semaphore, lease string) (int, bool) {
 	return leasehold.PermitIndex(semaphore, lease)
 }
 
-// semAcquire takes one of n permits of name: one pass over the free ones
-// (in random order), and with req.Wait, more passes whenever a permit may
-// have become free (an event under NAME/permit/, or the soonest holder's
-// expiry) until Wait elapses. It returns the *HeldError of the permit that
-// expires first when none is free.
-func (h *httpAPI) semAcquire(ctx context.Context, name string, n int, req AcquireRequest) (leasehold.Record, int, error) {
+// acquirePermit takes one of the n permits of sem for req: in b's own
+// queue when b has one (PermitBackend), else with permitLoop.
+func acquirePermit(ctx context.Context, b Backend, sem string, n int, req AcquireRequest) (leasehold.Record, error) {
+	if pb, ok := b.(PermitBackend); ok {
+		return pb.AcquirePermit(ctx, sem, n, req)
+	}
+	if err := validatePermits(sem, n); err != nil {
+		return leasehold.Record{}, err
+	}
+	return permitLoop(ctx, b, sem, n, req)
+}
+
+// permitLoop takes one of n permits of name over b's lease operations:
+// one pass over the free ones (in random order), and with req.Wait, more
+// passes whenever a permit may have become free (an event under
+// NAME/permit/, or the soonest holder's expiry) until Wait elapses. It is
+// not FIFO. When none is free it returns noPermit's error.
+func permitLoop(ctx context.Context, b Backend, name string, n int, req AcquireRequest) (leasehold.Record, error) {
 	wait := req.Wait
 	req.Wait = 0
 	deadline := time.Now().Add(wait)
 	var events <-chan Event
 	if wait > 0 {
-		// It waits here, not in a queue of the backend: count it as one
-		// of its client's waiters all the same.
-		done, err := waitingFor(h.b, ctx)
-		if err != nil {
-			return leasehold.Record{}, 0, err
-		}
-		defer done()
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		events = h.b.Subscribe(sctx, name+httpPermitSep)
+		events = b.Subscribe(sctx, name+httpPermitSep)
 	}
 	for {
-		rec, idx, soonest, err := h.semTry(ctx, name, n, req)
+		rec, soonest, err := semTry(ctx, b, name, n, req)
 		if err == nil || soonest == nil {
-			return rec, idx, err
+			return rec, err
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return leasehold.Record{}, 0, soonest
+			return leasehold.Record{}, noPermit(name, n, soonest)
 		}
 		t := time.NewTimer(min(left, soonest.Remaining+time.Millisecond))
 	waitLoop:
@@ -115,16 +121,16 @@ func (h *httpAPI) semAcquire(ctx context.Context, name string, n int, req Acquir
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return leasehold.Record{}, 0, ctx.Err()
+				return leasehold.Record{}, ctx.Err()
 			case <-t.C:
 				break waitLoop
 			case e, open := <-events:
 				if !open {
 					t.Stop()
 					if ctx.Err() != nil {
-						return leasehold.Record{}, 0, ctx.Err()
+						return leasehold.Record{}, ctx.Err()
 					}
-					return leasehold.Record{}, 0, soonest
+					return leasehold.Record{}, noPermit(name, n, soonest)
 				}
 				if httpwire.MayFree(string(e.Type)) {
 					t.Stop()
@@ -137,10 +143,10 @@ func (h *httpAPI) semAcquire(ctx context.Context, name string, n int, req Acquir
 
 // semTry makes one pass. On "all held" it returns soonest (and a nil
 // error is never returned with a non-nil soonest).
-func (h *httpAPI) semTry(ctx context.Context, name string, n int, req AcquireRequest) (leasehold.Record, int, *leasehold.HeldError, error) {
-	holders, err := h.b.List(ctx, name+httpPermitSep)
+func semTry(ctx context.Context, b Backend, name string, n int, req AcquireRequest) (leasehold.Record, *leasehold.HeldError, error) {
+	holders, err := b.List(ctx, name+httpPermitSep)
 	if err != nil {
-		return leasehold.Record{}, 0, nil, err
+		return leasehold.Record{}, nil, err
 	}
 	held := make(map[int]bool, len(holders))
 	var soonest *leasehold.HeldError
@@ -174,18 +180,18 @@ func (h *httpAPI) semTry(ctx context.Context, name string, n int, req AcquireReq
 	for _, i := range append(mine, free...) {
 		r := req
 		r.Name = httpPermitName(name, i)
-		rec, err := h.b.Acquire(ctx, r)
+		rec, err := b.Acquire(ctx, r)
 		if err == nil {
-			return rec, i, nil, nil
+			return rec, nil, nil
 		}
 		var he *leasehold.HeldError
 		if !errors.As(err, &he) {
-			return leasehold.Record{}, 0, nil, err
+			return leasehold.Record{}, nil, err
 		}
 		note(he)
 	}
 	if soonest == nil { // every live permit is at or above n
 		soonest = &leasehold.HeldError{Name: name, Remaining: 250 * time.Millisecond}
 	}
-	return leasehold.Record{}, 0, soonest, leasehold.ErrNoPermit
+	return leasehold.Record{}, soonest, leasehold.ErrNoPermit
 }

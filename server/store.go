@@ -8,7 +8,8 @@ import (
 	"github.com/leasehold/leasehold/storekit"
 )
 
-// StoreOf presents a Backend as a leasehold.Store (with Watcher and Queuer),
+// StoreOf presents a Backend as a leasehold.Store (with Watcher, Queuer
+// and PermitWaiter),
 // for using a server in-process: the recipes of package leasehold and the
 // conformance suite run on it unchanged. When b keeps versioned records
 // (it implements leasehold.RecordStore, as Engine and Proxy do), so does
@@ -29,6 +30,12 @@ func (s backendStore) TryAcquire(ctx context.Context, req leasehold.AcquireReque
 // AcquireWait queues behind earlier waiters until granted or ctx ends.
 func (s backendStore) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
 	return s.b.Acquire(ctx, AcquireRequest{AcquireRequest: req, Wait: 1<<63 - 1})
+}
+
+// AcquirePermit takes one of a semaphore's permits in the backend
+// (leasehold.PermitWaiter).
+func (s backendStore) AcquirePermit(ctx context.Context, sem string, n int, req leasehold.AcquireRequest, wait time.Duration) (leasehold.Record, error) {
+	return acquirePermit(ctx, s.b, sem, n, AcquireRequest{AcquireRequest: req, Wait: max(wait, 0)})
 }
 
 func (s backendStore) Renew(ctx context.Context, name, owner string, token uint64, ttl time.Duration) error {

@@ -23,7 +23,7 @@ func TestTableParity(t *testing.T) {
 	}
 	sort.Strings(shared)
 	for _, op := range []string{"lease.acquire", "lease.renew", "lease.release", "lease.get", "lease.list",
-		"lease.forcerelease", "session.open", "session.keepalive", "session.close", "events.subscribe", "ready"} {
+		"lease.forcerelease", "session.open", "session.keepalive", "session.close", "events.subscribe", "ready", "semaphore.acquire"} {
 		_, inH := h[op]
 		_, inR := r[op]
 		if !inH || !inR {

@@ -193,4 +193,7 @@ type Stats struct {
 	Waiters  int  `json:"waiters"`
 	Sessions int  `json:"sessions"`
 	Durable  bool `json:"durable"`
+	// Started is when the server's API started (RFC 3339): the dashboard
+	// draws nothing it cannot know from before it.
+	Started string `json:"started,omitempty"`
 }

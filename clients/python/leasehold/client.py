@@ -195,8 +195,9 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
 
         last: Optional[errors.LeaseholdError] = None
         unknown = False  # an attempt's outcome was unknown: a grant may exist
-        # A lease's wait of 1 s or more that ran out keeps its place in the
-        # server's queue for 5 s (docs/http-api.md): giving up gives it up.
+        # A wait of 1 s or more (a lease's or a semaphore's) that ran out
+        # keeps its place in the server's queue for 5 s (docs/http-api.md):
+        # giving up gives it up.
         kept = False
         fails = 0
         first = True
@@ -219,7 +220,7 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
             except errors.Held as e:
                 if first and on_wait is not None:
                     on_wait(e)
-                kept = wait >= 1.0 and path.startswith("/v1/leases/")
+                kept = wait >= 1.0  # a lease's or a semaphore's place
                 first, last, unknown = False, e, False
                 continue
             except (errors.Unreachable, errors.Unavailable, errors.RateLimited, errors.ProblemError) as e:
@@ -310,7 +311,9 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
 
 class Semaphore:
     """A counting semaphore on the server. Each permit is a lease (``Lease.permit``
-    is its index); release it with ``Lease.release``. Waiting is not FIFO."""
+    is its index); release it with ``Lease.release``. Waiters wait in the server's
+    queue of the semaphore, in arrival order (in proxy mode, ``serve --store``,
+    the proxy retries instead, not in arrival order)."""
 
     def __init__(self, client: Client, name: str, permits: int) -> None:
         if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= 1024:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import unittest
+from typing import Any, Dict
 
 import leasehold
 from leasehold import Client, Held, Invalid, Lost, NotFound, NotHeld, QuotaExceeded, Released, Unreachable
@@ -536,6 +537,39 @@ class SemaphoreElectionTest(unittest.TestCase):
         l1.release()
         with self.assertRaises(Invalid):
             clients[0].semaphore(name, 0)
+
+    def test_semaphore_waiters_queue_on_the_server(self) -> None:
+        # Issue 27, item 3: 2 of 2 permits held and 2 more acquires waiting;
+        # the server lists both on each permit (it counted none: the waits
+        # retried in its handler) and grants them in arrival order.
+        name = uniq("semq")
+        holders = [Client(SERVER.url, owner=f"py-h{i}").semaphore(name, 2) for i in range(2)]
+        held = [h.try_acquire(ttl=30) for h in holders]
+        got: Dict[str, Any] = {}
+        threads = []
+        for i, owner in enumerate(["py-w1", "py-w2"]):
+            sem = Client(SERVER.url, owner=owner).semaphore(name, 2)
+            t = threading.Thread(target=lambda o=owner, s=sem: got.__setitem__(o, s.acquire(ttl=30, timeout=60)))
+            t.start()
+            threads.append(t)
+            end = time.monotonic() + 30
+            while len(Client(SERVER.url, owner="py-reader").get(f"{name}/permit/0").waiters) < i + 1:
+                self.assertLess(time.monotonic(), end, f"waiter {owner} never listed")
+                time.sleep(0.02)
+        for p in (0, 1):
+            ws = Client(SERVER.url, owner="py-reader").get(f"{name}/permit/{p}").waiters
+            self.assertEqual([w["owner"] for w in ws], ["py-w1", "py-w2"], ws)
+            self.assertIn("waited_ms", ws[0])
+        held[1].release()
+        threads[0].join(60)
+        self.assertIn("py-w1", got)
+        self.assertNotIn("py-w2", got)
+        self.assertEqual(got["py-w1"].permit, held[1].permit)
+        held[0].release()
+        threads[1].join(60)
+        self.assertEqual(got["py-w2"].permit, held[0].permit)
+        for l in got.values():
+            l.release()
 
     def test_election(self) -> None:
         name = uniq("elect")

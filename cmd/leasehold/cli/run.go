@@ -44,7 +44,9 @@ each keeps its lease alive).
 
 With --permits N, run takes one of N permits of NAME instead (a
 semaphore: at most N commands run at once); each permit is a lease of its
-own, named NAME/permit/I, passed to CMD in LEASEHOLD_PERMIT.
+own, named NAME/permit/I, passed to CMD in LEASEHOLD_PERMIT. With the
+lease server (--store http://, leasehold://) it waits in the server's queue
+of the semaphore, in arrival order, and the server counts it as a waiter.
 
 By default run waits for the lease as long as it takes; -w/--wait bounds
 the wait and -n/--no-wait makes one attempt (as flock's -w and -n); when

@@ -150,8 +150,13 @@ function renderPictures() {
   prune();
   const now = serverNow();
   const evs = [...state.history.values()].sort((a, b) => a.time - b.time);
-  draw.charts(document.querySelector('section.charts'), evs, state.samples, now, WINDOW_MS, BUCKET_MS);
-  const lanes = draw.timeline($('timeline'), evs, state.leases, now, draw.zoom(evs, now, WINDOW_MS));
+  // What the page knows begins at the server's start and at the first
+  // event or reading it has: a wait that began before is not drawn from
+  // its claimed start.
+  const firsts = [evs.length ? evs[0].time : Infinity, state.samples.length ? state.samples[0].t : Infinity];
+  const known = Math.max(state.started ?? -Infinity, Math.min(...firsts));
+  draw.charts(document.querySelector('section.charts'), evs, state.samples, now, WINDOW_MS, BUCKET_MS, known);
+  const lanes = draw.timeline($('timeline'), evs, state.leases, now, draw.zoom(evs, now, WINDOW_MS), known);
   $('no-timeline').hidden = lanes > 0;
 }
 

@@ -160,11 +160,24 @@ window.leaseholdDraw = (() => {
   // live lease's acquired time when that is the same grant, else it is
   // drawn as a stub at its end and says that its start is unknown (it was
   // drawn from the window's start, claiming holds that never happened).
-  function spans(evs, from, now, lease) {
+  // Likewise a wait whose start is not known (its queued event is not
+  // among the events read, or it says a time before known: the server's
+  // start, or the oldest event read) is a stub at its end that says so.
+  function spans(evs, from, now, lease, known = -Infinity) {
     const holds = [];
     const waits = [];
     const marks = [];
-    const waiting = new Map(); // owner → since
+    const waiting = new Map(); // owner → {start, startUnknown}
+    // waited ends the wait of owner at t (how: granted, gave up).
+    const waited = (owner, t, how) => {
+      const w = waiting.get(owner);
+      if (w) {
+        waits.push({ owner, start: w.start, end: t, how, startUnknown: w.startUnknown });
+        waiting.delete(owner);
+      } else {
+        waits.push({ owner, start: t, end: t, how, startUnknown: true });
+      }
+    };
     let open = null;
     const close = (end, how) => {
       holds.push({ ...open, end, how });
@@ -182,10 +195,11 @@ window.leaseholdDraw = (() => {
         case 'granted':
           if (open) close(t, 'replaced');
           open = { owner: ev.owner, token: ev.token, start: t, handoff: ev.handoff };
-          if (waiting.has(ev.owner)) {
-            waits.push({ owner: ev.owner, start: waiting.get(ev.owner), end: t, how: 'granted' });
-            waiting.delete(ev.owner);
-          }
+          // A handoff went to a queued waiter.
+          if (waiting.has(ev.owner) || ev.handoff > 0) waited(ev.owner, t, 'granted');
+          break;
+        case 'served': // a semaphore's waiter granted a permit (timeline)
+          waited(ev.owner, t, 'granted');
           break;
         case 'renewed':
           if (!open) open = begun(ev);
@@ -198,31 +212,36 @@ window.leaseholdDraw = (() => {
           if (ev.type !== 'released') marks.push({ type: ev.type, time: t, owner: ev.owner, token: ev.token });
           break;
         case 'queued':
-          waiting.set(ev.owner, t);
+          waiting.set(ev.owner, { start: t, startUnknown: ev.time < known });
           break;
         case 'dequeued':
-          if (waiting.has(ev.owner)) {
-            waits.push({ owner: ev.owner, start: waiting.get(ev.owner), end: t, how: 'gave up' });
-            waiting.delete(ev.owner);
-          }
+          waited(ev.owner, t, 'gave up');
           break;
       }
     }
     if (open) holds.push({ ...open, end: now, how: lease && lease.token === open.token ? 'held' : 'unknown' });
-    for (const [owner, start] of waiting) waits.push({ owner, start, end: now, how: 'waiting' });
+    for (const [owner, w] of waiting) waits.push({ owner, start: w.start, end: now, how: 'waiting', startUnknown: w.startUnknown });
     return { holds, waits, marks };
   }
 
   // timeline draws a lane per name: who held it when (bars with owner and
   // token), who waited (thin bars below) and force releases and expiries
   // (red and amber marks), over [now - windowMs, now].
-  function timeline(root, events, leases, now, windowMs) {
+  // known is the earliest time whose waits the page knows (the server's
+  // start, the oldest event read).
+  function timeline(root, events, leases, now, windowMs, known = -Infinity) {
     const from = now - windowMs;
     const byName = new Map();
     for (const ev of events) {
       if (!ev.name || ev.time === undefined || ev.time < from || ev.type === 'overflow') continue;
       if (!byName.has(ev.name)) byName.set(ev.name, []);
       byName.get(ev.name).push(ev);
+      // A semaphore's waiter queues under the semaphore's name and is
+      // granted a permit (NAME/permit/I): its wait ends in NAME's lane.
+      const sem = semaphoreOf(ev.name);
+      if (ev.type === 'granted' && ev.handoff > 0 && sem && byName.has(sem)) {
+        byName.get(sem).push({ ...ev, type: 'served', name: sem });
+      }
     }
     const held = new Map(leases.map((l) => [l.name, l]));
     const names = [...byName.keys()].sort((a, b) => {
@@ -234,7 +253,7 @@ window.leaseholdDraw = (() => {
     const w = width(root);
     const x = (t) => ((Math.min(now, Math.max(from, t)) - from) / windowMs) * w;
     const lanes = shown.map((name) => {
-      const s = spans(byName.get(name), from, now, held.get(name));
+      const s = spans(byName.get(name), from, now, held.get(name), known);
       const g = svg('svg', { class: 'tl-svg', width: w, height: 34, viewBox: `0 0 ${w} 34`, role: 'img' });
       g.append(title(`${visible(name)}: ${s.holds.length} holds, ${s.waits.length} waits in the last ${span(windowMs)}`));
       g.append(svg('line', { x1: 0, x2: w, y1: 12, y2: 12, class: 'tl-track' }));
@@ -266,13 +285,26 @@ window.leaseholdDraw = (() => {
         g.append(bar);
       }
       for (const wt of s.waits) {
-        const x0 = x(wt.start);
-        const bw = Math.max(2, Math.min(x(wt.end) - x0, w - x0));
+        // A wait of unknown start: a stub at its end.
+        const x0 = wt.startUnknown ? Math.max(0, x(wt.end) - STUB_W) : x(wt.start);
+        const bw = wt.startUnknown ? Math.min(STUB_W, w - x0) : Math.max(2, Math.min(x(wt.end) - x0, w - x0));
+        const what = wt.startUnknown
+          ? `${visible(wt.owner)} ${wt.how === 'waiting' ? 'is waiting now' : 'waited until ' + clock(wt.end) + ' (' + wt.how + ')'}; ` +
+            `when it began is not known (before the server's start or its oldest event read)`
+          : `${visible(wt.owner)} waited from ${clock(wt.start)} (${dur(wt.end - wt.start)}, ${wt.how})`;
         g.append(
           svg(
             'rect',
-            { class: 'tl-wait', 'data-owner': wt.owner, x: x0, y: 25, width: bw, height: 6, rx: 2 },
-            title(`${visible(wt.owner)} waited from ${clock(wt.start)} (${dur(wt.end - wt.start)}, ${wt.how})`),
+            {
+              class: 'tl-wait' + (wt.startUnknown ? ' start-unknown' : ''),
+              'data-owner': wt.owner,
+              x: x0,
+              y: 25,
+              width: bw,
+              height: 6,
+              rx: 2,
+            },
+            title(what),
           ),
         );
       }
@@ -365,6 +397,13 @@ window.leaseholdDraw = (() => {
     return { svg: g, value: `${(total / (windowMs / 1000)).toFixed(2)}/s average, ${total} in all` };
   }
 
+  // semaphoreOf is the semaphore a permit's lease name (NAME/permit/I)
+  // belongs to, or ''.
+  function semaphoreOf(name) {
+    const m = /^(.+)\/permit\/(0|[1-9][0-9]*)$/.exec(name);
+    return m ? m[1] : '';
+  }
+
   // queueDelta is how an event changed its name's queue.
   function queueDelta(ev) {
     if (ev.type === 'queued') return 1;
@@ -376,10 +415,17 @@ window.leaseholdDraw = (() => {
   // carries its name's queue length after it, so the steps come from the
   // events; the waiters of names without events come from the latest
   // reading of the server's stats. Without events, the readings alone.
-  function waiterSeries(events, samples, from, now) {
+  // A permit's events count its semaphore's waiters (they wait under the
+  // semaphore's name): they are counted under that name. The series
+  // starts at from or, later, at known (the server's start, the first
+  // event or reading): nothing is drawn for a time the page knows nothing of.
+  function waiterSeries(events, samples, from, now, knownFrom = -Infinity) {
     const last = samples.at(-1);
-    const evs = events.filter((ev) => ev.waiters !== undefined && ev.time >= from && ev.time <= now);
-    if (!evs.length) return samples.filter((s) => s.t >= from - 60000 && s.t <= now + 5000);
+    from = Math.max(from, knownFrom);
+    const evs = events
+      .filter((ev) => ev.waiters !== undefined && ev.time >= from && ev.time <= now)
+      .map((ev) => (semaphoreOf(ev.name) ? { ...ev, name: semaphoreOf(ev.name) } : ev));
+    if (!evs.length) return samples.filter((s) => s.t >= Math.max(from - 60000, knownFrom) && s.t <= now + 5000);
     const cur = new Map(); // name → its queue before its first event, then after each
     for (const ev of evs) if (!cur.has(ev.name)) cur.set(ev.name, Math.max(0, ev.waiters - queueDelta(ev)));
     const latest = new Map();
@@ -398,9 +444,9 @@ window.leaseholdDraw = (() => {
   }
 
   // waiters draws the queued waiters over the window.
-  function waiters(fig, events, samples, now, windowMs) {
+  function waiters(fig, events, samples, now, windowMs, known) {
     const from = now - windowMs;
-    const pts = waiterSeries(events, samples, from, now);
+    const pts = waiterSeries(events, samples, from, now, known);
     const max = nice(Math.max(1, ...pts.map((s) => s.waiters)));
     const w = width(fig);
     const g = frame(w, max, '', from, now);
@@ -441,7 +487,7 @@ window.leaseholdDraw = (() => {
 
   // charts fills the three figures of root (#chart-grants, #chart-waiters,
   // #chart-handoff).
-  function charts(root, events, samples, now, windowMs, bucketMs) {
+  function charts(root, events, samples, now, windowMs, bucketMs, known = -Infinity) {
     const put = (id, r) => {
       const fig = root.querySelector('#' + id);
       const plot = fig.querySelector('.plot');
@@ -450,7 +496,7 @@ window.leaseholdDraw = (() => {
     };
     const plotOf = (id) => root.querySelector('#' + id + ' .plot');
     put('chart-grants', grants(plotOf('chart-grants'), events, now, windowMs, bucketMs));
-    put('chart-waiters', waiters(plotOf('chart-waiters'), events, samples, now, windowMs));
+    put('chart-waiters', waiters(plotOf('chart-waiters'), events, samples, now, windowMs, known));
     put('chart-handoff', handoffs(plotOf('chart-handoff'), events, now, windowMs));
   }
 

@@ -4,7 +4,7 @@
 // unlike EventSource, can send the Authorization header). It renders
 // through view, which dashboard.js fills in.
 
-import { $, listOf, normEvent, normLease, num, pick } from './format.js';
+import { $, listOf, normEvent, normLease, num, parseTime, pick } from './format.js';
 
 const base = (location.pathname.match(/^(.*\/)dashboard\/[^/]*$/) || [null, '/'])[1];
 export const TOKEN_KEY = 'leasehold.token';
@@ -35,6 +35,7 @@ export const state = {
   samples: [], // {t, waiters}: the server's queued waiters at each read
   skew: 0, // server clock minus this one, when they differ by seconds
   counts: new Map(), // name → waiters, from events and detail reads
+  started: undefined, // the server's start (ms), from its stats
   authNeeded: false,
   live: false,
   apiOK: true,
@@ -223,6 +224,8 @@ async function readAll() {
   if (stats.status === 'fulfilled') {
     view.stats(stats.value);
     sample(stats.value);
+    const started = parseTime(pick(stats.value, 'started', 'Started'));
+    if (started !== undefined && !Number.isNaN(started)) state.started = started;
   }
   if (events.status === 'fulfilled') {
     const evs = listOf(events.value, 'events', 'Events').map(normEvent);
@@ -270,6 +273,11 @@ export function prune() {
 
 function countFrom(ev) {
   if (ev.name && ev.waiters !== undefined) state.counts.set(ev.name, ev.waiters);
+  // A semaphore's waiter queues or leaves under the semaphore's name: the
+  // counts of its permits' rows (NAME/permit/I) are read again.
+  if (ev.type === 'queued' || ev.type === 'dequeued') {
+    for (const n of state.counts.keys()) if (n.startsWith(ev.name + '/permit/')) state.counts.delete(n);
+  }
 }
 
 async function readDetail() {
