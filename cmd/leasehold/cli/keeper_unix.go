@@ -35,6 +35,9 @@ import (
 //     the same in every process). When the latest one passes on either
 //     clock the keeper sends SIGKILL to the group, so a supervisor that is
 //     stopped (SIGSTOP) or starved cannot let the command outlive the lease.
+//     It reports "deadline" first: the supervisor then reports the lease
+//     lost (76) even if it renewed the lease before it could pass the new
+//     deadline on.
 //   - When the command exits, the keeper stops whatever it left in the
 //     group (SIGTERM, SIGKILL after leftoverGrace) and only then reports the
 //     command's exit status on the report pipe and exits; the supervisor
@@ -58,7 +61,7 @@ const keeperProtocol = "leasehold-keeper/1"
 // The keeper's file descriptors (after stdin, stdout and stderr).
 const (
 	keeperCtlFD    = 3 // read: "d BOOT MONO" deadline lines; EOF: the supervisor is gone
-	keeperReportFD = 4 // write: "pid N", "stopped SIG" and "continued", then "exit N" or "signal N" (and "left term|kill"), or "error CODE MSG"
+	keeperReportFD = 4 // write: "pid N", "stopped SIG" and "continued", "deadline" (the group is killed at it), then "exit N" or "signal N" (and "left term|kill"), or "error CODE MSG"
 )
 
 // leftoverGrace is how long processes the command left in its group get
@@ -257,7 +260,7 @@ func (k *keeper) run(argv []string) int {
 			if !k.enforce {
 				left = keeperTick
 			} else if left <= 0 {
-				k.killAll() // the lease's deadline passed unrenewed
+				k.killAtDeadline() // the lease's deadline passed unrenewed
 			}
 			timer.Reset(max(min(left, keeperTick), time.Millisecond))
 		case j := <-jobs:
@@ -283,6 +286,16 @@ func (k *keeper) run(argv []string) int {
 		k.killAll()
 	}
 	return 0
+}
+
+// killAtDeadline kills the group (killAll) because the latest deadline
+// passed, after telling the supervisor so: it may have renewed the lease
+// meanwhile (stopped or starved before it passed the new deadline on, or
+// confirming the renewal inside the kill margin), and must then still
+// report the lease lost, not the command's SIGKILL.
+func (k *keeper) killAtDeadline() {
+	k.say("deadline")
+	k.killAll()
 }
 
 // killAll sends SIGKILL to the command's whole process group, the keeper
@@ -342,6 +355,7 @@ func (k *keeper) stopLeftovers(deadlines <-chan hostTime, latest hostTime) (left
 		case <-time.After(pause):
 		}
 		if k.enforce && latest.left(hostNow()) <= 0 {
+			k.say("deadline")
 			kill()
 		}
 	}

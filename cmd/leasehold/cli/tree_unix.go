@@ -61,6 +61,7 @@ type treeReport struct {
 	errCode  int    // the command could not be started: 126, 127, ...
 	errMsg   string // and why
 	leftover string // "", "term" or "kill": what it left in the group was stopped so
+	deadline bool   // the keeper killed the group (or the leftovers) at the latest deadline it was given
 }
 
 // treeSpec is what startTree needs.
@@ -317,6 +318,8 @@ func (t *tree) readReport(r *os.File) {
 			t.rep.done = true
 		case "left":
 			t.rep.leftover = rest
+		case "deadline":
+			t.rep.deadline = true
 		case "stopped", "continued":
 			sig, _ := strconv.Atoi(rest)
 			select { // never blocks: the loop may be gone
