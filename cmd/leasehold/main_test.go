@@ -160,50 +160,93 @@ func TestMutualExclusion(t *testing.T) {
 	mutualExclusion(t, store)
 }
 
-// mutualExclusion runs 4 × 5 `leasehold run` on one name against store and
-// checks from their log that they never overlapped and that tokens grew.
+// mutualExclusion runs 4 workers that each complete 5 rounds of `leasehold
+// run` on one name against store, and checks from the commands' log that
+// they never overlapped and that their tokens grew.
+//
+// A round that exits 76 lost its lease and is run again. On a starved
+// machine (the flake hunt's: load 15 on 2 cores, the test's processes
+// niced) a lease whose renewal is not confirmed in time is lost, and
+// rightly: the lease promises safety, not speed. Such a round's command
+// did not run, or was stopped part way ("start" without "end"), or
+// finished just before the loss; what is checked is that nothing of it was
+// logged after the next command started. The lost rounds are bounded
+// (as many as the rounds to complete), so that a product that loses every
+// lease fails instead of retrying until the test times out.
 func mutualExclusion(t *testing.T, store string) {
 	logPath := filepath.Join(t.TempDir(), "log")
 	const workers, rounds = 4, 5
+	const maxLost = workers * rounds
 	script := `echo "start $$ $LEASEHOLD_TOKEN" >> "$1"; sleep 0.02; echo "end $$ $LEASEHOLD_TOKEN" >> "$1"`
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	errs := make([][]string, workers)
+	var mu sync.Mutex
+	var errs []string
+	lost := 0
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
-			for r := range rounds {
+			for done, attempt := 0, 0; done < rounds; attempt++ {
 				cmd := leasehold(ctx, "run", "--store", store, "--ttl", "5s", "e2e/job", "--", "sh", "-c", script, "sh", logPath)
-				if out, err := cmd.CombinedOutput(); err != nil {
-					errs[w] = append(errs[w], fmt.Sprintf("worker %d round %d: %v\n%s", w, r, err, out))
+				out, err := cmd.CombinedOutput()
+				mu.Lock()
+				switch {
+				case err == nil:
+					done++
+				case exitCode(err) == 76 && ctx.Err() == nil: // the lease was lost
+					lost++
+					t.Logf("worker %d attempt %d lost its lease (run again): %v\n%s", w, attempt, err, out)
+					if lost > maxLost {
+						errs = append(errs, fmt.Sprintf("worker %d: more than %d rounds lost their lease in all", w, maxLost))
+						done = rounds
+					}
+				default:
+					errs = append(errs, fmt.Sprintf("worker %d attempt %d: %v\n%s", w, attempt, err, out))
+					done++
 				}
+				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	for _, e := range errs {
-		for _, msg := range e {
-			t.Error(msg)
-		}
+	for _, msg := range errs {
+		t.Error(msg)
 	}
 
 	b, err := os.ReadFile(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines)%2 != 0 {
-		t.Fatalf("odd number of log lines (%d):\n%s", len(lines), b)
-	}
+	// open is the command that started last and has not ended; cut holds
+	// the commands that never ended (their lease was lost): no line of
+	// theirs may follow the next start.
+	var open string
+	cut := map[string]bool{}
 	var last uint64
-	for i := 0; i < len(lines); i += 2 {
-		start, end := strings.Fields(lines[i]), strings.Fields(lines[i+1])
-		if len(start) != 3 || start[0] != "start" || len(end) != 3 || end[0] != "end" ||
-			start[1] != end[1] || start[2] != end[2] {
-			t.Fatalf("overlap or garbled log at line %d: %q then %q\n%s", i+1, lines[i], lines[i+1], b)
+	pairs := 0
+	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || (f[0] != "start" && f[0] != "end") {
+			t.Fatalf("line %d: garbled %q\n%s", i+1, line, b)
 		}
-		tok, err := strconv.ParseUint(start[2], 10, 64)
+		who := f[1] + " " + f[2]
+		if cut[who] {
+			t.Fatalf("line %d: %q from a command that was cut off, after the next command started: overlap\n%s", i+1, line, b)
+		}
+		if f[0] == "end" {
+			if who != open {
+				t.Fatalf("line %d: %q while %q had started: overlap\n%s", i+1, line, open, b)
+			}
+			open = ""
+			pairs++
+			continue
+		}
+		if open != "" {
+			cut[open] = true
+		}
+		open = who
+		tok, err := strconv.ParseUint(f[2], 10, 64)
 		if err != nil {
 			t.Fatalf("line %d: bad token: %v", i+1, err)
 		}
@@ -212,10 +255,16 @@ func mutualExclusion(t *testing.T, store string) {
 		}
 		last = tok
 	}
-	if n := len(lines) / 2; n < workers*rounds {
-		t.Errorf("%d rounds, want at least %d", n, workers*rounds)
+	if open != "" {
+		cut[open] = true
 	}
-	t.Logf("%d rounds, tokens up to %d", len(lines)/2, last)
+	if len(cut) > lost {
+		t.Errorf("%d commands never ended, but only %d rounds lost their lease", len(cut), lost)
+	}
+	if pairs < workers*rounds {
+		t.Errorf("%d commands ran to their end, want at least %d", pairs, workers*rounds)
+	}
+	t.Logf("%d commands ran to their end, %d were cut off, %d rounds lost their lease; tokens up to %d", pairs, len(cut), lost, last)
 }
 
 // TestHolderKilled kills only the PID of a holding "leasehold run" with

@@ -64,10 +64,19 @@ func (o *runOptions) supervise(ctx context.Context, e *env, lease *leasehold.Lea
 	t.close()
 	rep := t.report()
 
+	// The keeper says when it killed the group at the latest deadline it
+	// was given: the lease may have been renewed since (this process was
+	// stopped or starved before it passed the new deadline on, or the
+	// renewal was confirmed inside the kill margin), but the command did
+	// not get its renewal in time, and was killed for that.
 	lost := w.lost
-	if lost == nil && expired {
+	if lost == nil && (expired || rep.deadline) {
 		lost = lease.Err()
-		if lost == nil {
+		switch {
+		case lost != nil:
+		case rep.deadline:
+			lost = errors.New("the command's keeper killed its group at the kill time (the lease's local deadline less the kill margin) of the latest deadline it was given: no renewal reached it in time")
+		default:
 			lost = errors.New("the lease's kill time (its local deadline less the kill margin) passed before the command's end was seen")
 		}
 	}

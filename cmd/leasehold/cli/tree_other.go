@@ -29,6 +29,7 @@ type treeEvent struct {
 type treeReport struct {
 	leftover, errMsg string
 	errCode          int
+	deadline         bool
 }
 
 type treeSpec struct {

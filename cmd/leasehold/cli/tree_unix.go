@@ -61,6 +61,7 @@ type treeReport struct {
 	errCode  int    // the command could not be started: 126, 127, ...
 	errMsg   string // and why
 	leftover string // "", "term" or "kill": what it left in the group was stopped so
+	deadline bool   // the keeper killed the group (or the leftovers) at the latest deadline it was given
 }
 
 // treeSpec is what startTree needs.
@@ -69,8 +70,8 @@ type treeSpec struct {
 	env            []string
 	stdin          io.Reader
 	stdout, stderr io.Writer
-	remaining      time.Duration // time left on the lease
-	foreground     bool          // try to give the group the terminal
+	deadlines      []hostTime // written to the control pipe before the keeper starts, oldest first (tests: the supervisor sends its first with setRemainingOf)
+	foreground     bool       // try to give the group the terminal
 }
 
 // startTree starts the keeper, which starts the command, in a new process
@@ -107,9 +108,9 @@ func startTree(s treeSpec) (*tree, error) {
 	}
 	// The keeper waits for the first deadline before it starts the
 	// command: the supervisor sends it with setRemainingOf (or, if given
-	// here, it waits in the pipe).
-	if s.remaining > 0 {
-		if _, err := io.WriteString(ctlW, deadlineIn(s.remaining).String()); err != nil {
+	// here, they wait in the pipe).
+	for _, d := range s.deadlines {
+		if _, err := io.WriteString(ctlW, d.String()); err != nil {
 			return fail(err)
 		}
 	}
@@ -317,6 +318,8 @@ func (t *tree) readReport(r *os.File) {
 			t.rep.done = true
 		case "left":
 			t.rep.leftover = rest
+		case "deadline":
+			t.rep.deadline = true
 		case "stopped", "continued":
 			sig, _ := strconv.Atoi(rest)
 			select { // never blocks: the loop may be gone
