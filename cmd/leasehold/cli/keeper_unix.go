@@ -3,8 +3,10 @@
 package cli
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -103,6 +105,7 @@ func RunKeeper() int {
 	syscall.CloseOnExec(keeperReportFD)
 	becomeSubreaper()
 	k := &keeper{
+		ctl:     os.NewFile(keeperCtlFD, "leasehold-control"),
 		report:  os.NewFile(keeperReportFD, "leasehold-report"),
 		pgid:    unix.Getpgrp(),
 		group:   !mutation.On("no-group-signal"),
@@ -118,11 +121,11 @@ func RunKeeper() int {
 }
 
 type keeper struct {
-	report  *os.File
-	pgid    int
-	group   bool // signal the group (not only the command): off under the no-group-signal mutation
-	enforce bool // act on EOF and deadlines: off under the no-death-signal mutation
-	cmdPid  int
+	ctl, report *os.File
+	pgid        int
+	group       bool // signal the group (not only the command): off under the no-group-signal mutation
+	enforce     bool // act on EOF and deadlines: off under the no-death-signal mutation
+	cmdPid      int
 }
 
 // startCommand starts argv in the keeper's process group with the
@@ -182,27 +185,40 @@ func parseDeadline(line string) (hostTime, error) {
 	return hostTime{boot: time.Duration(b), mono: time.Duration(m)}, nil
 }
 
+// readControl sends each deadline read from r to out and closes out at end
+// of file or on any error (both mean: the supervisor is gone).
+func readControl(r io.Reader, out chan<- hostTime) {
+	defer close(out)
+	br := bufio.NewReader(r)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return
+		}
+		d, err := parseDeadline(line)
+		if err != nil {
+			return
+		}
+		out <- d
+	}
+}
+
 func (k *keeper) say(format string, args ...any) {
 	_, _ = fmt.Fprintf(k.report, format+"\n", args...)
 }
 
 func (k *keeper) run(argv []string) int {
-	ctl, err := newControl(keeperCtlFD)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "leasehold: keeper: control pipe: %v; the command was not started\n", err)
-		return ExitInternal
-	}
-	// The supervisor writes the first deadline as soon as it has started
-	// us; renewals may have added newer ones by the time we read it.
-	latest, ok := ctl.first()
-	wake := ctl.wake
-	if !ok || ctl.closed {
+	deadlines := make(chan hostTime)
+	go readControl(k.ctl, deadlines)
+	// The supervisor wrote the first deadline before starting us.
+	latest, ok := <-deadlines
+	if !ok {
 		if k.enforce {
 			// The supervisor is gone: do not start the command.
 			fmt.Fprintln(os.Stderr, "leasehold: keeper: no deadline from the supervisor; the command was not started")
 			return ExitInternal
 		}
-		wake = nil
+		deadlines = nil
 	}
 	if k.enforce && latest.left(hostNow()) <= 0 {
 		k.say("error %d the lease's deadline passed before the command started", ExitLost)
@@ -229,30 +245,22 @@ func (k *keeper) run(argv []string) int {
 	defer timer.Stop()
 	for done := false; !done; {
 		select {
-		case <-wake:
-			if d, ok := ctl.woken(); ok {
-				latest = d
-				timer.Reset(0) // an earlier deadline is acted on at once
-			}
-			if ctl.closed {
-				wake = nil
+		case d, ok := <-deadlines:
+			if !ok {
+				deadlines = nil
 				if k.enforce {
 					k.killAll() // the supervisor is gone
 				}
+				continue
 			}
+			latest = d
+			timer.Reset(0) // an earlier deadline is acted on at once
 		case <-timer.C:
 			left := latest.left(hostNow())
 			if !k.enforce {
 				left = keeperTick
 			} else if left <= 0 {
-				// Not before reading what the supervisor wrote meanwhile.
-				latest = ctl.newest(latest)
-				if ctl.closed {
-					k.killAll() // the supervisor is gone
-				}
-				if left = latest.left(hostNow()); left <= 0 {
-					k.killAtDeadline() // the lease's deadline passed unrenewed
-				}
+				k.killAtDeadline() // the lease's deadline passed unrenewed
 			}
 			timer.Reset(max(min(left, keeperTick), time.Millisecond))
 		case j := <-jobs:
@@ -264,7 +272,7 @@ func (k *keeper) run(argv []string) int {
 
 	left, killAfter := "", false
 	if k.group {
-		left, killAfter = k.stopLeftovers(ctl, wake, latest)
+		left, killAfter = k.stopLeftovers(deadlines, latest)
 	}
 	if ws.Signaled() {
 		k.say("signal %d", int(ws.Signal()))
@@ -317,7 +325,7 @@ func (k *keeper) killAll() {
 // the group (its supervisor is gone, so its group cannot be joined),
 // killAfter asks the caller to SIGKILL the group, the keeper included,
 // once it has reported the command's status.
-func (k *keeper) stopLeftovers(ctl *control, wake <-chan struct{}, latest hostTime) (left string, killAfter bool) {
+func (k *keeper) stopLeftovers(deadlines <-chan hostTime, latest hostTime) (left string, killAfter bool) {
 	empty := func() bool {
 		others, _ := othersInGroup(k.pgid)
 		return !others
@@ -334,21 +342,17 @@ func (k *keeper) stopLeftovers(ctl *control, wake <-chan struct{}, latest hostTi
 	// (the supervisor is gone) or a passed deadline kills the group.
 	obey := func(pause time.Duration) {
 		select {
-		case <-wake:
-			if d, ok := ctl.woken(); ok {
+		case d, ok := <-deadlines:
+			if !ok {
+				deadlines = nil
+				if k.enforce {
+					kill()
+					os.Exit(ExitLost)
+				}
+			} else {
 				latest = d
 			}
 		case <-time.After(pause):
-		}
-		if k.enforce && latest.left(hostNow()) <= 0 {
-			latest = ctl.newest(latest)
-		}
-		if ctl.closed && wake != nil {
-			wake = nil
-			if k.enforce {
-				kill()
-				os.Exit(ExitLost)
-			}
 		}
 		if k.enforce && latest.left(hostNow()) <= 0 {
 			k.say("deadline")

@@ -70,8 +70,8 @@ type treeSpec struct {
 	env            []string
 	stdin          io.Reader
 	stdout, stderr io.Writer
-	deadlines      []hostTime // written to the control pipe before the keeper starts, oldest first (tests: the supervisor sends its first with setRemainingOf)
-	foreground     bool       // try to give the group the terminal
+	remaining      time.Duration // time left on the lease
+	foreground     bool          // try to give the group the terminal
 }
 
 // startTree starts the keeper, which starts the command, in a new process
@@ -108,9 +108,9 @@ func startTree(s treeSpec) (*tree, error) {
 	}
 	// The keeper waits for the first deadline before it starts the
 	// command: the supervisor sends it with setRemainingOf (or, if given
-	// here, they wait in the pipe).
-	for _, d := range s.deadlines {
-		if _, err := io.WriteString(ctlW, d.String()); err != nil {
+	// here, it waits in the pipe).
+	if s.remaining > 0 {
+		if _, err := io.WriteString(ctlW, deadlineIn(s.remaining).String()); err != nil {
 			return fail(err)
 		}
 	}
