@@ -195,20 +195,24 @@ func (s *RESPStore) sendAcquire(ctx context.Context, req *leasehold.AcquireReque
 	var g grant
 	enc := func(b []byte) []byte { return appendAcquire(b, req, session, wait) }
 	dec := acquireReply(req, &g.rec, &g.secret)
-	var err error
-	if wait == 0 {
-		err = s.cl.Do(ctx, enc, dec)
-	} else {
-		var lateReply func(error)
-		if late != nil {
-			lateReply = func(err error) { late(g, err) }
-		}
-		err = s.cl.DoBlocking(ctx, wait+s.timeout, enc, dec, lateReply)
-	}
-	if err != nil {
+	if err := s.doAcquire(ctx, wait, enc, dec, &g, late); err != nil {
 		return grant{}, s.mapErr(err)
 	}
 	return g, nil
+}
+
+// doAcquire sends an acquire command: at once without wait, else as a
+// blocking command that may outlive ctx, whose reply late gets (with g as
+// dec filled it) when it comes after the caller gave up.
+func (s *RESPStore) doAcquire(ctx context.Context, wait time.Duration, enc func([]byte) []byte, dec func(resp.Value) error, g *grant, late func(grant, error)) error {
+	if wait == 0 {
+		return s.cl.Do(ctx, enc, dec)
+	}
+	var lateReply func(error)
+	if late != nil {
+		lateReply = func(err error) { late(*g, err) }
+	}
+	return s.cl.DoBlocking(ctx, wait+s.timeout, enc, dec, lateReply)
 }
 
 // sendPermit sends LH.SEMACQUIRE, as sendAcquire sends LH.ACQUIRE. A
@@ -231,17 +235,7 @@ func (s *RESPStore) sendPermit(ctx context.Context, sem string, n int, req *leas
 		g.secret, err = resp.DecodeGrant(v.Array[1], &g.rec)
 		return err
 	}
-	var err error
-	if wait == 0 {
-		err = s.cl.Do(ctx, enc, dec)
-	} else {
-		var lateReply func(error)
-		if late != nil {
-			lateReply = func(err error) { late(g, err) }
-		}
-		err = s.cl.DoBlocking(ctx, wait+s.timeout, enc, dec, lateReply)
-	}
-	if err != nil {
+	if err := s.doAcquire(ctx, wait, enc, dec, &g, late); err != nil {
 		if errors.Is(err, errors.ErrUnsupported) {
 			return grant{}, err
 		}
