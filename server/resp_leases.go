@@ -78,16 +78,9 @@ func (c *respConn) acquire(a *respArgs) {
 		c.replyErr(err)
 		return
 	}
-	if !c.workflowWrite("acquire", req.Name) {
+	ctx, ok := c.acquireContext(req)
+	if !ok {
 		return
-	}
-	if req.Session != "" && !c.srv.ownsSession(c.ident, req.Session) {
-		c.replyErr(ErrNoSession)
-		return
-	}
-	ctx := c.ctx
-	if req.Wait > 0 {
-		ctx = c.waitCtx
 	}
 	srv, resp3 := c.srv, c.resp3
 	c.async(req.Name, req.Wait > 0, func(b []byte) []byte {
@@ -347,4 +340,23 @@ func appendRecord(b []byte, rec *leasehold.Record, resp3 bool) []byte {
 		return resp.AppendRecordMap(b, rec)
 	}
 	return resp.AppendRecord(b, rec)
+}
+
+// acquireContext makes the checks an acquiring command (LH.ACQUIRE,
+// LH.SEMACQUIRE) shares after parsing: a workflow's keys are written only
+// through the workflow API, and a session must be the caller's. It replies
+// and returns false when one fails; else the context the acquire runs
+// under (the connection's waits' when it waits).
+func (c *respConn) acquireContext(req AcquireRequest) (context.Context, bool) {
+	if !c.workflowWrite("acquire", req.Name) {
+		return nil, false
+	}
+	if req.Session != "" && !c.srv.ownsSession(c.ident, req.Session) {
+		c.replyErr(ErrNoSession)
+		return nil, false
+	}
+	if req.Wait > 0 {
+		return c.waitCtx, true
+	}
+	return c.ctx, true
 }

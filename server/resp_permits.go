@@ -63,16 +63,9 @@ func (c *respConn) semAcquire(a *respArgs) {
 			return
 		}
 	}
-	if !c.workflowWrite("acquire", req.Name) {
+	ctx, ok := c.acquireContext(req)
+	if !ok {
 		return
-	}
-	if req.Session != "" && !c.srv.ownsSession(c.ident, req.Session) {
-		c.replyErr(ErrNoSession)
-		return
-	}
-	ctx := c.ctx
-	if req.Wait > 0 {
-		ctx = c.waitCtx
 	}
 	srv, resp3 := c.srv, c.resp3
 	c.async(req.Name, req.Wait > 0, func(b []byte) []byte {
