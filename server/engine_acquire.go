@@ -17,13 +17,10 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Rec
 		return leasehold.Record{}, err
 	}
 	now := e.now()
-	var sess *engSession
-	if req.Session != "" {
-		sess = e.sessions[req.Session]
-		if sess == nil || !sess.liveAt(now) {
-			e.unlock()
-			return leasehold.Record{}, ErrNoSession
-		}
+	sess, err := e.liveSessionLocked(req.Session, now)
+	if err != nil {
+		e.unlock()
+		return leasehold.Record{}, err
 	}
 	ent := e.leases[req.Name]
 	if ent != nil {
@@ -244,4 +241,17 @@ func validateAcquire(req AcquireRequest) error {
 		return &leasehold.InvalidError{Field: "wait", Reason: "must not be negative"}
 	}
 	return nil
+}
+
+// liveSessionLocked returns the live session id names (nil for ""), or
+// ErrNoSession when it is unknown or has ended. e.mu held.
+func (e *Engine) liveSessionLocked(id string, now int64) (*engSession, error) {
+	if id == "" {
+		return nil, nil
+	}
+	sess := e.sessions[id]
+	if sess == nil || !sess.liveAt(now) {
+		return nil, ErrNoSession
+	}
+	return sess, nil
 }

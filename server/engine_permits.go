@@ -71,13 +71,10 @@ func (e *Engine) AcquirePermit(ctx context.Context, sem string, n int, req Acqui
 		return leasehold.Record{}, err
 	}
 	now := e.now()
-	var sess *engSession
-	if req.Session != "" {
-		sess = e.sessions[req.Session]
-		if sess == nil || !sess.liveAt(now) {
-			e.unlock()
-			return leasehold.Record{}, ErrNoSession
-		}
+	sess, err := e.liveSessionLocked(req.Session, now)
+	if err != nil {
+		e.unlock()
+		return leasehold.Record{}, err
 	}
 	if w := e.unparkPermit(sem, req); w != nil {
 		e.unlock()
