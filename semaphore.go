@@ -16,6 +16,48 @@ import (
 // ErrNoPermit reports that every permit of a semaphore is held.
 var ErrNoPermit = errors.New("all permits are held")
 
+// ErrMismatch is matched by every *MismatchError.
+var ErrMismatch = errors.New("name in use with another permit count, or as a lock and a semaphore")
+
+// MismatchError reports a semaphore asked for with another permit count
+// than a live holder recorded, or a name used both as a plain lease (a
+// lock) and as a semaphore. Nothing is held when it is returned: a permit
+// or lease taken before the check was released. It matches ErrMismatch
+// and ErrInvalid (it is not retried).
+type MismatchError struct {
+	Name   string // the semaphore's (or lock's) name
+	Reason string
+}
+
+func (e *MismatchError) Error() string { return fmt.Sprintf("%s: %s", e.Name, e.Reason) }
+
+// Is makes a *MismatchError match ErrMismatch and ErrInvalid.
+func (e *MismatchError) Is(target error) bool { return target == ErrMismatch || target == ErrInvalid }
+
+// permitsPrefix starts the line that records a permit's N in its data.
+const permitsPrefix = "leasehold-permits="
+
+// permitData is the data a permit of a semaphore of n permits is
+// acquired with: the line recording n, then the caller's data.
+func permitData(n int, data []byte) []byte {
+	return append([]byte(permitsPrefix+strconv.Itoa(n)+"\n"), data...)
+}
+
+// PermitCount returns the permit count recorded in a permit's lease data,
+// the caller's data after it, and whether one was recorded.
+func PermitCount(data []byte) (n int, rest []byte, ok bool) {
+	s, ok := strings.CutPrefix(string(data), permitsPrefix)
+	if !ok {
+		return 0, data, false
+	}
+	num, _, found := strings.Cut(s, "\n")
+	n, err := strconv.Atoi(num)
+	if !found || err != nil || n < 1 || n > MaxPermits || strconv.Itoa(n) != num {
+		return 0, data, false
+	}
+	return n, data[len(permitsPrefix)+len(num)+1:], true
+}
+
 // MaxPermits is the largest N a Semaphore accepts.
 const MaxPermits = 1024
 
@@ -28,11 +70,18 @@ const permitSep = "/permit/"
 // fencing token, keepalive and loss signal: a crashed holder's permit comes
 // back by itself when its lease expires, so permits never leak.
 //
-// N is a parameter of each Semaphore value, not stored: every user of a
-// name should use the same N. A user with a larger N may take permits up to
-// its own N. Lowering N is safe: permits at indexes at or above the new N
-// are no longer handed out, so once their holders release, at most the new
-// N are held. A Semaphore is safe for concurrent use.
+// N is recorded with each permit: the permit's lease data starts with the
+// line "leasehold-permits=N" (Holders and Lease.Data leave it out). A
+// Semaphore that finds a live permit recorded with another N, or NAME held
+// as a plain lease (a lock), does not keep the permit it took: it releases
+// it and returns a *MismatchError. Every user of a name must give the same
+// N; to change N, wait until no permit is held. The check is made after
+// each grant (write, then read), so that of two users who acquire at once
+// with different N, or one a permit and one the lock NAME, at least one is
+// refused (the lock side checks when "leasehold run" takes it; a plain
+// Client.Acquire does not look for permits). Permits taken by clients that
+// do not record N (older versions) are not checked.
+// A Semaphore is safe for concurrent use.
 type Semaphore struct {
 	c    *Client
 	name string
@@ -74,7 +123,7 @@ func (s *Semaphore) Name() string { return s.name }
 func (s *Semaphore) Permits() int { return s.n }
 
 // Holders returns the live permits (of any index, also those at or above
-// N), sorted by lease name.
+// N), sorted by lease name, with the record of N left out of their data.
 func (s *Semaphore) Holders(ctx context.Context) ([]Record, error) {
 	recs, err := s.c.store.List(ctx, s.name+permitSep)
 	if err != nil {
@@ -83,6 +132,7 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Record, error) {
 	out := recs[:0]
 	for _, r := range recs {
 		if _, ok := PermitIndex(s.name, r.Name); ok {
+			_, r.Data, _ = PermitCount(r.Data)
 			out = append(out, r)
 		}
 	}
@@ -94,7 +144,7 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Record, error) {
 // expires first (errors.As). The lease it returns is the permit's (Name is
 // NAME/permit/I).
 func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
-	_, cfg, err := s.c.config(permitName(s.name, 0), opts)
+	cfg, err := s.config(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -106,6 +156,64 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 	}
 	l, _, err := s.try(ctx, cfg)
 	return l, err
+}
+
+// config reads opts as Client.Acquire does and puts the record of N in
+// front of the data.
+func (s *Semaphore) config(opts []AcquireOption) (acquireConfig, error) {
+	_, cfg, err := s.c.config(permitName(s.name, 0), opts)
+	if err != nil {
+		return cfg, err
+	}
+	data := permitData(s.n, cfg.data)
+	if len(data) > MaxDataLen {
+		return cfg, invalid("data", "%d bytes is too long for a permit: at most %d, since the permit count takes %d", len(cfg.data), MaxDataLen-(len(data)-len(cfg.data)), len(data)-len(cfg.data))
+	}
+	cfg.data = data
+	return cfg, nil
+}
+
+// verify checks, once the permit l was granted, that no live permit of
+// the semaphore records another N and that NAME is not held as a plain
+// lease; on a mismatch (or an error reading) it releases l. Checked after
+// the grant, so that of two conflicting users at least one sees the other.
+func (s *Semaphore) verify(ctx context.Context, l *Lease) (*Lease, error) {
+	err := s.mismatch(ctx)
+	if err == nil {
+		_, l.data, _ = PermitCount(l.data)
+		return l, nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = l.Release(rctx)
+	return nil, err
+}
+
+// mismatch reads NAME and the semaphore's permits and returns a
+// *MismatchError if they conflict with s.
+func (s *Semaphore) mismatch(ctx context.Context) error {
+	rec, err := s.c.store.Get(ctx, s.name)
+	switch {
+	case err == nil:
+		return &MismatchError{Name: s.name, Reason: fmt.Sprintf(
+			"held as a plain lease (a lock) by %s (token %d), so it cannot be a semaphore too; use another name for one of them", rec.Owner, rec.Token)}
+	case !errors.Is(err, ErrNotFound):
+		return err
+	}
+	recs, err := s.c.store.List(ctx, s.name+permitSep)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if _, ok := PermitIndex(s.name, r.Name); !ok {
+			continue
+		}
+		if n, _, ok := PermitCount(r.Data); ok && n != s.n {
+			return &MismatchError{Name: s.name, Reason: fmt.Sprintf(
+				"a semaphore of %d permits (recorded by %s, holder of %s), not %d; every user must give the same count (to change it, wait until no permit is held)", n, r.Owner, r.Name, s.n)}
+		}
+	}
+	return nil
 }
 
 // permitWaitForever is the wait of Acquire's AcquirePermit: until ctx
@@ -131,7 +239,7 @@ func (s *Semaphore) fromStore(ctx context.Context, pw PermitWaiter, cfg acquireC
 			return nil, err
 		}
 	}
-	return s.c.newLease(rec, req.RequestID, t0, b0, cfg.keepalive), nil
+	return s.verify(ctx, s.c.newLease(rec, req.RequestID, t0, b0, cfg.keepalive))
 }
 
 // acquireFromStore is Acquire on a store that queues a semaphore's
@@ -202,7 +310,8 @@ func (s *Semaphore) try(ctx context.Context, cfg acquireConfig) (*Lease, *HeldEr
 		req := AcquireRequest{Name: permitName(s.name, i), Owner: s.c.owner, RequestID: cfg.requestID, TTL: cfg.ttl, Data: cfg.data}
 		l, err := s.c.try(ctx, req, cfg)
 		if err == nil {
-			return l, nil, nil
+			l, err = s.verify(ctx, l)
+			return l, nil, err
 		}
 		var he *HeldError
 		if !errors.As(err, &he) {
@@ -225,7 +334,7 @@ func (s *Semaphore) try(ctx context.Context, cfg acquireConfig) (*Lease, *HeldEr
 // (and N is at most 64), else polls with jittered backoff; it never sleeps
 // past the earliest expiry among the holders.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
-	_, cfg, err := s.c.config(permitName(s.name, 0), opts)
+	cfg, err := s.config(opts)
 	if err != nil {
 		return nil, err
 	}

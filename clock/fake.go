@@ -1,6 +1,7 @@
 package clock
 
 import (
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -82,14 +83,45 @@ func (f *Fake) Timers() int {
 	return len(f.timers)
 }
 
+// waitForTimersLimit bounds WaitForTimers (a variable for the tests).
+var waitForTimersLimit = 2 * time.Minute
+
 // WaitForTimers blocks until at least n timers are waiting. Tests use it to
 // know that a goroutine has gone to sleep before they move time.
+//
+// It panics, naming n and how many timers wait, if they are not there
+// within 2 minutes: a goroutine that never sleeps on the clock (it took
+// another path, or its timer fired or was stopped before the call) would
+// otherwise hold the test until the test binary's timeout, with no word
+// of what it waited for. Use WaitForTimersWithin to choose the limit and
+// handle the failure.
 func (f *Fake) WaitForTimers(n int) {
+	if err := f.WaitForTimersWithin(n, waitForTimersLimit); err != nil {
+		panic(err)
+	}
+}
+
+// WaitForTimersWithin blocks until at least n timers are waiting, or d
+// (real time) has passed; then it returns an error naming n and how many
+// timers wait.
+func (f *Fake) WaitForTimersWithin(n int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	// Wakes the wait below at the deadline (after it, on the real clock).
+	wake := time.AfterFunc(d, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.cond.Broadcast()
+	})
+	defer wake.Stop()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for len(f.timers) < n {
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("clock: %d timers waiting after %s, want at least %d", len(f.timers), d, n)
+		}
 		f.cond.Wait()
 	}
+	return nil
 }
 
 func (f *Fake) takeDue() []*fakeTimer {

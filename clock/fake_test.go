@@ -54,3 +54,38 @@ func TestRealBootClockAdvances(t *testing.T) {
 		t.Fatalf("boot clock advanced %s over a 10ms sleep", d)
 	}
 }
+
+// TestFakeWaitForTimersBounded: WaitForTimers for a timer nobody sets
+// panics past its limit, naming what it waited for (it waited for ever,
+// and the test with it); WaitForTimersWithin returns that as an error, and
+// nil once the timers are there.
+func TestFakeWaitForTimersBounded(t *testing.T) {
+	f := clock.NewFake(time.Unix(0, 0))
+	defer clock.SetWaitForTimersLimit(100 * time.Millisecond)()
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		f.WaitForTimers(1)
+	}()
+	select {
+	case p := <-panicked:
+		err, ok := p.(error)
+		if !ok || err.Error() != "clock: 0 timers waiting after 100ms, want at least 1" {
+			t.Errorf("WaitForTimers(1) without a timer panicked with %v, want an error naming 0 of 1", p)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("WaitForTimers(1) without a timer still waits 60s after it began (limit 100ms)")
+	}
+
+	if err := f.WaitForTimersWithin(2, 50*time.Millisecond); err == nil {
+		t.Error("WaitForTimersWithin(2) without timers: nil, want an error")
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		f.NewTimer(time.Second)
+		f.NewTimer(time.Second)
+	}()
+	if err := f.WaitForTimersWithin(2, time.Minute); err != nil {
+		t.Errorf("WaitForTimersWithin(2) as two timers are set: %v", err)
+	}
+}

@@ -72,6 +72,7 @@ type settings struct {
 	create     bool
 	ttlCleanup bool
 	oldValues  bool
+	oneRegion  bool
 	clock      clock.Clock
 }
 
@@ -119,6 +120,17 @@ func WithTTLCleanup(on bool) Option { return func(s *settings) { s.ttlCleanup = 
 // (dynalite does) return no item, and the store then reads as without the
 // option. Default off.
 func WithConditionFailureValues(on bool) Option { return func(s *settings) { s.oldValues = on } }
+
+// WithOneWriteRegion tells Open that the table may be a replica of a
+// global table because every writer of its leases and records sends its
+// requests to this one region (URL: one_write_region=true; default false).
+// Without it Open refuses a replicated table (ErrReplicatedTable): global
+// tables settle writes made in different regions at once by "last writer
+// wins", so a conditional write that grants a lease in one region does not
+// stop the same grant in another, and both holders would have it. With
+// it, a failover to another region is the user's to fence: move the writers
+// only after the old region's leases have expired there (docs/safety.md).
+func WithOneWriteRegion(on bool) Option { return func(s *settings) { s.oneRegion = on } }
 
 // WithClock sets the clock whose wall time the store writes and judges
 // expiry by. Default: clock.Real(). Meant for tests that simulate writers
@@ -189,6 +201,7 @@ func newStore(client *ddb.Client, table string, cfg settings) *Store {
 //	create=BOOL              see WithCreateTable (default true)
 //	ttl_cleanup=BOOL         see WithTTLCleanup (default false)
 //	condition_values=BOOL    see WithConditionFailureValues (default false)
+//	one_write_region=BOOL    see WithOneWriteRegion (default false)
 //
 // Credentials come from the AWS SDK's default chain (environment, shared
 // files, SSO, web identity, container and instance roles). With an
@@ -196,7 +209,9 @@ func newStore(client *ddb.Client, table string, cfg settings) *Store {
 // at once, before any request, if the chain finds no credentials. A bad URL or
 // parameter returns an *leasehold.InvalidError before anything is sent.
 // Open checks the table with DescribeTable, creating it first if it is
-// missing and creation is on.
+// missing and creation is on; it refuses a replica of a global table
+// (ErrReplicatedTable) unless WithOneWriteRegion is set. New sends no
+// request, so it checks none of this.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	p, err := parseURL(rawURL)
 	if err != nil {
@@ -215,9 +230,9 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		if cfg.ttlCleanup {
 			ttl = ttlIfCreated
 		}
-		err = createTable(ctx, client, p.table, ttl)
+		err = createTable(ctx, client, p.table, ttl, cfg.oneRegion)
 	} else {
-		err = checkTable(ctx, client, p.table)
+		err = checkTable(ctx, client, p.table, cfg.oneRegion)
 	}
 	if err != nil {
 		tr.CloseIdleConnections()
@@ -250,7 +265,7 @@ func Init(ctx context.Context, rawURL string) error {
 	if cfg.ttlCleanup {
 		ttl = ttlAlways
 	}
-	return createTable(ctx, client, p.table, ttl)
+	return createTable(ctx, client, p.table, ttl, cfg.oneRegion)
 }
 
 // Table returns the name of the store's table.

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/visible"
 )
 
 // Attribute names of the table layout (see docs/stores/dynamodb.md). They
@@ -52,7 +53,7 @@ func CreateTable(ctx context.Context, client *ddb.Client, table string) error {
 	if err := ValidateTable(table); err != nil {
 		return err
 	}
-	return createTable(ctx, client, table, ttlNever)
+	return createTable(ctx, client, table, ttlNever, true)
 }
 
 // EnableTTLCleanup turns on DynamoDB's Time to Live on the ExpiresAt
@@ -101,9 +102,11 @@ const (
 	ttlAlways            // Init
 )
 
-func createTable(ctx context.Context, client *ddb.Client, table string, ttl ttlMode) error {
+// createTable creates table unless it exists and checks it (checkTable;
+// replicasOK as there).
+func createTable(ctx context.Context, client *ddb.Client, table string, ttl ttlMode, replicasOK bool) error {
 	created := false
-	err := checkTable(ctx, client, table)
+	err := checkTable(ctx, client, table, replicasOK)
 	if errors.Is(err, errNoTable) {
 		_, err = client.CreateTable(ctx, &ddb.CreateTableInput{
 			TableName:   aws.String(table),
@@ -120,7 +123,7 @@ func createTable(ctx context.Context, client *ddb.Client, table string, ttl ttlM
 			return translate(ctx, err)
 		}
 		created = err == nil
-		err = checkTable(ctx, client, table)
+		err = checkTable(ctx, client, table, replicasOK)
 	}
 	if err != nil {
 		return err
@@ -135,9 +138,10 @@ func createTable(ctx context.Context, client *ddb.Client, table string, ttl ttlM
 
 var errNoTable = errors.New("dynamodb: table does not exist")
 
-// checkTable waits until table is ACTIVE and checks its key schema. It
-// returns errNoTable (wrapped) when the table does not exist.
-func checkTable(ctx context.Context, client *ddb.Client, table string) error {
+// checkTable waits until table is ACTIVE and checks its key schema, and,
+// unless replicasOK, that it is not replicated (checkReplicas). It returns
+// errNoTable (wrapped) when the table does not exist.
+func checkTable(ctx context.Context, client *ddb.Client, table string, replicasOK bool) error {
 	wait := 20 * time.Millisecond
 	for {
 		out, err := client.DescribeTable(ctx, &ddb.DescribeTableInput{TableName: aws.String(table)})
@@ -150,6 +154,9 @@ func checkTable(ctx context.Context, client *ddb.Client, table string) error {
 		}
 		t := out.Table
 		if err := checkKey(table, t); err != nil {
+			return err
+		}
+		if err := checkReplicas(table, t, replicasOK); err != nil {
 			return err
 		}
 		switch t.TableStatus {
@@ -168,6 +175,59 @@ func checkTable(ctx context.Context, client *ddb.Client, table string) error {
 		}
 		wait = min(2*wait, time.Second)
 	}
+}
+
+// ErrReplicatedTable is what Open returns (wrapped, with the regions) for
+// a table that is a replica of a DynamoDB global table, unless
+// WithOneWriteRegion is set.
+var ErrReplicatedTable = errors.New("dynamodb: the table is replicated to other regions (a global table)")
+
+// checkReplicas refuses a table that DescribeTable shows replicated: a
+// global table of the current version lists its replicas, a legacy one
+// (2017.11.29) only its GlobalTableVersion. replicasOK is
+// WithOneWriteRegion. A table of multi-Region strong consistency (STRONG)
+// is refused whatever replicasOK: leasehold has not been run against one,
+// and they do not support the transactions its records use.
+func checkReplicas(table string, t *types.TableDescription, replicasOK bool) error {
+	strong := t.MultiRegionConsistency == types.MultiRegionConsistencyStrong
+	if !strong && (replicasOK || (len(t.Replicas) == 0 && t.GlobalTableVersion == nil)) {
+		return nil
+	}
+	what := "global table version " + visible.String(aws.ToString(t.GlobalTableVersion))
+	if len(t.Replicas) > 0 {
+		what = "replicas in " + regionList(t.Replicas)
+	}
+	if t.MultiRegionConsistency != "" {
+		what += ", consistency " + visible.String(string(t.MultiRegionConsistency))
+	}
+	if strong {
+		return fmt.Errorf("%w: %q has %s. Tables of multi-Region strong consistency are not supported, with or without one_write_region=true: leasehold has not been run against one, and they do not support the transactions its records use. Use a table that is not replicated", ErrReplicatedTable, table, what)
+	}
+	return fmt.Errorf("%w: %q has %s. %s (WithOneWriteRegion), or use a table that is not replicated", ErrReplicatedTable, table, what, lastWriterWins)
+}
+
+// lastWriterWins is the reason and way out of a refusal of a global
+// table of multi-Region eventual consistency (the Python client says the
+// same).
+const lastWriterWins = "Writes made in two regions at once are settled by last writer wins, so two processes could each be granted the same lease in their own region. Send every lease and record request for this table to one region and open it with one_write_region=true"
+
+// maxRegionsShown bounds the regions a refusal names: a table may have
+// many replicas, and an answer may claim thousands.
+const maxRegionsShown = 5
+
+// regionList names the first maxRegionsShown regions of replicas, escaped
+// (a name is the service's answer, shown in a terminal), and how many
+// more there are.
+func regionList(replicas []types.ReplicaDescription) string {
+	var names []string
+	for _, r := range replicas[:min(len(replicas), maxRegionsShown)] {
+		names = append(names, visible.String(aws.ToString(r.RegionName)))
+	}
+	list := strings.Join(names, ", ")
+	if n := len(replicas) - maxRegionsShown; n > 0 {
+		list += fmt.Sprintf(" and %d more", n)
+	}
+	return list
 }
 
 func checkKey(table string, t *types.TableDescription) error {

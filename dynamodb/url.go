@@ -77,8 +77,10 @@ func parseURL(raw string) (parsedURL, error) {
 			err = boolean(WithTTLCleanup)
 		case "condition_values":
 			err = boolean(WithConditionFailureValues)
+		case "one_write_region":
+			err = boolean(WithOneWriteRegion)
 		default:
-			return bad("unknown parameter %q (known: region, endpoint, max_clock_skew, consistent, create, ttl_cleanup, condition_values)", k)
+			return bad("unknown parameter %q (known: region, endpoint, max_clock_skew, consistent, create, ttl_cleanup, condition_values, one_write_region)", k)
 		}
 		if err != nil {
 			return p, err

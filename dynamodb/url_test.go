@@ -44,6 +44,7 @@ func TestBadURLs(t *testing.T) {
 		with("create=yes please"),
 		with("ttl_cleanup=2"),
 		with("condition_values=x"),
+		with("one_write_region=perhaps"),
 		with("colour=blue"),
 		with("create=true&create=false"),
 		with("region=Not_A_Region"),

@@ -56,8 +56,23 @@ var (
 const DefaultPrefix = "leasehold/"
 
 // DefaultDialTimeout is how long Open waits for etcd when the URL has no
-// dial_timeout.
+// dial_timeout and ctx no deadline.
 const DefaultDialTimeout = 5 * time.Second
+
+// dialTimeout is how long Open waits for etcd: the URL's dial_timeout
+// (given > 0), else the time left to ctx's deadline (the stores package's
+// connect_timeout=, --connect-timeout), else DefaultDialTimeout. The
+// client's dial does not see ctx (it is the client's lifetime context,
+// kept without its cancellation), so the deadline is passed on here.
+func dialTimeout(ctx context.Context, given time.Duration, now time.Time) time.Duration {
+	if given > 0 {
+		return given
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		return max(dl.Sub(now), time.Millisecond)
+	}
+	return DefaultDialTimeout
+}
 
 // Store is a lease store on etcd. It is safe for concurrent use. Create it
 // with Open or New.
@@ -79,6 +94,10 @@ type Store struct {
 	// waitHook, if set (tests), is told how often each AcquireWait was
 	// woken and sent an acquire Txn.
 	waitHook func(req leasehold.AcquireRequest, wakes, acquires int)
+	// enqueueHook, if set (tests), sends an enqueue's Txn (commit) in its
+	// place: it may hold it back to send it later, as an overloaded etcd
+	// applies a proposal after the client was told it timed out.
+	enqueueHook func(ctx context.Context, commit func(context.Context) (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error)
 
 	mu     sync.Mutex
 	closed bool
@@ -148,14 +167,16 @@ func newStore(cli *clientv3.Client, owned bool, cfg config) *Store {
 // optional user:password for etcd authentication, one or more host:port
 // separated by commas (port default 2379; an IPv6 literal only as the sole
 // host), an empty path or "/", and the parameters prefix (key prefix,
-// default "leasehold/"), dial_timeout (a Go duration, default 5s) and
-// queue_liveness (WithQueueLiveness, a Go duration). A bad URL or parameter
-// is an *leasehold.InvalidError.
+// default "leasehold/"), dial_timeout (a Go duration: how long to wait to
+// connect and to read; default the time left to ctx's deadline, else 5s)
+// and queue_liveness (WithQueueLiveness, a Go duration). A bad URL or
+// parameter is an *leasehold.InvalidError.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	ccfg, urlOpts, err := parseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
+	ccfg.DialTimeout = dialTimeout(ctx, ccfg.DialTimeout, time.Now())
 	ccfg.Context = context.WithoutCancel(ctx)
 	ccfg.Logger = zap.NewNop()
 	opts = append(opts[:len(opts):len(opts)], urlOpts...)
@@ -230,7 +251,6 @@ func parseURL(rawURL string) (clientv3.Config, []Option, error) {
 		return bad("query: %v", err)
 	}
 	var opts []Option
-	cfg.DialTimeout = DefaultDialTimeout
 	for k, v := range q {
 		if len(v) != 1 {
 			return bad("parameter %s given %d times", k, len(v))

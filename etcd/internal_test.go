@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"bytes"
+	"context"
 	"testing"
 	"time"
 )
@@ -63,5 +64,27 @@ func TestPool(t *testing.T) {
 	}
 	if n := len(p.drain()); n != 1+maxSparesPerTTL {
 		t.Errorf("drain = %d spares", n)
+	}
+}
+
+// TestDialTimeout (issue 29, item 5): the URL's dial_timeout wins, else the
+// time left to ctx's deadline (connect_timeout=, --connect-timeout), else
+// the default; the dial ignored the deadline and gave up at 5 s whatever
+// connect_timeout said.
+func TestDialTimeout(t *testing.T) {
+	now := time.Now()
+	ctx, cancel := context.WithDeadline(context.Background(), now.Add(20*time.Second))
+	defer cancel()
+	if got := dialTimeout(ctx, 0, now); got != 20*time.Second {
+		t.Errorf("deadline in 20s: %s", got)
+	}
+	if got := dialTimeout(ctx, 2*time.Second, now); got != 2*time.Second {
+		t.Errorf("dial_timeout=2s: %s", got)
+	}
+	if got := dialTimeout(context.Background(), 0, now); got != DefaultDialTimeout {
+		t.Errorf("no deadline: %s", got)
+	}
+	if got := dialTimeout(ctx, 0, now.Add(time.Minute)); got != time.Millisecond {
+		t.Errorf("deadline passed: %s", got)
 	}
 }

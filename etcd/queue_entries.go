@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -95,10 +96,24 @@ func (w *waiter) enqueue(ctx context.Context) (leasehold.Record, next, bool, err
 		els = append(els, clientv3.OpDelete(k))
 	}
 	nst := len(w.stale)
-	els = append(els, clientv3.OpPut(key, w.entryValue(), clientv3.WithLease(w.se.id)), opGetGrant(w.lk),
+	// The entry is put only if its tombstone does not exist: an attempt
+	// whose reply was lost is retired with one (retire), so that etcd
+	// applying it late, after the waiter moved on, leaves no entry.
+	tomb := s.tombKey(key)
+	els = append(els, clientv3.OpTxn([]clientv3.Cmp{cmpAbsent(tomb)}, []clientv3.Op{clientv3.OpPut(key, w.entryValue(), clientv3.WithLease(w.se.id))}, nil),
+		opGetGrant(w.lk),
 		clientv3.OpGet(w.qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
 			clientv3.WithLimit(2), clientv3.WithKeysOnly()))
-	resp, err := s.cli.Txn(w.octx).If(cmpFree(w.lk), cmpQueueEmpty(w.qp)).Then(then...).Else(els...).Commit()
+	commit := func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return s.cli.Txn(ctx).If(cmpFree(w.lk), cmpQueueEmpty(w.qp), cmpAbsent(tomb)).Then(then...).Else(els...).Commit()
+	}
+	var resp *clientv3.TxnResponse
+	var err error
+	if s.enqueueHook != nil {
+		resp, err = s.enqueueHook(w.octx, commit)
+	} else {
+		resp, err = commit(w.octx)
+	}
 	rerr := w.next.settle()
 	if err == nil {
 		w.sent = ""
@@ -113,8 +128,10 @@ func (w *waiter) enqueue(ctx context.Context) (leasehold.Record, next, bool, err
 			return leasehold.Record{}, next{}, false, err
 		}
 		// Unknown outcome: an entry naming the prepared lease may exist,
-		// or a grant on it; the lease stays this waiter's.
+		// or a grant on it; the lease stays this waiter's. The Txn may
+		// also still be applied later: retire it.
 		w.uncertain = true
+		w.retire(key)
 		return leasehold.Record{}, next{}, false, err
 	}
 	if resp.Succeeded {
@@ -134,6 +151,33 @@ func (w *waiter) enqueue(ctx context.Context) (leasehold.Record, next, bool, err
 		}
 	}
 	return leasehold.Record{}, w.decide(true, older, resp.Responses[nst+1].GetResponseRange().Kvs, resp.Header.Revision), false, nil
+}
+
+// tombKey is the tombstone of the queue entry key k (keys.go): while it
+// exists, an enqueue of k does nothing.
+func (s *Store) tombKey(k string) string { return s.prefix + "t/" + strings.TrimPrefix(k, s.prefix) }
+
+// retire writes the tombstone of entry key k, whose enqueue Txn had an
+// unknown outcome, on the waiter's session lease (the one k's entry would
+// be on: the tombstone lives as long as an entry could). Then etcd applying
+// that Txn late creates nothing, whatever the waiter did meanwhile; an
+// entry it made before the tombstone is deleted as a stale one (enqueue,
+// handed, again, abandon). If the session lease is gone, so is any entry
+// on it, and no late Txn can create one. If the tombstone cannot be
+// written, the session is ended, which removes every entry on it.
+func (w *waiter) retire(k string) {
+	s := w.s
+	b := backoff.New(50*time.Millisecond, 500*time.Millisecond)
+	for attempt := 0; attempt < 4; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := s.cli.Put(ctx, s.tombKey(k), "", clientv3.WithLease(w.se.id))
+		cancel()
+		if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) || s.cli.Ctx().Err() != nil {
+			return
+		}
+		time.Sleep(b.Next())
+	}
+	s.dropSession(w.se)
 }
 
 // one returns the first key a range operation read, or nil.
@@ -229,17 +273,29 @@ func (w *waiter) abandon() {
 		return
 	}
 	ops = append(ops, opGetGrant(w.lk))
-	clean := func(ctx context.Context) error {
+	// clean reports whether it released a grant a release had handed to
+	// this waiter on its prepared lease.
+	clean := func(ctx context.Context) (handed bool, err error) {
 		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
-			return err
+			return false, err
 		}
 		if g, _, held := grantOf(resp.Responses[len(ops)-1].GetResponseRange().Kvs); held && (w.ours(g.kv) || w.tried != "" && string(g.kv.Value) == w.tried) {
+			handed = w.handedTo(g.kv)
 			_ = s.Release(ctx, w.req.Name, w.req.Owner, uint64(g.token))
 		}
-		return nil
+		return handed, nil
 	}
-	if err := clean(ctx); err != nil {
+	handed, err := clean(ctx)
+	if handed {
+		// The prepared lease carried a grant: its release may have made
+		// it a spare or revoked it (replaced), so it must not also go
+		// back to the spares at finish: revoked there. Put back as well,
+		// one etcd lease served two grants, and the revoke of one ended
+		// the other (the conformance suite saw a second holder).
+		w.prepDead = true
+	}
+	if err != nil {
 		if len(ops) > 1 && w.se.id != clientv3.NoLease {
 			s.dropSession(w.se)
 		}
@@ -259,7 +315,7 @@ func (w *waiter) abandon() {
 				ctx, cancel := context.WithTimeout(s.stop, 10*time.Second)
 				defer cancel()
 				if backoff.Sleep(ctx, time.Second) == nil {
-					_ = clean(ctx)
+					_, _ = clean(ctx)
 				}
 			}()
 		}

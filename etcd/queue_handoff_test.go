@@ -50,6 +50,7 @@ func waitFor(ctx context.Context, s *Store, req leasehold.AcquireRequest) chan w
 // above every earlier token; Get, Renew and HeldCmp see it, and its
 // release ends it.
 func TestQueueHandoffOneWrite(t *testing.T) {
+	handOffFor(t)
 	srv := enginetest.StartEtcd(t)
 	u := srv.EtcdURL() + "/?prefix=h/"
 	hs, s1, s2 := openStore(t, u), openStore(t, u), openStore(t, u)
@@ -136,6 +137,7 @@ func TestQueueHandoffOneWrite(t *testing.T) {
 // error, the waiter holds nothing (the release and the cancel race; each
 // round either may win).
 func TestQueueHandoffCancelled(t *testing.T) {
+	handOffFor(t)
 	u := queueURL(t)
 	hs, ws := openStore(t, u), openStore(t, u)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -206,6 +208,7 @@ func TestQueueHandoffCancelled(t *testing.T) {
 //     expires (within its 2 s TTL of the waiter's last refresh); then the
 //     live waiter behind it gets the lease.
 func TestQueueHandoffDeadHead(t *testing.T) {
+	handOffFor(t)
 	for _, revoke := range []bool{true, false} {
 		t.Run(fmt.Sprint("revoked=", revoke), func(t *testing.T) {
 			u := queueURL(t)
@@ -317,4 +320,12 @@ func TestQueueHandedUnrefreshed(t *testing.T) {
 			t.Errorf("lease alive: handed = %+v, %v, %v; want the grant, refreshed", rec, done, err)
 		}
 	}
+}
+
+// handOffFor makes sure the handoff in the release is on for t (see
+// handOffOnRelease).
+func handOffFor(t *testing.T) {
+	was := handOffOnRelease
+	handOffOnRelease = true
+	t.Cleanup(func() { handOffOnRelease = was })
 }

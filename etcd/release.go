@@ -41,6 +41,16 @@ import (
 // is skipped when this store made the handoff that granted the lease: that
 // Txn also read the next head (nextHead).
 
+// handOffOnRelease switches the handoff in the release's own Txn
+// described above (on). Off, a release deletes the lease and the queue's
+// head acquires it in a Txn of its own (two writes a handoff). Under heavy
+// load the conformance suite found illegal histories with it on (2 of 4
+// runs of `go test -race -count=4 -run TestConformance/Linearizable`) and
+// off (1 of 4); and off, R16's etcd rows had gaps of 2.7–3.2 s where on
+// they had under 0.32 s. It stays on; the switch is for tests and for
+// the hunt of that cause.
+var handOffOnRelease = true
+
 // maxQueueHints bounds the names remembered as having a queue.
 const maxQueueHints = 8192
 
@@ -118,7 +128,7 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
-	if s.queueLikely(name) {
+	if handOffOnRelease && s.queueLikely(name) {
 		if done, err := s.handOff(ctx, name, owner, token); done {
 			return err
 		}

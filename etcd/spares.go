@@ -207,6 +207,14 @@ func (p *pool) take(secs int64, now time.Time) (sp leaseRef, ok bool, stale []le
 	list := p.m[secs]
 	for len(list) > 0 {
 		sp, list = list[len(list)-1], list[:len(list)-1]
+		// Taken, a spare is no longer the lease of a grant made here
+		// until its new grant notes it again. A waiter's prepared lease
+		// (queue_entries.go) is noted only when the waiter takes a
+		// handoff on it: a handoff released by a waiter that had given up
+		// must not put the lease back among the spares, since the waiter
+		// revokes it when it finishes (another grant made on it meanwhile
+		// vanished with it: the conformance suite saw a second holder).
+		delete(p.known, sp.id)
 		if sp.fresh(now) {
 			ok = true
 			break

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +34,12 @@ func TestLockedTxnBesideTxn(t *testing.T) {
 		t.Fatal(err)
 	}
 	inside, goOn := make(chan struct{}), make(chan struct{})
+	// fn waits for goOn holding a pooled connection and its lock: if the
+	// test ends before it lets fn go, s.Close (deferred above) waits for
+	// that connection, for ever (pgxpool's Close waits for every acquired
+	// connection). letGo runs before it in any case.
+	letGo := sync.OnceFunc(func() { close(goOn) })
+	defer letGo()
 	locked := make(chan error, 1)
 	seen := []string{}
 	go func() {
@@ -50,7 +57,13 @@ func TestLockedTxnBesideTxn(t *testing.T) {
 		})
 		locked <- err
 	}()
-	<-inside
+	select {
+	case <-inside:
+	case err := <-locked:
+		t.Fatalf("LockedTxn returned (%v) before it ran fn", err)
+	case <-ctx.Done():
+		t.Fatal("LockedTxn did not run fn within a minute")
+	}
 	plain := make(chan error, 1)
 	go func() {
 		_, err := s.Txn(ctx, leasehold.Txn{
@@ -60,11 +73,11 @@ func TestLockedTxnBesideTxn(t *testing.T) {
 		plain <- err
 	}()
 	waitForLockWait(t, ctx, txnFn)
-	close(goOn)
-	if err := <-plain; err != nil {
+	letGo()
+	if err := recvErr(t, plain, "the plain Txn"); err != nil {
 		t.Errorf("plain Txn beside LockedTxn: %v", err)
 	}
-	if err := <-locked; err != nil {
+	if err := recvErr(t, locked, "LockedTxn"); err != nil {
 		t.Errorf("LockedTxn beside a plain Txn: %v", err)
 	}
 	if len(seen) != 2 || seen[1] != "1" {
@@ -78,6 +91,21 @@ func TestLockedTxnBesideTxn(t *testing.T) {
 	}
 	if n := postgres.Relocks(s); n != 1 {
 		t.Errorf("LockedTxn took its locks again %d times, want 1", n)
+	}
+}
+
+// recvErr receives the error of what (a call in a goroutine) from ch,
+// failing the test if it has not come within 2 minutes: the calls have
+// contexts of a minute, so one still running then waits for something
+// that will not come.
+func recvErr(t *testing.T, ch <-chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("%s did not return within 2 minutes", what)
+		return nil
 	}
 }
 

@@ -53,7 +53,13 @@ const live = `l.held AND l.expires_at > now()`
 // the statement runs again. A new row's queued tells whether the name
 // already has queue rows (Watch interests recorded before the row
 // existed).
-const acquireSQL = `WITH cur AS (
+//
+// The gate e (epoch.go) shuts every grant while the database's timeline
+// is not the one recorded, or its hold-back lasts: the answer is then only
+// the gate's (owner gateHoldback or gateTimeline), and a grant's token is
+// above the epoch's floor (carried in excluded.token).
+var acquireSQL = `WITH e AS (` + gateSQL("%[1]s") + `
+), cur AS (
 	SELECT token, owner, expires_at, acquired_at, ttl_us, held, queued,
 		held AND expires_at > now() AND NOT ($3::text <> '' AND owner = $2::text AND request_id = $3::text) AS blocks,
 		held AND expires_at > now() AND $3::text <> '' AND owner = $2::text AND request_id = $3::text AS retry
@@ -65,12 +71,12 @@ const acquireSQL = `WITH cur AS (
 	ORDER BY q.seq LIMIT 1
 ), g AS (
 	INSERT INTO %[1]s AS l (name, owner, request_id, token, data, ttl_us, expires_at, held, acquired_at, queued)
-	SELECT $1::text, $2::text, $3::text, 1, $4::bytea, $5::bigint,
+	SELECT $1::text, $2::text, $3::text, (SELECT floor + 1 FROM e), $4::bytea, $5::bigint,
 		now() + $5::bigint * interval '1 microsecond', true, now(),
 		coalesce((SELECT queued FROM cur), EXISTS (SELECT FROM %[2]s q WHERE q.name = $1::text))
-	WHERE NOT EXISTS (SELECT FROM cur WHERE blocks) AND NOT EXISTS (SELECT FROM qh)
+	WHERE NOT EXISTS (SELECT FROM cur WHERE blocks) AND NOT EXISTS (SELECT FROM qh) AND (SELECT open FROM e)
 	ON CONFLICT (name) DO UPDATE SET
-		token = CASE WHEN ` + live + ` THEN l.token ELSE l.token + 1 END,
+		token = CASE WHEN ` + live + ` THEN l.token ELSE greatest(l.token + 1, excluded.token) END,
 		acquired_at = CASE WHEN ` + live + ` THEN l.acquired_at ELSE now() END,
 		owner = excluded.owner, request_id = excluded.request_id, data = excluded.data,
 		ttl_us = excluded.ttl_us, expires_at = excluded.expires_at, held = true
@@ -80,16 +86,18 @@ const acquireSQL = `WITH cur AS (
 ), h AS (
 	SELECT token, owner, expires_at, acquired_at, ttl_us, held FROM %[1]s
 	WHERE name = $1::text AND NOT EXISTS (SELECT FROM g) AND NOT EXISTS (SELECT FROM cur WHERE blocks)
-		AND NOT EXISTS (SELECT FROM qh)
+		AND NOT EXISTS (SELECT FROM qh) AND (SELECT open FROM e)
 	FOR SHARE
 )
 SELECT true, token, owner, expires_at, acquired_at, ttl_us, held, now() FROM g
 UNION ALL
-SELECT false, token, owner, expires_at, acquired_at, ttl_us, held, now() FROM cur WHERE blocks
+SELECT false, token, owner, expires_at, acquired_at, ttl_us, held, now() FROM cur WHERE blocks AND (SELECT open FROM e)
 UNION ALL
-SELECT false, 0, owner, now() + interval '` + queueHintSQL + `', now(), 0, true, now() FROM qh
+SELECT false, 0, owner, now() + interval '` + queueHintSQL + `', now(), 0, true, now() FROM qh WHERE (SELECT open FROM e)
 UNION ALL
-SELECT false, token, owner, expires_at, acquired_at, ttl_us, held, now() FROM h`
+SELECT false, token, owner, expires_at, acquired_at, ttl_us, held, now() FROM h
+UNION ALL
+SELECT false, 0, ` + gateAnswerSQL + `, coalesce(e.until, now()), now(), 0, true, now() FROM e WHERE NOT e.open`
 
 // grantable is true of a lease row x that an acquire may take at once,
 // without looking at the queue: free (released, expired) and not queued,
@@ -107,13 +115,14 @@ func grantable(x string) string {
 // live holder as the snapshot shows it (a refusal: a read, one round
 // trip), else no row, and then acquireSQL decides (a new name, a queue, a
 // concurrent change). So the uncontended acquire reads no queue.
-var grabSQL = `WITH g AS (
+var grabSQL = `WITH e AS (` + gateSQL("%[1]s") + `
+), g AS (
 	INSERT INTO %[1]s AS l (name, owner, request_id, token, data, ttl_us, expires_at, held, acquired_at)
-	SELECT $1::text, $2::text, $3::text, 1, $4::bytea, $5::bigint,
+	SELECT $1::text, $2::text, $3::text, e.floor + 1, $4::bytea, $5::bigint,
 		now() + $5::bigint * interval '1 microsecond', true, now()
-	FROM %[1]s c WHERE c.name = $1::text AND ` + grantable("c") + `
+	FROM %[1]s c, e WHERE c.name = $1::text AND ` + grantable("c") + ` AND e.open
 	ON CONFLICT (name) DO UPDATE SET
-		token = CASE WHEN ` + live + ` THEN l.token ELSE l.token + 1 END,
+		token = CASE WHEN ` + live + ` THEN l.token ELSE greatest(l.token + 1, excluded.token) END,
 		acquired_at = CASE WHEN ` + live + ` THEN l.acquired_at ELSE now() END,
 		owner = excluded.owner, request_id = excluded.request_id, data = excluded.data,
 		ttl_us = excluded.ttl_us, expires_at = excluded.expires_at, held = true
@@ -124,7 +133,10 @@ SELECT true, token, owner, expires_at, acquired_at, ttl_us, held, now() FROM g
 UNION ALL
 SELECT false, token, owner, expires_at, acquired_at, ttl_us, held, now() FROM %[1]s c
 WHERE c.name = $1::text AND c.held AND c.expires_at > now()
-	AND NOT ($3::text <> '' AND c.owner = $2::text AND c.request_id = $3::text) AND NOT EXISTS (SELECT FROM g)`
+	AND NOT ($3::text <> '' AND c.owner = $2::text AND c.request_id = $3::text) AND NOT EXISTS (SELECT FROM g)
+	AND (SELECT open FROM e)
+UNION ALL
+SELECT false, 0, ` + gateAnswerSQL + `, coalesce(e.until, now()), now(), 0, true, now() FROM e WHERE NOT e.open`
 
 // renewSQL extends a live lease of that owner and token.
 const renewSQL = `UPDATE %s SET ttl_us = $4::bigint, expires_at = now() + $4::bigint * interval '1 microsecond'
@@ -164,6 +176,7 @@ const listSQL = `SELECT name, owner, token, data, ttl_us, expires_at, acquired_a
 
 type queries struct {
 	grab, acquire, renew, release, get, list string
+	observe                                  string // epoch.go
 	wait, leave, mine, interest              string // queue.go
 	queueTable                               string
 }
@@ -171,6 +184,7 @@ type queries struct {
 func buildQueries(table string, o queueObjects) queries {
 	return queries{
 		grab:       fmt.Sprintf(grabSQL, table),
+		observe:    fmt.Sprintf(observeSQL, table),
 		acquire:    fmt.Sprintf(acquireSQL, table, o.queue),
 		renew:      fmt.Sprintf(renewSQL, table),
 		release:    fmt.Sprintf(releaseSQL, table, o.release),
@@ -217,6 +231,11 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 		switch {
 		case attempt == 0 && errors.Is(err, pgx.ErrNoRows):
 			continue
+		case err == nil && !granted && gateShut(owner):
+			herr, retry := s.shut(ctx, req.Name, owner, expires, now)
+			if !retry {
+				return leasehold.Record{}, herr
+			}
 		case err == nil && granted:
 			return leasehold.Record{
 				Name: req.Name, Owner: req.Owner, Token: uint64(token), Data: req.Data,

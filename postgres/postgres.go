@@ -18,9 +18,15 @@
 // alone (LISTEN/NOTIFY, one dedicated connection per Store). Watch still
 // works; a release notifies a name only while waiters or watchers exist.
 //
+// A promotion of a replica (a new timeline) is noticed by every grant, in
+// its own statement: grants wait for the hold-back (WithHoldback) and new
+// tokens start above the new epoch's floor, so that grants an asynchronous
+// replica lost are neither overlapped nor handed out again (epoch.go).
+//
 // See docs/stores/postgres.md for the schema, the statements, the
-// guarantees and what an operator has to provide (synchronous replication
-// for failover, a slewed server clock).
+// guarantees and what an operator has to provide (one primary at a time,
+// a hold-back of at least the longest TTL, or synchronous replication; a
+// slewed server clock).
 package postgres
 
 import (
@@ -62,7 +68,10 @@ type Store struct {
 	closed  atomic.Bool
 	watch   hub
 	window  time.Duration // of waiters and watch interests (queue.go)
-	id      string        // this Store's waiter id in watch rows
+	// holdback: no grant for this long after a new timeline is noticed
+	// (epoch.go).
+	holdback time.Duration
+	id       string // this Store's waiter id in watch rows
 
 	lastReset atomic.Int64 // unix ns of the last pool reset after a lost connection
 	lost      atomic.Int64 // operations that met a lost connection (for tests)
@@ -75,9 +84,10 @@ type Store struct {
 }
 
 type config struct {
-	table   string
-	migrate bool
-	window  time.Duration
+	table    string
+	migrate  bool
+	window   time.Duration
+	holdback time.Duration
 }
 
 // Option configures a Store. The URL's parameters override options given
@@ -104,6 +114,7 @@ func WithoutMigrate() Option { return func(c *config) { c.migrate = false } }
 //
 //	table=NAME     the lease table (see WithTable)
 //	migrate=false  do not create the table (see WithoutMigrate)
+//	holdback=30s   the hold-back after a promotion (see WithHoldback)
 //
 // Unless migration is off, Open creates the table if it is missing. Its
 // sessions run with synchronous_commit=on unless the URL sets it. A bad
@@ -169,7 +180,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 }
 
 func buildConfig(opts []Option) (config, error) {
-	cfg := config{table: DefaultTable, migrate: true, window: DefaultWaiterWindow}
+	cfg := config{table: DefaultTable, migrate: true, window: DefaultWaiterWindow, holdback: DefaultHoldback}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -179,6 +190,9 @@ func buildConfig(opts []Option) (config, error) {
 	if cfg.window < MinWaiterWindow || cfg.window > MaxWaiterWindow {
 		return cfg, &leasehold.InvalidError{Field: "waiter window", Reason: fmt.Sprintf("%s is outside [%s, %s]", cfg.window, MinWaiterWindow, MaxWaiterWindow)}
 	}
+	if cfg.holdback < 0 || cfg.holdback > MaxHoldback {
+		return cfg, &leasehold.InvalidError{Field: "holdback", Reason: fmt.Sprintf("%s is outside [0, %s]", cfg.holdback, MaxHoldback)}
+	}
 	return cfg, nil
 }
 
@@ -187,7 +201,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, cfg config) (*Store, erro
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, table: t.ident(), display: t.String(), window: cfg.window, id: "s" + randid.Hex(12)}
+	s := &Store{pool: pool, table: t.ident(), display: t.String(), window: cfg.window, holdback: cfg.holdback, id: "s" + randid.Hex(12)}
 	s.q = buildQueries(s.table, queueObjectsFor(t))
 	s.rq = buildRecordQueries(recordsTableFor(t), t)
 	s.watch.init(pool.Config(), t.channel())
@@ -241,16 +255,25 @@ func parseURL(raw string) (string, []Option, error) {
 		switch key {
 		case "":
 			continue
-		case "table", "migrate":
+		case "table", "migrate", "holdback":
 			if seen[key] {
 				return bad("%s= given more than once", key)
 			}
 			seen[key] = true
 		default:
+			if near := nearParam(key); near != "" {
+				return bad("unknown parameter %s=: did you mean %s=? (leasehold's own parameters are table=, migrate= and holdback=; other parameters go to pgx and to the server as settings)", key, near)
+			}
 			kept = append(kept, pair)
 			continue
 		}
 		switch {
+		case key == "holdback":
+			d, err := time.ParseDuration(value)
+			if err != nil {
+				return "", nil, &leasehold.InvalidError{Field: "holdback", Reason: fmt.Sprintf("%q is not a duration such as 30s", value)}
+			}
+			opts = append(opts, WithHoldback(d))
 		case key == "table":
 			if _, err := parseTable(value); err != nil {
 				return "", nil, err
@@ -268,6 +291,48 @@ func parseURL(raw string) (string, []Option, error) {
 	return base, opts, nil
 }
 
+// ownParams are the URL parameters leasehold takes out of a postgres URL.
+var ownParams = []string{"table", "migrate", "holdback"}
+
+// nearParam returns the parameter of ownParams that key is a typo of
+// (edit distance 1 or 2), or "". A key that pgx does not take goes to the
+// server as a setting, where a typo fails far from the URL (holdbak=5s:
+// "unrecognized configuration parameter", exit 70). No setting of
+// PostgreSQL 15 nor parameter of pgx is that close to these three names,
+// and a custom setting has a dot in its name (never a typo here).
+func nearParam(key string) string {
+	if strings.Contains(key, ".") {
+		return ""
+	}
+	for _, p := range ownParams {
+		if d := editDistance(strings.ToLower(key), p); d >= 1 && d <= 2 || d == 0 && key != p {
+			return p
+		}
+	}
+	return ""
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
 // fail translates an error at the store boundary: context errors pass
 // through, use after Close is leasehold.ErrClosed, and everything else
 // becomes a plain error carrying the message (no pgx type leaks).
@@ -283,12 +348,23 @@ func (s *Store) fail(ctx context.Context, err error) error {
 	return pgError(err)
 }
 
+// readOnlyTransaction is SQLSTATE read_only_sql_transaction: what a
+// replica (a hot standby) answers to a write, or to a lock.
+const readOnlyTransaction = "25006"
+
+// readOnlyHint follows a read-only refusal: the server is most likely a
+// replica, and the URL should reach the primary wherever it is.
+const readOnlyHint = "the server is likely a read-only replica: name the primary, or list every node with target_session_attrs=read-write (postgres://host1,host2/db?target_session_attrs=read-write), which connects to the one that takes writes"
+
 func pgError(err error) error { return errors.New("postgres: " + pgMessage(err)) }
 
 // pgMessage is the message of a driver error, with the SQLSTATE of a server
 // error.
 func pgMessage(err error) string {
 	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == readOnlyTransaction {
+		return fmt.Sprintf("%s (SQLSTATE %s); %s", pe.Message, pe.Code, readOnlyHint)
+	}
 	if errors.As(err, &pe) {
 		return fmt.Sprintf("%s (SQLSTATE %s)", pe.Message, pe.Code)
 	}

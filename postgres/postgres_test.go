@@ -99,6 +99,8 @@ func TestOpenRejectsBadInput(t *testing.T) {
 		"postgres://127.0.0.1:1/db?migrate=maybe", "postgres://127.0.0.1:1/db?table=",
 		"postgres://127.0.0.1:1:2/db", "postgres://127.0.0.1:1/db?sslmode=sometimes",
 		"postgres://127.0.0.1:1/db?pool_max_conns=zero",
+		"postgres://127.0.0.1:1/db?holdback=soon", "postgres://127.0.0.1:1/db?holdback=-1s",
+		"postgres://127.0.0.1:1/db?holdback=100000h", "postgres://127.0.0.1:1/db?holdback=1s&holdback=2s",
 	} {
 		if s, err := postgres.Open(ctx, u); !errors.Is(err, leasehold.ErrInvalid) {
 			t.Errorf("Open(%q): %v, want ErrInvalid", u, err)
@@ -114,6 +116,9 @@ func TestOpenRejectsBadInput(t *testing.T) {
 	}
 	if _, err := postgres.Open(ctx, "postgres://127.0.0.1:1/db", postgres.WithTable("no-dashes")); !errors.Is(err, leasehold.ErrInvalid) {
 		t.Errorf("Open with a bad WithTable: %v, want ErrInvalid", err)
+	}
+	if _, err := postgres.Open(ctx, "postgres://127.0.0.1:1/db", postgres.WithHoldback(-time.Second)); !errors.Is(err, leasehold.ErrInvalid) {
+		t.Errorf("Open with a negative WithHoldback: %v, want ErrInvalid", err)
 	}
 	if _, err := postgres.New(ctx, nil); !errors.Is(err, leasehold.ErrInvalid) {
 		t.Errorf("New(nil pool): %v, want ErrInvalid", err)
@@ -333,4 +338,45 @@ func TestRefusalWritesNothing(t *testing.T) {
 	if xmax != "0" {
 		t.Errorf("row xmax = %s after refused acquires, want 0 (not locked)", xmax)
 	}
+}
+
+// TestURLTyposAndReadOnly (issue 31 red team, PostgreSQL item 5): a typo
+// of one of leasehold's parameters (holdbak=5s) went to the server as a
+// setting and failed there (exit 70); it is an invalid argument naming
+// the parameter meant. PostgreSQL's own settings, pgx's parameters and
+// custom settings (with a dot) still pass. A read-only server (a
+// replica; here a session that defaults to read-only) is refused with a
+// hint naming target_session_attrs=read-write.
+func TestURLTyposAndReadOnly(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	for u, want := range map[string]string{
+		"postgres://127.0.0.1:1/db?holdbak=5s":   "did you mean holdback=?",
+		"postgres://127.0.0.1:1/db?hold_back=5s": "did you mean holdback=?",
+		"postgres://127.0.0.1:1/db?Holdback=5s":  "did you mean holdback=?",
+		"postgres://127.0.0.1:1/db?tabel=x":      "did you mean table=?",
+		"postgres://127.0.0.1:1/db?migrat=false": "did you mean migrate=?",
+	} {
+		_, err := postgres.Open(ctx, u)
+		if !errors.Is(err, leasehold.ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Open(%q): %v, want ErrInvalid saying %q", u, err, want)
+		}
+	}
+	base := enginetest.PostgresURL(t)
+	u := withParam(base, "table", freshTable(t, base, "lh_test_params_"))
+	s := open(t, u+"&application_name=lh_typo_test&statement_timeout=5s&search_path=public&lh.custom=1&timezone=UTC")
+	s.Close()
+	hinted := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "read-only") || !strings.Contains(err.Error(), "target_session_attrs=read-write") {
+			t.Errorf("%s in a read-only session: %v, want the read-only refusal with a hint naming target_session_attrs=read-write", what, err)
+		}
+	}
+	// The table exists: Open writes nothing, the first grant is refused.
+	ro := open(t, u+"&default_transaction_read_only=on")
+	defer ro.Close()
+	_, err := ro.TryAcquire(ctx, leasehold.AcquireRequest{Name: "x", Owner: "o", TTL: time.Second})
+	hinted("TryAcquire", err)
+	// A table to create: Open is refused.
+	_, err = postgres.Open(ctx, withParam(base, "table", freshTable(t, base, "lh_test_ro_"))+"&default_transaction_read_only=on")
+	hinted("Open", err)
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -49,8 +50,7 @@ const queueHintSQL = "100 milliseconds"
 // the waiter released it again).
 const deadlineMargin = 25 * time.Millisecond
 
-// stepTimeout bounds one call of the wait function, which ctx does not
-// interrupt.
+// stepTimeout bounds one call of the wait function (ctx ends it too).
 const stepTimeout = 30 * time.Second
 
 // listenWait bounds how long AcquireWait waits for the Store's listener to
@@ -168,15 +168,14 @@ func (s *Store) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (
 		sent := time.Now()
 		var st step
 		var lifeUS int64
-		// The call is not cut short by ctx: an interrupted call could
-		// still enqueue the waiter after it left (its cancellation reaches
-		// the server asynchronously), and then be granted the lease after
-		// it returned. ctx is checked once it answers.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
-		call := func() error {
-			return s.pool.QueryRow(cctx, s.q.wait, req.Name, waiter, req.Owner, rid, data, micros(req.TTL), lifeUS).
-				Scan(&st.granted, &st.token, &st.owner, &st.expires, &st.acquired, &st.head, &st.now)
-		}
+		// The call ends with ctx (or after stepTimeout). A call cut in
+		// flight may still enqueue the waiter, or commit a grant to it,
+		// after the return: on a primary whose synchronous standby is
+		// down, a cancelled commit wait leaves the transaction committed
+		// locally. So a cut call is settled as a cut acquire is
+		// (fence_cut.go): its backend is ended and waited for, then the
+		// waiter's entry is deleted and a grant made to it released.
+		cctx, cancel := context.WithTimeout(ctx, stepTimeout)
 		life := s.window
 		if dl, ok := ctx.Deadline(); ok {
 			// A release does not hand the lease to a waiter about to give
@@ -185,12 +184,21 @@ func (s *Store) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (
 			life = min(life, time.Until(dl)-deadlineMargin)
 		}
 		lifeUS = micros(max(life, time.Microsecond))
+		args := []any{req.Name, waiter, req.Owner, rid, data, micros(req.TTL), lifeUS}
+		dest := []any{&st.granted, &st.token, &st.owner, &st.expires, &st.acquired, &st.head, &st.now}
 		s.steps.Add(1)
-		err := call()
-		if s.again(cctx, err) {
-			err = call() // a repeated call grants, enqueues or renews the same waiter
+		b, cut, err := s.waitRow(cctx, args, dest)
+		if !cut && s.again(cctx, err) {
+			b, cut, err = s.waitRow(cctx, args, dest) // a repeated call grants, enqueues or renews the same waiter
 		}
 		cancel()
+		if cut {
+			storekit.AfterEnd(ctx, 5*time.Second, func(lctx context.Context) {
+				s.fence(lctx, b)
+				s.leaveNow(lctx, req, waiter, rid)
+			})
+			return leasehold.Record{}, s.fail(ctx, err)
+		}
 		if err != nil {
 			s.leave(ctx, req, waiter, rid)
 			return leasehold.Record{}, s.fail(ctx, err)
@@ -209,6 +217,17 @@ func (s *Store) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (
 		wait := s.window / 3
 		if st.head && st.token != 0 {
 			wait = min(wait, st.expires.Sub(st.now)+time.Millisecond)
+		}
+		if gateShut(st.owner) {
+			// Held back after a promotion (epoch.go): record a new
+			// timeline if need be, and call again when the hold-back ends.
+			var he *leasehold.HeldError
+			switch herr, retry := s.shut(ctx, req.Name, st.owner, st.expires, st.now); {
+			case retry:
+				wait = 0
+			case errors.As(herr, &he):
+				wait = min(wait, he.Remaining+time.Millisecond)
+			}
 		}
 		t := time.NewTimer(max(wait, 0))
 		select {
@@ -232,6 +251,22 @@ func (s *Store) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (
 			return leasehold.Record{}, err
 		}
 	}
+}
+
+// waitRow runs one call of the wait function on a connection of its own
+// and scans its row into dest. cut reports a call that ctx ended in
+// flight (pgx then closes the connection): its statement may still run,
+// until its backend b is ended.
+func (s *Store) waitRow(ctx context.Context, args, dest []any) (b backend, cut bool, err error) {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return b, false, err
+	}
+	b = backendOf(c)
+	err = c.QueryRow(ctx, s.q.wait, args...).Scan(dest...)
+	cut = err != nil && ctx.Err() != nil && c.Conn().IsClosed()
+	c.Release()
+	return b, cut, err
 }
 
 // granted decodes the notification of a grant to a waiter: "id token

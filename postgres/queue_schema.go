@@ -86,7 +86,12 @@ const createQueueSQL = `CREATE TABLE IF NOT EXISTS %s (
 //     refreshes its deadline, and returns the holder (or, when the lease is
 //     free but others are ahead, the head's owner with token 0), and
 //     whether this waiter is the head.
-const waitFnSQL = `CREATE OR REPLACE FUNCTION %[1]s(p_name text, p_waiter text, p_owner text, p_rid text,
+//
+// A grant also needs the epoch gate open (epoch.go): while it is shut the
+// waiter is enqueued as if others were ahead, and the answer's owner is
+// the gate's (gateHoldback, gateTimeline) with the hold-back's end; a
+// grant's token is above the epoch's floor.
+var waitFnSQL = `CREATE OR REPLACE FUNCTION %[1]s(p_name text, p_waiter text, p_owner text, p_rid text,
 	p_data bytea, p_ttl_us bigint, p_window_us bigint)
 RETURNS TABLE (r_granted boolean, r_token bigint, r_owner text, r_expires timestamptz,
 	r_acquired timestamptz, r_head boolean, r_now timestamptz)
@@ -106,7 +111,12 @@ DECLARE
 	v_next  text;
 	v_until timestamptz;
 	v_ttl   interval := p_ttl_us * interval '1 microsecond';
+	v_open  boolean;
+	v_floor bigint;
+	v_seen  boolean;
+	v_end   timestamptz;
 BEGIN
+	SELECT e.open, e.floor, e.seen, e.until INTO v_open, v_floor, v_seen, v_end FROM (` + gateSQL("%[2]s") + `) e;
 	LOOP
 		SELECT l.token, l.owner, l.request_id, l.held, l.expires_at, l.acquired_at, l.queued
 			INTO v_token, v_owner, v_rid, v_held, v_exp, v_acq, v_q
@@ -151,21 +161,21 @@ BEGIN
 		SELECT q.owner INTO v_ahead FROM %[3]s q
 			WHERE q.name = p_name AND NOT q.watch AND (v_seq IS NULL OR q.seq < v_seq)
 			ORDER BY q.seq LIMIT 1;
-		IF v_ahead IS NULL THEN
+		IF v_ahead IS NULL AND v_open THEN
 			IF v_found THEN
-				UPDATE %[2]s l SET owner = p_owner, request_id = p_rid, token = l.token + 1, data = p_data,
+				UPDATE %[2]s l SET owner = p_owner, request_id = p_rid, token = greatest(l.token + 1, v_floor + 1), data = p_data,
 					ttl_us = p_ttl_us, expires_at = t + v_ttl, held = true, acquired_at = t,
 					queued = l.queued AND EXISTS (SELECT FROM %[3]s q WHERE q.name = p_name AND q.waiter <> p_waiter)
 					WHERE l.name = p_name RETURNING l.token INTO v_token;
 			ELSE
 				INSERT INTO %[2]s (name, owner, request_id, token, data, ttl_us, expires_at, held, acquired_at, queued)
-					VALUES (p_name, p_owner, p_rid, 1, p_data, p_ttl_us, t + v_ttl, true, t,
+					VALUES (p_name, p_owner, p_rid, v_floor + 1, p_data, p_ttl_us, t + v_ttl, true, t,
 						EXISTS (SELECT FROM %[3]s q WHERE q.name = p_name AND q.waiter <> p_waiter))
 					ON CONFLICT (name) DO NOTHING;
 				IF NOT FOUND THEN
 					CONTINUE; -- inserted concurrently: lock it and judge again
 				END IF;
-				v_token := 1;
+				v_token := v_floor + 1;
 			END IF;
 			IF v_seq IS NOT NULL THEN
 				DELETE FROM %[3]s q WHERE q.name = p_name AND q.waiter = p_waiter;
@@ -188,6 +198,11 @@ BEGIN
 		END IF;
 		IF v_found AND NOT v_q THEN
 			UPDATE %[2]s l SET queued = true WHERE l.name = p_name;
+		END IF;
+		IF v_ahead IS NULL THEN -- the gate is shut
+			RETURN QUERY SELECT false, 0::bigint, chr(1) || CASE WHEN v_seen THEN 'holdback' ELSE 'timeline' END,
+				coalesce(v_end, t), t, false, t;
+			RETURN;
 		END IF;
 		RETURN QUERY SELECT false, 0::bigint, v_ahead, t, t, false, t;
 		RETURN;
@@ -216,7 +231,11 @@ $fn$`
 // waiter it notifies the name (for Watch) only when
 // a live watch row exists. queued is left set when queue rows remain, and
 // cleared when none does.
-const releaseFnSQL = `CREATE OR REPLACE FUNCTION %[1]s(p_name text, p_owner text, p_token bigint, p_channel text)
+//
+// While the epoch gate is shut (epoch.go) it grants nothing: it wakes the
+// live head (a note that is not a grant), which calls again and learns of
+// the hold-back. A grant's token is above the epoch's floor.
+var releaseFnSQL = `CREATE OR REPLACE FUNCTION %[1]s(p_name text, p_owner text, p_token bigint, p_channel text)
 RETURNS integer
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -230,6 +249,8 @@ DECLARE
 	v_q      boolean;
 	v_next   text;
 	v_until  timestamptz;
+	v_open   boolean;
+	v_floor  bigint;
 BEGIN
 	UPDATE %[2]s l SET held = false WHERE l.name = p_name AND l.owner = p_owner AND l.token = p_token
 		RETURNING l.queued INTO v_q;
@@ -244,6 +265,17 @@ BEGIN
 		RETURN 1;
 	END IF;
 	t := clock_timestamp();
+	SELECT e.open, e.floor INTO v_open, v_floor FROM (` + gateSQL("%[2]s") + `) e;
+	IF NOT v_open THEN
+		SELECT q.waiter INTO v_waiter FROM %[3]s q
+			WHERE q.name = p_name AND NOT q.watch AND q.alive_until > t ORDER BY q.seq LIMIT 1;
+		IF FOUND THEN
+			PERFORM pg_notify(p_channel, chr(1) || v_waiter || ' wake');
+		ELSIF EXISTS (SELECT FROM %[3]s q WHERE q.name = p_name AND q.watch AND q.alive_until > t) THEN
+			PERFORM pg_notify(p_channel, p_name);
+		END IF;
+		RETURN 1;
+	END IF;
 	LOOP
 		-- The live head's entry, and the lapsed waiters' ahead of it, in
 		-- one statement; a head whose waiter deleted it meanwhile is not
@@ -258,7 +290,7 @@ BEGIN
 		SELECT d.waiter, d.owner, d.request_id, d.ttl_us, d.data INTO v_waiter, v_owner, v_rid, v_ttl, v_data
 			FROM d, h WHERE d.seq = h.seq;
 		IF FOUND THEN
-			UPDATE %[2]s l SET owner = v_owner, request_id = v_rid, token = l.token + 1, data = v_data, ttl_us = v_ttl,
+			UPDATE %[2]s l SET owner = v_owner, request_id = v_rid, token = greatest(l.token + 1, v_floor + 1), data = v_data, ttl_us = v_ttl,
 				expires_at = t + v_ttl * interval '1 microsecond', held = true, acquired_at = t,
 				queued = EXISTS (SELECT FROM %[3]s q WHERE q.name = p_name)
 				WHERE l.name = p_name RETURNING l.token INTO v_token;

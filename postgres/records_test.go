@@ -173,6 +173,10 @@ func TestLockedTxn(t *testing.T) {
 	// While one LockedTxn holds "a", another times out, and a plain put
 	// waits for the lock.
 	inside, release := make(chan struct{}), make(chan struct{})
+	// fn waits for release holding a pooled connection: the store's Close
+	// would wait for it for ever if the test ended before releasing it.
+	letGo := sync.OnceFunc(func() { close(release) })
+	defer letGo()
 	held := make(chan error, 1)
 	go func() {
 		_, err := s.LockedTxn(ctx, "a", time.Second, func(cur leasehold.Versioned, exists bool) (leasehold.Txn, error) {
@@ -182,7 +186,13 @@ func TestLockedTxn(t *testing.T) {
 		})
 		held <- err
 	}()
-	<-inside
+	select {
+	case <-inside:
+	case err := <-held:
+		t.Fatalf("the holding LockedTxn returned (%v) before it ran fn", err)
+	case <-ctx.Done():
+		t.Fatal("the holding LockedTxn did not run fn in time")
+	}
 	_, err = s.LockedTxn(ctx, "a", 50*time.Millisecond, func(leasehold.Versioned, bool) (leasehold.Txn, error) {
 		return leasehold.Txn{}, errors.New("ran without the lock")
 	})
@@ -204,11 +214,11 @@ func TestLockedTxn(t *testing.T) {
 		t.Errorf("PutRecord returned (%v) while the row was locked", err)
 	case <-time.After(100 * time.Millisecond):
 	}
-	close(release)
-	if err := <-held; err != nil {
+	letGo()
+	if err := recvErr(t, held, "the holding LockedTxn"); err != nil {
 		t.Fatalf("the holding LockedTxn: %v", err)
 	}
-	if err := <-put; !errors.As(err, &ce) || ce.Actual != v1+1 {
+	if err := recvErr(t, put, "PutRecord"); !errors.As(err, &ce) || ce.Actual != v1+1 {
 		t.Errorf("PutRecord queued behind the lock: %v, want a conflict with the holder's version %d", err, v1+1)
 	}
 

@@ -50,8 +50,11 @@ type epochCache struct {
 	checkedAt uint64 // dial count before the last successful check
 	cur       epoch
 	runID     string
+	replID    string
 	durable   bool
 	evicts    bool
+	replicas  int
+	promoted  bool // the server is a promoted replica: a hold-back is a failover's
 }
 
 // dialCounter is a go-redis hook that counts new connections.
@@ -110,7 +113,8 @@ func (s *Store) epoch(ctx context.Context) (epoch, error) {
 	e.dials = d
 	s.ep.mu.Lock()
 	s.ep.valid, s.ep.checkedAt, s.ep.cur = true, d, e
-	s.ep.runID, s.ep.durable, s.ep.evicts = sv.runID, sv.durable, sv.evicts
+	s.ep.runID, s.ep.replID, s.ep.durable, s.ep.evicts = sv.runID, sv.replID, sv.durable, sv.evicts
+	s.ep.replicas, s.ep.promoted = sv.replicas, sv.promoted
 	s.ep.mu.Unlock()
 	return e, nil
 }
@@ -125,9 +129,14 @@ func (s *Store) invalidateEpoch() {
 // ServerState describes what the store last learnt about its Redis server.
 type ServerState struct {
 	RunID string // the server's run_id
+	// ReplID is the server's master_replid, new at every promotion of a
+	// replica (also of a process that was the primary before).
+	ReplID string
 	// Durable reports appendonly yes, appendfsync always, on a master
-	// that is not a freshly promoted replica; the store then holds back
-	// nothing after a restart.
+	// that is not a freshly promoted replica, reached directly (not
+	// through Sentinel), without replicas now or ever seen in the
+	// marker's history; the store then holds back nothing after a
+	// restart (but never ends a hold-back another client recorded).
 	Durable bool
 	// Evicts reports that maxmemory is set with a maxmemory-policy other
 	// than noeviction: under memory pressure Redis may then delete leases
@@ -155,7 +164,7 @@ func (s *Store) ServerState(ctx context.Context) (ServerState, error) {
 	}
 	s.ep.mu.Lock()
 	defer s.ep.mu.Unlock()
-	st := ServerState{RunID: s.ep.runID, Durable: s.ep.durable, Evicts: s.ep.evicts, TokenFloor: uint64(e.floor)}
+	st := ServerState{RunID: s.ep.runID, ReplID: s.ep.replID, Durable: s.ep.durable, Evicts: s.ep.evicts, TokenFloor: uint64(e.floor)}
 	if e.holdUntil > 0 {
 		st.HoldbackUntil = time.UnixMilli(e.holdUntil)
 	}
@@ -198,9 +207,12 @@ func (s *Store) infoClient(ctx context.Context) (goredis.Cmdable, error) {
 
 // serverFacts is what a check learns besides the epoch.
 type serverFacts struct {
-	runID   string
-	durable bool
-	evicts  bool
+	runID    string
+	replID   string
+	promoted bool // a replica promoted during this process's life
+	durable  bool
+	evicts   bool
+	replicas int // connected_slaves (-1: unknown)
 }
 
 func (s *Store) check(ctx context.Context) (e epoch, sv serverFacts, err error) {
@@ -216,8 +228,17 @@ func (s *Store) check(ctx context.Context) (e epoch, sv serverFacts, err error) 
 		pipe.ConfigGet(ctx, "maxmemory"), pipe.ConfigGet(ctx, "maxmemory-policy"),
 	}
 	fnList := pipe.Do(ctx, "FUNCTION", "LIST", "LIBRARYNAME", lua.name)
-	_, _ = pipe.Exec(ctx) // CONFIG and FUNCTION may be refused (ACL, renamed, Redis < 7); judged per command
-	if err := srv.Err(); err != nil {
+	_, xerr := pipe.Exec(ctx) // CONFIG and FUNCTION may be refused (ACL, renamed, Redis < 7); judged per command
+	err = srv.Err()
+	if err == nil && srv.Val() == "" && xerr != nil {
+		// The connection's set-up (AUTH, SELECT) failed: go-redis gives
+		// its error to Exec only.
+		err = xerr
+	}
+	if err != nil {
+		if strings.Contains(err.Error(), "DB index is out of range") {
+			return e, sv, s.dbRangeError(ctx)
+		}
 		return e, sv, err
 	}
 	if err := s.checkFunctions(ctx, fnList); err != nil {
@@ -235,30 +256,118 @@ func (s *Store) check(ctx context.Context) (e epoch, sv serverFacts, err error) 
 			cfg[k] = v
 		}
 	}
+	replID, promoted := "", false
+	sv.replicas = -1 // unknown
 	if repl.Err() == nil {
 		r := parseInfo(repl.Val())
+		// A replica promoted during this process's life (Sentinel's
+		// failover, REPLICAOF NO ONE) has a second_repl_offset; its
+		// master_replid changes at every promotion, also of a process
+		// that was the primary before (failed over and back), whose
+		// run_id stays.
+		replID = r["master_replid"]
+		promoted = r["role"] == "master" && r["second_repl_offset"] != "" && r["second_repl_offset"] != "-1"
+		sv.replicas, _ = strconv.Atoi(r["connected_slaves"])
+		// Durable: nothing acknowledged is lost in a restart of this
+		// process. A replica promoted and then restarted from its own
+		// disk looks the same (a master never promoted), and its data
+		// may lack what the old primary granted: no server reached
+		// through Sentinel, or seen with replicas, counts as durable
+		// (the marker keeps "replicated" for good, see epoch.lua).
 		sv.durable = cfg["appendonly"] == "yes" && cfg["appendfsync"] == "always" &&
-			r["role"] == "master" && r["second_repl_offset"] == "-1"
+			r["role"] == "master" && r["second_repl_offset"] == "-1" &&
+			sv.replicas == 0 && !s.viaSentinel()
+	}
+	sv.promoted, sv.replID = promoted, replID
+	if promoted {
+		// Its data did not start with the process: a marker it lacks was
+		// lost in the promotion, now as far as anyone knows.
+		uptime = 0
 	}
 	sv.evicts = cfg["maxmemory"] != "" && cfg["maxmemory"] != "0" &&
 		cfg["maxmemory-policy"] != "" && cfg["maxmemory-policy"] != "noeviction"
 	holdback := s.holdback
-	if sv.durable || mutation.On("no-holdback") { // the bug: grant at once after a restart (the floor stays)
-		holdback = 0
+	skip := false                   // the bug of a mutation: no hold-back at all, recorded or not
+	if mutation.On("no-holdback") { // the bug: grant at once after a restart (the floor stays)
+		holdback, skip = 0, true
 	}
-	res, err := s.run(ctx, lua.epoch, []string{s.epochKey}, sv.runID, uptime, holdback.Milliseconds()).Slice()
+	if promoted && mutation.On("promotion-no-holdback") { // the bug: a promoted replica is taken as durable (the floor stays)
+		holdback, skip = 0, true
+	}
+	replicated := sv.replicas > 0 || promoted || s.viaSentinel()
+	res, err := s.run(ctx, lua.epoch, []string{s.epochKey}, sv.runID, uptime, holdback.Milliseconds(), replID,
+		flag(replicated), flag(sv.durable)).Slice()
 	if err != nil {
 		return e, sv, err
 	}
-	if len(res) != 5 {
+	if len(res) != 6 {
 		return e, sv, fmt.Errorf("epoch script: unexpected reply %v", res)
 	}
 	since, _ := toInt(res[0])
+	until, _ := toInt(res[1])
 	e.floor, _ = toInt(res[2])
-	if holdback > 0 {
-		e.holdUntil = since + holdback.Milliseconds() // in the past on a server up for long
+	if fmt.Sprint(res[5]) == "1" {
+		sv.durable = false // the marker's data was seen replicated: see epoch.lua
+	}
+	if sv.durable {
+		holdback = 0
+	}
+	if !skip {
+		// Each client holds back by its own setting from since, and
+		// never less than any client recorded (a later restart does not
+		// cancel a hold-back another client recorded for a promotion).
+		// Usually in the past.
+		e.holdUntil = max(until, since+holdback.Milliseconds())
+		if holdback == 0 && until <= since {
+			e.holdUntil = 0
+		}
 	}
 	return e, sv, nil
+}
+
+// dbRangeError says that the configured db does not exist, and how many
+// the server has (asked on a connection to db 0; left out if refused).
+func (s *Store) dbRangeError(ctx context.Context) error {
+	c, ok := s.rdb.(*goredis.Client)
+	if !ok {
+		return &leasehold.InvalidError{Field: "db", Reason: "out of range on the server"}
+	}
+	o := *c.Options()
+	db := o.DB
+	o.DB, o.MaxRetries, o.PoolSize = 0, -1, 1
+	c0 := goredis.NewClient(&o)
+	defer c0.Close()
+	has := ""
+	if m, err := c0.ConfigGet(ctx, "databases").Result(); err == nil && m["databases"] != "" {
+		has = " (the server has " + m["databases"] + ")"
+	}
+	return &leasehold.InvalidError{Field: "db", Reason: fmt.Sprintf("db %d is out of range%s", db, has)}
+}
+
+// holdbackOwner is the Owner of a hold-back refusal: FailoverHoldbackOwner
+// on a promoted replica, HoldbackOwner otherwise.
+func (s *Store) holdbackOwner() string {
+	s.ep.mu.Lock()
+	defer s.ep.mu.Unlock()
+	if s.ep.promoted {
+		return FailoverHoldbackOwner
+	}
+	return HoldbackOwner
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// viaSentinel reports whether the store reaches its server through
+// Sentinel (a go-redis failover client), where the node behind it may be
+// another one after any reconnection.
+func (s *Store) viaSentinel() bool {
+	c, ok := s.rdb.(*goredis.Client)
+	return ok && c.Options().Addr == "FailoverClient"
 }
 
 func parseInfo(s string) map[string]string {

@@ -29,7 +29,7 @@ func (s *Store) usable(ctx context.Context) error {
 
 // TryAcquire implements leasehold.Store. While the store holds back after
 // a restart of Redis it returns a *leasehold.HeldError whose Owner is
-// HoldbackOwner. A new grant's token is at least the server's clock in
+// HoldbackOwner (FailoverHoldbackOwner after a promotion). A new grant's token is at least the server's clock in
 // microseconds at the name's first grant (see docs/stores/redis.md).
 func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
 	if err := req.Validate(); err != nil {
@@ -46,8 +46,12 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 		if e, err = s.epoch(ctx); err != nil {
 			return leasehold.Record{}, err
 		}
-		res, err = s.run(ctx, lua.acquire, keys, s.epochArgs(e, req.Name,
-			req.Owner, req.RequestID, string(req.Data), int64(req.TTL))...).Slice()
+		cmd := s.runAcked(ctx, lua.acquire, keys, s.epochArgs(e, req.Name,
+			req.Owner, req.RequestID, string(req.Data), int64(req.TTL))...)
+		res, err = cmd.Slice()
+		if ue := (*UnreplicatedError)(nil); errors.As(err, &ue) {
+			return leasehold.Record{}, s.dropUnreplicated(ctx, "acquire", req, cmd.Val(), ue)
+		}
 		if err != nil {
 			return leasehold.Record{}, s.translate(ctx, "acquire", err)
 		}
@@ -98,7 +102,7 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 	case code == 2 && len(res) == 2:
 		rem, _ := toInt(res[1])
 		return leasehold.Record{}, &leasehold.HeldError{
-			Name: req.Name, Owner: HoldbackOwner, Remaining: time.Duration(rem) * time.Millisecond,
+			Name: req.Name, Owner: s.holdbackOwner(), Remaining: time.Duration(rem) * time.Millisecond,
 		}
 	}
 	return leasehold.Record{}, fmt.Errorf("redis acquire: unexpected reply %v", res)
@@ -125,7 +129,7 @@ func (s *Store) confirm(ctx context.Context, req leasehold.AcquireRequest, token
 		undone.Err = fmt.Errorf("redis acquire: a grant made across a reconnect could not be confirmed and was undone: %w", err)
 	} else {
 		undone.Err = &leasehold.HeldError{
-			Name: req.Name, Owner: HoldbackOwner,
+			Name: req.Name, Owner: s.holdbackOwner(),
 			Remaining: max(time.Duration(e.holdUntil-nowMs)*time.Millisecond, time.Millisecond),
 		}
 	}
@@ -141,6 +145,7 @@ func (s *Store) confirm(ctx context.Context, req leasehold.AcquireRequest, token
 // (Released false: it had already ended when the store released it).
 //
 // It unwraps to Err: a *leasehold.HeldError whose Owner is HoldbackOwner
+// (or FailoverHoldbackOwner)
 // (callers wait and try again, as for any hold-back), or the error of the
 // check that could not confirm the grant.
 type UndoneError struct {
@@ -168,7 +173,7 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 		return err
 	}
 	lease, _ := s.keys(name)
-	n, err := s.run(ctx, lua.renew, []string{lease}, owner, strconv.FormatUint(token, 10),
+	n, err := s.runAcked(ctx, lua.renew, []string{lease}, owner, strconv.FormatUint(token, 10),
 		int64(ttl), ttl.Milliseconds()).Int64()
 	if err != nil {
 		return s.translate(ctx, "renew", err)
@@ -194,7 +199,7 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 	if err != nil {
 		return err
 	}
-	n, err := s.run(ctx, lua.release, s.nameKeys(name), s.epochArgs(e, name, owner, strconv.FormatUint(token, 10))...).Int64()
+	n, err := s.runAcked(ctx, lua.release, s.nameKeys(name), s.epochArgs(e, name, owner, strconv.FormatUint(token, 10))...).Int64()
 	if err != nil {
 		return s.translate(ctx, "release", err)
 	}

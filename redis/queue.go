@@ -207,9 +207,21 @@ func (s *Store) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (
 		// Redis first (another connection). Only a failure of Redis
 		// itself leaves it unknown (the entry then expires).
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
-		res, err := s.run(sctx, lua.wait, keys, s.epochArgs(e, req.Name, req.Owner, req.RequestID,
+		res, err := s.runAcked(sctx, lua.wait, keys, s.epochArgs(e, req.Name, req.Owner, req.RequestID,
 			string(req.Data), int64(req.TTL), id, s.liveness.Milliseconds())...).Slice()
 		cancel()
+		if ue := (*UnreplicatedError)(nil); errors.As(err, &ue) && ctx.Err() == nil {
+			// The step (a grant or an enqueue) took effect on the
+			// primary, but fewer replicas than asked have it: step again
+			// with the same request, which gets a grant made to it back
+			// and waits for the replicas again, until ctx ends; leave
+			// then releases the grant, so none is left held by nobody.
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+			continue
+		}
 		if err != nil {
 			return leasehold.Record{}, s.waitFailed(ctx, req, id, s.translate(ctx, "acquire wait", err))
 		}

@@ -359,6 +359,21 @@ func TestQueueCancelLeaves(t *testing.T) {
 	}
 }
 
+// nextMessage returns the next message on msgs, the channel of a
+// subscription, failing the test if none comes within 30 s: a message lost
+// (not published, or published while go-redis reconnected the
+// subscription) otherwise held the test for ever.
+func nextMessage(t *testing.T, msgs <-chan *goredis.Message, what string) *goredis.Message {
+	t.Helper()
+	select {
+	case m := <-msgs:
+		return m
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no message within 30s; waited for %s", what)
+		return nil
+	}
+}
+
 // TestNoPublishUncontended: a release publishes nothing when no one waits
 // (no queued waiter, no Watch); with a Watch it publishes the name; with a
 // queued waiter it sends that waiter alone its grant.
@@ -389,7 +404,7 @@ func TestNoPublishUncontended(t *testing.T) {
 	if err := f.rdb.Publish(ctx, f.prefix+"released", "fence-post").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if m := <-msgs; m.Payload != "fence-post" {
+	if m := nextMessage(t, msgs, "the fence post"); m.Payload != "fence-post" {
 		t.Fatalf("an uncontended release published %q", m.Payload)
 	}
 
@@ -400,7 +415,7 @@ func TestNoPublishUncontended(t *testing.T) {
 		t.Fatal(err)
 	}
 	pair("watched")
-	if m := <-msgs; m.Payload != "watched" {
+	if m := nextMessage(t, msgs, "the watched name's release"); m.Payload != "watched" {
 		t.Fatalf("release of a watched name published %q, want the name", m.Payload)
 	}
 	select {
@@ -427,7 +442,7 @@ func TestNoPublishUncontended(t *testing.T) {
 	if err := s.Release(ctx, "queued", "a", rec.Token); err != nil {
 		t.Fatal(err)
 	}
-	m := <-msgs
+	m := nextMessage(t, msgs, "the grant to the queued waiter")
 	if !strings.HasPrefix(m.Payload, "queued\x00"+id+"\x00") {
 		t.Fatalf("release to a queued waiter published %q, want a grant addressed to %s", m.Payload, id)
 	}
@@ -438,7 +453,7 @@ func TestNoPublishUncontended(t *testing.T) {
 	if err := f.rdb.Publish(ctx, f.prefix+"released", "fence-post").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if m := <-msgs; m.Payload != "fence-post" {
+	if m := nextMessage(t, msgs, "the last fence post"); m.Payload != "fence-post" {
 		t.Fatalf("a release after the Watch ended published %q", m.Payload)
 	}
 }

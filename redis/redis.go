@@ -70,6 +70,17 @@ const (
 // Remaining is the time left of the hold-back and its Token is 0.
 const HoldbackOwner = "(redis restarted: holding back)"
 
+// FailoverHoldbackOwner is the Owner of that *leasehold.HeldError when the
+// server is a promoted replica (a Sentinel failover, REPLICAOF NO ONE):
+// the primary changed rather than restarted. IsHoldback reports either.
+const FailoverHoldbackOwner = "(redis primary changed: holding back)"
+
+// IsHoldback reports whether owner is that of a hold-back refusal
+// (HoldbackOwner or FailoverHoldbackOwner), not of a holder.
+func IsHoldback(owner string) bool {
+	return owner == HoldbackOwner || owner == FailoverHoldbackOwner
+}
+
 // Store is a lease store on Redis. It is safe for concurrent use. Make it
 // with Open or New.
 type Store struct {
@@ -81,6 +92,8 @@ type Store struct {
 	channel  string
 	holdback time.Duration
 	liveness time.Duration
+	waitN    int           // WithWait: replicas that must acknowledge a write
+	waitFor  time.Duration // WithWait: how long to wait for them
 	closed   atomic.Bool
 
 	ep     epochCache
@@ -97,6 +110,8 @@ type config struct {
 	prefix   string
 	holdback time.Duration
 	liveness time.Duration
+	waitN    int
+	waitFor  time.Duration
 	err      error // the first bad option value
 }
 
@@ -164,37 +179,26 @@ func WithLiveness(d time.Duration) Option {
 //	redis://[[user]:password@]host[:port][/db][?options]
 //	rediss://...     the same over TLS
 //	unix://[[user]:password@]/path/to/redis.sock[?db=N]
+//	redis+sentinel://[[user]:password@]host:port[,host:port...]/MASTER_NAME[?options]
 //
-// plus leasehold's own query parameters, which override opts:
-// holdback=<duration> (WithHoldback), liveness=<duration> (WithLiveness)
-// and prefix=<key prefix> (WithKeyPrefix). A malformed URL or parameter is an
-// *leasehold.InvalidError. Close closes the connection pool.
+// (the last through Redis Sentinel: see SentinelScheme), plus leasehold's
+// own query parameters, which override opts: holdback=<duration>
+// (WithHoldback), liveness=<duration> (WithLiveness), prefix=<key prefix>
+// (WithKeyPrefix), and wait_replicas=<n> with wait_timeout=<duration>
+// (WithWait). A malformed URL or parameter is an *leasehold.InvalidError.
+// Close closes the connection pool.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
+	if scheme, _, ok := strings.Cut(rawURL, "://"); ok && strings.EqualFold(scheme, SentinelScheme) {
+		return openSentinel(ctx, rawURL, opts)
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, &leasehold.InvalidError{Field: "store URL", Reason: redactErr(err, rawURL)}
 	}
 	q := u.Query()
-	opts = opts[:len(opts):len(opts)] // append below must not write into the caller's array
-	if v, ok := q["holdback"]; ok {
-		d, err := time.ParseDuration(v[len(v)-1])
-		if err != nil {
-			return nil, &leasehold.InvalidError{Field: "holdback", Reason: fmt.Sprintf("%q is not a duration such as 30s", v[len(v)-1])}
-		}
-		opts = append(opts, WithHoldback(d))
-		q.Del("holdback")
-	}
-	if v, ok := q["liveness"]; ok {
-		d, err := time.ParseDuration(v[len(v)-1])
-		if err != nil {
-			return nil, &leasehold.InvalidError{Field: "liveness", Reason: fmt.Sprintf("%q is not a duration such as 5s", v[len(v)-1])}
-		}
-		opts = append(opts, WithLiveness(d))
-		q.Del("liveness")
-	}
-	if v, ok := q["prefix"]; ok {
-		opts = append(opts, WithKeyPrefix(v[len(v)-1]))
-		q.Del("prefix")
+	opts, err = takeParams(q, opts)
+	if err != nil {
+		return nil, err
 	}
 	u.RawQuery = q.Encode()
 	cfg, err := configure(opts)
@@ -206,12 +210,82 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		return nil, &leasehold.InvalidError{Field: "store URL", Reason: redactErr(err, rawURL)}
 	}
 	o.ContextTimeoutEnabled = true
-	s := newStore(goredis.NewClient(o), true, cfg)
+	return openClient(ctx, goredis.NewClient(o), cfg)
+}
+
+// openClient makes a Store that owns client and checks the server at once.
+func openClient(ctx context.Context, client *goredis.Client, cfg config) (*Store, error) {
+	s := newStore(client, true, cfg)
 	if _, err := s.epoch(ctx); err != nil {
 		s.Close()
 		return nil, err
 	}
+	s.ep.mu.Lock()
+	replicas := s.ep.replicas
+	s.ep.mu.Unlock()
+	if replicas >= 0 && cfg.waitN > replicas {
+		// Every grant would wait wait_timeout and fail.
+		s.Close()
+		return nil, &leasehold.InvalidError{Field: "wait_replicas", Reason: fmt.Sprintf(
+			"%d, but the primary has %d replicas connected: no write could be acknowledged by that many (lower wait_replicas, or open when the replicas are up)",
+			cfg.waitN, replicas)}
+	}
 	return s, nil
+}
+
+// takeParams removes leasehold's own query parameters from q and returns
+// opts with the options they name appended (after the caller's, so that
+// they win).
+func takeParams(q url.Values, opts []Option) ([]Option, error) {
+	opts = opts[:len(opts):len(opts)] // append below must not write into the caller's array
+	last := func(name string) (string, bool) {
+		v, ok := q[name]
+		q.Del(name)
+		if !ok || len(v) == 0 {
+			return "", false
+		}
+		return v[len(v)-1], true
+	}
+	duration := func(name, example string) (time.Duration, bool, error) {
+		v, ok := last(name)
+		if !ok {
+			return 0, false, nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return 0, false, &leasehold.InvalidError{Field: name, Reason: fmt.Sprintf("%q is not a duration such as %s", v, example)}
+		}
+		return d, true, nil
+	}
+	if d, ok, err := duration("holdback", "30s"); err != nil {
+		return nil, err
+	} else if ok {
+		opts = append(opts, WithHoldback(d))
+	}
+	if d, ok, err := duration("liveness", "5s"); err != nil {
+		return nil, err
+	} else if ok {
+		opts = append(opts, WithLiveness(d))
+	}
+	if v, ok := last("prefix"); ok {
+		opts = append(opts, WithKeyPrefix(v))
+	}
+	n, hasN := last("wait_replicas")
+	d, hasD, err := duration("wait_timeout", "100ms")
+	if err != nil {
+		return nil, err
+	}
+	if hasN || hasD {
+		if !hasN || !hasD {
+			return nil, &leasehold.InvalidError{Field: "wait_replicas", Reason: "wait_replicas and wait_timeout go together"}
+		}
+		r, err := strconv.Atoi(n)
+		if err != nil {
+			return nil, &leasehold.InvalidError{Field: "wait_replicas", Reason: fmt.Sprintf("%q is not a number of replicas", n)}
+		}
+		opts = append(opts, WithWait(r, d))
+	}
+	return opts, nil
 }
 
 // New returns a Store on an existing go-redis client: a *goredis.Client
@@ -234,6 +308,9 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := client.(*goredis.ClusterClient); ok && cfg.waitN > 0 {
+		return nil, &leasehold.InvalidError{Field: "wait_replicas", Reason: "WAIT is not offered on Redis Cluster (no single connection carries a name's writes and the WAIT)"}
+	}
 	return newStore(client, false, cfg), nil
 }
 
@@ -248,6 +325,7 @@ func configure(opts []Option) (config, error) {
 func newStore(client goredis.UniversalClient, own bool, cfg config) *Store {
 	s := &Store{
 		rdb: client, own: own, prefix: cfg.prefix, holdback: cfg.holdback, liveness: cfg.liveness,
+		waitN: cfg.waitN, waitFor: cfg.waitFor,
 		epochKey: cfg.prefix + "epoch", channel: cfg.prefix + "released",
 	}
 	s.ep.checking = make(chan struct{}, 1)
@@ -348,6 +426,10 @@ func (s *Store) translate(ctx context.Context, op string, err error) error {
 	}
 	if s.closed.Load() || err == goredis.ErrClosed {
 		return leasehold.ErrClosed
+	}
+	var ie *leasehold.InvalidError
+	if errors.As(err, &ie) {
+		return err // a deployment error found by the check: said in full
 	}
 	for _, c := range []error{context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, c) {

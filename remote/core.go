@@ -287,6 +287,25 @@ func (c *core) releaseAbandoned(rec leasehold.Record) {
 func (c *core) reclaimGrant(req leasehold.AcquireRequest, k *keeper) {
 	ctx, cancel := context.WithTimeout(c.ctx, reclaimTimeout)
 	defer cancel()
+	c.reclaimLooks(ctx, func(ctx context.Context) (bool, error) {
+		rec, err := c.lease(ctx, req.Name, false)
+		if errors.Is(err, leasehold.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil && rec.Owner == req.Owner, err
+	}, func(ctx context.Context) {
+		if got, err := c.tryAcquire(ctx, req, k); err == nil {
+			_ = c.release(ctx, req.Name, req.Owner, got.Token)
+		}
+	})
+}
+
+// reclaimLooks runs seen at each of reclaimLooks from now until it
+// reports a grant that may be the request's (then it runs take, once) or
+// fails, or ctx ends. take is a try with the request's id, which the
+// server answers with the request's grant if it made one: sent only when
+// seen, so that it does not take a lease or permit freed meanwhile.
+func (c *core) reclaimLooks(ctx context.Context, seen func(context.Context) (bool, error), take func(context.Context)) {
 	start := time.Now()
 	for _, at := range reclaimLooks {
 		if d := time.Until(start.Add(at)); d > 0 {
@@ -298,17 +317,14 @@ func (c *core) reclaimGrant(req leasehold.AcquireRequest, k *keeper) {
 			case <-t.C:
 			}
 		}
-		rec, err := c.lease(ctx, req.Name, false)
-		if err != nil && !errors.Is(err, leasehold.ErrNotFound) {
+		ok, err := seen(ctx)
+		if err != nil {
 			return
 		}
-		if err != nil || rec.Owner != req.Owner {
-			continue
+		if ok {
+			take(ctx)
+			return
 		}
-		if got, err := c.tryAcquire(ctx, req, k); err == nil {
-			_ = c.release(ctx, req.Name, req.Owner, got.Token)
-		}
-		return
 	}
 }
 

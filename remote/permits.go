@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -52,6 +54,12 @@ func checkPermits(sem string, n int) error {
 
 func permitName(sem string, i int) string { return fmt.Sprintf("%s/permit/%d", sem, i) }
 
+// isPermitOf reports whether name is one of the n permits of sem.
+func isPermitOf(name, sem string, n int) bool {
+	i, err := strconv.Atoi(strings.TrimPrefix(name, sem+"/permit/"))
+	return err == nil && name == permitName(sem, i) && i >= 0 && i < n
+}
+
 // noPermit is the refusal of a semaphore whose permits are all held.
 func noPermit(sem string, n int, err error) error {
 	var held *leasehold.HeldError
@@ -93,14 +101,30 @@ func (c *core) acquirePermit(ctx context.Context, sem string, n int, req leaseho
 	// between polls gives that place up.
 	var held error = &leasehold.HeldError{Name: sem}
 	// reclaim: a grant whose reply was lost is this request's permit; a
-	// try with its request id gets it back, and it is released.
+	// try with its request id gets it back, and it is released. The try
+	// is only sent while the owner holds one of sem's permits: sent
+	// blindly, it took a permit freed meanwhile for a caller that had
+	// gone (until it released it), in front of the semaphore's waiters.
 	reclaim := func() {
 		rctx, cancel := context.WithTimeout(c.ctx, reclaimTimeout)
 		defer cancel()
-		if g, err := send(rctx, &req, k.sessionID(), 0, nil); err == nil {
-			c.keepSecret(g, k)
-			_ = c.release(rctx, g.rec.Name, g.rec.Owner, g.rec.Token)
-		}
+		c.reclaimLooks(rctx, func(ctx context.Context) (bool, error) {
+			recs, err := c.list(ctx, sem+"/permit/")
+			if err != nil {
+				return false, err
+			}
+			for _, r := range recs {
+				if r.Owner == req.Owner && isPermitOf(r.Name, sem, n) {
+					return true, nil
+				}
+			}
+			return false, nil
+		}, func(ctx context.Context) {
+			if g, err := send(ctx, &req, k.sessionID(), 0, nil); err == nil {
+				c.keepSecret(g, k)
+				_ = c.release(ctx, g.rec.Name, g.rec.Owner, g.rec.Token)
+			}
+		})
 	}
 	var until time.Time
 	if wait < maxPermitWait {

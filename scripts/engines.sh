@@ -3,8 +3,12 @@
 #
 #   exports=$(scripts/engines.sh start) && eval "$exports"
 #                               installs what is missing, starts PostgreSQL,
-#                               Redis, dynalite and etcd, prints exports
+#                               Redis, dynalite, etcd and a 3-member etcd
+#                               cluster, prints exports
 #   scripts/engines.sh stop     stops them by PID, removes their files
+#   scripts/engines.sh etcd-member kill|start N
+#                               SIGKILLs member N (1-3) of the etcd cluster
+#                               (below), or starts it again on its data
 #
 # If something the tests need cannot be installed, or an engine does not
 # start, "start" says so on stderr ("engines: FAILED: Redis did not start")
@@ -15,7 +19,11 @@
 #
 # Exports: LEASEHOLD_TEST_POSTGRES, LEASEHOLD_TEST_REDIS,
 # LEASEHOLD_TEST_DYNAMODB (a dynalite endpoint) and LEASEHOLD_TEST_ETCD (URLs
-# of the shared test servers), and LEASEHOLD_TEST_PG_BIN,
+# of the shared test servers, one process each); LEASEHOLD_TEST_ETCD_CLUSTER,
+# a 3-member etcd cluster on loopback (etcd://h1,h2,h3/), for the fault
+# suite that kills and restarts its members (R7), which it does through
+# LEASEHOLD_TEST_ETCD_CLUSTER_CTL (a script that runs "etcd-member" above
+# on this state directory); and LEASEHOLD_TEST_PG_BIN,
 # LEASEHOLD_TEST_REDIS_SERVER, LEASEHOLD_TEST_DYNALITE and
 # LEASEHOLD_TEST_ETCD_BIN (programs, for tests that start, kill and restart
 # private instances), LEASEHOLD_TEST_NODE_MODULES (the npm packages) and
@@ -77,7 +85,7 @@ step() {
 		# A port taken between its check and the bind fails the start:
 		# the single-process engines stop what they started and try again
 		# on other ports.
-		case "$key" in dynalite | etcd | redis) ;; *) break ;; esac
+		case "$key" in dynalite | etcd | etcd-cluster | redis) ;; *) break ;; esac
 		[ "$st" -ne 0 ] && [ "$attempt" -lt 3 ] || break
 		log "$what did not start (exit status $st); trying again on other ports"
 		stop_one "$key"
@@ -153,10 +161,20 @@ missing_packages() {
 	chromium_bin >/dev/null || echo chromium
 	# Debian's own interpreter for the Python client's tests
 	# (clients/python/run_tests.sh), with Debian's boto3 for its DynamoDB
-	# part and PyYAML to read docs/openapi.yaml (PyPI is not reachable in CI).
+	# part, PyYAML to read docs/openapi.yaml and mypy for its type check
+	# (PyPI is not reachable in CI).
 	[ -x /usr/bin/python3 ] || echo python3
 	/usr/bin/python3 -c 'import boto3' 2>/dev/null || echo python3-boto3
 	/usr/bin/python3 -c 'import yaml' 2>/dev/null || echo python3-yaml
+	# What a package gives (docs/packaging.md): the shells the completion
+	# scripts are checked in, man to render the pages, systemd-analyze to
+	# verify the units (cmd/leasehold's tests fail without them in CI).
+	have zsh || echo zsh
+	have fish || echo fish
+	[ -f /usr/share/bash-completion/bash_completion ] || echo bash-completion
+	have man || echo man-db
+	have systemd-analyze || echo systemd
+	/usr/bin/python3 -c 'import mypy' 2>/dev/null || echo python3-mypy
 }
 
 # npm_installed: dynalite (MIT), a DynamoDB API on LevelDB or memory;
@@ -305,6 +323,111 @@ start_etcd() {
 	log "etcd on 127.0.0.1:$port ($dir)"
 }
 
+# The etcd cluster: one directory with, per member K (1-3), its data
+# (nK/), log (nK.log) and pid (nK.pid), and "ports" (a line "K client
+# peer" per member). A member's command line names the directory, so
+# "owned" recognises it after a restart too.
+start_etcd_cluster() {
+	local dir i p taken= initial= urls=
+	dir=$(mktemp -d /tmp/leasehold-etcd-cluster.XXXXXX)
+	echo "$dir" >"$STATE/etcd-cluster.dir"
+	: >"$dir/ports"
+	for i in 1 2 3; do
+		local pair=()
+		while [ ${#pair[@]} -lt 2 ]; do
+			p=$(free_port)
+			case " $taken " in *" $p "*) continue ;; esac
+			taken+=" $p"
+			pair+=("$p")
+		done
+		echo "$i ${pair[0]} ${pair[1]}" >>"$dir/ports"
+		initial+="${initial:+,}m$i=http://127.0.0.1:${pair[1]}"
+		urls+="${urls:+,}127.0.0.1:${pair[0]}"
+	done
+	echo "$initial" >"$dir/initial-cluster"
+	# All three first: a member serves clients only once a quorum is up.
+	for i in 1 2 3; do
+		member_launch "$dir" "$i"
+	done
+	for i in 1 2 3; do
+		member_wait "$dir" "$i"
+	done
+	printf '#!/usr/bin/env bash\n# etcd-member kill|start N on the engines of %s\nLEASEHOLD_ENGINES_DIR=%q exec %q etcd-member "$@"\n' \
+		"$STATE" "$STATE" "$ROOT/scripts/engines.sh" >"$dir/member"
+	chmod +x "$dir/member"
+	echo "export LEASEHOLD_TEST_ETCD_CLUSTER='etcd://$urls/'"
+	echo "export LEASEHOLD_TEST_ETCD_CLUSTER_CTL='$dir/member'"
+	log "etcd cluster on $urls ($dir)"
+}
+
+# member_port DIR K client|peer: a port of member K.
+member_port() {
+	local k c p
+	while read -r k c p; do
+		[ "$k" = "$2" ] || continue
+		if [ "$3" = client ]; then echo "$c"; else echo "$p"; fi
+		return 0
+	done <"$1/ports"
+	return 1
+}
+
+# member_launch DIR K: starts member K of the cluster in DIR (on its data,
+# if it has some: etcd then ignores the --initial-cluster flags).
+member_launch() {
+	local dir=$1 k=$2 client peer
+	client=$(member_port "$dir" "$k" client)
+	peer=$(member_port "$dir" "$k" peer)
+	nohup "$(command -v etcd)" --name "m$k" --data-dir "$dir/n$k" \
+		--listen-client-urls "http://127.0.0.1:$client" --advertise-client-urls "http://127.0.0.1:$client" \
+		--listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+		--initial-cluster "$(cat "$dir/initial-cluster")" --initial-cluster-token "$(basename "$dir")" \
+		>>"$dir/n$k.log" 2>&1 &
+	echo $! >"$dir/n$k.pid"
+}
+
+member_wait() { wait_port "$(member_port "$1" "$2" client)" "$(cat "$1/n$2.pid")"; }
+
+# etcd_member kill|start K: see the header. Acts only on the process that
+# the member's pid file names and that is still that member ("owned").
+etcd_member() {
+	local dir pid
+	case "${1:-}:${2:-}" in kill:[123] | start:[123]) ;; *)
+		echo "usage: $0 etcd-member kill|start 1|2|3" >&2
+		exit 64
+		;;
+	esac
+	[ -f "$STATE/etcd-cluster.dir" ] || { log "no etcd cluster in $STATE"; exit 1; }
+	dir=$(cat "$STATE/etcd-cluster.dir")
+	pid=$(cat "$dir/n$2.pid" 2>/dev/null || true)
+	if [ "$1" = kill ]; then
+		if [ -n "$pid" ] && alive "$pid" && owned "$pid" "$dir"; then
+			kill -KILL "$pid"
+			# Gone means its port closed too: the main thread of a killed
+			# process shows as a zombie while its other threads still
+			# exit holding its sockets (seen in CI: the port answered
+			# after alive said no).
+			local port
+			port=$(member_port "$dir" "$2" client)
+			for _ in $(seq 1 300); do
+				if ! alive "$pid" && ! (echo >/dev/tcp/127.0.0.1/"$port") 2>/dev/null; then
+					return 0
+				fi
+				sleep 0.05
+			done
+			log "etcd member $2 (process $pid) still runs, or its port still answers, 15 s after SIGKILL"
+			exit 1
+		fi
+		log "etcd member $2 is not running"
+		return 0
+	fi
+	if [ -n "$pid" ] && alive "$pid" && owned "$pid" "$dir"; then
+		log "etcd member $2 already runs (process $pid)"
+		return 0
+	fi
+	member_launch "$dir" "$2"
+	member_wait "$dir" "$2"
+}
+
 start_postgres() {
 	local bin port dir
 	bin=$(pg_bin)
@@ -365,13 +488,14 @@ owned() {
 }
 
 # stop stops the engines named in $STATE, and waits until they are gone.
-# stop_one KEY stops a single-process engine (dynalite, etcd, redis) that
-# start recorded in $STATE/KEY.dir and removes its directory.
+# stop_one KEY stops an engine that start recorded in $STATE/KEY.dir
+# (dynalite, etcd, redis: one process; etcd-cluster: one per member) and
+# removes its directory.
 stop_one() {
 	local dir pid
 	[ -f "$STATE/$1.dir" ] || return 0
 	dir=$(cat "$STATE/$1.dir")
-	for pid in "$dir/pid" "$dir/redis.pid"; do
+	for pid in "$dir/pid" "$dir/redis.pid" "$dir"/n[0-9].pid; do
 		if [ -n "$dir" ] && [ -s "$pid" ]; then
 			if owned "$(cat "$pid")" "$dir"; then
 				stop_pid "$(cat "$pid")"
@@ -404,7 +528,7 @@ stop() {
 		[ -z "$dir" ] || rm -rf "$dir"
 		rm -f "$STATE/pg.dir"
 	fi
-	for e in dynalite etcd redis; do
+	for e in dynalite etcd etcd-cluster redis; do
 		stop_one "$e"
 	done
 }
@@ -419,12 +543,20 @@ start)
 	step Redis redis start_redis
 	step "dynalite (DynamoDB)" dynalite start_dynalite
 	step etcd etcd start_etcd
+	step "etcd cluster" etcd-cluster start_etcd_cluster
 	step Chromium chromium export_chromium
 	printf '%s' "$EXPORTS"
 	;;
 stop) stop ;;
+etcd-member)
+	shift
+	etcd_member "$@"
+	;;
+-h | --help | help)
+	sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+	;;
 *)
-	echo "usage: $0 start|stop" >&2
+	echo "usage: $0 start|stop|etcd-member kill|start N (--help: more)" >&2
 	exit 64
 	;;
 esac

@@ -53,6 +53,8 @@ fi
 rm -f "$tmpcheck"
 began=$(date +%s)
 summary=()
+failed_stages=()
+logs=$(mktemp -d) || exit 1
 failed=0
 
 # stage NAME COMMAND...: runs COMMAND (if NAME is wanted), timing it and
@@ -72,8 +74,9 @@ stage() {
 	else
 		# In the background and waited for, so that a signal to this
 		# script runs its trap at once, which stops the stage's tree.
+		# Its output is also kept, to be digested at the end (failures).
 		running=$name
-		"$@" &
+		"$@" > >(tee "$logs/$name") 2>&1 &
 		stage_pid=$!
 		wait "$stage_pid"
 		st=$?
@@ -86,6 +89,7 @@ stage() {
 		summary+=("$(printf '%-8s ok      %5d s  (cpu %d s)' "$name" "$secs" "$cpu")")
 	else
 		summary+=("$(printf '%-8s FAILED  %5d s  (cpu %d s, exit %d)' "$name" "$secs" "$cpu" "$st")")
+		failed_stages+=("$name")
 		failed=1
 	fi
 	echo "== [$name] exit $st after $secs s (cpu $cpu s)"
@@ -132,17 +136,50 @@ interrupted() {
 trap 'interrupted 130 INT' INT
 trap 'interrupted 143 TERM' TERM
 
+# failures: what each failed stage said about why, gathered from its kept
+# output, so that the end of the report names the failing tests even when
+# a stage's output is long (a test binary's timeout prints every
+# goroutine): go test's FAIL lines, the first lines a failing test logged,
+# and a timeout's list of the tests still running.
+failures() {
+	local name f
+	for name in "${failed_stages[@]}"; do
+		f=$logs/$name
+		[ -s "$f" ] || continue
+		echo
+		echo "== why [$name] failed (its lines naming failures; the whole output is above)"
+		awk '
+			/^panic: test timed out/ { print; timeout = 1; n++; next }
+			timeout && /^\trunning tests:/ { print; next }
+			timeout && /^\t\t/ { print; next }
+			{ timeout = 0 }
+			/^(--- FAIL|FAIL|panic:)/ { print; body = 6; n++; next }
+			body > 0 && /^ +/ { print; body--; next }
+			{ body = 0 }
+			# nothing go test would print: the stage'"'"'s last lines
+			{ tail[NR % 20] = $0 }
+			END { if (!n) for (i = NR - 19; i <= NR; i++) if (i > 0) print tail[i % 20] }
+		' "$f" | head -n 80
+	done
+}
+
 report() {
+	[ ${#failed_stages[@]} -eq 0 ] || failures
 	echo
 	echo "== stages ($(($(date +%s) - began)) s in all, $(go version | cut -d' ' -f3), $(nproc) cores)"
 	printf '%s\n' "${summary[@]}"
+	rm -rf "$logs"
 }
 
 race() {
 	local pkgs
 	pkgs=$(go list ./... | grep -v '/testrig/verify') || return 1
+	# The slowest package takes about 4.5 minutes on a quiet 2-core
+	# machine: 20 minutes leave room for a loaded one and bound what a
+	# hung test costs (its binary then prints every goroutine, and the
+	# report's end names the tests that were running: failures).
 	# shellcheck disable=SC2086 # one word per package
-	go test -race -count=1 -timeout 40m $pkgs
+	go test -race -count=1 -timeout 20m $pkgs
 }
 
 # Every benchmark suite of the bench module (its own go.mod) once with tiny

@@ -222,12 +222,15 @@ func OpenEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.Dir != "" {
 		r := newRecovery(e)
 		start := time.Now()
+		resume := pauseGC()
 		l, err := openLog(cfg, r.load, r.apply)
 		if err != nil {
+			resume()
 			return nil, fmt.Errorf("open the server's log in %s: %w", cfg.Dir, err)
 		}
 		e.log = l
 		r.finish()
+		resume()
 		e.log_.Info("recovered leases", "held", e.held, "sessions", len(e.sessions), "last_token", e.token, "records", e.recordCount(), "took", time.Since(start))
 	}
 	go e.expiryLoop()

@@ -3,7 +3,10 @@ package server
 // The engine (engine.go). An entry's rarer fields (engExtra) and the
 // accessors that read and set them.
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+	"unsafe"
+)
 
 // reqID is the request id of the entry's grant ("" if none).
 func (ent *engEntry) reqID() string {
@@ -138,4 +141,49 @@ func (c *ownerCache) internBytes(b []byte) string {
 		*p = string(b)
 	}
 	return *p
+}
+
+// slabs makes the entries of a recovery in arrays of slabEntries, and
+// copies their names into shared buffers of slabNameBytes: ten million
+// entries with 13-byte names are then 24,000 allocations instead of twenty
+// million, and the collector finds 24,000 objects where it found twenty
+// million (each a cache miss to look its span up: marking the heap of 10M
+// recovered leases took a third of the CPU it did). An entry is used and
+// forgotten as any other; the memory of a slab (or a names buffer) goes
+// back once all of its entries are forgotten. Used by one goroutine at a
+// time.
+type slabs struct {
+	ents  []engEntry
+	names []byte
+}
+
+const (
+	slabEntries   = 512      // 48 KiB: whole pages, no room lost to rounding
+	slabNameBytes = 32 << 10 // a name longer than a sixteenth of it gets its own
+)
+
+// entry returns a new entry of name (its bytes are copied).
+func (s *slabs) entry(name []byte) *engEntry {
+	if len(s.ents) == 0 {
+		s.ents = make([]engEntry, slabEntries)
+	}
+	ent := &s.ents[0]
+	s.ents = s.ents[1:]
+	ent.name = s.name(name)
+	ent.dl.idx = -1
+	return ent
+}
+
+// name returns a copy of b as a string, in the shared buffer if it fits.
+func (s *slabs) name(b []byte) string {
+	if len(b) == 0 || len(b) > slabNameBytes/16 {
+		return string(b)
+	}
+	if len(b) > cap(s.names)-len(s.names) {
+		s.names = make([]byte, 0, slabNameBytes)
+	}
+	off := len(s.names)
+	s.names = append(s.names, b...)
+	// The bytes are never written again: later names go after them.
+	return unsafe.String(&s.names[off], len(b))
 }

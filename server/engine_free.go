@@ -125,6 +125,7 @@ func (e *Engine) free(ent *engEntry, now int64, why EventType, done func(error))
 		}
 		e.grant(ent, w.req, w.sess, now, now, w.ch)
 		w.token, w.got = ent.token, ent.name
+		e.answerTwins(ent, w, now)
 		return
 	}
 	if len(e.sems) > 0 && e.handPermit(ent, now) {
@@ -147,5 +148,44 @@ func (e *Engine) forgetIfIdle(ent *engEntry) {
 		if e.leases[ent.name] == ent {
 			delete(e.leases, ent.name)
 		}
+	}
+}
+
+// answerTwins answers the other waiters of ent that are the same request
+// as w, just granted (same owner, request id and session: a client that
+// sent its poll again while the first was still waiting), with w's grant,
+// as a retried acquire is answered. Left queued, such a twin waited behind
+// its own grant and was refused naming its own owner. e.mu held.
+func (e *Engine) answerTwins(ent *engEntry, w *engWaiter, now int64) {
+	if w.req.RequestID == "" {
+		return
+	}
+	q := ent.queue()
+	kept := q[:0]
+	var twins []*engWaiter
+	for _, x := range q {
+		if x.req.RequestID == w.req.RequestID && x.req.Owner == w.req.Owner && x.sess == w.sess && !x.done {
+			twins = append(twins, x)
+			continue
+		}
+		kept = append(kept, x)
+	}
+	if len(twins) == 0 {
+		return
+	}
+	clear(q[len(kept):])
+	ent.setQueue(kept)
+	for _, x := range twins {
+		e.waiters--
+		x.done = true
+		if x.sess != nil {
+			delete(x.sess.waits, x)
+		}
+		if x.parked {
+			delete(e.parked, x.parkKey())
+			x.parked = false
+		}
+		x.token, x.got = ent.token, ent.name
+		e.refresh(ent, x.req, x.sess, now, x.ch)
 	}
 }

@@ -273,3 +273,44 @@ func TestEngineParkLimits(t *testing.T) {
 		t.Fatalf("a waiter whose caller went away parked (%d waiters)", n)
 	}
 }
+
+// TestEngineTwinPollsShareTheGrant: two polls of one request (same owner
+// and request id) waiting at once — a client that sent its poll again
+// while the first still waited — both get the grant when it comes. The
+// second was left queued behind its own grant, waited its whole wait and
+// was refused naming its own owner (issue 27's red team: "held by
+// dupowner" after 14.5 s).
+func TestEngineTwinPollsShareTheGrant(t *testing.T) {
+	e, clk := parkEngine(t)
+	holder := pxAcquire(t, e, parkReq("holder", "h", 0))
+	first := poll(e, parkReq("w", "w-1", time.Minute))
+	clk.WaitForTimers(1)
+	second := poll(e, parkReq("w", "w-1", time.Minute))
+	clk.WaitForTimers(2)
+	if n := e.Stats().Waiters; n != 2 {
+		t.Fatalf("%d waiters queued, want the two polls", n)
+	}
+	if err := e.Release(context.Background(), "job", "holder", holder.Token); err != nil {
+		t.Fatal(err)
+	}
+	a := <-first
+	// Before the fix the second stayed queued behind its own grant: its
+	// wait runs out when the clock passes it, and it was refused.
+	clk.Advance(time.Minute)
+	b := <-second
+	if a.err != nil || b.err != nil || a.rec.Token != b.rec.Token || a.rec.Owner != "w" {
+		t.Fatalf("the two polls: %+v, %v and %+v, %v; want one grant to w for both", a.rec, a.err, b.rec, b.err)
+	}
+	if n := e.Stats().Waiters; n != 0 {
+		t.Errorf("%d waiters left after the grant", n)
+	}
+	// A third waiter of another request still waits behind w.
+	third := poll(e, parkReq("x", "x-1", time.Minute))
+	clk.WaitForTimers(1)
+	if err := e.Release(context.Background(), "job", "w", a.rec.Token); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-third; c.err != nil || c.rec.Owner != "x" || c.rec.Token <= a.rec.Token {
+		t.Fatalf("the next waiter: %+v, %v", c.rec, c.err)
+	}
+}

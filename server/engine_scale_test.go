@@ -24,6 +24,12 @@ func TestEntrySize(t *testing.T) {
 	if n := unsafe.Sizeof(engEntry{}); n > 96 {
 		t.Fatalf("engEntry is %d bytes, want at most 96", n)
 	}
+	// A recovery's slab of entries is a large object (over 32 KiB), which
+	// takes whole 8 KiB pages: a slab of 256 took 27,264 bytes, its size
+	// class, for 24,576 of entries (106.5 bytes an entry).
+	if n := slabEntries * unsafe.Sizeof(engEntry{}); n <= 32<<10 || n%(8<<10) != 0 {
+		t.Fatalf("a slab of entries is %d bytes, want a multiple of 8 KiB above 32 KiB", n)
+	}
 	e := openEngine(t, "")
 	if _, err := e.Acquire(context.Background(), pxReq("plain", "o", time.Minute)); err != nil {
 		t.Fatal(err)

@@ -728,3 +728,37 @@ func TestRESPEvictsUnauthenticatedAtCap(t *testing.T) {
 	rtExpect(t, "AUTH of a legitimate client at the cap", c.do("AUTH", "team-token"), "+OK")
 	hdWaitClosed(t, m, closeEvicted, 1)
 }
+
+// TestRESPRefusalReachesClient: a connection closed for its input (a
+// command over the limits) gets its error reply even while it is still
+// sending the refused command: the server stops writing, reads and drops
+// the rest for a while, and only then closes. Before, it closed with the
+// client's bytes unread, the kernel answered with a reset, and the client
+// saw "connection reset by peer" on its write or its read, never the
+// reason (TestRESPInputShares failed on it under load).
+func TestRESPRefusalReachesClient(t *testing.T) {
+	_, addr := rtServe(t, rtEngine(t), RESPOptions{Auth: rtAuth(t), MaxCommandBytes: 64 << 10})
+	c := rtDial(t, addr)
+	rtExpect(t, "AUTH", c.do("AUTH", "team-token"), "+OK")
+	const size = 4 << 20
+	cmd := fmt.Sprintf("*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", size, strings.Repeat("x", size))
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := c.nc.Write([]byte(cmd))
+		wrote <- err
+	}()
+	v, err := c.rd.ReadValue()
+	if err != nil {
+		t.Fatalf("reading the refusal: %v (want the server's error reply)", err)
+	}
+	if got := rtShow(v); !strings.HasPrefix(got, "-ERR") || !strings.Contains(got, "over the limit") {
+		t.Errorf("reply to a 4 MiB command over a 64 KiB limit = %q, want an error naming the limit", got)
+	}
+	if err := <-wrote; err != nil {
+		t.Errorf("writing the refused command: %v (want the server to read and drop it)", err)
+	}
+	// Then the server closes: EOF, not a reset.
+	if _, err := c.rd.ReadValue(); !errors.Is(err, io.EOF) {
+		t.Errorf("after the refusal: %v, want EOF", err)
+	}
+}

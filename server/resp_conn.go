@@ -252,7 +252,35 @@ func (c *respConn) finish(writerDone <-chan struct{}) {
 	c.srv.giveSubs(c.subsKey, len(c.subs))
 	c.out.Close()
 	<-writerDone
+	if r := c.closeReason.Load(); r != nil && (r == &closeInputLimitReason || r == &closeTotalInputReason || r == &closeProtocolErrReason) && !c.srv.closing() {
+		c.drainRefused()
+	}
 	c.abort()
+}
+
+// refusedDrainTime and refusedDrainBytes bound what a connection closed
+// for its input may still send before it is closed (drainRefused).
+const (
+	refusedDrainTime  = time.Second
+	refusedDrainBytes = 16 << 20
+)
+
+// drainRefused ends the server's side of a connection refused for its
+// input, after its error reply, and reads and drops what the client still
+// sends, for at most refusedDrainTime and refusedDrainBytes, before the
+// connection is closed. Closed at once, with the refused command's bytes
+// unread, the kernel answers the client with a reset: its write fails with
+// "connection reset by peer" and the error reply may be lost with it. Nothing
+// read here is buffered, so the input budgets are not touched.
+func (c *respConn) drainRefused() {
+	cw, ok := c.nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	if c.nc.SetReadDeadline(time.Now().Add(refusedDrainTime)) != nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, c.nc, refusedDrainBytes)
 }
 
 // foreign closes the connection on bytes of another protocol, without an

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -110,6 +111,53 @@ func Open(ctx context.Context, rawURL string) (leasehold.Store, error) {
 	st, err := o(ctx, rest)
 	// A driver's error may quote the URL, and with it a password or token.
 	return st, redact.Error(timedOut(ctx, d, err), redact.Secrets(rawURL)...)
+}
+
+// NoStoreError is OpenExisting's error for a SQLite store whose file does
+// not exist. It matches fs.ErrNotExist.
+type NoStoreError struct {
+	Path string // the file that does not exist
+}
+
+func (e *NoStoreError) Error() string {
+	return fmt.Sprintf("no SQLite store at %s: the file does not exist (nothing was created)", e.Path)
+}
+
+// Is makes a *NoStoreError match fs.ErrNotExist.
+func (e *NoStoreError) Is(target error) bool { return target == fs.ErrNotExist }
+
+// OpenExisting is Open for what only reads a store or releases in it (a
+// status listing, a release): a SQLite store whose file does not exist,
+// named by a sqlite: URL or the default file, is not created (Open
+// creates the file and its directories); it returns a *NoStoreError
+// instead. Other schemes open as with Open.
+func OpenExisting(ctx context.Context, rawURL string) (leasehold.Store, error) {
+	path, err := sqliteFile(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if path != "" {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, &NoStoreError{Path: path}
+		}
+	}
+	return Open(ctx, rawURL)
+}
+
+// sqliteFile returns the file of the SQLite store that Open(rawURL) would
+// open, or "" for another scheme.
+func sqliteFile(rawURL string) (string, error) {
+	if rawURL == "" {
+		rawURL = os.Getenv(EnvStore)
+	}
+	if rawURL == "" {
+		return DefaultPath()
+	}
+	scheme, err := schemeOf(rawURL)
+	if err != nil || scheme != "sqlite" {
+		return "", err
+	}
+	return sqlitePath(rawURL)
 }
 
 // schemeOf returns the URL scheme of rawURL (RFC 3986: a letter, then

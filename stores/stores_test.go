@@ -153,3 +153,51 @@ func TestMemoryURLTakesNoParameters(t *testing.T) {
 		s.Close()
 	}
 }
+
+// TestOpenExisting (issue 29, item 4): OpenExisting opens a SQLite store
+// only if its file exists, and creates nothing otherwise (no file, no
+// directory), also for the default file; other schemes open as with Open.
+func TestOpenExisting(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	typo := filepath.Join(dir, "typo", "leses.db")
+	t.Setenv("XDG_DATA_HOME", filepath.Join(dir, "xdg"))
+	t.Setenv(stores.EnvStore, "")
+	for _, u := range []string{"sqlite://" + typo, "sqlite:" + typo, ""} {
+		s, err := stores.OpenExisting(ctx, u)
+		var nse *stores.NoStoreError
+		if err == nil {
+			s.Close()
+		}
+		if !errors.As(err, &nse) || !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("OpenExisting(%q) = %v, want a *NoStoreError", u, err)
+		}
+	}
+	t.Setenv(stores.EnvStore, "sqlite://"+typo)
+	if _, err := stores.OpenExisting(ctx, ""); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("OpenExisting with $%s naming a missing file: %v", stores.EnvStore, err)
+	}
+	for _, p := range []string{filepath.Join(dir, "typo"), filepath.Join(dir, "xdg")} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s was created: %v", p, err)
+		}
+	}
+	if _, err := stores.OpenExisting(ctx, "sqlite:x.db"); !errors.Is(err, leasehold.ErrInvalid) {
+		t.Errorf("OpenExisting(sqlite:x.db) = %v, want the usual invalid URL", err)
+	}
+	// An existing file opens.
+	made := filepath.Join(dir, "made.db")
+	s, err := stores.Open(ctx, "sqlite://"+made)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	for _, u := range []string{"sqlite://" + made, "memory://"} {
+		s, err := stores.OpenExisting(ctx, u)
+		if err != nil {
+			t.Errorf("OpenExisting(%q): %v", u, err)
+			continue
+		}
+		s.Close()
+	}
+}

@@ -3,6 +3,7 @@ package stores_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -119,5 +120,36 @@ func TestDynamoDBLocalEndpointWithoutCredentials(t *testing.T) {
 	}
 	if n := endpoint.Accepted(); n != 0 {
 		t.Errorf("the endpoint was contacted (%d connections) without credentials", n)
+	}
+}
+
+// TestEtcdConnectTimeout (issue 29, item 5): etcd's Open honours
+// connect_timeout= both ways around its 5 s dial default: an unreachable
+// endpoint (a closed port) is given up on after 1.5 s with 1500ms, and not
+// before 7 s with 7s (it gave up at about 5 s whatever the parameter said).
+func TestEtcdConnectTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	for _, c := range []struct {
+		param    string
+		min, max time.Duration
+	}{
+		{"1500ms", 1500 * time.Millisecond, 4500 * time.Millisecond},
+		{"7s", 7 * time.Second, time.Minute},
+	} {
+		start := time.Now()
+		s, err := stores.Open(context.Background(), "etcd://"+addr+"/?connect_timeout="+c.param)
+		took := time.Since(start)
+		if err == nil {
+			s.Close()
+			t.Fatalf("connect_timeout=%s: opened a closed port", c.param)
+		}
+		if took < c.min || took > c.max || !strings.Contains(err.Error(), "no answer within") {
+			t.Errorf("connect_timeout=%s: gave up after %s (want [%s, %s]): %v", c.param, took, c.min, c.max, err)
+		}
 	}
 }

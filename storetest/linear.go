@@ -66,8 +66,8 @@ func (r HistoryResult) String() string {
 	if r.Waits > 0 {
 		waits = fmt.Sprintf(", %d waits (%d granted), %d refusals naming a queued waiter", r.Waits, r.WaitGrants, r.QueuedRefusals)
 	}
-	return fmt.Sprintf("seed %d: %d histories, %d ops (%d grants, %d expiry takeovers, %d indeterminate%s): %d ok, %d illegal, %d undecided",
-		r.Seed, r.Histories, r.Operations, r.Grants, r.Takeovers, r.Unknown, waits, r.Ok, r.Illegal, r.Undecided)
+	return fmt.Sprintf("seed %d: %d histories, %d ops (%d grants, %d expiry takeovers, %d indeterminate%s): %d ok, %d illegal, %d undecided%s",
+		r.Seed, r.Histories, r.Operations, r.Grants, r.Takeovers, r.Unknown, waits, r.Ok, r.Illegal, r.Undecided, r.relooked())
 }
 
 // CheckHistories runs randomized concurrent workloads against store, one

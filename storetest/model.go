@@ -33,7 +33,10 @@ import (
 // kill to the restart. It may have lost nothing, or the lease and its
 // fence: then no one holds the lease or its latest grant any more (renewals
 // and releases are refused), but the time and token rules stay as they
-// were. A grant still needs the lost holder's lease to have expired by its
+// were. Or it may have lost only the latest renewals (a replica promoted
+// with the grant but not the renewals after it): the grant stays the latest
+// (its release succeeds), a renewal may be refused at any moment, and a
+// grant to someone else still waits for the renewed lease's end. A grant still needs the lost holder's lease to have expired by its
 // own call times (what Redis's hold-back promises) and a token above every
 // earlier one (its token floor).
 //
@@ -60,7 +63,11 @@ import (
 // grant it had made (the Redis store's grant made across a reconnect to a
 // restarted server, on facts that restart had changed): like a raced one,
 // it either did nothing or granted the lease to the caller (its token
-// unknown), freed again by its return.
+// unknown), freed again by its return. Or, since such a grant was undone
+// because it may have broken the rules (inside a hold-back, a token below
+// the floor, on a promoted replica that lacked the holder's grant), it was
+// a ghost: seen held by others until its return, with any token, while
+// the lease's state stayed what it was.
 //
 // What the model leaves permissive, because a client cannot see when the
 // engine enqueued a wait (anywhere between its call and its return): the
@@ -134,6 +141,21 @@ type modelState struct {
 	// after it was made, at the latest at FreedBy (a wait that ended by
 	// its context gave back a grant it raced with).
 	FreedBy int64
+	// RenewLost: a "lose" may have undone the renewals of the latest
+	// grant in the engine; the holder's renewals may be refused before the
+	// lease's end the model knows (the grant and its fence remain).
+	RenewLost bool
+	// NotBefore: the latest grant was made by an indeterminate wait no
+	// earlier than this moment (its call, or the previous lease's earliest
+	// end): every operation after it returned later. (Only for waits: the
+	// fault suites' long histories of indeterminate acquires went
+	// undecided with more distinct states.)
+	NotBefore int64
+	// GhostOwner: an "undone" grant to this owner that broke the rules
+	// (made on facts a restart had changed) may be seen held by others
+	// until GhostUntil (its return); it changes nothing else.
+	GhostOwner string
+	GhostUntil int64
 }
 
 func mayBeExpired(s modelState, t int64) bool {
@@ -146,24 +168,59 @@ func mayBeAlive(s modelState, t int64) bool {
 
 func tokenAbove(s modelState, t uint64) bool { return t > s.Token }
 
+// never is the Return of an indeterminate operation (its answer never came).
+const never = int64(1) << 62
+
+// earliestFree is the earliest moment at which the lease of s may be free.
+func earliestFree(s modelState) int64 {
+	if !s.Held || s.FreedBy != 0 {
+		return 0
+	}
+	return s.Lo + int64(float64(s.TTL)*(1-Rho)) - int64(Slack)
+}
+
 func stepModel(st, in, out interface{}) []interface{} {
 	s, i, o := st.(modelState), in.(opInput), out.(opOutput)
 	if i.Kind == opLose {
 		lost := s
 		lost.Owner, lost.RequestID = lostOwner, ""
-		return []interface{}{s, lost}
+		res := []interface{}{s, lost}
+		if s.Held && !s.RenewLost {
+			shaky := s
+			shaky.RenewLost = true
+			res = append(res, shaky)
+		}
+		return res
+	}
+	if !o.Unknown && o.Return < s.NotBefore {
+		return nil // linearised before the grant it must follow
+	}
+	if s.GhostOwner != "" && i.Call >= s.GhostUntil {
+		// Undone before this operation began: no later one can see it.
+		s.GhostOwner, s.GhostUntil = "", 0
 	}
 	if o.Unknown {
 		res := []interface{}{s}
 		if next, ok := unknownEffect(s, i); ok {
 			res = append(res, next)
-			if i.Kind == opAcquire {
+			switch i.Kind {
+			case opAcquire:
 				// A store may undo a grant it could not confirm before
 				// answering with an error (Redis does when a reconnect
 				// happened during the acquire): granted, then freed.
 				undone := next
 				undone.Held = false
 				res = append(res, undone)
+			case opWait:
+				// An AcquireWait that fails gives back what it was handed:
+				// granted, seen held by others for a while, then freed at
+				// some moment before the answer, which never came. The
+				// grant itself came no earlier than the previous lease may
+				// have ended (NotBefore).
+				freed := next
+				freed.FreedBy = never
+				freed.NotBefore = max(i.Call, earliestFree(s))
+				res = append(res, freed)
 			}
 		}
 		return res
@@ -180,6 +237,16 @@ func stepModel(st, in, out interface{}) []interface{} {
 		if mayBeExpired(s, o.Return) {
 			res = append(res, modelState{Token: s.Token + 1, TokenLower: true, Owner: i.Owner, RequestID: i.RequestID,
 				Held: true, Lo: i.Call, Hi: o.Return, TTL: i.TTL, FreedBy: o.Return})
+		}
+		if i.Kind == opUndone {
+			// Or a grant the store made on facts an engine restart had
+			// changed (the very reason it undid it): it broke the rules,
+			// so it may have come while the holder's lease lived, with
+			// any token, and others may have seen it held until the undo
+			// returned; the lease's state is as before it.
+			g := s
+			g.GhostOwner, g.GhostUntil = i.Owner, o.Return
+			res = append(res, g)
 		}
 		return res
 	}
@@ -201,6 +268,9 @@ func stepModel(st, in, out interface{}) []interface{} {
 			// Refused on a free lease for the head of its queue.
 			return []interface{}{s}
 		}
+		if s.GhostOwner != "" && o.HolderOwner == s.GhostOwner && i.Call < s.GhostUntil {
+			return []interface{}{s} // the undone grant, seen before it was undone
+		}
 		sameHolder := o.HolderOwner == s.Owner && (o.Token == s.Token || s.TokenLower)
 		if !sameHolder || !mayBeAlive(s, i.Call) {
 			return nil
@@ -215,9 +285,10 @@ func stepModel(st, in, out interface{}) []interface{} {
 			n := s
 			n.Lo, n.Hi, n.TTL = i.Call, o.Return, i.TTL
 			n.Token, n.TokenLower = i.Token, false
+			n.RenewLost = false
 			return []interface{}{n}
 		}
-		if mine && !mayBeExpired(s, o.Return) {
+		if mine && !s.RenewLost && !mayBeExpired(s, o.Return) {
 			return nil
 		}
 		return []interface{}{s}
@@ -228,7 +299,7 @@ func stepModel(st, in, out interface{}) []interface{} {
 				return nil
 			}
 			n := s
-			n.Held, n.FreedBy = false, 0
+			n.Held, n.FreedBy, n.RenewLost = false, 0, false
 			n.Token, n.TokenLower = i.Token, false
 			return []interface{}{n}
 		}
@@ -251,7 +322,6 @@ func maybeOwn(s modelState, i opInput) bool {
 // unknownEffect is the state after an indeterminate operation that did
 // take effect.
 func unknownEffect(s modelState, i opInput) (modelState, bool) {
-	const never = int64(1) << 62
 	switch i.Kind {
 	case opAcquire, opWait:
 		if !mayBeExpired(s, never) {

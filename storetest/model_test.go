@@ -21,6 +21,10 @@ func wait(owner, reqID string, ttl, call int64) opInput {
 	return opInput{Kind: opWait, Owner: owner, RequestID: reqID, TTL: ttl, Call: call}
 }
 
+func renew(owner string, token uint64, ttl, call int64) opInput {
+	return opInput{Kind: opRenew, Owner: owner, Token: token, TTL: ttl, Call: call}
+}
+
 func rel(owner string, token uint64, call int64) opInput {
 	return opInput{Kind: opRelease, Owner: owner, Token: token, Call: call}
 }
@@ -175,6 +179,69 @@ func TestModelVerdicts(t *testing.T) {
 		}},
 		{"free lease refused for nobody waiting", false, []porcupine.Operation{
 			op(2, acq("c", "r3", ttl, 10*ms), opOutput{HolderOwner: "b", Return: 11 * ms}),
+		}},
+		// etcd conformance under heavy load: a wait was handed the lease,
+		// others saw it held, then the wait failed with an error (not its
+		// context) and its give-up released the grant long before its TTL.
+		{"a failed wait's grant seen, then freed by its give-up", true, []porcupine.Operation{
+			op(1, wait("b", "r2", ttl, 0), opOutput{Unknown: true, Return: 1 << 62}),
+			op(2, acq("c", "r3", ttl, 10*ms), opOutput{HolderOwner: "b", Token: 5, Return: 11 * ms}),
+			op(2, acq("c", "r4", ttl, 20*ms), opOutput{OK: true, Token: 6, Return: 21 * ms}),
+		}},
+		{"a granted holder's lease taken while alive, beside a failed wait", false, []porcupine.Operation{
+			aGranted,
+			op(1, wait("b", "r2", ttl, 2*ms), opOutput{Unknown: true, Return: 1 << 62}),
+			op(2, acq("c", "r3", ttl, 10*ms), opOutput{OK: true, Token: 2, Return: 11 * ms}),
+		}},
+		// R18 redis-sentinel (lag-kill): a's grant was lost in a promotion;
+		// b's acquire on the promoted replica, made on facts from before
+		// it (the marker came with the replica), reused a's token and was
+		// undone by the store's check after it; c saw it held meanwhile.
+		{"an undone grant seen while the lost holder may be live", true, []porcupine.Operation{
+			aGranted,
+			op(9, opInput{Kind: opLose, Call: 2 * ms}, opOutput{Return: 30 * ms}),
+			op(1, opInput{Kind: opUndone, Owner: "b", RequestID: "r2", TTL: ttl, Call: 10 * ms}, opOutput{Return: 40 * ms}),
+			op(2, acq("c", "r3", ttl, 15*ms), opOutput{HolderOwner: "b", Token: 1, Return: 35 * ms}),
+		}},
+		{"an undone grant seen after its return", false, []porcupine.Operation{
+			aGranted,
+			op(9, opInput{Kind: opLose, Call: 2 * ms}, opOutput{Return: 30 * ms}),
+			op(1, opInput{Kind: opUndone, Owner: "b", RequestID: "r2", TTL: ttl, Call: 10 * ms}, opOutput{Return: 40 * ms}),
+			op(2, acq("c", "r3", ttl, 45*ms), opOutput{HolderOwner: "b", Token: 1, Return: 46 * ms}),
+		}},
+		{"an undone grant does not free the live holder's lease", false, []porcupine.Operation{
+			aGranted,
+			op(1, opInput{Kind: opUndone, Owner: "b", RequestID: "r2", TTL: ttl, Call: 10 * ms}, opOutput{Return: 40 * ms}),
+			op(2, acq("c", "r3", ttl, 45*ms), opOutput{OK: true, Token: 9, Return: 46 * ms}),
+		}},
+		// CI run of stop 37 (R18 redis-sentinel, lag-kill): the promoted
+		// replica had the grant and its fence but not the renewal made on
+		// the old primary during the failover.
+		{"a promotion lost a renewal, kept the grant", true, []porcupine.Operation{
+			aGranted,
+			op(9, opInput{Kind: opLose, Call: 10 * ms}, opOutput{Return: 50 * ms}),
+			op(0, renew("a", 1, ttl, 20*ms), opOutput{OK: true, Return: 21 * ms}),
+			op(0, renew("a", 1, ttl, 110*ms), opOutput{Return: 111 * ms}),
+			op(0, rel("a", 1, 112*ms), opOutput{OK: true, Return: 113 * ms}),
+		}},
+		{"a renewal refused while alive, no engine restart", false, []porcupine.Operation{
+			aGranted,
+			op(0, renew("a", 1, ttl, 20*ms), opOutput{OK: true, Return: 21 * ms}),
+			op(0, renew("a", 1, ttl, 110*ms), opOutput{Return: 111 * ms}),
+		}},
+		{"a promotion lost a renewal: no grant before the renewed end", false, []porcupine.Operation{
+			aGranted,
+			op(9, opInput{Kind: opLose, Call: 10 * ms}, opOutput{Return: 50 * ms}),
+			op(0, renew("a", 1, ttl, 20*ms), opOutput{OK: true, Return: 21 * ms}),
+			op(0, renew("a", 1, ttl, 110*ms), opOutput{Return: 111 * ms}),
+			op(1, acq("b", "r2", ttl, 112*ms), opOutput{OK: true, Token: 2, Return: 113 * ms}),
+		}},
+		{"a promotion lost a renewal: a grant after the renewed end", true, []porcupine.Operation{
+			aGranted,
+			op(9, opInput{Kind: opLose, Call: 10 * ms}, opOutput{Return: 50 * ms}),
+			op(0, renew("a", 1, ttl, 20*ms), opOutput{OK: true, Return: 21 * ms}),
+			op(0, renew("a", 1, ttl, 110*ms), opOutput{Return: 111 * ms}),
+			op(1, acq("b", "r2", ttl, 125*ms), opOutput{OK: true, Token: 2, Return: 126 * ms}),
 		}},
 		{"held lease refused naming a waiter, not the holder", false, []porcupine.Operation{
 			aGranted,

@@ -348,8 +348,8 @@ type RecordHistoryResult struct {
 }
 
 func (r RecordHistoryResult) String() string {
-	return fmt.Sprintf("seed %d: %d histories, %d ops (%d puts, %d conflicts, %d deletes, %d adds, %d indeterminate): %d ok, %d illegal, %d undecided",
-		r.Seed, r.Histories, r.Operations, r.Writes, r.Conflicts, r.Deletes, r.Adds, r.Unknown, r.Ok, r.Illegal, r.Undecided)
+	return fmt.Sprintf("seed %d: %d histories, %d ops (%d puts, %d conflicts, %d deletes, %d adds, %d indeterminate): %d ok, %d illegal, %d undecided%s",
+		r.Seed, r.Histories, r.Operations, r.Writes, r.Conflicts, r.Deletes, r.Adds, r.Unknown, r.Ok, r.Illegal, r.Undecided, r.relooked())
 }
 
 // CheckRecordHistories runs randomized concurrent workloads of gets, puts

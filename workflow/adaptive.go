@@ -241,7 +241,7 @@ func (w *Workflows) enqueue(ctx context.Context, h *hotInstance, c *command) (Re
 // other processes take turns with it instead of conflicting.
 func (w *Workflows) drain(h *hotInstance) {
 	var lease *leasehold.Lease
-	var leaseAt time.Time
+	var leaseAt, noLeaseUntil time.Time
 	releaseLease := func() {
 		if lease != nil {
 			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -288,12 +288,19 @@ func (w *Workflows) drain(h *hotInstance) {
 				releaseLease()
 				h.invalidate() // others may write while we do not hold it
 			}
-			if lease == nil {
-				actx, cancel := context.WithTimeout(context.Background(), w.cfg.LockWait)
+			if lease == nil && !w.clock.Now().Before(noLeaseUntil) {
+				actx, cancel := context.WithTimeout(context.Background(), w.queueWait())
 				l, err := w.client.Acquire(actx, w.queueLeaseName(h.id), leasehold.TTL(w.queueTTL()))
 				cancel()
 				if err == nil {
 					lease, leaseAt = l, w.clock.Now()
+				} else {
+					// A holder that does not let go within a few slices
+					// is gone (or its store keeps a dead grant longer
+					// than our TTL: etcd, at least 2 s): go on without
+					// the lease for a while instead of asking again for
+					// every batch.
+					noLeaseUntil = w.clock.Now().Add(w.queueTTL())
 				}
 				// Without the lease the batch is still correct (every
 				// write is conditioned on the version); it only competes.
@@ -324,6 +331,16 @@ func (w *Workflows) drain(h *hotInstance) {
 // stalled the instance for 10 s).
 func (w *Workflows) queueTTL() time.Duration {
 	return min(max(5*w.cfg.QueueSlice, 200*time.Millisecond), w.cfg.LeaseTTL)
+}
+
+// queueWait is how long a queue head waits for the FIFO lease before it
+// goes on without it: the lease's TTL plus a slice (a live holder lets go
+// after a slice and a batch, so this covers a few other processes' heads
+// ahead of it), at most LockWait. A head that waited longer would stall the
+// instance for as long as a dead holder's grant or queue entry survives on
+// its store, which on etcd is seconds (issue 28).
+func (w *Workflows) queueWait() time.Duration {
+	return min(w.queueTTL()+w.cfg.QueueSlice, w.cfg.LockWait)
 }
 
 // refusalsPerBatch bounds the refusals one batch answers: under a herd of

@@ -106,15 +106,17 @@ func (d Definition) hasState(s string) bool {
 // checkName applies the rules of lease names, a shorter limit, and no '/'
 // (the separator of the record keys).
 func checkName(field, s string) error {
+	if len(s) > MaxNameLen {
+		// Before the lease name's rules, whose limit is longer: a name
+		// of 1 MiB was refused as over 256 bytes, one of 49 as over 48.
+		return &leasehold.InvalidError{Field: field, Reason: fmt.Sprintf("%d bytes is longer than the limit of %d", len(s), MaxNameLen)}
+	}
 	if err := storekit.ValidateName(s); err != nil {
 		var inv *leasehold.InvalidError
 		if errors.As(err, &inv) {
 			return &leasehold.InvalidError{Field: field, Reason: inv.Reason}
 		}
 		return err
-	}
-	if len(s) > MaxNameLen {
-		return &leasehold.InvalidError{Field: field, Reason: fmt.Sprintf("%d bytes is longer than the limit of %d", len(s), MaxNameLen)}
 	}
 	if strings.Contains(s, "/") {
 		return &leasehold.InvalidError{Field: field, Reason: fmt.Sprintf("%q contains '/', which separates the parts of record keys", s)}

@@ -190,6 +190,15 @@ func testTransitions(t *testing.T, e engine, s workflow.Strategy) {
 	if _, err := w.Create(ctx, "a/b"); !errors.Is(err, leasehold.ErrInvalid) {
 		t.Errorf("create with a slash: %v", err)
 	}
+	// An instance id over the limit names the limit it is over, whatever
+	// its length (a 1 MiB id was said to be over 256 bytes, the lease
+	// names' limit, one of 49 bytes over 48).
+	for _, n := range []int{workflow.MaxNameLen + 1, 1 << 20} {
+		_, err := w.Transition(ctx, strings.Repeat("d", n), "APPROVED", "ARCHIVED", "eve", "r9")
+		if want := fmt.Sprintf("limit of %d", workflow.MaxNameLen); !errors.Is(err, leasehold.ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("instance id of %d bytes: %v, want an invalid-input error naming the %s", n, err, want)
+		}
+	}
 
 	// Nothing of the refused calls changed anything.
 	in, err = w.Get(ctx, "doc-1")

@@ -8,7 +8,11 @@
 # it). Debian's packages, such as python3-boto3 for the DynamoDB extra (PyPI
 # is not reachable in CI), are installed for that interpreter only.
 # LEASEHOLD_PYTHON overrides it; LEASEHOLD_BIN uses a prebuilt binary.
-# Arguments go to unittest (e.g. -k takeover).
+# Arguments go to unittest (e.g. -k takeover). Before the tests, mypy
+# (Debian's python3-mypy, which scripts/engines.sh installs) checks the
+# package with its own configuration (pyproject.toml: strict); it is
+# skipped with a message when mypy is missing, unless the engines are
+# required (LEASEHOLD_REQUIRE_ENGINES, CI: tests/engines.py's rule).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -23,6 +27,17 @@ trap 'rm -rf "$tmp"' EXIT
 if [ -z "${LEASEHOLD_BIN:-}" ]; then
 	(cd ../.. && go build -o "$tmp/leasehold" ./cmd/leasehold)
 	export LEASEHOLD_BIN="$tmp/leasehold"
+fi
+
+if "$PY" -c 'import mypy' 2>/dev/null; then
+	echo "== mypy --strict (pyproject.toml) with $("$PY" -m mypy --version)"
+	"$PY" -m mypy --config-file pyproject.toml --cache-dir "$tmp/mypy-cache" leasehold
+else
+	if (cd tests && "$PY" -c 'import engines, sys; sys.exit(0 if engines.required()[0] else 1)'); then
+		echo "clients/python/run_tests.sh: missing mypy (apt-get install python3-mypy; scripts/engines.sh installs it)" >&2
+		exit 1
+	fi
+	echo "== mypy: not installed, type check skipped (apt-get install python3-mypy)"
 fi
 
 echo "== python client tests with $PY ($("$PY" --version 2>&1))"

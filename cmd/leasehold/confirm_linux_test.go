@@ -10,7 +10,8 @@ import (
 
 // TestForceReleaseConfirm runs force-release on a terminal: it names the
 // holder and asks; "n" (or anything but y/yes) changes nothing and exits
-// 64, "y" releases (the holder then exits 76).
+// 1 (not a usage error: issue 29, item 6; it exited 64), "y" releases (the
+// holder then exits 76).
 func TestForceReleaseConfirm(t *testing.T) {
 	store, _ := newStore(t)
 	h := startHold(t, store, "--ttl", "6s", "--owner", "tester/9", "fc/a")
@@ -28,8 +29,8 @@ func TestForceReleaseConfirm(t *testing.T) {
 		t.Logf("answer %q: exit %d; terminal:\n%s", answer, code, p.output())
 		return code
 	}
-	if code := ask("n"); code != 64 {
-		t.Errorf("answer n: exit %d, want 64", code)
+	if code := ask("n"); code != 1 {
+		t.Errorf("answer n: exit %d, want 1", code)
 	}
 	if l, ok := heldBy(t, store, "fc/a"); !ok || l.Owner != "tester/9" {
 		t.Fatalf("after answering n: held=%v %+v, want still held by tester/9", ok, l)

@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/leasehold/leasehold/testrig/proctest"
 )
 
 // readLines returns the non-empty lines of a file (missing: none).
@@ -43,7 +41,7 @@ func electFailover(t *testing.T, store string) {
 	// The new leader's tree lives in its keeper's group and stops only
 	// once the keeper sees its supervisor gone: the subtest's cleanup kills
 	// every process of its trees before its directory is removed.
-	proctest.MarkTrees(t)
+	markTrees(t)
 	log := t.TempDir() + "/log"
 	const ttl = 2 * time.Second
 	name := fmt.Sprintf("svc/primary/%d", time.Now().UnixNano())

@@ -110,7 +110,7 @@ func TestHoldRelease(t *testing.T) {
 			if _, err := time.Parse(time.RFC3339Nano, h.grant.Deadline); err != nil {
 				t.Errorf("deadline %q: %v", h.grant.Deadline, err)
 			}
-			if code, out := runLH(t, "run", "-n", "--store", store, "hr/a", "--", "true"); code != 75 || !strings.Contains(out, "tester/1") {
+			if code, out := runLH(t, "run", "-n", "--verbose", "--store", store, "hr/a", "--", "true"); code != 75 || !strings.Contains(out, "tester/1") {
 				t.Errorf("run -n on a held lease: exit %d, want 75\n%s", code, out)
 			}
 			if code, out := runLH(t, "run", "-n", "-E", "3", "--store", store, "hr/a", "--", "true"); code != 3 {
@@ -194,6 +194,58 @@ func TestReleaseFromRunEnv(t *testing.T) {
 	}
 }
 
+// TestReleaseEarlyInRun (issue 29, item 3): release's first example, a
+// command that releases its lease early and goes on, works: run releases
+// the lease at the command's request and stops supervising, the command
+// runs on past the lease's TTL without it (another run takes the lease
+// meanwhile), and run exits with the command's status. Before, the next
+// renewal was refused, the command was killed ("after" never printed)
+// and run exited 76. A release of another grant from inside the command
+// still goes to the store.
+func TestReleaseEarlyInRun(t *testing.T) {
+	store, _ := newStore(t)
+	script := `"$1" release --store "$2" "$LEASEHOLD_NAME" || exit 99
+"$1" run -n --store "$2" early/a -- true || exit 98
+sleep 2
+echo after
+exit 7`
+	code, out := runLH(t, "run", "--ttl", "900ms", "--store", store, "early/a", "--", "sh", "-c", script, "sh", bin, store)
+	if code != 7 || !strings.Contains(out, "after") || !strings.Contains(out, "released early/a (owner ") ||
+		!strings.Contains(out, "goes on without the lease") {
+		t.Fatalf("run exit %d, want 7 with the command's output\n%s", code, out)
+	}
+	if _, ok := heldBy(t, store, "early/a"); ok {
+		t.Error("early/a still held after run ended")
+	}
+	// A release inside the command of a grant that is not its own goes to
+	// the store as before.
+	h := startHold(t, store, "--owner", "other/1", "early/b")
+	script = `"$1" release --store "$2" --owner other/1 --token "$3" early/b; echo "release=$?"`
+	code, out = runLH(t, "run", "--store", store, "early/c", "--", "sh", "-c", script, "sh", bin, store, strconv.FormatUint(h.grant.Token, 10))
+	if code != 0 || !strings.Contains(out, "release=0") {
+		t.Fatalf("release of another grant inside run: run exit %d\n%s", code, out)
+	}
+	if code := h.wait(t); code != 76 {
+		t.Errorf("the hold whose grant was released: exit %d, want 76", code)
+	}
+}
+
+// TestReleaseWithoutControlInRun (issue 29 red team; documented in run
+// --help and the README): a command that releases its own lease with
+// LEASEHOLD_CONTROL cleared from its environment releases in the store
+// behind run's back; run finds the lease lost at its next renewal, stops
+// the command and exits 76.
+func TestReleaseWithoutControlInRun(t *testing.T) {
+	store, _ := newStore(t)
+	script := `env -u LEASEHOLD_CONTROL "$1" release --store "$2" "$LEASEHOLD_NAME" || exit 99
+sleep 30
+echo after`
+	code, out := runLH(t, "run", "--ttl", "900ms", "--store", store, "early/x", "--", "sh", "-c", script, "sh", bin, store)
+	if code != 76 || strings.Contains(out, "after") || strings.Contains(out, "goes on without the lease") {
+		t.Fatalf("run exit %d, want 76 with the command stopped\n%s", code, out)
+	}
+}
+
 // TestForceRelease: refused without a terminal and without --yes (nothing
 // changed); with --yes the holder loses the lease (hold exits 76); again on
 // a free lease: 76, not held.
@@ -229,7 +281,7 @@ func TestForceRelease(t *testing.T) {
 // 5 s. A script watching hold's PID believed it held meanwhile. Now the
 // release of a lost lease is brief, and hold exits soon after the deadline.
 func TestHoldLossOnHungServer(t *testing.T) {
-	proctest.MarkTrees(t)
+	markTrees(t)
 	addr := proctest.FreeAddr(t)
 	srv := leasehold(context.Background(), "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--addr", addr, "--resp-addr", "", "--log-level", "warn")
 	startGroup(t, srv)

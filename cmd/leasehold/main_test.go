@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 // does not wait on busy_timeout), which is a store bug, not what these
 // tests are about.
 func newStore(t *testing.T) (url, path string) {
-	proctest.MarkTrees(t)
+	markTrees(t)
 	path = filepath.Join(t.TempDir(), "x.db")
 	s, err := sqlite.Open(path)
 	if err != nil {
@@ -61,8 +61,31 @@ func newStore(t *testing.T) (url, path string) {
 	return "sqlite://" + path, path
 }
 
+// treeLimit bounds every test of this package that marks the processes
+// it starts (markTrees): one still running after it waits for something
+// that will not come, and fails with what its processes were doing. The
+// longest take a few minutes on a loaded machine (their own bounds are at
+// most 5 minutes); the package's -timeout (20 minutes in scripts/test.sh)
+// named the test only, after a long wait, and stopped the whole package.
+const treeLimit = 8 * time.Minute
+
+// markTrees marks the processes the test starts (proctest.MarkTrees: they
+// are killed when it ends) and fails it after treeLimit, killing them
+// then so that its waits on them end (proctest.MarkTreesWithin).
+func markTrees(t *testing.T) {
+	t.Helper()
+	proctest.MarkTreesWithin(t, treeLimit)
+}
+
+// waitDelay bounds how long Wait goes on once the process has exited (or
+// its context ended) while its output pipes stay open (a process of its
+// tree that outlived it still writes to them): Wait then closes them and
+// returns. Without it Wait waited as long as they were open, for ever for
+// a leftover that never dies.
+const waitDelay = 10 * time.Second
+
 // leasehold returns a command running the binary, without LEASEHOLD_STORE
-// from the environment.
+// from the environment, with waitDelay.
 func leasehold(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	for _, kv := range os.Environ() {
@@ -70,6 +93,7 @@ func leasehold(ctx context.Context, args ...string) *exec.Cmd {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
+	cmd.WaitDelay = waitDelay
 	return cmd
 }
 
@@ -278,7 +302,7 @@ func TestHolderKilled(t *testing.T) {
 }
 
 func holderKilled(t *testing.T, store string) {
-	proctest.MarkTrees(t)
+	markTrees(t)
 	const ttl = 2 * time.Second
 	name := fmt.Sprintf("e2e/kill/%d", time.Now().UnixNano())
 	log := filepath.Join(t.TempDir(), "log")

@@ -169,7 +169,7 @@ func TestRunThroughServer(t *testing.T) {
 // definitions: two admins approving at once, one applies, the other is told
 // who did; the approval survives a restart.
 func TestServeWorkflows(t *testing.T) {
-	proctest.MarkTrees(t)
+	markTrees(t)
 	tmp := t.TempDir()
 	defs := filepath.Join(tmp, "workflows.json")
 	if err := os.WriteFile(defs, []byte(`{"workflows": [{"name": "approval", "initial": "PENDING",
@@ -185,8 +185,11 @@ func TestServeWorkflows(t *testing.T) {
 	}
 	kill := start()
 	base := "http://" + addr + "/v1/workflows/approval/req-1"
+	// Every request bounded: a server that takes the connection and never
+	// answers fails the test instead of holding it up for ever.
+	client := &http.Client{Timeout: time.Minute}
 	post := func(url, body string) (int, map[string]any) {
-		resp, err := http.Post(url, "application/json", strings.NewReader(body))
+		resp, err := client.Post(url, "application/json", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +215,7 @@ func TestServeWorkflows(t *testing.T) {
 	}
 	kill()
 	start()
-	resp, err := http.Get(base)
+	resp, err := client.Get(base)
 	if err != nil {
 		t.Fatal(err)
 	}

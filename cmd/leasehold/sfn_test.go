@@ -20,7 +20,6 @@ import (
 	"github.com/leasehold/leasehold/dynamodb"
 	"github.com/leasehold/leasehold/sfn"
 	"github.com/leasehold/leasehold/testrig/enginetest"
-	"github.com/leasehold/leasehold/testrig/proctest"
 )
 
 // machineRequests evaluates the JSONata expressions of one state of the
@@ -130,7 +129,7 @@ func conditionFailed(err error) bool {
 // of the machine that "leasehold sfn" writes exclude each other on one lock
 // in dynalite, and share its fencing counter.
 func TestStateMachineAndRunExclude(t *testing.T) {
-	proctest.MarkTrees(t)
+	markTrees(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	table, u, client := newTable(ctx, t, "sfn_e2e")
@@ -228,7 +227,7 @@ func TestStateMachineAndRunExclude(t *testing.T) {
 // grant the same execution took after it ended (a redrive) nor another
 // execution's; leasehold run then gets the lock with a greater token.
 func TestCleanupMachineReleasesDeadExecution(t *testing.T) {
-	proctest.MarkTrees(t)
+	markTrees(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	table, u, client := newTable(ctx, t, "sfn_cleanup")

@@ -30,6 +30,17 @@
 //     stays, so tokens still increase and what is caught is a second
 //     holder (R10's TestSuiteRedisRestart, on a Redis without persistence
 //     that is killed and restarted).
+//   - pg-no-holdback: the PostgreSQL store records a new timeline (a
+//     promoted replica) without a hold-back, so it grants at once after a
+//     promotion; the token floor stays, so what is caught is a second
+//     holder while the holder of a grant the promotion lost still believes
+//     it holds the lease (R18's PostgreSQL row, TestR18PostgresMutation).
+//   - promotion-no-holdback: the Redis store takes a replica promoted by a
+//     failover (Sentinel) as if it had lost nothing: no hold-back after
+//     the promotion is noticed (the token floor stays), so a grant the
+//     old primary acknowledged and the replica never saw is granted again
+//     while its holder still believes it holds it (suite R18,
+//     testrig/verify/failover).
 //   - sfn-old-redrive: the state machines of package sfn reach their Task
 //     on a redrive without acquiring the lock again (the Task's timeout is
 //     a plain number and CheckLease does not compare the redrive count),

@@ -77,6 +77,26 @@ func Partial(t testing.TB, engine, why string) {
 	without(t, engine, why, "fails", "lets it go on without them", t.Log)
 }
 
+// Unavailable ends a test that cannot run because the machine lacks a
+// capability that CI provides and a developer's machine may not: root,
+// network namespaces, nftables (why says how that was seen). Like
+// [Missing], the test skips with a message unless engines are [Required]
+// (CI=true, LEASEHOLD_REQUIRE_ENGINES=1), where it fails: a suite that CI
+// must run never passes there by skipping.
+func Unavailable(t testing.TB, capability, why string) {
+	t.Helper()
+	msg := fmt.Sprintf("no %s (%s)", capability, why)
+	req, because, err := Required()
+	switch {
+	case err != nil:
+		t.Fatalf("%s; and %v", msg, err)
+	case req:
+		t.Fatalf("%s; engines are required here (%s), so this fails rather than skips (%s=0 lets it skip)", msg, because, RequireVar)
+	default:
+		t.Skip(msg)
+	}
+}
+
 // without fails the test where engines are required (saying it fails, and
 // what RequireVar=0 lets it do), else says so through otherwise.
 func without(t testing.TB, engine, why, fails, lets string, otherwise func(args ...any)) {
@@ -206,8 +226,15 @@ func (s *Server) Kill() {
 	if s.procDir == "" {
 		return
 	}
+	KillProcessesIn(s.procDir)
+}
+
+// KillProcessesIn SIGKILLs every process whose working directory is dir
+// (a server's children that left its process group) until none is left,
+// for at most 30 s.
+func KillProcessesIn(dir string) {
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		pids := processesIn(s.procDir)
+		pids := processesIn(dir)
 		if len(pids) == 0 {
 			return
 		}

@@ -21,6 +21,26 @@ type owner struct{ cred *syscall.Credential }
 // given to the postgres user and initdb runs as that user (see the package
 // doc); without that user it returns ErrNoOwner.
 func Init(ctx context.Context, bin, dir string) (*Cluster, error) {
+	c, err := Prepare(bin, dir)
+	if err != nil {
+		return nil, err
+	}
+	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", c.Data, "-U", "postgres", "--auth=trust", "-E", "UTF8")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		if blocked := c.blockedAbove(); blocked != "" {
+			return nil, fmt.Errorf("initdb: %v: the postgres user cannot enter %s (initialise the cluster under a directory it can enter, such as the system's temporary directory)\n%s", err, blocked, out)
+		}
+		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	return c, nil
+}
+
+// Prepare makes dir (and, as root, gives it to the postgres user) for a
+// cluster whose data directory, dir/data, another program will make: a
+// replica's, which pg_basebackup copies from its primary (run it with
+// [Cluster.Command]). Init is Prepare and initdb.
+func Prepare(bin, dir string) (*Cluster, error) {
 	c := &Cluster{Bin: bin, Dir: dir, Data: filepath.Join(dir, "data")}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -36,14 +56,6 @@ func Init(ctx context.Context, bin, dir string) (*Cluster, error) {
 		if err := os.Chown(dir, uid, gid); err != nil {
 			return nil, err
 		}
-	}
-	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", c.Data, "-U", "postgres", "--auth=trust", "-E", "UTF8")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
-	if out, err := initdb.CombinedOutput(); err != nil {
-		if blocked := c.blockedAbove(); blocked != "" {
-			return nil, fmt.Errorf("initdb: %v: the postgres user cannot enter %s (initialise the cluster under a directory it can enter, such as the system's temporary directory)\n%s", err, blocked, out)
-		}
-		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
 	return c, nil
 }

@@ -62,6 +62,9 @@ func listenBelowEphemeral(t testing.TB) net.Listener {
 			portPick.Lock()
 			port := from + portPick.r.IntN(low-from)
 			portPick.Unlock()
+			if !reservePort(t, port) {
+				continue
+			}
 			if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
 				return ln
 			}
@@ -72,6 +75,32 @@ func listenBelowEphemeral(t testing.TB) net.Listener {
 		t.Fatal(err)
 	}
 	return ln
+}
+
+// reservePort reserves port for the rest of t, across every process of
+// the machine that picks ports here: it holds an exclusive flock on a
+// file named after the port (in the temporary directory) until t's
+// cleanup, or until the process dies. A port is free only while its
+// server listens; a test that kills a server and restarts it on the same
+// port (R18's failovers, R3's restarts) leaves it unbound meanwhile, and
+// another test process picking ports then must not take it. It reports
+// false if another test holds it. Without a lock file (a read-only
+// temporary directory), it reserves nothing and reports true.
+func reservePort(t testing.TB, port int) bool {
+	dir := filepath.Join(os.TempDir(), "leasehold-test-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return true
+	}
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return true
+	}
+	if err := lockNB(f); err != nil {
+		f.Close()
+		return false
+	}
+	t.Cleanup(func() { f.Close() }) // closing the file drops the lock
+	return true
 }
 
 // FreeAddrs returns n loopback TCP addresses that were free a moment ago,
@@ -88,9 +117,20 @@ func FreeAddrs(t testing.TB, n int) []string {
 	return addrs
 }
 
-// Ready reports whether a GET of url answers 200 OK (a server's /readyz).
+// ReadyTimeout bounds one GET of Ready: a server that accepted the
+// connection (the kernel does that for a listening socket even while the
+// process is stopped or stuck) but does not answer is not ready. Without
+// it the GET waited for ever, and so did the test.
+const ReadyTimeout = 5 * time.Second
+
+// readyClient is Ready's HTTP client: every request is bounded by
+// ReadyTimeout.
+var readyClient = &http.Client{Timeout: ReadyTimeout}
+
+// Ready reports whether a GET of url answers 200 OK (a server's /readyz)
+// within ReadyTimeout.
 func Ready(url string) bool {
-	resp, err := http.Get(url)
+	resp, err := readyClient.Get(url)
 	if err != nil {
 		return false
 	}
@@ -99,12 +139,28 @@ func Ready(url string) bool {
 }
 
 // WaitReady polls url (see Ready) every 20 ms until it answers 200 OK, and
-// fails the test if it has not within d.
+// fails the test if it has not within d (and at most one ReadyTimeout
+// more, for a GET under way at d).
 func WaitReady(t testing.TB, url string, d time.Duration) {
 	t.Helper()
-	for deadline := time.Now().Add(d); !Ready(url); time.Sleep(20 * time.Millisecond) {
+	if err := waitReady(url, d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitReady is WaitReady's loop; its error says how the last GET went.
+func waitReady(url string, d time.Duration) error {
+	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := readyClient.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %s", resp.Status)
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not answer 200 within %s", url, d)
+			return fmt.Errorf("%s did not answer 200 within %s (last: %v)", url, d, err)
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -113,5 +115,129 @@ exit 0`
 	}
 	if got := os.Getenv(TreeMark); got != "" {
 		t.Errorf("%s=%q after the subtest, want it unset", TreeMark, got)
+	}
+}
+
+// TestWaitReadySilentServer: a server that takes the connection but never
+// answers (a stopped or stuck process whose socket still listens: the
+// kernel completes the handshake) is not ready, and WaitReady says so
+// after its limit instead of waiting for an answer for ever, as it did
+// with a GET without a timeout.
+func TestWaitReadySilentServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// Never accepted: the connection waits in the listen queue, as with a
+	// stopped server; the request is sent into the socket's buffer.
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- waitReady("http://"+ln.Addr().String()+"/readyz", 200*time.Millisecond) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a server that never answers was reported ready")
+		}
+		t.Logf("after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("WaitReady of a server that never answers still waits after 60s (limit 200ms)")
+	}
+}
+
+// recordingTB records the errors reported to it instead of failing the
+// test: the test below checks that a watchdog fails the test it watches.
+type recordingTB struct {
+	testing.TB
+	mu   sync.Mutex
+	errs []string
+}
+
+func (r *recordingTB) Errorf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+func (r *recordingTB) reported() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.errs, "\n")
+}
+
+// TestMarkTreesWithinEndsStuckWait: a test waits for a process that has
+// stopped itself (SIGSTOP), its output going to a pipe: a wait that never
+// ends by itself. Past the watchdog's limit the test is failed with the
+// process's state (T, stopped) and command line and the goroutines, and
+// the process is killed, so the wait ends. With MarkTrees alone (no
+// watchdog) the wait was still blocked at this test's limit.
+func TestMarkTreesWithinEndsStuckWait(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc here")
+	}
+	rt := &recordingTB{TB: t}
+	MarkTreesWithin(rt, 3*time.Second)
+	cmd := exec.Command("sh", "-c", "kill -STOP $$; echo never")
+	var out Buffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil || out.String() != "" {
+			t.Errorf("the stopped process exited %v with output %q, want killed, silent", err, out.String())
+		}
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("the wait for a stopped process still blocks 60s after it began (watchdog limit 3s)")
+	}
+	got := rt.reported()
+	if lines := strings.SplitN(got, "\n", 4); len(lines) > 3 {
+		t.Logf("the report begins:\n%s", strings.Join(lines[:3], "\n"))
+	}
+	for _, want := range []string{"still running", "(limit 3s)", "state T,", "sh -c kill -STOP $$; echo never", "goroutines of the test binary:", "TestMarkTreesWithinEndsStuckWait"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the watchdog's report lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+// TestFreeAddrsNeverRepeatWithinATest: a port handed out stays reserved
+// for the rest of the test, although its listener is closed at once (a
+// server killed and restarted on it leaves it unbound meanwhile). Before
+// the reservation, 500 draws from the ~12,000 ports below the ephemeral
+// range repeated one with a probability above 99.99 %.
+func TestFreeAddrsNeverRepeatWithinATest(t *testing.T) {
+	seen := map[string]int{}
+	for i := range 500 {
+		a := FreeAddr(t)
+		if j, ok := seen[a]; ok {
+			t.Fatalf("FreeAddr call %d returned %s again (first at call %d)", i, a, j)
+		}
+		seen[a] = i
+	}
+}
+
+// TestReservedPortRefusedElsewhere: a port reserved by one test is refused
+// to another (here another testing.TB of the same process; a second
+// process sees the same flock), and free again after the first's cleanup.
+func TestReservedPortRefusedElsewhere(t *testing.T) {
+	_, ps, _ := net.SplitHostPort(FreeAddr(t))
+	port, _ := strconv.Atoi(ps)
+	var again bool
+	t.Run("other", func(t *testing.T) { again = reservePort(t, port) })
+	if again {
+		t.Fatalf("port %d, reserved by this test, was reserved again by another", port)
+	}
+	var inner int
+	t.Run("first", func(t *testing.T) {
+		_, ps, _ := net.SplitHostPort(FreeAddr(t))
+		inner, _ = strconv.Atoi(ps)
+	})
+	if !reservePort(t, inner) {
+		t.Fatalf("port %d stayed reserved after the test that took it ended", inner)
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,6 +48,81 @@ func MarkTrees(t testing.TB) string {
 		}
 	})
 	return TreeMark + "=" + mark
+}
+
+// MarkTreesWithin is MarkTrees with a watchdog: if the test still runs
+// after limit (capped so that it fires 30 s before the test binary's
+// -timeout would), it fails, naming the state of each of its processes
+// (stopped ones show state T) and every goroutine of the test binary, and
+// its processes are killed (KillMarked), so that the test's waits on them
+// (Wait, a read of their output) end and the rest of the package runs.
+// A process waited for while stopped, or a pipe a leftover holds open,
+// otherwise made a test wait until the binary's timeout, which names the
+// test but not what its processes were doing.
+//
+// The limit is for the whole test, subtests included: give the longest
+// run on a loaded machine generous room.
+func MarkTreesWithin(t testing.TB, limit time.Duration) string {
+	t.Helper()
+	kv := MarkTrees(t)
+	if tt, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if dl, ok := tt.Deadline(); ok {
+			limit = max(min(limit, time.Until(dl)-30*time.Second), time.Second)
+		}
+	}
+	began := time.Now()
+	fired := make(chan struct{})
+	timer := time.AfterFunc(limit, func() {
+		defer close(fired)
+		pids := Marked([]byte(kv))
+		var stacks []byte
+		for n := 1 << 16; ; n *= 2 {
+			stacks = make([]byte, n)
+			if m := runtime.Stack(stacks, true); m < n {
+				stacks = stacks[:m]
+				break
+			}
+		}
+		t.Errorf("still running %s after it started (limit %s): something waits for ever; its %d processes (killed now):\n%s\ngoroutines of the test binary:\n%s",
+			time.Since(began).Round(time.Second), limit, len(pids), DescribeProcs(pids), stacks)
+		if left := KillMarked(strings.TrimPrefix(kv, TreeMark+"="), 30*time.Second); len(left) > 0 {
+			t.Errorf("processes still run after SIGKILL: %v", left)
+		}
+	})
+	// Registered after MarkTrees' reaping: runs before it. A watchdog
+	// under way finishes before the test can end (t.Errorf after the
+	// end panics).
+	t.Cleanup(func() {
+		if !timer.Stop() {
+			<-fired
+		}
+	})
+	return kv
+}
+
+// DescribeProcs describes the processes pids, one a line: pid, parent,
+// process group, state (R running, S sleeping, T stopped, Z zombie...) and
+// command line; a process gone meanwhile is said to be.
+func DescribeProcs(pids []int) string {
+	var b strings.Builder
+	for _, pid := range pids {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			fmt.Fprintf(&b, "  %d: gone\n", pid)
+			continue
+		}
+		s := string(stat)
+		state := "?"
+		if i := strings.LastIndexByte(s, ')'); i >= 0 {
+			// After the command name: state, ppid, pgrp, ...
+			if f := strings.Fields(s[i+1:]); len(f) >= 3 {
+				state = "state " + f[0] + ", parent " + f[1] + ", group " + f[2]
+			}
+		}
+		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		fmt.Fprintf(&b, "  %d: %s: %s\n", pid, state, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")))
+	}
+	return b.String()
 }
 
 // KillMarked sends SIGKILL to every process whose environment carries

@@ -201,6 +201,7 @@ type Result struct {
 // writes the plot.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.defaults()
+	runID = newRunID()
 	env, err := openEngines(ctx, &cfg)
 	if err != nil {
 		return nil, err
@@ -251,5 +252,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 }
 
 // runID keeps the names of one run apart from earlier runs on the same
-// engines.
-var runID = strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+// engines. Run sets it anew each time: a process that runs the experiment
+// twice (go test -count 5) created the document's rows of its first run
+// again and failed on their primary key. Runs are not concurrent.
+var runID string
+
+func newRunID() string { return strconv.FormatInt(time.Now().UnixNano()%1e12, 36) }

@@ -7,22 +7,32 @@ Functions through a leasehold server (``leasehold serve``).
     with client.lease("jobs/nightly", ttl=30) as lease:
         write_somewhere(fence=lease.token)
 
-The server client needs only the standard library.
+The server client needs only the standard library. ``leasehold.aio`` is the
+same API for asyncio.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from . import client as _client
-from .client import DEFAULT_TTL, Client, Election, Semaphore
-from .errors import (BadProof, Conflict, Forbidden, Held, Invalid, LeaseholdError, Lost, NoSession, NotFound,
-                     NotHeld, ProblemError, QuotaExceeded, RateLimited, Released, Unauthorized, Unavailable, Unreachable,
-                     Unsupported)
+from ._core import DEFAULT_TTL
+from .client import Client, Election, Semaphore
+from .errors import (BadProof, BadProofError, Conflict, ConflictError, Forbidden, ForbiddenError, Held, HeldError,
+                     Invalid, InvalidError, LeaseholdError, MismatchError, Lost, LostError, NoSession, NoSessionError, NotFound,
+                     NotFoundError, NotHeld, NotHeldError, ProblemError, QuotaExceeded, QuotaExceededError,
+                     RateLimited, RateLimitedError, Released, ReleasedError, Unauthorized, UnauthorizedError,
+                     Unavailable, UnavailableError, Unreachable, UnreachableError, Unsupported, UnsupportedError)
 from .lease import Lease, LeaseInfo
-from .records import Record, Records, RetriesExhausted, Write
+from .lock import Lock
+from .records import Record, Records, RetriesExhausted, RetriesExhaustedError, Write
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .dynamodb import DynamoDBClient
 
 
 # client.py and dynamodb.py do not import each other: the package joins them.
 # dynamodb.py is imported when first used (as is boto3, by DynamoDBClient).
 
-def _dynamodb_client(url: str, *args, **kw) -> "Client":
+def _dynamodb_client(url: str, *args: Any, **kw: Any) -> "DynamoDBClient":
     from .dynamodb import DynamoDBClient
     return DynamoDBClient(url, *args, **kw)
 
@@ -30,17 +40,23 @@ def _dynamodb_client(url: str, *args, **kw) -> "Client":
 _client._SCHEMES["dynamodb:"] = _dynamodb_client  # Client("dynamodb://...") is a DynamoDBClient
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name == "DynamoDBClient":
         from .dynamodb import DynamoDBClient
         return DynamoDBClient
-    raise AttributeError(name)
+    raise AttributeError(f"module 'leasehold' has no attribute {name!r}")
 
 
 __all__ = [
-    "Client", "Election", "Semaphore", "Lease", "LeaseInfo", "Record", "Records", "Write", "DEFAULT_TTL",
-    "LeaseholdError", "Held", "NotHeld", "BadProof", "NotFound", "Lost", "Released", "Conflict", "RetriesExhausted",
-    "Invalid", "ProblemError", "Unauthorized", "Forbidden", "RateLimited", "QuotaExceeded", "Unavailable", "NoSession",
-    "Unreachable", "Unsupported", "DynamoDBClient",
+    "Client", "Election", "Semaphore", "Lease", "LeaseInfo", "Lock", "Record", "Records", "Write", "DEFAULT_TTL",
+    "DynamoDBClient",
+    "LeaseholdError", "HeldError", "NotHeldError", "BadProofError", "NotFoundError", "LostError", "ReleasedError",
+    "ConflictError", "RetriesExhaustedError", "InvalidError", "MismatchError", "ProblemError", "UnauthorizedError", "ForbiddenError",
+    "RateLimitedError", "QuotaExceededError", "UnavailableError", "NoSessionError", "UnreachableError",
+    "UnsupportedError",
+    # The names before issue 29, aliases of the classes above.
+    "Held", "NotHeld", "BadProof", "NotFound", "Lost", "Released", "Conflict", "RetriesExhausted", "Invalid",
+    "Unauthorized", "Forbidden", "RateLimited", "QuotaExceeded", "Unavailable", "NoSession", "Unreachable",
+    "Unsupported",
 ]
 __version__ = "0.1.0"

@@ -32,14 +32,14 @@ last request of a call ends this long before ``T + ANSWER_GRACE`` (R17
 measured returns 1-4 ms past it when it ended there)."""
 
 Data = Union[bytes, str, None]
-WaitCallback = Callable[[errors.Held], None]
+WaitCallback = Callable[[errors.HeldError], None]
 
 
 def _random_id(n: int = 12) -> str:
     return secrets.token_hex(n)
 
 
-def _with_request_id(e: errors.Unreachable, rid: str) -> errors.Unreachable:
+def _with_request_id(e: errors.UnreachableError, rid: str) -> errors.UnreachableError:
     """Name the request id of the acquire whose outcome ``e`` leaves unknown
     (in ``e.request_id`` and its message), so the caller can retry with it."""
     if e.request_id is None:
@@ -57,7 +57,7 @@ def _call_window(timeout: Optional[float]) -> Tuple[Optional[float], Optional[fl
     if timeout is None:
         return None, None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
-        raise errors.Invalid("timeout", f"{timeout!r} is not a number of seconds >= 0 (None: wait without end)")
+        raise errors.InvalidError("timeout", f"{timeout!r} is not a number of seconds >= 0 (None: wait without end)")
     end = time.monotonic() + timeout
     return end, end + ANSWER_GRACE - RETURN_MARGIN
 
@@ -65,21 +65,22 @@ def _call_window(timeout: Optional[float]) -> Tuple[Optional[float], Optional[fl
 _Self = TypeVar("_Self", bound="ClientBase")
 
 
-class ClientBase:
-    """What both clients, the server's (``Client``) and DynamoDB's (``DynamoDBClient``), share:
-    the owner, the request timeout, the drift allowance (``rho``, ``eps``) and what follows from them.
-    A ``Lease`` renews and releases itself through ``_renew`` and ``_release``, which each client has."""
+class ClientConfig:
+    """What every client (the server's and DynamoDB's, blocking and asyncio) shares:
+    the owner, the request timeout, the drift allowance (``rho``, ``eps``) and what follows from them."""
 
     def _init_common(self, owner: Optional[str], timeout: float, rho: float, eps: float) -> None:
         for field, v in (("timeout", timeout), ("rho", rho), ("eps", eps)):
             if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise errors.Invalid(field, f"must be a number, not {type(v).__name__}")
+                raise errors.InvalidError(field, f"must be a number, not {type(v).__name__}")
+            if not math.isfinite(v):
+                raise errors.InvalidError(field, f"{v} is not a finite number")
         if not (0 <= rho < 1):
-            raise errors.Invalid("rho", f"{rho} is outside [0, 1)")
+            raise errors.InvalidError("rho", f"{rho} is outside [0, 1)")
         if eps < 0:
-            raise errors.Invalid("eps", f"{eps} is negative")
+            raise errors.InvalidError("eps", f"{eps} is negative")
         if timeout <= 0:
-            raise errors.Invalid("timeout", f"{timeout} is not positive")
+            raise errors.InvalidError("timeout", f"{timeout} is not positive")
         if owner is None:
             owner = f"{socket.gethostname()}/{os.getpid()}/{_random_id(4)}"
             if len(owner.encode()) > 256:
@@ -90,6 +91,28 @@ class ClientBase:
         self.rho, self.eps = rho, eps
         self.timeout: float = timeout
 
+    # --- helpers ---
+
+    def _life(self, ttl: float) -> float:
+        return ttl - (ttl * self.rho + self.eps)
+
+    def _check_ttl(self, ttl: float) -> None:
+        if not isinstance(ttl, (int, float)) or isinstance(ttl, bool):
+            raise errors.InvalidError("ttl", f"must be a number of seconds, not {type(ttl).__name__}")
+        if not math.isfinite(ttl):
+            raise errors.InvalidError("ttl", f"{ttl} is not a number of seconds")
+        if self._life(ttl) <= 0:
+            raise errors.InvalidError("ttl", f"{ttl}s leaves no time after the drift margin (rho {self.rho}, eps {self.eps}s)")
+
+    def _bounded(self, timeout: Optional[float]) -> float:
+        """A request's timeout: the client's, or less when the caller has less time."""
+        return self.timeout if timeout is None else max(min(timeout, self.timeout), MIN_REQUEST)
+
+
+class ClientBase(ClientConfig):
+    """What both blocking clients, the server's (``Client``) and DynamoDB's (``DynamoDBClient``), share.
+    A ``Lease`` renews and releases itself through ``_renew`` and ``_release``, which each client has."""
+
     def close(self) -> None:
         """Close the client's connections. Leases are not released (they expire after their TTL)."""
 
@@ -98,23 +121,6 @@ class ClientBase:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    # --- helpers ---
-
-    def _life(self, ttl: float) -> float:
-        return ttl - (ttl * self.rho + self.eps)
-
-    def _check_ttl(self, ttl: float) -> None:
-        if not isinstance(ttl, (int, float)) or isinstance(ttl, bool):
-            raise errors.Invalid("ttl", f"must be a number of seconds, not {type(ttl).__name__}")
-        if not math.isfinite(ttl):
-            raise errors.Invalid("ttl", f"{ttl} is not a number of seconds")
-        if self._life(ttl) <= 0:
-            raise errors.Invalid("ttl", f"{ttl}s leaves no time after the drift margin (rho {self.rho}, eps {self.eps}s)")
-
-    def _bounded(self, timeout: Optional[float]) -> float:
-        """A request's timeout: the client's, or less when the caller has less time."""
-        return self.timeout if timeout is None else max(min(timeout, self.timeout), MIN_REQUEST)
 
     def _renew(self, name: str, owner: str, token: int, ttl: float, timeout: Optional[float], *,
                secret: str = "") -> None:

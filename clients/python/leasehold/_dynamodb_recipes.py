@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any, Optional, Protocol, Tuple
+from typing import Any, List, Optional, Protocol, Tuple
 
-from . import _validate, errors
-from ._core import DEFAULT_TTL, Data, ElectionBase, _call_window, _random_id, _with_request_id
+from . import _permits, _validate, errors
+from ._core import DEFAULT_TTL, Data, ElectionBase, WaitCallback, _call_window, _random_id, _with_request_id
+from ._log import log
 from .lease import Lease, LeaseInfo, LostCallback
 
 
@@ -23,9 +24,13 @@ class DirectLeases(Protocol):
     def _try(self, name: str, rid: str, ttl_ms: int, raw: bytes, keepalive: bool,
              on_lost: Optional[LostCallback], end: float) -> Lease: ...
 
-    def acquire(self, name: str, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, **kw: Any) -> Lease: ...
+    def acquire(self, name: str, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *,
+                data: Data = None, request_id: Optional[str] = None, keepalive: bool = True,
+                on_lost: Optional[LostCallback] = None, on_wait: Optional[WaitCallback] = None) -> Lease: ...
 
     def get(self, name: str) -> LeaseInfo: ...
+
+    def list(self, prefix: str = "") -> List[LeaseInfo]: ...
 
 
 class DirectSemaphore:
@@ -34,7 +39,7 @@ class DirectSemaphore:
 
     def __init__(self, client: DirectLeases, name: str, permits: int) -> None:
         if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= 1024:
-            raise errors.Invalid("permits", f"{permits!r} is outside [1, 1024]")
+            raise errors.InvalidError("permits", f"{permits!r} is outside [1, 1024]")
         _validate.text("name", name, _validate.MAX_NAME)
         self._c, self.name, self.permits = client, name, permits
 
@@ -43,19 +48,19 @@ class DirectSemaphore:
         """One pass over the permits in random order, its requests ending by ``end``."""
         order = list(range(self.permits))
         random.shuffle(order)
-        soonest: Optional[errors.Held] = None
+        soonest: Optional[errors.HeldError] = None
         for i in order:
             pname = f"{self.name}/permit/{i}"
-            _, ttl_ms, raw = self._c._prepare(pname, ttl, data, rid)
+            _, ttl_ms, raw = self._c._prepare(pname, ttl, _permits.permit_data(self.permits, data), rid)
             try:
                 lease = self._c._try(pname, rid, ttl_ms, raw, keepalive, on_lost, end)
-            except errors.Held as e:
+            except errors.HeldError as e:
                 if soonest is None or e.remaining < soonest.remaining:
                     soonest = e
                 continue
             lease.permit = i
             lease.info.permit = i
-            return lease
+            return _permits.verify_permit(lease, self.name, self.permits, self._c.get, self._c.list)
         assert soonest is not None
         soonest.permits = self.permits
         raise soonest
@@ -63,7 +68,7 @@ class DirectSemaphore:
     def try_acquire(self, ttl: float = DEFAULT_TTL, *, data: Data = None, request_id: Optional[str] = None,
                     keepalive: bool = True, on_lost: Optional[LostCallback] = None) -> Lease:
         """One pass over the permits, bounded by the client's ``timeout``; raises
-        ``Held`` (the permit that expires first, with ``permits``) when all are held."""
+        ``HeldError`` (the permit that expires first, with ``permits``) when all are held."""
         return self._pass(ttl, data, request_id or _random_id(), keepalive, on_lost,
                           time.monotonic() + self._c.timeout)
 
@@ -73,7 +78,7 @@ class DirectSemaphore:
         """Wait (at most ``timeout`` seconds; None: without end) for a permit, polling
         with jittered backoff (2 ms to 250 ms) that never sleeps past the first expiry.
         It returns within ``timeout`` + 0.5 s whatever DynamoDB does; an
-        ``Unreachable`` names the request id the attempts used."""
+        ``UnreachableError`` names the request id the attempts used."""
         rid = request_id or _random_id()
         end, hard = _call_window(timeout)
         cap = 0.002
@@ -82,15 +87,17 @@ class DirectSemaphore:
             try:
                 return self._pass(ttl, data, rid, keepalive, on_lost,
                                   now + self._c.timeout if hard is None else min(now + self._c.timeout, hard))
-            except (errors.Held, errors.Unreachable, errors.RateLimited) as e:
+            except (errors.HeldError, errors.UnreachableError, errors.RateLimitedError) as e:
                 pause = cap * (0.5 + random.random() / 2)
-                if isinstance(e, errors.Held):
+                if isinstance(e, errors.HeldError):
                     pause = min(pause, e.remaining + 0.001)
+                else:
+                    log.warning("semaphore %r: attempt failed: %s; retrying in %.3fs", self.name, e, pause)
                 cap = min(cap * 2, 0.25)
                 if end is not None:
                     left = end - time.monotonic()
                     if left <= 0:
-                        if isinstance(e, errors.Unreachable):
+                        if isinstance(e, errors.UnreachableError):
                             raise _with_request_id(e, rid)
                         raise
                     pause = min(pause, left)
@@ -113,7 +120,7 @@ class DirectElection(ElectionBase):
         """The current leader (``term`` set to its token), or None when there is none."""
         try:
             info = self._c.get(self.name)
-        except errors.NotFound:
+        except errors.NotFoundError:
             return None
         info.term = info.token
         return info

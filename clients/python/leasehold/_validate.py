@@ -19,27 +19,27 @@ MAX_TTL = 24 * 3600.0
 def text(field: str, s: str, limit: int) -> None:
     """1..limit bytes of UTF-8 without control characters (Unicode category Cc)."""
     if not isinstance(s, str):
-        raise errors.Invalid(field, f"must be a str, not {type(s).__name__}")
+        raise errors.InvalidError(field, f"must be a str, not {type(s).__name__}")
     if s == "":
-        raise errors.Invalid(field, "must not be empty")
+        raise errors.InvalidError(field, "must not be empty")
     try:
         n = len(s.encode("utf-8"))
     except UnicodeEncodeError:
-        raise errors.Invalid(field, f"{s!r} is not valid UTF-8") from None
+        raise errors.InvalidError(field, f"{s!r} is not valid UTF-8") from None
     if n > limit:
-        raise errors.Invalid(field, f"{n} bytes is longer than the limit of {limit}")
+        raise errors.InvalidError(field, f"{n} bytes is longer than the limit of {limit}")
     for i, ch in enumerate(s):
         if unicodedata.category(ch) == "Cc":
-            raise errors.Invalid(field, f"control character U+{ord(ch):04X} at index {i}")
+            raise errors.InvalidError(field, f"control character U+{ord(ch):04X} at index {i}")
 
 
 def ttl(seconds: Union[int, float]) -> None:
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise errors.Invalid("ttl", f"must be a number of seconds, not {type(seconds).__name__}")
+        raise errors.InvalidError("ttl", f"must be a number of seconds, not {type(seconds).__name__}")
     if not math.isfinite(seconds) or not MIN_TTL <= seconds <= MAX_TTL:
-        raise errors.Invalid("ttl", f"{seconds}s is outside the allowed range [10ms, 24h]")
+        raise errors.InvalidError("ttl", f"{seconds}s is outside the allowed range [10ms, 24h]")
 
 
 def token(t: int) -> None:
     if isinstance(t, bool) or not isinstance(t, int) or t < 1 or t >= 2 ** 64:
-        raise errors.Invalid("token", f"{t!r} is not a token (tokens start at 1)")
+        raise errors.InvalidError("token", f"{t!r} is not a token (tokens start at 1)")

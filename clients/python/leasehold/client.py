@@ -10,12 +10,14 @@ import ssl
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from . import errors
+from . import _permits, errors
 # ANSWER_GRACE and RETURN_MARGIN stay importable from here, where they were defined.
 from ._core import (ANSWER_GRACE, DEFAULT_TTL, MIN_REQUEST, RETURN_MARGIN, ClientBase, Data, ElectionBase,
                     WaitCallback, _call_window, _random_id, _with_request_id)
 from ._http import Transport, name_path
+from ._log import log
 from .lease import Lease, LeaseInfo, LostCallback
+from .lock import Lock, make_lock
 from .records import Records
 
 LONG_POLL = 30.0
@@ -33,7 +35,7 @@ def _data_members(data: Data) -> Dict[str, str]:
     if isinstance(data, str):
         return {"data": data}
     if not isinstance(data, (bytes, bytearray)):
-        raise errors.Invalid("data", f"must be bytes or str, not {type(data).__name__}")
+        raise errors.InvalidError("data", f"must be bytes or str, not {type(data).__name__}")
     try:
         return {"data": bytes(data).decode("utf-8")}
     except UnicodeDecodeError:
@@ -70,7 +72,7 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
     Safe for use from several threads; make one per owner identity.
     """
 
-    def __new__(cls, url: str, *args: Any, **kw: Any) -> "Client":
+    def __new__(cls, url: str, *args: Any, **kw: Any) -> Any:
         # Client("dynamodb://TABLE?...") is the DynamoDB client (needs boto3), made
         # here whole: Python does not run __init__ again on what is no subclass of Client.
         if cls is Client and isinstance(url, str):
@@ -95,6 +97,9 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
         self._init_common(owner, timeout, rho, eps)
         self._t = Transport(url, token, timeout, ssl_context)
         self._records = Records(self._t)
+
+    def __repr__(self) -> str:  # never the token, nor a password of the URL
+        return f"<leasehold.Client {self._t.safe_url!r} owner={self.owner!r} timeout={self.timeout}>"
 
     @property
     def records(self) -> Records:
@@ -128,7 +133,7 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
             body = dict(body, wait_ms=max(int(wait * 1000), 1))
         try:
             _, _, j = self._t.request("POST", path, body, name=name, wait=wait, timeout=timeout)
-        except errors.Unreachable as e:
+        except errors.UnreachableError as e:
             raise _with_request_id(e, body["request_id"])
         return LeaseInfo.from_json(j)
 
@@ -139,9 +144,9 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
                     on_lost: Optional[LostCallback] = None) -> Lease:
         """Make one attempt to take the lease ``name`` for ``ttl`` seconds.
 
-        Raises ``Held`` (with the holder's owner, token and remaining time)
-        if someone else holds it, ``Invalid`` for bad input (nothing is
-        changed). Any other error (``Unreachable``, a 5xx) leaves it unknown
+        Raises ``HeldError`` (with the holder's owner, token and remaining time)
+        if someone else holds it, ``InvalidError`` for bad input (nothing is
+        changed). Any other error (``UnreachableError``, a 5xx) leaves it unknown
         whether the server granted the lease: such a grant expires after its
         TTL, or a retry with the same ``request_id`` gets it back
         (``Unreachable.request_id`` names it, also when this call made it
@@ -163,16 +168,16 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
         It waits with long-polls of at most 30 s repeated with one request id
         (so a lost answer never makes it wait behind its own grant), for at
         most ``timeout`` seconds (None: without end); when the time is up it
-        raises ``Held`` with the last holder (or the last error, such as
-        ``Unreachable``, if the last attempt failed). ``Unreachable``, 503 and 429
-        answers are retried with jittered backoff; ``Invalid``,
-        ``Unauthorized`` and ``Forbidden`` are raised at once. ``on_wait``
-        is called with the first ``Held`` before waiting. Every request is
+        raises ``HeldError`` with the last holder (or the last error, such as
+        ``UnreachableError``, if the last attempt failed). ``UnreachableError``, 503 and 429
+        answers are retried with jittered backoff; ``InvalidError``,
+        ``UnauthorizedError`` and ``ForbiddenError`` are raised at once. ``on_wait``
+        is called with the first ``HeldError`` before waiting. Every request is
         bounded by the time left, so the call returns within ``timeout`` +
         0.5 s (``ANSWER_GRACE``) however the server or network hangs. If a
         grant may have raced with giving up and there is time left, it is
         asked for once more (same request id) and released; otherwise the
-        ``Unreachable`` names the ``request_id``: retry with it to get that
+        ``UnreachableError`` names the ``request_id``: retry with it to get that
         grant, or it expires after its TTL.
         """
         self._check_ttl(ttl)
@@ -181,10 +186,21 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
         path = name_path("v1/leases", name, "acquire")
         return self._wait_grant(path, body, name, ttl, timeout, keepalive, on_lost, on_wait)
 
-    def lease(self, name: str, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, **kw: Any) -> Lease:
+    def lease(self, name: str, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *,
+              data: Data = None, request_id: Optional[str] = None, keepalive: bool = True,
+              on_lost: Optional[LostCallback] = None, on_wait: Optional[WaitCallback] = None) -> Lease:
         """``acquire`` for a ``with`` block: ``with client.lease("jobs/nightly", ttl=30) as lease: ...``.
         The lease is released when the block ends; see ``Lease``."""
-        return self.acquire(name, ttl, timeout, **kw)
+        return self.acquire(name, ttl, timeout, data=data, request_id=request_id, keepalive=keepalive,
+                            on_lost=on_lost, on_wait=on_wait)
+
+    def lock(self, name: str, ttl: float = DEFAULT_TTL, blocking_timeout: Optional[float] = None, *,
+             data: Data = None, on_lost: Optional[LostCallback] = None, timeout: None = None) -> Lock:
+        """A reusable lock on ``name`` shaped like redis-py's (see ``leasehold.lock.Lock``):
+        ``ttl`` is a grant's time to live, ``blocking_timeout`` how long ``acquire``
+        waits (None: without end). Nothing is sent until ``acquire``. ``timeout=`` is
+        refused with ``InvalidError``: redis-py's ``timeout`` is the TTL, threading's a wait."""
+        return make_lock(self, name, ttl, blocking_timeout, data, on_lost, timeout)
 
     def _wait_grant(self, path: str, body: Dict[str, Any], name: str, ttl: float, timeout: Optional[float],
                     keepalive: bool, on_lost: Optional[LostCallback], on_wait: Optional[WaitCallback]) -> Lease:
@@ -201,30 +217,35 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
         kept = False
         fails = 0
         first = True
+        started = time.monotonic()
         while True:
             now = time.monotonic()
             wait = 0.0 if first else LONG_POLL
             req_timeout: Optional[float] = None
             if end is not None and hard is not None:
                 if not first and end - now < 0.001:
+                    log.info("gave up acquiring %r after %.3fs (timeout %ss): %s", name, time.monotonic() - started,
+                             timeout, last)
                     if unknown or kept:
                         self._reclaim(path, body, name, hard)
-                    if isinstance(last, errors.Unreachable):
+                    if isinstance(last, errors.UnreachableError):
                         raise _with_request_id(last, body["request_id"])
-                    raise last if last is not None else errors.Held(name)
+                    raise last if last is not None else errors.HeldError(name)
                 wait = min(wait, max(end - now, 0.0))
                 req_timeout = min(self.timeout + wait, hard - now)
             t0 = time.monotonic()
             try:
                 info = self._post_acquire(path, dict(body), name, wait, req_timeout)
-            except errors.Held as e:
-                if first and on_wait is not None:
-                    on_wait(e)
+            except errors.HeldError as e:
+                if first:
+                    log.info("waiting for %r: held by %r (token %d, %.3fs left)", name, e.owner, e.token, e.remaining)
+                    if on_wait is not None:
+                        on_wait(e)
                 kept = wait >= 1.0  # a lease's or a semaphore's place
                 first, last, unknown = False, e, False
                 continue
-            except (errors.Unreachable, errors.Unavailable, errors.RateLimited, errors.ProblemError) as e:
-                if isinstance(e, errors.ProblemError) and e.status < 500 and not isinstance(e, errors.RateLimited):
+            except (errors.UnreachableError, errors.UnavailableError, errors.RateLimitedError, errors.ProblemError) as e:
+                if isinstance(e, errors.ProblemError) and e.status < 500 and not isinstance(e, errors.RateLimitedError):
                     raise
                 first, last, unknown = False, e, True
                 fails += 1
@@ -233,6 +254,7 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
                     pause = max(pause, e.retry_after / 4)
                 if end is not None:
                     pause = min(pause, max(end - time.monotonic(), 0.0))
+                log.warning("acquire %r: attempt %d failed: %s; retrying in %.3fs", name, fails, e, pause)
                 time.sleep(pause)
                 continue
             if time.monotonic() - t0 > ttl / 3:
@@ -240,20 +262,22 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
                 t0 = time.monotonic()
                 try:
                     self._renew(info.name, self.owner, info.token, ttl, left(MIN_REQUEST), secret=info.secret)
-                except errors.NotHeld:
+                except errors.NotHeldError:
                     first = False
                     continue
                 except errors.LeaseholdError:
                     self._quiet_release(info.name, info.token, info.secret, left(MIN_REQUEST))
                     first = False
                     continue
+            if not first:
+                log.info("acquired %r (token %d) after waiting %.3fs", name, info.token, time.monotonic() - started)
             return Lease(self, info, self.owner, ttl, body["request_id"], t0, keepalive, on_lost)
 
     def _quiet_release(self, name: str, token: int, secret: str, timeout: Optional[float] = None) -> None:
         try:
             self._release(name, self.owner, token, secret=secret, timeout=timeout)
-        except errors.LeaseholdError:
-            pass
+        except errors.LeaseholdError as e:  # it expires after its TTL
+            log.debug("release of %r (token %d), a grant not handed out, failed: %s", name, token, e)
 
     def _reclaim(self, path: str, body: Dict[str, Any], name: str, hard: float) -> None:
         """Release a grant that may have raced with giving up: an acquire with the
@@ -263,12 +287,13 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
             return
         try:
             info = self._post_acquire(path, dict(body), name, 0, min(self.timeout, hard - time.monotonic()))
-        except errors.LeaseholdError:
+        except errors.LeaseholdError as e:
+            log.debug("acquire %r: looking for a grant that raced with giving up: %s", name, e)
             return
         self._quiet_release(info.name, info.token, info.secret, max(hard - time.monotonic(), MIN_REQUEST))
 
     def get(self, name: str) -> LeaseInfo:
-        """The live lease ``name`` with its queued ``waiters``; raises ``NotFound``."""
+        """The live lease ``name`` with its queued ``waiters``; raises ``NotFoundError``."""
         _, _, j = self._t.request("GET", name_path("v1/leases", name), name=name)
         return LeaseInfo.from_json(j)
 
@@ -288,12 +313,12 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
             if not nxt:
                 return out
             if nxt <= after:
-                raise errors.Unreachable(f"leasehold server: malformed answer to GET /v1/leases: next {nxt!r} does not follow {after!r}")
+                raise errors.UnreachableError(f"leasehold server: malformed answer to GET /v1/leases: next {nxt!r} does not follow {after!r}")
             after = nxt
 
     def force_release(self, name: str) -> LeaseInfo:
         """Admin only: free ``name`` whoever holds it; returns the grant it ended,
-        raises ``NotFound`` if none was live. The holder learns at its next renewal."""
+        raises ``NotFoundError`` if none was live. The holder learns at its next renewal."""
         _, _, j = self._t.request("POST", name_path("v1/leases", name, "force-release"), name=name)
         return LeaseInfo.from_json(j)
 
@@ -317,29 +342,33 @@ class Semaphore:
 
     def __init__(self, client: Client, name: str, permits: int) -> None:
         if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= 1024:
-            raise errors.Invalid("permits", f"{permits!r} is outside [1, 1024]")
+            raise errors.InvalidError("permits", f"{permits!r} is outside [1, 1024]")
         self._c, self.name, self.permits = client, name, permits
 
     def _body(self, ttl: float, data: Data, request_id: Optional[str]) -> Dict[str, Any]:
         self._c._check_ttl(ttl)
         return dict({"owner": self._c.owner, "permits": self.permits, "ttl_ms": _ms(ttl),
-                     "request_id": request_id or _random_id()}, **_data_members(data))
+                     "request_id": request_id or _random_id()},
+                    **_data_members(_permits.permit_data(self.permits, data)))
+
+    def _verify(self, lease: Lease) -> Lease:
+        return _permits.verify_permit(lease, self.name, self.permits, self._c.get, self._c.list)
 
     def try_acquire(self, ttl: float = DEFAULT_TTL, *, data: Data = None, request_id: Optional[str] = None,
                     keepalive: bool = True, on_lost: Optional[LostCallback] = None) -> Lease:
-        """One attempt at a permit; raises ``Held`` (the permit that expires first, and ``permits``) when all are held."""
+        """One attempt at a permit; raises ``HeldError`` (the permit that expires first, and ``permits``) when all are held."""
         body = self._body(ttl, data, request_id)
         t0 = time.monotonic()
         info = self._c._post_acquire(name_path("v1/semaphores", self.name, "acquire"), body, self.name, 0)
-        return Lease(self._c, info, self._c.owner, ttl, body["request_id"], t0, keepalive, on_lost)
+        return self._verify(Lease(self._c, info, self._c.owner, ttl, body["request_id"], t0, keepalive, on_lost))
 
     def acquire(self, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *, data: Data = None,
                 request_id: Optional[str] = None, keepalive: bool = True,
                 on_lost: Optional[LostCallback] = None) -> Lease:
         """Wait (at most ``timeout`` seconds; None: without end) for a permit, as ``Client.acquire`` waits."""
         body = self._body(ttl, data, request_id)
-        return self._c._wait_grant(name_path("v1/semaphores", self.name, "acquire"), body, self.name,
-                                   ttl, timeout, keepalive, on_lost, None)
+        return self._verify(self._c._wait_grant(name_path("v1/semaphores", self.name, "acquire"), body, self.name,
+                                                ttl, timeout, keepalive, on_lost, None))
 
 
 class Election(ElectionBase, metaclass=abc.ABCMeta):
@@ -365,6 +394,6 @@ class Election(ElectionBase, metaclass=abc.ABCMeta):
         """The current leader (with ``term``), or None when there is none."""
         try:
             _, _, j = self._c._t.request("GET", name_path("v1/elections", self.name, "leader"), name=self.name)
-        except errors.NotFound:
+        except errors.NotFoundError:
             return None
         return LeaseInfo.from_json(j)

@@ -22,15 +22,17 @@ Every request is bounded by the time its call has left (see
 local deadline, whatever DynamoDB or the network do.
 
 Leases, semaphores (a lease per permit, as Go's) and elections are offered
-here; ``records`` and force release raise ``Unsupported`` (use the server).
+here; ``records`` and force release raise ``UnsupportedError`` (use the server).
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import random
 import threading
 import time
+import urllib.parse
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import _validate, errors
@@ -38,7 +40,9 @@ from ._core import (DEFAULT_TTL, MIN_REQUEST, ClientBase, Data, WaitCallback, _c
                     _with_request_id)
 from ._dynamodb_recipes import DirectElection, DirectSemaphore
 from ._dynamodb_url import parse_url
+from ._log import log
 from .lease import Lease, LeaseInfo, LostCallback
+from .lock import Lock, make_lock
 from .records import Records
 
 # The Go store's expressions (dynamodb/item.go), byte for byte.
@@ -114,16 +118,23 @@ class _Row:
         return LeaseInfo(name=self.name, owner=self.owner, token=self.token, ttl=self.ttl_ms / 1000,
                          remaining=max(self.exp_ms - now_ms, 0) / 1000, acquired=_iso(self.acq_ms), data=self.data)
 
-    def held_error(self, now_ms: int) -> errors.Held:
-        return errors.Held(self.name, self.owner, self.token, max(self.exp_ms - now_ms, 0) / 1000, _iso(self.acq_ms))
+    def held_error(self, now_ms: int) -> errors.HeldError:
+        return errors.HeldError(self.name, self.owner, self.token, max(self.exp_ms - now_ms, 0) / 1000, _iso(self.acq_ms))
 
 
 class DynamoDBClient(ClientBase):
     """Leases on a DynamoDB table, sharing them with the Go store (see the module doc).
 
-    ``DynamoDBClient(url, owner=None, timeout=10.0, rho=0.01, eps=0.005, boto_client=None)``;
-    it is what ``Client("dynamodb://...")`` returns. Credentials come from
-    boto3's default chain (none found: ``Invalid``, field ``credentials``).
+    ``DynamoDBClient(url, owner=None, timeout=10.0, rho=0.01, eps=0.005, boto_client=None,
+    session=None, region_name=None, endpoint_url=None, config=None)``; it is what
+    ``Client("dynamodb://...")`` returns. Credentials come from boto3's default
+    chain (none found: ``InvalidError``, field ``credentials``), or from
+    ``session`` (a ``boto3.session.Session``: a profile, assumed-role
+    credentials). ``region_name`` and ``endpoint_url`` are boto3's names for
+    the URL's ``region=`` and ``endpoint=`` (giving both with different
+    values is an ``InvalidError``). ``config`` (a ``botocore.config.Config``:
+    proxies, user agent, connection pool) is merged into the clients this one
+    makes, whose timeouts and retries stay its own (see below).
     With ``create=true`` (the default, as in Go) the table is created if it
     is missing (on-demand, key ``LockKey``), waiting until it is ACTIVE.
 
@@ -140,9 +151,22 @@ class DynamoDBClient(ClientBase):
     """
 
     def __init__(self, url: str, token: Optional[str] = None, *, owner: Optional[str] = None,
-                 timeout: float = 10.0, rho: float = 0.01, eps: float = 0.005, boto_client: Any = None) -> None:
+                 timeout: float = 10.0, rho: float = 0.01, eps: float = 0.005, boto_client: Any = None,
+                 session: Any = None, region_name: Optional[str] = None, endpoint_url: Optional[str] = None,
+                 config: Any = None) -> None:
         self._init_common(owner, timeout, rho, eps)
         p = parse_url(url)
+        for field, given, in_url in (("region_name", region_name, "region"), ("endpoint_url", endpoint_url, "endpoint")):
+            if given is None:
+                continue
+            if not isinstance(given, str) or not given:
+                raise errors.InvalidError(field, f"{given!r} is not a non-empty str")
+            if p[in_url] is not None and p[in_url] != given:
+                raise errors.InvalidError(field, f"{given!r} differs from the URL's {in_url}={p[in_url]!r}: give one")
+            parse_url(f"dynamodb://{p['table']}?{in_url}={urllib.parse.quote(given, safe=':/')}")  # the URL's rules
+            p[in_url] = given
+        if boto_client is not None and (session is not None or config is not None):
+            raise errors.InvalidError("boto_client", "with boto_client=, session= and config= are not used: give one")
         self.table: str = p["table"]
         self.max_clock_skew: float = p["skew"]
         self._skew_ms = int(-(-p["skew"] * 1000 // 1))  # rounded up to whole ms, as in Go
@@ -152,10 +176,13 @@ class DynamoDBClient(ClientBase):
             import botocore.config
             import botocore.exceptions
         except ImportError:
-            raise errors.Unsupported("dynamodb:// needs boto3: pip install 'leasehold[dynamodb]' "
+            raise errors.UnsupportedError("dynamodb:// needs boto3: pip install 'leasehold[dynamodb]' "
                                      "(on Debian: apt-get install python3-boto3)") from None
         self._botoexc = botocore.exceptions
         self._config_class = botocore.config.Config
+        if config is not None and not isinstance(config, botocore.config.Config):
+            raise errors.InvalidError("config", f"must be a botocore.config.Config, not {type(config).__name__}")
+        self._user_config = config
         self._own_client = boto_client is None
         self._clients: Dict[float, Any] = {}  # timeout class -> botocore client
         self._clients_mu = threading.Lock()
@@ -169,10 +196,10 @@ class DynamoDBClient(ClientBase):
                     # A session of its own: credentials are looked up for this client
                     # (boto3's default session keeps what it found first), and its
                     # clients are made under one lock (sessions are not thread-safe).
-                    self._session = boto3.session.Session()
+                    self._session = session if session is not None else boto3.session.Session()
                     if self._region is None and self._session.region_name is None:
                         if self._endpoint is None:
-                            raise errors.Invalid("dynamodb URL", "no region: add region= to the URL or set AWS_REGION")
+                            raise errors.InvalidError("dynamodb URL", "no region: add region= to the URL or set AWS_REGION")
                         self._region = "us-east-1"  # local endpoints ignore it, but requests are signed for one
                 except self._botoexc.BotoCoreError as e:
                     raise self._botocore_error(e) from None
@@ -180,16 +207,23 @@ class DynamoDBClient(ClientBase):
             end = time.monotonic() + self.timeout
             if p["create"]:
                 self._create_table(end)
-            else:
-                self._call("describe_table", end, TableName=self.table)
+            if not self._own_client:
+                _watch_describe(self._ddb)
+            desc = self._call("describe_table", end, TableName=self.table)
+            _refuse_replicated(self.table, (desc or {}).get("Table") or {}, p["one_write_region"])
         except BaseException:
             self.close()
             raise
 
+    def __repr__(self) -> str:
+        where = f" endpoint={self._endpoint!r}" if self._endpoint else ""
+        return (f"<leasehold.DynamoDBClient table={self.table!r} region={self._region!r}{where} "
+                f"owner={self.owner!r} timeout={self.timeout}>")
+
     @property
     def records(self) -> Records:
-        """Not offered on DynamoDB directly: raises ``Unsupported`` (records need the lease server)."""
-        raise errors.Unsupported("records are offered by the lease server only (Client(\"http://...\").records), "
+        """Not offered on DynamoDB directly: raises ``UnsupportedError`` (records need the lease server)."""
+        raise errors.UnsupportedError("records are offered by the lease server only (Client(\"http://...\").records), "
                                  "not directly on DynamoDB")
 
     def close(self) -> None:
@@ -207,10 +241,14 @@ class DynamoDBClient(ClientBase):
     def _make_client(self, seconds: float) -> Any:
         cfg = self._config_class(connect_timeout=seconds, read_timeout=seconds,
                                  retries={"total_max_attempts": 1, "mode": "standard"})  # _call retries
+        if self._user_config is not None:  # the caller's (proxies, user agent, pool, ...); timeouts and retries stay ours
+            cfg = self._user_config.merge(cfg)
         try:
-            return self._session.client("dynamodb", region_name=self._region, endpoint_url=self._endpoint, config=cfg)
+            c = self._session.client("dynamodb", region_name=self._region, endpoint_url=self._endpoint, config=cfg)
         except self._botoexc.BotoCoreError as e:
             raise self._botocore_error(e) from None
+        _watch_describe(c)
+        return c
 
     def _client_for(self, left: float) -> Any:
         """The botocore client whose socket timeouts fit in ``left`` seconds."""
@@ -227,15 +265,15 @@ class DynamoDBClient(ClientBase):
         """A botocore error (not an answer of DynamoDB) as this package's error."""
         x = self._botoexc
         if isinstance(e, (x.NoCredentialsError, x.PartialCredentialsError)):
-            return errors.Invalid("credentials", f"dynamodb: {e}: give AWS credentials (the environment, "
+            return errors.InvalidError("credentials", f"dynamodb: {e}: give AWS credentials (the environment, "
                                                  "~/.aws, an IAM role); nothing was sent")
         config = tuple(getattr(x, n) for n in ("ProfileNotFound", "NoRegionError", "InvalidConfigError",
                                                "InvalidRegionError", "UnknownServiceError") if hasattr(x, n))
         if isinstance(e, config):
-            return errors.Invalid("configuration", f"dynamodb: {e}")
+            return errors.InvalidError("configuration", f"dynamodb: {e}")
         if isinstance(e, x.ParamValidationError):
-            return errors.Invalid("request", f"dynamodb: {e}")
-        return errors.Unreachable(f"dynamodb unreachable (the outcome is unknown): {e}")
+            return errors.InvalidError("request", f"dynamodb: {e}")
+        return errors.UnreachableError(f"dynamodb unreachable (the outcome is unknown): {e}")
 
     def _client_error(self, code: str, msg: str, status: int) -> Tuple[errors.LeaseholdError, bool]:
         """An error answer of DynamoDB as this package's error, and whether to retry it."""
@@ -243,15 +281,15 @@ class DynamoDBClient(ClientBase):
             return errors.LeaseholdError(f"dynamodb: table {self.table!r} does not exist "
                                          "(create it with create=true or \"leasehold store init\")"), False
         if code == "AccessDeniedException":
-            return errors.Forbidden(403, "forbidden", code, msg), False
+            return errors.ForbiddenError(403, "forbidden", code, msg), False
         if code in ("UnrecognizedClientException", "InvalidSignatureException", "MissingAuthenticationTokenException"):
-            return errors.Unauthorized(401, "unauthorized", code, msg), False
+            return errors.UnauthorizedError(401, "unauthorized", code, msg), False
         if code in ("ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"):
-            return errors.RateLimited(429, "rate-limited", code, msg), True
+            return errors.RateLimitedError(429, "rate-limited", code, msg), True
         if code == "ValidationException":
-            return errors.Invalid("request", msg), False
+            return errors.InvalidError("request", msg), False
         if status >= 500:
-            return errors.Unreachable(f"dynamodb: {code}: {msg} (the outcome is unknown)"), True
+            return errors.UnreachableError(f"dynamodb: {code}: {msg} (the outcome is unknown)"), True
         return errors.LeaseholdError(f"dynamodb: {code}: {msg}"), False
 
     def _call(self, op: str, end: float, tolerate: Tuple[str, ...] = ("ConditionalCheckFailedException",),
@@ -264,7 +302,7 @@ class DynamoDBClient(ClientBase):
         while True:
             left = end - time.monotonic()
             if left < MIN_REQUEST:
-                raise errors.Unreachable(f"dynamodb: {op}: no time left for a request (timed out; "
+                raise errors.UnreachableError(f"dynamodb: {op}: no time left for a request (timed out; "
                                          "the outcome of an earlier attempt is unknown)")
             try:
                 return getattr(self._client_for(left), op)(**kw)
@@ -282,6 +320,8 @@ class DynamoDBClient(ClientBase):
             pause = min(0.05 * 2 ** attempt, 1.0) * (0.5 + random.random() / 2)
             if not retry or attempt >= MAX_CALL_ATTEMPTS or end - time.monotonic() < pause + MIN_REQUEST:
                 raise mapped from None
+            log.info("dynamodb %s: attempt %d of %d failed: %s; retrying in %.3fs", op, attempt, MAX_CALL_ATTEMPTS,
+                     mapped, pause)
             time.sleep(pause)
 
     def _create_table(self, end: float) -> None:
@@ -352,7 +392,7 @@ class DynamoDBClient(ClientBase):
                     time.sleep(pause)
                     continue
             if rounds >= MAX_ACQUIRE_ROUNDS:
-                raise errors.Unreachable(f"dynamodb: lease {name!r} changed under {rounds + 1} acquire attempts in a row; try again")
+                raise errors.UnreachableError(f"dynamodb: lease {name!r} changed under {rounds + 1} acquire attempts in a row; try again")
             rounds += 1
 
     def _renew(self, name: str, owner: str, token: int, ttl: float, timeout: Optional[float], *,
@@ -366,7 +406,7 @@ class DynamoDBClient(ClientBase):
         if self._update(name, RENEW_UPDATE, RENEW_COND, {
                 ":o": _s(owner), ":k": _n(token), ":t": {"BOOL": True}, ":now": _n(now),
                 ":ttl": _n(ttl_ms), ":exp": _n(now + ttl_ms)}, now + ttl_ms, end) is None:
-            raise errors.NotHeld(f"{name!r}: not held by {owner!r} with token {token}")
+            raise errors.NotHeldError(f"{name!r}: not held by {owner!r} with token {token}")
 
     def _release(self, name: str, owner: str, token: int, *, secret: str = "",
                  timeout: Optional[float] = None) -> None:
@@ -375,7 +415,7 @@ class DynamoDBClient(ClientBase):
         end = time.monotonic() + self._bounded(timeout)
         if self._update(name, RELEASE_UPDATE, RELEASE_COND, {
                 ":o": _s(owner), ":k": _n(token), ":f": {"BOOL": False}, ":zero": _n(0)}, _now_ms(), end) is None:
-            raise errors.NotHeld(f"{name!r}: not held by {owner!r} with token {token}")
+            raise errors.NotHeldError(f"{name!r}: not held by {owner!r} with token {token}")
 
     def _prepare(self, name: str, ttl: float, data: Data, request_id: Optional[str]) -> Tuple[str, int, bytes]:
         _validate.text("name", name, _validate.MAX_NAME)
@@ -390,18 +430,18 @@ class DynamoDBClient(ClientBase):
         elif isinstance(data, (bytes, bytearray)):
             raw = bytes(data)
         else:
-            raise errors.Invalid("data", f"must be bytes or str, not {type(data).__name__}")
+            raise errors.InvalidError("data", f"must be bytes or str, not {type(data).__name__}")
         if len(raw) > _validate.MAX_DATA:
-            raise errors.Invalid("data", f"{len(raw)} bytes is more than the limit of {_validate.MAX_DATA}")
+            raise errors.InvalidError("data", f"{len(raw)} bytes is more than the limit of {_validate.MAX_DATA}")
         return rid, int(ttl * 1000), raw
 
     def _try(self, name: str, rid: str, ttl_ms: int, raw: bytes, keepalive: bool,
              on_lost: Optional[LostCallback], end: float) -> Lease:
-        """One attempt, its requests ending by ``end``; an ``Unreachable`` names ``rid``."""
+        """One attempt, its requests ending by ``end``; an ``UnreachableError`` names ``rid``."""
         t0 = time.monotonic()
         try:
             token, acq = self._grant(name, rid, ttl_ms, raw, end)
-        except errors.Unreachable as e:
+        except errors.UnreachableError as e:
             raise _with_request_id(e, rid)
         info = LeaseInfo(name=name, owner=self.owner, token=token, ttl=ttl_ms / 1000, remaining=ttl_ms / 1000,
                          acquired=_iso(acq), data=raw or None)
@@ -415,8 +455,8 @@ class DynamoDBClient(ClientBase):
         try:
             token, _ = self._grant(name, rid, ttl_ms, b"", hard)
             self._release(name, self.owner, token, timeout=max(hard - time.monotonic(), MIN_REQUEST))
-        except errors.LeaseholdError:
-            pass
+        except errors.LeaseholdError as e:  # none, or it expires after its TTL
+            log.debug("acquire %r: releasing a grant that may have raced with giving up: %s", name, e)
 
     # --- the public API ---
 
@@ -435,51 +475,72 @@ class DynamoDBClient(ClientBase):
         """Take the lease, polling with jittered exponential backoff (2 ms to 250 ms, as
         the Go client) that never sleeps past the holder's expiry; every attempt
         uses one request id, so a lost reply never makes it wait behind its own
-        grant. Raises the last ``Held`` (or error) after ``timeout`` seconds, and
+        grant. Raises the last ``HeldError`` (or error) after ``timeout`` seconds, and
         returns within ``timeout`` + 0.5 s whatever DynamoDB does; an
-        ``Unreachable`` names the ``request_id`` to retry with (as ``Client.acquire``)."""
+        ``UnreachableError`` names the ``request_id`` to retry with (as ``Client.acquire``)."""
         rid, ttl_ms, raw = self._prepare(name, ttl, data, request_id)
         end, hard = _call_window(timeout)
-        cap, attempt, unknown = 0.002, 0, False
+        cap, attempt, unknown, waited = 0.002, 0, False, False
         last: Optional[errors.LeaseholdError] = None
+        started = time.monotonic()
         while True:
             now = time.monotonic()
             try:
-                return self._try(name, rid, ttl_ms, raw, keepalive, on_lost,
-                                 now + self.timeout if hard is None else min(now + self.timeout, hard))
-            except errors.Held as e:
-                if attempt == 0 and on_wait is not None:
-                    on_wait(e)
+                lease = self._try(name, rid, ttl_ms, raw, keepalive, on_lost,
+                                  now + self.timeout if hard is None else min(now + self.timeout, hard))
+                if attempt:
+                    log.info("acquired %r (token %d) after waiting %.3fs", name, lease.token, time.monotonic() - started)
+                return lease
+            except errors.HeldError as e:
+                if not waited:
+                    waited = True
+                    log.info("waiting for %r: held by %r (token %d, %.3fs left)", name, e.owner, e.token, e.remaining)
+                    if on_wait is not None:
+                        on_wait(e)
                 last, unknown = e, False
                 pause = min(cap * (0.5 + random.random() / 2), e.remaining + 0.001)
-            except (errors.Unreachable, errors.RateLimited) as e:
+            except (errors.UnreachableError, errors.RateLimitedError) as e:
                 last, unknown = e, True
                 pause = cap * (0.5 + random.random() / 2)
+                log.warning("acquire %r: attempt %d failed: %s; retrying in %.3fs", name, attempt + 1, e, pause)
             attempt += 1
             cap = min(cap * 2, 0.25)
             if end is not None and hard is not None:
                 left = end - time.monotonic()
                 if left <= 0:
+                    log.info("gave up acquiring %r after %.3fs (timeout %ss): %s", name, time.monotonic() - started,
+                             timeout, last)
                     if unknown:  # a grant may have raced with giving up: the same request id gets it back
                         self._reclaim_grant(name, rid, ttl_ms, hard)
-                    if isinstance(last, errors.Unreachable):
+                    if isinstance(last, errors.UnreachableError):
                         raise _with_request_id(last, rid)
                     raise last
                 pause = min(pause, left)
             time.sleep(max(pause, 0.0))
 
-    def lease(self, name: str, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, **kw: Any) -> Lease:
+    def lease(self, name: str, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *,
+              data: Data = None, request_id: Optional[str] = None, keepalive: bool = True,
+              on_lost: Optional[LostCallback] = None, on_wait: Optional[WaitCallback] = None) -> Lease:
         """``acquire`` for a ``with`` block: ``with client.lease("jobs/nightly", ttl=30) as lease: ...``.
         The lease is released when the block ends; see ``Lease``."""
-        return self.acquire(name, ttl, timeout, **kw)
+        return self.acquire(name, ttl, timeout, data=data, request_id=request_id, keepalive=keepalive,
+                            on_lost=on_lost, on_wait=on_wait)
+
+    def lock(self, name: str, ttl: float = DEFAULT_TTL, blocking_timeout: Optional[float] = None, *,
+             data: Data = None, on_lost: Optional[LostCallback] = None, timeout: None = None) -> Lock:
+        """A reusable lock on ``name`` shaped like redis-py's (see ``leasehold.lock.Lock``):
+        ``ttl`` is a grant's time to live, ``blocking_timeout`` how long ``acquire``
+        waits (None: without end). Nothing is sent until ``acquire``. ``timeout=`` is
+        refused with ``InvalidError``: redis-py's ``timeout`` is the TTL, threading's a wait."""
+        return make_lock(self, name, ttl, blocking_timeout, data, on_lost, timeout)
 
     def get(self, name: str) -> LeaseInfo:
-        """The live lease ``name`` (judged by this machine's clock); raises ``NotFound``."""
+        """The live lease ``name`` (judged by this machine's clock); raises ``NotFoundError``."""
         _validate.text("name", name, _validate.MAX_NAME)
         item = self._get_item(name, self._consistent, time.monotonic() + self.timeout)
         now = _now_ms()
         if not item or not _Row(item).live(now):
-            raise errors.NotFound(f"{name!r}: not found")
+            raise errors.NotFoundError(f"{name!r}: not found")
         return _Row(item).info(now)
 
     def list(self, prefix: str = "") -> List[LeaseInfo]:
@@ -503,7 +564,7 @@ class DynamoDBClient(ClientBase):
         return sorted(out, key=lambda i: i.name)
 
     def force_release(self, name: str) -> LeaseInfo:
-        raise errors.Unsupported("force release is not offered on DynamoDB directly (the Go store has none either)")
+        raise errors.UnsupportedError("force release is not offered on DynamoDB directly (the Go store has none either)")
 
     def semaphore(self, name: str, permits: int) -> DirectSemaphore:
         """At most ``permits`` holders of ``name``: permit I is the lease ``name/permit/I``,
@@ -513,3 +574,94 @@ class DynamoDBClient(ClientBase):
     def election(self, name: str) -> DirectElection:
         """The election ``name``: a lease whose token is the leader's term."""
         return DirectElection(self, name)
+
+
+def _refuse_replicated(table: str, t: Dict[str, Any], one_write_region: bool) -> None:
+    """Refuse a replica of a global table, as the Go store's Open does (``ErrReplicatedTable``),
+    with the same message.
+
+    Global tables settle writes made in two regions at once by last writer wins, so
+    two processes could each be granted the same lease in their own region. A table
+    whose every writer uses one region is accepted with ``one_write_region=true``,
+    unless it is of multi-Region strong consistency (``STRONG``): refused whatever the
+    option (leasehold has not been run against one, and they do not support the
+    transactions its records use)."""
+    consistency = t.get("MultiRegionConsistency")
+    strong = consistency == "STRONG"
+    replicas = t.get("Replicas") or []
+    version = t.get("GlobalTableVersion")
+    if not strong and (one_write_region or (not replicas and not version)):
+        return
+    what = f"global table version {_visible(str(version or ''))}"
+    if replicas:
+        names = [_visible(str(r.get("RegionName", ""))) for r in replicas[:_MAX_REGIONS_SHOWN]]
+        what = "replicas in " + ", ".join(names)
+        if len(replicas) > _MAX_REGIONS_SHOWN:
+            what += f" and {len(replicas) - _MAX_REGIONS_SHOWN} more"
+    if consistency:
+        what += f", consistency {_visible(str(consistency))}"
+    head = f"dynamodb: the table is replicated to other regions (a global table): \"{table}\" has {what}. "
+    if strong:
+        raise errors.UnsupportedError(
+            head + "Tables of multi-Region strong consistency are not supported, with or without "
+            "one_write_region=true: leasehold has not been run against one, and they do not support the "
+            "transactions its records use. Use a table that is not replicated")
+    raise errors.UnsupportedError(
+        head + "Writes made in two regions at once are settled by last writer wins, so two processes could each "
+        "be granted the same lease in their own region. Send every lease and record request for this table to "
+        "one region and open it with one_write_region=true, or use a table that is not replicated")
+
+
+def _watch_describe(client: Any) -> None:
+    """Have ``client``'s DescribeTable answers keep MultiRegionConsistency (_keep_consistency);
+    the unique_id registers it once on a client the caller gave, however many wrap it."""
+    client.meta.events.register("after-call.dynamodb.DescribeTable", _keep_consistency,
+                                unique_id="leasehold-keep-consistency")
+
+
+def _keep_consistency(http_response: Any = None, parsed: Any = None, **_: Any) -> None:
+    """Put ``MultiRegionConsistency`` back into a DescribeTable answer from its raw JSON.
+
+    A botocore whose model predates the field (1.29, Debian 12's) drops it from the
+    parsed answer, and a table of multi-Region strong consistency then looked like an
+    eventual one (accepted with one_write_region=true: issue 31 red team)."""
+    table = parsed.get("Table") if isinstance(parsed, dict) else None
+    if not isinstance(table, dict) or "MultiRegionConsistency" in table:
+        return
+    try:
+        raw = json.loads(http_response.content)["Table"].get("MultiRegionConsistency")
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return
+    if isinstance(raw, str):
+        table["MultiRegionConsistency"] = raw
+
+
+# The regions a refusal names at most: an answer may claim thousands.
+_MAX_REGIONS_SHOWN = 5
+
+
+def _visible(s: str) -> str:
+    """``s`` escaped for a terminal as the Go command and the dashboard show names:
+    printable ASCII as it is, a backslash doubled, a space at either end or beside
+    another as \\x20, everything else escaped (\\n, \\x1B, \\u202E, \\u{E0041})."""
+    if all(0x21 <= ord(c) <= 0x7E and c != "\\" for c in s):
+        return s
+    out = []
+    for i, c in enumerate(s):
+        o = ord(c)
+        if c == "\\":
+            out.append("\\\\")
+        elif c in "\n\r\t":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[c])
+        elif c == " ":
+            inner = 0 < i < len(s) - 1 and s[i - 1] != " " and s[i + 1] != " "
+            out.append(" " if inner else "\\x20")
+        elif 0x20 < o < 0x7F:
+            out.append(c)
+        elif o < 0x100:
+            out.append(f"\\x{o:02X}")
+        elif o > 0xFFFF:
+            out.append(f"\\u{{{o:05X}}}")
+        else:
+            out.append(f"\\u{o:04X}")
+    return "".join(out)

@@ -22,12 +22,12 @@ def _bytes(v: Value, field: str = "value") -> bytes:
         return v.encode("utf-8")
     if isinstance(v, (bytes, bytearray)):
         return bytes(v)
-    raise errors.Invalid(field, f"must be bytes or str, not {type(v).__name__}")
+    raise errors.InvalidError(field, f"must be bytes or str, not {type(v).__name__}")
 
 
 def _version(v: int, field: str = "version") -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise errors.Invalid(field, f"{v!r} is not a version (an integer >= 0)")
+        raise errors.InvalidError(field, f"{v!r} is not a version (an integer >= 0)")
     return v
 
 
@@ -42,7 +42,9 @@ class Record:
 
 @dataclass(frozen=True)
 class Write:
-    """One write of a transaction; make it with ``Write.put``, ``Write.delete`` or ``Write.add``."""
+    """One write of a transaction (``Records.txn``); make it with ``Write.put(key, value)``,
+    ``Write.remove(key)`` or ``Write.add_to(key, delta)``. (The fields ``delete`` and
+    ``add`` are what a write does, not its factories.)"""
 
     key: str
     value: Optional[bytes] = None
@@ -75,25 +77,29 @@ class Write:
         return j
 
 
-class RetriesExhausted(errors.Conflict):
+class RetriesExhaustedError(errors.ConflictError):
     """``update`` still met conflicting writers after ``attempts`` tries; nothing of its own was written."""
 
-    def __init__(self, last: errors.Conflict, attempts: int) -> None:
+    def __init__(self, last: errors.ConflictError, attempts: int) -> None:
         self.attempts, self.last = attempts, last
         super().__init__(last.key, last.expected_version, last.current_version,
                          f"record {last.key!r}: still conflicting after {attempts} attempts (last: {last})")
 
 
+RetriesExhausted = RetriesExhaustedError
+"""The name before issue 29: the same class."""
+
+
 class Records:
     """Compare-and-set records: every write names the version it replaces,
-    so a writer that read an old version gets ``Conflict`` instead of undoing
+    so a writer that read an old version gets ``ConflictError`` instead of undoing
     another's write. Reach it as ``client.records``."""
 
     def __init__(self, transport: "Transport") -> None:
         self._t = transport
 
     def get(self, key: str) -> Record:
-        """The record at ``key``; raises ``NotFound`` when there is none."""
+        """The record at ``key``; raises ``NotFoundError`` when there is none."""
         _, _, j = self._t.request("GET", name_path("v1/records", key), name=key)
         if j.get("value") is not None:
             value = j["value"].encode("utf-8")
@@ -103,7 +109,7 @@ class Records:
 
     def put(self, key: str, value: Value, version: int) -> int:
         """Write ``value`` if the record is at ``version`` (0: only if ``key`` is absent);
-        returns the new version. Raises ``Conflict`` (with the current version) otherwise."""
+        returns the new version. Raises ``ConflictError`` (with the current version) otherwise."""
         raw = _bytes(value)
         v = _version(version)
         hdr = {"If-None-Match": "*"} if v == 0 else {"If-Match": f'"{v}"'}
@@ -111,24 +117,24 @@ class Records:
         return int(j["version"])
 
     def delete(self, key: str, version: int) -> None:
-        """Delete ``key`` if it is at ``version`` (>= 1). Raises ``Conflict`` or ``NotFound``."""
+        """Delete ``key`` if it is at ``version`` (>= 1). Raises ``ConflictError`` or ``NotFoundError``."""
         v = _version(version)
         if v == 0:
-            raise errors.Invalid("version", "a delete names the version it removes (>= 1)")
+            raise errors.InvalidError("version", "a delete names the version it removes (>= 1)")
         self._t.request("DELETE", name_path("v1/records", key), headers={"If-Match": f'"{v}"'}, name=key)
 
     def add(self, key: str, delta: int) -> Tuple[int, int]:
         """Atomically add ``delta`` to the counter at ``key`` (created at 0); returns (value, version).
-        Concurrent adds never lose each other. A non-counter or an overflow raises ``Invalid``."""
+        Concurrent adds never lose each other. A non-counter or an overflow raises ``InvalidError``."""
         if isinstance(delta, bool) or not isinstance(delta, int) or not -(2 ** 63) <= delta < 2 ** 63:
-            raise errors.Invalid("delta", f"{delta!r} is not an int64")
+            raise errors.InvalidError("delta", f"{delta!r} is not an int64")
         _, _, j = self._t.request("POST", name_path("v1/records", key, "add"), {"delta": delta}, name=key)
         return int(j["value"]), int(j["version"])
 
     def txn(self, conditions: Mapping[str, int], writes: Sequence[Write]) -> Dict[str, int]:
         """All or nothing: if every key in ``conditions`` is at its version (0: absent),
         apply every write. Returns the new version of each written key (0 for a
-        delete). Raises ``Conflict`` naming the first failed condition; nothing changes then."""
+        delete). Raises ``ConflictError`` naming the first failed condition; nothing changes then."""
         body = {"if": [{"key": k, "version": _version(v)} for k, v in conditions.items()],
                 "then": [w.to_json() for w in writes]}
         _, _, j = self._t.request("POST", "/v1/txn", body)
@@ -138,25 +144,25 @@ class Records:
                backoff_min: float = 0.002, backoff_max: float = 0.2) -> Record:
         """Read ``key``, compute ``fn(old)`` (``old`` is None when absent) and write it
         at the version read; on a conflict, wait a jittered, growing pause and do
-        it again, at most ``attempts`` times, then raise ``RetriesExhausted``.
+        it again, at most ``attempts`` times, then raise ``RetriesExhaustedError``.
         ``fn`` must be free of side effects: it may run several times. An
         exception from ``fn`` stops the update and is raised as it is."""
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-            raise errors.Invalid("attempts", f"{attempts!r} is not a positive integer")
-        last: Optional[errors.Conflict] = None
+            raise errors.InvalidError("attempts", f"{attempts!r} is not a positive integer")
+        last: Optional[errors.ConflictError] = None
         for attempt in range(1, attempts + 1):
             try:
                 cur: Optional[Record] = self.get(key)
-            except errors.NotFound:
+            except errors.NotFoundError:
                 cur = None
             new = _bytes(fn(cur.value if cur else None))
             try:
                 v = self.put(key, new, cur.version if cur else 0)
                 return Record(key, new, v)
-            except errors.Conflict as e:
+            except errors.ConflictError as e:
                 last = e
             if attempt < attempts:
                 cap = min(backoff_max, backoff_min * 2 ** (attempt - 1))
                 time.sleep(random.uniform(cap / 2, cap))
         assert last is not None
-        raise RetriesExhausted(last, attempts)
+        raise RetriesExhaustedError(last, attempts)

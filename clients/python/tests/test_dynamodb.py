@@ -174,7 +174,8 @@ class DynamoDBLeaseTest(unittest.TestCase):
         la = self.a.try_acquire(name, ttl=30)
         run = [binary, "run", "--store", store, "--ttl", "5s", "--owner", "go-run", name, "--",
                "sh", "-c", 'echo "$LEASEHOLD_TOKEN"']
-        held = subprocess.run(run[:2] + ["--no-wait"] + run[2:], capture_output=True, text=True, timeout=60)
+        # --verbose: -n alone is silent on a conflict, as flock's (issue 29).
+        held = subprocess.run(run[:2] + ["--no-wait", "--verbose"] + run[2:], capture_output=True, text=True, timeout=60)
         self.assertEqual(held.returncode, 75, held.stderr)  # the Go store sees Python's grant
         self.assertIn("py-a", held.stderr)
         la.release()

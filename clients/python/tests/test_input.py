@@ -46,6 +46,15 @@ class InputTypesTest(unittest.TestCase):
             leasehold.Client("DYNAMODB" + rest)
         self.assertEqual((caps.exception.field, caps.exception.reason),
                          (small.exception.field, small.exception.reason))
+    def test_malformed_urls(self) -> None:
+        # urllib's own ValueError ("Invalid IPv6 URL") escaped before.
+        for url in ["http://[::1", "https://[fe80::1", "dynamodb://[::1", "dynamodb://tbl:x",
+                    "dynamodb://tbl?endpoint=http://[::1", 12]:
+            with self.subTest(url=url):
+                with self.assertRaises(Invalid) as cm:
+                    leasehold.Client(url)
+                self.assertIn("url", cm.exception.field.lower())
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -42,6 +42,20 @@ class HolderProofTest(unittest.TestCase):
         self.a = Client(SERVER.url, token="tok-a", owner="owner-a")
         self.b = Client(SERVER.url, token="tok-b", owner="owner-b")
 
+    def test_reprs_show_no_secret(self) -> None:
+        # Issue 29, item 13: a __repr__ on Lease and Client, without the bearer
+        # token or the grant's holder proof.
+        lease = self.a.try_acquire(uniq("repr"), ttl=30)
+        self.assertTrue(lease.info.secret)
+        for r in (repr(lease), repr(lease.info), repr(self.a)):
+            self.assertNotIn(lease.info.secret, r)
+            self.assertNotIn("tok-a", r)
+        self.assertIn(f"token={lease.token}", repr(lease))
+        self.assertIn("held", repr(lease))
+        self.assertIn("owner-a", repr(self.a))
+        lease.release()
+        self.assertIn("released", repr(lease))
+
     def test_only_the_acquirer_renews_and_releases(self) -> None:
         name = uniq("proof")
         lease = self.a.try_acquire(name, ttl=60)

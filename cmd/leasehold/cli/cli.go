@@ -11,6 +11,10 @@
 //   - sfn: write a Step Functions state machine that runs a task under a lock
 //   - demo: workers taking turns on one lease
 //   - version: print the version
+//   - completion: print a shell completion script (bash, zsh, fish)
+//
+// ManPages makes a manual page per command from the same help texts
+// (docs/man, go generate).
 //
 // The command is a thin layer over package leasehold: stores are opened by
 // URL with package stores, and every failure is mapped to one of the exit
@@ -28,6 +32,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/stores"
 )
 
@@ -42,6 +47,9 @@ var Version = "dev"
 const (
 	// ExitOK means success.
 	ExitOK = 0
+	// ExitDeclined means the user answered no to a question (the
+	// confirmation of force-release): nothing changed.
+	ExitDeclined = 1
 	// ExitUsage (EX_USAGE) means bad flags or arguments, including an
 	// invalid lease name, owner, TTL, grace or store URL. Nothing was
 	// written to the store.
@@ -55,6 +63,11 @@ const (
 	// ExitLost (EX_PROTOCOL) means the lease was lost, or could not be
 	// renewed in time, while the child ran; the child was terminated.
 	ExitLost = 76
+	// ExitMismatch (EX_CONFIG) means NAME is in use otherwise than asked:
+	// a semaphore with another permit count (--permits), or a semaphore
+	// asked for as a plain lease or the other way round. Nothing is held
+	// (a permit or lease taken before the check was released).
+	ExitMismatch = 78
 	// ExitCannotExec means the command was found but could not be started.
 	ExitCannotExec = 126
 	// ExitNotFound means the command was not found.
@@ -84,6 +97,9 @@ func classify(err error, format string, args ...any) error {
 	if msg != "" {
 		msg += ": "
 	}
+	if errors.Is(err, leasehold.ErrMismatch) {
+		return exitf(ExitMismatch, "%s%v", msg, err)
+	}
 	if errors.Is(err, leasehold.ErrInvalid) {
 		return exitf(ExitUsage, "%s%v", msg, err)
 	}
@@ -97,8 +113,16 @@ type env struct {
 	// open opens a store from a URL; stores.Open unless a test says
 	// otherwise.
 	open func(ctx context.Context, url string) (leasehold.Store, error)
+	// openExisting opens a store that must exist already (status,
+	// release): stores.OpenExisting unless a test says otherwise.
+	openExisting func(ctx context.Context, url string) (leasehold.Store, error)
 	// connectTimeout is --connect-timeout (store.go, openStore).
 	connectTimeout connectTimeout
+	// clock is the time of the leases of run, elect and hold and of the
+	// watchdog of run's command (its grace window, its kill time); nil is
+	// the real clock. The keeper of the command's group always enforces
+	// the deadlines passed on to it on the host's clocks.
+	clock clock.Clock
 }
 
 // Main runs the leasehold command with args (without the program name),
@@ -112,14 +136,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if KeeperRequested() {
 		return RunKeeper()
 	}
-	e := &env{stdin: os.Stdin, stdout: stdout, stderr: stderr, open: stores.Open}
+	e := &env{stdin: os.Stdin, stdout: stdout, stderr: stderr, open: stores.Open, openExisting: stores.OpenExisting}
 	return e.main(ctx, args)
 }
 
 func (e *env) main(ctx context.Context, args []string) int {
 	root := newRoot(e)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return ExitOK
 	}
@@ -132,7 +156,12 @@ func (e *env) main(ctx context.Context, args []string) int {
 	if ee.msg != "" {
 		fmt.Fprintf(e.stderr, "leasehold: %s\n", ee.msg)
 		if ee.code == ExitUsage {
-			fmt.Fprintln(e.stderr, "Run 'leasehold --help' for usage.")
+			// The help of the command that refused its arguments.
+			path := root.CommandPath()
+			if cmd != nil {
+				path = cmd.CommandPath()
+			}
+			fmt.Fprintf(e.stderr, "Run '%s --help' for usage.\n", path)
 		}
 	}
 	return ee.code
@@ -197,6 +226,8 @@ or the URL's connect_timeout=5s; Ctrl-C or SIGTERM ends the wait (130/143).`,
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(newRunCmd(e), newElectCmd(e), newStatusCmd(e), newStoreCmd(e), newSfnCmd(e), newDemoCmd(e), newVersionCmd(e), newServeCmd(e),
 		newHoldCmd(e), newReleaseCmd(e), newForceReleaseCmd(e))
+	root.AddCommand(newCompletionCmd(e))
+	setCompletions(root)
 	return root
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/sqlite"
 	"github.com/leasehold/leasehold/stores"
 	"github.com/leasehold/leasehold/testrig/proctest"
@@ -28,12 +29,15 @@ type harness struct {
 	path string // the SQLite file of the default test store
 	url  string
 	open func(ctx context.Context, url string) (leasehold.Store, error)
+	// openExisting is the opener of status and release.
+	openExisting func(ctx context.Context, url string) (leasehold.Store, error)
+	clock        *clock.Fake // withFakeClock; nil: real time
 }
 
 func newHarness(t *testing.T) *harness {
 	proctest.MarkTrees(t)
 	path := filepath.Join(t.TempDir(), "leases.db")
-	return &harness{t: t, path: path, url: "sqlite://" + path, open: stores.Open}
+	return &harness{t: t, path: path, url: "sqlite://" + path, open: stores.Open, openExisting: stores.OpenExisting}
 }
 
 // start runs the command in a goroutine; the stderr buffer can be watched
@@ -41,7 +45,10 @@ func newHarness(t *testing.T) *harness {
 func (h *harness) start(args ...string) (stderr *proctest.Buffer, done <-chan result) {
 	var out, errb proctest.Buffer
 	ch := make(chan result, 1)
-	e := &env{stdout: &out, stderr: &errb, open: h.open}
+	e := &env{stdout: &out, stderr: &errb, open: h.open, openExisting: h.openExisting}
+	if h.clock != nil {
+		e.clock = h.clock
+	}
 	go func() {
 		code := e.main(context.Background(), args)
 		ch <- result{code, out.String(), errb.String()}
@@ -53,6 +60,16 @@ func (h *harness) start(args ...string) (stderr *proctest.Buffer, done <-chan re
 func (h *harness) run(args ...string) result {
 	h.t.Helper()
 	_, done := h.start(args...)
+	return h.await(done, args...)
+}
+
+// await waits up to a generous limit for the command started with args
+// whose result comes on done, and fails the test (with its output so far)
+// if it does not finish: the command runs with a context that never ends,
+// so a bare receive waited as long as the command, for ever for one
+// that never returns.
+func (h *harness) await(done <-chan result, args ...string) result {
+	h.t.Helper()
 	select {
 	case r := <-done:
 		return r
@@ -71,6 +88,13 @@ func (h *harness) store() *sqlite.Store {
 	}
 	h.t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// create makes the test store's file, for the commands that read a store
+// but never create one (status, release).
+func (h *harness) create() {
+	h.t.Helper()
+	h.store()
 }
 
 // hold takes name in the test store for owner and keeps it until the test
@@ -151,6 +175,7 @@ func TestCommandNotFound(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	h := newHarness(t)
+	h.create()
 
 	r := h.run("status", "--store", h.url)
 	if r.code != 0 || strings.TrimSpace(r.stdout) != "no leases" {
@@ -272,5 +297,108 @@ func TestStatusLine(t *testing.T) {
 	}
 	if got := truncate("hello", 0); got != "hello" {
 		t.Errorf("truncate with unknown width = %q", got)
+	}
+}
+
+// TestUsageNamesSubcommandHelp (issue 29, item 6): a usage error ends with
+// the help of the command that refused it, not always the top level's.
+func TestUsageNamesSubcommandHelp(t *testing.T) {
+	h := newHarness(t)
+	for _, c := range []struct {
+		args []string
+		help string
+	}{
+		{[]string{"run", "--bogus", "a", "--", "true"}, "leasehold run"},
+		{[]string{"run", "--store", h.url, "a"}, "leasehold run"},
+		{[]string{"hold", "--ttl", "soon", "a"}, "leasehold hold"},
+		{[]string{"status", "a", "b"}, "leasehold status"},
+		{[]string{"store", "init", "--bogus"}, "leasehold store init"},
+		{[]string{"release", "a"}, "leasehold release"},
+		{[]string{"bogus"}, "leasehold"},
+		{[]string{"--bogus"}, "leasehold"},
+	} {
+		r := h.run(c.args...)
+		want := "Run '" + c.help + " --help' for usage.\n"
+		if r.code != ExitUsage || !strings.HasSuffix(r.stderr, want) {
+			t.Errorf("%q: exit %d, stderr %q; want %d ending %q", c.args, r.code, r.stderr, ExitUsage, want)
+		}
+	}
+}
+
+// TestRunDashName (issue 29, item 6): a NAME that starts with "-" is given
+// between two "--"; it was refused ("missing NAME before --").
+func TestRunDashName(t *testing.T) {
+	h := newHarness(t)
+	r := h.run("run", "--store", h.url, "--", "-dash", "--", "sh", "-c", `echo "$LEASEHOLD_NAME"`)
+	if r.code != 0 || r.stdout != "-dash\n" {
+		t.Fatalf("run -- -dash -- CMD: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	for _, bad := range [][]string{
+		{"--", "-dash", "--"},
+		{"--", "-a", "-b", "--", "true"},
+		{"--", "--", "true"},
+		{"--", "true"},
+	} {
+		if r := h.run(append([]string{"run", "--store", h.url}, bad...)...); r.code != ExitUsage {
+			t.Errorf("run %q: exit %d, want %d; stderr %q", bad, r.code, ExitUsage, r.stderr)
+		}
+	}
+	if r := h.run("release", "--store", h.url, "--owner", "o", "--token", "1", "--", "-dash"); r.code != ExitLost || !strings.Contains(r.stderr, "-dash is not held") {
+		t.Errorf("release -- -dash: exit %d, stderr %q", r.code, r.stderr)
+	}
+	recs, err := h.store().List(t.Context(), "")
+	if err != nil || len(recs) != 0 {
+		t.Errorf("after the runs: %v, %+v; want no leases", err, recs)
+	}
+}
+
+// TestReadOnlyCommandsCreateNoStore (issue 29, item 4): status, release and
+// force-release on a SQLite store that does not exist create nothing (no
+// directory, no file): named by --store or $LEASEHOLD_STORE it is a usage
+// error that names the file (status printed "no leases" and created
+// both); the default file, before any run or hold made it, is an empty
+// store.
+func TestReadOnlyCommandsCreateNoStore(t *testing.T) {
+	h := newHarness(t)
+	dir := t.TempDir()
+	typo := filepath.Join(dir, "typo", "leses.db")
+	t.Setenv("XDG_DATA_HOME", filepath.Join(dir, "xdg"))
+	t.Setenv(stores.EnvStore, "")
+	for _, args := range [][]string{
+		{"status", "--store", "sqlite://" + typo},
+		{"status", "--json", "--store", "sqlite://" + typo},
+		{"release", "--owner", "o", "--token", "1", "--store", "sqlite://" + typo, "a"},
+		{"force-release", "--yes", "--store", "sqlite://" + typo, "a"},
+	} {
+		r := h.run(args...)
+		if r.code != ExitUsage || !strings.Contains(r.stderr, "no SQLite store at "+typo+": the file does not exist (nothing was created)") {
+			t.Errorf("%q: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+	t.Setenv(stores.EnvStore, "sqlite://"+typo)
+	if r := h.run("status"); r.code != ExitUsage || !strings.Contains(r.stderr, "$LEASEHOLD_STORE=sqlite://"+typo) {
+		t.Errorf("status with $LEASEHOLD_STORE naming a missing file: exit %d, stderr %q", r.code, r.stderr)
+	}
+	t.Setenv(stores.EnvStore, "")
+	if r := h.run("status"); r.code != 0 || r.stdout != "no leases\n" {
+		t.Errorf("status on the default store, not made yet: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := h.run("status", "--json"); r.code != 0 || r.stdout != "[]\n" {
+		t.Errorf("status --json on the default store, not made yet: exit %d, stdout %q", r.code, r.stdout)
+	}
+	if r := h.run("release", "--owner", "o", "--token", "1", "a"); r.code != ExitLost {
+		t.Errorf("release on the default store, not made yet: exit %d, stderr %q", r.code, r.stderr)
+	}
+	for _, p := range []string{filepath.Join(dir, "typo"), filepath.Join(dir, "xdg")} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s was created: %v", p, err)
+		}
+	}
+	// run creates the default store; status then reads it.
+	if r := h.run("run", "a", "--", "true"); r.code != 0 {
+		t.Fatalf("run on the default store: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := h.run("status"); r.code != 0 || r.stdout != "no leases\n" {
+		t.Errorf("status after run: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 }

@@ -14,7 +14,9 @@ dies, a standby takes over once its lease expires (within --ttl).
 
 CMD gets LEASEHOLD_NAME, LEASEHOLD_OWNER, LEASEHOLD_TOKEN and LEASEHOLD_TERM
 (the term: the leader's fencing token, strictly increasing per election),
-and through a lease server LEASEHOLD_SECRET (see "leasehold run --help").
+through a lease server LEASEHOLD_SECRET, and LEASEHOLD_CONTROL, the
+socket through which "leasehold release" in CMD resigns early (see
+"leasehold run --help").
 Pass the term to what the leader writes, so that a deposed leader's late
 writes can be rejected.
 

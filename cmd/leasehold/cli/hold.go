@@ -16,7 +16,11 @@ import (
 )
 
 const holdLong = `Hold takes the lease NAME and keeps it (renewing it every TTL/3) until
-leasehold gets SIGINT (Ctrl-C) or SIGTERM, then releases it and exits 0.
+leasehold gets SIGINT (Ctrl-C), SIGTERM or SIGHUP, then releases it and
+exits 0: closing the terminal or the ssh session that runs hold (SIGHUP)
+frees the lease at once rather than leaving it held for its TTL. A signal
+ignored when hold starts stays ignored: under nohup, hold keeps the lease
+when the terminal closes.
 It is "leasehold run" without a command, for a shell: hold a lease in one
 terminal while you work in another, or hold it from a script that
 releases it later with "leasehold release".
@@ -34,15 +38,19 @@ proof, which "leasehold release --secret" needs to release it from
 another process. Keep it private.
 
 Waiting works as for "run": by default hold waits as long as it takes,
--w/--wait bounds the wait, -n/--no-wait makes one attempt.
+-w/--wait SECONDS bounds the wait (1.5, or a duration such as 90s),
+-n/--no-wait or -w 0 makes one attempt, quietly unless --verbose.
 
 Exit codes:
-  0        released after SIGINT or SIGTERM
+  0        released after SIGINT, SIGTERM or SIGHUP
   64       usage error (nothing is written to the store)
   70       store or internal error
-  75       lease not acquired: --no-wait found it held, or --wait timed out
+  75       lease not acquired: --no-wait (or --wait 0) found it held, or
+           --wait timed out
            (-E/--conflict-exit-code sets another code)
   76       lease lost: a renewal was refused or not confirmed in time
+  78       NAME is in use otherwise: a semaphore with another --permits
+           count, or a semaphore and a plain lease (nothing is held)
   128+N    a signal N ended the wait for the lease`
 
 const holdExample = `  # Hold deploy/prod until Ctrl-C.
@@ -93,13 +101,25 @@ func newHoldCmd(e *env) *cobra.Command {
 	return cmd
 }
 
-// hold acquires the lease, reports it and keeps it until SIGINT or SIGTERM
-// (released, nil) or until it is lost (exit 76).
+// releasedBy says which signal releases a hold: Ctrl-C (SIGINT), unless
+// SIGINT is ignored, as for a background job of a script.
+func releasedBy() string {
+	switch {
+	case !signal.Ignored(os.Interrupt):
+		return "Ctrl-C releases it"
+	case !signal.Ignored(syscall.SIGTERM):
+		return "SIGTERM releases it (kill PID; SIGINT is ignored here, as in a script's background job)"
+	}
+	return "SIGINT and SIGTERM are ignored here: leasehold release frees it"
+}
+
+// hold acquires the lease, reports it and keeps it until SIGINT, SIGTERM
+// or SIGHUP (released, nil) or until it is lost (exit 76).
 func (o *runOptions) hold(ctx context.Context, e *env, asJSON bool) error {
 	// A signal ignored when hold started (SIGINT for a background job of
-	// a script) stays ignored.
-	sigs := make(chan os.Signal, 2)
-	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGTERM} {
+	// a script, SIGHUP under nohup) stays ignored.
+	sigs := make(chan os.Signal, 3)
+	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP} {
 		if !signal.Ignored(sig) {
 			signal.Notify(sigs, sig)
 		}
@@ -124,38 +144,29 @@ func (o *runOptions) hold(ctx context.Context, e *env, asJSON bool) error {
 		})
 		fmt.Fprintf(e.stdout, "%s\n", b)
 	} else {
-		what := o.name
+		what := visible(o.name)
 		if lease.Name() != o.name {
-			what = fmt.Sprintf("%s (permit %s)", o.name, lease.Name())
+			what = fmt.Sprintf("%s (permit %s)", visible(o.name), visible(lease.Name()))
 		}
-		fmt.Fprintf(e.stdout, "holding %s as %s, token %d; deadline %s, renewed every %s; Ctrl-C releases it\n",
-			what, lease.Owner(), lease.Token(), deadline.Local().Format("15:04:05.000"), shortDuration(lease.TTL()/3))
+		fmt.Fprintf(e.stdout, "holding %s as %s, token %d; deadline %s, renewed every %s; %s\n",
+			what, visible(lease.Owner()), lease.Token(), deadline.Local().Format("15:04:05.000"), shortDuration(lease.TTL()/3), releasedBy())
 	}
 
 	select {
 	case sig := <-sigs:
 		if err := releaseLease(lease); err != nil {
 			if errors.Is(err, leasehold.ErrLost) {
-				return exitf(ExitLost, "hold: %s lost before the release: %v", o.name, err)
+				return exitf(ExitLost, "hold: %s lost before the release: %v", visible(o.name), err)
 			}
 			return exitf(ExitInternal, "hold: %v", err)
 		}
-		fmt.Fprintf(e.stderr, "leasehold: %s: released %s (token %d)\n", sig, lease.Name(), lease.Token())
+		fmt.Fprintf(e.stderr, "leasehold: %s: released %s (token %d)\n", sig, visible(lease.Name()), lease.Token())
 		return nil
 	case <-lease.Done():
 		releaseLost(lease)
-		return exitf(ExitLost, "hold: lost %s (token %d): %v", lease.Name(), lease.Token(), lease.Err())
+		return exitf(ExitLost, "hold: lost %s (token %d): %v", visible(lease.Name()), lease.Token(), lease.Err())
 	case <-ctx.Done():
 		_ = releaseLease(lease)
 		return exitf(ExitInternal, "hold: cancelled")
 	}
-}
-
-// shortDuration rounds d for display like roundDuration, but to the
-// millisecond under a second (short TTLs).
-func shortDuration(d time.Duration) time.Duration {
-	if d < time.Second {
-		return d.Round(time.Millisecond)
-	}
-	return roundDuration(d)
 }

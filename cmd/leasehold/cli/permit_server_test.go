@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/server"
+	"github.com/leasehold/leasehold/stores"
 	"github.com/leasehold/leasehold/testrig/servertest"
 )
 
@@ -52,4 +53,26 @@ func TestRunPermitsWaitsOnServer(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("run did not finish within 60 s of the release")
 	}
+}
+
+// TestPermitMismatchServer is TestPermitMismatch through the lease server,
+// where "run --permits" waits in the server's queue of the semaphore.
+func TestPermitMismatchServer(t *testing.T) {
+	eng, err := server.OpenEngine(server.EngineConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(server.NewHandler(eng, server.HandlerOptions{}))
+	defer ts.Close()
+	defer eng.Close()
+	s, err := stores.Open(t.Context(), ts.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c, err := leasehold.New(s, leasehold.WithOwner("A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	permitMismatch(t, newHarness(t), ts.URL, c)
 }

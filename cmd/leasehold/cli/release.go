@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/remote"
 	"github.com/leasehold/leasehold/storekit"
 )
 
@@ -22,7 +23,11 @@ never free a later holder's grant.
 
 The owner and token come from --owner and --token, else from
 $LEASEHOLD_OWNER and $LEASEHOLD_TOKEN, which "run" and "elect" set for
-their command (so a command can release its own lease early). Through a
+their command (so a command can release its own lease early). A command
+that releases its own lease so asks the "run" (or "elect") that started it
+to release it: run then stops supervising (no SIGTERM, no kill at the
+lease's deadline), the command goes on without the lease, and run exits
+with the command's status. Through a
 lease server the grant's secret is needed too (its proof of holding the
 lease, which the server gives only to the acquirer): --secret, else
 $LEASEHOLD_SECRET, which "run" and "elect" also set ("hold --json"
@@ -38,12 +43,16 @@ that grant (the lease server: at least 10 minutes).
 The holder, if it is a "hold" or "run", learns of the release at its next
 renewal and exits 76 (for "run", after stopping its command).
 
+Release (and force-release) never creates a store: a SQLite file named by
+--store or $LEASEHOLD_STORE that does not exist is a usage error.
+
 Exit codes:
   0   released
   64  usage error: bad name, owner or token, or none given (nothing changed)
   70  store or internal error
   76  not held by that owner and token: never granted to it, expired and
-      taken over, or released by someone else (nothing changed)`
+      taken over, or released by someone else; or, through a lease
+      server, the secret is missing or does not match (nothing changed)`
 
 const forceReleaseLong = `Force-release frees the lease NAME whoever holds it: an operator's tool
 for a holder that is stuck. The holder is not told; it learns at its next
@@ -63,11 +72,20 @@ released and it says so.
 
 Exit codes:
   0   released
-  64  usage error, no terminal to confirm on and no --yes, or the answer
-      was not y (nothing changed)
+  1   the answer was not y (nothing changed)
+  64  usage error, or no terminal to confirm on and no --yes (nothing
+      changed)
   70  store or internal error
   76  not held (nothing to release), or the holder changed before the
       release (nothing changed)`
+
+// secretSource says where release's secret came from, for a message.
+func secretSource(cmd *cobra.Command) string {
+	if cmd.Flags().Changed("secret") {
+		return "--secret"
+	}
+	return "$" + envSecret
+}
 
 // forceReleaser is implemented by the stores that talk to the lease server.
 type forceReleaser interface {
@@ -80,8 +98,8 @@ func newReleaseCmd(e *env) *cobra.Command {
 		Use:   "release [flags] NAME",
 		Short: "Release a lease held by an owner with a token",
 		Long:  releaseLong,
-		Example: `  # In a command started by "leasehold run": release early.
-  leasehold release "$LEASEHOLD_NAME"
+		Example: `  # In a command started by "leasehold run": release early, go on unlocked.
+  leasehold run deploy/prod -- sh -c 'migrate-db; leasehold release "$LEASEHOLD_NAME"; warm-caches'
 
   leasehold release deploy/prod --owner web1/deploy --token 7`,
 		Args: cobra.ExactArgs(1),
@@ -109,7 +127,21 @@ func newReleaseCmd(e *env) *cobra.Command {
 			if err := storekit.ValidateHolder(name, owner, tok); err != nil {
 				return usagef("release: %v", err)
 			}
-			s, err := e.openStore(cmd.Context(), store)
+			// The command's own grant: the run that started it releases
+			// it and stops supervising (control.go).
+			if path, ok := ownGrant(name, owner, tok); ok {
+				handled, err := askRun(path, name, owner, tok)
+				switch {
+				case handled && errors.Is(err, leasehold.ErrNotHeld):
+					return exitf(ExitLost, "release: %s (token %d): %v", visible(name), tok, err)
+				case handled && err != nil:
+					return exitf(ExitInternal, "release %s: %v", visible(name), err)
+				case handled:
+					fmt.Fprintf(e.stderr, "leasehold: released %s (owner %s, token %d); this command goes on without it\n", visible(name), visible(owner), tok)
+					return nil
+				}
+			}
+			s, err := e.openExistingStore(cmd.Context(), store)
 			if err != nil {
 				return err
 			}
@@ -120,12 +152,16 @@ func newReleaseCmd(e *env) *cobra.Command {
 			useSecret(s, name, owner, tok, secret)
 			err = s.Release(cmd.Context(), name, owner, tok)
 			switch {
+			case errors.Is(err, remote.ErrBadProof) && secret == "":
+				return exitf(ExitLost, "release: the lease server refused: no secret (holder proof) was given for %s (owner %s, token %d); give the grant's secret with --secret or $%s (\"hold --json\" prints it); nothing changed", visible(name), visible(owner), tok, envSecret)
+			case errors.Is(err, remote.ErrBadProof):
+				return exitf(ExitLost, "release: the lease server refused: the secret given (holder proof, from %s) does not match the grant of %s to %s with token %d; nothing changed", secretSource(cmd), visible(name), visible(owner), tok)
 			case errors.Is(err, leasehold.ErrNotHeld):
-				return exitf(ExitLost, "release: %s is not held by %s with token %d (it expired and was taken over, was released, or never was theirs); nothing changed", name, owner, tok)
+				return exitf(ExitLost, "release: %s is not held by %s with token %d (it expired and was taken over, was released, or never was theirs); nothing changed", visible(name), visible(owner), tok)
 			case err != nil:
-				return classify(err, "release %s", name)
+				return classify(err, "release %s", visible(name))
 			}
-			fmt.Fprintf(e.stderr, "leasehold: released %s (owner %s, token %d)\n", name, owner, tok)
+			fmt.Fprintf(e.stderr, "leasehold: released %s (owner %s, token %d)\n", visible(name), visible(owner), tok)
 			return nil
 		}),
 	}
@@ -154,10 +190,10 @@ func newForceReleaseCmd(e *env) *cobra.Command {
 			}
 			in, interactive := e.terminalIn()
 			if !yes && !interactive {
-				return usagef("force-release: no terminal to confirm on; give --yes to release %s without asking", name)
+				return usagef("force-release: no terminal to confirm on; give --yes to release %s without asking", visible(name))
 			}
 			ctx := cmd.Context()
-			s, err := e.openStore(ctx, store)
+			s, err := e.openExistingStore(ctx, store)
 			if err != nil {
 				return err
 			}
@@ -165,36 +201,36 @@ func newForceReleaseCmd(e *env) *cobra.Command {
 			rec, err := s.Get(ctx, name)
 			switch {
 			case errors.Is(err, leasehold.ErrNotFound):
-				return exitf(ExitLost, "force-release: %s is not held; nothing to release", name)
+				return exitf(ExitLost, "force-release: %s is not held; nothing to release", visible(name))
 			case err != nil:
-				return classify(err, "force-release %s", name)
+				return classify(err, "force-release %s", visible(name))
 			}
 			if !yes {
 				fmt.Fprintf(e.stderr, "Force-release %s, held by %s (token %d, expires in %s)? [y/N] ",
-					name, rec.Owner, rec.Token, roundDuration(rec.Remaining))
+					visible(name), visible(rec.Owner), rec.Token, roundDuration(rec.Remaining))
 				line, _ := bufio.NewReader(in).ReadString('\n')
 				if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
-					return usagef("force-release: not confirmed; nothing changed")
+					return exitf(ExitDeclined, "force-release: not confirmed; nothing changed")
 				}
 			}
 			if fr, ok := s.(forceReleaser); ok {
 				rec, err = fr.ForceRelease(ctx, name)
 				switch {
 				case errors.Is(err, leasehold.ErrNotFound):
-					return exitf(ExitLost, "force-release: %s is not held any more; nothing to release", name)
+					return exitf(ExitLost, "force-release: %s is not held any more; nothing to release", visible(name))
 				case err != nil:
-					return classify(err, "force-release %s", name)
+					return classify(err, "force-release %s", visible(name))
 				}
 			} else {
 				err = s.Release(ctx, name, rec.Owner, rec.Token)
 				switch {
 				case errors.Is(err, leasehold.ErrNotHeld):
-					return exitf(ExitLost, "force-release: %s changed hands (or expired) after it was read as held by %s with token %d; nothing changed", name, rec.Owner, rec.Token)
+					return exitf(ExitLost, "force-release: %s changed hands (or expired) after it was read as held by %s with token %d; nothing changed", visible(name), visible(rec.Owner), rec.Token)
 				case err != nil:
-					return classify(err, "force-release %s", name)
+					return classify(err, "force-release %s", visible(name))
 				}
 			}
-			fmt.Fprintf(e.stderr, "leasehold: force-released %s (was held by %s, token %d)\n", name, rec.Owner, rec.Token)
+			fmt.Fprintf(e.stderr, "leasehold: force-released %s (was held by %s, token %d)\n", visible(name), visible(rec.Owner), rec.Token)
 			return nil
 		}),
 	}

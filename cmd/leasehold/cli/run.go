@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,8 +28,9 @@ type runOptions struct {
 	onLost  string // elect: "exit" or "restart"
 	store   string
 	ttl     time.Duration
-	wait    time.Duration
+	wait    time.Duration // with --wait given as 0, noWait is set instead
 	noWait  bool
+	verbose bool // --verbose: say why when --no-wait found the lease held
 	// notAcquired is the exit code when the lease was not acquired
 	// (--conflict-exit-code; ExitNotAcquired by default).
 	notAcquired int
@@ -47,13 +52,25 @@ semaphore: at most N commands run at once); each permit is a lease of its
 own, named NAME/permit/I, passed to CMD in LEASEHOLD_PERMIT. With the
 lease server (--store http://, leasehold://) it waits in the server's queue
 of the semaphore, in arrival order, and the server counts it as a waiter.
+N is recorded with each permit (the first line of its data): run with
+another N while permits are held is refused (exit 78), and so are a
+semaphore and a plain lease of the same NAME; to change N, wait until no
+permit is held. A NAME of more than 247 bytes leaves no room for the
+permit suffix: it can only be a plain lease.
 
-By default run waits for the lease as long as it takes; -w/--wait bounds
-the wait and -n/--no-wait makes one attempt (as flock's -w and -n); when
-the lease was not acquired run exits 75, or the code -E/--conflict-exit-code
-gives (-E 0: skip quietly). While waiting it shows who holds the lease, since
-when and when it expires (with --permits: every holder of the N permits), on
-a status line updated in place when stderr is a terminal, else on one line.
+By default run waits for the lease as long as it takes. The flags mean
+what flock(1)'s do: -w/--wait SECONDS bounds the wait (2, 1.5; Go
+durations such as 90s or 10m work too), -w 0 and -n/--no-wait make one
+attempt, and when the lease was not acquired run exits 75, or the code
+-E/--conflict-exit-code gives (-E 0: skip). -n (and -w 0) is quiet: it
+writes nothing to stderr when the lease is held, so that a cron job that
+skips mails nothing; --verbose says who holds it. While waiting it shows
+who holds the lease, since when and when it expires (with --permits: every
+holder of the N permits), on a status line updated in place when stderr
+is a terminal, else on one line, and a wait that runs out says so. Unlike
+flock, the default exit code when not acquired is 75, not 1. The first
+attempt (with -n, the only one) gives up after --connect-timeout (or the
+URL's connect_timeout=) without an answer from the store: exit 70.
 
 CMD runs with stdin, stdout and stderr inherited and these variables added:
 
@@ -67,6 +84,17 @@ CMD runs with stdin, stdout and stderr inherited and these variables added:
   LEASEHOLD_SECRET  through a lease server: the grant's secret, the proof
                     of holding it that "leasehold release" needs there
                     (set only when the server gives one; keep it private)
+  LEASEHOLD_CONTROL the path of run's control socket (in a directory only
+                    its user can enter): "leasehold release" in CMD
+                    releases CMD's own lease through it, and run then
+                    stops supervising and exits with CMD's status
+
+A command that clears its environment before calling "leasehold release"
+(env -i, env -u LEASEHOLD_CONTROL, sudo, ssh to another host) and gives
+--owner and --token itself releases in the store behind run's back: run
+finds the lease lost at its next renewal, stops CMD and exits 76. To
+release early and go on, keep the LEASEHOLD_ variables, LEASEHOLD_CONTROL
+among them, for the release (on the same host).
 
 With --permits, LEASEHOLD_TOKEN is the token of that permit's lease: each
 permit counts its own grants, so the first holders of two permits both get
@@ -101,6 +129,11 @@ lease:
     in time. --ttl must be at least 500ms.
   - A force-release (leasehold force-release) frees the lease for others at
     once: the command runs on until the next renewal is refused.
+  - CMD may release the lease early with "leasehold release
+    $LEASEHOLD_NAME": run releases it and stops supervising (no SIGTERM,
+    no kill at the deadline), CMD goes on without the lease, and run exits
+    with CMD's status when it ends (its leftover processes are still
+    stopped then).
 
 Renewals are sent every TTL/3 and the local deadline is TTL*0.99 - 5ms after
 the last one was sent, so GRACE must be below the renewal window
@@ -110,7 +143,7 @@ renewal round trip.
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to leasehold are
 forwarded to the group (one that was ignored when leasehold started, as
 under nohup, stays ignored for CMD too). A signal received while waiting
-for the lease ends the wait (exit 128+N).
+for the lease ends the attempt or the wait (exit 128+N).
 
 In a terminal, CMD's group gets the foreground while it runs: it reads the
 terminal, Ctrl-C reaches it once, and Ctrl-Z stops it and leasehold with it
@@ -127,10 +160,12 @@ Exit codes:
   64       usage error: bad flags or arguments, invalid name, owner,
            TTL, grace or store URL (nothing is written to the store)
   70       store or internal error (also: the keeper could not be started)
-  75       lease not acquired: --no-wait found it held, or --wait timed out
-           (-E/--conflict-exit-code sets another code)
+  75       lease not acquired: --no-wait (or --wait 0) found it held, or
+           --wait timed out (-E/--conflict-exit-code sets another code)
   76       lease lost (or not renewed in time) while CMD ran; CMD's group
            was stopped
+  78       NAME is in use otherwise: a semaphore with another --permits
+           count, or a semaphore and a plain lease (nothing is held)
   126, 127 CMD could not be started, or was not found
   128+N    a signal N ended the wait for the lease`
 
@@ -142,7 +177,10 @@ const runExample = `  # Run the nightly backup unless another host is already ru
   leasehold run --wait 10m --ttl 30s deploy/prod -- make deploy
 
   # Use the fencing token in the child.
-  leasehold run jobs/report -- sh -c 'generate-report --fence "$LEASEHOLD_TOKEN"'`
+  leasehold run jobs/report -- sh -c 'generate-report --fence "$LEASEHOLD_TOKEN"'
+
+  # A NAME that starts with "-" goes between two --.
+  leasehold run -- -nightly -- backup.sh`
 
 func newRunCmd(e *env) *cobra.Command {
 	o := &runOptions{verb: "run", notAcquired: ExitNotAcquired}
@@ -177,8 +215,18 @@ func (o *runOptions) parse(cmd *cobra.Command, args []string) error {
 		return usagef("%s: missing NAME and -- CMD", o.verb)
 	case dash < 0:
 		return usagef("%s: missing -- before the command (leasehold %s NAME -- CMD [ARGS...])", o.verb, o.verb)
+	case dash == 0 && slices.Index(args, "--") == 1:
+		// leasehold run [flags] -- NAME -- CMD: a NAME that starts
+		// with "-" goes after a first "--".
+		args = slices.Delete(slices.Clone(args), 1, 2)
+		dash = 1
+		if len(args) == dash {
+			return usagef("%s: missing command after --", o.verb)
+		}
+	case dash == 0 && slices.Contains(args, "--"):
+		return usagef("%s: expected one NAME between the two --, got %d arguments", o.verb, slices.Index(args, "--"))
 	case dash == 0:
-		return usagef("%s: missing NAME before --", o.verb)
+		return usagef("%s: missing NAME before -- (a NAME that starts with - goes between two --: leasehold %s -- -NAME -- CMD)", o.verb, o.verb)
 	case dash > 1:
 		return usagef("%s: expected one NAME before --, got %d arguments", o.verb, dash)
 	case len(args) == dash:
@@ -211,6 +259,9 @@ func (o *runOptions) check(cmd *cobra.Command) error {
 	if o.noWait && cmd.Flags().Changed("wait") {
 		return usagef("%s: --wait and --no-wait exclude each other", o.verb)
 	}
+	if o.wait == 0 && cmd.Flags().Changed("wait") {
+		o.noWait = true // flock's -w 0: fail at once when held
+	}
 	if o.notAcquired < 0 || o.notAcquired > 255 {
 		return usagef("%s: --conflict-exit-code %d must be in [0, 255]", o.verb, o.notAcquired)
 	}
@@ -223,7 +274,7 @@ func (o *runOptions) check(cmd *cobra.Command) error {
 		o.grace = defaultGrace(o.ttl)
 	}
 	if w := leasehold.RenewalWindow(o.ttl); o.grace <= 0 || o.grace >= w {
-		return usagef("%s: --grace %s must be more than 0 and less than the renewal window TTL*0.99 - 5ms - TTL/3 (%s)", o.verb, o.grace, w)
+		return usagef("%s: --grace %s must be more than 0 and less than the renewal window TTL*0.99 - 5ms - TTL/3 (%s)", o.verb, o.grace, shortDuration(w))
 	}
 	if cmd.Flags().Changed("permits") && (o.permits < 1 || o.permits > leasehold.MaxPermits) {
 		return usagef("%s: --permits %d must be in [1, %d]", o.verb, o.permits, leasehold.MaxPermits)
@@ -238,9 +289,60 @@ func (o *runOptions) check(cmd *cobra.Command) error {
 // what to exit with when it was not acquired (run and hold).
 func (o *runOptions) waitFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.DurationVarP(&o.wait, "wait", "w", 0, "longest time to wait for the lease (0: wait forever)")
-	f.BoolVarP(&o.noWait, "no-wait", "n", false, "try once; exit at once (75, or -E's code) if the lease is held")
+	f.VarP((*waitValue)(&o.wait), "wait", "w", "longest time to wait for the lease: seconds as flock takes them (2, 1.5) or a duration (90s, 10m); 0 does not wait, as --no-wait (default: wait as long as it takes)")
+	f.BoolVarP(&o.noWait, "no-wait", "n", false, "try once; exit at once (75, or -E's code), quietly, if the lease is held")
 	f.IntVarP(&o.notAcquired, "conflict-exit-code", "E", ExitNotAcquired, "exit code when the lease was not acquired (--no-wait found it held, --wait timed out)")
+	f.BoolVar(&o.verbose, "verbose", false, "with --no-wait (or --wait 0): say who holds the lease when it was not acquired")
+}
+
+// waitValue is -w/--wait: a number of seconds as flock(1) takes them ("2",
+// "1.5", "0") or a Go duration ("2s", "500ms", "10m").
+type waitValue time.Duration
+
+// String is empty for the default (no --wait: wait as long as it takes),
+// so that help shows no misleading "(default 0s)".
+func (w *waitValue) String() string {
+	if *w == 0 {
+		return ""
+	}
+	return time.Duration(*w).String()
+}
+
+func (w *waitValue) Type() string { return "seconds" }
+
+func (w *waitValue) Set(s string) error {
+	d, err := parseWait(s)
+	if err != nil {
+		return err
+	}
+	*w = waitValue(d)
+	return nil
+}
+
+// maxWaitSeconds is the longest plain number of seconds --wait takes (a
+// time.Duration holds about 292 years).
+const maxWaitSeconds = 9e9
+
+// parseWait reads --wait: plain decimal seconds ("2", "1.5", ".5", "0"),
+// else a Go duration. Negative values are read here and refused by check.
+func parseWait(s string) (time.Duration, error) {
+	num := strings.TrimPrefix(s, "-")
+	if num != "" && strings.Trim(num, "0123456789.") == "" && strings.Count(num, ".") <= 1 && num != "." {
+		secs, err := strconv.ParseFloat(num, 64)
+		if err != nil || secs > maxWaitSeconds {
+			return 0, fmt.Errorf("%q is not a number of seconds up to %.0f", s, float64(maxWaitSeconds))
+		}
+		d := time.Duration(math.Round(secs * float64(time.Second)))
+		if num != s {
+			d = -d
+		}
+		return d, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is neither seconds (2, 1.5) nor a duration (90s, 10m)", s)
+	}
+	return d, nil
 }
 
 // defaultGrace is --grace when it is not given: TTL/3 where that is inside
@@ -271,6 +373,9 @@ func (o *runOptions) open(ctx context.Context, e *env, verb string) (leasehold.S
 	var opts []leasehold.Option
 	if o.owner != "" {
 		opts = append(opts, leasehold.WithOwner(o.owner))
+	}
+	if e.clock != nil {
+		opts = append(opts, leasehold.WithClock(e.clock))
 	}
 	client, err := leasehold.New(store, opts...)
 	if err != nil {
@@ -303,7 +408,7 @@ func (o *runOptions) run(ctx context.Context, e *env) error {
 			return err
 		}
 		if o.elect {
-			fmt.Fprintf(e.stderr, "leasehold: leader of %s in term %d\n", o.name, lease.Token())
+			fmt.Fprintf(e.stderr, "leasehold: leader of %s in term %d\n", visible(o.name), lease.Token())
 		}
 		o.secret = grantSecret(store, lease)
 		err = o.supervise(ctx, e, lease, sigs)
@@ -337,85 +442,199 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 		}
 		try, wait, holders = sem.TryAcquire, sem.Acquire, sem.Holders
 	}
+	// A signal ends the attempt and the wait (actx's cause is then a
+	// *signalError). The goroutine stops before the lease is returned, so
+	// that supervise gets the signals that come after.
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopSigs, sigsDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sigsDone)
+		select {
+		case sig := <-sigs:
+			cancel(&signalError{sig})
+		case <-stopSigs:
+		}
+	}()
+	stopped := false
+	// interrupted stops watching for signals and returns the one that
+	// ended the attempt or the wait, if any.
+	interrupted := func() os.Signal {
+		if !stopped {
+			stopped = true
+			close(stopSigs)
+			<-sigsDone
+		}
+		var se *signalError
+		if errors.As(context.Cause(actx), &se) {
+			return se.sig
+		}
+		return nil
+	}
+	defer interrupted()
+	// byInterrupt ends the command for a signal received while taking the
+	// lease; a lease granted at that moment is released.
+	byInterrupt := func(sig os.Signal, l *leasehold.Lease, err error) error {
+		if l != nil && err == nil {
+			if rerr := releaseLease(l); rerr != nil {
+				fmt.Fprintf(e.stderr, "leasehold: %v\n", rerr)
+			}
+		}
+		return exitf(signalExitCode(sig), "%s while waiting for %s", sig, visible(o.name))
+	}
+
 	// One attempt first, also when waiting: Acquire retries every store
 	// error but invalid arguments for as long as it waits, so a store
 	// that fails outright is reported here instead of waited on silently.
-	l, err := try(ctx, aopts...)
+	// The attempt is bounded (attemptTimeout): a store that takes it and
+	// never answers (a PostgreSQL primary waiting for a synchronous
+	// standby that is gone) is reported too.
+	bound, source := e.attemptTimeout(o.store)
+	tctx, tcancel := context.WithTimeoutCause(actx, bound, errAttemptTimeout)
+	l, err := try(tctx, aopts...)
+	timedOut := err != nil && errors.Is(context.Cause(tctx), errAttemptTimeout)
+	tcancel()
 	var held *leasehold.HeldError
+	isHeld := err != nil && errors.As(err, &held)
+	if err == nil || !isHeld || o.noWait {
+		if sig := interrupted(); sig != nil {
+			return nil, byInterrupt(sig, l, err)
+		}
+	} else if errors.As(context.Cause(actx), new(*signalError)) {
+		return nil, byInterrupt(interrupted(), nil, err)
+	}
 	switch {
 	case err == nil:
-		return l, nil
-	case !errors.As(err, &held):
-		return nil, classify(err, "acquire %s", o.name)
+		return o.notSemaphore(ctx, client, l)
+	case timedOut && ctx.Err() == nil:
+		return nil, exitf(ExitInternal, "acquire %s: no answer from the store within %s (raise %s if it is only slow)%s; the lease may have been granted and is given back or expires after its TTL",
+			visible(o.name), bound, source, slowStoreHint(o.store))
+	case !isHeld:
+		return nil, classify(err, "acquire %s", visible(o.name))
+	case o.noWait && !o.verbose:
+		// As flock -n: quiet, so that a skipped cron job mails nothing.
+		return nil, &exitError{code: o.notAcquired}
 	case o.noWait && holders != nil:
 		if recs, herr := holders(ctx); herr == nil {
 			ws := &waitStatus{name: o.name, permits: o.permits}
 			ws.recs = recs
 			ws.keepPermits()
 			if len(ws.recs) > 0 {
-				return nil, exitf(o.notAcquired, "%s: all %d permits are held (%s)", o.name, o.permits, permitHolders(ws.recs))
+				return nil, exitf(o.notAcquired, "%s: all %d permits are held (%s)", visible(o.name), o.permits, permitHolders(ws.recs))
 			}
 		}
 		fallthrough
 	case o.noWait:
-		return nil, exitf(o.notAcquired, "%s is held by %s (token %d, expires in %s)",
-			o.name, held.Owner, held.Token, roundDuration(held.Remaining))
+		return nil, exitf(o.notAcquired, "%s", heldMessage(o.name, held))
 	}
 
-	wctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	wctx := actx
 	if o.wait > 0 {
 		var stop context.CancelFunc
-		wctx, stop = context.WithTimeoutCause(wctx, o.wait, errWaitTimeout)
+		wctx, stop = context.WithTimeoutCause(actx, o.wait, errWaitTimeout)
 		defer stop()
 	}
 	ws := newPermitWaitStatus(e.stderr, o.name, o.permits, holders)
 	defer ws.stop()
 	ws.update(held)
-	aopts = append(aopts, leasehold.OnWait(ws.update))
-
-	// A signal ends the wait. The goroutine hands the signal back so that
-	// it is not lost if the lease was granted at the same moment.
-	stopSigs, caught := make(chan struct{}), make(chan os.Signal, 1)
-	go func() {
-		defer close(caught)
-		select {
-		case sig := <-sigs:
-			caught <- sig
-			cancel(&signalError{sig})
-		case <-stopSigs:
-		}
-	}()
+	aopts = append(aopts, leasehold.OnWait(ws.update), leasehold.OnError(ws.failed))
 
 	l, err = wait(wctx, aopts...)
-	close(stopSigs)
 	ws.stop()
-	if sig, ok := <-caught; ok {
-		if err == nil {
-			if rerr := releaseLease(l); rerr != nil {
-				fmt.Fprintf(e.stderr, "leasehold: %v\n", rerr)
-			}
-		}
-		return nil, exitf(signalExitCode(sig), "%s while waiting for %s", sig, o.name)
+	if sig := interrupted(); sig != nil {
+		return nil, byInterrupt(sig, l, err)
 	}
 	if err == nil {
-		return l, nil
+		return o.notSemaphore(ctx, client, l)
 	}
 	cause := context.Cause(wctx)
 	switch {
 	case ctx.Err() != nil:
-		return nil, exitf(ExitInternal, "%s: cancelled while waiting for %s", o.verb, o.name)
+		return nil, exitf(ExitInternal, "%s: cancelled while waiting for %s", o.verb, visible(o.name))
 	case errors.Is(cause, errWaitTimeout):
-		if held := ws.last(); held != nil {
+		if held := o.lastHolder(client, ws); held != nil && holdback(held, held.Remaining) != "" {
+			return nil, exitf(o.notAcquired, "gave up waiting for %s after %s: %s", visible(o.name), shortDuration(o.wait), holdback(held, held.Remaining))
+		} else if held != nil {
 			return nil, exitf(o.notAcquired, "gave up waiting for %s after %s: held by %s (token %d)",
-				o.name, o.wait, held.Owner, held.Token)
+				visible(o.name), shortDuration(o.wait), visible(held.Owner), held.Token)
 		}
-		return nil, exitf(o.notAcquired, "gave up waiting for %s after %s", o.name, o.wait)
+		return nil, exitf(o.notAcquired, "gave up waiting for %s after %s", visible(o.name), shortDuration(o.wait))
 	}
-	return nil, classify(err, "acquire %s", o.name)
+	return nil, classify(err, "acquire %s", visible(o.name))
 }
 
-var errWaitTimeout = errors.New("--wait timed out")
+// giveUpReadTimeout bounds the read of the holder that a wait that ran
+// out may make (lastHolder): `--wait D` returns at most this long after D,
+// whatever the store does; a read that takes longer is dropped for the
+// last refusal seen.
+const giveUpReadTimeout = 250 * time.Millisecond
+
+// lastHolder is the holder that a wait that ran out names: the last
+// refusal seen when it named a holder (a grant's token); otherwise (a
+// hold-back or a queue, token 0, or nothing seen) the lease's holder now,
+// read from the store within giveUpReadTimeout (waiting in a store's own
+// queue, the client reports only the first attempt's refusal), else that
+// refusal unless its time has passed. Issue 31: a wait behind a real
+// holder named a hold-back that had ended long before. The read is not
+// made behind a holder seen: R17 timed `run --wait 1.5s` against a hung
+// server, and a read after every wait (bounded by 2 s) made it return
+// after 3.5 s.
+func (o *runOptions) lastHolder(client *leasehold.Client, ws *waitStatus) *leasehold.HeldError {
+	held, seen := ws.lastSeen()
+	if held != nil && held.Token != 0 {
+		return held
+	}
+	if o.permits == 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), giveUpReadTimeout)
+		rec, err := client.Store().Get(ctx, o.name)
+		cancel()
+		if err == nil {
+			return &leasehold.HeldError{Name: rec.Name, Owner: rec.Owner, Token: rec.Token, Remaining: rec.Remaining, Acquired: rec.Acquired}
+		}
+	}
+	if held != nil && time.Since(seen) >= held.Remaining {
+		return nil
+	}
+	return held
+}
+
+var (
+	errWaitTimeout    = errors.New("--wait timed out")
+	errAttemptTimeout = errors.New("the attempt timed out")
+)
+
+// notSemaphore checks, once the plain lease l is granted (no --permits),
+// that NAME is not a semaphore with live permits; if it is, l is released
+// and the error is a mismatch (exit 78). Semaphore makes the same check
+// from the other side, also after its grant, so that of a lock and a
+// permit taken at once at least one is refused. A name too long for a
+// permit suffix is not checked.
+func (o *runOptions) notSemaphore(ctx context.Context, client *leasehold.Client, l *leasehold.Lease) (*leasehold.Lease, error) {
+	if o.permits > 0 {
+		return l, nil
+	}
+	// A name too long to carry a permit suffix (NAME/permit/0 is longer
+	// than MaxNameLen) cannot have permits, and its prefix NAME/permit/
+	// may itself be too long to list: nothing to check.
+	if _, err := client.Semaphore(o.name, 1); err != nil {
+		return l, nil
+	}
+	recs, err := client.Store().List(ctx, o.name+"/permit/")
+	if err == nil {
+		for _, r := range recs {
+			if _, ok := leasehold.PermitIndex(o.name, r.Name); ok {
+				err = &leasehold.MismatchError{Name: o.name, Reason: fmt.Sprintf(
+					"a semaphore whose permit %s is held by %s (token %d), so it cannot be a plain lease (a lock) too; use --permits N, or another name", visible(r.Name), visible(r.Owner), r.Token)}
+				break
+			}
+		}
+	}
+	if err == nil {
+		return l, nil
+	}
+	_ = releaseLease(l)
+	return nil, classify(err, "%s", o.verb)
+}
 
 // signalError is the cause of a wait ended by a signal.
 type signalError struct{ sig os.Signal }

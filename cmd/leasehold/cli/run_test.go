@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/clock"
 	"github.com/leasehold/leasehold/stores"
+	"github.com/leasehold/leasehold/testrig/proctest"
 	"github.com/leasehold/leasehold/testrig/servertest"
 )
 
@@ -50,6 +52,62 @@ func (h *harness) withFaults(try, renew func(ctx context.Context) error) {
 	}
 }
 
+// withFakeClock gives the leases and the watchdog of the commands the
+// harness runs a fake clock, which the test moves. The keeper of a
+// command's group still enforces the deadlines passed on to it on the
+// host's clocks: a test keeps the TTL far longer than it runs.
+func (h *harness) withFakeClock() *clock.Fake {
+	h.clock = clock.NewFake(time.Unix(1_000_000, 0))
+	return h.clock
+}
+
+// startReady starts leasehold with args and "--", "sh", "-c", child,
+// "sh", READY and waits for the child to create the file READY (its trap
+// set). Time stands still until then (withFakeClock), however long the
+// command takes to start.
+func (h *harness) startReady(t *testing.T, child string, args ...string) (stderr *proctest.Buffer, done <-chan result) {
+	t.Helper()
+	ready := filepath.Join(t.TempDir(), "ready")
+	stderr, done = h.start(append(args, "--", "sh", "-c", child, "sh", ready)...)
+	servertest.WaitFor(t, "the child to be ready", func() bool {
+		_, err := os.Stat(ready)
+		return err == nil
+	})
+	return stderr, done
+}
+
+// advanceUntil moves clk by first, then by step each second (real time)
+// that want has not appeared on stderr, up to last in all. A move that the
+// watchdog missed (it was between two timers) is made up by the next
+// step. It fails the test if want never appears.
+func advanceUntil(t *testing.T, clk *clock.Fake, stderr *proctest.Buffer, want string, first, step, last time.Duration) {
+	t.Helper()
+	clk.Advance(first)
+	for moved := first; ; moved += step {
+		for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+			if strings.Contains(stderr.String(), want) {
+				return
+			}
+		}
+		if moved+step > last {
+			t.Fatalf("no %q on stderr after moving the clock %s:\n%s", want, moved, stderr.String())
+		}
+		clk.Advance(step)
+	}
+}
+
+// waitResult waits for a command started with start.
+func waitResult(t *testing.T, done <-chan result) result {
+	t.Helper()
+	select {
+	case r := <-done:
+		return r
+	case <-time.After(60 * time.Second):
+		t.Fatal("leasehold did not finish within 60s")
+		return result{}
+	}
+}
+
 func TestRunStoreFailure(t *testing.T) {
 	h := newHarness(t)
 	h.withFaults(func(context.Context) error { return errors.New("disk on fire") }, nil)
@@ -66,11 +124,13 @@ func hang(ctx context.Context) error {
 
 func refuse(context.Context) error { return leasehold.ErrNotHeld }
 
-// The child exits 9 on SIGTERM, after printing "got-term".
-const termChild = `trap 'echo got-term; exit 9' TERM; echo started; while :; do sleep 0.05; done`
+// The child exits 9 on SIGTERM, after printing "got-term"; it creates the
+// file $1 once its trap is set (startReady).
+const termChild = `trap 'echo got-term; exit 9' TERM; echo started; : >"$1"; while :; do sleep 0.05; done`
 
-// The child ignores SIGTERM and must be killed.
-const stubbornChild = `trap '' TERM; echo started; exec sleep 30`
+// The child ignores SIGTERM and must be killed; it creates the file $1
+// once it ignores SIGTERM (startReady).
+const stubbornChild = `trap '' TERM; echo started; : >"$1"; exec sleep 30`
 
 func (h *harness) assertReleased(t *testing.T, name string) {
 	t.Helper()
@@ -113,7 +173,7 @@ func TestRunNoWaitHeld(t *testing.T) {
 	h := newHarness(t)
 	h.hold("t/held", "holder")
 	marker := filepath.Join(t.TempDir(), "ran")
-	r := h.run("run", "--store", h.url, "--no-wait", "t/held", "--", "sh", "-c", "touch "+marker)
+	r := h.run("run", "--store", h.url, "--no-wait", "--verbose", "t/held", "--", "sh", "-c", "touch "+marker)
 	if r.code != ExitNotAcquired {
 		t.Errorf("code %d, want %d; stderr %q", r.code, ExitNotAcquired, r.stderr)
 	}
@@ -149,7 +209,7 @@ func TestRunWaitsForRelease(t *testing.T) {
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	r := <-done
+	r := h.await(done, "run", "t/turn")
 	if r.code != 0 || r.stdout != "token=2\n" {
 		t.Errorf("code %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
@@ -164,7 +224,7 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
-	r := <-done
+	r := h.await(done, "run", "t/held")
 	if want := 128 + int(syscall.SIGUSR1); r.code != want {
 		t.Errorf("code %d, want %d; stderr %q", r.code, want, r.stderr)
 	}
@@ -183,14 +243,26 @@ func TestRunKeepsLeaseAlive(t *testing.T) {
 	}
 }
 
-// runUnrenewed runs sh -c child under "leasehold run" (TTL 2s, grace
-// 600ms: room for the command to start on a starved machine) on lease
-// name, on a store whose renewals never complete; it must exit ExitLost.
-func runUnrenewed(t *testing.T, name, child string) result {
+// runUnrenewed runs sh -c child under "leasehold run" on lease name, on a
+// store whose renewals never complete, with a fake clock: TTL 2m, grace
+// 40s, kill margin 6s. Once the child is ready it moves the clock into the
+// grace window (to 90s: the local deadline is 118.8s) until the SIGTERM,
+// and with kill on to the kill time (112.8s) until the SIGKILL; it must
+// exit ExitLost. (With real time, CI saw the SIGTERM come before the
+// child's trap was set, and a child that exited on it killed at the
+// deadline anyway: both took more than the test's window on a loaded
+// machine.)
+func runUnrenewed(t *testing.T, name, child string, kill bool) result {
 	t.Helper()
 	h := newHarness(t)
 	h.withFaults(nil, hang)
-	r := h.run("run", "--store", h.url, "--ttl", "2s", "--grace", "600ms", name, "--", "sh", "-c", child)
+	clk := h.withFakeClock()
+	stderr, done := h.startReady(t, child, "run", "--store", h.url, "--ttl", "2m", "--grace", "40s", name)
+	advanceUntil(t, clk, stderr, "SIGTERM", 90*time.Second, 250*time.Millisecond, 100*time.Second)
+	if kill {
+		advanceUntil(t, clk, stderr, "SIGKILL", 23*time.Second, 250*time.Millisecond, 28*time.Second)
+	}
+	r := waitResult(t, done)
 	if r.code != ExitLost {
 		t.Errorf("code %d, want %d", r.code, ExitLost)
 	}
@@ -200,7 +272,7 @@ func runUnrenewed(t *testing.T, name, child string) result {
 func TestRunGraceWindowTerminates(t *testing.T) {
 	// Renewals never complete: the watchdog sends SIGTERM grace before the
 	// local deadline and the child exits on it.
-	r := runUnrenewed(t, "t/grace", termChild)
+	r := runUnrenewed(t, "t/grace", termChild, false)
 	if !strings.Contains(r.stdout, "started\ngot-term\n") {
 		t.Errorf("the child did not get SIGTERM: stdout %q", r.stdout)
 	}
@@ -216,16 +288,13 @@ func TestRunGraceWindowTerminates(t *testing.T) {
 
 func TestRunDeadlineKills(t *testing.T) {
 	// Renewals never complete and the child ignores SIGTERM: it is killed
-	// at the deadline.
-	r := runUnrenewed(t, "t/kill", stubbornChild)
-	// SIGTERM first; then the SIGKILL comes from this process's watchdog
-	// ("sending SIGKILL") or from the group's keeper, which enforces the
-	// same kill time on its own clock and can be first on a loaded
-	// machine (CI saw it): the command then ends "signal: killed" and the
-	// watchdog has nothing left to kill. Either keeps the promise.
-	iTerm, iKill := strings.Index(r.stderr, "SIGTERM"), strings.Index(r.stderr, "SIGKILL")
-	if iTerm < 0 || (iKill >= 0 && iKill < iTerm) {
-		t.Errorf("want SIGTERM, then SIGKILL or the keeper's kill, on stderr:\n%s", r.stderr)
+	// at the deadline, by this process's watchdog (the clock is fake: the
+	// keeper's kill on the host's clocks, as in TestRunDeadlineKillsGrandchild,
+	// is far off).
+	r := runUnrenewed(t, "t/kill", stubbornChild, true)
+	iTerm, iKill := strings.Index(r.stderr, "SIGTERM"), strings.Index(r.stderr, "sending SIGKILL")
+	if iTerm < 0 || iKill < iTerm {
+		t.Errorf("want SIGTERM, then SIGKILL, on stderr:\n%s", r.stderr)
 	}
 	if !strings.Contains(r.stderr, "signal: killed") {
 		t.Errorf("stderr does not report the child killed:\n%s", r.stderr)
@@ -241,9 +310,21 @@ func TestRunRefusedRenewal(t *testing.T) {
 		{"ignores SIGTERM", stubbornChild, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// A fake clock (TTL 2m, grace 40s), moved once the child is
+			// ready: to the first renewal (40s), which is refused, and
+			// for the child that ignores SIGTERM by the grace more, to
+			// its SIGKILL. (With real time, CI saw the refusal come
+			// before the child's trap was set, and a child that exited
+			// on SIGTERM not seen to within the 500ms grace.)
 			h := newHarness(t)
 			h.withFaults(nil, refuse)
-			r := h.run("run", "--store", h.url, "--ttl", "3s", "--grace", "500ms", "t/refused", "--", "sh", "-c", tc.child)
+			clk := h.withFakeClock()
+			stderr, done := h.startReady(t, tc.child, "run", "--store", h.url, "--ttl", "2m", "--grace", "40s", "t/refused")
+			advanceUntil(t, clk, stderr, "SIGTERM", 40*time.Second, 250*time.Millisecond, 45*time.Second)
+			if tc.wantKill {
+				advanceUntil(t, clk, stderr, "SIGKILL", 40*time.Second, 250*time.Millisecond, 45*time.Second)
+			}
+			r := waitResult(t, done)
 			if r.code != ExitLost {
 				t.Errorf("code %d, want %d", r.code, ExitLost)
 			}
@@ -254,8 +335,9 @@ func TestRunRefusedRenewal(t *testing.T) {
 			if got := strings.Contains(r.stderr, "SIGKILL"); got != tc.wantKill {
 				t.Errorf("SIGKILL sent: %v, want %v; stderr:\n%s", got, tc.wantKill, r.stderr)
 			}
-			// The refusal came at the first renewal (TTL/3 = 1s), long
-			// before the grace window: SIGTERM must have been for the loss.
+			// The refusal came at the first renewal, about 79s before the
+			// deadline and so long before the grace window: SIGTERM must
+			// have been for the loss.
 			if strings.Contains(r.stderr, "no renewal of") {
 				t.Errorf("the grace window fired instead of the refusal:\n%s", r.stderr)
 			}

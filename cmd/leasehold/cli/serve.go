@@ -37,7 +37,9 @@ one keepalive. Fencing tokens survive restarts.
 With --store URL the server is instead a proxy in front of that store
 (postgres://, redis://, dynamodb://, etcd://, sqlite://...): the store
 stays the authority, so several servers can share it, and each server adds
-FIFO queues (per server), sessions, events, the dashboard and metrics.
+sessions, events, the dashboard and metrics. Waiters queue in the store on
+Redis, PostgreSQL, etcd and another leasehold server (one arrival order
+across every server in front of it), per server on the others.
 
 Every flag can also be set with an environment variable: LEASEHOLD_ and
 the flag's name in capitals with '-' as '_' (--rate-limit is

@@ -28,9 +28,18 @@ const statusLong = `Status lists the live leases whose names start with PREFIX (
 is omitted), sorted by name: their owner, fencing token, when they were
 granted (local time) and the time left before they expire unless renewed.
 
+Names and owners are shown as the dashboard shows them: printable ASCII as
+it is, anything else escaped (\u202E, \xE9, \x1B; a backslash doubled),
+so that no name can reorder or hide its row or look like another; --json
+gives them as they are.
+
 With --json it prints a JSON array (empty: []) of objects with the fields
 name, owner, token, acquired (RFC 3339, nanoseconds), remaining_ms, ttl_ms
 and data.
+
+Status never creates a store: a SQLite file named by --store or
+$LEASEHOLD_STORE that does not exist is a usage error (exit 64), and the
+default file, before any run or hold made it, lists no leases.
 
 Exit codes: 0 success, 64 usage error, 70 store error.`
 
@@ -55,7 +64,7 @@ func newStatusCmd(e *env) *cobra.Command {
 			if err := storekit.ValidatePrefix(prefix); err != nil {
 				return usagef("status: %v", err)
 			}
-			s, err := e.openStore(cmd.Context(), store)
+			s, err := e.openExistingStore(cmd.Context(), store)
 			if err != nil {
 				return err
 			}
@@ -102,7 +111,7 @@ func writeStatusTable(w io.Writer, recs []leasehold.Record) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tOWNER\tTOKEN\tACQUIRED\tREMAINING")
 	for _, r := range recs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.Name, r.Owner, r.Token,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", visible(r.Name), visible(r.Owner), r.Token,
 			r.Acquired.Local().Format(time.DateTime), roundDuration(r.Remaining))
 	}
 	return tw.Flush()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/redact"
+	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/redis"
 	"github.com/leasehold/leasehold/remote"
 	"github.com/leasehold/leasehold/stores"
@@ -66,8 +67,36 @@ const probeName = "leasehold/connect-check"
 // Errors name the store, with its secrets redacted, and say when it came
 // from the environment.
 func (e *env) openStore(ctx context.Context, url string) (leasehold.Store, error) {
+	return e.openWith(ctx, url, e.open)
+}
+
+// openExistingStore is openStore for the commands that only read a store
+// or release in it (status, release, force-release): a SQLite store that
+// does not exist is not created. Named by --store or $LEASEHOLD_STORE, it
+// is a usage error; the default file, not yet made by any run or hold, is
+// an empty store (an empty memory store stands in for it).
+func (e *env) openExistingStore(ctx context.Context, url string) (leasehold.Store, error) {
+	open := e.openExisting
+	if open == nil {
+		open = e.open
+	}
+	if url == "" && os.Getenv(stores.EnvStore) == "" {
+		open = func(ctx context.Context, url string) (leasehold.Store, error) {
+			s, err := e.openExisting(ctx, url)
+			var nse *stores.NoStoreError
+			if errors.As(err, &nse) {
+				return memory.New(), nil
+			}
+			return s, err
+		}
+	}
+	return e.openWith(ctx, url, open)
+}
+
+// openWith is openStore with the opener open.
+func (e *env) openWith(ctx context.Context, url string, open func(context.Context, string) (leasehold.Store, error)) (leasehold.Store, error) {
 	return e.connect(ctx, url, "open store", true, func(ctx context.Context, url string) (leasehold.Store, error) {
-		s, err := e.open(ctx, url)
+		s, err := open(ctx, url)
 		if err != nil {
 			return nil, err
 		}
@@ -173,7 +202,10 @@ func (e *env) connect(ctx context.Context, url, what string, bound bool, f func(
 	}
 	err = redact.Error(err, redact.Secrets(url)...)
 	var se *signalError
+	var nse *stores.NoStoreError
 	switch {
+	case errors.As(err, &nse):
+		return nil, exitf(ExitUsage, "%s %s: %v; a first run or hold creates it, or \"leasehold store init\"", what, name, err)
 	case errors.As(context.Cause(octx), &se):
 		return nil, exitf(signalExitCode(se.sig), "%s while %s %s", se.sig, gerund(what), name)
 	case bound && ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded):
@@ -184,6 +216,36 @@ func (e *env) connect(ctx context.Context, url, what string, bound bool, f func(
 		return nil, exitf(ExitInternal, "%s %s: %s (raise %s if it is only slow)", what, name, msg, source)
 	}
 	return nil, classify(err, "%s %s", what, name)
+}
+
+// attemptTimeout bounds run's first attempt to take the lease (with -n,
+// its only one): the bound of opening the store, which the URL's
+// connect_timeout= or --connect-timeout set; source names it.
+func (e *env) attemptTimeout(url string) (time.Duration, string) {
+	d, source := time.Duration(e.connectTimeout), "--connect-timeout"
+	if d <= 0 {
+		d = stores.DefaultConnectTimeout
+	}
+	if url == "" {
+		url = os.Getenv(stores.EnvStore)
+	}
+	if ud, ok, err := stores.ConnectTimeout(url); err == nil && ok {
+		d, source = ud, "connect_timeout="
+	}
+	return d, source
+}
+
+// slowStoreHint is what an operation that got no answer in time says
+// about the store named by url: for PostgreSQL, the commit that waits for
+// a synchronous standby that is down.
+func slowStoreHint(url string) string {
+	if url == "" {
+		url = os.Getenv(stores.EnvStore)
+	}
+	if strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://") {
+		return "; a PostgreSQL primary with synchronous replication (synchronous_standby_names) whose synchronous standby is down makes every commit wait until the standby is back or the setting is changed"
+	}
+	return ""
 }
 
 // gerund turns "open store" into "opening", "store init" into

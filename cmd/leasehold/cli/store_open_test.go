@@ -176,6 +176,7 @@ func TestBadStoreFromEnvironment(t *testing.T) {
 		!strings.Contains(r.stderr, "did you mean sqlite:///var/x.db?") {
 		t.Errorf("bad $%s: exit %d, stderr %q; want %d naming the variable and a hint", stores.EnvStore, r.code, r.stderr, ExitUsage)
 	}
+	h.create()
 	if r := h.run("status", "--store", h.url); r.code != ExitOK {
 		t.Errorf("--store with a bad $%s: exit %d, stderr %q", stores.EnvStore, r.code, r.stderr)
 	}
@@ -202,6 +203,7 @@ func TestConnectTimeoutFlag(t *testing.T) {
 	if _, err := os.Stat(h.path); err == nil {
 		t.Error("a usage error opened the store")
 	}
+	h.create()
 	if r := h.run("status", "--connect-timeout", "3s", "--store", h.url); r.code != ExitOK {
 		t.Errorf("--connect-timeout 3s: exit %d, stderr %q", r.code, r.stderr)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/clock"
 )
 
 // releaseTimeout bounds the release of the lease after the command exits.
@@ -34,6 +35,14 @@ func (o *runOptions) supervise(ctx context.Context, e *env, lease *leasehold.Lea
 	if o.secret != "" {
 		env = append(env, envSecret+"="+o.secret)
 	}
+	// The command may release its lease early (control.go); without the
+	// socket, such a release is found at the next renewal, as a loss.
+	var releases <-chan releaseRequest
+	if ctl, err := startControl(); err == nil {
+		defer ctl.close()
+		env = append(env, envControl+"="+ctl.path())
+		releases = ctl.reqs
+	}
 	t, err := startTree(treeSpec{
 		argv: o.command, env: env,
 		stdin: e.stdin, stdout: e.stdout, stderr: e.stderr,
@@ -50,7 +59,7 @@ func (o *runOptions) supervise(ctx context.Context, e *env, lease *leasehold.Lea
 		return exitf(ExitInternal, "%s: %v", o.verb, err)
 	}
 
-	w := &watchdog{lease: lease, grace: o.grace, margin: killMargin(o.ttl), tree: t, stderr: e.stderr, name: o.name}
+	w := &watchdog{lease: lease, grace: o.grace, margin: killMargin(o.ttl), tree: t, stderr: e.stderr, name: o.name, releases: releases, clock: e.clock}
 	// The keeper waits for its first deadline before it starts the
 	// command: sentDeadline is still zero, so this always sends it.
 	w.passDeadline()
@@ -60,7 +69,7 @@ func (o *runOptions) supervise(ctx context.Context, e *env, lease *leasehold.Lea
 	// group there, and releasing may still succeed on some stores.
 	// The kill time (the deadline less the kill margin) counts: the keeper
 	// killed the group there, possibly while this process was stopped.
-	expired := !lease.Held() || lease.Remaining() <= w.margin
+	expired := !w.released && (!lease.Held() || lease.Remaining() <= w.margin)
 	t.close()
 	rep := t.report()
 
@@ -70,7 +79,7 @@ func (o *runOptions) supervise(ctx context.Context, e *env, lease *leasehold.Lea
 	// renewal was confirmed inside the kill margin), but the command did
 	// not get its renewal in time, and was killed for that.
 	lost := w.lost
-	if lost == nil && (expired || rep.deadline) {
+	if lost == nil && !w.released && (expired || rep.deadline) {
 		lost = lease.Err()
 		switch {
 		case lost != nil:
@@ -84,9 +93,11 @@ func (o *runOptions) supervise(ctx context.Context, e *env, lease *leasehold.Lea
 		lost = lease.Err()
 	}
 	var relErr error
-	if lost != nil {
+	switch {
+	case w.released: // by the command, early
+	case lost != nil:
 		releaseLost(lease)
-	} else {
+	default:
 		relErr = releaseLease(lease)
 	}
 	if lost == nil && errors.Is(relErr, leasehold.ErrLost) {
@@ -106,7 +117,7 @@ func (o *runOptions) supervise(ctx context.Context, e *env, lease *leasehold.Lea
 		return exitf(rep.errCode, "%s", rep.errMsg)
 	}
 	if lost != nil {
-		return exitf(ExitLost, "lease %s lost: %v (command: %s)", o.name, lost, describeExit(rep, ev))
+		return exitf(ExitLost, "lease %s lost: %v (command: %s)", visible(o.name), lost, describeExit(rep, ev))
 	}
 	if relErr != nil {
 		fmt.Fprintf(e.stderr, "leasehold: %v (the lease expires within %s)\n", relErr, lease.TTL())
@@ -191,12 +202,66 @@ type watchdog struct {
 	tree   commandTree
 	stderr io.Writer
 	name   string
+	// clock times the checks and the kill time: the lease's clock (nil:
+	// the real one).
+	clock clock.Clock
 
 	termSent, killSent bool
 	capped             bool          // the keeper was given the planned SIGKILL after a refusal: no later deadline
 	killBelow          time.Duration // SIGKILL once Remaining is at most this (after a refusal)
 	sentDeadline       time.Time     // the lease's deadline last passed to the keeper
 	lost               error         // why the command was terminated
+	// releases are the command's requests to release the lease early
+	// (control.go); released says it was, and nothing is enforced since.
+	releases <-chan releaseRequest
+	released bool
+}
+
+// noDeadline is the time left the keeper is given once the command
+// released the lease early: none that could pass.
+const noDeadline = 100 * 365 * 24 * time.Hour
+
+// releaseEarly releases the lease at the command's request: from then on
+// nothing is enforced (no SIGTERM, no SIGKILL at a deadline, the keeper is
+// given none), and the command goes on without the lease. A lease found
+// lost by the release is handled as a loss.
+func (w *watchdog) releaseEarly(r releaseRequest) {
+	l := w.lease
+	switch {
+	case r.Name != l.Name() || r.Owner != l.Owner() || r.Token != l.Token():
+		r.reply <- fmt.Errorf("%w: this run holds %s as %s with token %d", leasehold.ErrNotHeld, l.Name(), l.Owner(), l.Token())
+		return
+	case w.released:
+		r.reply <- nil
+		return
+	case w.termSent:
+		r.reply <- fmt.Errorf("%w: the lease was already lost (%v); the command is being stopped", leasehold.ErrNotHeld, w.lost)
+		return
+	}
+	left := l.Remaining()
+	err := releaseLease(l)
+	if errors.Is(err, leasehold.ErrLost) {
+		w.lose(err, left)
+		r.reply <- fmt.Errorf("%w: %v", leasehold.ErrNotHeld, err)
+		return
+	}
+	// Released, or not known to be (a store error): either way the
+	// keepalive has stopped and the lease is the command's no more.
+	w.released = true
+	w.sendRemaining(func() time.Duration { return noDeadline })
+	fmt.Fprintf(w.stderr, "leasehold: the command released %s (token %d) early; it goes on without the lease\n", l.Name(), l.Token())
+	if err != nil {
+		err = fmt.Errorf("%v (the lease is no longer renewed and expires within %s)", err, l.TTL())
+	}
+	r.reply <- err
+}
+
+// timer returns a timer of the watchdog's clock that fires after d.
+func (w *watchdog) timer(d time.Duration) clock.Timer {
+	if w.clock == nil {
+		return clock.Real().NewTimer(d)
+	}
+	return w.clock.NewTimer(d)
 }
 
 // checkInterval is how often the watchdog compares the clock with the
@@ -218,14 +283,14 @@ func (w *watchdog) tick() {
 // check applies the grace window and the deadline, with left the lease's
 // time left (Lease.Remaining).
 func (w *watchdog) check(left time.Duration) {
-	if w.killSent {
+	if w.killSent || w.released {
 		return
 	}
 	if !w.termSent {
 		if left > w.grace {
 			return
 		}
-		w.lost = fmt.Errorf("no renewal confirmed %s before the lease's local deadline", w.grace)
+		w.lost = fmt.Errorf("no renewal confirmed %s before the lease's local deadline", shortDuration(w.grace))
 		w.term(fmt.Sprintf("no renewal of %s confirmed, deadline in %s", w.name, roundDuration(max(left, 0))))
 	}
 	if left <= max(w.killBelow, w.margin) {
@@ -237,9 +302,15 @@ func (w *watchdog) check(left time.Duration) {
 // time left.
 func (w *watchdog) onDone(left time.Duration) {
 	err := w.lease.Err()
-	if !errors.Is(err, leasehold.ErrLost) || w.killSent {
+	if !errors.Is(err, leasehold.ErrLost) || w.killSent || w.released {
 		return
 	}
+	w.lose(err, left)
+}
+
+// lose stops the command for the loss err of the lease, with left the
+// lease's time left.
+func (w *watchdog) lose(err error, left time.Duration) {
 	w.lost = err
 	switch {
 	case w.termSent:
@@ -261,7 +332,7 @@ func (w *watchdog) onDone(left time.Duration) {
 // passDeadline gives the keeper the lease's deadline if it moved. The
 // deadline is read first: a renewal after it is passed on at the next tick.
 func (w *watchdog) passDeadline() {
-	if d := w.lease.Deadline(); !d.Equal(w.sentDeadline) && !w.capped {
+	if d := w.lease.Deadline(); !d.Equal(w.sentDeadline) && !w.capped && !w.released {
 		w.sentDeadline = d
 		w.sendRemaining(w.remaining)
 	}
@@ -270,7 +341,7 @@ func (w *watchdog) passDeadline() {
 // killIn is how long until check would send SIGKILL (at least 1 ms; an
 // hour once it has).
 func (w *watchdog) killIn() time.Duration {
-	if w.killSent {
+	if w.killSent || w.released {
 		return time.Hour
 	}
 	return max(w.lease.Remaining()-max(w.killBelow, w.margin), time.Millisecond)

@@ -65,8 +65,8 @@ func (t *tree) close() {}
 func (t *tree) report() treeReport { return treeReport{} }
 
 func (w *watchdog) loop(ctx context.Context, t *tree, sigs <-chan os.Signal) treeEvent {
-	tick := time.NewTicker(checkInterval(w.grace))
-	defer tick.Stop()
+	tick := w.timer(checkInterval(w.grace))
+	defer func() { tick.Stop() }()
 	done, ctxDone := w.lease.Done(), ctx.Done()
 	for {
 		select {
@@ -83,7 +83,8 @@ func (w *watchdog) loop(ctx context.Context, t *tree, sigs <-chan os.Signal) tre
 		case <-done:
 			done = nil
 			w.onDone(w.lease.Remaining())
-		case <-tick.C:
+		case <-tick.C():
+			tick = w.timer(checkInterval(w.grace))
 			w.tick()
 		}
 	}

@@ -34,6 +34,8 @@ type waitStatus struct {
 	mu       sync.Mutex
 	held     *leasehold.HeldError
 	seen     time.Time // when held was observed
+	err      error     // the store's error since the last answer, or nil
+	errSince time.Time // when the store stopped answering
 	kick     chan struct{}
 	done     chan struct{}
 	finished chan struct{}
@@ -76,18 +78,36 @@ func newPermitWaitStatus(w io.Writer, name string, n int, holders func(context.C
 func (s *waitStatus) update(h *leasehold.HeldError) {
 	s.mu.Lock()
 	s.held, s.seen = h, time.Now()
+	s.err = nil
 	s.mu.Unlock()
+	s.wake()
+}
+
+// failed records a store error that the wait retries (OnError): the store
+// or the lease server does not answer.
+func (s *waitStatus) failed(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.errSince = time.Now()
+	}
+	s.err = err
+	s.mu.Unlock()
+	s.wake()
+}
+
+// wake has the loop redraw.
+func (s *waitStatus) wake() {
 	select {
 	case s.kick <- struct{}{}:
 	default:
 	}
 }
 
-// last returns the holder seen last, or nil.
-func (s *waitStatus) last() *leasehold.HeldError {
+// lastSeen returns the holder seen last, or nil, and when it was seen.
+func (s *waitStatus) lastSeen() (*leasehold.HeldError, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.held
+	return s.held, s.seen
 }
 
 // stop ends the display and clears the status line. It may be called more
@@ -140,6 +160,7 @@ func (s *waitStatus) loop() {
 		tick = t.C
 	}
 	shown := false
+	down := false      // the line says the store does not answer
 	var read time.Time // when recs were read
 	for {
 		select {
@@ -156,8 +177,24 @@ func (s *waitStatus) loop() {
 		case <-tick:
 		}
 		s.mu.Lock()
-		h, seen := s.held, s.seen
+		h, seen, err, since := s.held, s.seen, s.err, s.errSince
 		s.mu.Unlock()
+		if err != nil {
+			// Said once off a terminal, kept on the line on one.
+			line := unreachableLine(s.name, err, since)
+			switch {
+			case s.fd >= 0:
+				fmt.Fprint(s.w, "\r\x1b[K"+truncate(line, s.width()))
+			case !down:
+				fmt.Fprintf(s.w, "leasehold: %s\n", line)
+			}
+			shown, down = true, true
+			continue
+		}
+		if down && s.fd < 0 && h != nil {
+			fmt.Fprintf(s.w, "leasehold: waiting for %s: the store answers again\n", visible(s.name))
+		}
+		down = false
 		if h == nil {
 			continue
 		}
@@ -185,16 +222,39 @@ func (s *waitStatus) width() int {
 	return w
 }
 
+// unreachableLine says that the wait for name goes on while the store
+// does not answer (err, since since).
+func unreachableLine(name string, err error, since time.Time) string {
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	if len(msg) > 200 {
+		msg = msg[:200] + "..."
+	}
+	return fmt.Sprintf("waiting for %s: the store does not answer (since %s: %s); still trying",
+		visible(name), since.Local().Format(time.TimeOnly), msg)
+}
+
+// heldMessage says who holds name (h), for a --no-wait that found it
+// held.
+func heldMessage(name string, h *leasehold.HeldError) string {
+	if hb := holdback(h, h.Remaining); hb != "" {
+		return fmt.Sprintf("%s was not granted: %s", visible(name), hb)
+	}
+	return fmt.Sprintf("%s is held by %s (token %d, expires in %s)", visible(name), visible(h.Owner), h.Token, roundDuration(h.Remaining))
+}
+
 // statusLine describes the holder h, observed elapsed ago.
 func statusLine(name string, h *leasehold.HeldError, elapsed time.Duration) string {
-	return fmt.Sprintf("waiting for %s (held by %s, %s)", name, h.Owner, grantDetails(h.Token, h.Acquired, h.Remaining-elapsed))
+	if hb := holdback(h, h.Remaining-elapsed); hb != "" {
+		return fmt.Sprintf("waiting for %s: %s", visible(name), hb)
+	}
+	return fmt.Sprintf("waiting for %s (held by %s, %s)", visible(name), visible(h.Owner), grantDetails(h.Token, h.Acquired, h.Remaining-elapsed))
 }
 
 // permitLine describes the holders recs of name's n permits, read elapsed
 // ago: "waiting for pool (2/2 permits held by A, B; A: token 3, since
 // 15:04:05, expires in 5s; B: ...)".
 func permitLine(name string, n int, recs []leasehold.Record, elapsed time.Duration) string {
-	return fmt.Sprintf("waiting for %s (%d/%d permits held by %s)", name, len(recs), n, permitHoldersAfter(recs, elapsed))
+	return fmt.Sprintf("waiting for %s (%d/%d permits held by %s)", visible(name), len(recs), n, permitHoldersAfter(recs, elapsed))
 }
 
 // permitHolders is "A, B; A: token 3, since 15:04:05, expires in 5s; B:
@@ -205,8 +265,8 @@ func permitHoldersAfter(recs []leasehold.Record, elapsed time.Duration) string {
 	owners := make([]string, len(recs))
 	details := make([]string, len(recs))
 	for i, r := range recs {
-		owners[i] = r.Owner
-		details[i] = r.Owner + ": " + grantDetails(r.Token, r.Acquired, r.Remaining-elapsed)
+		owners[i] = visible(r.Owner)
+		details[i] = owners[i] + ": " + grantDetails(r.Token, r.Acquired, r.Remaining-elapsed)
 	}
 	return strings.Join(owners, ", ") + "; " + strings.Join(details, "; ")
 }

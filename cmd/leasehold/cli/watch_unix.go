@@ -37,12 +37,16 @@ const orphanWait = 100 * time.Millisecond
 // the group, unless the lease was lost meanwhile: then the group gets
 // SIGKILL instead.
 func (w *watchdog) loop(ctx context.Context, t *tree, sigs <-chan os.Signal) treeEvent {
-	tick := time.NewTicker(checkInterval(w.grace))
-	defer tick.Stop()
+	tick := w.timer(checkInterval(w.grace))
+	defer func() { tick.Stop() }()
 	// The kill time itself is met by a timer, not the next tick (up to
 	// 250 ms later): with the keeper stopped nothing else kills on time.
-	killAt := time.NewTimer(w.killIn())
-	defer killAt.Stop()
+	killAt := w.timer(w.killIn())
+	defer func() { killAt.Stop() }()
+	rearm := func() {
+		killAt.Stop()
+		killAt = w.timer(w.killIn())
+	}
 	var conts chan os.Signal
 	if t.tty != nil {
 		conts = make(chan os.Signal, 1)
@@ -105,12 +109,16 @@ func (w *watchdog) loop(ctx context.Context, t *tree, sigs <-chan os.Signal) tre
 		case <-done:
 			done = nil
 			w.onDone(w.lease.Remaining())
-		case <-tick.C:
+		case r := <-w.releases:
+			w.releaseEarly(r)
+			rearm()
+		case <-tick.C():
+			tick = w.timer(checkInterval(w.grace))
 			w.tick()
-			killAt.Reset(w.killIn())
-		case <-killAt.C:
+			rearm()
+		case <-killAt.C():
 			w.check(w.lease.Remaining())
-			killAt.Reset(w.killIn())
+			rearm()
 		}
 	}
 }

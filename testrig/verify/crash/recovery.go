@@ -2,7 +2,9 @@ package crash
 
 import (
 	"fmt"
+	"sort"
 
+	"github.com/leasehold/leasehold/storetest"
 	"github.com/leasehold/leasehold/testrig/enginetest"
 	"github.com/leasehold/leasehold/testrig/verify"
 )
@@ -32,58 +34,67 @@ var ExtendsOnRecovery = func() map[string]bool {
 
 // RecoveryRenewals returns a copy of h with the effect of such a recovery
 // made explicit for the model: for every restart and every key, an
-// indeterminate renewal, called at the kill, by the holder of the highest
-// token granted (definitely) before the kill that was not definitely
-// released before it — the grant the engine may have recovered. The model
-// lets an indeterminate renewal either take effect or not, and one that
-// does keeps the lease alive for as long as "held" answers name it; it
-// changes nothing for grants, which the model judges by the holder's own
-// call times (a holder never counts on a renewal it did not see confirmed),
-// so no safety property is relaxed: only "held" answers naming the
-// recovered holder, and its renewals, become acceptable after a restart.
-// It returns the number of renewals added (recorded under worker
-// "recovery"; they count in Result.Ops and Result.Indeterminate).
+// indeterminate renewal, called at the kill, by the holder of each grant
+// the engine may have recovered: every grant whose acquire was called
+// before the kill, that was not definitely released before it, and whose
+// token is not below that of a grant definitely made (returned) before it.
+// Not only the highest token: an acquire called before the kill may have
+// been granted only after it (a waiter answered later), and then the
+// lease the engine recovered was the grant before it (R7 saw etcd's new
+// leader revive an expired lease that a lazy revoke had not yet removed,
+// while the next waiter's acquire was in flight). The model lets an
+// indeterminate renewal either take effect or not, takes it only for the
+// current holder, and one that does keeps the lease alive for as long as
+// "held" answers name it; it changes nothing for grants, which the model
+// judges by the holder's own call times (a holder never counts on a
+// renewal it did not see confirmed), so no safety property is relaxed:
+// only "held" answers naming a recovered holder, and its renewals, become
+// acceptable after a restart. It returns the number of renewals added
+// (recorded under worker "recovery"; they count in Result.Ops and
+// Result.Indeterminate).
 func RecoveryRenewals(h *verify.History, restarts []Restart) (*verify.History, int) {
 	out := &verify.History{Events: append([]verify.Event(nil), h.Events...)}
 	seq := int64(0)
-	for key, ops := range h.LeaseOps() {
+	keys := h.LeaseOps()
+	names := make([]string, 0, len(keys))
+	for k := range keys {
+		names = append(names, k)
+	}
+	sort.Strings(names) // the same history for the same input
+	for _, key := range names {
+		ops := keys[key]
 		for i, r := range restarts {
-			var best *struct {
-				owner string
-				token uint64
-				ttl   int64
+			floor := uint64(0) // the highest token definitely granted before the kill
+			for _, op := range ops {
+				if op.Kind == "acquire" && op.OK && !op.Unknown && op.Return < r.Killed && op.OutToken > floor {
+					floor = op.OutToken
+				}
 			}
 			for _, op := range ops {
-				if op.Kind != "acquire" || !op.OK || op.Unknown || op.Call >= r.Killed {
+				if op.Kind != "acquire" || !op.OK || op.Unknown || op.Call >= r.Killed || op.OutToken < floor {
 					continue
 				}
-				if best == nil || op.OutToken > best.token {
-					best = &struct {
-						owner string
-						token uint64
-						ttl   int64
-					}{op.Owner, op.OutToken, int64(op.TTL)}
+				if releasedBefore(ops, op.Owner, op.OutToken, r.Killed) {
+					continue
 				}
+				seq++
+				out.Events = append(out.Events, verify.Event{E: "call", Worker: "recovery", Seq: seq, Proc: fmt.Sprintf("restart%d", i),
+					Key: key, Op: "renew", Owner: op.Owner, Token: op.OutToken, TTL: int64(op.TTL), T: r.Killed})
 			}
-			if best == nil {
-				continue
-			}
-			released := false
-			for _, op := range ops {
-				if op.Kind == "release" && op.OK && !op.Unknown && op.Owner == best.owner && op.Token == best.token && op.Return < r.Killed {
-					released = true
-					break
-				}
-			}
-			if released {
-				continue
-			}
-			seq++
-			out.Events = append(out.Events, verify.Event{E: "call", Worker: "recovery", Seq: seq, Proc: fmt.Sprintf("restart%d", i),
-				Key: key, Op: "renew", Owner: best.owner, Token: best.token, TTL: best.ttl, T: r.Killed})
 		}
 	}
 	return out, int(seq)
+}
+
+// releasedBefore reports whether ops hold a release of owner's token that
+// definitely succeeded before t.
+func releasedBefore(ops []storetest.LeaseOp, owner string, token uint64, t int64) bool {
+	for _, op := range ops {
+		if op.Kind == "release" && op.OK && !op.Unknown && op.Owner == owner && op.Token == token && op.Return < t {
+			return true
+		}
+	}
+	return false
 }
 
 // LosesState names the targets whose engine may lose acknowledged writes

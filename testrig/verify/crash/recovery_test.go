@@ -71,3 +71,56 @@ func TestStateLosses(t *testing.T) {
 		})
 	}
 }
+
+// TestRecoveryRenewalsRevivedEarlierGrant is R7's failure of the stop-38
+// CI run, reduced: a is granted token 545 (TTL 2 s) at 0 ms and its
+// release at 200 ms gets no answer; b asks at 280 ms and is granted token
+// 572 only at 3,000 ms (it waited through a fault); the raft term changes
+// at 2,200 ms, after a's lease expired but before etcd's lazy revoke
+// removed it, and the new leader gives it a full TTL again; c is told at
+// 2,500 ms that a holds 545. The recovery renewal must be a's, not only
+// that of the highest token whose acquire was called before the change
+// (b's, granted after it). With b granted before the change, or without
+// the change, c's answer stays illegal.
+func TestRecoveryRenewalsRevivedEarlierGrant(t *testing.T) {
+	ms := int64(time.Millisecond)
+	ttl := int64(2 * time.Second)
+	history := func(bReturn int64) *verify.History {
+		var evs []verify.Event
+		seq := int64(0)
+		op := func(proc, kind, owner string, tok uint64, call, ret int64, ok bool, out uint64, holder string) {
+			seq++
+			evs = append(evs, verify.Event{E: "call", Worker: proc, Seq: seq, Proc: proc, Key: "k", Op: kind, Owner: owner, ReqID: owner + "-req", Token: tok, TTL: ttl, T: call})
+			if ret >= 0 {
+				evs = append(evs, verify.Event{E: "ret", Worker: proc, Seq: seq, Proc: proc, Key: "k", Op: kind, OK: ok, Out: out, Holder: holder, T: ret})
+			}
+		}
+		op("a", "acquire", "a", 0, 0, 1*ms, true, 545, "")
+		op("a", "release", "a", 545, 200*ms, -1, false, 0, "") // no answer
+		op("b", "acquire", "b", 0, 280*ms, bReturn, true, 572, "")
+		op("c", "acquire", "c", 0, 2500*ms, 2501*ms, false, 545, "a")
+		return &verify.History{Events: evs}
+	}
+	change := []Restart{{Killed: 2200 * ms, Up: 2200 * ms}}
+	for _, c := range []struct {
+		name    string
+		bReturn int64
+		change  bool
+		want    string
+	}{
+		{"b granted after the change", 3000 * ms, true, "ok"},
+		{"no change of leader", 3000 * ms, false, "illegal"},
+		{"b granted before the change", 2100 * ms, true, "illegal"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := history(c.bReturn)
+			if c.change {
+				h, _ = RecoveryRenewals(h, change)
+			}
+			res := verify.Check(h, verify.CheckOptions{Timeout: 10 * time.Second})
+			if got := res.Checker(); got != c.want {
+				t.Fatalf("checker %q, want %q: %s", got, c.want, res)
+			}
+		})
+	}
+}

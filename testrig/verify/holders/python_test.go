@@ -631,8 +631,8 @@ func pyRound(t *testing.T, r *row, b pyBackend, script, fault string, ignoreLost
 			if lossAt == 0 {
 				lossAt = e.T
 			}
-			if e.Typ != "Lost" {
-				r.violation("on_lost was called with a %s (%s), want a Lost", e.Typ, e.Err)
+			if e.Typ != "LostError" {
+				r.violation("on_lost was called with a %s (%s), want a LostError", e.Typ, e.Err)
 			}
 		case "timed":
 			var err error

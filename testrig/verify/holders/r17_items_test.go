@@ -124,16 +124,16 @@ func TestR17PythonDynamoDBErrors(t *testing.T) {
 	}{
 		{"records", func(t *testing.T, r *row, tm *timer) {
 			evs := pyErrorsRun(t, r, tm, script, map[string]any{"check": "records", "url": b.direct}, nil)
-			pyExpect(r, evs, "records", "Unsupported", "", false)
+			pyExpect(r, evs, "records", "UnsupportedError", "", false)
 		}},
 		{"no-credentials", func(t *testing.T, r *row, tm *timer) {
 			evs := pyErrorsRun(t, r, tm, script, map[string]any{"check": "construct", "url": b.direct, "no_credentials": true}, nil)
-			pyExpect(r, evs, "a client without credentials", "Invalid", "invalid credentials", false)
+			pyExpect(r, evs, "a client without credentials", "InvalidError", "invalid credentials", false)
 		}},
 		{"unreachable", func(t *testing.T, r *row, tm *timer) {
 			for _, ep := range []struct{ what, addr string }{{"nothing listens", closed}, {"hung", hung(t)}} {
 				evs := pyErrorsRun(t, r, tm, script, map[string]any{"check": "construct", "url": b.viaURL(ep.addr)}, nil)
-				pyExpect(r, evs, "the constructor ("+ep.what+")", "Unreachable", "", true)
+				pyExpect(r, evs, "the constructor ("+ep.what+")", "UnreachableError", "", true)
 			}
 			// Constructed while the endpoint answers, then it hangs.
 			p, err := netfault.NewProxy(b.addr)
@@ -146,7 +146,7 @@ func TestR17PythonDynamoDBErrors(t *testing.T) {
 					t.Fatal(err)
 				}
 			})
-			pyExpect(r, evs, "calls after the endpoint hung", "Unreachable", "", true)
+			pyExpect(r, evs, "calls after the endpoint hung", "UnreachableError", "", true)
 		}},
 	}
 	for _, rw := range rows {

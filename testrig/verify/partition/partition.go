@@ -6,23 +6,24 @@
 // network). Partitions are nftables rules inside the members' namespaces
 // that drop the traffic between chosen members, and between members and
 // clients. The test (in the _test files) needs root, ip (iproute2) and nft
-// (nftables), and skips with a message where they are missing.
+// (nftables); where they are missing it skips with a message, or fails
+// where engines are required (CI). The package's second row, R7-kill,
+// kills and restarts members of the 3-member cluster of scripts/engines.sh
+// and needs no root.
 //
-// This file holds the network (Net), the etcd cluster on it (Cluster) and
-// the helpers to reach into a namespace from the test process (DialIn,
-// ListenIn), which other suites may reuse.
+// This file holds the network (Net), the etcd cluster on it (Cluster, which
+// can kill and restart a member) and the helpers to reach into a namespace
+// from the test process (DialIn, ListenIn), which other suites may reuse;
+// members.go asks any etcd cluster's members for leader and term.
 package partition
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,7 +65,9 @@ type Net struct {
 	static  map[[2]string]bool // pairs always blocked (clients limited to one member)
 }
 
-// Missing reports what R7 lacks on this machine, or "" if nothing.
+// Missing reports what R7 lacks on this machine, or "" if nothing: root,
+// ip and nft, and, with those, whether a network namespace with an
+// nftables table in it can be made (a container may forbid either).
 func Missing() string {
 	var miss []string
 	if os.Geteuid() != 0 {
@@ -76,7 +79,24 @@ func Missing() string {
 	if tool("nft") == "" {
 		miss = append(miss, "nft (nftables)")
 	}
+	if len(miss) == 0 {
+		if err := probe(); err != nil {
+			miss = append(miss, "a network namespace with nftables ("+err.Error()+")")
+		}
+	}
 	return strings.Join(miss, ", ")
+}
+
+// probe makes a network namespace, loads a table into its nftables and
+// deletes the namespace.
+func probe() error {
+	ns := fmt.Sprintf("lhv-probe-%04x", rand.IntN(1<<16))
+	if err := run("", IP(), "netns", "add", ns); err != nil {
+		return err
+	}
+	defer run("", IP(), "netns", "del", ns)
+	return run("table inet lhv_probe {\n\tchain in {\n\t\ttype filter hook input priority 0; policy accept;\n\t}\n}\n",
+		IP(), "netns", "exec", ns, tool("nft"), "-f", "-")
 }
 
 // tool finds a system tool in PATH or the sbin directories (which a
@@ -328,15 +348,16 @@ func Forward(ln net.Listener, target string) {
 }
 
 // Cluster is an etcd cluster with one member in each member namespace of
-// a Net, and an HTTP client that reaches it from a client namespace.
+// a Net; its Members ask them for their status from a client namespace.
 type Cluster struct {
-	Net   *Net
-	Procs []*exec.Cmd
-	http  *http.Client
-	from  string // client node the test's own requests come from
+	*Members
+	Net  *Net
+	from string // client node the test's own requests come from
 
-	mu  sync.Mutex
-	ids map[string]int // member id → index
+	pmu   sync.Mutex
+	procs []*exec.Cmd // each member's current process
+	args  [][]string  // each member's command line (ip netns exec ...)
+	dir   string      // data directories and logs
 }
 
 // ClientPort and PeerPort are each member's etcd ports.
@@ -352,36 +373,35 @@ func StartEtcd(t testing.TB, n *Net, bin, from string) *Cluster {
 	if ns == "" {
 		t.Fatalf("partition: no node %q", from)
 	}
-	c := &Cluster{Net: n, from: from, ids: map[string]int{},
-		http: &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: DialIn(ns), DisableKeepAlives: true}}}
+	var addrs, names []string
+	for _, m := range n.Members {
+		addrs, names = append(addrs, fmt.Sprintf("%s:%d", m.IP, ClientPort)), append(names, m.Name)
+	}
+	c := &Cluster{Members: NewMembers(addrs, names, DialIn(ns)), Net: n, from: from, dir: t.TempDir()}
 	var initial []string
 	for _, m := range n.Members {
 		initial = append(initial, fmt.Sprintf("%s=http://%s:%d", m.Name, m.IP, PeerPort))
 	}
-	dir := t.TempDir()
 	for _, m := range n.Members {
 		client, peer := fmt.Sprintf("http://%s:%d", m.IP, ClientPort), fmt.Sprintf("http://%s:%d", m.IP, PeerPort)
-		args := []string{"netns", "exec", m.NS, bin, "--name", m.Name, "--data-dir", filepath.Join(dir, m.Name),
+		c.args = append(c.args, []string{"netns", "exec", m.NS, bin, "--name", m.Name, "--data-dir", filepath.Join(c.dir, m.Name),
 			"--listen-client-urls", client, "--advertise-client-urls", client,
 			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
-			"--initial-cluster-token", "lhv-" + n.Tag}
-		logf, err := os.Create(filepath.Join(dir, m.Name+".log"))
-		if err != nil {
+			"--initial-cluster-token", "lhv-" + n.Tag})
+		c.procs = append(c.procs, nil)
+	}
+	t.Cleanup(func() {
+		c.pmu.Lock()
+		defer c.pmu.Unlock()
+		for i := range c.procs {
+			c.kill(i)
+		}
+	})
+	for i := range n.Members {
+		if err := c.Restart(i); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(IP(), args...)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start etcd %s: %v", m.Name, err)
-		}
-		logf.Close()
-		c.Procs = append(c.Procs, cmd)
-		t.Cleanup(func() {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			_ = cmd.Wait()
-		})
 	}
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		l, err := c.Leader()
@@ -389,7 +409,7 @@ func StartEtcd(t testing.TB, n *Net, bin, from string) *Cluster {
 			return c
 		}
 		if time.Now().After(deadline) {
-			logs, _ := os.ReadFile(filepath.Join(dir, n.Members[0].Name+".log"))
+			logs, _ := os.ReadFile(filepath.Join(c.dir, n.Members[0].Name+".log"))
 			t.Fatalf("etcd cluster has no leader after 60s (%v); %s's log ends:\n%s", err, n.Members[0].Name, tail(string(logs), 20))
 		}
 	}
@@ -409,99 +429,42 @@ func (c *Cluster) Endpoints() []string {
 	return out
 }
 
-// Status is what one member says of itself.
-type Status struct {
-	Member   int // index in Net.Members
-	ID       string
-	LeaderID string
-	Term     uint64
+// Kill SIGKILLs member i (its process group) and waits until it is gone.
+func (c *Cluster) Kill(i int) {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	c.kill(i)
 }
 
-// Status asks member i for its status (etcd's gRPC gateway, from the
-// cluster's client namespace).
-func (c *Cluster) Status(i int) (Status, error) {
-	m := c.Net.Members[i]
-	resp, err := c.http.Post(fmt.Sprintf("http://%s:%d/v3/maintenance/status", m.IP, ClientPort), "application/json", strings.NewReader("{}"))
+func (c *Cluster) kill(i int) {
+	if cmd := c.procs[i]; cmd != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		c.procs[i] = nil
+	}
+}
+
+// Restart starts member i again, on its data directory (etcd then ignores
+// the --initial-cluster flags), if it is not running; its log goes on in
+// the same file. It does not wait for the member to rejoin.
+func (c *Cluster) Restart(i int) error {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if c.procs[i] != nil {
+		return nil
+	}
+	name := c.Net.Members[i].Name
+	logf, err := os.OpenFile(filepath.Join(c.dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return Status{}, err
+		return err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return Status{}, fmt.Errorf("etcd %s status: %s: %s", m.Name, resp.Status, b)
+	defer logf.Close()
+	cmd := exec.Command(IP(), c.args[i]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start etcd %s: %v", name, err)
 	}
-	var body struct {
-		Header struct {
-			MemberID string `json:"member_id"`
-		} `json:"header"`
-		Leader   string `json:"leader"`
-		RaftTerm string `json:"raftTerm"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return Status{}, err
-	}
-	term, _ := strconv.ParseUint(body.RaftTerm, 10, 64)
-	c.mu.Lock()
-	c.ids[body.Header.MemberID] = i
-	c.mu.Unlock()
-	return Status{Member: i, ID: body.Header.MemberID, LeaderID: body.Leader, Term: term}, nil
-}
-
-// statuses asks every member at once; a member that does not answer in
-// time (cut off from the client namespace, or from a quorum) is left out.
-func (c *Cluster) statuses() []Status {
-	out := make([]*Status, len(c.Net.Members))
-	var wg sync.WaitGroup
-	for i := range c.Net.Members {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if st, err := c.Status(i); err == nil {
-				out[i] = &st
-			}
-		}()
-	}
-	wg.Wait()
-	var sts []Status
-	for _, st := range out {
-		if st != nil {
-			sts = append(sts, *st)
-		}
-	}
-	return sts
-}
-
-// Leader returns the index of the member that every member reachable from
-// the client namespace names as leader, or an error if they do not agree
-// or none answers.
-func (c *Cluster) Leader() (int, error) {
-	leader, answered := "", 0
-	for _, st := range c.statuses() {
-		answered++
-		if st.LeaderID == "" || st.LeaderID == "0" || (leader != "" && st.LeaderID != leader) {
-			return -1, errors.New("no agreed leader")
-		}
-		leader = st.LeaderID
-	}
-	if answered == 0 {
-		_, err := c.Status(0)
-		return -1, fmt.Errorf("no member answered (%s: %v)", c.Net.Members[0].Name, err)
-	}
-	c.mu.Lock()
-	i, ok := c.ids[leader]
-	c.mu.Unlock()
-	if !ok {
-		return -1, fmt.Errorf("leader %s is not among the members that answered", leader)
-	}
-	return i, nil
-}
-
-// Term returns the highest raft term that a member reachable from the
-// client namespace reports, or 0 if none answers.
-func (c *Cluster) Term() uint64 {
-	var term uint64
-	for _, st := range c.statuses() {
-		term = max(term, st.Term)
-	}
-	return term
+	c.procs[i] = cmd
+	return nil
 }

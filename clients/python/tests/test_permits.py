@@ -1,0 +1,159 @@
+"""A semaphore's permit count, recorded with each permit as the Go client and
+``leasehold run/hold --permits`` record it, and names used both as a lock and
+as a semaphore (issue 29 red team, item 1), through a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import unittest
+
+import leasehold
+import leasehold.aio
+from leasehold import InvalidError, MismatchError
+
+from server import ModuleServer, uniq
+from test_dynamodb import table_url
+
+SERVER = ModuleServer()
+setUpModule, tearDownModule = SERVER.start, SERVER.stop
+
+
+class GoHolder:
+    """``leasehold hold --permits N NAME`` (the binary the tests run) until stopped."""
+
+    def __init__(self, name: str, permits: int, store: str = "") -> None:
+        self.p = subprocess.Popen([os.environ["LEASEHOLD_BIN"], "hold", "--store", store or SERVER.url, "--json",
+                                   "--permits", str(permits), "--data", "go", name],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.p.stdout is not None
+        line = self.p.stdout.readline()
+        if not line:
+            self.p.wait(10)
+            raise AssertionError(f"leasehold hold exited {self.p.returncode}: {self.p.stderr.read()}")
+        self.grant = json.loads(line)
+
+    def stop(self) -> None:
+        self.p.send_signal(signal.SIGTERM)
+        self.p.wait(30)
+        for f in (self.p.stdout, self.p.stderr):
+            if f is not None:
+                f.close()
+
+
+class PermitCountTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.c = leasehold.Client(SERVER.url, owner="py-a")
+
+    def permits(self, name: str) -> list:
+        return [x.name for x in self.c.list(name + "/permit/")]
+
+    def test_go_semaphore_refuses_another_count(self) -> None:
+        name = uniq("permits")
+        go = GoHolder(name, 2)
+        self.addCleanup(go.stop)
+        with self.assertRaises(MismatchError) as cm:
+            self.c.semaphore(name, 3).try_acquire(ttl=30)
+        self.assertIsInstance(cm.exception, InvalidError)
+        self.assertIn("2 permits", str(cm.exception))
+        self.assertEqual(self.permits(name), [go.grant["lease"]])  # the Python permit was given back
+        with self.assertRaises(MismatchError):
+            self.c.semaphore(name, 3).acquire(ttl=30, timeout=5)
+        self.assertEqual(self.permits(name), [go.grant["lease"]])
+        # The same count is taken; the record of N is hidden from data.
+        lease = self.c.semaphore(name, 2).try_acquire(ttl=30, data="mine")
+        self.addCleanup(lease.release)
+        self.assertEqual(lease.info.data, b"mine")
+        raw = self.c.get(lease.name).data
+        self.assertEqual(raw, b"leasehold-permits=2\nmine")
+
+    def test_go_refuses_python_count(self) -> None:
+        name = uniq("permits")
+        lease = self.c.semaphore(name, 3).try_acquire(ttl=30)
+        self.addCleanup(lease.release)
+        r = subprocess.run([os.environ["LEASEHOLD_BIN"], "hold", "--store", SERVER.url, "-n", "--permits", "2", name],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 78, r.stderr)
+
+    def test_lock_and_semaphore_names(self) -> None:
+        name = uniq("permits")
+        permit = self.c.semaphore(name, 2).try_acquire(ttl=30)
+        lock = self.c.lock(name, ttl=30)
+        with self.assertRaises(MismatchError):
+            lock.acquire(blocking=False)
+        self.assertFalse(lock.owned())
+        self.assertFalse(lock.locked())  # the lock's lease was given back
+        permit.release()
+        self.assertTrue(lock.acquire(blocking=False))
+        self.addCleanup(lock.release)
+        with self.assertRaises(MismatchError) as cm:
+            self.c.semaphore(name, 2).try_acquire(ttl=30)
+        self.assertIn("plain lease", str(cm.exception))
+        self.assertEqual(self.permits(name), [])
+        self.assertTrue(lock.owned())
+
+    def test_aio(self) -> None:
+        async def main() -> None:
+            name = uniq("permits")
+            async with leasehold.aio.Client(SERVER.url, owner="py-aio") as c:
+                lease = await c.semaphore(name, 2).try_acquire(ttl=30, data=b"x")
+                self.assertEqual(lease.info.data, b"x")
+                with self.assertRaises(MismatchError):
+                    await c.semaphore(name, 3).acquire(ttl=30, timeout=5)
+                with self.assertRaises(MismatchError):
+                    await c.lock(name, ttl=30).acquire()
+                self.assertEqual([x.name for x in await c.list(name)], [lease.name])
+                await lease.release()
+        asyncio.run(main())
+
+
+class DynamoDBPermitCountTest(unittest.TestCase):
+    """The same directly on DynamoDB (DirectSemaphore, and a Go semaphore on the same table)."""
+
+    def setUp(self) -> None:
+        self.url = table_url("leasehold_py_test")
+        self.c = leasehold.Client(self.url, owner="py-d")
+        self.addCleanup(self.c.close)
+
+    def test_go_and_python_counts(self) -> None:
+        name = uniq("dpermits")
+        go = GoHolder(name, 2, self.url)
+        self.addCleanup(go.stop)
+        with self.assertRaises(MismatchError):
+            self.c.semaphore(name, 3).try_acquire(ttl=30)
+        self.assertEqual([x.name for x in self.c.list(name + "/permit/")], [go.grant["lease"]])
+        lease = self.c.semaphore(name, 2).acquire(ttl=30, timeout=10, data=b"d")
+        self.assertEqual(lease.info.data, b"d")
+        lease.release()
+
+    def test_lock_and_semaphore_names(self) -> None:
+        name = uniq("dpermits")
+        permit = self.c.semaphore(name, 2).try_acquire(ttl=30)
+        with self.assertRaises(MismatchError):
+            self.c.lock(name, ttl=30).acquire(blocking=False)
+        permit.release()
+        lock = self.c.lock(name, ttl=30)
+        self.assertTrue(lock.acquire(blocking=False))
+        self.addCleanup(lock.release)
+        with self.assertRaises(MismatchError):
+            self.c.semaphore(name, 2).try_acquire(ttl=30)
+        self.assertEqual([x.name for x in self.c.list(name + "/permit/")], [])
+
+    def test_aio(self) -> None:
+        async def main() -> None:
+            name = uniq("dpermits")
+            async with leasehold.aio.Client(self.url, owner="py-daio") as c:
+                lease = await c.semaphore(name, 2).try_acquire(ttl=30)
+                with self.assertRaises(MismatchError):
+                    await c.semaphore(name, 3).try_acquire(ttl=30)
+                with self.assertRaises(MismatchError):
+                    await c.lock(name, ttl=30).acquire(blocking=False)
+                await lease.release()
+        asyncio.run(main())
+
+
+if __name__ == "__main__":
+    unittest.main()

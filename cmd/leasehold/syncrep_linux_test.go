@@ -1,0 +1,153 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/testrig/enginetest"
+)
+
+// pgExec runs statements on the PostgreSQL server at u.
+func pgExec(t *testing.T, u string, sqls ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, sql := range sqls {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+}
+
+// TestRunSyncStandbyDown (issue 31, PostgreSQL item 1): on a primary with
+// synchronous_standby_names='*' and no standby every commit waits, and
+// `run -n` hung 12.5 minutes, deaf to SIGTERM. The attempt is bounded
+// (--connect-timeout) and says why it may have no answer; SIGTERM ends
+// it at once with 143, as it ends a wait. The command never runs.
+func TestRunSyncStandbyDown(t *testing.T) {
+	srv := enginetest.StartPostgres(t)
+	u := srv.PostgresURL()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// The tables, made while commits go through.
+	if out, err := leasehold(ctx, "run", "--store", u, "-n", "warm", "--", "true").CombinedOutput(); err != nil {
+		t.Fatalf("run on a healthy primary: %v\n%s", err, out)
+	}
+	pgExec(t, u, "ALTER SYSTEM SET synchronous_standby_names = '*'", "SELECT pg_reload_conf()")
+	t.Cleanup(func() { pgExec(t, u, "ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()") })
+	time.Sleep(500 * time.Millisecond) // the reload reaches the backends
+
+	t.Run("bounded", func(t *testing.T) {
+		var stdout, stderr bytes.Buffer
+		cmd := leasehold(ctx, "run", "--store", u, "--connect-timeout", "2s", "--ttl", "3s", "-n", "syncdown", "--", "echo", "ran")
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		startGroup(t, cmd)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if code := exitCode(err); code != 70 {
+				t.Errorf("exit %d, want 70\n%s", code, stderr.String())
+			}
+		case <-time.After(40 * time.Second):
+			t.Fatalf("run -n with --connect-timeout 2s still running after 40s (stderr so far: %s)", stderr.String())
+		}
+		if msg := stderr.String(); !strings.Contains(msg, "no answer from the store within 2s") || !strings.Contains(msg, "synchronous_standby_names") {
+			t.Errorf("stderr %q: want the bound and synchronous replication named", msg)
+		}
+		if stdout.Len() != 0 {
+			t.Errorf("the command ran: %q", stdout.String())
+		}
+	})
+
+	t.Run("SIGTERM", func(t *testing.T) {
+		var stdout, stderr bytes.Buffer
+		cmd := leasehold(ctx, "run", "--store", u, "--connect-timeout", "2m", "--ttl", "3s", "-n", "syncdown", "--", "echo", "ran")
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		startGroup(t, cmd)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		time.Sleep(2 * time.Second) // opened, its grant waiting for the standby
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-done:
+			if code := exitCode(err); code != 128+int(syscall.SIGTERM) {
+				t.Errorf("exit %d after SIGTERM, want 143\n%s", code, stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("run -n still running 30s after SIGTERM (stderr so far: %s)", stderr.String())
+		}
+		if stdout.Len() != 0 {
+			t.Errorf("the command ran: %q", stdout.String())
+		}
+	})
+}
+
+// TestGiveUpNamesLatestHolder (issue 31 red team, PostgreSQL item 2):
+// after a promotion's hold-back, `run -w` waiting behind a real holder H3
+// gave up saying "held by (postgres timeline changed: holding back)
+// (token 0)", the first refusal it saw, long over. It names H3. The
+// promotion is the epoch row of another timeline written by hand (as
+// postgres.TestEpochGate does), with a 2 s hold-back; H3 queues first,
+// is granted when the hold-back ends, and the waiter runs out behind it.
+func TestGiveUpNamesLatestHolder(t *testing.T) {
+	base := enginetest.PostgresURL(t)
+	table := "lh_test_giveup_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	t.Cleanup(func() {
+		pgExec(t, base, "DROP TABLE IF EXISTS "+table+", "+table+"_queue, "+table+"_records",
+			"DROP FUNCTION IF EXISTS "+table+"_wait, "+table+"_release, "+table+"_txn")
+	})
+	u := base + "&table=" + table + "&holdback=2s"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, err := leasehold(ctx, "run", "--store", u, "-n", "warm", "--", "true").CombinedOutput(); err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	pgExec(t, base, `INSERT INTO `+table+` (name, owner, request_id, token, data, ttl_us, expires_at, held, acquired_at)
+		VALUES (E'\x01timeline', '', '99', 7, '', 1, now(), false, now())`)
+
+	h3 := leasehold(ctx, "hold", "--store", u, "--owner", "h3", "--ttl", "1m", "sync1")
+	startGroup(t, h3)
+	// H3 is refused by the hold-back and queues.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var n int
+		conn, err := pgx.Connect(ctx, base)
+		if err == nil {
+			err = conn.QueryRow(ctx, "SELECT count(*)::int FROM "+table+"_queue WHERE owner = 'h3'").Scan(&n)
+			conn.Close(ctx)
+		}
+		if err == nil && n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("h3 never queued")
+		}
+	}
+	var stderr bytes.Buffer
+	w := leasehold(ctx, "run", "--store", u, "--owner", "w", "-w", "6", "sync1", "--", "true")
+	w.Stderr = &stderr
+	start := time.Now()
+	err := w.Run()
+	t.Logf("run -w 6 took %s: %s", time.Since(start), stderr.String())
+	if code := exitCode(err); code != 75 {
+		t.Fatalf("run -w 6 behind h3: exit %d, want 75\n%s", code, stderr.String())
+	}
+	msg := stderr.String()
+	if !strings.Contains(msg, "gave up waiting for sync1 after 6s: held by h3 (token ") || strings.Contains(msg, "holding back) (token 0)") {
+		t.Errorf("give-up message %q: want h3 named, not the hold-back", msg)
+	}
+}
