@@ -69,6 +69,16 @@ import (
 // a ghost: seen held by others until its return, with any token, while
 // the lease's state stayed what it was.
 //
+// A "handed" operation is added beside a granted wait when the history
+// names the waiter holding a token below the one its wait returned, a
+// token it was never told of: a release handed the lease to the waiting
+// owner, the grant expired before the waiter's next step collected it (a
+// slow client on a loaded machine), and that step took the free lease
+// again with the next token. It either did nothing or granted the lease
+// to the waiter inside the wait's interval (its token unknown), a lease
+// that lives for its TTL like any other; the wait's own grant then
+// follows it as the caller's grant made again (see regrant).
+//
 // What the model leaves permissive, because a client cannot see when the
 // engine enqueued a wait (anywhere between its call and its return): the
 // order in which waits are granted, and whether a TryAcquire that took a
@@ -93,10 +103,11 @@ const (
 	opWait
 	opRaced  // the grant a wait ended by its context may have raced with
 	opUndone // an acquire whose grant the store undid before answering
+	opHanded // a grant handed to a wait that expired before the wait collected it
 )
 
 func (k opKind) String() string {
-	return [...]string{"acquire", "renew", "release", "lose", "wait", "raced grant of a wait", "acquire undone"}[k]
+	return [...]string{"acquire", "renew", "release", "lose", "wait", "raced grant of a wait", "acquire undone", "grant handed to a wait, not collected"}[k]
 }
 
 // lostOwner is the owner of a lease whose state the store lost: it matches
@@ -231,6 +242,14 @@ func stepModel(st, in, out interface{}) []interface{} {
 			break // a grant: as an acquire's, below
 		}
 		return []interface{}{s} // ended by its context: see its opRaced
+	case opHanded:
+		// Nothing, or a grant to the waiter that it never collected.
+		res := []interface{}{s}
+		if mayBeExpired(s, o.Return) {
+			res = append(res, modelState{Token: s.Token + 1, TokenLower: true, Owner: i.Owner, RequestID: i.RequestID,
+				Held: true, Lo: i.Call, Hi: o.Return, TTL: i.TTL})
+		}
+		return res
 	case opRaced, opUndone:
 		// Nothing, or a grant to the caller, freed by o.Return.
 		res := []interface{}{s}
@@ -271,7 +290,7 @@ func stepModel(st, in, out interface{}) []interface{} {
 		if s.GhostOwner != "" && o.HolderOwner == s.GhostOwner && i.Call < s.GhostUntil {
 			return []interface{}{s} // the undone grant, seen before it was undone
 		}
-		sameHolder := o.HolderOwner == s.Owner && (o.Token == s.Token || s.TokenLower)
+		sameHolder := o.HolderOwner == s.Owner && (o.Token == s.Token || s.TokenLower && o.Token >= s.Token)
 		if !sameHolder || !mayBeAlive(s, i.Call) {
 			return nil
 		}
@@ -367,6 +386,8 @@ func LeaseModel() porcupine.Model {
 				res = "maybe granted again by the give-up, freed by the return"
 			case i.Kind == opRaced || i.Kind == opUndone:
 				res = "maybe granted, freed by the return"
+			case i.Kind == opHanded:
+				res = "maybe granted, expired uncollected"
 			case !o.OK && i.Kind == opAcquire && o.Token == 0 && o.HolderOwner != "":
 				res = fmt.Sprintf("queued ahead: %s (waiting then: %v)", o.HolderOwner, o.Queued)
 			case !o.OK && i.Kind == opAcquire:
@@ -507,13 +528,36 @@ func prepareLeaseOps(ops []porcupine.Operation) []porcupine.Operation {
 		return n >= need
 	}
 	out := ops[:0]
+	var handed []porcupine.Operation
 	for _, op := range ops {
-		if i := op.Input.(opInput); i.Kind == opRaced && !seen(op) {
+		i, o := op.Input.(opInput), op.Output.(opOutput)
+		if i.Kind == opRaced && !seen(op) {
 			continue
+		}
+		if i.Kind == opWait && o.OK && !o.Unknown && below(unexplained[i.Owner], o.Token) {
+			handed = append(handed, handedOp(op))
 		}
 		out = append(out, op)
 	}
-	return out
+	return append(out, handed...)
+}
+
+// below reports whether tokens holds one below t.
+func below(tokens map[uint64]bool, t uint64) bool {
+	for k := range tokens {
+		if k < t {
+			return true
+		}
+	}
+	return false
+}
+
+// handedOp is the opHanded beside wait, a granted wait: over the wait's
+// interval.
+func handedOp(wait porcupine.Operation) porcupine.Operation {
+	in := wait.Input.(opInput)
+	in.Kind = opHanded
+	return porcupine.Operation{ClientId: wait.ClientId, Input: in, Call: wait.Call, Output: opOutput{Return: wait.Return}, Return: wait.Return}
 }
 
 // grantKey names a grant: its owner and token.

@@ -442,3 +442,40 @@ func TestPrepareKeepsSecondRacedGrantOnlyWhenNeeded(t *testing.T) {
 		}
 	}
 }
+
+// TestPrepareHandedGrantExpired: a release hands the lease to a waiting
+// owner, the grant expires before the waiter's next step collects it, and
+// that step takes the free lease again with the next token; meanwhile
+// another client was told the waiter held the first token. The PostgreSQL
+// conformance suite recorded such a history under load (seen held as c2/4,
+// the wait returned 5). Legal once prepared; the controls stay illegal.
+func TestPrepareHandedGrantExpired(t *testing.T) {
+	ttl := 100 * ms
+	aGranted := op(0, acq("a", "r1", ttl, 0), opOutput{OK: true, Token: 1, Return: 1 * ms})
+	aReleases := op(0, rel("a", 1, 20*ms), opOutput{OK: true, Return: 30 * ms})
+	bWait := op(1, wait("b", "r2", ttl, 2*ms), opOutput{OK: true, Token: 3, Return: 200 * ms})
+	cSeesB2 := op(2, acq("c", "r3", ttl, 50*ms), opOutput{HolderOwner: "b", Token: 2, Return: 51 * ms})
+	cases := []struct {
+		name  string
+		legal bool
+		ops   []porcupine.Operation
+	}{
+		{"handed, expired, taken again", true, []porcupine.Operation{aGranted, aReleases, bWait, cSeesB2}},
+		{"no wait of b: b/2 is nobody's", false, []porcupine.Operation{aGranted, aReleases, cSeesB2}},
+		{"handed grant overlapped by c", false, []porcupine.Operation{aGranted, aReleases, bWait, cSeesB2,
+			op(2, acq("c", "r4", ttl, 60*ms), opOutput{OK: true, Token: 3, Return: 61 * ms})}},
+		{"b seen holding 2 after its wait returned 3", false, []porcupine.Operation{aGranted, aReleases, bWait,
+			op(2, acq("c", "r3", ttl, 210*ms), opOutput{HolderOwner: "b", Token: 2, Return: 211 * ms})}},
+	}
+	for _, c := range cases {
+		ops := prepareLeaseOps(append([]porcupine.Operation(nil), c.ops...))
+		if got := porcupine.CheckOperations(LeaseModel(), ops); got != c.legal {
+			t.Errorf("%s: checker says legal=%v, want %v", c.name, got, c.legal)
+		}
+	}
+	// Unprepared, the first history is illegal: the model alone has no
+	// operation that gave b token 2.
+	if porcupine.CheckOperations(LeaseModel(), []porcupine.Operation{aGranted, aReleases, bWait, cSeesB2}) {
+		t.Error("unprepared history with b/2 seen held: checker says legal")
+	}
+}
