@@ -3,7 +3,6 @@ package redis_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/redis"
 	"github.com/leasehold/leasehold/testrig/enginetest"
 	"github.com/leasehold/leasehold/testrig/redissentinel"
+	"github.com/leasehold/leasehold/testrig/silent"
 )
 
 // TestSentinelOpenErrors: deployment errors at Open say what is wrong (they
@@ -106,31 +106,12 @@ func TestSentinelNoneAnswer(t *testing.T) {
 		}
 	}
 	t.Logf("refused: %v", err)
-	// A listener that accepts connections and never answers.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		var held []net.Conn
-		defer func() {
-			for _, c := range held {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, c)
-		}
-	}()
+	// A server that accepts connections and never answers.
+	l := silent.Listen(t)
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, err = redis.Open(hctx, "redis+sentinel://"+l.Addr().String()+"/lh")
-	if err == nil || !strings.Contains(err.Error(), "no sentinel answered within") || !strings.Contains(err.Error(), l.Addr().String()) {
+	_, err = redis.Open(hctx, "redis+sentinel://"+l.Addr()+"/lh")
+	if err == nil || !strings.Contains(err.Error(), "no sentinel answered within") || !strings.Contains(err.Error(), l.Addr()) {
 		t.Errorf("Open with a hung sentinel: %v, want \"no sentinel answered within\" naming %s", err, l.Addr())
 	}
 	t.Logf("hung: %v", err)
