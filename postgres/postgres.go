@@ -43,6 +43,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/editdist"
 	"github.com/leasehold/leasehold/internal/randid"
 )
 
@@ -305,32 +306,11 @@ func nearParam(key string) string {
 		return ""
 	}
 	for _, p := range ownParams {
-		if d := editDistance(strings.ToLower(key), p); d >= 1 && d <= 2 || d == 0 && key != p {
+		if d := editdist.Distance(strings.ToLower(key), p); d >= 1 && d <= 2 || d == 0 && key != p {
 			return p
 		}
 	}
 	return ""
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 // fail translates an error at the store boundary: context errors pass

@@ -36,6 +36,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/editdist"
 	"github.com/leasehold/leasehold/storekit"
 	"github.com/leasehold/leasehold/storekit/watchset"
 )
@@ -209,8 +210,19 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, &leasehold.InvalidError{Field: "store URL", Reason: redactErr(err, rawURL)}
 	}
+	if err := checkDB(o.DB); err != nil {
+		return nil, err
+	}
 	o.ContextTimeoutEnabled = true
 	return openClient(ctx, goredis.NewClient(o), cfg)
+}
+
+// checkDB refuses a negative db number, which go-redis would take as 0.
+func checkDB(db int) error {
+	if db < 0 {
+		return &leasehold.InvalidError{Field: "store URL", Reason: fmt.Sprintf("db %d: the db must be 0 or more", db)}
+	}
+	return nil
 }
 
 // openClient makes a Store that owns client and checks the server at once.
@@ -233,11 +245,35 @@ func openClient(ctx context.Context, client *goredis.Client, cfg config) (*Store
 	return s, nil
 }
 
+// urlParams are the query parameters a Redis URL may have: leasehold's,
+// then go-redis's (of ParseURL and ParseFailoverURL) and the sentinels'
+// credentials. A parameter within a typo of one of them is refused with
+// the name it was likely meant to be, before leasehold's own are read (a
+// wait_replica= met wait_timeout= without wait_replicas=).
+var urlParams = []string{
+	"holdback", "liveness", "prefix", "wait_replicas", "wait_timeout",
+	"db", "protocol", "client_name", "max_retries", "min_retry_backoff", "max_retry_backoff",
+	"dial_timeout", "read_timeout", "write_timeout", "pool_fifo", "pool_size", "pool_timeout",
+	"min_idle_conns", "max_idle_conns", "max_active_conns", "max_concurrent_dials",
+	"pipeline_pool_size", "pipeline_read_buffer_size", "pipeline_write_buffer_size",
+	"conn_max_idle_time", "idle_timeout", "conn_max_lifetime", "max_conn_age",
+	"conn_max_lifetime_jitter", "skip_verify", "context_timeout_enabled",
+	"dialer_retries", "dialer_retry_timeout", "route_by_latency_tolerance",
+	"sentinel_username", "sentinel_password",
+	"master_name", "addr", "username", "password", "replica_only", "route_by_latency",
+	"route_randomly", "use_disconnected_replicas",
+}
+
 // takeParams removes leasehold's own query parameters from q and returns
 // opts with the options they name appended (after the caller's, so that
 // they win).
 func takeParams(q url.Values, opts []Option) ([]Option, error) {
 	opts = opts[:len(opts):len(opts)] // append below must not write into the caller's array
+	for k := range q {
+		if near := editdist.Near(k, urlParams); near != "" {
+			return nil, &leasehold.InvalidError{Field: "store URL", Reason: fmt.Sprintf("unknown parameter %s (did you mean %s?)", k, near)}
+		}
+	}
 	last := func(name string) (string, bool) {
 		v, ok := q[name]
 		q.Del(name)

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -71,12 +70,25 @@ func openSentinel(ctx context.Context, rawURL string, opts []Option) (*Store, er
 	if err != nil {
 		return nil, err
 	}
-	fo.ContextTimeoutEnabled = true
-	if err := checkSentinels(ctx, fo); err != nil {
+	if err := checkDB(fo.DB); err != nil {
 		return nil, err
 	}
+	fo.ContextTimeoutEnabled = true
+	answered, err := checkSentinels(ctx, fo)
+	if err != nil {
+		return nil, err
+	}
+	// The failover client asks its sentinels for the primary and waits
+	// for each: give it only those that answered, so that a sentinel that
+	// accepts connections but never answers (stopped, overloaded) does
+	// not hold up the dial until the context's deadline.
+	fo.SentinelAddrs = answered
 	return openClient(ctx, goredis.NewFailoverClient(fo), cfg)
 }
+
+// sentinelGrace is how long checkSentinels waits for the other sentinels
+// after the first one answered (at most half the context's time left).
+const sentinelGrace = time.Second
 
 // checkSentinels asks every sentinel of the URL for the primary of the
 // master name (SENTINEL GET-MASTER-ADDR-BY-NAME), in parallel, and
@@ -84,28 +96,41 @@ func openSentinel(ctx context.Context, rawURL string, opts []Option) (*Store, er
 // not a sentinel, a name the sentinels do not know, or sentinels that name
 // different primaries (a sentinel of another group monitoring another
 // Redis under the same name: the store would alternate between two
-// primaries). Sentinels that do not answer are left out; none answering
-// is left to the dial, which reports it.
-func checkSentinels(ctx context.Context, fo *goredis.FailoverOptions) error {
+// primaries). After the first answer it waits sentinelGrace for the
+// others; those that did not answer by then (hung, unreachable) are left
+// out. It returns the addresses of the sentinels that answered, in the
+// URL's order; none answering is an error that names the sentinels tried
+// and why each failed.
+func checkSentinels(ctx context.Context, fo *goredis.FailoverOptions) ([]string, error) {
 	type answer struct {
-		addr, primary string
-		noMaster      bool
-		notSentinel   bool
-		err           error
+		i           int
+		primary     string
+		noMaster    bool
+		notSentinel bool
+		err         error
 	}
-	answers := make([]answer, len(fo.SentinelAddrs))
-	var wg sync.WaitGroup
-	for i, a := range fo.SentinelAddrs {
-		wg.Add(1)
+	start := time.Now()
+	addrs := fo.SentinelAddrs
+	results := make(chan answer, len(addrs)) // buffered: a late query never blocks
+	clients := make([]*goredis.SentinelClient, len(addrs))
+	for i, a := range addrs {
+		clients[i] = goredis.NewSentinelClient(&goredis.Options{
+			Addr: a, Username: fo.SentinelUsername, Password: fo.SentinelPassword,
+			DialTimeout: fo.DialTimeout, ReadTimeout: fo.ReadTimeout, WriteTimeout: fo.WriteTimeout,
+			TLSConfig: fo.TLSConfig, MaxRetries: -1, ContextTimeoutEnabled: true,
+		})
+	}
+	// go-redis ends a read only at the context's deadline (or its read
+	// timeout), not on a cancel: closing the clients ends the queries
+	// still waiting once the answers are in.
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	for i, c := range clients {
 		go func() {
-			defer wg.Done()
-			c := goredis.NewSentinelClient(&goredis.Options{
-				Addr: a, Username: fo.SentinelUsername, Password: fo.SentinelPassword,
-				DialTimeout: fo.DialTimeout, ReadTimeout: fo.ReadTimeout, WriteTimeout: fo.WriteTimeout,
-				TLSConfig: fo.TLSConfig, MaxRetries: -1, ContextTimeoutEnabled: true,
-			})
-			defer c.Close()
-			r := answer{addr: a}
+			r := answer{i: i}
 			hp, err := c.GetMasterAddrByName(ctx, fo.MasterName).Result()
 			switch {
 			case err == nil && len(hp) == 2:
@@ -114,33 +139,84 @@ func checkSentinels(ctx context.Context, fo *goredis.FailoverOptions) error {
 				r.noMaster = true
 			case err != nil && isUnknownCommand(err):
 				r.notSentinel = true
+			case err == nil:
+				r.err = fmt.Errorf("unexpected reply %q", hp)
 			default:
 				r.err = err
 			}
-			answers[i] = r
+			results <- r
 		}()
 	}
-	wg.Wait()
+	got := make([]*answer, len(addrs))
+	var grace <-chan time.Time
+	answered := 0
+wait:
+	for n := 0; n < len(addrs); n++ {
+		select {
+		case r := <-results:
+			got[r.i] = &r
+			if r.err != nil {
+				continue
+			}
+			answered++
+			if grace == nil {
+				d := sentinelGrace
+				if dl, ok := ctx.Deadline(); ok {
+					d = min(d, time.Until(dl)/2)
+				}
+				t := time.NewTimer(d)
+				defer t.Stop()
+				grace = t.C
+			}
+		case <-grace:
+			break wait
+		case <-ctx.Done():
+			break wait
+		}
+	}
+	if answered == 0 {
+		parts := make([]string, len(addrs))
+		within := ""
+		for i, a := range addrs {
+			parts[i] = a + ": no answer"
+			if got[i] != nil {
+				parts[i] = fmt.Sprintf("%s: %v", a, got[i].err)
+			}
+			if got[i] == nil || ctx.Err() != nil || isTimeout(got[i].err) {
+				within = " within " + time.Since(start).Round(time.Millisecond).String()
+			}
+		}
+		err := fmt.Errorf("redis sentinel: no sentinel answered%s (tried %s)", within, strings.Join(parts, "; "))
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", err, ctx.Err())
+		}
+		return nil, err
+	}
 	bad := func(format string, args ...any) error {
 		return &leasehold.InvalidError{Field: "store URL", Reason: fmt.Sprintf(format, args...)}
 	}
 	byPrimary := map[string][]string{}
-	var primaries, noMaster []string
-	for _, r := range answers {
+	var primaries, noMaster, ok []string
+	for i, r := range got {
+		if r == nil || r.err != nil {
+			continue
+		}
+		a := addrs[i]
 		switch {
 		case r.notSentinel:
-			return bad("%s is not a sentinel (it is a Redis server): give sentinel addresses", r.addr)
+			return nil, bad("%s is not a sentinel (it is a Redis server): give sentinel addresses", a)
 		case r.noMaster:
-			noMaster = append(noMaster, r.addr)
-		case r.primary != "":
+			noMaster = append(noMaster, a)
+		default:
 			if byPrimary[r.primary] == nil {
 				primaries = append(primaries, r.primary)
 			}
-			byPrimary[r.primary] = append(byPrimary[r.primary], r.addr)
+			byPrimary[r.primary] = append(byPrimary[r.primary], a)
+			ok = append(ok, a)
 		}
 	}
-	if len(primaries) == 0 && len(noMaster) > 0 {
-		return bad("the sentinels at %s know no master named %q", strings.Join(noMaster, ", "), fo.MasterName)
+	if len(primaries) == 0 {
+		return nil, bad("no sentinel at %s knows a master named %q", strings.Join(noMaster, ", "), fo.MasterName)
 	}
 	if len(primaries)+min(len(noMaster), 1) > 1 {
 		var parts []string
@@ -150,10 +226,17 @@ func checkSentinels(ctx context.Context, fo *goredis.FailoverOptions) error {
 		if len(noMaster) > 0 {
 			parts = append(parts, fmt.Sprintf("%s know no such master", strings.Join(noMaster, ", ")))
 		}
-		return bad("the sentinels disagree on the primary of %q: %s (every sentinel of the URL must monitor the same primary under that name; during a failover they may disagree for a moment: try again)",
+		return nil, bad("the sentinels disagree on the primary of %q: %s (every sentinel of the URL must monitor the same primary under that name; during a failover they may disagree for a moment: try again)",
 			fo.MasterName, strings.Join(parts, "; "))
 	}
-	return nil
+	return ok, nil
+}
+
+// isTimeout reports a query that ended at a deadline (the context's or
+// the read timeout).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // isUnknownCommand reports a server's refusal of a command it does not

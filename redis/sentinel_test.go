@@ -425,3 +425,29 @@ func TestWaitAcquireWaitRetries(t *testing.T) {
 		t.Fatalf("AcquireWait once a replica is up: %v", err)
 	}
 }
+
+// TestURLNegativeDBAndTypos: a negative db (it was taken as db 0) and a
+// parameter within a typo of a known one (wait_replica= was answered
+// "wait_replicas and wait_timeout go together") are refused before
+// anything is dialled (127.0.0.1:1 refuses connections), saying what is
+// wrong.
+func TestURLNegativeDBAndTypos(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	for _, c := range []struct{ url, want string }{
+		{"redis://127.0.0.1:1/-1", "db -1: the db must be 0 or more"},
+		{"redis://127.0.0.1:1?db=-1", "db -1: the db must be 0 or more"},
+		{"unix:///nonexistent/redis.sock?db=-2", "db -2: the db must be 0 or more"},
+		{"redis+sentinel://127.0.0.1:1/lh?db=-1", "db -1: the db must be 0 or more"},
+		{"redis+sentinel://127.0.0.1:1,127.0.0.1:2/lh?db=-5", "db -5: the db must be 0 or more"},
+		{"redis://127.0.0.1:1/0?wait_replica=1&wait_timeout=1s", "unknown parameter wait_replica (did you mean wait_replicas?)"},
+		{"redis+sentinel://127.0.0.1:1/lh?wait_replica=1&wait_timeout=1s", "unknown parameter wait_replica (did you mean wait_replicas?)"},
+		{"redis://127.0.0.1:1/0?holdbak=1s", "unknown parameter holdbak (did you mean holdback?)"},
+		{"redis+sentinel://127.0.0.1:1/lh?dial_timout=1s", "unknown parameter dial_timout (did you mean dial_timeout?)"},
+		{"redis://127.0.0.1:1/0?Prefix=x", "unknown parameter Prefix (did you mean prefix?)"},
+	} {
+		_, err := redis.Open(ctx, c.url)
+		if !errors.Is(err, leasehold.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Open(%q): %v, want an invalid-input error saying %q", c.url, err, c.want)
+		}
+	}
+}

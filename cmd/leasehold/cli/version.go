@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/leasehold/leasehold/internal/editdist"
 )
 
 // Commit and CommitDate name the VCS commit a release build was made from
@@ -110,7 +112,7 @@ func suggestFlag(cmd *cobra.Command, bad string) string {
 		if f.Hidden {
 			return
 		}
-		d := editDistance(bad, f.Name)
+		d := editdist.Distance(bad, f.Name)
 		if len(bad) >= 2 && strings.HasPrefix(f.Name, bad) {
 			d = min(d, 1)
 		}
@@ -121,25 +123,4 @@ func suggestFlag(cmd *cobra.Command, bad string) string {
 	cmd.Flags().VisitAll(visit)
 	cmd.InheritedFlags().VisitAll(visit)
 	return best
-}
-
-// editDistance is the Levenshtein distance between a and b (bytes).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
