@@ -71,6 +71,9 @@ func openSentinel(ctx context.Context, rawURL string, opts []Option) (*Store, er
 	if err != nil {
 		return nil, err
 	}
+	if cfg.never {
+		return nil, errNeverReplicatedSentinel
+	}
 	fo.ContextTimeoutEnabled = true
 	if err := checkSentinels(ctx, fo); err != nil {
 		return nil, err

@@ -107,13 +107,13 @@ func TestSentinelPromotedRestart(t *testing.T) {
 
 // TestRestartKeepsRecordedHoldback: a restart never shortens a hold-back
 // a client already recorded in the marker (here written by hand, as a
-// client that noticed a promotion would), even on a durable server that
-// would otherwise hold back nothing.
+// client that noticed a promotion would), even on a durable server
+// declared never replicated that would otherwise hold back nothing.
 func TestRestartKeepsRecordedHoldback(t *testing.T) {
 	srv := enginetest.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
 	prefix := uniquePrefix(t)
 	ctx := ctxT(t, 2*time.Minute)
-	s := open(t, srv.RedisURL(), redis.WithKeyPrefix(prefix))
+	s := open(t, srv.RedisURL(), redis.WithKeyPrefix(prefix), redis.WithNeverReplicated())
 	st, err := s.ServerState(ctx)
 	if err != nil || !st.Durable {
 		t.Fatalf("ServerState = %+v, %v; want durable", st, err)
@@ -131,7 +131,7 @@ func TestRestartKeepsRecordedHoldback(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Restart()
-	s2 := open(t, srv.RedisURL(), redis.WithKeyPrefix(prefix))
+	s2 := open(t, srv.RedisURL(), redis.WithKeyPrefix(prefix), redis.WithNeverReplicated())
 	defer s2.Close()
 	_, err = s2.TryAcquire(ctx, leasehold.AcquireRequest{Name: "n", Owner: "o", TTL: time.Second})
 	var he *leasehold.HeldError
