@@ -1,6 +1,7 @@
 package redis_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -86,30 +87,7 @@ func TestPromotedReplicaRestartDirect(t *testing.T) {
 	if st, err := sR.ServerState(ctx); err != nil || st.Durable {
 		t.Errorf("ServerState of R after its restart = %+v, %v; want not durable (no never_replicated declared)", st, err)
 	}
-	heldBack := 0
-	for {
-		rec, err := sR.TryAcquire(ctx, leasehold.AcquireRequest{Name: "x", Owner: "C", TTL: ttl})
-		if err == nil {
-			if now := time.Now(); now.Before(hEnd) {
-				t.Fatalf("C was granted x (token %d) on R %s before H's lease on P (token %d) could have ended: two holders (%d hold-back refusals)",
-					rec.Token, hEnd.Sub(now).Round(time.Millisecond), h.Token, heldBack)
-			}
-			if rec.Token <= h.Token {
-				t.Logf("C's token %d is not above H's %d (R never saw H's grant; the hold-back is what keeps them apart)", rec.Token, h.Token)
-			}
-			break
-		}
-		var he *leasehold.HeldError
-		if errors.As(err, &he) && redis.IsHoldback(he.Owner) {
-			heldBack++
-		} else if ctx.Err() != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if heldBack == 0 {
-		t.Errorf("no hold-back after the promoted replica's restart")
-	}
+	grantAfterHoldback(ctx, t, sR, h, hEnd)
 }
 
 // TestNeverReplicatedParam: never_replicated= takes true or false, and is
@@ -151,5 +129,37 @@ func TestNeverReplicatedParam(t *testing.T) {
 	})
 	if he == nil || he.Owner != redis.HoldbackOwner {
 		t.Fatalf("TryAcquire after a durable restart, not declared never replicated: %+v; want a hold-back", he)
+	}
+}
+
+// grantAfterHoldback tries to take H's name as owner C on s until it is
+// granted, and fails the test if that happens before hEnd (the latest
+// moment H may believe it holds the name: two holders), if C's token is
+// not above H's, or if s never held back.
+func grantAfterHoldback(ctx context.Context, t *testing.T, s leasehold.Store, h leasehold.Record, hEnd time.Time) {
+	t.Helper()
+	heldBack := 0
+	for {
+		rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: h.Name, Owner: "C", TTL: h.TTL})
+		if err == nil {
+			if now := time.Now(); now.Before(hEnd) {
+				t.Fatalf("C was granted %s (token %d) %s before H's lease (token %d) could have ended: two holders (%d hold-back refusals)",
+					h.Name, rec.Token, hEnd.Sub(now).Round(time.Millisecond), h.Token, heldBack)
+			}
+			if rec.Token <= h.Token {
+				t.Errorf("C's token %d is not above H's %d", rec.Token, h.Token)
+			}
+			break
+		}
+		var he *leasehold.HeldError
+		if errors.As(err, &he) && redis.IsHoldback(he.Owner) {
+			heldBack++
+		} else if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if heldBack == 0 {
+		t.Errorf("no hold-back after the restart")
 	}
 }
