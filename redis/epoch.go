@@ -132,11 +132,12 @@ type ServerState struct {
 	// ReplID is the server's master_replid, new at every promotion of a
 	// replica (also of a process that was the primary before).
 	ReplID string
-	// Durable reports appendonly yes, appendfsync always, on a master
-	// that is not a freshly promoted replica, reached directly (not
-	// through Sentinel), without replicas now or ever seen in the
-	// marker's history; the store then holds back nothing after a
-	// restart (but never ends a hold-back another client recorded).
+	// Durable reports that the store skips the hold-back after a
+	// restart (but never ends one another client recorded): it was
+	// opened with WithNeverReplicated, and the server reports appendonly
+	// yes, appendfsync always, on a master that is not a freshly
+	// promoted replica, reached directly (not through Sentinel), without
+	// replicas now or ever seen in the marker's history.
 	Durable bool
 	// Evicts reports that maxmemory is set with a maxmemory-policy other
 	// than noeviction: under memory pressure Redis may then delete leases
@@ -144,8 +145,9 @@ type ServerState struct {
 	Evicts bool
 	// HoldbackUntil is the server-clock time before which TryAcquire
 	// grants nothing: the moment the server may have lost data plus the
-	// store's hold-back. Zero when there is no hold-back (durable server,
-	// or WithHoldback(0)); usually in the past.
+	// store's hold-back. Zero when there is no hold-back (a durable
+	// server declared never replicated, or WithHoldback(0)); usually in
+	// the past.
 	HoldbackUntil time.Time
 	// TokenFloor is the least token a new grant gets.
 	TokenFloor uint64
@@ -270,11 +272,16 @@ func (s *Store) check(ctx context.Context) (e epoch, sv serverFacts, err error) 
 		sv.replicas, _ = strconv.Atoi(r["connected_slaves"])
 		// Durable: nothing acknowledged is lost in a restart of this
 		// process. A replica promoted and then restarted from its own
-		// disk looks the same (a master never promoted), and its data
-		// may lack what the old primary granted: no server reached
-		// through Sentinel, or seen with replicas, counts as durable
-		// (the marker keeps "replicated" for good, see epoch.lua).
-		sv.durable = cfg["appendonly"] == "yes" && cfg["appendfsync"] == "always" &&
+		// disk looks the same (a master never promoted, a fresh
+		// replication id and offset 0 on Redis 7.0, and no node identity
+		// survives a restart of a standalone server), and its data may
+		// lack what the old primary granted, also when it attached after
+		// the last check and so never showed in the marker. Only the
+		// user can rule that out (WithNeverReplicated); and no server
+		// reached through Sentinel, or seen with replicas, counts as
+		// durable (the marker keeps "replicated" for good, see
+		// epoch.lua).
+		sv.durable = s.neverReplicated && cfg["appendonly"] == "yes" && cfg["appendfsync"] == "always" &&
 			r["role"] == "master" && r["second_repl_offset"] == "-1" &&
 			sv.replicas == 0 && !s.viaSentinel()
 	}

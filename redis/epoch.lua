@@ -9,7 +9,8 @@
 -- caller sees replication (the server has replicas, was promoted, or is
 -- reached through Sentinel): the marker then records it for good, ARGV[6]
 -- '1' if the caller takes the server for durable (appendfsync always, a
--- master never promoted, reached directly, no replicas).
+-- master never promoted, reached directly, no replicas, and declared by
+-- its user a single node never replicated: WithNeverReplicated).
 -- Reply: {since_ms, holdback_until_ms, floor_us, now_ms, written, replicated}
 --   since_ms: when the server may have lost data (server ms): its start if
 --             the marker was missing, else when the new run id was noticed

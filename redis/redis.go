@@ -95,7 +95,10 @@ type Store struct {
 	liveness time.Duration
 	waitN    int           // WithWait: replicas that must acknowledge a write
 	waitFor  time.Duration // WithWait: how long to wait for them
-	closed   atomic.Bool
+	// WithNeverReplicated: the user declares the server a single node
+	// that is never replicated, so a durable restart may skip the hold-back.
+	neverReplicated bool
+	closed          atomic.Bool
 
 	ep     epochCache
 	fn     fnState
@@ -113,6 +116,7 @@ type config struct {
 	liveness time.Duration
 	waitN    int
 	waitFor  time.Duration
+	never    bool  // WithNeverReplicated
 	err      error // the first bad option value
 }
 
@@ -145,9 +149,9 @@ func WithKeyPrefix(p string) Option {
 // that Redis restarted or failed over (default DefaultHoldback; URL
 // parameter holdback=). Set it to at least the longest TTL any client of
 // the store uses, and the same in every client. 0 disables the hold-back,
-// which is safe only when Redis does not lose acknowledged writes; the
-// store skips the hold-back by itself when the server reports appendonly
-// yes with appendfsync always and is not a freshly promoted replica.
+// which is safe only when Redis does not lose acknowledged writes. The
+// store skips the hold-back by itself only with WithNeverReplicated, on a
+// server that reports appendonly yes with appendfsync always (see there).
 func WithHoldback(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 || d > MaxHoldback {
@@ -155,6 +159,25 @@ func WithHoldback(d time.Duration) Option {
 		}
 		c.holdback = d
 	}
+}
+
+// WithNeverReplicated declares that the Redis server the store reaches
+// directly is a single node that never has replicas and never was one: no
+// REPLICAOF/SLAVEOF ever names it or is run on it, no Sentinel or managed
+// service replicates or promotes it, and its clients are never re-pointed
+// to another node (URL parameter never_replicated=true). With it, a
+// restart of a server that reports appendonly yes and appendfsync always
+// (and no replicas, and whose marker was never seen replicated) skips the
+// hold-back: its own disk kept every grant it acknowledged.
+//
+// Without it every restart holds back (WithHoldback), durable or not: a
+// replica that copied the store's data and was promoted and restarted from
+// its own disk reports exactly what the primary's own restart reports (a
+// durable master never promoted, under a new run_id, with a fresh
+// replication id), yet lacks the grants the primary made after the copy.
+// Declaring it wrongly is that double grant. It is refused with Sentinel.
+func WithNeverReplicated() Option {
+	return func(c *config) { c.never = true }
 }
 
 // WithLiveness sets how long a waiter queued by AcquireWait (which
@@ -185,8 +208,9 @@ func WithLiveness(d time.Duration) Option {
 // (the last through Redis Sentinel: see SentinelScheme), plus leasehold's
 // own query parameters, which override opts: holdback=<duration>
 // (WithHoldback), liveness=<duration> (WithLiveness), prefix=<key prefix>
-// (WithKeyPrefix), and wait_replicas=<n> with wait_timeout=<duration>
-// (WithWait). A malformed URL or parameter is an *leasehold.InvalidError.
+// (WithKeyPrefix), wait_replicas=<n> with wait_timeout=<duration>
+// (WithWait), and never_replicated=true (WithNeverReplicated; false
+// leaves it off). A malformed URL or parameter is an *leasehold.InvalidError.
 // Close closes the connection pool.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	if scheme, _, ok := strings.Cut(rawURL, "://"); ok && strings.EqualFold(scheme, SentinelScheme) {
@@ -251,7 +275,7 @@ func openClient(ctx context.Context, client *goredis.Client, cfg config) (*Store
 // the name it was likely meant to be, before leasehold's own are read (a
 // wait_replica= met wait_timeout= without wait_replicas=).
 var urlParams = []string{
-	"holdback", "liveness", "prefix", "wait_replicas", "wait_timeout",
+	"holdback", "liveness", "prefix", "wait_replicas", "wait_timeout", "never_replicated",
 	"db", "protocol", "client_name", "max_retries", "min_retry_backoff", "max_retry_backoff",
 	"dial_timeout", "read_timeout", "write_timeout", "pool_fifo", "pool_size", "pool_timeout",
 	"min_idle_conns", "max_idle_conns", "max_active_conns", "max_concurrent_dials",
@@ -306,6 +330,15 @@ func takeParams(q url.Values, opts []Option) ([]Option, error) {
 	if v, ok := last("prefix"); ok {
 		opts = append(opts, WithKeyPrefix(v))
 	}
+	if v, ok := last("never_replicated"); ok {
+		switch v {
+		case "true":
+			opts = append(opts, WithNeverReplicated())
+		case "false":
+		default:
+			return nil, &leasehold.InvalidError{Field: "never_replicated", Reason: fmt.Sprintf("%q; want true or false", v)}
+		}
+	}
 	n, hasN := last("wait_replicas")
 	d, hasD, err := duration("wait_timeout", "100ms")
 	if err != nil {
@@ -344,11 +377,19 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c, ok := client.(*goredis.Client); ok && cfg.never && c.Options().Addr == "FailoverClient" {
+		return nil, errNeverReplicatedSentinel
+	}
 	if _, ok := client.(*goredis.ClusterClient); ok && cfg.waitN > 0 {
 		return nil, &leasehold.InvalidError{Field: "wait_replicas", Reason: "WAIT is not offered on Redis Cluster (no single connection carries a name's writes and the WAIT)"}
 	}
 	return newStore(client, false, cfg), nil
 }
+
+// errNeverReplicatedSentinel refuses WithNeverReplicated with Sentinel,
+// which exists to replicate and promote.
+var errNeverReplicatedSentinel = &leasehold.InvalidError{Field: "never_replicated",
+	Reason: "a server reached through Sentinel has replicas that Sentinel promotes; it cannot be declared never replicated"}
 
 func configure(opts []Option) (config, error) {
 	cfg := config{prefix: DefaultKeyPrefix, holdback: DefaultHoldback, liveness: DefaultLiveness}
@@ -361,7 +402,7 @@ func configure(opts []Option) (config, error) {
 func newStore(client goredis.UniversalClient, own bool, cfg config) *Store {
 	s := &Store{
 		rdb: client, own: own, prefix: cfg.prefix, holdback: cfg.holdback, liveness: cfg.liveness,
-		waitN: cfg.waitN, waitFor: cfg.waitFor,
+		waitN: cfg.waitN, waitFor: cfg.waitFor, neverReplicated: cfg.never,
 		epochKey: cfg.prefix + "epoch", channel: cfg.prefix + "released",
 	}
 	s.ep.checking = make(chan struct{}, 1)

@@ -230,12 +230,13 @@ func describeWaits(ws []*leasehold.HeldError) []string {
 }
 
 // TestDurableRestart: with appendonly yes and appendfsync always nothing
-// acknowledged is lost, so leases and counters survive a restart and the
-// store does not hold back.
+// acknowledged is lost, so leases and counters survive a restart; on a
+// server declared a single node never replicated (WithNeverReplicated)
+// the store does not hold back.
 func TestDurableRestart(t *testing.T) {
 	srv := enginetest.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
 	prefix := uniquePrefix(t)
-	s := open(t, srv.RedisURL(), redis.WithKeyPrefix(prefix)) // default hold-back
+	s := open(t, srv.RedisURL()+"?never_replicated=true", redis.WithKeyPrefix(prefix)) // default hold-back
 	defer s.Close()
 	ctx := ctxT(t, 2*time.Minute)
 	st, err := s.ServerState(ctx)
@@ -290,7 +291,8 @@ func TestDurableRestart(t *testing.T) {
 func TestOwnGrantBelowFloor(t *testing.T) {
 	srv := enginetest.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
 	prefix := uniquePrefix(t)
-	s := open(t, srv.RedisURL(), redis.WithKeyPrefix(prefix))
+	// Declared never replicated: no hold-back after the restart.
+	s := open(t, srv.RedisURL(), redis.WithKeyPrefix(prefix), redis.WithNeverReplicated())
 	defer s.Close()
 	ctx := ctxT(t, 2*time.Minute)
 	req := leasehold.AcquireRequest{Name: "n", Owner: "a", RequestID: "r1", TTL: time.Minute}

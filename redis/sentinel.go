@@ -70,6 +70,9 @@ func openSentinel(ctx context.Context, rawURL string, opts []Option) (*Store, er
 	if err != nil {
 		return nil, err
 	}
+	if cfg.never {
+		return nil, errNeverReplicatedSentinel
+	}
 	if err := checkDB(fo.DB); err != nil {
 		return nil, err
 	}

@@ -77,43 +77,18 @@ func TestSentinelPromotedRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	heldBack := 0
-	for {
-		rec, err := s2.TryAcquire(ctx, leasehold.AcquireRequest{Name: "x", Owner: "C", TTL: ttl})
-		var he *leasehold.HeldError
-		if err == nil {
-			if now := time.Now(); now.Before(hEnd) {
-				t.Fatalf("C was granted x (token %d) %s before H's lease (token %d) could have ended: two holders (%d hold-back refusals)",
-					rec.Token, hEnd.Sub(now).Round(time.Millisecond), h.Token, heldBack)
-			}
-			if rec.Token <= h.Token {
-				t.Errorf("C's token %d is not above H's %d", rec.Token, h.Token)
-			}
-			break
-		}
-		if !errors.As(err, &he) || !redis.IsHoldback(he.Owner) {
-			if ctx.Err() != nil {
-				t.Fatal(err)
-			}
-		} else {
-			heldBack++
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if heldBack == 0 {
-		t.Errorf("no hold-back after the promoted replica's restart")
-	}
+	grantAfterHoldback(ctx, t, s2, h, hEnd)
 }
 
 // TestRestartKeepsRecordedHoldback: a restart never shortens a hold-back
 // a client already recorded in the marker (here written by hand, as a
-// client that noticed a promotion would), even on a durable server that
-// would otherwise hold back nothing.
+// client that noticed a promotion would), even on a durable server
+// declared never replicated that would otherwise hold back nothing.
 func TestRestartKeepsRecordedHoldback(t *testing.T) {
 	srv := enginetest.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
 	prefix := uniquePrefix(t)
 	ctx := ctxT(t, 2*time.Minute)
-	s := open(t, srv.RedisURL(), redis.WithKeyPrefix(prefix))
+	s := open(t, srv.RedisURL(), redis.WithKeyPrefix(prefix), redis.WithNeverReplicated())
 	st, err := s.ServerState(ctx)
 	if err != nil || !st.Durable {
 		t.Fatalf("ServerState = %+v, %v; want durable", st, err)
@@ -131,7 +106,7 @@ func TestRestartKeepsRecordedHoldback(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Restart()
-	s2 := open(t, srv.RedisURL(), redis.WithKeyPrefix(prefix))
+	s2 := open(t, srv.RedisURL(), redis.WithKeyPrefix(prefix), redis.WithNeverReplicated())
 	defer s2.Close()
 	_, err = s2.TryAcquire(ctx, leasehold.AcquireRequest{Name: "n", Owner: "o", TTL: time.Second})
 	var he *leasehold.HeldError

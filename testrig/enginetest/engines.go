@@ -39,6 +39,10 @@ type Engine struct {
 	// Durable are the extra arguments with which a private server keeps
 	// every acknowledged write across a SIGKILL (nil: none needed).
 	Durable func(t testing.TB) []string
+	// DurableParam is the URL query (with its "?") that tells the store
+	// a Durable server is a single node never replicated, so that its
+	// restarts need not be held back ("": none needed).
+	DurableParam string
 	// URL is the store URL of a private server at addr (host:port); for
 	// an Embedded store, of a store in directory addr.
 	URL func(addr string) string
@@ -76,9 +80,10 @@ var Engines = []Engine{
 		URL: func(dir string) string { return "sqlite://" + filepath.Join(dir, "leases.db") }},
 	{Store: "redis", Title: "Redis", Kind: External,
 		URLVar: "LEASEHOLD_TEST_REDIS", BinVar: "LEASEHOLD_TEST_REDIS_SERVER",
-		start:   startRedis,
-		Durable: func(testing.TB) []string { return []string{"--appendonly", "yes", "--appendfsync", "always"} },
-		URL:     func(addr string) string { return "redis://" + addr + "/0" }},
+		start:        startRedis,
+		Durable:      func(testing.TB) []string { return []string{"--appendonly", "yes", "--appendfsync", "always"} },
+		DurableParam: "?never_replicated=true",
+		URL:          func(addr string) string { return "redis://" + addr + "/0" }},
 	{Store: "postgres", Title: "PostgreSQL", Kind: External,
 		URLVar: "LEASEHOLD_TEST_POSTGRES", BinVar: "LEASEHOLD_TEST_PG_BIN",
 		start: startPostgres,

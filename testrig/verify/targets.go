@@ -126,6 +126,9 @@ func StartTarget(t testing.TB, name string) Target {
 		urlFor = func(addr string) string { return e.URL(addr) + "?" + hb }
 	} else if e.Durable != nil {
 		args = e.Durable(t)
+		if e.DurableParam != "" {
+			urlFor = func(addr string) string { return e.URL(addr) + e.DurableParam }
+		}
 	}
 	s := e.Start(t, args...)
 	addr := "127.0.0.1:" + strconv.Itoa(s.Port)
