@@ -94,8 +94,17 @@ var secretWords = []string{
 	"credential", "signature", "sig", "auth", "session", "private",
 }
 
+// settingKeys are parameters whose names hold a secret word but whose
+// values are settings, never secrets: libpq's target_session_attrs
+// ("read-write", which PostgreSQL's read-only hint shows) and require_auth
+// ("scram-sha-256").
+var settingKeys = map[string]bool{"target_session_attrs": true, "require_auth": true}
+
 func isSecretKey(name string) bool {
 	n := strings.ToLower(name)
+	if settingKeys[n] {
+		return false
+	}
 	for _, w := range secretWords {
 		if n == w || strings.Contains(n, w) {
 			return true

@@ -26,6 +26,13 @@ func TestURL(t *testing.T) {
 		"rediss://s3cretpw@cache:6380":                                  "rediss://REDACTED@cache:6380",
 		"postgres://app@db/leases?options=-c%20password%3Dhunter22&x=1": "postgres://app@db/leases?options=REDACTED&x=1",
 		"postgres://app@db/leases?options=-c+statement_timeout%3D5s":    "postgres://app@db/leases?options=-c+statement_timeout%3D5s",
+		// libpq settings whose names hold a secret word ("session",
+		// "auth") but whose values are none (red team of issue 31, item
+		// 8: the read-only hint's example was masked); a password
+		// beside them still is.
+		"postgres://h1,h2/db?target_session_attrs=read-write":                                    "postgres://h1,h2/db?target_session_attrs=read-write",
+		"postgres://app:pw1234@h1,h2/db?Target_Session_Attrs=primary&require_auth=scram-sha-256": "postgres://app:REDACTED@h1,h2/db?Target_Session_Attrs=primary&require_auth=scram-sha-256",
+		"postgres://h1/db?target_session_attrs=any&password=pw1234&session=s3ss10n":              "postgres://h1/db?target_session_attrs=any&password=REDACTED&session=REDACTED",
 	} {
 		if got := URL(raw); got != want {
 			t.Errorf("URL(%q)\n = %q\nwant %q", raw, got, want)
@@ -51,6 +58,26 @@ func TestString(t *testing.T) {
 		if !strings.Contains(got, kept) {
 			t.Errorf("String dropped %q: %q", kept, got)
 		}
+	}
+}
+
+// TestReadOnlyHintIntact (red team of issue 31, item 8): the example URL
+// of PostgreSQL's read-only hint was shown as
+// "target_session_attrs=REDACTED" (its closing parenthesis eaten too),
+// and a store URL naming target_session_attrs=read-write made
+// "read-write" a secret masked everywhere in the message.
+func TestReadOnlyHintIntact(t *testing.T) {
+	hint := "read-only (SQLSTATE 25006); name the primary, or list every node with target_session_attrs=read-write (postgres://host1,host2/db?target_session_attrs=read-write), which connects"
+	if got := String(hint); got != hint {
+		t.Errorf("String(hint)\n = %q\nwant it unchanged", got)
+	}
+	raw := "postgres://app:hunter22@h1,h2/db?target_session_attrs=read-write&password=pw1234"
+	if s := Secrets(raw); len(s) != 2 || s[0] != "hunter22" || s[1] != "pw1234" {
+		t.Errorf("Secrets(%q) = %q, want the two passwords only", raw, s)
+	}
+	got := Error(errors.New("open store "+raw+": "+hint), Secrets(raw)...).Error()
+	if !strings.Contains(got, hint) || strings.Contains(got, "hunter22") || strings.Contains(got, "pw1234") {
+		t.Errorf("Error = %q, want the hint intact and no password", got)
 	}
 }
 

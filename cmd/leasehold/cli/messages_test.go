@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/postgres"
 	"github.com/leasehold/leasehold/redis"
 	"github.com/leasehold/leasehold/stores"
 )
@@ -144,6 +145,17 @@ func TestHoldbackExplained(t *testing.T) {
 		if strings.Contains(line, redis.FailoverHoldbackOwner) || strings.Contains(line, "restarted") ||
 			!strings.Contains(line, "Redis primary changed (failover) recently, and no lease is granted for 2") {
 			t.Errorf("failover hold-back line %q", line)
+		}
+	}
+	// PostgreSQL's hold-back after a promotion (red team of issue 31,
+	// item 10) was shown as a holder "(postgres timeline changed:
+	// holding back)" with token 0, without a word of why.
+	p := &leasehold.HeldError{Name: "job", Owner: postgres.HoldbackOwner, Remaining: 21 * time.Second}
+	for _, line := range []string{statusLine("job", p, time.Second), heldMessage("job", p)} {
+		if strings.Contains(line, postgres.HoldbackOwner) || strings.Contains(line, "token 0") || strings.Contains(line, "Redis") ||
+			!strings.Contains(line, "PostgreSQL's timeline changed (a replica was promoted) recently, and no lease is granted for 2") ||
+			!strings.Contains(line, "(the URL's holdback= sets how long)") {
+			t.Errorf("PostgreSQL hold-back line %q", line)
 		}
 	}
 	if line := statusLine("job", &leasehold.HeldError{Owner: "alice", Token: 3, Remaining: time.Minute}, 0); !strings.Contains(line, "held by alice, token 3") {

@@ -186,6 +186,35 @@ func TestBadStoreFromEnvironment(t *testing.T) {
 	}
 }
 
+// TestStoreErrorNamesSubcommandHelp (red team of issue 31, item 9, the
+// wording): a store's usage error (a bad URL, from --store or from $LEASEHOLD_STORE)
+// ends with the help of the subcommand the user ran, never another's
+// (it was reported as "Run 'leasehold status --help'" after a "run").
+func TestStoreErrorNamesSubcommandHelp(t *testing.T) {
+	h := newHarness(t)
+	for _, c := range []struct {
+		cmd, rest []string
+	}{
+		{[]string{"run"}, []string{"a", "--", "true"}},
+		{[]string{"hold"}, []string{"a"}},
+		{[]string{"elect"}, []string{"a", "--", "true"}},
+		{[]string{"store", "init"}, nil},
+		{[]string{"status"}, nil},
+	} {
+		want := "Run 'leasehold " + strings.Join(c.cmd, " ") + " --help' for usage.\n"
+		t.Setenv(stores.EnvStore, "sqlite://var/x.db")
+		args := append(append([]string{}, c.cmd...), c.rest...)
+		if r := h.run(args...); r.code != ExitUsage || !strings.Contains(r.stderr, "did you mean sqlite:///var/x.db?") || !strings.HasSuffix(r.stderr, want) {
+			t.Errorf("%q with a bad $%s: exit %d, stderr %q; want %d ending %q", args, stores.EnvStore, r.code, r.stderr, ExitUsage, want)
+		}
+		t.Setenv(stores.EnvStore, "")
+		args = append(append(append([]string{}, c.cmd...), "--store", "postgres://127.0.0.1:1/db?holdbak=5s"), c.rest...)
+		if r := h.run(args...); r.code != ExitUsage || !strings.Contains(r.stderr, "did you mean holdback=?") || !strings.HasSuffix(r.stderr, want) {
+			t.Errorf("%q: exit %d, stderr %q; want %d ending %q", args, r.code, r.stderr, ExitUsage, want)
+		}
+	}
+}
+
 // TestConnectTimeoutFlag: --connect-timeout is global, documented, and a
 // value that is not a positive duration is a usage error before anything
 // is opened.

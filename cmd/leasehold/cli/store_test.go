@@ -1,9 +1,13 @@
 package cli
 
 import (
+	"net/url"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/randid"
+	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 func TestStoreInit(t *testing.T) {
@@ -73,6 +77,36 @@ func TestSfnCommand(t *testing.T) {
 	} {
 		if r := h.run(args...); r.code != ExitUsage {
 			t.Errorf("%v: exit %d, want %d", args, r.code, ExitUsage)
+		}
+	}
+}
+
+// TestStoreInitReadOnlyHint (red team of issue 31, item 8): "store init"
+// against a read-only PostgreSQL (here a session that defaults to
+// read-only, which answers SQLSTATE 25006 as a replica does) printed the
+// hint's example as "target_session_attrs=REDACTED" with its closing
+// parenthesis gone: the redactor took target_session_attrs for a secret.
+// The example prints intact; the URL's passwords stay hidden.
+func TestStoreInitReadOnlyHint(t *testing.T) {
+	u, err := url.Parse(enginetest.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), "userinfo-pw-1")
+	q := u.Query()
+	q.Set("table", "lh_cli_ro_"+randid.Hex(6)) // never created: the session refuses
+	q.Set("default_transaction_read_only", "on")
+	q.Set("password", "param-pw-2")
+	u.RawQuery = q.Encode()
+	h := newHarness(t)
+	r := h.run("store", "init", "--store", u.String())
+	const example = "(postgres://host1,host2/db?target_session_attrs=read-write), which connects"
+	if r.code != ExitInternal || !strings.Contains(r.stderr, "SQLSTATE 25006") || !strings.Contains(r.stderr, example) {
+		t.Errorf("store init on a read-only server: exit %d, stderr %q; want %d with the hint's example %q intact", r.code, r.stderr, ExitInternal, example)
+	}
+	for _, secret := range []string{"userinfo-pw-1", "param-pw-2"} {
+		if strings.Contains(r.stderr, secret) {
+			t.Errorf("stderr shows the password %q: %q", secret, r.stderr)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	vis "github.com/leasehold/leasehold/internal/visible"
+	"github.com/leasehold/leasehold/postgres"
 	"github.com/leasehold/leasehold/redis"
 )
 
@@ -23,17 +24,22 @@ func shortDuration(d time.Duration) time.Duration {
 	return roundDuration(d)
 }
 
-// holdback describes the hold-back of a Redis store that restarted (h's
-// owner is redis.HoldbackOwner, or redis.FailoverHoldbackOwner after a
-// promotion), or returns "" for a real holder.
+// holdback describes a store's hold-back (h's owner is redis.HoldbackOwner
+// after a restart of Redis, redis.FailoverHoldbackOwner after a
+// promotion, postgres.HoldbackOwner after PostgreSQL's timeline changed),
+// or returns "" for a real holder.
 func holdback(h *leasehold.HeldError, remaining time.Duration) string {
-	if !redis.IsHoldback(h.Owner) {
+	var what, why string
+	switch h.Owner {
+	case redis.HoldbackOwner:
+		what, why = "Redis restarted", "a lease granted before the restart may have been lost by Redis while its holder still runs"
+	case redis.FailoverHoldbackOwner:
+		what, why = "Redis primary changed (failover)", "the new primary may lack a lease the old one granted while its holder still runs"
+	case postgres.HoldbackOwner:
+		what, why = "PostgreSQL's timeline changed (a replica was promoted)", "the promoted server may lack a lease the old primary granted while its holder still runs"
+	default:
 		return ""
 	}
-	if h.Owner == redis.FailoverHoldbackOwner {
-		return fmt.Sprintf("Redis primary changed (failover) recently, and no lease is granted for %s more: the new primary may lack a lease the old one granted while its holder still runs, so grants wait until any such lease would have expired (the URL's holdback= sets how long)",
-			max(remaining, 0).Round(time.Second))
-	}
-	return fmt.Sprintf("Redis restarted recently, and no lease is granted for %s more: a lease granted before the restart may have been lost by Redis while its holder still runs, so grants wait until any such lease would have expired (the URL's holdback= sets how long)",
-		max(remaining, 0).Round(time.Second))
+	return fmt.Sprintf("%s recently, and no lease is granted for %s more: %s, so grants wait until any such lease would have expired (the URL's holdback= sets how long)",
+		what, max(remaining, 0).Round(time.Second), why)
 }
