@@ -516,7 +516,7 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 	// lease is.
 	bound, source := e.attemptTimeout(o.store)
 	tctx, tcancel := context.WithTimeoutCause(wctx, bound, errAttemptTimeout)
-	l, err := stuckBound(tctx, func(ctx context.Context) (*leasehold.Lease, error) { return try(ctx, aopts...) })
+	l, err := stuckBound(tctx, wctx, func(ctx context.Context) (*leasehold.Lease, error) { return try(ctx, aopts...) })
 	timedOut := err != nil && errors.Is(context.Cause(tctx), errAttemptTimeout)
 	waitOut := err != nil && errors.Is(context.Cause(tctx), errWaitTimeout)
 	tcancel()
@@ -571,7 +571,7 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 	firstErr := err
 	aopts = append(aopts, leasehold.OnWait(ws.update), leasehold.OnError(ws.failed))
 
-	l, err = stuckBound(wctx, func(ctx context.Context) (*leasehold.Lease, error) { return wait(ctx, aopts...) })
+	l, err = stuckBound(wctx, wctx, func(ctx context.Context) (*leasehold.Lease, error) { return wait(ctx, aopts...) })
 	ws.stop()
 	if sig := interrupted(); sig != nil {
 		return nil, byInterrupt(sig, l, err)

@@ -27,10 +27,13 @@ const closeGrace = 500 * time.Millisecond
 var errStoreStuck = errors.New("the store did not answer")
 
 // stuckBound runs f(ctx) and returns what it returns, or errStoreStuck if
-// f is still running abandonGrace after ctx ended. A lease that a call
-// left behind returns later is released (it has no holder), as far as the
-// command still runs; otherwise it expires after its TTL.
-func stuckBound(ctx context.Context, f func(context.Context) (*leasehold.Lease, error)) (*leasehold.Lease, error) {
+// f is still running abandonGrace after giveUp ended (giveUp is ctx or
+// one of its parents: the first attempt of run -n that runs out of its
+// own bound, --connect-timeout, waits for the store to settle what it
+// cut, as before; the end of a wait or a signal does not). A lease that a
+// call left behind returns later is released (it has no holder), as far
+// as the command still runs; otherwise it expires after its TTL.
+func stuckBound(ctx, giveUp context.Context, f func(context.Context) (*leasehold.Lease, error)) (*leasehold.Lease, error) {
 	type result struct {
 		l   *leasehold.Lease
 		err error
@@ -53,7 +56,7 @@ func stuckBound(ctx context.Context, f func(context.Context) (*leasehold.Lease, 
 	select {
 	case r := <-ch:
 		return r.l, r.err
-	case <-ctx.Done():
+	case <-giveUp.Done():
 	}
 	t := time.NewTimer(abandonGrace)
 	defer t.Stop()
