@@ -3,43 +3,24 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/testrig/enginetest"
+	"github.com/leasehold/leasehold/testrig/proctest"
 )
-
-// syncBuffer is a bytes.Buffer safe to read while a process writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // ranMarker is what the commands of the tests below print if they run.
 const ranMarker = "COMMAND-RAN"
 
 // started is a leasehold command started in a process group of its own.
 type started struct {
-	stderr *syncBuffer // stdout and stderr
-	done   chan int    // its exit code
+	stderr *proctest.Buffer // stdout and stderr
+	done   chan int         // its exit code
 	at     time.Time
 	pid    int
 }
@@ -48,7 +29,7 @@ type started struct {
 // test ends).
 func startLH(t *testing.T, args ...string) *started {
 	t.Helper()
-	s := &started{stderr: &syncBuffer{}, done: make(chan int, 1)}
+	s := &started{stderr: &proctest.Buffer{}, done: make(chan int, 1)}
 	cmd := leasehold(context.Background(), args...)
 	cmd.Stdout, cmd.Stderr = s.stderr, s.stderr
 	s.at = time.Now()
@@ -149,14 +130,7 @@ func TestWaitUnreplicatedRetries(t *testing.T) {
 // first attempt is bounded by the wait too: they exit 75 about 3 s in,
 // saying the store did not answer within the wait and why it may not.
 func TestWaitSyncStandbyDown(t *testing.T) {
-	srv := enginetest.StartPostgres(t)
-	u := srv.PostgresURL()
-	if code, out := runLH(t, "run", "--store", u, "-n", "warm", "--", "true"); code != 0 {
-		t.Fatalf("run on a healthy primary: exit %d: %s", code, out)
-	}
-	pgExec(t, u, "ALTER SYSTEM SET synchronous_standby_names = '*'", "SELECT pg_reload_conf()")
-	t.Cleanup(func() { pgExec(t, u, "ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()") })
-	time.Sleep(500 * time.Millisecond) // the reload reaches the backends
+	u := syncStandbyDown(t)
 
 	const wait = 3
 	for what, args := range waitVariants(u, "syncwait", wait, "--connect-timeout", "30s", "--ttl", "3s") {

@@ -135,7 +135,7 @@ func (o *runOptions) hold(ctx context.Context, e *env, asJSON bool) error {
 	if err != nil {
 		return err
 	}
-	defer closeStore(store)
+	defer func() { closeStore(store, o.hurry) }()
 	lease, err := o.acquire(ctx, e, client, sigs)
 	if err != nil {
 		return err

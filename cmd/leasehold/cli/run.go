@@ -41,6 +41,9 @@ type runOptions struct {
 	name        string
 	command     []string
 	secret      string // the grant's holder proof (lease server), for CMD's LEASEHOLD_SECRET
+	// hurry: the wait ran out or a signal ended it, so the store's close
+	// is bounded (closeStore).
+	hurry bool
 }
 
 const runLong = `Run takes the lease NAME, runs CMD with ARGS while holding it, and releases
@@ -415,7 +418,7 @@ func (o *runOptions) run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	defer closeStore(store)
+	defer func() { closeStore(store, o.hurry) }()
 	for {
 		lease, err := o.acquire(ctx, e, client, sigs)
 		if err != nil {
@@ -494,6 +497,7 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 				fmt.Fprintf(e.stderr, "leasehold: %v\n", rerr)
 			}
 		}
+		o.hurry = true
 		return exitf(signalExitCode(sig), "%s while waiting for %s", sig, visible(o.name))
 	}
 
@@ -536,6 +540,7 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 	case err == nil:
 		return o.notSemaphore(ctx, client, l)
 	case waitOut && ctx.Err() == nil:
+		o.hurry = true
 		return nil, exitf(o.notAcquired, "gave up waiting for %s after %s: the store did not answer within the wait%s; the lease may have been granted and is given back or expires after its TTL",
 			visible(o.name), shortDuration(o.wait), slowStoreHint(o.store))
 	case timedOut && ctx.Err() == nil:
@@ -580,6 +585,7 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 		return o.notSemaphore(ctx, client, l)
 	}
 	cause := context.Cause(wctx)
+	o.hurry = errors.Is(cause, errWaitTimeout)
 	switch {
 	case ctx.Err() != nil:
 		return nil, exitf(ExitInternal, "%s: cancelled while waiting for %s", o.verb, visible(o.name))

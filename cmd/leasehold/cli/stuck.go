@@ -18,9 +18,13 @@ import (
 // store stopped returned after 18 s (PostgreSQL) and 12 s (Redis).
 const abandonGrace = time.Second
 
-// closeGrace bounds the close of the store when the command ends: a
-// close that waits for a call left behind (abandonGrace) would hold the
-// command as long as the call.
+// closeGrace bounds the close of the store when a wait ran out or a
+// signal ended it: a close that waits for a call left behind
+// (abandonGrace), or for what the store settles in the background (a
+// PostgreSQL grant whose commit wait was cut, given back within 5 s),
+// would hold the command as long as they take. Otherwise the close is
+// waited for: run -n cut by --connect-timeout lets the store give back
+// what its attempt may have granted.
 const closeGrace = 500 * time.Millisecond
 
 // errStoreStuck is the error of a store call left behind (abandonGrace).
@@ -76,8 +80,12 @@ func stuckBound(ctx, giveUp context.Context, f func(context.Context) (*leasehold
 	}
 }
 
-// closeStore closes store, waiting at most closeGrace.
-func closeStore(store leasehold.Store) {
+// closeStore closes store, waiting at most closeGrace if hurry.
+func closeStore(store leasehold.Store, hurry bool) {
+	if !hurry {
+		store.Close()
+		return
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
