@@ -526,6 +526,7 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 	tcancel()
 	var held *leasehold.HeldError
 	isHeld := err != nil && errors.As(err, &held)
+	waitOut = waitOut && !isHeld // a refusal that came as the wait ended is one
 	var ue *redis.UnreplicatedError
 	unreplicated := err != nil && !waitOut && errors.As(err, &ue)
 	waits := (isHeld || unreplicated) && !o.noWait
