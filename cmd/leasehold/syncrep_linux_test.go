@@ -33,23 +33,30 @@ func pgExec(t *testing.T, u string, sqls ...string) {
 	}
 }
 
+// syncStandbyDown starts a private PostgreSQL server, makes leasehold's
+// tables while commits go through, then sets synchronous_standby_names='*'
+// with no standby, so that every commit waits; it returns the server's URL.
+func syncStandbyDown(t *testing.T) string {
+	t.Helper()
+	u := enginetest.StartPostgres(t).PostgresURL()
+	if code, out := runLH(t, "run", "--store", u, "-n", "warm", "--", "true"); code != 0 {
+		t.Fatalf("run on a healthy primary: exit %d: %s", code, out)
+	}
+	pgExec(t, u, "ALTER SYSTEM SET synchronous_standby_names = '*'", "SELECT pg_reload_conf()")
+	t.Cleanup(func() { pgExec(t, u, "ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()") })
+	time.Sleep(500 * time.Millisecond) // the reload reaches the backends
+	return u
+}
+
 // TestRunSyncStandbyDown (issue 31, PostgreSQL item 1): on a primary with
 // synchronous_standby_names='*' and no standby every commit waits, and
 // `run -n` hung 12.5 minutes, deaf to SIGTERM. The attempt is bounded
 // (--connect-timeout) and says why it may have no answer; SIGTERM ends
 // it at once with 143, as it ends a wait. The command never runs.
 func TestRunSyncStandbyDown(t *testing.T) {
-	srv := enginetest.StartPostgres(t)
-	u := srv.PostgresURL()
+	u := syncStandbyDown(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	// The tables, made while commits go through.
-	if out, err := leasehold(ctx, "run", "--store", u, "-n", "warm", "--", "true").CombinedOutput(); err != nil {
-		t.Fatalf("run on a healthy primary: %v\n%s", err, out)
-	}
-	pgExec(t, u, "ALTER SYSTEM SET synchronous_standby_names = '*'", "SELECT pg_reload_conf()")
-	t.Cleanup(func() { pgExec(t, u, "ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()") })
-	time.Sleep(500 * time.Millisecond) // the reload reaches the backends
 
 	t.Run("bounded", func(t *testing.T) {
 		var stdout, stderr bytes.Buffer

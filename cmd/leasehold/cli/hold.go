@@ -39,14 +39,19 @@ another process. Keep it private.
 
 Waiting works as for "run": by default hold waits as long as it takes,
 -w/--wait SECONDS bounds the wait (1.5, or a duration such as 90s),
--n/--no-wait or -w 0 makes one attempt, quietly unless --verbose.
+-n/--no-wait or -w 0 makes one attempt, quietly unless --verbose. The
+wait counts from the first attempt; a store that does not answer within
+it, or Redis replicas that do not acknowledge the grant within it, end it
+with 75; it returns at most 2s after its end whatever the store does (see
+"leasehold run --help").
 
 Exit codes:
   0        released after SIGINT, SIGTERM or SIGHUP
   64       usage error (nothing is written to the store)
   70       store or internal error
   75       lease not acquired: --no-wait (or --wait 0) found it held, or
-           --wait timed out
+           --wait timed out, also with the store not answering or Redis
+           replicas not acknowledging the grant within it
            (-E/--conflict-exit-code sets another code)
   76       lease lost: a renewal was refused or not confirmed in time
   78       NAME is in use otherwise: a semaphore with another --permits
@@ -130,7 +135,7 @@ func (o *runOptions) hold(ctx context.Context, e *env, asJSON bool) error {
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer func() { closeStore(store, o.hurry) }()
 	lease, err := o.acquire(ctx, e, client, sigs)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/redis"
 	"github.com/leasehold/leasehold/storekit"
 )
 
@@ -40,6 +41,9 @@ type runOptions struct {
 	name        string
 	command     []string
 	secret      string // the grant's holder proof (lease server), for CMD's LEASEHOLD_SECRET
+	// hurry: the wait ran out or a signal ended it, so the store's close
+	// is bounded (closeStore).
+	hurry bool
 }
 
 const runLong = `Run takes the lease NAME, runs CMD with ARGS while holding it, and releases
@@ -71,6 +75,17 @@ is a terminal, else on one line, and a wait that runs out says so. Unlike
 flock, the default exit code when not acquired is 75, not 1. The first
 attempt (with -n, the only one) gives up after --connect-timeout (or the
 URL's connect_timeout=) without an answer from the store: exit 70.
+
+A wait of D counts from the first attempt, which it bounds too: a store
+that has not answered when D runs out (a PostgreSQL primary waiting for a
+synchronous standby that is down) ends it with exit 75, saying so. --wait
+D returns at most 2s after D whatever the store does, and a signal ends a
+wait within 2s (128+N): a store call still running then (a stopped or
+hung server) is left behind, and a grant it may still make is given back
+or expires after its TTL. A grant that fewer Redis replicas acknowledged
+than wait_replicas= asks for (the store gives it back) is tried again
+while the wait lasts, as a busy lease is; if the wait runs out so, exit
+75 names how many replicas acknowledged (-n: exit 70).
 
 CMD runs with stdin, stdout and stderr inherited and these variables added:
 
@@ -161,7 +176,9 @@ Exit codes:
            TTL, grace or store URL (nothing is written to the store)
   70       store or internal error (also: the keeper could not be started)
   75       lease not acquired: --no-wait (or --wait 0) found it held, or
-           --wait timed out (-E/--conflict-exit-code sets another code)
+           --wait timed out, also with the store not answering or Redis
+           replicas not acknowledging the grant within it
+           (-E/--conflict-exit-code sets another code)
   76       lease lost (or not renewed in time) while CMD ran; CMD's group
            was stopped
   78       NAME is in use otherwise: a semaphore with another --permits
@@ -401,7 +418,7 @@ func (o *runOptions) run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer func() { closeStore(store, o.hurry) }()
 	for {
 		lease, err := o.acquire(ctx, e, client, sigs)
 		if err != nil {
@@ -480,23 +497,40 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 				fmt.Fprintf(e.stderr, "leasehold: %v\n", rerr)
 			}
 		}
+		o.hurry = true
 		return exitf(signalExitCode(sig), "%s while waiting for %s", sig, visible(o.name))
+	}
+
+	// The wait counts from here, the first attempt included.
+	wctx := actx
+	if o.wait > 0 && !o.noWait {
+		var stop context.CancelFunc
+		wctx, stop = context.WithTimeoutCause(actx, o.wait, errWaitTimeout)
+		defer stop()
 	}
 
 	// One attempt first, also when waiting: Acquire retries every store
 	// error but invalid arguments for as long as it waits, so a store
 	// that fails outright is reported here instead of waited on silently.
-	// The attempt is bounded (attemptTimeout): a store that takes it and
-	// never answers (a PostgreSQL primary waiting for a synchronous
-	// standby that is gone) is reported too.
+	// The attempt is bounded (attemptTimeout, and the wait): a store that
+	// takes it and never answers (a PostgreSQL primary waiting for a
+	// synchronous standby that is gone) is reported too. A grant that
+	// fewer replicas than asked acknowledged (Redis wait_replicas=, the
+	// store gave it back) is tried again while the wait lasts, as a busy
+	// lease is.
 	bound, source := e.attemptTimeout(o.store)
-	tctx, tcancel := context.WithTimeoutCause(actx, bound, errAttemptTimeout)
-	l, err := try(tctx, aopts...)
+	tctx, tcancel := context.WithTimeoutCause(wctx, bound, errAttemptTimeout)
+	l, err := stuckBound(tctx, wctx, func(ctx context.Context) (*leasehold.Lease, error) { return try(ctx, aopts...) })
 	timedOut := err != nil && errors.Is(context.Cause(tctx), errAttemptTimeout)
+	waitOut := err != nil && errors.Is(context.Cause(tctx), errWaitTimeout)
 	tcancel()
 	var held *leasehold.HeldError
 	isHeld := err != nil && errors.As(err, &held)
-	if err == nil || !isHeld || o.noWait {
+	waitOut = waitOut && !isHeld // a refusal that came as the wait ended is one
+	var ue *redis.UnreplicatedError
+	unreplicated := err != nil && !waitOut && errors.As(err, &ue)
+	waits := (isHeld || unreplicated) && !o.noWait
+	if !waits {
 		if sig := interrupted(); sig != nil {
 			return nil, byInterrupt(sig, l, err)
 		}
@@ -506,9 +540,14 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 	switch {
 	case err == nil:
 		return o.notSemaphore(ctx, client, l)
+	case waitOut && ctx.Err() == nil:
+		o.hurry = true
+		return nil, exitf(o.notAcquired, "gave up waiting for %s after %s: the store did not answer within the wait%s; the lease may have been granted and is given back or expires after its TTL",
+			visible(o.name), shortDuration(o.wait), slowStoreHint(o.store))
 	case timedOut && ctx.Err() == nil:
 		return nil, exitf(ExitInternal, "acquire %s: no answer from the store within %s (raise %s if it is only slow)%s; the lease may have been granted and is given back or expires after its TTL",
 			visible(o.name), bound, source, slowStoreHint(o.store))
+	case waits:
 	case !isHeld:
 		return nil, classify(err, "acquire %s", visible(o.name))
 	case o.noWait && !o.verbose:
@@ -528,18 +567,17 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 		return nil, exitf(o.notAcquired, "%s", heldMessage(o.name, held))
 	}
 
-	wctx := actx
-	if o.wait > 0 {
-		var stop context.CancelFunc
-		wctx, stop = context.WithTimeoutCause(actx, o.wait, errWaitTimeout)
-		defer stop()
-	}
 	ws := newPermitWaitStatus(e.stderr, o.name, o.permits, holders)
 	defer ws.stop()
-	ws.update(held)
+	if isHeld {
+		ws.update(held)
+	} else {
+		ws.failed(err)
+	}
+	firstErr := err
 	aopts = append(aopts, leasehold.OnWait(ws.update), leasehold.OnError(ws.failed))
 
-	l, err = wait(wctx, aopts...)
+	l, err = stuckBound(wctx, wctx, func(ctx context.Context) (*leasehold.Lease, error) { return wait(ctx, aopts...) })
 	ws.stop()
 	if sig := interrupted(); sig != nil {
 		return nil, byInterrupt(sig, l, err)
@@ -548,25 +586,37 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 		return o.notSemaphore(ctx, client, l)
 	}
 	cause := context.Cause(wctx)
+	o.hurry = errors.Is(cause, errWaitTimeout)
 	switch {
 	case ctx.Err() != nil:
 		return nil, exitf(ExitInternal, "%s: cancelled while waiting for %s", o.verb, visible(o.name))
-	case errors.Is(cause, errWaitTimeout):
-		if held := o.lastHolder(client, ws); held != nil && holdback(held, held.Remaining) != "" {
-			return nil, exitf(o.notAcquired, "gave up waiting for %s after %s: %s", visible(o.name), shortDuration(o.wait), holdback(held, held.Remaining))
-		} else if held != nil {
-			return nil, exitf(o.notAcquired, "gave up waiting for %s after %s: held by %s (token %d)",
-				visible(o.name), shortDuration(o.wait), visible(held.Owner), held.Token)
-		}
-		return nil, exitf(o.notAcquired, "gave up waiting for %s after %s", visible(o.name), shortDuration(o.wait))
+	case !errors.Is(cause, errWaitTimeout):
+		return nil, classify(err, "acquire %s", visible(o.name))
+	case errors.Is(err, errStoreStuck):
+		return nil, exitf(o.notAcquired, "gave up waiting for %s after %s: the store did not answer at the end of the wait%s",
+			visible(o.name), shortDuration(o.wait), slowStoreHint(o.store))
 	}
-	return nil, classify(err, "acquire %s", visible(o.name))
+	last := ws.lastErr()
+	if h, _ := ws.lastSeen(); last == nil && h == nil {
+		last = firstErr
+	}
+	if last != nil && errors.As(last, &ue) {
+		return nil, exitf(o.notAcquired, "gave up waiting for %s after %s: fewer replicas than asked acknowledged the grant in time, so the store gave it back (last attempt: %s)",
+			visible(o.name), shortDuration(o.wait), ue)
+	}
+	if held := o.lastHolder(client, ws); held != nil && holdback(held, held.Remaining) != "" {
+		return nil, exitf(o.notAcquired, "gave up waiting for %s after %s: %s", visible(o.name), shortDuration(o.wait), holdback(held, held.Remaining))
+	} else if held != nil {
+		return nil, exitf(o.notAcquired, "gave up waiting for %s after %s: held by %s (token %d)",
+			visible(o.name), shortDuration(o.wait), visible(held.Owner), held.Token)
+	}
+	return nil, exitf(o.notAcquired, "gave up waiting for %s after %s", visible(o.name), shortDuration(o.wait))
 }
 
 // giveUpReadTimeout bounds the read of the holder that a wait that ran
-// out may make (lastHolder): `--wait D` returns at most this long after D,
-// whatever the store does; a read that takes longer is dropped for the
-// last refusal seen.
+// out may make (lastHolder): with abandonGrace and closeGrace, `--wait D`
+// returns at most 2 s after D, whatever the store does; a read that takes
+// longer is dropped for the last refusal seen.
 const giveUpReadTimeout = 250 * time.Millisecond
 
 // lastHolder is the holder that a wait that ran out names: the last

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/redis"
 )
 
 // waitStatus shows who holds the lease while "run" waits for it. On a
@@ -101,6 +103,13 @@ func (s *waitStatus) wake() {
 	case s.kick <- struct{}{}:
 	default:
 	}
+}
+
+// lastErr returns the store's error since the last answer, or nil.
+func (s *waitStatus) lastErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
 }
 
 // lastSeen returns the holder seen last, or nil, and when it was seen.
@@ -229,8 +238,12 @@ func unreachableLine(name string, err error, since time.Time) string {
 	if len(msg) > 200 {
 		msg = msg[:200] + "..."
 	}
-	return fmt.Sprintf("waiting for %s: the store does not answer (since %s: %s); still trying",
-		visible(name), since.Local().Format(time.TimeOnly), msg)
+	what := "the store does not answer"
+	if errors.As(err, new(*redis.UnreplicatedError)) {
+		what = "fewer replicas than asked acknowledge its grant, which the store gives back"
+	}
+	return fmt.Sprintf("waiting for %s: %s (since %s: %s); still trying",
+		visible(name), what, since.Local().Format(time.TimeOnly), msg)
 }
 
 // heldMessage says who holds name (h), for a --no-wait that found it
