@@ -17,8 +17,12 @@ func TestHarnessSQLite(t *testing.T) {
 	o := verify.MustOracle(t, true, nil)
 	defer o.Close()
 	db := "sqlite://" + filepath.Join(t.TempDir(), "leases.db")
+	// TTL 10 s: no worker crashes here, so the TTL never delays a grant;
+	// with 1 s, a worker descheduled for most of a second between its
+	// deadline check and its write (a loaded 2-core machine: 729 ms seen)
+	// wrote after its local deadline and failed the test.
 	g := verify.StartWorkers(t, 3, verify.WorkerConfig{Store: db, Keys: []string{"k0", "k1"}, Clients: 2,
-		Cycles: 15, TTL: time.Second, Oracle: o.URL(), Hold: 5 * time.Millisecond})
+		Cycles: 15, TTL: 10 * time.Second, Oracle: o.URL(), Hold: 5 * time.Millisecond})
 	g.Wait(2 * time.Minute)
 	res := verify.Check(g.History(), verify.CheckOptions{})
 	or := o.Check()
