@@ -112,7 +112,10 @@ func TestRunLostStopsGrandchild(t *testing.T) {
 	h := newHarness(t)
 	h.withFaults(nil, refuse)
 	l := newTreeLog(t)
-	r := h.run("run", "--store", h.url, "--ttl", "3s", "--grace", "500ms", "t/lost", "--",
+	// TTL 6s: the first renewal, refused, comes a third of it in; the
+	// grandchild must have started by then (with 3s, a loaded machine
+	// could leave it unstarted when the group was stopped).
+	r := h.run("run", "--store", h.url, "--ttl", "6s", "--grace", "1s", "t/lost", "--",
 		"sh", "-c", grandchild(false)+"wait", "sh", l.path)
 	if r.code != ExitLost {
 		t.Errorf("code %d, want %d; stderr:\n%s", r.code, ExitLost, r.stderr)
@@ -126,7 +129,10 @@ func TestRunDeadlineKillsGrandchild(t *testing.T) {
 	h := newHarness(t)
 	h.withFaults(nil, hang)
 	l := newTreeLog(t)
-	r := h.run("run", "--store", h.url, "--ttl", "1s", "--grace", "300ms", "t/deadline", "--",
+	// TTL 4s: the grandchild must have started before the deadline kills
+	// the group (with 1s, a loaded machine left it unstarted: "the
+	// grandchild never started", seen once at load average 15).
+	r := h.run("run", "--store", h.url, "--ttl", "4s", "--grace", "1s", "t/deadline", "--",
 		"sh", "-c", `trap "" TERM; `+grandchild(true)+"wait", "sh", l.path)
 	if r.code != ExitLost {
 		t.Errorf("code %d, want %d; stderr:\n%s", r.code, ExitLost, r.stderr)
