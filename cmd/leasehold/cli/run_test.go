@@ -234,10 +234,11 @@ func TestRunKeepsLeaseAlive(t *testing.T) {
 	// Several renewals happen while the child runs; none may trip the
 	// watchdog. The in-memory store makes renewals fast.
 	h := newHarness(t)
-	// TTL 2s: long enough that starting the command on a starved machine
+	// TTL 4s: long enough that starting the command on a starved machine
 	// (the flake hunt saw "the lease's deadline passed before the command
-	// started" at TTL 600ms) does not eat it; still several renewals.
-	r := h.run("run", "--store", "memory://", "--ttl", "2s", "--grace", "500ms", "t/alive", "--", "sleep", "4.5")
+	// started" at TTL 600ms, and a helper "a renewal not confirmed" at TTL
+	// 2s, load average 27) does not eat it; still several renewals.
+	r := h.run("run", "--store", "memory://", "--ttl", "4s", "--grace", "1s", "t/alive", "--", "sleep", "9")
 	if r.code != 0 {
 		t.Errorf("code %d, stderr %q", r.code, r.stderr)
 	}
