@@ -45,7 +45,7 @@ func electFailover(t *testing.T, store string) {
 	log := t.TempDir() + "/log"
 	const ttl = 2 * time.Second
 	name := fmt.Sprintf("svc/primary/%d", time.Now().UnixNano())
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	pids := map[string]int{}
 	for _, owner := range []string{"node-a", "node-b"} {
@@ -80,9 +80,11 @@ func electFailover(t *testing.T, store string) {
 	_ = syscall.Kill(pids[leader[0]], syscall.SIGKILL)
 	killed := time.Now()
 	var lines [][]string
-	for deadline := time.Now().Add(20 * time.Second); len(lines) < 2; time.Sleep(10 * time.Millisecond) {
+	// 60s, 30 TTLs: a helper's run at load average 15-25 saw no takeover
+	// on DynamoDB (dynalite) within 20s once; it took 2-3s alone.
+	for deadline := time.Now().Add(60 * time.Second); len(lines) < 2; time.Sleep(10 * time.Millisecond) {
 		if lines = starts(); time.Now().After(deadline) {
-			t.Fatalf("no takeover within 20s of killing the leader: %v", lines)
+			t.Fatalf("no takeover within 60s of killing the leader: %v", lines)
 		}
 	}
 	took := time.Since(killed)
