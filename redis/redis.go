@@ -234,17 +234,25 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, &leasehold.InvalidError{Field: "store URL", Reason: redactErr(err, rawURL)}
 	}
-	if err := checkDB(o.DB); err != nil {
+	if err := checkDB(o.DB, o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns); err != nil {
 		return nil, err
 	}
 	o.ContextTimeoutEnabled = true
 	return openClient(ctx, goredis.NewClient(o), cfg)
 }
 
-// checkDB refuses a negative db number, which go-redis would take as 0.
-func checkDB(db int) error {
+// checkDB refuses a negative db number, which go-redis would take as 0,
+// and negative pool sizes (pool_size, min_idle_conns, max_idle_conns,
+// max_active_conns, in that order), on which go-redis panics.
+func checkDB(db int, pool ...int) error {
 	if db < 0 {
 		return &leasehold.InvalidError{Field: "store URL", Reason: fmt.Sprintf("db %d: the db must be 0 or more", db)}
+	}
+	for k, n := range pool {
+		if n < 0 {
+			name := [...]string{"pool_size", "min_idle_conns", "max_idle_conns", "max_active_conns"}[k]
+			return &leasehold.InvalidError{Field: name, Reason: fmt.Sprintf("%d: it must be 0 or more (0: the default)", n)}
+		}
 	}
 	return nil
 }

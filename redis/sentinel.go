@@ -73,7 +73,7 @@ func openSentinel(ctx context.Context, rawURL string, opts []Option) (*Store, er
 	if cfg.never {
 		return nil, errNeverReplicatedSentinel
 	}
-	if err := checkDB(fo.DB); err != nil {
+	if err := checkDB(fo.DB, fo.PoolSize, fo.MinIdleConns, fo.MaxIdleConns, fo.MaxActiveConns); err != nil {
 		return nil, err
 	}
 	fo.ContextTimeoutEnabled = true

@@ -444,6 +444,11 @@ func TestURLNegativeDBAndTypos(t *testing.T) {
 		{"redis://127.0.0.1:1/0?holdbak=1s", "unknown parameter holdbak (did you mean holdback?)"},
 		{"redis+sentinel://127.0.0.1:1/lh?dial_timout=1s", "unknown parameter dial_timout (did you mean dial_timeout?)"},
 		{"redis://127.0.0.1:1/0?Prefix=x", "unknown parameter Prefix (did you mean prefix?)"},
+		// go-redis panicked on these (makechan: size out of range).
+		{"redis://127.0.0.1:1/0?pool_size=-1", "pool_size: -1: it must be 0 or more"},
+		{"redis+sentinel://127.0.0.1:1/lh?pool_size=-1", "pool_size: -1: it must be 0 or more"},
+		{"redis://127.0.0.1:1/0?max_idle_conns=-3", "max_idle_conns: -3: it must be 0 or more"},
+		{"redis+sentinel://127.0.0.1:1/lh?min_idle_conns=-2", "min_idle_conns: -2: it must be 0 or more"},
 	} {
 		_, err := redis.Open(ctx, c.url)
 		if !errors.Is(err, leasehold.ErrInvalid) || !strings.Contains(err.Error(), c.want) {

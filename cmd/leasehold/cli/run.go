@@ -613,41 +613,6 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 	return nil, exitf(o.notAcquired, "gave up waiting for %s after %s", visible(o.name), shortDuration(o.wait))
 }
 
-// giveUpReadTimeout bounds the read of the holder that a wait that ran
-// out may make (lastHolder): with abandonGrace and closeGrace, `--wait D`
-// returns at most 2 s after D, whatever the store does; a read that takes
-// longer is dropped for the last refusal seen.
-const giveUpReadTimeout = 250 * time.Millisecond
-
-// lastHolder is the holder that a wait that ran out names: the last
-// refusal seen when it named a holder (a grant's token); otherwise (a
-// hold-back or a queue, token 0, or nothing seen) the lease's holder now,
-// read from the store within giveUpReadTimeout (waiting in a store's own
-// queue, the client reports only the first attempt's refusal), else that
-// refusal unless its time has passed. Issue 31: a wait behind a real
-// holder named a hold-back that had ended long before. The read is not
-// made behind a holder seen: R17 timed `run --wait 1.5s` against a hung
-// server, and a read after every wait (bounded by 2 s) made it return
-// after 3.5 s.
-func (o *runOptions) lastHolder(client *leasehold.Client, ws *waitStatus) *leasehold.HeldError {
-	held, seen := ws.lastSeen()
-	if held != nil && held.Token != 0 {
-		return held
-	}
-	if o.permits == 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), giveUpReadTimeout)
-		rec, err := client.Store().Get(ctx, o.name)
-		cancel()
-		if err == nil {
-			return &leasehold.HeldError{Name: rec.Name, Owner: rec.Owner, Token: rec.Token, Remaining: rec.Remaining, Acquired: rec.Acquired}
-		}
-	}
-	if held != nil && time.Since(seen) >= held.Remaining {
-		return nil
-	}
-	return held
-}
-
 var (
 	errWaitTimeout    = errors.New("--wait timed out")
 	errAttemptTimeout = errors.New("the attempt timed out")
