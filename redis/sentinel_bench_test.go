@@ -3,7 +3,6 @@ package redis_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -31,35 +30,12 @@ func BenchmarkSentinelWait(b *testing.B) {
 		b.Cleanup(func() { s.Close() })
 		return s.(*redis.Store)
 	}
-	pairs := []struct {
-		name string
-		p    pair
-	}{
+	pairs := []namedPair{
 		{"default", storePair(open(""))},
 		{"wait1", storePair(open("&wait_replicas=1&wait_timeout=1s"))},
 		{"wait2", storePair(open("&wait_replicas=2&wait_timeout=1s"))},
 	}
-	name := fmt.Sprintf("bench/w%d", time.Now().UnixNano())
-	lat := make([][]time.Duration, len(pairs))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		for k := range pairs {
-			j := (i + k) % len(pairs)
-			t0 := time.Now()
-			if err := pairs[j].p(ctx, name); err != nil {
-				b.Fatal(err)
-			}
-			lat[j] = append(lat[j], time.Since(t0))
-		}
-	}
-	b.StopTimer()
-	p50 := make([]float64, len(pairs))
-	for j, l := range lat {
-		slices.Sort(l)
-		p50[j] = float64(l[len(l)/2].Nanoseconds()) / 1e3
-		b.ReportMetric(p50[j], pairs[j].name+"-p50-µs")
-		b.ReportMetric(float64(l[len(l)*99/100].Nanoseconds())/1e3, pairs[j].name+"-p99-µs")
-	}
+	p50 := interleaved(b, ctx, fmt.Sprintf("bench/w%d", time.Now().UnixNano()), pairs)
 	b.ReportMetric(p50[1]/p50[0], "wait1/default")
 	b.ReportMetric(p50[2]/p50[0], "wait2/default")
 }
