@@ -43,6 +43,13 @@ func newHarness(t *testing.T) *harness {
 // start runs the command in a goroutine; the stderr buffer can be watched
 // while it runs.
 func (h *harness) start(args ...string) (stderr *proctest.Buffer, done <-chan result) {
+	_, stderr, done = h.startWatched(args...)
+	return stderr, done
+}
+
+// startWatched is start with the stdout buffer as well, for a test that
+// waits for what the command prints there (hold's "holding ...").
+func (h *harness) startWatched(args ...string) (stdout, stderr *proctest.Buffer, done <-chan result) {
 	var out, errb proctest.Buffer
 	ch := make(chan result, 1)
 	e := &env{stdout: &out, stderr: &errb, open: h.open, openExisting: h.openExisting}
@@ -53,7 +60,7 @@ func (h *harness) start(args ...string) (stderr *proctest.Buffer, done <-chan re
 		code := e.main(context.Background(), args)
 		ch <- result{code, out.String(), errb.String()}
 	}()
-	return &errb, ch
+	return &out, &errb, ch
 }
 
 // run runs the command and waits up to a generous limit for it.
