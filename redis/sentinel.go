@@ -26,7 +26,9 @@ import (
 // sentinel_password. Other parameters: db (default 0), leasehold's
 // (holdback, liveness, prefix, wait_replicas with wait_timeout) and
 // go-redis's connection settings (dial_timeout, read_timeout,
-// write_timeout, pool_size, max_retries, ...).
+// write_timeout, pool_size, max_retries, ...). Open, and every dial of
+// the primary, needs a majority of the URL's sentinels to answer and name
+// one primary; otherwise it fails with a transient error.
 const SentinelScheme = "redis+sentinel"
 
 // DefaultSentinelPort is the port of a sentinel named without one.
@@ -77,162 +79,19 @@ func openSentinel(ctx context.Context, rawURL string, opts []Option) (*Store, er
 		return nil, err
 	}
 	fo.ContextTimeoutEnabled = true
-	answered, err := checkSentinels(ctx, fo)
+	q := newSentinelQuorum(fo)
+	answered, _, err := q.check(ctx, false)
 	if err != nil {
 		return nil, err
 	}
 	// The failover client asks its sentinels for the primary and waits
 	// for each: give it only those that answered, so that a sentinel that
 	// accepts connections but never answers (stopped, overloaded) does
-	// not hold up the dial until the context's deadline.
+	// not hold up the dial until the context's deadline. Every dial of a
+	// data node asks the URL's sentinels again (q.dial).
 	fo.SentinelAddrs = answered
+	fo.Dialer = q.dial
 	return openClient(ctx, goredis.NewFailoverClient(fo), cfg)
-}
-
-// sentinelGrace is how long checkSentinels waits for the other sentinels
-// after the first one answered (at most half the context's time left).
-const sentinelGrace = time.Second
-
-// checkSentinels asks every sentinel of the URL for the primary of the
-// master name (SENTINEL GET-MASTER-ADDR-BY-NAME), in parallel, and
-// refuses a deployment error before the store is made: an address that is
-// not a sentinel, a name the sentinels do not know, or sentinels that name
-// different primaries (a sentinel of another group monitoring another
-// Redis under the same name: the store would alternate between two
-// primaries). After the first answer it waits sentinelGrace for the
-// others; those that did not answer by then (hung, unreachable) are left
-// out. It returns the addresses of the sentinels that answered, in the
-// URL's order; none answering is an error that names the sentinels tried
-// and why each failed.
-func checkSentinels(ctx context.Context, fo *goredis.FailoverOptions) ([]string, error) {
-	type answer struct {
-		i           int
-		primary     string
-		noMaster    bool
-		notSentinel bool
-		err         error
-	}
-	start := time.Now()
-	addrs := fo.SentinelAddrs
-	results := make(chan answer, len(addrs)) // buffered: a late query never blocks
-	clients := make([]*goredis.SentinelClient, len(addrs))
-	for i, a := range addrs {
-		clients[i] = goredis.NewSentinelClient(&goredis.Options{
-			Addr: a, Username: fo.SentinelUsername, Password: fo.SentinelPassword,
-			DialTimeout: fo.DialTimeout, ReadTimeout: fo.ReadTimeout, WriteTimeout: fo.WriteTimeout,
-			TLSConfig: fo.TLSConfig, MaxRetries: -1, ContextTimeoutEnabled: true,
-		})
-	}
-	// go-redis ends a read only at the context's deadline (or its read
-	// timeout), not on a cancel: closing the clients ends the queries
-	// still waiting once the answers are in.
-	defer func() {
-		for _, c := range clients {
-			c.Close()
-		}
-	}()
-	for i, c := range clients {
-		go func() {
-			r := answer{i: i}
-			hp, err := c.GetMasterAddrByName(ctx, fo.MasterName).Result()
-			switch {
-			case err == nil && len(hp) == 2:
-				r.primary = net.JoinHostPort(hp[0], hp[1])
-			case errors.Is(err, goredis.Nil):
-				r.noMaster = true
-			case err != nil && isUnknownCommand(err):
-				r.notSentinel = true
-			case err == nil:
-				r.err = fmt.Errorf("unexpected reply %q", hp)
-			default:
-				r.err = err
-			}
-			results <- r
-		}()
-	}
-	got := make([]*answer, len(addrs))
-	var grace <-chan time.Time
-	answered := 0
-wait:
-	for n := 0; n < len(addrs); n++ {
-		select {
-		case r := <-results:
-			got[r.i] = &r
-			if r.err != nil {
-				continue
-			}
-			answered++
-			if grace == nil {
-				d := sentinelGrace
-				if dl, ok := ctx.Deadline(); ok {
-					d = min(d, time.Until(dl)/2)
-				}
-				t := time.NewTimer(d)
-				defer t.Stop()
-				grace = t.C
-			}
-		case <-grace:
-			break wait
-		case <-ctx.Done():
-			break wait
-		}
-	}
-	if answered == 0 {
-		parts := make([]string, len(addrs))
-		within := ""
-		for i, a := range addrs {
-			parts[i] = a + ": no answer"
-			if got[i] != nil {
-				parts[i] = fmt.Sprintf("%s: %v", a, got[i].err)
-			}
-			if got[i] == nil || ctx.Err() != nil || isTimeout(got[i].err) {
-				within = " within " + time.Since(start).Round(time.Millisecond).String()
-			}
-		}
-		err := fmt.Errorf("redis sentinel: no sentinel answered%s (tried %s)", within, strings.Join(parts, "; "))
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w: %w", err, ctx.Err())
-		}
-		return nil, err
-	}
-	bad := func(format string, args ...any) error {
-		return &leasehold.InvalidError{Field: "store URL", Reason: fmt.Sprintf(format, args...)}
-	}
-	byPrimary := map[string][]string{}
-	var primaries, noMaster, ok []string
-	for i, r := range got {
-		if r == nil || r.err != nil {
-			continue
-		}
-		a := addrs[i]
-		switch {
-		case r.notSentinel:
-			return nil, bad("%s is not a sentinel (it is a Redis server): give sentinel addresses", a)
-		case r.noMaster:
-			noMaster = append(noMaster, a)
-		default:
-			if byPrimary[r.primary] == nil {
-				primaries = append(primaries, r.primary)
-			}
-			byPrimary[r.primary] = append(byPrimary[r.primary], a)
-			ok = append(ok, a)
-		}
-	}
-	if len(primaries) == 0 {
-		return nil, bad("no sentinel at %s knows a master named %q", strings.Join(noMaster, ", "), fo.MasterName)
-	}
-	if len(primaries)+min(len(noMaster), 1) > 1 {
-		var parts []string
-		for _, p := range primaries {
-			parts = append(parts, fmt.Sprintf("%s name %s", strings.Join(byPrimary[p], ", "), p))
-		}
-		if len(noMaster) > 0 {
-			parts = append(parts, fmt.Sprintf("%s know no such master", strings.Join(noMaster, ", ")))
-		}
-		return nil, bad("the sentinels disagree on the primary of %q: %s (every sentinel of the URL must monitor the same primary under that name; during a failover they may disagree for a moment: try again)",
-			fo.MasterName, strings.Join(parts, "; "))
-	}
-	return ok, nil
 }
 
 // isTimeout reports a query that ended at a deadline (the context's or
@@ -293,21 +152,22 @@ func parseSentinelURL(rawURL string, opts []Option) (*goredis.FailoverOptions, [
 		addrs = append(addrs, net.JoinHostPort(host, port))
 	}
 	master, err := url.PathUnescape(path)
-	if err != nil || master == "" || strings.Contains(master, "/") || strings.ContainsFunc(master, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+	if err != nil || master == "" || strings.Contains(master, "/") {
 		return nil, nil, bad("%s URL: the path must be the master name, one segment (got %q)", SentinelScheme, path)
+	}
+	if strings.ContainsFunc(master, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return nil, nil, bad("%s URL: master name %q (the path %q, decoded) has a space or control character: leasehold refuses such names", SentinelScheme, master, path)
 	}
 	q, err := url.ParseQuery(query)
 	if err != nil {
 		return nil, nil, bad("%s URL: bad query: %v", SentinelScheme, err)
 	}
+	if err := checkSentinelParams(q); err != nil {
+		return nil, nil, err
+	}
 	opts, err = takeParams(q, opts)
 	if err != nil {
 		return nil, nil, err
-	}
-	for _, k := range []string{"master_name", "addr", "username", "password", "replica_only", "route_by_latency", "route_randomly", "use_disconnected_replicas"} {
-		if q.Has(k) {
-			return nil, nil, bad("%s URL: parameter %s is not accepted here (the sentinels are the hosts, the master name is the path, the data nodes' user and password are the URL's)", SentinelScheme, k)
-		}
 	}
 	// go-redis parses its own parameters: the first sentinel is the host,
 	// the others addr=, and its user information is the sentinels'.
@@ -326,6 +186,16 @@ func parseSentinelURL(rawURL string, opts []Option) (*goredis.FailoverOptions, [
 			msg = strings.ReplaceAll(msg, sentinelPass, "xxxxx")
 		}
 		return nil, nil, bad("%s URL: %s", SentinelScheme, msg)
+	}
+	// go-redis takes a timeout of 0 or less as none; a dial that cannot
+	// wait at all fails at once ("no sentinel answered within 402ms").
+	if fo.DialTimeout < 0 {
+		return nil, nil, bad("%s URL: dial_timeout=%s: must be more than 0 (leave it out for go-redis's default, 5s)", SentinelScheme, q.Get("dial_timeout"))
+	}
+	// go-redis: -1 turns retries off, 0 is its default (3); below -1 no
+	// command is ever sent.
+	if fo.MaxRetries < -1 {
+		return nil, nil, bad("%s URL: max_retries %d: must be -1 (no retries), 0 (go-redis's default, 3) or more", SentinelScheme, fo.MaxRetries)
 	}
 	fo.SentinelUsername, fo.SentinelPassword = sentinelUser, sentinelPass
 	if user != nil {
