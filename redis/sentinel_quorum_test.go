@@ -172,3 +172,64 @@ func TestSentinelURLMessages(t *testing.T) {
 		}
 	}
 }
+
+// TestSentinelOpenDuringFailover (#7): Opens during a SENTINEL FAILOVER
+// may fail while the sentinels disagree, but never as a usage error, and
+// a store opened before follows the new primary (its operations retried
+// until they succeed). Whether an Open meets the disagreement depends on
+// timing: the test asserts only that none is a usage error.
+func TestSentinelOpenDuringFailover(t *testing.T) {
+	d := redissentinel.Start(t, redissentinel.Options{})
+	ctx := ctxT(t, 3*time.Minute)
+	s, err := redis.Open(ctx, d.URL(""), redis.WithHoldback(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	done, stop := make(chan struct{}), make(chan struct{})
+	var opens, failed, disagreed int
+	var invalid []error
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			o, err := redis.Open(ctx, d.URL(""), redis.WithHoldback(0))
+			opens++
+			switch {
+			case err == nil:
+				o.Close()
+			case errors.Is(err, leasehold.ErrInvalid):
+				invalid = append(invalid, err)
+			default:
+				failed++
+				if strings.Contains(err.Error(), "sentinels disagree on the primary (a failover in progress?)") {
+					disagreed++
+				}
+			}
+		}
+	}()
+	old, cur, ferr := d.Failover(ctx)
+	close(stop)
+	<-done
+	if ferr != nil {
+		t.Fatalf("failover: %v", ferr)
+	}
+	t.Logf("failover %d -> %d; %d Opens, %d failed (%d: the sentinels disagree), %d usage errors", old, cur, opens, failed, disagreed, len(invalid))
+	if len(invalid) > 0 {
+		t.Errorf("%d Opens during a failover answered with a usage error, the first: %v", len(invalid), invalid[0])
+	}
+	for {
+		_, err = s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "failover", Owner: "o", TTL: time.Minute})
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("TryAcquire after the failover: %v", err)
+	}
+}
