@@ -54,7 +54,8 @@ type epochCache struct {
 	durable   bool
 	evicts    bool
 	replicas  int
-	promoted  bool // the server is a promoted replica: a hold-back is a failover's
+	promoted  bool   // the server is a promoted replica: a hold-back is a failover's
+	cause     string // why the marker was last written (epoch.lua's cause)
 }
 
 // dialCounter is a go-redis hook that counts new connections.
@@ -114,7 +115,7 @@ func (s *Store) epoch(ctx context.Context) (epoch, error) {
 	s.ep.mu.Lock()
 	s.ep.valid, s.ep.checkedAt, s.ep.cur = true, d, e
 	s.ep.runID, s.ep.replID, s.ep.durable, s.ep.evicts = sv.runID, sv.replID, sv.durable, sv.evicts
-	s.ep.replicas, s.ep.promoted = sv.replicas, sv.promoted
+	s.ep.replicas, s.ep.promoted, s.ep.cause = sv.replicas, sv.promoted, sv.cause
 	s.ep.mu.Unlock()
 	return e, nil
 }
@@ -137,7 +138,8 @@ type ServerState struct {
 	// opened with WithNeverReplicated, and the server reports appendonly
 	// yes, appendfsync always, on a master that is not a freshly
 	// promoted replica, reached directly (not through Sentinel), without
-	// replicas now or ever seen in the marker's history.
+	// replicas now or ever seen in the marker's history. A restart whose
+	// data set lacks the marker is held back all the same.
 	Durable bool
 	// Evicts reports that maxmemory is set with a maxmemory-policy other
 	// than noeviction: under memory pressure Redis may then delete leases
@@ -214,7 +216,8 @@ type serverFacts struct {
 	promoted bool // a replica promoted during this process's life
 	durable  bool
 	evicts   bool
-	replicas int // connected_slaves (-1: unknown)
+	replicas int    // connected_slaves (-1: unknown)
+	cause    string // why the marker was last written (epoch.lua)
 }
 
 func (s *Store) check(ctx context.Context) (e epoch, sv serverFacts, err error) {
@@ -267,6 +270,14 @@ func (s *Store) check(ctx context.Context) (e epoch, sv serverFacts, err error) 
 		// master_replid changes at every promotion, also of a process
 		// that was the primary before (failed over and back), whose
 		// run_id stays.
+		if r["role"] == "slave" && s.direct() {
+			// A writable replica (replica-read-only no) takes grants
+			// that its primary never sees: two holders. Through
+			// Sentinel a just-demoted node answering so is transient.
+			return e, sv, &leasehold.InvalidError{Field: "store URL", Reason: fmt.Sprintf(
+				"the server is a replica of %s:%s (INFO replication: role:slave); grants on a replica and on its primary overlap: give the primary's address, or use redis+sentinel:// to follow the primary through Sentinel",
+				r["master_host"], r["master_port"])}
+		}
 		replID = r["master_replid"]
 		promoted = r["role"] == "master" && r["second_repl_offset"] != "" && r["second_repl_offset"] != "-1"
 		sv.replicas, _ = strconv.Atoi(r["connected_slaves"])
@@ -307,7 +318,7 @@ func (s *Store) check(ctx context.Context) (e epoch, sv serverFacts, err error) 
 	if err != nil {
 		return e, sv, err
 	}
-	if len(res) != 6 {
+	if len(res) != 7 {
 		return e, sv, fmt.Errorf("epoch script: unexpected reply %v", res)
 	}
 	since, _ := toInt(res[0])
@@ -316,6 +327,7 @@ func (s *Store) check(ctx context.Context) (e epoch, sv serverFacts, err error) 
 	if fmt.Sprint(res[5]) == "1" {
 		sv.durable = false // the marker's data was seen replicated: see epoch.lua
 	}
+	sv.cause = fmt.Sprint(res[6])
 	if sv.durable {
 		holdback = 0
 	}
@@ -352,12 +364,20 @@ func (s *Store) dbRangeError(ctx context.Context) error {
 }
 
 // holdbackOwner is the Owner of a hold-back refusal: FailoverHoldbackOwner
-// on a promoted replica, HoldbackOwner otherwise.
+// on a promoted replica, ReplicationHoldbackOwner when the marker was
+// written for a new replication id under the same run id,
+// LostHoldbackOwner on a durable server declared never replicated whose
+// marker was missing, HoldbackOwner otherwise.
 func (s *Store) holdbackOwner() string {
 	s.ep.mu.Lock()
 	defer s.ep.mu.Unlock()
-	if s.ep.promoted {
+	switch {
+	case s.ep.promoted:
 		return FailoverHoldbackOwner
+	case s.ep.cause == "repl":
+		return ReplicationHoldbackOwner
+	case s.ep.cause == "none" && s.ep.durable:
+		return LostHoldbackOwner
 	}
 	return HoldbackOwner
 }
@@ -367,6 +387,13 @@ func flag(b bool) string {
 		return "1"
 	}
 	return "0"
+}
+
+// direct reports whether the store reaches one server by its address: a
+// plain client, not through Sentinel and not a cluster.
+func (s *Store) direct() bool {
+	_, ok := s.rdb.(*goredis.Client)
+	return ok && !s.viaSentinel()
 }
 
 // viaSentinel reports whether the store reaches its server through

@@ -76,10 +76,25 @@ const HoldbackOwner = "(redis restarted: holding back)"
 // the primary changed rather than restarted. IsHoldback reports either.
 const FailoverHoldbackOwner = "(redis primary changed: holding back)"
 
+// ReplicationHoldbackOwner is that Owner when the server did not restart
+// but has a new replication id (a replica attached to it, for one).
+const ReplicationHoldbackOwner = "(redis replication changed: holding back)"
+
+// LostHoldbackOwner is that Owner on a server declared never replicated
+// (WithNeverReplicated) that reports durable persistence but whose data
+// set lacks the store's marker: a first use, or a restart that lost its
+// data (an AOF removed, or turned on only at the restart).
+const LostHoldbackOwner = "(redis came up without the store's marker: holding back)"
+
 // IsHoldback reports whether owner is that of a hold-back refusal
-// (HoldbackOwner or FailoverHoldbackOwner), not of a holder.
+// (HoldbackOwner, FailoverHoldbackOwner, ReplicationHoldbackOwner or
+// LostHoldbackOwner), not of a holder.
 func IsHoldback(owner string) bool {
-	return owner == HoldbackOwner || owner == FailoverHoldbackOwner
+	switch owner {
+	case HoldbackOwner, FailoverHoldbackOwner, ReplicationHoldbackOwner, LostHoldbackOwner:
+		return true
+	}
+	return false
 }
 
 // Store is a lease store on Redis. It is safe for concurrent use. Make it
@@ -168,7 +183,14 @@ func WithHoldback(d time.Duration) Option {
 // to another node (URL parameter never_replicated=true). With it, a
 // restart of a server that reports appendonly yes and appendfsync always
 // (and no replicas, and whose marker was never seen replicated) skips the
-// hold-back: its own disk kept every grant it acknowledged.
+// hold-back when the server came back with the store's marker: its own
+// disk kept every grant it acknowledged. A marker missing (a first use, or
+// a data set lost: the AOF removed, or turned on only at the restart) is
+// held back from the server's start as on any server. It is also the
+// promise that the server runs appendonly yes with appendfsync always for
+// its whole life: a data set that comes back with the marker but without
+// the latest grants (AOF off for a while) is not detected. It is refused
+// with WithWait, and by Open on a server that reports replicas connected.
 //
 // Without it every restart holds back (WithHoldback), durable or not: a
 // replica that copied the store's data and was promoted and restarted from
@@ -210,7 +232,9 @@ func WithLiveness(d time.Duration) Option {
 // (WithHoldback), liveness=<duration> (WithLiveness), prefix=<key prefix>
 // (WithKeyPrefix), wait_replicas=<n> with wait_timeout=<duration>
 // (WithWait), and never_replicated=true (WithNeverReplicated; false
-// leaves it off). A malformed URL or parameter is an *leasehold.InvalidError.
+// leaves it off; given once). A malformed URL or parameter is an
+// *leasehold.InvalidError, and so is a server that reports role:slave
+// (a replica: give its primary, or use redis+sentinel://).
 // Close closes the connection pool.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	if scheme, _, ok := strings.Cut(rawURL, "://"); ok && strings.EqualFold(scheme, SentinelScheme) {
@@ -267,6 +291,11 @@ func openClient(ctx context.Context, client *goredis.Client, cfg config) (*Store
 	s.ep.mu.Lock()
 	replicas := s.ep.replicas
 	s.ep.mu.Unlock()
+	if cfg.never && replicas > 0 {
+		s.Close()
+		return nil, &leasehold.InvalidError{Field: "never_replicated", Reason: fmt.Sprintf(
+			"declared, but the server has %d replica(s) connected (INFO replication: connected_slaves): it is replicated; leave never_replicated off", replicas)}
+	}
 	if replicas >= 0 && cfg.waitN > replicas {
 		// Every grant would wait wait_timeout and fail.
 		s.Close()
@@ -338,6 +367,11 @@ func takeParams(q url.Values, opts []Option) ([]Option, error) {
 	if v, ok := last("prefix"); ok {
 		opts = append(opts, WithKeyPrefix(v))
 	}
+	if v := q["never_replicated"]; len(v) > 1 {
+		// The last would win silently, and one of them is the
+		// declaration that skips hold-backs.
+		return nil, &leasehold.InvalidError{Field: "never_replicated", Reason: fmt.Sprintf("given %d times (%s); give it once", len(v), strings.Join(v, ", "))}
+	}
 	if v, ok := last("never_replicated"); ok {
 		switch v {
 		case "true":
@@ -403,6 +437,9 @@ func configure(opts []Option) (config, error) {
 	cfg := config{prefix: DefaultKeyPrefix, holdback: DefaultHoldback, liveness: DefaultLiveness}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.never && cfg.waitN > 0 {
+		cfg.invalid("never_replicated", "declared with wait_replicas=%d: a server that waits for replicas is replicated", cfg.waitN)
 	}
 	return cfg, cfg.err
 }

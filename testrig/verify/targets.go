@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/stores"
 	"github.com/leasehold/leasehold/testrig/enginetest"
 	"github.com/leasehold/leasehold/testrig/proctest"
@@ -144,7 +146,39 @@ func StartTarget(t testing.TB, name string) Target {
 			t.Fatalf("initialise the store: %v", err)
 		}
 	}
+	if e.DurableParam != "" && !asRunning {
+		waitFirstUse(t, tg.URL)
+	}
 	return tg
+}
+
+// waitFirstUse waits until the store at url grants a probe name (released
+// again): a Redis declared never replicated holds back its first use
+// until a hold-back after the server's start (its marker is missing, as
+// after a lost data set), and every refusal of that hold-back would be an
+// indeterminate acquire in a suite's history.
+func waitFirstUse(t testing.TB, url string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := stores.Open(ctx, url)
+	if err != nil {
+		t.Fatalf("open the store: %v", err)
+	}
+	defer s.Close()
+	req := leasehold.AcquireRequest{Name: "verify-first-use", Owner: "verify", TTL: time.Second}
+	for {
+		rec, err := s.TryAcquire(ctx, req)
+		if err == nil {
+			_ = s.Release(ctx, req.Name, req.Owner, rec.Token)
+			return
+		}
+		var he *leasehold.HeldError
+		if !errors.As(err, &he) || he.Token != 0 || ctx.Err() != nil {
+			t.Fatalf("first use of the store: %v", err)
+		}
+		time.Sleep(min(max(he.Remaining, 10*time.Millisecond), time.Second))
+	}
 }
 
 // EnvCLI makes a process started by StartCLI run the leasehold command

@@ -147,6 +147,20 @@ func TestHoldbackExplained(t *testing.T) {
 			t.Errorf("failover hold-back line %q", line)
 		}
 	}
+	// A replication change on a server that never restarted (issue 31,
+	// #11) and a durable server without the store's marker (item 2) say
+	// what was seen, not that Redis restarted.
+	for owner, want := range map[string]string{
+		redis.ReplicationHoldbackOwner: "Redis's replication changed (a new replication id: a replica attached or was detached) recently, and no lease is granted for 2",
+		redis.LostHoldbackOwner:        "Redis came up without the store's marker (a first use, or its data set was lost) recently, and no lease is granted for 2",
+	} {
+		r := &leasehold.HeldError{Name: "job", Owner: owner, Remaining: 21 * time.Second}
+		for _, line := range []string{statusLine("job", r, time.Second), heldMessage("job", r)} {
+			if strings.Contains(line, owner) || strings.Contains(line, "restarted") || !strings.Contains(line, want) {
+				t.Errorf("hold-back line %q; want %q", line, want)
+			}
+		}
+	}
 	// PostgreSQL's hold-back after a promotion (red team of issue 31,
 	// item 10) was shown as a holder "(postgres timeline changed:
 	// holding back)" with token 0, without a word of why.

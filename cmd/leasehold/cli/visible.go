@@ -26,7 +26,8 @@ func shortDuration(d time.Duration) time.Duration {
 
 // holdback describes a store's hold-back (h's owner is redis.HoldbackOwner
 // after a restart of Redis, redis.FailoverHoldbackOwner after a
-// promotion, postgres.HoldbackOwner after PostgreSQL's timeline changed),
+// promotion, redis.ReplicationHoldbackOwner after a new replication id,
+// redis.LostHoldbackOwner when the marker was missing, postgres.HoldbackOwner after PostgreSQL's timeline changed),
 // or returns "" for a real holder.
 func holdback(h *leasehold.HeldError, remaining time.Duration) string {
 	var what, why string
@@ -35,6 +36,10 @@ func holdback(h *leasehold.HeldError, remaining time.Duration) string {
 		what, why = "Redis restarted", "a lease granted before the restart may have been lost by Redis while its holder still runs"
 	case redis.FailoverHoldbackOwner:
 		what, why = "Redis primary changed (failover)", "the new primary may lack a lease the old one granted while its holder still runs"
+	case redis.ReplicationHoldbackOwner:
+		what, why = "Redis's replication changed (a new replication id: a replica attached or was detached)", "its data may have come from or gone to another node, which may lack a lease granted while its holder still runs"
+	case redis.LostHoldbackOwner:
+		what, why = "Redis came up without the store's marker (a first use, or its data set was lost)", "a lease granted before may have been lost with the data while its holder still runs"
 	case postgres.HoldbackOwner:
 		what, why = "PostgreSQL's timeline changed (a replica was promoted)", "the promoted server may lack a lease the old primary granted while its holder still runs"
 	default:
