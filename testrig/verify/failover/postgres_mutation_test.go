@@ -48,7 +48,7 @@ func TestR18PostgresTrial(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
 		t.Fatal(err)
 	}
-	r := pgRunFor(spec.Seed)
+	r := pgRunFor(spec.Seed, "")
 	r.promotions = spec.Promotions
 	out := runPromotions(t, r)
 	first := out.res.FirstBad

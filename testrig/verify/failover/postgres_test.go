@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/testrig/pgreplica"
 	"github.com/leasehold/leasehold/testrig/verify"
 	"github.com/leasehold/leasehold/testrig/verify/crash"
+	"github.com/leasehold/leasehold/testrig/verify/recipes"
 )
 
 // pgRun is one run of R18 on PostgreSQL with a promoted replica.
@@ -27,43 +28,60 @@ type pgRun struct {
 	stores     int // Stores (pools) on the URL, each with clients logical processes
 	clients    int
 	seed       uint64
+	// mode is the workers' mode: "" the fenced lock workload, "election"
+	// the leader-election recipe as R9 runs it, each key an election.
+	mode string
 }
 
 // pgRunFor is the default tier's run (about 40 s) or the long tier's
-// (several minutes).
-func pgRunFor(seed uint64) pgRun {
+// (several minutes) in mode. Elections are fewer than the lock's keys, so
+// that each has standbys waiting on its leader.
+func pgRunFor(seed uint64, mode string) pgRun {
+	keys := verify.Size(8, 16)
+	if mode == "election" {
+		keys = verify.Size(3, 6)
+	}
 	return pgRun{
 		promotions: verify.Size(4, 24),
 		settle:     verify.Size(3*time.Second, 6*time.Second),
 		ttl:        2 * time.Second,
 		hold:       700 * time.Millisecond,
-		keys:       verify.Size(8, 16),
+		keys:       keys,
 		stores:     3,
 		clients:    2,
 		seed:       seed,
+		mode:       mode,
 	}
 }
 
 // pgOutcome is what a run found.
 type pgOutcome struct {
-	res        verify.Result
-	or         verify.OracleResult
-	promotions int
-	lost       int   // acknowledged grants missing on the promoted replica
-	timeline   int64 // the primary's timeline at the end
-	took       time.Duration
-	logs       string
+	res         verify.Result
+	terms       recipes.Terms // elections only
+	or          verify.OracleResult
+	promotions  int
+	lost        int   // acknowledged grants missing on the promoted replica
+	resurrected int   // refusals naming a grant whose release a promotion lost (left out)
+	timeline    int64 // the primary's timeline at the end
+	took        time.Duration
+	logs        string
 }
 
-func (o pgOutcome) violations() int { return o.res.Violations() + o.or.Violations() }
+func (o pgOutcome) violations() int {
+	return o.res.Violations() + o.terms.Violations() + o.or.Violations()
+}
 
 func (o pgOutcome) note(r pgRun) string {
-	return fmt.Sprintf("%d promotions (timeline 1 → %d), each after a detach of the replica for 0–1 s (an async replica behind), the old primary killed and re-based with pg_basebackup; %d acknowledged grants lost by the promotions; %d cycles (%d accepted writes, %d refused stale), %d grants, %d indeterminate ops, %d keys, TTL and hold-back %s, in %s; seed %d",
-		o.promotions, o.timeline, o.lost, o.res.CS, o.or.Accepted, o.or.Rejected, o.res.Grants, o.res.Indeterminate, r.keys, r.ttl,
+	work := fmt.Sprintf("%d cycles", o.res.CS)
+	if r.mode == "election" {
+		work = fmt.Sprintf("%d leaderships in %d terms of %d elections", o.terms.Leaderships, o.terms.Terms, r.keys)
+	}
+	return fmt.Sprintf("%d promotions (timeline 1 → %d), each after a detach of the replica for 0–1 s (an async replica behind), the old primary killed and re-based with pg_basebackup; %d acknowledged grants lost by the promotions; %s (%d accepted writes, %d refused stale), %d grants, %d indeterminate ops (besides %d refusals naming a grant whose release a promotion lost), %d keys, TTL and hold-back %s, in %s; seed %d",
+		o.promotions, o.timeline, o.lost, work, o.or.Accepted, o.or.Rejected, o.res.Grants, o.res.Indeterminate, o.resurrected, r.keys, r.ttl,
 		o.took.Round(time.Second), r.seed)
 }
 
-// runPromotions runs the fenced lock workload (verify.RunInProcess, one
+// runPromotions runs r.mode's workload (verify.RunInProcess, one
 // Store per group of logical processes, all on the set's multi-host URL)
 // through r.promotions promotions: each time the replica is detached (it
 // stops receiving WAL: what the primary commits from then on is what an
@@ -102,7 +120,7 @@ func runPromotions(t *testing.T, r pgRun) pgOutcome {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h, err := verify.RunInProcess(ctx, st, verify.WorkerConfig{ID: fmt.Sprintf("w%d", i), Keys: keys, Clients: r.clients,
+			h, err := verify.RunInProcess(ctx, st, verify.WorkerConfig{ID: fmt.Sprintf("w%d", i), Mode: r.mode, Keys: keys, Clients: r.clients,
 				TTL: r.ttl, Oracle: o.URL(), Hold: r.hold, ErrorPause: 300 * time.Millisecond, Seed: r.seed + uint64(i)}, verify.InProcess{})
 			mu.Lock()
 			defer mu.Unlock()
@@ -157,9 +175,13 @@ func runPromotions(t *testing.T, r pgRun) pgOutcome {
 			}
 		}
 	}
+	h, out.resurrected = dropLostReleaseRefusals(h, restarts, r.ttl)
 	h, lostOps := crash.StateLosses(h, restarts)
 	out.res = verify.Check(h, verify.CheckOptions{})
 	out.res.Ops -= lostOps
+	if r.mode == "election" {
+		out.terms = recipes.CheckTerms(h)
+	}
 	out.or = o.Check()
 	out.took = time.Since(start)
 	return out
@@ -188,20 +210,40 @@ func rowTokens(t *testing.T, set *pgreplica.Set) map[string]int64 {
 // sections, 0 token regressions, every key linearizable under the model
 // with a "lose" per promotion, the oracle clean (no lost, duplicated or
 // stale-accepted write), and writes accepted.
-func TestR18Postgres(t *testing.T) {
-	r := pgRunFor(verify.Seed(t))
+func TestR18Postgres(t *testing.T) { pgRow(t, "postgres (promoted replica)", "") }
+
+// TestR18PostgresElection is R18's row postgres-election: the
+// leader-election recipe (R9's "election" mode, 3 elections) through the
+// promotions of TestR18Postgres. Pass: as TestR18Postgres (no two leaders
+// of one election at once, the term being the token), and at most one
+// leader per term, terms increasing over time (recipes.CheckTerms), and
+// leaderships that did their work.
+func TestR18PostgresElection(t *testing.T) {
+	pgRow(t, "postgres-election (promoted replica)", "election")
+}
+
+// pgRow runs one row in mode, reports it as store, and fails the test on a
+// violation or a run that tested nothing.
+func pgRow(t *testing.T, store, mode string) {
+	r := pgRunFor(verify.Seed(t), mode)
 	out := runPromotions(t, r)
-	verify.Report(t, verify.Row{Suite: "R18", Store: "postgres (promoted replica)", Ops: out.res.Ops, Faults: out.promotions,
+	verify.Report(t, verify.Row{Suite: "R18", Store: store, Ops: out.res.Ops, Faults: out.promotions,
 		Violations: out.violations(), Checker: out.res.Checker(), Note: out.note(r)})
 	t.Logf("%s; oracle %+v", out.res, out.or)
+	if mode == "election" {
+		t.Logf("%s", out.terms)
+	}
 	if out.violations() > 0 || !out.res.Passed() {
 		first := out.res.FirstBad
 		if first == "" {
+			first = out.terms.First
+		}
+		if first == "" {
 			first = out.or.First
 		}
-		t.Fatalf("violations: %d, checker %s: %s\n%s\noracle: %+v\nlogs:\n%s", out.violations(), out.res.Checker(), first, out.res, out.or, verify.Clip(out.logs, 60))
+		t.Fatalf("violations: %d, checker %s: %s\n%s\n%s\noracle: %+v\nlogs:\n%s", out.violations(), out.res.Checker(), first, out.res, out.terms, out.or, verify.Clip(out.logs, 60))
 	}
-	if out.or.Accepted == 0 || out.promotions == 0 {
-		t.Fatalf("%d promotions, %d writes accepted: the run tested nothing\nlogs:\n%s", out.promotions, out.or.Accepted, verify.Clip(out.logs, 60))
+	if out.or.Accepted == 0 || out.promotions == 0 || mode == "election" && out.terms.Leaderships == 0 {
+		t.Fatalf("%d promotions, %d writes accepted, %d leaderships: the run tested nothing\nlogs:\n%s", out.promotions, out.or.Accepted, out.terms.Leaderships, verify.Clip(out.logs, 60))
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/leasehold/leasehold/testrig/redissentinel"
 	"github.com/leasehold/leasehold/testrig/verify"
 	"github.com/leasehold/leasehold/testrig/verify/crash"
+	"github.com/leasehold/leasehold/testrig/verify/recipes"
 )
 
 func TestMain(m *testing.M) { verify.Main(m) }
@@ -31,15 +32,29 @@ type sentinelRow struct {
 	// the long one); a fault begun runs to its end (a failover up to
 	// about 15 s).
 	short time.Duration
+	// mode is the workers' mode: "" the fenced lock workload, "election"
+	// the leader-election recipe as R9 runs it (package recipes), checked
+	// also by recipes.CheckTerms.
+	mode string
+	long bool // the row runs in the long tier only
 }
+
+var (
+	lagKill            = []string{"lag-kill"}
+	lagKillAndFailover = []string{"lag-kill", "failover"}
+	waitQuery          = "wait_replicas=2&wait_timeout=250ms"
+)
 
 var sentinelRows = []sentinelRow{
 	// The store as configured by default: a promotion is covered by the
 	// hold-back when the old primary is dead. Only such failovers.
-	{"redis-sentinel", "", []string{"lag-kill"}, 40 * time.Second},
+	{name: "redis-sentinel", faults: lagKill, short: 40 * time.Second},
 	// WAIT for both replicas: also a SENTINEL FAILOVER, whose old primary
 	// stays up and takes writes until the clients move.
-	{"redis-sentinel-wait", "wait_replicas=2&wait_timeout=250ms", []string{"lag-kill", "failover"}, 30 * time.Second},
+	{name: "redis-sentinel-wait", query: waitQuery, faults: lagKillAndFailover, short: 30 * time.Second},
+	// The leader-election recipe through the same failovers.
+	{name: "redis-sentinel-election", faults: lagKill, short: 40 * time.Second, mode: "election"},
+	{name: "redis-sentinel-wait-election", query: waitQuery, faults: lagKillAndFailover, short: 30 * time.Second, mode: "election", long: true},
 }
 
 // The row's timing. The TTL is longer than a failover after a SIGKILL
@@ -57,10 +72,11 @@ const (
 	r18Keys      = 3
 )
 
-// TestR18Redis is suite R18 on Redis with Sentinel: the fenced lock
-// workload (3 worker processes × 3 clients, 8 keys, TTL 5 s, hold-back
-// 5 s) through repeated failovers, each fault 2–4 s after the previous
-// one ended:
+// TestR18Redis is suite R18 on Redis with Sentinel: a workload of 3
+// worker processes × 3 clients (TTL 5 s, hold-back 5 s) through repeated
+// failovers, each fault 2–4 s after the previous one ended — the fenced
+// lock workload on 3 keys, or (rows *-election) the leader-election
+// recipe on 3 elections:
 //
 //   - lag-kill: the replicas are stopped (SIGSTOP) for 1 s while the
 //     primary acknowledges grants and renewals, then the primary is
@@ -73,11 +89,19 @@ const (
 // The model is told of each failover as of a restart that may lose state
 // (crash.StateLosses, from the replicas' stop or the failover's start to
 // the moment the new primary answered, or the old one became its
-// replica), and of nothing else. Pass: 0 overlapping critical sections,
-// 0 token regressions, porcupine Ok, the fenced oracle clean.
+// replica), and of nothing else. Pass: 0 overlapping critical sections
+// (for elections: never two leaders of one election at once), 0 token
+// regressions, porcupine Ok, the fenced oracle clean; for elections also
+// at most one leader per term and terms increasing over time
+// (recipes.CheckTerms).
 func TestR18Redis(t *testing.T) {
 	for _, row := range sentinelRows {
-		t.Run(row.name, func(t *testing.T) { row.run(t, false) })
+		t.Run(row.name, func(t *testing.T) {
+			if row.long && !verify.Long() {
+				t.Skipf("R18 %s is in the long tier (LEASEHOLD_LONG=1)", row.name)
+			}
+			row.run(t, false)
+		})
 	}
 }
 
@@ -93,17 +117,74 @@ func (r sentinelRow) run(t *testing.T, control bool) {
 	d := redissentinel.Start(t, redissentinel.Options{DownAfter: r18DownAfter})
 	o := verify.MustOracle(t, true, nil)
 	defer o.Close()
+	// Elections: a leader works 1–3 rounds of the hold, each checked to
+	// still lead; half a lock holder's hold keeps a leadership (2–6 s)
+	// about as long as a lock holder's critical section.
+	election := r.mode == "election"
+	prefix, hold := "k", r18Hold
+	if election {
+		prefix, hold = "e", r18Hold/2
+	}
 	keys := make([]string, r18Keys)
 	for i := range keys {
-		keys[i] = fmt.Sprintf("r18/k%d", i)
+		keys[i] = fmt.Sprintf("r18/%s%d", prefix, i)
 	}
 	q := "holdback=" + r18TTL.String()
 	if r.query != "" {
 		q += "&" + r.query
 	}
-	g := verify.StartWorkers(t, 3, verify.WorkerConfig{Store: d.URL(q), Keys: keys, Clients: 3,
-		TTL: r18TTL, Oracle: o.URL(), Hold: r18Hold, ErrorPause: time.Second, Seed: seed})
+	g := verify.StartWorkers(t, 3, verify.WorkerConfig{Store: d.URL(q), Mode: r.mode, Keys: keys, Clients: 3,
+		TTL: r18TTL, Oracle: o.URL(), Hold: hold, ErrorPause: time.Second, Seed: seed})
 
+	restarts, kinds, ran := r.failovers(t, ctx, d, g, rng, maxTime)
+	// Cycles after the last failover: the workers got past its hold-back.
+	time.Sleep(r18TTL + 3*time.Second)
+	g.Stop(2 * time.Minute)
+
+	h, dropped := dropHoldbackRefusals(g.History())
+	h, resurrected := dropLostReleaseRefusals(h, restarts, r18TTL)
+	h, lost := crash.StateLosses(h, restarts)
+	res := verify.Check(h, verify.CheckOptions{})
+	res.Ops -= lost
+	var terms recipes.Terms
+	if election {
+		terms = recipes.CheckTerms(h)
+	}
+	or := o.Check()
+	violations := res.Violations() + terms.Violations() + or.Violations()
+	work := fmt.Sprintf("%d cycles", res.CS)
+	if election {
+		work = fmt.Sprintf("%d leaderships in %d terms of %d elections", terms.Leaderships, terms.Terms, len(keys))
+	}
+	note := fmt.Sprintf("%s (%d accepted writes, %d refused stale) in %s, %d grants, %d indeterminate ops (besides %d hold-back refusals and %d refusals naming a grant whose release a failover lost), %d keys, TTL %s, hold-back %s, %s; failovers: %s; seed %d",
+		work, or.Accepted, or.Rejected, ran.Round(time.Second), res.Grants, res.Indeterminate, dropped, resurrected, len(keys), r18TTL, r18TTL,
+		map[bool]string{true: r.query, false: "no WAIT"}[r.query != ""], verify.CountsNote(kinds), seed)
+	suite, checker := "R18", res.Checker()
+	if control {
+		suite = "R18-control"
+		checker = map[bool]string{true: "found", false: "none found"}[violations > 0]
+	}
+	verify.Report(t, verify.Row{Suite: suite, Store: r.name, Ops: res.Ops, Faults: len(restarts),
+		Violations: violations, Checker: checker, Note: note})
+	t.Logf("%s %s: %s; oracle %+v", suite, r.name, res, or)
+	if election {
+		t.Logf("%s %s: %s", suite, r.name, terms)
+	}
+	if !control && (!res.Passed() || res.Checker() != "ok" || terms.Violations() > 0 || or.Violations() > 0) {
+		verify.Dump(t, "r18-"+r.name, g.History())
+		t.Fatalf("R18 %s: %s\n%s\noracle: %d lost updates, %d stale accepted, %d counter mismatches; first: %s\nworker logs:\n%s",
+			r.name, res, terms, or.LostUpdates, or.StaleAccepted, or.CounterMismatch, or.First, verify.Clip(g.Logs(), 300))
+	}
+	if len(restarts) == 0 || or.Accepted == 0 || election && terms.Leaderships == 0 {
+		t.Fatalf("R18 %s: %d failovers, %d writes accepted, %d leaderships: the run tested nothing\n%s", r.name, len(restarts), or.Accepted, terms.Leaderships, verify.Clip(g.Logs(), 100))
+	}
+}
+
+// failovers is the row's fault loop, whatever the workers run: it starts
+// faults of r.faults in turn, each 2–4 s after the previous one ended,
+// until maxTime has passed, and returns them as restarts for the model,
+// their count by kind, and how long it ran.
+func (r sentinelRow) failovers(t *testing.T, ctx context.Context, d *redissentinel.Deployment, g *verify.Group, rng *rand.Rand, maxTime time.Duration) ([]crash.Restart, map[string]int, time.Duration) {
 	var restarts []crash.Restart
 	kinds := map[string]int{}
 	start := time.Now()
@@ -145,35 +226,7 @@ func (r sentinelRow) run(t *testing.T, control bool) {
 		restarts = append(restarts, rs)
 		kinds[kind]++
 	}
-	ran := time.Since(start)
-	// Cycles after the last failover: the workers got past its hold-back.
-	time.Sleep(r18TTL + 3*time.Second)
-	g.Stop(2 * time.Minute)
-
-	h, dropped := dropHoldbackRefusals(g.History())
-	h, lost := crash.StateLosses(h, restarts)
-	res := verify.Check(h, verify.CheckOptions{})
-	res.Ops -= lost
-	or := o.Check()
-	note := fmt.Sprintf("%d cycles (%d accepted writes, %d refused stale) in %s, %d grants, %d indeterminate ops (besides %d hold-back refusals), %d keys, TTL %s, hold-back %s, %s; failovers: %s; seed %d",
-		res.CS, or.Accepted, or.Rejected, ran.Round(time.Second), res.Grants, res.Indeterminate, dropped, len(keys), r18TTL, r18TTL,
-		map[bool]string{true: r.query, false: "no WAIT"}[r.query != ""], verify.CountsNote(kinds), seed)
-	suite, checker := "R18", res.Checker()
-	if control {
-		suite = "R18-control"
-		checker = map[bool]string{true: "found", false: "none found"}[res.Violations()+or.Violations() > 0]
-	}
-	verify.Report(t, verify.Row{Suite: suite, Store: r.name, Ops: res.Ops, Faults: len(restarts),
-		Violations: res.Violations() + or.Violations(), Checker: checker, Note: note})
-	t.Logf("%s %s: %s; oracle %+v", suite, r.name, res, or)
-	if !control && (!res.Passed() || res.Checker() != "ok" || or.Violations() > 0) {
-		verify.Dump(t, "r18-"+r.name, g.History())
-		t.Fatalf("R18 %s: %s\noracle: %d lost updates, %d stale accepted, %d counter mismatches; first: %s\nworker logs:\n%s",
-			r.name, res, or.LostUpdates, or.StaleAccepted, or.CounterMismatch, or.First, verify.Clip(g.Logs(), 300))
-	}
-	if len(restarts) == 0 || or.Accepted == 0 {
-		t.Fatalf("R18 %s: %d failovers, %d writes accepted: the run tested nothing\n%s", r.name, len(restarts), or.Accepted, verify.Clip(g.Logs(), 100))
-	}
+	return restarts, kinds, time.Since(start)
 }
 
 // dropHoldbackRefusals returns h without the acquires the Redis store
@@ -189,24 +242,13 @@ func (r sentinelRow) run(t *testing.T, control bool) {
 // model could check, except that the refusals came during a hold-back,
 // which is not a safety property.
 func dropHoldbackRefusals(h *verify.History) (*verify.History, int) {
-	type id struct {
-		worker string
-		seq    int64
-	}
-	drop := map[id]bool{}
+	drop := map[opID]bool{}
 	for _, ev := range h.Events {
 		if ev.E == "ret" && ev.Unk && !ev.Undone && (strings.Contains(ev.Msg, redis.HoldbackOwner) || strings.Contains(ev.Msg, redis.FailoverHoldbackOwner)) {
-			drop[id{ev.Worker, ev.Seq}] = true
+			drop[opID{ev.Worker, ev.Seq}] = true
 		}
 	}
-	out := &verify.History{}
-	for _, ev := range h.Events {
-		if (ev.E == "call" || ev.E == "ret") && drop[id{ev.Worker, ev.Seq}] {
-			continue
-		}
-		out.Events = append(out.Events, ev)
-	}
-	return out, len(drop)
+	return withoutOps(h, drop), len(drop)
 }
 
 // TestR18RedisControl runs the workload through SENTINEL FAILOVER with
@@ -219,7 +261,7 @@ func TestR18RedisControl(t *testing.T) {
 	if !verify.Long() && os.Getenv("LEASEHOLD_R18_CONTROL") == "" {
 		t.Skip("R18's control row runs in the long tier (LEASEHOLD_LONG=1) or with LEASEHOLD_R18_CONTROL=1")
 	}
-	sentinelRow{"redis-sentinel (SENTINEL FAILOVER, no WAIT)", "", []string{"failover"}, 40 * time.Second}.run(t, true)
+	sentinelRow{name: "redis-sentinel (SENTINEL FAILOVER, no WAIT)", faults: []string{"failover"}, short: 40 * time.Second}.run(t, true)
 }
 
 // redisSeedEnv, when set, fixes the seed of the fault schedule and the
