@@ -69,10 +69,15 @@ func TestR18PostgresTrial(t *testing.T) {
 // row, TestR18Postgres, is the control.
 func TestR18PostgresMutation(t *testing.T) {
 	bin := verify.BuildMutated(t, ".", "R18's PostgreSQL mutation")
-	trials := verify.Size(1, 5)
-	caught, cs, lost, promotions := 0, 0, 0, 0
+	// The default tier runs trials until one catches the mutation, at
+	// most 3 (a trial whose promotions lose no grant a holder still
+	// believes in cannot catch it); the long tier runs 5, each of which
+	// must.
+	maxTrials := verify.Size(3, 5)
+	caught, cs, lost, promotions, trials := 0, 0, 0, 0, 0
 	var missed []string
-	for i := range trials {
+	for i := 0; i < maxTrials && (verify.Long() || caught == 0); i++ {
+		trials++
 		seed := verify.Seed(t)
 		spec, _ := json.Marshal(pgTrialSpec{Promotions: 3, Seed: seed})
 		cmd := exec.Command(bin, "-test.run=^TestR18PostgresTrial$", "-test.v", "-test.count=1", "-test.timeout=5m")
@@ -109,7 +114,7 @@ func TestR18PostgresMutation(t *testing.T) {
 	verify.Report(t, verify.Row{Suite: "R18-mutation", Store: pgMutation + " (postgres)", Ops: cs, Faults: promotions,
 		Violations: caught, Checker: fmt.Sprintf("caught %d/%d", caught, trials),
 		Note: fmt.Sprintf("trials of 3 promotions each with the hold-back off (token floor kept); %d acknowledged grants lost in all", lost)})
-	if caught < trials {
+	if caught == 0 || (verify.Long() && caught < trials) {
 		t.Errorf("%s caught in %d of %d trials:\n%s", pgMutation, caught, trials, strings.Join(missed, "\n"))
 	}
 }

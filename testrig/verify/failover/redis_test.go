@@ -292,12 +292,19 @@ func TestR18RedisMutation(t *testing.T) {
 	if os.Getenv(mutation.Env) != "" {
 		t.Skip("already a mutated run")
 	}
-	trials := verify.Size(1, 3)
+	// A trial sees the mutation only if a failover lost a grant that was
+	// then granted again while its holder still believed in it: most
+	// trials do, not every one (a trial with 3 faults of 40 s caught
+	// nothing once). The default tier runs trials until one catches it,
+	// at most 3; the long tier runs 3 and reports how many caught it.
+	// Either fails if none did.
+	maxTrials := 3
 	bin := verify.BuildMutated(t, ".", "R18's mutation")
-	caught := 0
+	caught, trials := 0, 0
 	var took time.Duration
 	rowLine := regexp.MustCompile(`verify: R18 redis-sentinel: \d+ ops, (\d+) faults, (\d+) violations, checker (\w+)`)
-	for i := range trials {
+	for i := 0; i < maxTrials && (verify.Long() || caught == 0); i++ {
+		trials++
 		begun := time.Now()
 		cmd := exec.Command(bin, "-test.run=^TestR18Redis$/^redis-sentinel$", "-test.count=1", "-test.v")
 		cmd.Env = verify.MutationEnv("promotion-no-holdback")
@@ -317,7 +324,7 @@ func TestR18RedisMutation(t *testing.T) {
 	verify.Report(t, verify.Row{Suite: "R18-mutation", Store: "promotion-no-holdback (redis-sentinel)", Ops: trials, Faults: trials,
 		Violations: caught, Checker: fmt.Sprintf("caught %d/%d", caught, trials),
 		Note: fmt.Sprintf("%s per trial", (took / time.Duration(trials)).Round(100*time.Millisecond))})
-	if caught < trials {
-		t.Errorf("promotion-no-holdback caught in %d of %d trials, want all", caught, trials)
+	if caught == 0 {
+		t.Errorf("promotion-no-holdback caught in none of %d trials", trials)
 	}
 }
