@@ -1,41 +1,14 @@
 package postgres_test
 
 import (
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/postgres"
 	"github.com/leasehold/leasehold/testrig/enginetest"
 )
-
-// TestURLPgxTypos (issue 31 red team, PostgreSQL URL typo): a parameter
-// within two edits of one pgx or pgxpool takes (sslmod=require for
-// sslmode) went to the server as a setting and failed there after
-// connecting (exit 70); it is refused before dialling with "did you mean
-// sslmode=?". The server at 127.0.0.1:1 is never reached: before, Open
-// failed dialling it.
-func TestURLPgxTypos(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
-	for u, want := range map[string]string{
-		"postgres://127.0.0.1:1/db?sslmod=require":                 "did you mean sslmode=?",
-		"postgres://127.0.0.1:1/db?SSLMODE=disable":                "did you mean sslmode=?",
-		"postgres://127.0.0.1:1/db?ssl_mode=disable":               "did you mean sslmode=?",
-		"postgres://127.0.0.1:1/db?sslrootcrt=/x":                  "did you mean sslrootcert=?",
-		"postgres://127.0.0.1:1/db?target_session_attr=read-write": "did you mean target_session_attrs=?",
-		"postgres://127.0.0.1:1/db?pool_max_con=4":                 "did you mean pool_max_conns=?",
-		"postgres://127.0.0.1:1/db?connect_timout=5":               "did you mean connect_timeout=?",
-	} {
-		_, err := postgres.Open(ctx, u)
-		if !errors.Is(err, leasehold.ErrInvalid) || !strings.Contains(err.Error(), want) {
-			t.Errorf("Open(%q): %v, want ErrInvalid saying %q", u, err, want)
-		}
-	}
-}
 
 // TestURLSettingsNotTypos: no setting of the engines' PostgreSQL, no
 // libpq parameter and no parameter pgx takes is taken for a typo (each

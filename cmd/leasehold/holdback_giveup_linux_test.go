@@ -6,11 +6,8 @@ import (
 	"bytes"
 	"context"
 	"regexp"
-	"strconv"
 	"testing"
 	"time"
-
-	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
 // TestGiveUpHoldbackTimeLeft (issue 31 red team, #9): a `run -w` that
@@ -21,20 +18,9 @@ import (
 // and the wait 8 s, so the give-up must name at most 56 s (it named 60 s).
 // Only the upper bound is checked: a slower machine names less.
 func TestGiveUpHoldbackTimeLeft(t *testing.T) {
-	base := enginetest.PostgresURL(t)
-	table := "lh_test_hbleft_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	t.Cleanup(func() {
-		pgExec(t, base, "DROP TABLE IF EXISTS "+table+", "+table+"_queue, "+table+"_records",
-			"DROP FUNCTION IF EXISTS "+table+"_wait, "+table+"_release, "+table+"_txn")
-	})
-	u := base + "&table=" + table + "&holdback=60s"
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if out, err := leasehold(ctx, "run", "--store", u, "-n", "warm", "--", "true").CombinedOutput(); err != nil {
-		t.Fatalf("run: %v\n%s", err, out)
-	}
-	pgExec(t, base, `INSERT INTO `+table+` (name, owner, request_id, token, data, ttl_us, expires_at, held, acquired_at)
-		VALUES (E'\x01timeline', '', '99', 7, '', 1, now(), false, now())`)
+	_, _, u := promotedStore(ctx, t, "lh_test_hbleft_", "60s")
 
 	var stderr bytes.Buffer
 	w := leasehold(ctx, "run", "--store", u, "-w", "8", "hb1", "--", "true")
