@@ -58,8 +58,10 @@ type waitOpenError struct {
 	err  error
 }
 
+// Error names the store, and the store's error unless it is only the end
+// of the wait (a store may word that as its own connect timeout).
 func (w *waitOpenError) Error() string {
-	if errors.Is(w.err, errStoreStuck) {
+	if errors.Is(w.err, errStoreStuck) || errors.Is(w.err, context.DeadlineExceeded) {
 		return w.what
 	}
 	return fmt.Sprintf("%s: %v", w.what, w.err)
