@@ -85,10 +85,10 @@ bounds the first attempt: a store that has not answered when D runs out
 that is down) ends it with exit 75, saying so, whatever --connect-timeout
 is. A wait shorter than 500ms still gives opening the store and the first
 attempt 500ms, so that -w 1ns tries once, as -n does. --wait D returns at
-most 2s after D whatever the store does, and a signal ends a
-wait within 2s (128+N): a store call still running then (a stopped or
-hung server) is left behind, and a grant it may still make is given back
-or expires after its TTL. A grant that fewer Redis replicas acknowledged
+most 2s after D whatever the store does, and a signal ends a wait within
+2s (128+N): a store call still running then (a stopped or hung server) is
+left behind, and a grant it may still make is given back or expires
+after its TTL. A grant that fewer Redis replicas acknowledged
 than wait_replicas= asks for (the store gives it back) is tried again
 while the wait lasts, as a busy lease is; if the wait runs out so, exit
 75 names how many replicas acknowledged (-n: exit 70).
