@@ -101,3 +101,7 @@ func Relocks(s *Store) int64 { return s.relocks.Load() }
 // Fences reports how many backends the Store ended after an acquire cut
 // by its context.
 func Fences(s *Store) int64 { return s.fences.Load() }
+
+// NearParam is nearParam: the parameter a URL's key is taken for a typo
+// of, or "".
+func NearParam(key string) string { return nearParam(key) }

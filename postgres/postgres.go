@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -262,8 +263,10 @@ func parseURL(raw string) (string, []Option, error) {
 			}
 			seen[key] = true
 		default:
-			if near := nearParam(key); near != "" {
+			if near := nearParam(key); slices.Contains(ownParams, near) {
 				return bad("unknown parameter %s=: did you mean %s=? (leasehold's own parameters are table=, migrate= and holdback=; other parameters go to pgx and to the server as settings)", key, near)
+			} else if near != "" {
+				return bad("unknown parameter %s=: did you mean %s=? (a parameter pgx does not take goes to the server as a setting, which fails there)", key, near)
 			}
 			kept = append(kept, pair)
 			continue
@@ -295,14 +298,39 @@ func parseURL(raw string) (string, []Option, error) {
 // ownParams are the URL parameters leasehold takes out of a postgres URL.
 var ownParams = []string{"table", "migrate", "holdback"}
 
-// nearParam returns the parameter of ownParams that key is a typo of
-// (edit distance 1 or 2), or "". A key that pgx does not take goes to the
-// server as a setting, where a typo fails far from the URL (holdbak=5s:
+// pgxParams are the URL parameters pgx takes (pgconn's, pgxpool's pool_*,
+// pgx's caches and query mode), connect_timeout= among them; pgx sends
+// any other to the server as a setting.
+var pgxParams = []string{
+	"host", "port", "database", "user", "password", "passfile", "connect_timeout",
+	"sslmode", "sslkey", "sslcert", "sslcertmode", "sslrootcert", "sslnegotiation", "sslpassword", "sslsni",
+	"krbspn", "krbsrvname", "target_session_attrs", "service", "servicefile",
+	"min_protocol_version", "max_protocol_version", "channel_binding", "require_auth",
+	"pool_max_conns", "pool_min_conns", "pool_min_idle_conns", "pool_max_conn_lifetime",
+	"pool_max_conn_idle_time", "pool_health_check_period", "pool_max_conn_lifetime_jitter", "pool_ping_timeout",
+	"statement_cache_capacity", "description_cache_capacity", "default_query_exec_mode",
+}
+
+// libpqOnly are libpq's parameters that pgx does not take: they go to the
+// server as before, never taken for typos (sslcrl is two edits from
+// sslcert).
+var libpqOnly = []string{
+	"hostaddr", "dbname", "client_encoding", "options", "application_name", "fallback_application_name",
+	"keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+	"replication", "gssencmode", "requiressl", "sslcompression", "sslcrl", "sslcrldir", "requirepeer",
+	"ssl_min_protocol_version", "ssl_max_protocol_version", "gsslib", "gssdelegation", "load_balance_hosts",
+}
+
+// nearParam returns the parameter of ownParams, else of pgxParams, that
+// key is a typo of (edit distance 1 or 2, or another case), or "". A key
+// that pgx does not take goes to the server as a setting, where a typo
+// fails far from the URL, after connecting (holdbak=5s, sslmod=require:
 // "unrecognized configuration parameter", exit 70). No setting of
-// PostgreSQL 15 nor parameter of pgx is that close to these three names,
-// and a custom setting has a dot in its name (never a typo here).
+// PostgreSQL 15 is that close to these names (TestURLSettingsNotTypos), a
+// custom setting has a dot in its name, and libpq's own parameters are
+// left alone (libpqOnly).
 func nearParam(key string) string {
-	if strings.Contains(key, ".") {
+	if strings.Contains(key, ".") || slices.Contains(libpqOnly, strings.ToLower(key)) {
 		return ""
 	}
 	for _, p := range ownParams {
@@ -310,7 +338,7 @@ func nearParam(key string) string {
 			return p
 		}
 	}
-	return ""
+	return editdist.Near(key, pgxParams)
 }
 
 // fail translates an error at the store boundary: context errors pass

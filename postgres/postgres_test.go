@@ -355,6 +355,15 @@ func TestURLTyposAndReadOnly(t *testing.T) {
 		"postgres://127.0.0.1:1/db?Holdback=5s":  "did you mean holdback=?",
 		"postgres://127.0.0.1:1/db?tabel=x":      "did you mean table=?",
 		"postgres://127.0.0.1:1/db?migrat=false": "did you mean migrate=?",
+		// Near-misses of pgx's parameters (issue 31 red team): they went
+		// to the server as settings and failed after connecting.
+		"postgres://127.0.0.1:1/db?sslmod=require":                 "did you mean sslmode=?",
+		"postgres://127.0.0.1:1/db?SSLMODE=disable":                "did you mean sslmode=?",
+		"postgres://127.0.0.1:1/db?ssl_mode=disable":               "did you mean sslmode=?",
+		"postgres://127.0.0.1:1/db?sslrootcrt=/x":                  "did you mean sslrootcert=?",
+		"postgres://127.0.0.1:1/db?target_session_attr=read-write": "did you mean target_session_attrs=?",
+		"postgres://127.0.0.1:1/db?pool_max_con=4":                 "did you mean pool_max_conns=?",
+		"postgres://127.0.0.1:1/db?connect_timout=5":               "did you mean connect_timeout=?",
 	} {
 		_, err := postgres.Open(ctx, u)
 		if !errors.Is(err, leasehold.ErrInvalid) || !strings.Contains(err.Error(), want) {

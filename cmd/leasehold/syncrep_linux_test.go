@@ -104,6 +104,28 @@ func TestRunSyncStandbyDown(t *testing.T) {
 	})
 }
 
+// promotedStore makes a store in a fresh table (named from prefix) of the
+// engines' PostgreSQL with holdback= hb, as a promotion leaves it: the
+// epoch row of another timeline written by hand (as postgres.TestEpochGate
+// does), so that the next grant holds back. It returns the server's URL,
+// the table and the store's URL.
+func promotedStore(ctx context.Context, t *testing.T, prefix, hb string) (base, table, u string) {
+	t.Helper()
+	base = enginetest.PostgresURL(t)
+	table = prefix + strconv.FormatInt(time.Now().UnixNano(), 36)
+	t.Cleanup(func() {
+		pgExec(t, base, "DROP TABLE IF EXISTS "+table+", "+table+"_queue, "+table+"_records",
+			"DROP FUNCTION IF EXISTS "+table+"_wait, "+table+"_release, "+table+"_txn")
+	})
+	u = base + "&table=" + table + "&holdback=" + hb
+	if out, err := leasehold(ctx, "run", "--store", u, "-n", "warm", "--", "true").CombinedOutput(); err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	pgExec(t, base, `INSERT INTO `+table+` (name, owner, request_id, token, data, ttl_us, expires_at, held, acquired_at)
+		VALUES (E'\x01timeline', '', '99', 7, '', 1, now(), false, now())`)
+	return base, table, u
+}
+
 // TestGiveUpNamesLatestHolder (issue 31 red team, PostgreSQL item 2):
 // after a promotion's hold-back, `run -w` waiting behind a real holder H3
 // gave up saying "held by (postgres timeline changed: holding back)
@@ -112,20 +134,9 @@ func TestRunSyncStandbyDown(t *testing.T) {
 // postgres.TestEpochGate does), with a 2 s hold-back; H3 queues first,
 // is granted when the hold-back ends, and the waiter runs out behind it.
 func TestGiveUpNamesLatestHolder(t *testing.T) {
-	base := enginetest.PostgresURL(t)
-	table := "lh_test_giveup_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	t.Cleanup(func() {
-		pgExec(t, base, "DROP TABLE IF EXISTS "+table+", "+table+"_queue, "+table+"_records",
-			"DROP FUNCTION IF EXISTS "+table+"_wait, "+table+"_release, "+table+"_txn")
-	})
-	u := base + "&table=" + table + "&holdback=2s"
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if out, err := leasehold(ctx, "run", "--store", u, "-n", "warm", "--", "true").CombinedOutput(); err != nil {
-		t.Fatalf("run: %v\n%s", err, out)
-	}
-	pgExec(t, base, `INSERT INTO `+table+` (name, owner, request_id, token, data, ttl_us, expires_at, held, acquired_at)
-		VALUES (E'\x01timeline', '', '99', 7, '', 1, now(), false, now())`)
+	base, table, u := promotedStore(ctx, t, "lh_test_giveup_", "2s")
 
 	h3 := leasehold(ctx, "hold", "--store", u, "--owner", "h3", "--ttl", "1m", "sync1")
 	startGroup(t, h3)

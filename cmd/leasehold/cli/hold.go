@@ -40,10 +40,11 @@ another process. Keep it private.
 Waiting works as for "run": by default hold waits as long as it takes,
 -w/--wait SECONDS bounds the wait (1.5, or a duration such as 90s),
 -n/--no-wait or -w 0 makes one attempt, quietly unless --verbose. The
-wait counts from the first attempt; a store that does not answer within
-it, or Redis replicas that do not acknowledge the grant within it, end it
-with 75; it returns at most 2s after its end whatever the store does (see
-"leasehold run --help").
+wait counts from opening the store (a wait under 500ms gives opening and
+the first attempt 500ms); a store that does not answer within it (also
+while opening), or Redis replicas that do not acknowledge the grant
+within it, end it with 75; it returns at most 2s after its end whatever
+the store does (see "leasehold run --help").
 
 Exit codes:
   0        released after SIGINT, SIGTERM or SIGHUP

@@ -44,6 +44,9 @@ type runOptions struct {
 	// hurry: the wait ran out or a signal ended it, so the store's close
 	// is bounded (closeStore).
 	hurry bool
+	// waitFrom: when a bounded wait began (openContext), until acquire
+	// takes it over.
+	waitFrom time.Time
 }
 
 const runLong = `Run takes the lease NAME, runs CMD with ARGS while holding it, and releases
@@ -76,13 +79,16 @@ flock, the default exit code when not acquired is 75, not 1. The first
 attempt (with -n, the only one) gives up after --connect-timeout (or the
 URL's connect_timeout=) without an answer from the store: exit 70.
 
-A wait of D counts from the first attempt, which it bounds too: a store
-that has not answered when D runs out (a PostgreSQL primary waiting for a
-synchronous standby that is down) ends it with exit 75, saying so. --wait
-D returns at most 2s after D whatever the store does, and a signal ends a
-wait within 2s (128+N): a store call still running then (a stopped or
-hung server) is left behind, and a grant it may still make is given back
-or expires after its TTL. A grant that fewer Redis replicas acknowledged
+A wait of D counts from opening the store, which it bounds too, as it
+bounds the first attempt: a store that has not answered when D runs out
+(a stopped server, a PostgreSQL primary waiting for a synchronous standby
+that is down) ends it with exit 75, saying so, whatever --connect-timeout
+is. A wait shorter than 500ms still gives opening the store and the first
+attempt 500ms, so that -w 1ns tries once, as -n does. --wait D returns at
+most 2s after D whatever the store does, and a signal ends a wait within
+2s (128+N): a store call still running then (a stopped or hung server) is
+left behind, and a grant it may still make is given back or expires
+after its TTL. A grant that fewer Redis replicas acknowledged
 than wait_replicas= asks for (the store gives it back) is tried again
 while the wait lasts, as a busy lease is; if the wait runs out so, exit
 75 names how many replicas acknowledged (-n: exit 70).
@@ -383,9 +389,11 @@ func startError(name string, err error) error {
 // open opens the store and a client of it (with --owner, if given); verb
 // names the command in a refusal.
 func (o *runOptions) open(ctx context.Context, e *env, verb string) (leasehold.Store, *leasehold.Client, error) {
-	store, err := e.openStore(ctx, o.store)
+	octx, stop := o.openContext(ctx)
+	store, err := e.openStore(octx, o.store)
+	stop()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, o.openGiveUp(err)
 	}
 	var opts []leasehold.Option
 	if o.owner != "" {
@@ -501,13 +509,10 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 		return exitf(signalExitCode(sig), "%s while waiting for %s", sig, visible(o.name))
 	}
 
-	// The wait counts from here, the first attempt included.
-	wctx := actx
-	if o.wait > 0 && !o.noWait {
-		var stop context.CancelFunc
-		wctx, stop = context.WithTimeoutCause(actx, o.wait, errWaitTimeout)
-		defer stop()
-	}
+	// The wait counts from opening the store (openContext), the first
+	// attempt included, which gets at least minFirstTry.
+	wctx, fctx, stop := o.waitContexts(actx)
+	defer stop()
 
 	// One attempt first, also when waiting: Acquire retries every store
 	// error but invalid arguments for as long as it waits, so a store
@@ -519,8 +524,8 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 	// store gave it back) is tried again while the wait lasts, as a busy
 	// lease is.
 	bound, source := e.attemptTimeout(o.store)
-	tctx, tcancel := context.WithTimeoutCause(wctx, bound, errAttemptTimeout)
-	l, err := stuckBound(tctx, wctx, func(ctx context.Context) (*leasehold.Lease, error) { return try(ctx, aopts...) })
+	tctx, tcancel := context.WithTimeoutCause(fctx, bound, errAttemptTimeout)
+	l, err := stuckBound(tctx, fctx, func(ctx context.Context) (*leasehold.Lease, error) { return try(ctx, aopts...) })
 	timedOut := err != nil && errors.Is(context.Cause(tctx), errAttemptTimeout)
 	waitOut := err != nil && errors.Is(context.Cause(tctx), errWaitTimeout)
 	tcancel()

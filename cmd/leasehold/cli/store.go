@@ -184,18 +184,27 @@ func (e *env) connect(ctx context.Context, url, what string, bound bool, f func(
 		s, err := f(octx, url)
 		result <- opened{s, err}
 	}()
+	// A wait that ran out (run, hold --wait) leaves f behind too, after
+	// abandonGrace: a stopped server may hold it until its own timeouts.
+	abandon, stopAbandon := waitAbandon(ctx)
+	defer stopAbandon()
 	var s leasehold.Store
 	var err error
+	left := true
 	select {
 	case r := <-result:
-		s, err = r.s, r.err
+		s, err, left = r.s, r.err, false
 	case <-signalled:
+		err = context.Cause(octx)
+	case <-abandon:
+		err = errStoreStuck
+	}
+	if left {
 		go func() {
 			if r := <-result; r.s != nil {
 				r.s.Close()
 			}
 		}()
-		err = context.Cause(octx)
 	}
 	if err == nil {
 		return s, nil
@@ -208,6 +217,8 @@ func (e *env) connect(ctx context.Context, url, what string, bound bool, f func(
 		return nil, exitf(ExitUsage, "%s %s: %v; a first run or hold creates it, or \"leasehold store init\"", what, name, err)
 	case errors.As(context.Cause(octx), &se):
 		return nil, exitf(signalExitCode(se.sig), "%s while %s %s", se.sig, gerund(what), name)
+	case errors.Is(context.Cause(ctx), errWaitTimeout):
+		return nil, &waitOpenError{what: what + " " + name, err: err}
 	case bound && ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded):
 		msg := err.Error()
 		if !strings.Contains(msg, "no answer within") {

@@ -321,11 +321,11 @@ const giveUpReadTimeout = 250 * time.Millisecond
 // hold-back or a queue, token 0, or nothing seen) the lease's holder now,
 // read from the store within giveUpReadTimeout (waiting in a store's own
 // queue, the client reports only the first attempt's refusal), else that
-// refusal unless its time has passed. Issue 31: a wait behind a real
-// holder named a hold-back that had ended long before. The read is not
-// made behind a holder seen: R17 timed `run --wait 1.5s` against a hung
-// server, and a read after every wait (bounded by 2 s) made it return
-// after 3.5 s.
+// refusal with the time it has left now, unless its time has passed.
+// Issue 31: a wait behind a real holder named a hold-back that had ended
+// long before. The read is not made behind a holder seen: R17 timed `run
+// --wait 1.5s` against a hung server, and a read after every wait
+// (bounded by 2 s) made it return after 3.5 s.
 func (o *runOptions) lastHolder(client *leasehold.Client, ws *waitStatus) *leasehold.HeldError {
 	held, seen := ws.lastSeen()
 	if held != nil && held.Token != 0 {
@@ -339,8 +339,17 @@ func (o *runOptions) lastHolder(client *leasehold.Client, ws *waitStatus) *lease
 			return &leasehold.HeldError{Name: rec.Name, Owner: rec.Owner, Token: rec.Token, Remaining: rec.Remaining, Acquired: rec.Acquired}
 		}
 	}
-	if held != nil && time.Since(seen) >= held.Remaining {
+	if held == nil {
 		return nil
 	}
-	return held
+	// Its time left now, not at the refusal (issue 31 red team, #9: a
+	// PostgreSQL hold-back seen at the first attempt was named with all
+	// of its 15 s at the give-up).
+	left := held.Remaining - time.Since(seen)
+	if left <= 0 {
+		return nil
+	}
+	now := *held
+	now.Remaining = left
+	return &now
 }
