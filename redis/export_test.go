@@ -13,6 +13,14 @@ func (s *Store) QueueStats() (waitRuns, delivered int64) {
 	return s.qstats.waitRuns.Load(), s.qstats.delivered.Load()
 }
 
+// StaleGrants reports how many grant messages this store's waiters set
+// aside as stale (a later step of theirs found them queued).
+func (s *Store) StaleGrants() int64 { return s.qstats.staleGrants.Load() }
+
+// BeforeStep makes every waiter of s call f before each of its wait.lua
+// runs (set it before the waiters start).
+func (s *Store) BeforeStep(f func()) { s.qstats.beforeStep = f }
+
 // Leave runs a waiter's leave step (leave.lua) as AcquireWait does when
 // its context ends.
 func (s *Store) Leave(ctx context.Context, req leasehold.AcquireRequest, id string) error {

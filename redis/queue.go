@@ -41,6 +41,11 @@ import (
 // and the messages delivered to them.
 type queueStats struct {
 	waitRuns, delivered atomic.Int64
+	// staleGrants counts grant messages a waiter set aside because a
+	// later step of its own found it queued, not holding the lease.
+	staleGrants atomic.Int64
+	// beforeStep, if set (tests), runs before each wait.lua run.
+	beforeStep func()
 }
 
 // stepTimeout bounds one wait.lua run of a waiter whose context ended
@@ -192,6 +197,13 @@ func (s *Store) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (
 	}()
 	markerChanges := 0
 	var refreshAt time.Time // when the entry's next refresh is due
+	// queuedUs is the server time (µs) of the latest step that found this
+	// request queued, not holding the lease. A grant message made before
+	// it (a handover whose grant expired or was taken before that step
+	// ran, the step then enqueueing the request again) is stale: taking
+	// it returned a lapsed lease and left the new entry behind, to be
+	// handed a grant nobody would collect.
+	var queuedUs int64
 	for {
 		if ctx.Err() != nil {
 			return leasehold.Record{}, s.leave(ctx, req, id)
@@ -199,6 +211,9 @@ func (s *Store) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (
 		e, err := s.epoch(ctx)
 		if err != nil {
 			return leasehold.Record{}, s.waitFailed(ctx, req, id, err)
+		}
+		if s.qstats.beforeStep != nil {
+			s.qstats.beforeStep()
 		}
 		s.qstats.waitRuns.Add(1)
 		// The step runs to its end even if ctx ends meanwhile: an
@@ -246,10 +261,11 @@ func (s *Store) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (
 				}
 			}
 			return s.granted(ctx, req, token, acq)
-		case code == 1 && len(res) == 4:
+		case code == 1 && len(res) == 5:
 			rank, _ := toInt(res[1])
 			pttl, _ := toInt(res[2])
 			holdMs, _ := toInt(res[3])
+			queuedUs, _ = toInt(res[4])
 			refreshAt = time.Now().Add(s.liveness / 3)
 			wait = s.liveness / 3
 			if rank == 0 {
@@ -288,6 +304,8 @@ func (s *Store) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (
 				case !m.grant:
 					timer.Stop()
 					step = true
+				case m.acqUs < queuedUs:
+					s.qstats.staleGrants.Add(1)
 				default:
 					rec, err := s.grantMessage(ctx, req, m)
 					if err == nil || !errors.As(err, new(*leasehold.HeldError)) {

@@ -7,8 +7,12 @@
 --   {0, token, acquired_us, now_ms}   granted
 --   {3, token, acquired_us, now_ms}   this request was granted already (its
 --                                     grant message was lost, or a retry): fresh expiry
---   {1, rank, pttl_ms, holdback_ms}   queued (rank 0 = the live head); pttl of the
---                                     holder (negative: free); hold-back left
+--   {1, rank, pttl_ms, holdback_ms, now_us}
+--                                     queued (rank 0 = the live head); pttl of the
+--                                     holder (negative: free); hold-back left;
+--                                     the server time of this step (a grant
+--                                     message made before it is stale: this
+--                                     request no longer holds that grant)
 --   {4}                               the marker changed: check again
 local function wait(KEYS, ARGV)
   begin(KEYS, ARGV)
@@ -59,5 +63,5 @@ local function wait(KEYS, ARGV)
   -- The head is the first live entry (lapsed ones before it are dropped).
   local rank = 0
   if first_live() ~= id then rank = redis.call('ZRANK', K_QUEUE, id) or 0 end
-  return {1, rank, redis.call('PTTL', K_LEASE), math.max(hold - now_ms, 0)}
+  return {1, rank, redis.call('PTTL', K_LEASE), math.max(hold - now_ms, 0), fmt(now_us)}
 end
