@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -149,7 +150,11 @@ func parseSentinelURL(rawURL string, opts []Option) (*goredis.FailoverOptions, [
 		if host == "" || err != nil || n < 1 || n > 65535 || strings.ContainsAny(host, " /\\") {
 			return nil, nil, bad("%s URL: bad sentinel address %q", SentinelScheme, a)
 		}
-		addrs = append(addrs, net.JoinHostPort(host, port))
+		addr := net.JoinHostPort(strings.ToLower(host), strconv.Itoa(n))
+		if slices.Contains(addrs, addr) {
+			return nil, nil, bad("%s URL: sentinel %s listed twice: list each sentinel once (a majority of the listed sentinels must agree)", SentinelScheme, addr)
+		}
+		addrs = append(addrs, addr)
 	}
 	master, err := url.PathUnescape(path)
 	if err != nil || master == "" || strings.Contains(master, "/") {

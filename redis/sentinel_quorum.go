@@ -42,12 +42,18 @@ type sentinelAnswer struct {
 	noMaster    bool
 	notSentinel bool
 	err         error
+	// id is the sentinel's SENTINEL MYID ("" if it has none); dupOf, the
+	// URL's address of a sentinel that answered before with the same id
+	// (one sentinel listed twice, under two addresses: not counted twice).
+	id, dupOf string
 }
 
 func (a *sentinelAnswer) String() string {
 	switch {
 	case a == nil:
 		return "no answer"
+	case a.dupOf != "":
+		return "the same sentinel as " + a.dupOf
 	case a.err != nil:
 		return a.err.Error()
 	case a.notSentinel:
@@ -83,6 +89,13 @@ func (q *sentinelQuorum) check(ctx context.Context, quick bool) ([]string, strin
 			parts[i] = a + ": " + got[i].String()
 		}
 		return strings.Join(parts, "; ")
+	}
+	for i, r := range got {
+		if r != nil && r.dupOf != "" {
+			return nil, "", &leasehold.InvalidError{Field: "store URL", Reason: fmt.Sprintf(
+				"%s and %s are the same sentinel (SENTINEL MYID %s): list each sentinel of the group once (a sentinel counted twice could make a majority alone)",
+				r.dupOf, q.addrs[i], r.id)}
+		}
 	}
 	if answered < need {
 		var err error
@@ -168,6 +181,13 @@ func (q *sentinelQuorum) ask(ctx context.Context, quick bool) ([]*sentinelAnswer
 	for i, c := range clients {
 		go func() {
 			r := answer{i: i}
+			// Its id first, to count a sentinel listed under two
+			// addresses once; a server without MYID (not a sentinel, or
+			// one older than Redis 6.2) answers the next query as it can.
+			myid := goredis.NewStringCmd(ctx, "sentinel", "myid")
+			if c.Process(ctx, myid) == nil {
+				r.id = myid.Val()
+			}
 			hp, err := c.GetMasterAddrByName(ctx, fo.MasterName).Result()
 			switch {
 			case err == nil && len(hp) == 2:
@@ -190,12 +210,20 @@ func (q *sentinelQuorum) ask(ctx context.Context, quick bool) ([]*sentinelAnswer
 	graceOver := false
 	answered := 0
 	votes := map[string]int{}
+	ids := map[string]string{} // SENTINEL MYID -> the URL's address that answered with it
 	for n := 0; n < len(q.addrs); n++ {
 		select {
 		case r := <-results:
 			got[r.i] = &r.sentinelAnswer
 			if r.err != nil {
 				continue
+			}
+			if r.id != "" {
+				if first, seen := ids[r.id]; seen {
+					r.dupOf = first
+					continue
+				}
+				ids[r.id] = q.addrs[r.i]
 			}
 			answered++
 			if r.primary != "" {
