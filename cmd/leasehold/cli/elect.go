@@ -36,7 +36,7 @@ code. See docs/wrappers.md for exactly what is guaranteed.
 
 Exit codes: CMD's own, or 64 usage error, 70 store error, 76 leadership
 lost (--on-lost exit), 126/127 CMD cannot run, 128+N on signal N while
-waiting.`
+opening the store or waiting.`
 
 const electExample = `  # On both nodes of an active/passive pair:
   leasehold elect --store postgres://db/app --ttl 10s payments/primary -- ./payments-server

@@ -42,8 +42,9 @@ Waiting works as for "run": by default hold waits as long as it takes,
 -n/--no-wait or -w 0 makes one attempt, quietly unless --verbose. The
 wait counts from opening the store (a wait under 500ms gives opening and
 the first attempt 500ms); a store that does not answer within it (also
-while opening), or Redis replicas that do not acknowledge the grant
-within it, end it with 75; it returns at most 2s after its end whatever
+while opening; one that refuses connections or fails otherwise is tried
+again until it runs out), or Redis replicas that do not acknowledge the
+grant within it, end it with 75; it returns at most 2s after its end whatever
 the store does (see "leasehold run --help").
 
 Exit codes:
@@ -57,7 +58,8 @@ Exit codes:
   76       lease lost: a renewal was refused or not confirmed in time
   78       NAME is in use otherwise: a semaphore with another --permits
            count, or a semaphore and a plain lease (nothing is held)
-  128+N    a signal N ended the wait for the lease`
+  128+N    a signal N (SIGINT, SIGTERM, SIGHUP) ended the opening of
+           the store or the wait for the lease`
 
 const holdExample = `  # Hold deploy/prod until Ctrl-C.
   leasehold hold deploy/prod
@@ -125,14 +127,16 @@ func (o *runOptions) hold(ctx context.Context, e *env, asJSON bool) error {
 	// A signal ignored when hold started (SIGINT for a background job of
 	// a script, SIGHUP under nohup) stays ignored.
 	sigs := make(chan os.Signal, 3)
+	var caught []os.Signal
 	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP} {
 		if !signal.Ignored(sig) {
 			signal.Notify(sigs, sig)
+			caught = append(caught, sig)
 		}
 	}
 	defer signal.Stop(sigs)
 
-	store, client, err := o.open(ctx, e, "hold")
+	store, client, err := o.open(ctx, e, "hold", caught, sigs)
 	if err != nil {
 		return err
 	}

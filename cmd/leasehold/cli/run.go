@@ -83,7 +83,11 @@ A wait of D counts from opening the store, which it bounds too, as it
 bounds the first attempt: a store that has not answered when D runs out
 (a stopped server, a PostgreSQL primary waiting for a synchronous standby
 that is down) ends it with exit 75, saying so, whatever --connect-timeout
-is. A wait shorter than 500ms still gives opening the store and the first
+is. A store that cannot be opened during the wait (it refuses
+connections, or gives up after --connect-timeout, or fails otherwise with
+exit 70) is tried again, after 100ms doubling to 2s, until D runs out:
+exit 75, naming the last error (a bad store URL: 64 at once; -n: 70 at
+once). A wait shorter than 500ms still gives opening the store and the first
 attempt 500ms, so that -w 1ns tries once, as -n does. --wait D returns at
 most 2s after D whatever the store does, and a signal ends a wait within
 2s (128+N): a store call still running then (a stopped or hung server) is
@@ -163,8 +167,8 @@ renewal round trip.
 
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to leasehold are
 forwarded to the group (one that was ignored when leasehold started, as
-under nohup, stays ignored for CMD too). A signal received while waiting
-for the lease ends the attempt or the wait (exit 128+N).
+under nohup, stays ignored for CMD too). A signal received while opening
+the store or waiting for the lease ends it (exit 128+N).
 
 In a terminal, CMD's group gets the foreground while it runs: it reads the
 terminal, Ctrl-C reaches it once, and Ctrl-Z stops it and leasehold with it
@@ -190,7 +194,8 @@ Exit codes:
   78       NAME is in use otherwise: a semaphore with another --permits
            count, or a semaphore and a plain lease (nothing is held)
   126, 127 CMD could not be started, or was not found
-  128+N    a signal N ended the wait for the lease`
+  128+N    a signal N ended the opening of the store or the wait for
+           the lease`
 
 const runExample = `  # Run the nightly backup unless another host is already running it.
   leasehold run --store sqlite:///var/lib/leasehold/leases.db --no-wait \
@@ -387,13 +392,12 @@ func startError(name string, err error) error {
 }
 
 // open opens the store and a client of it (with --owner, if given); verb
-// names the command in a refusal.
-func (o *runOptions) open(ctx context.Context, e *env, verb string) (leasehold.Store, *leasehold.Client, error) {
-	octx, stop := o.openContext(ctx)
-	store, err := e.openStore(octx, o.store)
-	stop()
+// names the command in a refusal. The signals watch, whose copies arrive
+// on sigs, end it (openWaiting).
+func (o *runOptions) open(ctx context.Context, e *env, verb string, watch []os.Signal, sigs <-chan os.Signal) (leasehold.Store, *leasehold.Client, error) {
+	store, err := o.openWaiting(ctx, e, watch, sigs)
 	if err != nil {
-		return nil, nil, o.openGiveUp(err)
+		return nil, nil, err
 	}
 	var opts []leasehold.Option
 	if o.owner != "" {
@@ -417,12 +421,13 @@ func (o *runOptions) run(ctx context.Context, e *env) error {
 	// wait, while the command runs they are forwarded to it, and while the
 	// lease is released they do not cut the release short.
 	sigs := make(chan os.Signal, 8)
-	if caught := catchSignals(); len(caught) > 0 {
+	caught := catchSignals()
+	if len(caught) > 0 {
 		signal.Notify(sigs, caught...)
 		defer signal.Stop(sigs)
 	}
 
-	store, client, err := o.open(ctx, e, o.verb)
+	store, client, err := o.open(ctx, e, o.verb, caught, sigs)
 	if err != nil {
 		return err
 	}

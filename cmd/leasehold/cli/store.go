@@ -67,7 +67,13 @@ const probeName = "leasehold/connect-check"
 // Errors name the store, with its secrets redacted, and say when it came
 // from the environment.
 func (e *env) openStore(ctx context.Context, url string) (leasehold.Store, error) {
-	return e.openWith(ctx, url, e.open)
+	return e.openWith(ctx, url, e.open, openSignals)
+}
+
+// openStoreOn is openStore ended by the signals watch (those that run,
+// elect or hold handle) rather than only by SIGINT and SIGTERM.
+func (e *env) openStoreOn(ctx context.Context, url string, watch []os.Signal) (leasehold.Store, error) {
+	return e.openWith(ctx, url, e.open, watch)
 }
 
 // openExistingStore is openStore for the commands that only read a store
@@ -90,12 +96,12 @@ func (e *env) openExistingStore(ctx context.Context, url string) (leasehold.Stor
 			return s, err
 		}
 	}
-	return e.openWith(ctx, url, open)
+	return e.openWith(ctx, url, open, openSignals)
 }
 
-// openWith is openStore with the opener open.
-func (e *env) openWith(ctx context.Context, url string, open func(context.Context, string) (leasehold.Store, error)) (leasehold.Store, error) {
-	return e.connect(ctx, url, "open store", true, func(ctx context.Context, url string) (leasehold.Store, error) {
+// openWith is openStore with the opener open, ended by the signals watch.
+func (e *env) openWith(ctx context.Context, url string, open func(context.Context, string) (leasehold.Store, error), watch []os.Signal) (leasehold.Store, error) {
+	return e.connect(ctx, url, "open store", true, watch, func(ctx context.Context, url string) (leasehold.Store, error) {
 		s, err := open(ctx, url)
 		if err != nil {
 			return nil, err
@@ -117,8 +123,9 @@ func (e *env) openWith(ctx context.Context, url string, open func(context.Contex
 // connect runs f, which opens or initialises the store named by url, as
 // openStore describes; what (as "open store") starts its messages. With
 // bound false only a connect_timeout= of the URL bounds it, not the
-// default of --connect-timeout.
-func (e *env) connect(ctx context.Context, url, what string, bound bool, f func(ctx context.Context, url string) (leasehold.Store, error)) (leasehold.Store, error) {
+// default of --connect-timeout. The signals watch (those not ignored) end
+// it with 128+N.
+func (e *env) connect(ctx context.Context, url, what string, bound bool, watch []os.Signal, f func(ctx context.Context, url string) (leasehold.Store, error)) (leasehold.Store, error) {
 	name := "the default store"
 	if p, err := stores.DefaultPath(); err == nil {
 		name += " sqlite://" + p
@@ -146,7 +153,7 @@ func (e *env) connect(ctx context.Context, url, what string, bound bool, f func(
 	octx, cancel := context.WithCancelCause(tctx)
 	defer cancel(nil)
 	var watched []os.Signal
-	for _, sig := range openSignals {
+	for _, sig := range watch {
 		if !signal.Ignored(sig) {
 			watched = append(watched, sig)
 		}
@@ -311,7 +318,7 @@ subcommand store prints this help and exits 64.`,
 			// Creating a table can take longer than connecting
 			// (DynamoDB's does): only an explicit --connect-timeout or
 			// connect_timeout= bounds it; a signal always ends it.
-			if _, err := e.connect(cmd.Context(), store, "store init", cmd.Flags().Changed("connect-timeout"),
+			if _, err := e.connect(cmd.Context(), store, "store init", cmd.Flags().Changed("connect-timeout"), openSignals,
 				func(ctx context.Context, url string) (leasehold.Store, error) { return nil, stores.Init(ctx, url) }); err != nil {
 				return err
 			}

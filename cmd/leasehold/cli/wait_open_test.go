@@ -30,10 +30,7 @@ func withQuery(u, kv string) string {
 // did not answer within the wait.
 func checkWaitBoundsOpen(t *testing.T, args ...string) {
 	t.Helper()
-	start := time.Now()
-	cmd, stderr := leaseholdProcess(t, args...)
-	code := exitCode(t, cmd)
-	took := time.Since(start)
+	code, took, stderr := timedRun(t, args...)
 	if code != ExitNotAcquired {
 		t.Errorf("%q: exit %d, want %d; stderr %q", args, code, ExitNotAcquired, stderr)
 	}
