@@ -12,7 +12,7 @@ import (
 	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
-// TestFreshReplicaRefusedFirst (red team, rtfixa item 4): a replica of a
+// TestFreshReplicaRefusedFirst (red team): a replica of a
 // primary the store never used, given as a plain redis:// store, was
 // answered "loading the function library …: READONLY You can't write
 // against a read only replica" (exit 70) instead of the refusal naming

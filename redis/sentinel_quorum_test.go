@@ -153,7 +153,7 @@ func TestSentinelURLMessages(t *testing.T) {
 		{base + "?dial_timeout=0s", "dial_timeout", ""},
 		{base + "?dial_timeout=-1s", "dial_timeout", ""},
 		// A read or write timeout below 1ms timed out every query:
-		// "no sentinel answered within 1ms" (rtfixa, red team item 2).
+		// "no sentinel answered within 1ms" (red team).
 		// 0 or less is go-redis's "no timeout", which works.
 		{base + "?read_timeout=1ns", "read_timeout: 1ns: too short", ""},
 		{base + "?write_timeout=999us", "write_timeout: 999us: too short", ""},

@@ -10,7 +10,7 @@ import (
 	"github.com/leasehold/leasehold/redis"
 )
 
-// TestHoldbackTimeLeftNeverZero (red team, rtfixa item 3): a waiter's
+// TestHoldbackTimeLeftNeverZero (red team): a waiter's
 // status line said "no lease is granted for 0s more" with under half a
 // second of the hold-back left. Under a second it is rounded up to the
 // next 100ms; at or past its end, "less than a second".
