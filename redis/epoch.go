@@ -246,6 +246,20 @@ func (s *Store) check(ctx context.Context) (e epoch, sv serverFacts, err error) 
 		}
 		return e, sv, err
 	}
+	var r map[string]string // INFO replication, nil if refused
+	if repl.Err() == nil {
+		r = parseInfo(repl.Val())
+	}
+	if r["role"] == "slave" && s.direct() {
+		// A writable replica (replica-read-only no) takes grants that
+		// its primary never sees: two holders. Through Sentinel a
+		// just-demoted node answering so is transient. Refused before
+		// the function library is loaded: a read-only replica refused
+		// the load (READONLY, not this refusal), a writable one took it.
+		return e, sv, &leasehold.InvalidError{Field: "store URL", Reason: fmt.Sprintf(
+			"the server is a replica of %s:%s (INFO replication: role:slave); grants on a replica and on its primary overlap: give the primary's address, or use redis+sentinel:// to follow the primary through Sentinel",
+			r["master_host"], r["master_port"])}
+	}
 	if err := s.checkFunctions(ctx, fnList); err != nil {
 		return e, sv, err
 	}
@@ -263,21 +277,12 @@ func (s *Store) check(ctx context.Context) (e epoch, sv serverFacts, err error) 
 	}
 	replID, promoted := "", false
 	sv.replicas = -1 // unknown
-	if repl.Err() == nil {
-		r := parseInfo(repl.Val())
+	if r != nil {
 		// A replica promoted during this process's life (Sentinel's
 		// failover, REPLICAOF NO ONE) has a second_repl_offset; its
 		// master_replid changes at every promotion, also of a process
 		// that was the primary before (failed over and back), whose
 		// run_id stays.
-		if r["role"] == "slave" && s.direct() {
-			// A writable replica (replica-read-only no) takes grants
-			// that its primary never sees: two holders. Through
-			// Sentinel a just-demoted node answering so is transient.
-			return e, sv, &leasehold.InvalidError{Field: "store URL", Reason: fmt.Sprintf(
-				"the server is a replica of %s:%s (INFO replication: role:slave); grants on a replica and on its primary overlap: give the primary's address, or use redis+sentinel:// to follow the primary through Sentinel",
-				r["master_host"], r["master_port"])}
-		}
 		replID = r["master_replid"]
 		promoted = r["role"] == "master" && r["second_repl_offset"] != "" && r["second_repl_offset"] != "-1"
 		sv.replicas, _ = strconv.Atoi(r["connected_slaves"])

@@ -354,6 +354,9 @@ func takeParams(q url.Values, opts []Option) ([]Option, error) {
 		}
 		return d, true, nil
 	}
+	if err := checkIOTimeouts(q); err != nil {
+		return nil, err
+	}
 	if d, ok, err := duration("holdback", "30s"); err != nil {
 		return nil, err
 	} else if ok {
@@ -397,6 +400,32 @@ func takeParams(q url.Values, opts []Option) ([]Option, error) {
 		opts = append(opts, WithWait(r, d))
 	}
 	return opts, nil
+}
+
+// minIOTimeout is the least read_timeout or write_timeout a URL may give:
+// below it no reply arrives in time ("read_timeout=1ns": every command,
+// and every sentinel query, timed out).
+const minIOTimeout = time.Millisecond
+
+// checkIOTimeouts refuses a read_timeout or write_timeout above 0 and
+// below minIOTimeout. go-redis takes one of 0 or less in a URL as no
+// timeout at all (the context's deadline still bounds each command), and
+// a number without a unit as seconds; a value it cannot parse is left to
+// its own error.
+func checkIOTimeouts(q url.Values) error {
+	for _, name := range []string{"read_timeout", "write_timeout"} {
+		for _, v := range q[name] {
+			d, err := time.ParseDuration(v)
+			if n, nerr := strconv.Atoi(v); nerr == nil {
+				d, err = time.Duration(n)*time.Second, nil
+			}
+			if err == nil && d > 0 && d < minIOTimeout {
+				return &leasehold.InvalidError{Field: name, Reason: fmt.Sprintf(
+					"%s: too short for any reply to arrive; give %s or more, or leave it out for go-redis's default, 5s (0 or less: no timeout, each command bounded by its context only)", v, minIOTimeout)}
+			}
+		}
+	}
+	return nil
 }
 
 // New returns a Store on an existing go-redis client: a *goredis.Client

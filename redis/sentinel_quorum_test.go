@@ -152,6 +152,14 @@ func TestSentinelURLMessages(t *testing.T) {
 		{base + "?max_retries=-1", "", ""},
 		{base + "?dial_timeout=0s", "dial_timeout", ""},
 		{base + "?dial_timeout=-1s", "dial_timeout", ""},
+		// A read or write timeout below 1ms timed out every query:
+		// "no sentinel answered within 1ms" (red team).
+		// 0 or less is go-redis's "no timeout", which works.
+		{base + "?read_timeout=1ns", "read_timeout: 1ns: too short", ""},
+		{base + "?write_timeout=999us", "write_timeout: 999us: too short", ""},
+		{base + "?read_timeout=5s&write_timeout=0.5ms", "write_timeout: 0.5ms: too short", ""},
+		{base + "?read_timeout=0", "", ""},
+		{base + "?read_timeout=-1s&write_timeout=-2", "", ""},
 		{base + "?mastername=lh", "the master name is the URL's path", "master_name"},
 		{"redis+sentinel://" + dead + "/my%20m", `master name "my m"`, ""},
 	} {

@@ -444,6 +444,8 @@ func TestURLNegativeDBAndTypos(t *testing.T) {
 		{"redis://127.0.0.1:1/0?holdbak=1s", "unknown parameter holdbak (did you mean holdback?)"},
 		{"redis+sentinel://127.0.0.1:1/lh?dial_timout=1s", "unknown parameter dial_timout (did you mean dial_timeout?)"},
 		{"redis://127.0.0.1:1/0?Prefix=x", "unknown parameter Prefix (did you mean prefix?)"},
+		{"redis://127.0.0.1:1/0?read_timeout=1ns", "read_timeout: 1ns: too short"},
+		{"unix:///nonexistent/redis.sock?write_timeout=100us", "write_timeout: 100us: too short"},
 		// go-redis panicked on these (makechan: size out of range).
 		{"redis://127.0.0.1:1/0?pool_size=-1", "pool_size: -1: it must be 0 or more"},
 		{"redis+sentinel://127.0.0.1:1/lh?pool_size=-1", "pool_size: -1: it must be 0 or more"},

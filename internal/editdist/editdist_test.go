@@ -24,3 +24,14 @@ func TestNear(t *testing.T) {
 		}
 	}
 }
+
+func TestDistanceSwap(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{{"", "", 0}, {"", "abc", 3}, {"passwrod", "password", 1}, {"secert", "secret", 1}, {"pasword", "password", 1}, {"kitten", "sitting", 3}, {"ab", "ba", 1}} {
+		if got := DistanceSwap(c.a, c.b); got != c.want {
+			t.Errorf("DistanceSwap(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+}

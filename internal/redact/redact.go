@@ -6,15 +6,18 @@
 // What counts as a secret: the password of the user info
 // ("postgres://user:pass@host", "redis://:pass@host") and the value of
 // every query parameter whose name says it holds one (token, password,
-// secret, AWS keys, signatures: see isSecretKey). Host names, paths, user
-// names and other parameters are kept, so that the redacted URL still
-// says which store it is.
+// secret, AWS keys, signatures: see isSecretKey), also misspelt
+// ("pasword", "sslpasword": a store quotes the URL when it refuses the
+// typo). Host names, paths, user names and other parameters are kept, so
+// that the redacted URL still says which store it is.
 package redact
 
 import (
 	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/leasehold/leasehold/internal/editdist"
 )
 
 // Mask replaces each secret.
@@ -112,6 +115,31 @@ func isSecretKey(name string) bool {
 	}
 	// AWS: aws_access_key_id is an id and kept; the secret key and the
 	// session token contain "secret" and "token".
+	return nearSecretWord(n)
+}
+
+// typoWords are the secret words whose misspellings are secrets too: a
+// store refuses "pasword=" as a typo of "password=", and its error quotes
+// the URL, value and all.
+var typoWords = []string{"password", "passwd", "secret", "token", "credential", "signature", "apikey", "api_key"}
+
+// nearSecretWord reports whether a part of n is a typo of a secret word:
+// within one edit (a swap of two neighbours is one), two for words of 8
+// letters or more ("sslpasword", "sentinel_passwrod", "secert").
+func nearSecretWord(n string) bool {
+	for _, w := range typoWords {
+		tol := 1
+		if len(w) >= 8 {
+			tol = 2
+		}
+		for i := range len(n) {
+			for l := len(w) - tol; l <= len(w)+tol && i+l <= len(n); l++ {
+				if editdist.DistanceSwap(n[i:i+l], w) <= tol {
+					return true
+				}
+			}
+		}
+	}
 	return false
 }
 

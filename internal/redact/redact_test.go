@@ -102,3 +102,35 @@ func TestError(t *testing.T) {
 		t.Errorf("Secrets = %q", s)
 	}
 }
+
+// TestMisspeltSecretParameters (red team: "?pasword=hunter2" was shown in
+// the store's "did you mean password" error): the value of a parameter
+// whose name is a typo of a secret one is masked, and the stores' other
+// parameters are not.
+func TestMisspeltSecretParameters(t *testing.T) {
+	for _, name := range []string{
+		"pasword", "Pasword", "sslpasword", "passwrod", "pssword", "sentinel_pasword", "sentinel_passwrd",
+		"sentinelpassword", "paswd", "secert", "tokne", "aws_secert_access_key", "credentail", "signatrue", "apikye",
+	} {
+		raw := "redis://h:6379/0?holdback=1s&" + name + "=hunter2x"
+		if got := URL(raw); strings.Contains(got, "hunter2x") || !strings.Contains(got, "holdback=1s") {
+			t.Errorf("URL(%q) = %q", raw, got)
+		}
+		if s := Secrets(raw); len(s) != 1 || s[0] != "hunter2x" {
+			t.Errorf("Secrets(%q) = %q", raw, s)
+		}
+	}
+	// Parameters that hold no secret (the Redis and pgx parameters are
+	// checked in those packages: TestParamsNotRedacted).
+	for _, name := range []string{
+		"holdback", "liveness", "prefix", "table", "migrate", "host", "port", "database", "user",
+		"connect_timeout", "sslcrl", "application_name", "options", "region", "endpoint", "max_clock_skew",
+		"consistent", "create", "ttl_cleanup", "condition_values", "one_write_region", "queue_liveness",
+		"dial_timeout", "aws_access_key_id", "timeout", "keepalives", "keepalives_idle",
+	} {
+		raw := "x://h/?" + name + "=v4lue"
+		if got := URL(raw); got != raw {
+			t.Errorf("URL(%q) = %q, want it unchanged", raw, got)
+		}
+	}
+}

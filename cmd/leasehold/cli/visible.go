@@ -46,5 +46,23 @@ func holdback(h *leasehold.HeldError, remaining time.Duration) string {
 		return ""
 	}
 	return fmt.Sprintf("%s recently, and no lease is granted for %s more: %s, so grants wait until any such lease would have expired (the URL's holdback= sets how long)",
-		what, max(remaining, 0).Round(time.Second), why)
+		what, holdbackLeft(remaining), why)
+}
+
+// holdbackLeft shows a hold-back's time left: to the second, and under a
+// second rounded up to the next 100ms ("0.3s"), never "0s" (a status line
+// said "no lease is granted for 0s more"); none left (the store's answer
+// is older than the end) is "less than a second".
+func holdbackLeft(d time.Duration) string {
+	const step = 100 * time.Millisecond
+	switch {
+	case d <= 0:
+		return "less than a second"
+	case d < time.Second:
+		if up := (d + step - 1) / step * step; up < time.Second {
+			return fmt.Sprintf("%.1fs", up.Seconds())
+		}
+		return "1s"
+	}
+	return d.Round(time.Second).String()
 }
