@@ -276,7 +276,17 @@ func promotionLoss(t *testing.T, fail, query string, must0 bool) {
 			}
 		}()
 	}
-	time.Sleep(1500 * time.Millisecond) // load before the failover
+	// Load before the failover: 1.5 s, and at least 100 acknowledged
+	// grants (with WAIT for both replicas, a run beside a CI run made 34
+	// in all and measured nothing), for at most a minute.
+	for begun := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		mu.Lock()
+		n := len(acked)
+		mu.Unlock()
+		if (n >= 100 && time.Since(begun) >= 1500*time.Millisecond) || time.Since(begun) > time.Minute {
+			break
+		}
+	}
 	start := time.Now()
 	if fail == "kill" {
 		_, _, _, _, err = d.KillPrimary(ctx)
