@@ -125,7 +125,9 @@ kill_tree() {
 stage_pid= running=
 interrupted() {
 	local code=$1 sig=$2
-	trap - INT TERM
+	# Ignored from here on, by this script and what the cleanup runs: a
+	# second signal must not skip the table or stopping the engines.
+	trap '' INT TERM
 	if [ -n "$stage_pid" ]; then
 		stop_tree "$stage_pid"
 		summary+=("$(printf '%-8s INTERRUPTED by SIG%s' "$running" "$sig")")
@@ -201,9 +203,18 @@ bench_smoke() {
 
 engines() {
 	trap 'scripts/engines.sh stop; report' EXIT
-	local exports failedwhat
+	local exports failedwhat st
 	# Not eval "$(scripts/engines.sh start)": eval would go on after a failure.
-	if ! exports=$(scripts/engines.sh start); then
+	# In the background and waited for, as the other stages: a signal then
+	# stops the start at once and the table marks the stage interrupted.
+	running=engines
+	scripts/engines.sh start >"$logs/engines.env" &
+	stage_pid=$!
+	wait "$stage_pid"
+	st=$?
+	stage_pid= running=
+	exports=$(cat "$logs/engines.env")
+	if [ $st -ne 0 ]; then
 		failedwhat=$(cat "${LEASEHOLD_ENGINES_DIR:-.engines}/failed" 2>/dev/null || echo "see above")
 		echo "test.sh: FAILED: the test engines did not start: $failedwhat" >&2
 		return 1

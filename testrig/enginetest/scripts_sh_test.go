@@ -2,6 +2,7 @@ package enginetest_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,9 +68,36 @@ func TestTestShTermStopsStage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go vet")
 	}
+	termTestSh(t, "vet", []string{"LEASEHOLD_STAGES=vet"}, func() bool { return true })
+}
+
+// TestTestShTermDuringEngines: a SIGTERM to test.sh while the engines were
+// starting left the engines stage out of the table (test.sh waited for the
+// start in the foreground, so nothing marked it running). It must print
+// the row, exit 143, leave no process, and remove the engines' directories.
+func TestTestShTermDuringEngines(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the engines")
+	}
+	state := t.TempDir()
+	// Signalled once the start has made PostgreSQL's directory: mid-start.
+	started := func() bool { _, err := os.Stat(filepath.Join(state, "pg.dir")); return err == nil }
+	out := termTestSh(t, "engines", []string{"LEASEHOLD_STAGES=engines", "LEASEHOLD_ENGINES_DIR=" + state}, started)
+	dirs, _ := filepath.Glob(filepath.Join(state, "*.dir"))
+	if len(dirs) > 0 {
+		t.Errorf("state files left after the interrupted start: %v\n%s", dirs, out)
+	}
+}
+
+// termTestSh runs test.sh with env in its own process group, sends SIGTERM
+// to it alone once stage has begun and ready() holds, and checks the exit
+// (143), the stage's INTERRUPTED row and that none of its processes is
+// left. It returns the output.
+func termTestSh(t *testing.T, stage string, env []string, ready func() bool) string {
+	t.Helper()
 	cmd := exec.Command(repoScript(t, "test.sh"))
 	cmd.Dir = filepath.Join("..", "..")
-	cmd.Env = append(os.Environ(), "LEASEHOLD_STAGES=vet", "GOFLAGS=-buildvcs=false", "GOCACHE="+t.TempDir())
+	cmd.Env = append(os.Environ(), append(env, "GOFLAGS=-buildvcs=false", "GOCACHE="+t.TempDir())...)
 	// A file, not a pipe: an orphan holding a pipe open would keep Wait
 	// from returning (as it did before the fix).
 	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
@@ -86,9 +114,9 @@ func TestTestShTermStopsStage(t *testing.T) {
 	pgid := cmd.Process.Pid
 	defer syscall.Kill(-pgid, syscall.SIGKILL)
 	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(out.String(), "== [vet]") || len(groupMembers(pgid)) < 3 {
+	for !strings.Contains(out.String(), "== ["+stage+"]") || len(groupMembers(pgid)) < 3 || !ready() {
 		if time.Now().After(deadline) {
-			t.Fatalf("the vet stage did not start within 60 s:\n%s", out.String())
+			t.Fatalf("the %s stage did not start within 60 s:\n%s", stage, out.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -99,14 +127,15 @@ func TestTestShTermStopsStage(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 143 {
 		t.Errorf("test.sh after SIGTERM: %v, want exit 143", err)
 	}
-	if !strings.Contains(out.String(), "vet      INTERRUPTED by SIGTERM") {
-		t.Errorf("the table does not mark vet interrupted:\n%s", out.String())
+	if !strings.Contains(out.String(), fmt.Sprintf("%-8s INTERRUPTED by SIGTERM", stage)) {
+		t.Errorf("the table does not mark %s interrupted:\n%s", stage, out.String())
 	}
 	// Give an orphan time to show itself: it would still be in the group.
 	time.Sleep(500 * time.Millisecond)
 	if left := groupMembers(pgid); len(left) > 0 {
 		t.Fatalf("processes of the stage left running after test.sh exited: %v", left)
 	}
+	return out.String()
 }
 
 // fileText reads a file's whole text.
