@@ -19,8 +19,10 @@
 # other's engines; LEASEHOLD_REQUIRE_ENGINES=1. Each package's output is
 # kept in $LEASEHOLD_FLAKES_DIR (default a new temporary directory). Exits
 # non-zero if any run of any test failed, 64 on a bad option or package
-# (options go before the packages), and 130 after Ctrl-C (SIGINT) or 143
-# after SIGTERM, once the running test and the busy loops are stopped.
+# (options go before the packages) or an output directory that cannot be
+# made or written (LEASEHOLD_FLAKES_DIR, or TMPDIR for the default), and
+# 130 after Ctrl-C (SIGINT) or 143 after SIGTERM, once the running test and
+# the busy loops are stopped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/proc.sh
@@ -40,7 +42,7 @@ while [ $# -gt 0 ]; do
 	-load) load=$2; shift 2 ;;
 	-norace) race=; shift ;;
 	-timeout) timeout=$2; shift 2 ;;
-	-h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
 	-*) usage "unknown option $1 (see --help)" ;;
 	*) break ;;
 	esac
@@ -57,8 +59,15 @@ for a in "$@"; do
 done
 
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
-out=${LEASEHOLD_FLAKES_DIR:-$(mktemp -d -t leasehold-flakes.XXXXXX)}
-mkdir -p "$out"
+# The output directory must exist and take files: never an empty path.
+if [ -n "${LEASEHOLD_FLAKES_DIR:-}" ]; then
+	out=$LEASEHOLD_FLAKES_DIR
+	mkdir -p -- "$out" 2>/dev/null && probe=$(mktemp "$out/.probe.XXXXXX" 2>/dev/null) ||
+		usage "cannot create or write the output directory '$out' (LEASEHOLD_FLAKES_DIR): make it a writable directory"
+	rm -f "$probe"
+elif ! out=$(mktemp -d -t leasehold-flakes.XXXXXX 2>/dev/null) || [ -z "$out" ]; then
+	usage "cannot create a temporary directory in ${TMPDIR:-/tmp} (TMPDIR): make it an existing, writable directory, or set LEASEHOLD_FLAKES_DIR"
+fi
 
 loops=()
 gopid=

@@ -200,3 +200,26 @@ func TestFlakesCountDecimal(t *testing.T) {
 		t.Fatalf("flakes.sh -count 99999999999999999999: exit %d, want 64 and one clear message:\n%s", code, out)
 	}
 }
+
+// TestFlakesOutputDirRefused: with a TMPDIR where mktemp fails, flakes.sh
+// went on with an empty output directory and wrote its summary and logs
+// into /; an LEASEHOLD_FLAKES_DIR that cannot be made went on too. Both
+// are usage errors (64), before any test or engine runs.
+func TestFlakesOutputDirRefused(t *testing.T) {
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ env, want string }{
+		{"TMPDIR=" + filepath.Join(tmp, "none"), "TMPDIR"},
+		{"LEASEHOLD_FLAKES_DIR=" + filepath.Join(file, "out"), "LEASEHOLD_FLAKES_DIR"},
+	} {
+		// No engines either way (LEASEHOLD_TEST_PG_BIN set).
+		out, code := runScript(t, []string{"LEASEHOLD_TEST_PG_BIN=/nonexistent", "LEASEHOLD_FLAKES_DIR=", c.env},
+			"flakes.sh", "-count", "1", "-load", "0", "-norace", "./internal/randid/")
+		if code != 64 || !strings.Contains(out, c.want) || strings.Contains(out, "== flake hunt") {
+			t.Errorf("flakes.sh with %s: exit %d, want 64 naming %s before the hunt starts:\n%s", c.env, code, c.want, out)
+		}
+	}
+}
