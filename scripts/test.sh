@@ -23,7 +23,20 @@
 # SIGINT or SIGTERM (to this script alone or to its process group) stops the
 # running stage's whole process tree, stops the engines, prints the table
 # with the stage marked interrupted, and exits 130 or 143.
+#
+# Usage: scripts/test.sh, with no arguments (-h or --help prints this; any
+# other argument is a usage error, 64). LEASEHOLD_ENGINES_DIR: where the
+# engines' state is kept (default .engines; see scripts/engines.sh --help).
+# Exits 0 when every stage passed, 1 when one failed, 64 on a usage error,
+# 130 or 143 when interrupted.
 set -uo pipefail
+if [ $# -eq 1 ] && { [ "$1" = -h ] || [ "$1" = --help ]; }; then
+	sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+	exit 0
+elif [ $# -gt 0 ]; then
+	echo "test.sh: takes no arguments (got '$1'): LEASEHOLD_STAGES names the stages; see --help" >&2
+	exit 64
+fi
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/proc.sh
 . scripts/lib/proc.sh

@@ -223,3 +223,25 @@ func TestFlakesOutputDirRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestTestShArgs: test.sh ignored its arguments (--help ran the suite).
+// -h and --help print the usage and exit 0; anything else is a usage
+// error (64); neither runs a stage. LEASEHOLD_STAGES=mod bounds what runs
+// should the check be missing.
+func TestTestShArgs(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--help"}, 0, "LEASEHOLD_ENGINES_DIR"},
+		{[]string{"-h"}, 0, "LEASEHOLD_STAGES"},
+		{[]string{"vet"}, 64, "'vet'"},
+		{[]string{"--help", "x"}, 64, "'--help'"},
+	} {
+		out, code := runScript(t, []string{"LEASEHOLD_STAGES=mod"}, "test.sh", c.args...)
+		if code != c.code || !strings.Contains(out, c.want) || strings.Contains(out, "== [mod]") {
+			t.Errorf("test.sh %q: exit %d, want %d, no stage run, and %s said:\n%s", c.args, code, c.code, c.want, out)
+		}
+	}
+}
