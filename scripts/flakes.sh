@@ -84,8 +84,9 @@ cleanup() {
 	fi
 }
 trap cleanup EXIT
-trap 'echo "flakes.sh: interrupted" >&2; cleanup; exit 130' INT
-trap 'echo "flakes.sh: terminated" >&2; cleanup; exit 143' TERM
+# A second signal during the cleanup is ignored (said once, cleaned once).
+trap 'trap "" INT TERM; echo "flakes.sh: interrupted" >&2; cleanup; exit 130' INT
+trap 'trap "" INT TERM; echo "flakes.sh: terminated" >&2; cleanup; exit 143' TERM
 
 # The packages first: a bad one is a usage error before any engine starts.
 module=$(go list -m) || exit 1
@@ -139,8 +140,8 @@ for p in "${pkgs[@]}"; do
 		failed=1
 		[ "$n" -eq 0 ] && tests="exit $st (see $f)"
 	fi
-	short=${p#"$module"}
-	printf '%-58s %6d %6d  %s\n' "${short:-.}" $(($(date +%s) - t0)) "$n" "$tests" | tee -a "$out/summary"
+	short=.${p#"$module"} # ./internal/editdist, or . for the module's root
+	printf '%-58s %6d %6d  %s\n' "$short" $(($(date +%s) - t0)) "$n" "$tests" | tee -a "$out/summary"
 done
 echo "== flake hunt done in $(($(date +%s) - began)) s: $([ $failed -eq 0 ] && echo "no failure" || echo "FAILURES above")"
 exit $failed

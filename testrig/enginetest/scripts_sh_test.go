@@ -195,6 +195,10 @@ func TestFlakesCountDecimal(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "-count 10 ") {
 		t.Fatalf("flakes.sh -count 010: exit %d, want 10 runs:\n%s", code, out)
 	}
+	// The package as it is written on a command line, not /internal/randid.
+	if !strings.Contains(out, "\n./internal/randid ") {
+		t.Errorf("flakes.sh does not list the package as ./internal/randid:\n%s", out)
+	}
 	out, code = runScript(t, nil, "flakes.sh", "-count", "99999999999999999999", "./internal/randid/")
 	if code != 64 || strings.Contains(out, "integer expression expected") {
 		t.Fatalf("flakes.sh -count 99999999999999999999: exit %d, want 64 and one clear message:\n%s", code, out)
