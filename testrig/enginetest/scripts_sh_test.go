@@ -113,10 +113,11 @@ func termTestSh(t *testing.T, stage string, env []string, ready func() bool) str
 	}
 	pgid := cmd.Process.Pid
 	defer syscall.Kill(-pgid, syscall.SIGKILL)
-	deadline := time.Now().Add(60 * time.Second)
+	// Generous: the engines stage installs npm packages before PostgreSQL.
+	deadline := time.Now().Add(5 * time.Minute)
 	for !strings.Contains(out.String(), "== ["+stage+"]") || len(groupMembers(pgid)) < 3 || !ready() {
 		if time.Now().After(deadline) {
-			t.Fatalf("the %s stage did not start within 60 s:\n%s", stage, out.String())
+			t.Fatalf("the %s stage did not start within 5 minutes:\n%s", stage, out.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
