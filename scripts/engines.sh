@@ -487,6 +487,23 @@ owned() {
 	[ "$(readlink "/proc/$pid/cwd" 2>/dev/null)" = "$dir" ]
 }
 
+# made_dir KEY: prints the directory $STATE/KEY.dir names if it is one
+# this script makes for KEY (mktemp -d /tmp/leasehold-KEY.XXXXXX, a real
+# directory); otherwise says so, drops the state file and fails: a state
+# file naming any other directory must not make stop kill or delete there.
+made_dir() {
+	local key=$1 dir
+	dir=$(cat "$STATE/$key.dir")
+	if [[ $dir =~ ^/tmp/leasehold-$key\.[A-Za-z0-9]{6}$ ]] && [ -d "$dir" ] && [ ! -L "$dir" ]; then
+		echo "$dir"
+		return 0
+	fi
+	[ ! -e "$dir" ] && [[ $dir =~ ^/tmp/leasehold-$key\.[A-Za-z0-9]{6}$ ]] ||
+		log "$STATE/$key.dir names '$dir', not a directory engines.sh makes for $key: left alone"
+	rm -f "$STATE/$key.dir"
+	return 1
+}
+
 # stop stops the engines named in $STATE, and waits until they are gone.
 # stop_one KEY stops an engine that start recorded in $STATE/KEY.dir
 # (dynalite, etcd, redis: one process; etcd-cluster: one per member) and
@@ -494,7 +511,7 @@ owned() {
 stop_one() {
 	local dir pid
 	[ -f "$STATE/$1.dir" ] || return 0
-	dir=$(cat "$STATE/$1.dir")
+	dir=$(made_dir "$1") || return 0
 	for pid in "$dir/pid" "$dir/redis.pid" "$dir"/n[0-9].pid; do
 		if [ -n "$dir" ] && [ -s "$pid" ]; then
 			if owned "$(cat "$pid")" "$dir"; then
@@ -510,8 +527,7 @@ stop_one() {
 
 stop() {
 	local dir bin pid e
-	if [ -f "$STATE/pg.dir" ]; then
-		dir=$(cat "$STATE/pg.dir")
+	if [ -f "$STATE/pg.dir" ] && dir=$(made_dir pg); then
 		bin=$(pg_bin || true)
 		if [ -n "$dir" ] && [ -n "$bin" ] && [ -s "$dir/data/postmaster.pid" ]; then
 			if as_root; then

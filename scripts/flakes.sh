@@ -19,8 +19,10 @@
 # other's engines; LEASEHOLD_REQUIRE_ENGINES=1. Each package's output is
 # kept in $LEASEHOLD_FLAKES_DIR (default a new temporary directory). Exits
 # non-zero if any run of any test failed, 64 on a bad option or package
-# (options go before the packages), and 130 after Ctrl-C (SIGINT) or 143
-# after SIGTERM, once the running test and the busy loops are stopped.
+# (options go before the packages) or an output directory that cannot be
+# made or written (LEASEHOLD_FLAKES_DIR, or TMPDIR for the default), and
+# 130 after Ctrl-C (SIGINT) or 143 after SIGTERM, once the running test and
+# the busy loops are stopped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/proc.sh
@@ -40,7 +42,7 @@ while [ $# -gt 0 ]; do
 	-load) load=$2; shift 2 ;;
 	-norace) race=; shift ;;
 	-timeout) timeout=$2; shift 2 ;;
-	-h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
 	-*) usage "unknown option $1 (see --help)" ;;
 	*) break ;;
 	esac
@@ -57,8 +59,15 @@ for a in "$@"; do
 done
 
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
-out=${LEASEHOLD_FLAKES_DIR:-$(mktemp -d -t leasehold-flakes.XXXXXX)}
-mkdir -p "$out"
+# The output directory must exist and take files: never an empty path.
+if [ -n "${LEASEHOLD_FLAKES_DIR:-}" ]; then
+	out=$LEASEHOLD_FLAKES_DIR
+	mkdir -p -- "$out" 2>/dev/null && probe=$(mktemp "$out/.probe.XXXXXX" 2>/dev/null) ||
+		usage "cannot create or write the output directory '$out' (LEASEHOLD_FLAKES_DIR): make it a writable directory"
+	rm -f "$probe"
+elif ! out=$(mktemp -d -t leasehold-flakes.XXXXXX 2>/dev/null) || [ -z "$out" ]; then
+	usage "cannot create a temporary directory in ${TMPDIR:-/tmp} (TMPDIR): make it an existing, writable directory, or set LEASEHOLD_FLAKES_DIR"
+fi
 
 loops=()
 gopid=
@@ -75,8 +84,9 @@ cleanup() {
 	fi
 }
 trap cleanup EXIT
-trap 'echo "flakes.sh: interrupted" >&2; cleanup; exit 130' INT
-trap 'echo "flakes.sh: terminated" >&2; cleanup; exit 143' TERM
+# A second signal during the cleanup is ignored (said once, cleaned once).
+trap 'trap "" INT TERM; echo "flakes.sh: interrupted" >&2; cleanup; exit 130' INT
+trap 'trap "" INT TERM; echo "flakes.sh: terminated" >&2; cleanup; exit 143' TERM
 
 # The packages first: a bad one is a usage error before any engine starts.
 module=$(go list -m) || exit 1
@@ -130,8 +140,8 @@ for p in "${pkgs[@]}"; do
 		failed=1
 		[ "$n" -eq 0 ] && tests="exit $st (see $f)"
 	fi
-	short=${p#"$module"}
-	printf '%-58s %6d %6d  %s\n' "${short:-.}" $(($(date +%s) - t0)) "$n" "$tests" | tee -a "$out/summary"
+	short=.${p#"$module"} # ./internal/editdist, or . for the module's root
+	printf '%-58s %6d %6d  %s\n' "$short" $(($(date +%s) - t0)) "$n" "$tests" | tee -a "$out/summary"
 done
 echo "== flake hunt done in $(($(date +%s) - began)) s: $([ $failed -eq 0 ] && echo "no failure" || echo "FAILURES above")"
 exit $failed

@@ -23,7 +23,20 @@
 # SIGINT or SIGTERM (to this script alone or to its process group) stops the
 # running stage's whole process tree, stops the engines, prints the table
 # with the stage marked interrupted, and exits 130 or 143.
+#
+# Usage: scripts/test.sh, with no arguments (-h or --help prints this; any
+# other argument is a usage error, 64). LEASEHOLD_ENGINES_DIR: where the
+# engines' state is kept (default .engines; see scripts/engines.sh --help).
+# Exits 0 when every stage passed, 1 when one failed, 64 on a usage error,
+# 130 or 143 when interrupted.
 set -uo pipefail
+if [ $# -eq 1 ] && { [ "$1" = -h ] || [ "$1" = --help ]; }; then
+	sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+	exit 0
+elif [ $# -gt 0 ]; then
+	echo "test.sh: takes no arguments (got '$1'): LEASEHOLD_STAGES names the stages; see --help" >&2
+	exit 64
+fi
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/proc.sh
 . scripts/lib/proc.sh
@@ -125,7 +138,9 @@ kill_tree() {
 stage_pid= running=
 interrupted() {
 	local code=$1 sig=$2
-	trap - INT TERM
+	# Ignored from here on, by this script and what the cleanup runs: a
+	# second signal must not skip the table or stopping the engines.
+	trap '' INT TERM
 	if [ -n "$stage_pid" ]; then
 		stop_tree "$stage_pid"
 		summary+=("$(printf '%-8s INTERRUPTED by SIG%s' "$running" "$sig")")
@@ -201,9 +216,18 @@ bench_smoke() {
 
 engines() {
 	trap 'scripts/engines.sh stop; report' EXIT
-	local exports failedwhat
+	local exports failedwhat st
 	# Not eval "$(scripts/engines.sh start)": eval would go on after a failure.
-	if ! exports=$(scripts/engines.sh start); then
+	# In the background and waited for, as the other stages: a signal then
+	# stops the start at once and the table marks the stage interrupted.
+	running=engines
+	scripts/engines.sh start >"$logs/engines.env" &
+	stage_pid=$!
+	wait "$stage_pid"
+	st=$?
+	stage_pid= running=
+	exports=$(cat "$logs/engines.env")
+	if [ $st -ne 0 ]; then
 		failedwhat=$(cat "${LEASEHOLD_ENGINES_DIR:-.engines}/failed" 2>/dev/null || echo "see above")
 		echo "test.sh: FAILED: the test engines did not start: $failedwhat" >&2
 		return 1

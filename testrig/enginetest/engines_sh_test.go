@@ -143,3 +143,51 @@ func killRecorded(record string) {
 	}
 	time.Sleep(100 * time.Millisecond)
 }
+
+// TestEnginesStopLeavesOtherDirs: "engines.sh stop" deleted whatever
+// directory a state file named (echo /some/dir > D/etcd.dir). It must
+// remove only a directory of the kind start makes, and say what it left.
+func TestEnginesStopLeavesOtherDirs(t *testing.T) {
+	state := t.TempDir()
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.MkdirAll(filepath.Join(victim, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(victim, "keep"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// One made as start makes them: that one stop removes.
+	made, err := exec.Command("mktemp", "-d", "/tmp/leasehold-redis.XXXXXX").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := strings.TrimSpace(string(made))
+	defer os.RemoveAll(ours)
+	// Every other directory named is the test's own: before the fix, stop
+	// deleted them.
+	victim2 := t.TempDir()
+	for key, dir := range map[string]string{"etcd": victim, "pg": victim, "etcd-cluster": victim2, "redis": ours} {
+		if err := os.WriteFile(filepath.Join(state, key+".dir"), []byte(dir+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, code := runScript(t, []string{"LEASEHOLD_ENGINES_DIR=" + state}, "engines.sh", "stop")
+	if code != 0 {
+		t.Errorf("engines.sh stop: exit %d, want 0:\n%s", code, out)
+	}
+	if _, err := os.Stat(victim2); err != nil {
+		t.Errorf("engines.sh stop removed a directory it did not make (%v):\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(victim, "keep")); err != nil {
+		t.Errorf("engines.sh stop removed a directory it did not make (%v):\n%s", err, out)
+	}
+	if !strings.Contains(out, "etcd.dir names '"+victim+"'") || !strings.Contains(out, "left alone") {
+		t.Errorf("engines.sh stop does not say it left %s alone:\n%s", victim, out)
+	}
+	if _, err := os.Stat(ours); !os.IsNotExist(err) {
+		t.Errorf("engines.sh stop left its own directory %s (%v):\n%s", ours, err, out)
+	}
+	if left, _ := filepath.Glob(filepath.Join(state, "*.dir")); len(left) > 0 {
+		t.Errorf("state files left: %v", left)
+	}
+}

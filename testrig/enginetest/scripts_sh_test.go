@@ -2,6 +2,7 @@ package enginetest_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,9 +68,36 @@ func TestTestShTermStopsStage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go vet")
 	}
+	termTestSh(t, "vet", []string{"LEASEHOLD_STAGES=vet"}, func() bool { return true })
+}
+
+// TestTestShTermDuringEngines: a SIGTERM to test.sh while the engines were
+// starting left the engines stage out of the table (test.sh waited for the
+// start in the foreground, so nothing marked it running). It must print
+// the row, exit 143, leave no process, and remove the engines' directories.
+func TestTestShTermDuringEngines(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the engines")
+	}
+	state := t.TempDir()
+	// Signalled once the start has made PostgreSQL's directory: mid-start.
+	started := func() bool { _, err := os.Stat(filepath.Join(state, "pg.dir")); return err == nil }
+	out := termTestSh(t, "engines", []string{"LEASEHOLD_STAGES=engines", "LEASEHOLD_ENGINES_DIR=" + state}, started)
+	dirs, _ := filepath.Glob(filepath.Join(state, "*.dir"))
+	if len(dirs) > 0 {
+		t.Errorf("state files left after the interrupted start: %v\n%s", dirs, out)
+	}
+}
+
+// termTestSh runs test.sh with env in its own process group, sends SIGTERM
+// to it alone once stage has begun and ready() holds, and checks the exit
+// (143), the stage's INTERRUPTED row and that none of its processes is
+// left. It returns the output.
+func termTestSh(t *testing.T, stage string, env []string, ready func() bool) string {
+	t.Helper()
 	cmd := exec.Command(repoScript(t, "test.sh"))
 	cmd.Dir = filepath.Join("..", "..")
-	cmd.Env = append(os.Environ(), "LEASEHOLD_STAGES=vet", "GOFLAGS=-buildvcs=false", "GOCACHE="+t.TempDir())
+	cmd.Env = append(os.Environ(), append(env, "GOFLAGS=-buildvcs=false", "GOCACHE="+t.TempDir())...)
 	// A file, not a pipe: an orphan holding a pipe open would keep Wait
 	// from returning (as it did before the fix).
 	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
@@ -85,10 +113,11 @@ func TestTestShTermStopsStage(t *testing.T) {
 	}
 	pgid := cmd.Process.Pid
 	defer syscall.Kill(-pgid, syscall.SIGKILL)
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(out.String(), "== [vet]") || len(groupMembers(pgid)) < 3 {
+	// Generous: the engines stage installs npm packages before PostgreSQL.
+	deadline := time.Now().Add(5 * time.Minute)
+	for !strings.Contains(out.String(), "== ["+stage+"]") || len(groupMembers(pgid)) < 3 || !ready() {
 		if time.Now().After(deadline) {
-			t.Fatalf("the vet stage did not start within 60 s:\n%s", out.String())
+			t.Fatalf("the %s stage did not start within 5 minutes:\n%s", stage, out.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -99,14 +128,15 @@ func TestTestShTermStopsStage(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 143 {
 		t.Errorf("test.sh after SIGTERM: %v, want exit 143", err)
 	}
-	if !strings.Contains(out.String(), "vet      INTERRUPTED by SIGTERM") {
-		t.Errorf("the table does not mark vet interrupted:\n%s", out.String())
+	if !strings.Contains(out.String(), fmt.Sprintf("%-8s INTERRUPTED by SIGTERM", stage)) {
+		t.Errorf("the table does not mark %s interrupted:\n%s", stage, out.String())
 	}
 	// Give an orphan time to show itself: it would still be in the group.
 	time.Sleep(500 * time.Millisecond)
 	if left := groupMembers(pgid); len(left) > 0 {
 		t.Fatalf("processes of the stage left running after test.sh exited: %v", left)
 	}
+	return out.String()
 }
 
 // fileText reads a file's whole text.
@@ -166,8 +196,57 @@ func TestFlakesCountDecimal(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "-count 10 ") {
 		t.Fatalf("flakes.sh -count 010: exit %d, want 10 runs:\n%s", code, out)
 	}
+	// The package as it is written on a command line, not /internal/randid.
+	if !strings.Contains(out, "\n./internal/randid ") {
+		t.Errorf("flakes.sh does not list the package as ./internal/randid:\n%s", out)
+	}
 	out, code = runScript(t, nil, "flakes.sh", "-count", "99999999999999999999", "./internal/randid/")
 	if code != 64 || strings.Contains(out, "integer expression expected") {
 		t.Fatalf("flakes.sh -count 99999999999999999999: exit %d, want 64 and one clear message:\n%s", code, out)
+	}
+}
+
+// TestFlakesOutputDirRefused: with a TMPDIR where mktemp fails, flakes.sh
+// went on with an empty output directory and wrote its summary and logs
+// into /; an LEASEHOLD_FLAKES_DIR that cannot be made went on too. Both
+// are usage errors (64), before any test or engine runs.
+func TestFlakesOutputDirRefused(t *testing.T) {
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ env, want string }{
+		{"TMPDIR=" + filepath.Join(tmp, "none"), "TMPDIR"},
+		{"LEASEHOLD_FLAKES_DIR=" + filepath.Join(file, "out"), "LEASEHOLD_FLAKES_DIR"},
+	} {
+		// No engines either way (LEASEHOLD_TEST_PG_BIN set).
+		out, code := runScript(t, []string{"LEASEHOLD_TEST_PG_BIN=/nonexistent", "LEASEHOLD_FLAKES_DIR=", c.env},
+			"flakes.sh", "-count", "1", "-load", "0", "-norace", "./internal/randid/")
+		if code != 64 || !strings.Contains(out, c.want) || strings.Contains(out, "== flake hunt") {
+			t.Errorf("flakes.sh with %s: exit %d, want 64 naming %s before the hunt starts:\n%s", c.env, code, c.want, out)
+		}
+	}
+}
+
+// TestTestShArgs: test.sh ignored its arguments (--help ran the suite).
+// -h and --help print the usage and exit 0; anything else is a usage
+// error (64); neither runs a stage. LEASEHOLD_STAGES=mod bounds what runs
+// should the check be missing.
+func TestTestShArgs(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--help"}, 0, "LEASEHOLD_ENGINES_DIR"},
+		{[]string{"-h"}, 0, "LEASEHOLD_STAGES"},
+		{[]string{"vet"}, 64, "'vet'"},
+		{[]string{"--help", "x"}, 64, "'--help'"},
+	} {
+		out, code := runScript(t, []string{"LEASEHOLD_STAGES=mod"}, "test.sh", c.args...)
+		if code != c.code || !strings.Contains(out, c.want) || strings.Contains(out, "== [mod]") {
+			t.Errorf("test.sh %q: exit %d, want %d, no stage run, and %s said:\n%s", c.args, code, c.code, c.want, out)
+		}
 	}
 }
