@@ -30,6 +30,15 @@
 # LEASEHOLD_TEST_CHROMIUM (Debian's chromium, for the dashboard's browser
 # test).
 #
+# One test command per state directory: a command that starts engines for
+# its run (scripts/test.sh, verify.sh, flakes.sh) exports
+# LEASEHOLD_ENGINES_CLAIM=<its PID>, and "start" then claims the directory
+# for that process ($STATE/claim: its PID and start time). While the
+# claiming process lives, "start" and "stop" run for it alone: any other
+# caller is refused with exit 75, naming it, and changes nothing (a second
+# test command on the directory would have stopped the first one's engines
+# and left its own behind). A claim whose process is gone is dropped.
+#
 # Settings: LEASEHOLD_ENGINES_DIR, where the script keeps its state (default
 # .engines; "stop" stops the engines named there); LEASEHOLD_NPM_DIR, where
 # the npm packages go (default $LEASEHOLD_ENGINES_DIR/npm);
@@ -397,7 +406,7 @@ etcd_member() {
 		;;
 	esac
 	[ -f "$STATE/etcd-cluster.dir" ] || { log "no etcd cluster in $STATE"; exit 1; }
-	dir=$(cat "$STATE/etcd-cluster.dir")
+	dir=$(made_dir etcd-cluster) || { log "no etcd cluster of this script's in $STATE"; exit 1; }
 	pid=$(cat "$dir/n$2.pid" 2>/dev/null || true)
 	if [ "$1" = kill ]; then
 		if [ -n "$pid" ] && alive "$pid" && owned "$pid" "$dir"; then
@@ -504,6 +513,64 @@ made_dir() {
 	return 1
 }
 
+# proc_start PID: the start time of process PID (field 22 of its stat),
+# which tells it from a later process given the same PID.
+proc_start() {
+	local s
+	s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	s=${s##*) } # after the command name, which may hold spaces
+	read -r -a f <<<"$s"
+	echo "${f[19]}" # s starts at field 3
+}
+
+# claimer: prints the PID of the live process, other than the one this
+# run is for (LEASEHOLD_ENGINES_CLAIM), that has claimed $STATE; fails when
+# there is none (no claim, this run's own, or one whose process is gone).
+claimer() {
+	local pid start
+	[ -f "$STATE/claim" ] || return 1
+	read -r pid start <"$STATE/claim" 2>/dev/null || return 1
+	[[ $pid =~ ^[0-9]+$ ]] && [ "$pid" != "${LEASEHOLD_ENGINES_CLAIM:-}" ] || return 1
+	[ "$(proc_start "$pid")" = "$start" ] || return 1
+	echo "$pid"
+}
+
+# refuse_claimed WHAT: exits 75 when another live process has claimed $STATE.
+refuse_claimed() {
+	local pid cmd
+	pid=$(claimer) || return 0
+	cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-120)
+	log "refused to $1: $STATE is in use by another test command (process $pid: $cmd); give this one a directory of its own (LEASEHOLD_ENGINES_DIR=...), or wait for that one to end"
+	exit 75
+}
+
+# claim: records that $STATE belongs to the process LEASEHOLD_ENGINES_CLAIM
+# names (see the header), unless another live process holds it (exit 75).
+claim() {
+	local pid=${LEASEHOLD_ENGINES_CLAIM:-} start
+	[ -n "$pid" ] || return 0
+	start=$(proc_start "$pid") || {
+		log "LEASEHOLD_ENGINES_CLAIM=$pid names no running process"
+		exit 64
+	}
+	mkdir -p "$STATE"
+	# Created only if absent (noclobber): of two claims at once, one wins.
+	local try
+	for try in 1 2 3; do
+		(set -C && echo "$pid $start" >"$STATE/claim") 2>/dev/null && return 0
+		refuse_claimed start
+		rm -f "$STATE/claim" # this run's own, or its process is gone
+	done
+	log "cannot write $STATE/claim"
+	exit 1
+}
+
+# unclaim: drops this run's claim (or a stale one) once its engines are stopped.
+unclaim() {
+	[ -f "$STATE/claim" ] || return 0
+	claimer >/dev/null || rm -f "$STATE/claim"
+}
+
 # stop stops the engines named in $STATE, and waits until they are gone.
 # stop_one KEY stops an engine that start recorded in $STATE/KEY.dir
 # (dynalite, etcd, redis: one process; etcd-cluster: one per member) and
@@ -552,6 +619,8 @@ stop() {
 case "${1:-}" in
 start)
 	mkdir -p "$STATE"
+	refuse_claimed start
+	claim
 	rm -f "$STATE/failed"
 	stop
 	install
@@ -563,7 +632,11 @@ start)
 	step Chromium chromium export_chromium
 	printf '%s' "$EXPORTS"
 	;;
-stop) stop ;;
+stop)
+	refuse_claimed stop
+	stop
+	unclaim
+	;;
 etcd-member)
 	shift
 	etcd_member "$@"

@@ -20,8 +20,9 @@
 # kept in $LEASEHOLD_FLAKES_DIR (default a new temporary directory). Exits
 # non-zero if any run of any test failed, 64 on a bad option or package
 # (options go before the packages) or an output directory that cannot be
-# made or written (LEASEHOLD_FLAKES_DIR, or TMPDIR for the default), and
-# 130 after Ctrl-C (SIGINT) or 143 after SIGTERM, once the running test and
+# made or written (LEASEHOLD_FLAKES_DIR, or TMPDIR for the default), 75
+# when another test command is using the engines' directory it was given
+# (LEASEHOLD_ENGINES_DIR; scripts/engines.sh --help), and 130 after Ctrl-C (SIGINT) or 143 after SIGTERM, once the running test and
 # the busy loops are stopped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -105,7 +106,14 @@ if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 	# Engines of its own: another run's "engines.sh start" would stop the
 	# engines of a shared state directory.
 	export LEASEHOLD_ENGINES_DIR=${LEASEHOLD_ENGINES_DIR:-$out/engines}
-	if ! exports=$(scripts/engines.sh start); then
+	export LEASEHOLD_ENGINES_CLAIM=$$ # one test command per directory
+	st=0
+	exports=$(scripts/engines.sh start) || st=$?
+	if [ $st -eq 75 ]; then
+		started_engines= # the engines are the other command's
+		echo "flakes.sh: FAILED: the engines' directory is in use by another test command (above)" >&2
+		exit 75
+	elif [ $st -ne 0 ]; then
 		echo "flakes.sh: FAILED: the test engines did not start" >&2
 		exit 1
 	fi

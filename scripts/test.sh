@@ -28,7 +28,8 @@
 # other argument is a usage error, 64). LEASEHOLD_ENGINES_DIR: where the
 # engines' state is kept (default .engines; see scripts/engines.sh --help).
 # Exits 0 when every stage passed, 1 when one failed, 64 on a usage error,
-# 130 or 143 when interrupted.
+# 75 when another test command is using the engines' directory (nothing is
+# run or stopped), 130 or 143 when interrupted.
 set -uo pipefail
 if [ $# -eq 1 ] && { [ "$1" = -h ] || [ "$1" = --help ]; }; then
 	sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -221,13 +222,20 @@ engines() {
 	# In the background and waited for, as the other stages: a signal then
 	# stops the start at once and the table marks the stage interrupted.
 	running=engines
+	# This run claims the engines' directory (scripts/engines.sh --help): a
+	# second test command on it is refused (75) instead of stopping these.
+	export LEASEHOLD_ENGINES_CLAIM=$$
 	scripts/engines.sh start >"$logs/engines.env" &
 	stage_pid=$!
 	wait "$stage_pid"
 	st=$?
 	stage_pid= running=
 	exports=$(cat "$logs/engines.env")
-	if [ $st -ne 0 ]; then
+	if [ $st -eq 75 ]; then
+		trap report EXIT # the engines are the other command's
+		echo "test.sh: FAILED: the engines' directory is in use by another test command (above)" >&2
+		return 75
+	elif [ $st -ne 0 ]; then
 		failedwhat=$(cat "${LEASEHOLD_ENGINES_DIR:-.engines}/failed" 2>/dev/null || echo "see above")
 		echo "test.sh: FAILED: the test engines did not start: $failedwhat" >&2
 		return 1
@@ -244,7 +252,9 @@ case "$want" in
 	want="$want engines "
 	stage engines engines
 	if [ $failed -ne 0 ]; then
-		# Nothing that needs an engine can pass without it.
+		# Nothing that needs an engine can pass without it. Another test
+		# command on the engines' directory: 75, try again later.
+		case "${summary[-1]}" in *"exit 75)"*) exit 75 ;; esac
 		exit 1
 	fi
 	;;

@@ -9,7 +9,8 @@
 #
 # Starts the test engines unless they are already running (scripts/test.sh
 # starts them first), and stops at once, naming the engine, if one does not
-# start. A suite whose engine is missing fails rather than skips unless
+# start (75 when another test command is using the engines' directory:
+# scripts/engines.sh --help). A suite whose engine is missing fails rather than skips unless
 # LEASEHOLD_REQUIRE_ENGINES=0. Set LEASEHOLD_VERIFY_REPORT to keep the raw
 # rows.
 set -euo pipefail
@@ -38,8 +39,15 @@ pkgs=("$@")
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 	trap 'scripts/engines.sh stop' EXIT
+	export LEASEHOLD_ENGINES_CLAIM=$$ # one test command per directory
 	# Not eval "$(scripts/engines.sh start)": eval would go on after a failure.
-	if ! exports=$(scripts/engines.sh start); then
+	st=0
+	exports=$(scripts/engines.sh start) || st=$?
+	if [ $st -eq 75 ]; then
+		trap - EXIT # the engines are the other command's
+		echo "verify.sh: FAILED: the engines' directory is in use by another test command (above)" >&2
+		exit 75
+	elif [ $st -ne 0 ]; then
 		failed=$(cat "${LEASEHOLD_ENGINES_DIR:-.engines}/failed" 2>/dev/null || echo "see above")
 		echo "verify.sh: FAILED: the test engines did not start: $failed" >&2
 		exit 1

@@ -2,6 +2,7 @@ package enginetest_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -189,5 +190,105 @@ func TestEnginesStopLeavesOtherDirs(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(state, "*.dir")); len(left) > 0 {
 		t.Errorf("state files left: %v", left)
+	}
+}
+
+// TestEnginesClaimed: while another live test command has claimed an
+// engines' directory, engines.sh start and stop, and test.sh, refuse it
+// with exit 75 and change nothing; once that process is gone its claim is
+// stale and stop goes ahead. Before, a second test command on one
+// directory stopped the first one's engines (stop removed them here).
+func TestEnginesClaimed(t *testing.T) {
+	state := t.TempDir()
+	other := exec.Command("sleep", "300") // the other test command
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer other.Process.Kill()
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(other.Process.Pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	claim := fmt.Sprintf("%d %s\n", other.Process.Pid, fields[19]) // field 22: its start time
+	if err := os.WriteFile(filepath.Join(state, "claim"), []byte(claim), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// An engine of the other command's, as start records one.
+	made, err := exec.Command("mktemp", "-d", "/tmp/leasehold-redis.XXXXXX").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := strings.TrimSpace(string(made))
+	defer os.RemoveAll(engine)
+	if err := os.WriteFile(filepath.Join(state, "redis.dir"), []byte(engine+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	unchanged := func(what string) {
+		t.Helper()
+		if _, err := os.Stat(engine); err != nil {
+			t.Errorf("%s removed the other command's engine directory: %v", what, err)
+		}
+		if b, err := os.ReadFile(filepath.Join(state, "claim")); err != nil || string(b) != claim {
+			t.Errorf("%s changed the claim: %q, %v", what, b, err)
+		}
+		if names, _ := filepath.Glob(filepath.Join(state, "*.dir")); len(names) != 1 {
+			t.Errorf("%s changed the state files: %v", what, names)
+		}
+	}
+	env := []string{"LEASEHOLD_ENGINES_DIR=" + state, "LEASEHOLD_ENGINES_NO_INSTALL=1", "LEASEHOLD_ENGINES_CLAIM="}
+	want := fmt.Sprintf("in use by another test command (process %d", other.Process.Pid)
+	for _, args := range [][]string{{"stop"}, {"start"}} {
+		out, code := runScript(t, env, "engines.sh", args...)
+		if code != 75 || !strings.Contains(out, want) {
+			t.Errorf("engines.sh %s on a claimed directory: exit %d, want 75 saying %q:\n%s", args[0], code, want, out)
+		}
+		unchanged("engines.sh " + args[0])
+	}
+	out, code := runScript(t, append(env, "LEASEHOLD_STAGES=engines"), "test.sh")
+	if code != 75 || !strings.Contains(out, want) || !strings.Contains(out, "engines  FAILED") {
+		t.Errorf("test.sh on a claimed directory: exit %d, want 75 saying %q, with its table:\n%s", code, want, out)
+	}
+	unchanged("test.sh")
+
+	// The other command is gone: its claim is stale.
+	other.Process.Kill()
+	other.Wait()
+	out, code = runScript(t, env, "engines.sh", "stop")
+	if code != 0 {
+		t.Errorf("engines.sh stop after the claimer ended: exit %d, want 0:\n%s", code, out)
+	}
+	if _, err := os.Stat(engine); !os.IsNotExist(err) {
+		t.Errorf("engines.sh stop after the claimer ended left its engine directory (%v):\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(state, "claim")); !os.IsNotExist(err) {
+		t.Errorf("engines.sh stop after the claimer ended left the stale claim (%v)", err)
+	}
+}
+
+// TestEtcdMemberOnlyItsCluster: etcd-member acts only on a cluster
+// directory of the kind start makes; a state file naming any other
+// directory made it SIGKILL the process a pid file there named (one
+// running in that directory passed its ownership check).
+func TestEtcdMemberOnlyItsCluster(t *testing.T) {
+	state, victim := t.TempDir(), t.TempDir()
+	proc := exec.Command("sleep", "300")
+	proc.Dir = victim
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer proc.Process.Kill()
+	if err := os.WriteFile(filepath.Join(victim, "n1.pid"), []byte(strconv.Itoa(proc.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, "etcd-cluster.dir"), []byte(victim+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := runScript(t, []string{"LEASEHOLD_ENGINES_DIR=" + state}, "engines.sh", "etcd-member", "kill", "1")
+	if code != 1 || !strings.Contains(out, "not a directory engines.sh makes") {
+		t.Errorf("etcd-member kill on a foreign directory: exit %d, want 1 saying it is not one of its own:\n%s", code, out)
+	}
+	if !running(proc.Process.Pid) {
+		t.Errorf("etcd-member kill killed process %d of a directory it did not make:\n%s", proc.Process.Pid, out)
 	}
 }
