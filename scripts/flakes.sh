@@ -107,8 +107,15 @@ if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 	# engines of a shared state directory.
 	export LEASEHOLD_ENGINES_DIR=${LEASEHOLD_ENGINES_DIR:-$out/engines}
 	export LEASEHOLD_ENGINES_CLAIM=$$ # one test command per directory
+	# In the background and waited for: a signal meanwhile runs the trap
+	# at once, which stops the start's tree and then the engines (waiting
+	# in the foreground deferred the trap until every engine had started).
 	st=0
-	exports=$(scripts/engines.sh start) || st=$?
+	scripts/engines.sh start >"$out/engines.env" &
+	gopid=$!
+	wait "$gopid" || st=$?
+	gopid=
+	exports=$(cat "$out/engines.env")
 	if [ $st -eq 75 ]; then
 		started_engines= # the engines are the other command's
 		echo "flakes.sh: FAILED: the engines' directory is in use by another test command (above)" >&2

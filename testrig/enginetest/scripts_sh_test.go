@@ -11,6 +11,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/testrig/enginetest"
+	"github.com/leasehold/leasehold/testrig/proctest"
 )
 
 // The test scripts' own promises (docs/testing.md), each found broken by an
@@ -248,5 +251,83 @@ func TestTestShArgs(t *testing.T) {
 		if code != c.code || !strings.Contains(out, c.want) || strings.Contains(out, "== [mod]") {
 			t.Errorf("test.sh %q: exit %d, want %d, no stage run, and %s said:\n%s", c.args, code, c.code, c.want, out)
 		}
+	}
+}
+
+// TestFlakesTermDuringEngines: flakes.sh waited for its engines' start in
+// the foreground, so a SIGTERM meanwhile ran its cleanup only once every
+// engine had started, or, as here with an etcd that never listens, once the
+// start had given up (three minutes). It must stop the start at once: exit
+// 143, the start never reaching its own failure, no process of its group
+// and no engine's state left.
+func TestFlakesTermDuringEngines(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL, Redis and dynalite")
+	}
+	bin, state := t.TempDir(), t.TempDir()
+	// An etcd that runs (in its own data directory, as the script checks)
+	// and never listens.
+	fake := "#!/bin/sh\nwhile :; do sleep 0.1; done\n"
+	if err := os.WriteFile(filepath.Join(bin, "etcd"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(repoScript(t, "flakes.sh"), "-count", "1", "-load", "0", "-norace", "./internal/randid/")
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(proctest.EnvWithout("LEASEHOLD_TEST_PG_BIN", "LEASEHOLD_ENGINES_DIR", "LEASEHOLD_NPM_DIR", "LEASEHOLD_ENGINES_CLAIM", "PATH"),
+		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"LEASEHOLD_ENGINES_DIR="+state, "LEASEHOLD_ENGINES_NO_INSTALL=1", "LEASEHOLD_FLAKES_DIR="+t.TempDir())
+	if mods := os.Getenv("LEASEHOLD_TEST_NODE_MODULES"); mods != "" {
+		cmd.Env = append(cmd.Env, "LEASEHOLD_NPM_DIR="+filepath.Dir(mods))
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := fileText{f}
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgid := cmd.Process.Pid
+	defer syscall.Kill(-pgid, syscall.SIGKILL)
+	// Signalled once the fake etcd runs: the start then waits for its port.
+	etcdStarted := func() bool {
+		b, err := os.ReadFile(filepath.Join(state, "etcd.dir"))
+		if err != nil {
+			return false
+		}
+		_, err = os.Stat(filepath.Join(strings.TrimSpace(string(b)), "pid"))
+		return err == nil
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for !etcdStarted() {
+		if strings.Contains(out.String(), "not installed") {
+			syscall.Kill(-pgid, syscall.SIGKILL)
+			cmd.Wait()
+			enginetest.Missing(t, "the engines of scripts/engines.sh", "it says some are not installed")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the start did not reach etcd within 3 minutes:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 143 {
+		t.Errorf("flakes.sh after SIGTERM: %v, want exit 143:\n%s", err, out.String())
+	}
+	if strings.Contains(out.String(), "FAILED: etcd") {
+		t.Errorf("the start ran on to its own failure after the SIGTERM (the trap waited for it):\n%s", out.String())
+	}
+	time.Sleep(500 * time.Millisecond)
+	if left := groupMembers(pgid); len(left) > 0 {
+		t.Errorf("processes left running after flakes.sh exited: %v", left)
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(state, "*.dir")); len(dirs) > 0 {
+		t.Errorf("engines' state left after the interrupted start: %v\n%s", dirs, out.String())
 	}
 }
