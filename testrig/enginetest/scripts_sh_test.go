@@ -101,21 +101,8 @@ func termTestSh(t *testing.T, stage string, env []string, ready func() bool) str
 	cmd := exec.Command(repoScript(t, "test.sh"))
 	cmd.Dir = filepath.Join("..", "..")
 	cmd.Env = append(os.Environ(), append(env, "GOFLAGS=-buildvcs=false", "GOCACHE="+t.TempDir())...)
-	// A file, not a pipe: an orphan holding a pipe open would keep Wait
-	// from returning (as it did before the fix).
-	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	out := fileText{f}
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group: the signal reaches test.sh alone
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	out := startGroup(t, cmd)
 	pgid := cmd.Process.Pid
-	defer syscall.Kill(-pgid, syscall.SIGKILL)
 	// Generous: the engines stage installs npm packages before PostgreSQL.
 	deadline := time.Now().Add(5 * time.Minute)
 	for !strings.Contains(out.String(), "== ["+stage+"]") || len(groupMembers(pgid)) < 3 || !ready() {
@@ -127,7 +114,7 @@ func termTestSh(t *testing.T, stage string, env []string, ready func() bool) str
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 143 {
 		t.Errorf("test.sh after SIGTERM: %v, want exit 143", err)
 	}
@@ -140,6 +127,27 @@ func termTestSh(t *testing.T, stage string, env []string, ready func() bool) str
 		t.Fatalf("processes of the stage left running after test.sh exited: %v", left)
 	}
 	return out.String()
+}
+
+// startGroup starts cmd in a process group of its own, so that a signal
+// to its pid reaches it alone and groupMembers finds what it left, with
+// its output in a file, not a pipe (an orphan holding a pipe open would
+// keep Wait from returning); the group is SIGKILLed when the test ends.
+func startGroup(t *testing.T, cmd *exec.Cmd) fileText {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgid := cmd.Process.Pid
+	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL) })
+	return fileText{f}
 }
 
 // fileText reads a file's whole text.
@@ -279,19 +287,8 @@ func TestFlakesTermDuringEngines(t *testing.T) {
 	if mods := os.Getenv("LEASEHOLD_TEST_NODE_MODULES"); mods != "" {
 		cmd.Env = append(cmd.Env, "LEASEHOLD_NPM_DIR="+filepath.Dir(mods))
 	}
-	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	out := fileText{f}
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	out := startGroup(t, cmd)
 	pgid := cmd.Process.Pid
-	defer syscall.Kill(-pgid, syscall.SIGKILL)
 	// Signalled once the fake etcd runs: the start then waits for its port.
 	etcdStarted := func() bool {
 		b, err := os.ReadFile(filepath.Join(state, "etcd.dir"))
@@ -316,7 +313,7 @@ func TestFlakesTermDuringEngines(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 143 {
 		t.Errorf("flakes.sh after SIGTERM: %v, want exit 143:\n%s", err, out.String())
 	}
