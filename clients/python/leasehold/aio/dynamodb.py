@@ -2,17 +2,21 @@
 standard library (aiobotocore is a separate package): each DynamoDB call of
 ``leasehold.DynamoDBClient`` runs in a worker thread of this client's own pool,
 and the Lease it grants is then kept by the event loop (renewals are calls in
-the pool too). A call cancelled while its thread runs cannot stop the thread:
-a grant it makes after the cancellation is released as soon as it arrives."""
+the pool too). A thread cannot be interrupted: a cancelled acquire (its
+await cancelled, or the client closed) tells its thread to stop polling,
+which it does between attempts (at most one DynamoDB request later), and
+a grant that thread still gets after the cancellation is released as soon
+as it arrives."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import functools
-from typing import Any, Callable, List, Optional, TypeVar
+import threading
+from typing import Any, Callable, List, Optional, Set, TypeVar
 
-from .. import errors
+from .. import _cancel, errors
 from .. import lease as sync_lease
 from .._core import DEFAULT_TTL, ClientConfig, Data, WaitCallback
 from .._dynamodb_recipes import DirectSemaphore
@@ -56,6 +60,9 @@ class DynamoDBClient(ClientConfig):
         self._sync: Optional[BlockingDynamoDBClient] = None
         self._pool = concurrent.futures.ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="leasehold-dynamodb")
         self._making: Optional["asyncio.Future[BlockingDynamoDBClient]"] = None
+        self._polling: Set[threading.Event] = set()  # the cancel flags of the grants under way (close sets them)
+        self._polling_mu = threading.Lock()
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"<leasehold.aio.DynamoDBClient {self._url!r} owner={self.owner!r} timeout={self.timeout}>"
@@ -79,22 +86,39 @@ class DynamoDBClient(ClientConfig):
     async def _grant(self, call: Callable[[BlockingDynamoDBClient], Callable[..., sync_lease.Lease]],
                      keepalive: bool, on_lost: Optional[LostCallback], **kw: Any) -> Lease:
         sync = await self._blocking()
-        cf = self._pool.submit(call(sync), keepalive=False, **kw)
+        stop = threading.Event()  # set: the worker stops polling (_cancel)
+        with self._polling_mu:
+            self._polling.add(stop)
+        cf = self._pool.submit(_cancel.run, stop, call(sync), keepalive=False, **kw)
+        cf.add_done_callback(lambda _: self._done_polling(stop))
         try:
             sl = await asyncio.wrap_future(cf)
         except asyncio.CancelledError:
+            stop.set()
             cf.add_done_callback(_release_late)
             raise
         sl._hand_over()
         t0 = sl.deadline - self._life(sl.ttl)
         return Lease(self, sl.info, sl.owner, sl.ttl, sl.request_id, t0, keepalive, on_lost)
 
+    def _done_polling(self, stop: threading.Event) -> None:
+        with self._polling_mu:
+            self._polling.discard(stop)
+
     async def close(self) -> None:
-        """Close the blocking client's connections and end the pool's threads. Leases are not released."""
+        """Stop the acquires under way (an acquire still awaited raises ``LeaseholdError``;
+        one that already got its grant keeps it), close the blocking client's connections
+        and end the pool's threads. Leases are not released. Closing again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._polling_mu:
+            for stop in self._polling:
+                stop.set()
         sync = self._sync
         if sync is not None:
             await self._run(sync.close)
-        self._pool.shutdown(wait=False)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def __aenter__(self) -> "DynamoDBClient":
         return self
