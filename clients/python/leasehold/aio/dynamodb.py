@@ -51,12 +51,15 @@ class DynamoDBClient(ClientConfig):
     checked at once); the blocking client, boto3 and the table check come with the first call."""
 
     def __init__(self, url: str, token: Optional[str] = None, *, owner: Optional[str] = None,
-                 timeout: float = 10.0, rho: float = 0.01, eps: float = 0.005, **kw: Any) -> None:
+                 timeout: float = 10.0, rho: float = 0.01, eps: float = 0.005, boto_client: Any = None,
+                 session: Any = None, region_name: Optional[str] = None, endpoint_url: Optional[str] = None,
+                 config: Any = None) -> None:
         self._init_common(owner, timeout, rho, eps)
         parse_url(url)
         self._url = url
         self._make = functools.partial(BlockingDynamoDBClient, url, token, owner=self.owner, timeout=timeout,
-                                       rho=rho, eps=eps, **kw)
+                                       rho=rho, eps=eps, boto_client=boto_client, session=session,
+                                       region_name=region_name, endpoint_url=endpoint_url, config=config)
         self._sync: Optional[BlockingDynamoDBClient] = None
         self._pool = concurrent.futures.ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="leasehold-dynamodb")
         self._making: Optional["asyncio.Future[BlockingDynamoDBClient]"] = None
@@ -89,7 +92,11 @@ class DynamoDBClient(ClientConfig):
         stop = threading.Event()  # set: the worker stops polling (_cancel)
         with self._polling_mu:
             self._polling.add(stop)
-        cf = self._pool.submit(_cancel.run, stop, call(sync), keepalive=False, **kw)
+        fn = call(sync)
+
+        def work() -> sync_lease.Lease:  # in the worker thread
+            return _cancel.run(stop, fn, keepalive=False, **kw)
+        cf = self._pool.submit(work)
         cf.add_done_callback(lambda _: self._done_polling(stop))
         try:
             sl = await asyncio.wrap_future(cf)
