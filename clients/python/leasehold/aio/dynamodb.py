@@ -14,7 +14,7 @@ import asyncio
 import concurrent.futures
 import functools
 import threading
-from typing import Any, Callable, List, Optional, Set, TypeVar
+from typing import Any, Callable, Dict, List, Optional, TypeVar
 
 from .. import _cancel, errors
 from .. import lease as sync_lease
@@ -63,7 +63,8 @@ class DynamoDBClient(ClientConfig):
         self._sync: Optional[BlockingDynamoDBClient] = None
         self._pool = concurrent.futures.ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="leasehold-dynamodb")
         self._making: Optional["asyncio.Future[BlockingDynamoDBClient]"] = None
-        self._polling: Set[threading.Event] = set()  # the cancel flags of the grants under way (close sets them)
+        # The grants under way: their cancel flags (close sets them) and their threads' futures.
+        self._polling: Dict[threading.Event, "concurrent.futures.Future[sync_lease.Lease]"] = {}
         self._polling_mu = threading.Lock()
         self._closed = False
 
@@ -90,13 +91,13 @@ class DynamoDBClient(ClientConfig):
                      keepalive: bool, on_lost: Optional[LostCallback], **kw: Any) -> Lease:
         sync = await self._blocking()
         stop = threading.Event()  # set: the worker stops polling (_cancel)
-        with self._polling_mu:
-            self._polling.add(stop)
         fn = call(sync)
 
         def work() -> sync_lease.Lease:  # in the worker thread
             return _cancel.run(stop, fn, keepalive=False, **kw)
         cf = self._pool.submit(work)
+        with self._polling_mu:
+            self._polling[stop] = cf
         cf.add_done_callback(lambda _: self._done_polling(stop))
         try:
             sl = await asyncio.wrap_future(cf)
@@ -110,18 +111,22 @@ class DynamoDBClient(ClientConfig):
 
     def _done_polling(self, stop: threading.Event) -> None:
         with self._polling_mu:
-            self._polling.discard(stop)
+            self._polling.pop(stop, None)
 
     async def close(self) -> None:
-        """Stop the acquires under way (an acquire still awaited raises ``LeaseholdError``;
-        one that already got its grant keeps it), close the blocking client's connections
-        and end the pool's threads. Leases are not released. Closing again does nothing."""
+        """Stop the acquires under way and wait for their threads (at most one DynamoDB
+        request each; an acquire still awaited raises ``LeaseholdError``, one whose last
+        request got the grant keeps it), close the blocking client's connections and end
+        the pool's threads. Leases are not released. Closing again does nothing."""
         if self._closed:
             return
         self._closed = True
         with self._polling_mu:
-            for stop in self._polling:
-                stop.set()
+            polling = dict(self._polling)
+        for stop in polling:
+            stop.set()
+        if polling:  # their threads end within one DynamoDB request (each bounded by timeout)
+            await asyncio.gather(*(asyncio.wrap_future(f) for f in polling.values()), return_exceptions=True)
         sync = self._sync
         if sync is not None:
             await self._run(sync.close)
