@@ -23,7 +23,10 @@ where a flag takes a file). The script asks leasehold itself what to
 complete, so it stays right for the leasehold found in PATH.
 
 Lease names are not completed (that would mean opening the store on every
-Tab); after "--", run and elect complete the command as the shell would.
+Tab). After the NAME of run and elect, Tab offers "--"; after the "--",
+the command completes as the shell completes a command line of its own:
+its name (programs in PATH, functions, builtins), then its arguments by
+its own completion, or files.
 
 Install it once, for every user (as root) or for yourself:
 
