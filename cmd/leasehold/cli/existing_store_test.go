@@ -144,3 +144,62 @@ func TestReadOnlyCommandsCreateNoDynamoDBTable(t *testing.T) {
 		return s.String(), table, gone
 	})
 }
+
+// TestStatusDoesNotMigratePostgres (red team of issue 29, item 1: an
+// older schema version opened read-only must not be migrated): status and
+// release on a lease table of schema version 1 upgraded it in place (a
+// queue table, functions, the comment "version 2"). They refuse it (exit
+// 70, saying it is not migrated and how to upgrade it) and leave it as it
+// was.
+func TestStatusDoesNotMigratePostgres(t *testing.T) {
+	base := enginetest.PostgresURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close) // after the drop
+	table := "lh_cli_v1_" + randid.Hex(6)
+	t.Cleanup(func() {
+		pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+table+", "+table+"_queue, "+table+"_records CASCADE")
+		pool.Exec(context.Background(), "DROP FUNCTION IF EXISTS "+table+"_wait, "+table+"_release, "+table+"_txn CASCADE")
+	})
+	for _, sql := range []string{
+		`CREATE TABLE ` + table + ` (name text COLLATE "C" PRIMARY KEY, owner text NOT NULL, request_id text NOT NULL,
+			token bigint NOT NULL CHECK (token > 0), data bytea NOT NULL, ttl_us bigint NOT NULL CHECK (ttl_us > 0),
+			expires_at timestamptz NOT NULL, held boolean NOT NULL, acquired_at timestamptz NOT NULL)`,
+		"COMMENT ON TABLE " + table + " IS 'leasehold lease table; schema version 1'",
+		"INSERT INTO " + table + " VALUES ('n', 'old', '', 7, '', 60000000, now() + interval '1 minute', true, now())",
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	state := func() string {
+		var s string
+		err := pool.QueryRow(ctx, `SELECT obj_description($1::regclass, 'pg_class')
+			|| ' ' || (SELECT count(*) FROM pg_class WHERE relname LIKE $1 || '%')
+			|| ' ' || (SELECT count(*) FROM pg_proc WHERE proname LIKE $1 || '%')`, table).Scan(&s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	before := state()
+	h := newHarness(t)
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	for _, args := range [][]string{{"status"}, {"release", "n", "--owner", "old", "--token", "7"}} {
+		r := h.run(append(args, "--store", base+sep+"table="+table)...)
+		if r.code != ExitInternal || !strings.Contains(r.stderr, "schema version 1") || !strings.Contains(r.stderr, "never migrates") {
+			t.Errorf("leasehold %s on a version 1 table: exit %d, stdout %q, stderr %q; want %d saying it is not migrated",
+				strings.Join(args, " "), r.code, r.stdout, r.stderr, ExitInternal)
+		}
+		if after := state(); after != before {
+			t.Errorf("leasehold %s changed the version 1 table: %q, before %q", strings.Join(args, " "), after, before)
+		}
+	}
+}
