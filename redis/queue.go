@@ -219,12 +219,27 @@ func (s *Store) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (
 		// The step runs to its end even if ctx ends meanwhile: an
 		// abandoned reply would leave it unknown whether it enqueued or
 		// granted, and the leave step that follows could even reach
-		// Redis first (another connection). Only a failure of Redis
-		// itself leaves it unknown (the entry then expires).
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
-		res, err := s.runAcked(sctx, lua.wait, keys, s.epochArgs(e, req.Name, req.Owner, req.RequestID,
-			string(req.Data), int64(req.TTL), id, s.liveness.Milliseconds())...).Slice()
-		cancel()
+		// Redis first (another connection). But the caller does not wait
+		// for it past ctx's end (replies that come late made a call
+		// return seconds after its timeout): the step's end and then the
+		// leave run in the background (leaveAfter). Only a failure of
+		// Redis itself leaves it unknown (the entry then expires).
+		step := make(chan struct{})
+		var res []any
+		var serr error
+		go func() {
+			defer close(step)
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
+			defer cancel()
+			res, serr = s.runAcked(sctx, lua.wait, keys, s.epochArgs(e, req.Name, req.Owner, req.RequestID,
+				string(req.Data), int64(req.TTL), id, s.liveness.Milliseconds())...).Slice()
+		}()
+		select {
+		case <-step:
+		case <-ctx.Done():
+			return leasehold.Record{}, s.leaveAfter(ctx, req, id, step)
+		}
+		err = serr
 		if ue := (*UnreplicatedError)(nil); errors.As(err, &ue) && ctx.Err() == nil {
 			// The step (a grant or an enqueue) took effect on the
 			// primary, but fewer replicas than asked have it: step again
@@ -392,7 +407,25 @@ func (s *Store) waitFailed(ctx context.Context, req leasehold.AcquireRequest, id
 // leave removes the waiter's entry, or releases the grant made to this
 // request if one raced with the end of ctx, and returns ctx's error.
 func (s *Store) leave(ctx context.Context, req leasehold.AcquireRequest, id string) error {
-	storekit.AfterEnd(ctx, 2*time.Second, func(rctx context.Context) {
+	return s.leaveAfter(ctx, req, id, nil)
+}
+
+// leaveAfter is leave once step (when not nil) is closed: a wait step still
+// in flight when ctx ended, which may yet enqueue the request or grant it
+// the lease. The caller is held up no longer than leave holds it.
+func (s *Store) leaveAfter(ctx context.Context, req leasehold.AcquireRequest, id string, step <-chan struct{}) error {
+	limit := 2 * time.Second
+	if step != nil {
+		limit += stepTimeout
+	}
+	storekit.AfterEnd(ctx, limit, func(rctx context.Context) {
+		if step != nil {
+			select {
+			case <-step:
+			case <-rctx.Done():
+				return
+			}
+		}
 		e, err := s.epoch(rctx)
 		if err == nil {
 			_ = s.run(rctx, lua.leave, s.nameKeys(req.Name), s.epochArgs(e, req.Name, req.Owner, req.RequestID, id)...).Err()

@@ -1,0 +1,127 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/redis"
+)
+
+// TestAcquireWaitLateRepliesReturnOnTime: a waiter whose Redis replies
+// come late returns when its context ends, not when the reply of the wait
+// step in flight arrives (R17's late row: a Client.Acquire with a 3 s
+// timeout returned after 7.5 s). The step's outcome is still settled: the
+// entry it made is left once its reply comes, so the lease is not handed
+// to the waiter that gave up.
+func TestAcquireWaitLateRepliesReturnOnTime(t *testing.T) {
+	f := newQueueFixture(t)
+	ctx := ctxT(t, time.Minute)
+	const name = "late-replies"
+	holder := f.open()
+	x := f.hold(ctx, holder, name, "x", time.Minute)
+
+	const delay = 3 * time.Second
+	u, err := url.Parse(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newLateProxy(t, u.Host, delay)
+	u.Host = px.addr
+	waiter := open(t, u.String(), redis.WithKeyPrefix(f.prefix), redis.WithHoldback(0))
+	t.Cleanup(func() { waiter.Close() })
+	// Connected and subscribed, on time: a wait on a free name.
+	warm, err := waiter.AcquireWait(ctx, leasehold.AcquireRequest{Name: name + "/warm", Owner: "w", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waiter.Release(ctx, warm.Name, "w", warm.Token); err != nil {
+		t.Fatal(err)
+	}
+	px.late.Store(true)
+	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	start := time.Now()
+	_, err = waiter.AcquireWait(cctx, leasehold.AcquireRequest{Name: name, Owner: "w", RequestID: "w1", TTL: time.Minute})
+	took := time.Since(start)
+	cancel()
+	px.late.Store(false)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AcquireWait = %v, want context.DeadlineExceeded", err)
+	}
+	// No reply can come before delay: returning before it means the call
+	// did not wait for the step in flight.
+	if took >= delay {
+		t.Errorf("AcquireWait with a 500ms deadline returned after %s, once its late reply (%s) had come", took.Round(time.Millisecond), delay)
+	}
+	// Once the step's reply has come, its entry is left.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(f.queued(ctx, name)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter that gave up is still queued: %v", f.queued(ctx, name))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := holder.Release(ctx, name, "x", x.Token); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := holder.Get(ctx, name); err == nil && r.Owner == "w" {
+		t.Fatalf("the lease was handed to the waiter that gave up: %+v", r)
+	}
+}
+
+// lateProxy forwards TCP connections to target; while late is set, every
+// chunk of a reply is delivered delay late.
+type lateProxy struct {
+	addr string
+	late atomic.Bool
+}
+
+func newLateProxy(t *testing.T, target string, delay time.Duration) *lateProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &lateProxy{addr: ln.Addr().String()}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			t.Cleanup(func() { c.Close(); up.Close() })
+			go func() { io.Copy(up, c); up.Close() }()
+			go func() {
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := up.Read(buf)
+					if n > 0 {
+						if p.late.Load() {
+							time.Sleep(delay)
+						}
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						c.Close()
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return p
+}
