@@ -100,7 +100,7 @@ func newHoldCmd(e *env) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.store, "store", "", "store URL (default $LEASEHOLD_STORE, else the default SQLite file)")
-	f.DurationVar(&o.ttl, "ttl", leasehold.DefaultTTL, "lease time to live; renewed every TTL/3")
+	durationFlag(f, &o.ttl, "ttl", leasehold.DefaultTTL, "lease time to live; renewed every TTL/3")
 	o.waitFlags(cmd)
 	f.StringVar(&o.owner, "owner", "", "owner identity (default HOSTNAME/PID/RANDOM)")
 	f.StringVar(&o.data, "data", "", "data to attach to the lease (shown by status --json)")
