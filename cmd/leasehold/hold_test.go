@@ -194,6 +194,20 @@ func TestReleaseFromRunEnv(t *testing.T) {
 	}
 }
 
+// TestReleaseWrongTokenInRunSaysOnce (issue 29's red team, #13): a
+// release inside run's command with another token is refused (76) with
+// one "lease not held": it said "lease not held: lease not held: this run
+// holds ...".
+func TestReleaseWrongTokenInRunSaysOnce(t *testing.T) {
+	store, _ := newStore(t)
+	script := `LEASEHOLD_TOKEN=999 "$1" release --store "$2" "$LEASEHOLD_NAME"; echo "release=$?"`
+	code, out := runLH(t, "run", "--store", store, "re/w", "--", "sh", "-c", script, "sh", bin, store)
+	if code != 0 || !strings.Contains(out, "release=76") || !strings.Contains(out, "lease not held: this run holds re/w as ") ||
+		strings.Count(out, "not held") != 1 {
+		t.Fatalf("run exit %d, want 0, and one refusal naming run's grant:\n%s", code, out)
+	}
+}
+
 // TestReleaseEarlyInRun (issue 29, item 3): release's first example, a
 // command that releases its lease early and goes on, works: run releases
 // the lease at the command's request and stops supervising, the command

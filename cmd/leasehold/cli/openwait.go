@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -76,11 +76,11 @@ func (o *runOptions) openWaiting(ctx context.Context, e *env, watch []os.Signal,
 	}
 }
 
-// firstLine is msg's first line, at most 200 bytes of it.
+// firstLine is msg's first line, at most 400 bytes of it.
 func firstLine(msg string) string {
 	msg, _, _ = strings.Cut(msg, "\n")
-	if len(msg) > 200 {
-		msg = msg[:200] + "..."
+	if len(msg) > 400 {
+		msg = msg[:400] + "..."
 	}
 	return msg
 }

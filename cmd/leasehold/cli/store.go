@@ -1,10 +1,10 @@
 package cli
 
 import (
-	"net"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
