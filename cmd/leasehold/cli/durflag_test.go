@@ -24,6 +24,11 @@ func TestDurationFlagsTakeSeconds(t *testing.T) {
 			ttl = rec.TTL
 			break
 		}
+		select {
+		case r := <-done:
+			t.Fatalf("run --ttl 30 --grace 2.5 --connect-timeout 5: exit %d before taking the lease; stderr %q", r.code, r.stderr)
+		default:
+		}
 		if time.Now().After(end) {
 			t.Fatal("run --ttl 30 did not take the lease within 60 s")
 		}

@@ -67,28 +67,40 @@ permit is held. A NAME of more than 247 bytes leaves no room for the
 permit suffix: it can only be a plain lease.
 
 By default run waits for the lease as long as it takes. The flags mean
-what flock(1)'s do: -w/--wait SECONDS bounds the wait (2, 1.5; Go
-durations such as 90s or 10m work too), -w 0 and -n/--no-wait make one
-attempt, and when the lease was not acquired run exits 75, or the code
--E/--conflict-exit-code gives (-E 0: skip). -n (and -w 0) is quiet: it
-writes nothing to stderr when the lease is held, so that a cron job that
-skips mails nothing; --verbose says who holds it. While waiting it shows
-who holds the lease, since when and when it expires (with --permits: every
-holder of the N permits), on a status line updated in place when stderr
-is a terminal, else on one line, and a wait that runs out says so. Unlike
-flock, the default exit code when not acquired is 75, not 1. The first
-attempt (with -n, the only one) gives up after --connect-timeout (or the
-URL's connect_timeout=) without an answer from the store: exit 70.
+what flock(1)'s do: -w/--wait SECONDS bounds the wait (2, 1.5, 1e1, 0x10,
+as strtod(3) reads them for flock; Go durations such as 90s or 10m work
+too), -w 0 and -n/--no-wait make one attempt (-n with -w, in either
+order, too: -n wins, as in flock), and when the lease was not acquired
+run exits 75, or the code -E/--conflict-exit-code gives (-E 0: skip).
+flock's long names work too: --nonblock and --nb for -n, --timeout for
+-w. -n (and -w 0) is quiet: it writes nothing to stderr when the lease is
+held, so that a cron job that skips mails nothing; --verbose says who
+holds it. While waiting it shows who holds the lease, since when and when
+it expires (with --permits: every holder of the N permits) on a status
+line updated in place when stderr is a terminal; elsewhere it is as
+silent as flock -w (a cron job that had to wait mails nothing), and
+--verbose writes that line once. Failures are written anyway: a store
+that stops answering during the wait (once: "the store does not answer
+(since T: ERR); still trying", and that it answers again), a wait that
+runs out, a lost lease. Unlike flock, the default exit code when not
+acquired is 75, not 1. The first attempt (with -n, the only one) gives up
+after --connect-timeout (or the URL's connect_timeout=) without an answer
+from the store: exit 70. Every duration flag (--wait, --ttl, --grace,
+--connect-timeout) takes seconds (30, 1.5) or a duration (30s, 500ms).
 
 A wait of D counts from opening the store, which it bounds too, as it
 bounds the first attempt: a store that has not answered when D runs out
 (a stopped server, a PostgreSQL primary waiting for a synchronous standby
 that is down) ends it with exit 75, saying so, whatever --connect-timeout
-is. A store that cannot be opened during the wait (it refuses
-connections, or gives up after --connect-timeout, or fails otherwise with
-exit 70) is tried again, after 100ms doubling to 2s, until D runs out:
-exit 75, naming the last error (a bad store URL: 64 at once; -n: 70 at
-once). A wait shorter than 500ms still gives opening the store and the first
+is. A store that cannot be opened (it refuses connections, a lease
+server too, or gives up after --connect-timeout, or fails otherwise with
+exit 70) is tried again, after 100ms doubling to 2s, saying so once on
+stderr: with --wait D until D runs out, then exit 75 naming the last
+error; without --wait as long as it takes, as a store that fails during
+the wait is (a bad store URL: 64 at once; -n, -w 0: 70 at once). A
+lease server that does not answer a waiter's long-poll 5s after the
+wait it asked for (a stopped or hung server) is said not to answer too.
+A wait shorter than 500ms still gives opening the store and the first
 attempt 500ms, so that -w 1ns tries once, as -n does. --wait D returns at
 most 2s after D whatever the store does, and a signal ends a wait within
 2s (128+N): a store call still running then (a stopped or hung server) is
@@ -109,7 +121,8 @@ CMD runs with stdin, stdout and stderr inherited and these variables added:
                     NAME/permit/I (I from 0 to N-1)
   LEASEHOLD_SECRET  through a lease server: the grant's secret, the proof
                     of holding it that "leasehold release" needs there
-                    (set only when the server gives one; keep it private)
+                    when the server has auth on (set only when the
+                    server gives one; keep it private)
   LEASEHOLD_CONTROL the path of run's control socket (in a directory only
                     its user can enter): "leasehold release" in CMD
                     releases CMD's own lease through it, and run then
