@@ -47,7 +47,7 @@ out, are always said. The wait counts from opening the store (a wait
 under 500ms gives opening and the first attempt 500ms); a store that does
 not answer within it (also while opening; one that refuses connections
 or fails otherwise is tried again until it runs out, and without --wait
-as long as it takes), or Redis replicas that do not acknowledge the
+one that cannot be reached as long as it takes), or Redis replicas that do not acknowledge the
 grant within it, end it with 75; it returns at most 2s after its end
 whatever the store does (see "leasehold run --help"). --ttl takes seconds
 (30, 1.5) or a duration (30s).

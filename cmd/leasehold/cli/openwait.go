@@ -27,7 +27,10 @@ const (
 // saying so once on stderr (and that it answers again once it does):
 // with --wait D until D runs out, then the wait gives up (75, or -E's
 // code) naming the last error; without --wait as long as it takes, as
-// the wait for the lease itself. A usage error (64) ends it at once.
+// the wait for the lease itself, if it could not be reached (refused,
+// no route, no answer within --connect-timeout: exitError.unreachable),
+// while other failures (a wrong password, a missing table) end it with
+// 70. A usage error (64) ends it at once.
 // Red team: a store that refused connections ended -w 6 at once with 70,
 // and a stopped one ended -w 30 at the connect timeout; issue 29's red
 // team, #2: a lease server that refused connections ended run -w 3, and
@@ -50,7 +53,7 @@ func (o *runOptions) openWaiting(ctx context.Context, e *env, watch []os.Signal,
 			return nil, o.openGiveUpAfter(last)
 		}
 		var ee *exitError
-		if o.noWait || !errors.As(err, &ee) || ee.code != ExitInternal {
+		if o.noWait || !errors.As(err, &ee) || ee.code != ExitInternal || !o.boundedWait() && !ee.unreachable {
 			return nil, o.openGiveUp(err)
 		}
 		if last == nil {

@@ -96,8 +96,10 @@ is. A store that cannot be opened (it refuses connections, a lease
 server too, or gives up after --connect-timeout, or fails otherwise with
 exit 70) is tried again, after 100ms doubling to 2s, saying so once on
 stderr: with --wait D until D runs out, then exit 75 naming the last
-error; without --wait as long as it takes, as a store that fails during
-the wait is (a bad store URL: 64 at once; -n, -w 0: 70 at once). A
+error; without --wait, one that cannot be reached (refused, no route,
+no answer within --connect-timeout) as long as it takes, as a store that
+fails during the wait is, while other failures (a wrong password) exit
+70 (a bad store URL: 64 at once; -n, -w 0: 70 at once). A
 lease server that does not answer a waiter's long-poll 5s after the
 wait it asked for (a stopped or hung server) is said not to answer too.
 A wait shorter than 500ms still gives opening the store and the first

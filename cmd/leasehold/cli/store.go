@@ -127,10 +127,15 @@ func (e *env) openWith(ctx context.Context, url string, open func(context.Contex
 }
 
 // notReached reports whether err is a failure to connect: nothing was
-// sent (a refused connection, no route, an unknown host).
+// sent (a refused connection, no route, an unknown host). Some engines'
+// clients (Redis, PostgreSQL) put the dial's error into their own text.
 func notReached(err error) bool {
 	var oe *net.OpError
-	return errors.As(err, &oe) && oe.Op == "dial"
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "dial tcp") || strings.Contains(msg, "dial unix") || strings.Contains(msg, "dial error")
 }
 
 // connect runs f, which opens or initialises the store named by url, as
@@ -244,9 +249,13 @@ func (e *env) connect(ctx context.Context, url, what string, bound bool, watch [
 		if !strings.Contains(msg, "no answer within") {
 			msg = fmt.Sprintf("no answer within %s: %s", d, msg)
 		}
-		return nil, exitf(ExitInternal, "%s %s: %s (raise %s if it is only slow)", what, name, msg, source)
+		return nil, &exitError{code: ExitInternal, msg: fmt.Sprintf("%s %s: %s (raise %s if it is only slow)", what, name, msg, source), unreachable: true}
 	}
-	return nil, classify(err, "%s %s", what, name)
+	cerr := classify(err, "%s %s", what, name)
+	if ee, ok := cerr.(*exitError); ok && ee.code == ExitInternal && notReached(err) {
+		ee.unreachable = true
+	}
+	return nil, cerr
 }
 
 // attemptTimeout bounds run's first attempt to take the lease (with -n,
