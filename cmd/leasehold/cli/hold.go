@@ -35,7 +35,7 @@ renewal); with --json it prints one JSON object instead:
 ("lease" is the permit's own lease, NAME/permit/I, with --permits.)
 Through a lease server the object also has "secret": the grant's holder
 proof, which "leasehold release --secret" needs to release it from
-another process. Keep it private.
+another process when the server has auth on. Keep it private.
 
 Waiting works as for "run": by default hold waits as long as it takes,
 -w/--wait SECONDS bounds the wait (1.5, 1e1, or a duration such as 90s),
