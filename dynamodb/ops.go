@@ -257,7 +257,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, er
 func (s *Store) fail(ctx context.Context, err error) error {
 	var nf *types.ResourceNotFoundException
 	if errors.As(err, &nf) && ctx.Err() == nil {
-		return fmt.Errorf("%w: %q (create it with Init, CreateTable or \"leasehold store init\")", errNoTable, s.table)
+		return fmt.Errorf("%w: %q (create it with Init, CreateTable or \"leasehold store init\")", ErrNoTable, s.table)
 	}
 	return translate(ctx, err)
 }

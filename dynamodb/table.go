@@ -107,7 +107,7 @@ const (
 func createTable(ctx context.Context, client *ddb.Client, table string, ttl ttlMode, replicasOK bool) error {
 	created := false
 	err := checkTable(ctx, client, table, replicasOK)
-	if errors.Is(err, errNoTable) {
+	if errors.Is(err, ErrNoTable) {
 		_, err = client.CreateTable(ctx, &ddb.CreateTableInput{
 			TableName:   aws.String(table),
 			BillingMode: types.BillingModePayPerRequest,
@@ -136,18 +136,21 @@ func createTable(ctx context.Context, client *ddb.Client, table string, ttl ttlM
 	return nil
 }
 
-var errNoTable = errors.New("dynamodb: table does not exist")
+// ErrNoTable is matched (errors.Is) by the error of Open without table
+// creation (WithCreateTable(false), create=false) and of the operations
+// when the table does not exist.
+var ErrNoTable = errors.New("dynamodb: table does not exist")
 
 // checkTable waits until table is ACTIVE and checks its key schema, and,
 // unless replicasOK, that it is not replicated (checkReplicas). It returns
-// errNoTable (wrapped) when the table does not exist.
+// ErrNoTable (wrapped) when the table does not exist.
 func checkTable(ctx context.Context, client *ddb.Client, table string, replicasOK bool) error {
 	wait := 20 * time.Millisecond
 	for {
 		out, err := client.DescribeTable(ctx, &ddb.DescribeTableInput{TableName: aws.String(table)})
 		var nf *types.ResourceNotFoundException
 		if errors.As(err, &nf) {
-			return fmt.Errorf("%w: %q (create it with Init, CreateTable or \"leasehold store init\")", errNoTable, table)
+			return fmt.Errorf("%w: %q (create it with Init, CreateTable or \"leasehold store init\")", ErrNoTable, table)
 		}
 		if err != nil {
 			return translate(ctx, err)

@@ -81,6 +81,15 @@ func (s *Store) afterDeadlock(ctx context.Context, attempt int) error {
 // order (see "Lock order" above), and if key changed meanwhile, fn is
 // called again with it as it is now. A deadlock (which this order leaves
 // to writers outside leasehold) runs the whole call again, fn included.
+//
+// The transaction may sit idle (between its statements: while fn runs,
+// or while this process is paused, SIGSTOP, swapped out, a VM frozen) for
+// at most IdleBound(wait): past it PostgreSQL ends the session
+// (idle_in_transaction_session_timeout, transaction-local), rolling the
+// transaction back and letting its locks go, so that a paused process
+// does not stall every other writer of its keys for as long as the pause
+// lasts. The call then fails with the connection's error (nothing
+// applied).
 func (s *Store) LockedTxn(ctx context.Context, key string, wait time.Duration, fn func(cur leasehold.Versioned, exists bool) (leasehold.Txn, error)) (leasehold.TxnResult, error) {
 	if err := storekit.ValidateKey(key); err != nil {
 		return leasehold.TxnResult{}, err
@@ -91,8 +100,9 @@ func (s *Store) LockedTxn(ctx context.Context, key string, wait time.Duration, f
 	// lock_timeout counts whole milliseconds; round up, and at least 1ms
 	// (0 would mean no limit).
 	ms := max((wait+time.Millisecond-1)/time.Millisecond, 1)
+	idle := strconv.FormatInt(IdleBound(wait).Milliseconds(), 10)
 	for attempt := 1; ; attempt++ {
-		res, fnErr, err := s.lockedTxn(ctx, key, strconv.FormatInt(int64(ms), 10), fn)
+		res, fnErr, err := s.lockedTxn(ctx, key, strconv.FormatInt(int64(ms), 10), idle, fn)
 		var pe *pgconn.PgError
 		switch {
 		case err == nil:
@@ -115,23 +125,36 @@ func (s *Store) LockedTxn(ctx context.Context, key string, wait time.Duration, f
 	}
 }
 
+// IdleBound is how long a LockedTxn with lock wait `wait` may sit idle
+// in its transaction before PostgreSQL ends its session: half the wait, at
+// least 2s (a transaction's own pauses between statements are
+// milliseconds; the floor keeps a busy machine's scheduling hiccups from
+// ending it). Half the wait, so that a writer that started waiting for
+// the lock when its holder stopped still gets it within its own wait.
+func IdleBound(wait time.Duration) time.Duration {
+	return max(wait/2, 2*time.Second).Truncate(time.Millisecond)
+}
+
 // lockedSavepoint is set before LockedTxn's first lock: rolling back to it
 // lets every lock go.
 const lockedSavepoint = "leasehold_locked"
 
 // lockedTxn is one run of LockedTxn, in one transaction; ms is the
-// lock_timeout. fnErr is fn's error, when fn failed.
-func (s *Store) lockedTxn(ctx context.Context, key, ms string, fn func(cur leasehold.Versioned, exists bool) (leasehold.Txn, error)) (res leasehold.TxnResult, fnErr, err error) {
+// lock_timeout, idle the idle_in_transaction_session_timeout (both
+// milliseconds). fnErr is fn's error, when fn failed.
+func (s *Store) lockedTxn(ctx context.Context, key, ms, idle string, fn func(cur leasehold.Versioned, exists bool) (leasehold.Txn, error)) (res leasehold.TxnResult, fnErr, err error) {
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue("SELECT set_config('lock_timeout', $1::text, true)", ms)
+		b.Queue("SELECT set_config('idle_in_transaction_session_timeout', $1::text, true)", idle)
 		b.Queue("SAVEPOINT " + lockedSavepoint)
 		b.Queue(s.rq.lockOne, key)
 		br := tx.SendBatch(ctx, b)
 		_, e1 := br.Exec()
+		_, e0 := br.Exec()
 		_, e2 := br.Exec()
 		r, e3 := scanLocked(br.QueryRow())
-		if err := errors.Join(e1, e2, e3, br.Close()); err != nil {
+		if err := errors.Join(e1, e0, e2, e3, br.Close()); err != nil {
 			return err
 		}
 		held, top := map[string]bool{key: true}, key

@@ -88,6 +88,7 @@ type Store struct {
 type config struct {
 	table    string
 	migrate  bool
+	existing bool // OpenExisting: migrate is off, messages say why
 	window   time.Duration
 	holdback time.Duration
 }
@@ -105,7 +106,7 @@ func WithTable(name string) Option { return func(c *config) { c.table = name } }
 
 // WithoutMigrate makes Open and New leave the schema alone: they only check
 // that the table exists with the schema version this package writes, and
-// fail otherwise. Use it when the role the store runs as may not create
+// fail otherwise (a missing lease table: a *NoTableError). Use it when the role the store runs as may not create
 // tables; create the table once with Init (`leasehold store init`).
 func WithoutMigrate() Option { return func(c *config) { c.migrate = false } }
 
@@ -125,6 +126,19 @@ func WithoutMigrate() Option { return func(c *config) { c.migrate = false } }
 // connection attempt fails.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	return open(ctx, rawURL, opts, nil)
+}
+
+// OpenExisting is Open for a caller that must not change the database (a
+// status listing, a release: leasehold status, release and force-release):
+// migration is off whatever opts and the URL say (as with WithoutMigrate,
+// but a URL's migrate=true does not turn it on). Nothing is created or
+// changed: no table, queue table, records table or function; a lease table
+// of an older schema version is refused, not upgraded and not read. A
+// lease table that does not exist is a *NoTableError (matching
+// ErrNoTable). The leases of an existing table can be released as with
+// Open.
+func OpenExisting(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
+	return open(ctx, rawURL, opts, func(c *config) { c.migrate, c.existing = false, true })
 }
 
 // open is Open, with force applied after the URL's parameters.
@@ -199,7 +213,7 @@ func buildConfig(opts []Option) (config, error) {
 }
 
 func newStore(ctx context.Context, pool *pgxpool.Pool, cfg config) (*Store, error) {
-	t, err := prepareTable(ctx, pool, cfg.table, cfg.migrate)
+	t, err := prepareTable(ctx, pool, cfg.table, cfg.migrate, cfg.existing)
 	if err != nil {
 		return nil, err
 	}

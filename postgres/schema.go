@@ -126,7 +126,39 @@ type tableInfo struct {
 	created  bool
 	encoding string
 	queued   bool // has the queued column
+	existing bool // looked up for OpenExisting (messages only)
 }
+
+// upgradeHint ends the message about a lease table of an older schema
+// version, which an open without migration refuses.
+func (i tableInfo) upgradeHint() string {
+	if i.existing {
+		return "or by opening it for writing (Open; a leasehold run or hold); OpenExisting (leasehold status, release, force-release) never migrates, and refuses an older schema rather than read it"
+	}
+	return "or open without migrate=false"
+}
+
+// ErrNoTable is matched (errors.Is) by the error of an open without
+// migration (WithoutMigrate, migrate=false, OpenExisting) that finds no
+// lease table: a *NoTableError.
+var ErrNoTable = errors.New("postgres: the lease table does not exist")
+
+// NoTableError reports a lease table that does not exist, from an open
+// that does not create one. Nothing was created.
+type NoTableError struct {
+	Table    string // as named (table= or WithTable), schema-qualified if it was
+	existing bool   // from OpenExisting
+}
+
+func (e *NoTableError) Error() string {
+	if e.existing {
+		return fmt.Sprintf("postgres: table %s does not exist (nothing was created); create it with `leasehold store init` (postgres.Init), or a first run or hold (Open) creates it", e.Table)
+	}
+	return fmt.Sprintf("postgres: table %s does not exist; create it with `leasehold store init` (postgres.Init) or open without migrate=false", e.Table)
+}
+
+// Is makes a *NoTableError match ErrNoTable.
+func (e *NoTableError) Is(target error) bool { return target == ErrNoTable }
 
 // stale reports a lease table that migration upgrades in place: version 1,
 // or version 2 without the queued column.
@@ -167,16 +199,18 @@ var (
 // version, or one that is not leasehold's.
 func (i tableInfo) checkKind(t tableName, k tableKind) error {
 	switch {
+	case i.resolved.name == "" && k.prefix == versionPrefix:
+		return &NoTableError{Table: t.String(), existing: i.existing}
 	case i.resolved.name == "":
 		return fmt.Errorf("postgres: %s %s does not exist; create it with `leasehold store init` (postgres.Init) or open without migrate=false", k.label, t)
 	case k.prefix == versionPrefix && i.comment == versionPrefix+"2" && !i.queued:
-		return fmt.Errorf("postgres: %s %s has an early schema version 2 (no queued column); upgrade it with `leasehold store init` (postgres.Init), or open without migrate=false",
-			k.label, i.resolved)
+		return fmt.Errorf("postgres: %s %s has an early schema version 2 (no queued column); upgrade it with `leasehold store init` (postgres.Init), %s",
+			k.label, i.resolved, i.upgradeHint())
 	case i.comment == k.prefix+strconv.Itoa(k.version):
 		return nil
 	case k.prefix == versionPrefix && i.comment == versionPrefix+"1":
-		return fmt.Errorf("postgres: %s %s has schema version 1; this leasehold uses version %d: upgrade it with `leasehold store init` (postgres.Init), or open without migrate=false",
-			k.label, i.resolved, k.version)
+		return fmt.Errorf("postgres: %s %s has schema version 1; this leasehold uses version %d: upgrade it with `leasehold store init` (postgres.Init), %s",
+			k.label, i.resolved, k.version, i.upgradeHint())
 	case strings.HasPrefix(i.comment, k.prefix):
 		return fmt.Errorf("postgres: %s %s has schema version %s; this leasehold uses version %d",
 			k.label, i.resolved, strings.TrimPrefix(i.comment, k.prefix), k.version)
@@ -245,7 +279,7 @@ func migrateTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) e
 // table (records_schema.go). The fast path is two reads; creation runs in
 // a transaction under an advisory lock, so that concurrent openers do not
 // race, and needs the CREATE privilege.
-func prepareTable(ctx context.Context, pool *pgxpool.Pool, name string, migrate bool) (tableName, error) {
+func prepareTable(ctx context.Context, pool *pgxpool.Pool, name string, migrate, existing bool) (tableName, error) {
 	t, err := parseTable(name)
 	if err != nil {
 		return tableName{}, err
@@ -254,6 +288,7 @@ func prepareTable(ctx context.Context, pool *pgxpool.Pool, name string, migrate 
 	if err != nil {
 		return tableName{}, boundary(ctx, "look up table "+t.String(), err)
 	}
+	info.existing = existing
 	if info.resolved.name != "" && migrate && info.stale() && info.encoding == "UTF8" {
 		// A version 1 table, or an early version 2 one: upgrade it, under
 		// the migration lock (another opener may be doing the same; the
@@ -324,7 +359,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
 	if table == "" {
 		table = DefaultTable
 	}
-	t, err := prepareTable(ctx, pool, table, true)
+	t, err := prepareTable(ctx, pool, table, true, false)
 	if err != nil {
 		return err
 	}

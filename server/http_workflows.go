@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -137,9 +138,37 @@ func (h *httpAPI) workflowFail(q *httpReq, err error) {
 			err.Error()+"; retry with the same request_id", nil)
 	case errors.Is(err, leasehold.ErrTxnUnsupported), errors.Is(err, ErrRecordsUnsupported):
 		h.recordFail(q, err, 0)
+	case q.r.Method == http.MethodPost && outcomeUnknown(err):
+		// The transition (or create) may or may not have been applied:
+		// its lease was lost under it, or the store stopped answering.
+		// A request id applies at most once: repeating it says which.
+		q.w.Header().Set("Retry-After", "1")
+		h.problem(q, http.StatusServiceUnavailable, httpwire.OutcomeUnknown, "Outcome unknown",
+			err.Error()+"; the outcome is unknown: repeat the request with the same request_id (safe: applied at most once) to learn it", nil)
 	default:
 		h.fail(q, err)
 	}
+}
+
+// outcomeUnknown reports whether a workflow write's error leaves its
+// outcome unknown: a lease lost under the transition, or an error of the
+// store that is none of the answers h.fail knows (a lost connection, a
+// database shutting down, a failover). Not a closed server, a timeout
+// (504 timeout) or a cancelled request.
+func outcomeUnknown(err error) bool {
+	if errors.Is(err, leasehold.ErrLost) {
+		return true
+	}
+	var inv *leasehold.InvalidError
+	var held *leasehold.HeldError
+	var quota *QuotaError
+	switch {
+	case errors.Is(err, leasehold.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+		errors.As(err, &inv), errors.As(err, &held), errors.As(err, &quota), errors.Is(err, leasehold.ErrNotHeld),
+		errors.Is(err, leasehold.ErrNotFound), errors.Is(err, ErrBadProof), errors.Is(err, ErrNoSession):
+		return false
+	}
+	return true
 }
 
 // wrongState answers a wrong-state refusal: 409 with the instance's state

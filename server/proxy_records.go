@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/storekit"
@@ -84,4 +85,25 @@ func (p *Proxy) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult
 		return leasehold.TxnResult{}, err
 	}
 	return rs.Txn(ctx, txn)
+}
+
+// locksRecords reports whether the proxied store takes row locks
+// (leasehold.RecordLocker: PostgreSQL).
+func (p *Proxy) locksRecords() bool {
+	_, ok := p.store.(leasehold.RecordLocker)
+	return ok
+}
+
+// lockedTxn passes a LockedTxn to the store (locksRecords), after the
+// checks of the other record calls.
+func (p *Proxy) lockedTxn(ctx context.Context, key string, wait time.Duration, fn func(cur leasehold.Versioned, exists bool) (leasehold.Txn, error)) (leasehold.TxnResult, error) {
+	rs, err := p.records(storekit.ValidateKey(key))
+	if err != nil {
+		return leasehold.TxnResult{}, err
+	}
+	rl, ok := rs.(leasehold.RecordLocker)
+	if !ok {
+		return leasehold.TxnResult{}, ErrRecordsUnsupported
+	}
+	return rl.LockedTxn(ctx, key, wait, fn)
 }

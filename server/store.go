@@ -16,7 +16,13 @@ import (
 // the store.
 func StoreOf(b Backend) leasehold.Store {
 	if rs, ok := b.(leasehold.RecordStore); ok {
-		return backendRecordStore{backendStore{b}, rs}
+		brs := backendRecordStore{backendStore{b}, rs}
+		if p, ok := b.(*Proxy); ok && p.locksRecords() {
+			// A proxy in front of PostgreSQL: row locks (the
+			// workflows' Pessimistic strategy) are the store's.
+			return backendLockerStore{brs, p}
+		}
+		return brs
 	}
 	return backendStore{b}
 }
@@ -107,4 +113,17 @@ func (s backendRecordStore) AddCounter(ctx context.Context, key string, delta in
 
 func (s backendRecordStore) Txn(ctx context.Context, txn leasehold.Txn) (leasehold.TxnResult, error) {
 	return s.rs.Txn(ctx, txn)
+}
+
+// backendLockerStore is a backendRecordStore whose backend is a Proxy in
+// front of a store that takes row locks (leasehold.RecordLocker).
+type backendLockerStore struct {
+	backendRecordStore
+	p *Proxy
+}
+
+var _ leasehold.RecordLocker = backendLockerStore{}
+
+func (s backendLockerStore) LockedTxn(ctx context.Context, key string, wait time.Duration, fn func(cur leasehold.Versioned, exists bool) (leasehold.Txn, error)) (leasehold.TxnResult, error) {
+	return s.p.lockedTxn(ctx, key, wait, fn)
 }

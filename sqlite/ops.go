@@ -51,7 +51,7 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 		data = []byte{}
 	}
 	for attempt := 0; ; attempt++ {
-		if err := ctx.Err(); err != nil {
+		if err := s.writable(ctx); err != nil {
 			return leasehold.Record{}, err
 		}
 		var token, acquired int64
@@ -109,7 +109,7 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 // exec1 runs a conditional update that must change exactly one row, else
 // the caller does not hold the lease.
 func (s *Store) exec1(ctx context.Context, query string, args ...any) error {
-	if err := ctx.Err(); err != nil {
+	if err := s.writable(ctx); err != nil {
 		return err
 	}
 	s.writeMu.Lock()

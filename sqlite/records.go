@@ -61,7 +61,7 @@ func (r recRow) holds(expect uint64) bool {
 // recTx is one BEGIN IMMEDIATE transaction (the DSN's _txlock) around fn.
 // Errors from fn are returned as they are, after a rollback.
 func (s *Store) recTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	if err := ctx.Err(); err != nil {
+	if err := s.writable(ctx); err != nil {
 		return err
 	}
 	s.writeMu.Lock()
@@ -147,7 +147,9 @@ func (s *Store) GetRecord(ctx context.Context, key string) (leasehold.Versioned,
 	}
 	r := leasehold.Versioned{Key: key}
 	var version int64
-	err := s.db.QueryRowContext(ctx, getRecordSQL, key).Scan(&r.Value, &version)
+	err := s.readDB(func(db *sql.DB) error {
+		return db.QueryRowContext(ctx, getRecordSQL, key).Scan(&r.Value, &version)
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return leasehold.Versioned{}, leasehold.ErrNotFound
 	}

@@ -73,6 +73,8 @@ type Store struct {
 
 	writeMu sync.Mutex // one writer per process; other processes wait on SQLite's lock
 
+	ro *roFiles // OpenReadOnly's (readonly.go); nil when opened for writing
+
 	watch watchHub
 }
 
@@ -94,21 +96,16 @@ func WithBootID(id string) Option { return func(cfg *config) { cfg.bootID = id }
 
 // Open opens (creating if needed) the store file at path, and its parent
 // directory.
+//
+// Opening needs write access to the file and to its directory (SQLite
+// makes the -wal and -shm files beside it); without it Open fails with an
+// error that says so (see OpenReadOnly for a reader that has only read
+// access).
 func Open(path string, opts ...Option) (*Store, error) {
-	if path == "" {
-		return nil, &leasehold.InvalidError{Field: "path", Reason: "must not be empty"}
+	s, err := newStore(path, opts)
+	if err != nil {
+		return nil, err
 	}
-	if strings.ContainsAny(path, "?#\x00") {
-		return nil, &leasehold.InvalidError{Field: "path", Reason: fmt.Sprintf("%q must not contain '?', '#' or NUL", path)}
-	}
-	cfg := config{clock: clock.Real()}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.bootID == "" {
-		cfg.bootID = readBootID()
-	}
-	s := &Store{path: path, clock: cfg.clock, bootID: cfg.bootID}
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("sqlite: create directory: %w", err)
@@ -128,11 +125,32 @@ func Open(path string, opts ...Option) (*Store, error) {
 	db.SetConnMaxIdleTime(0)
 	if err := createSchema(db); err != nil {
 		db.Close()
+		if isReadOnly(err) {
+			return nil, noWriteError(path, "opening it to take or release leases", err)
+		}
 		return nil, fmt.Errorf("sqlite: create schema in %s: %w", path, err)
 	}
 	s.db = db
 	s.watch.init(s)
 	return s, nil
+}
+
+// newStore checks path and applies opts, for Open and OpenReadOnly.
+func newStore(path string, opts []Option) (*Store, error) {
+	if path == "" {
+		return nil, &leasehold.InvalidError{Field: "path", Reason: "must not be empty"}
+	}
+	if strings.ContainsAny(path, "?#\x00") {
+		return nil, &leasehold.InvalidError{Field: "path", Reason: fmt.Sprintf("%q must not contain '?', '#' or NUL", path)}
+	}
+	cfg := config{clock: clock.Real()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.bootID == "" {
+		cfg.bootID = readBootID()
+	}
+	return &Store{path: path, clock: cfg.clock, bootID: cfg.bootID}, nil
 }
 
 // createSchema applies the pragmas (on the first connection) and the
@@ -202,7 +220,11 @@ func (s *Store) Get(ctx context.Context, name string) (leasehold.Record, error) 
 	if err := storekit.ValidateName(name); err != nil {
 		return leasehold.Record{}, err
 	}
-	r, err := s.load(ctx, s.db, name)
+	var r *leasestate.Row
+	err := s.readDB(func(db *sql.DB) (err error) {
+		r, err = s.load(ctx, db, name)
+		return err
+	})
 	if err != nil {
 		return leasehold.Record{}, err
 	}
@@ -218,10 +240,19 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, er
 	if err := storekit.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
+	var out []leasehold.Record
+	err := s.readDB(func(db *sql.DB) (err error) {
+		out, err = s.list(ctx, db, prefix)
+		return err
+	})
+	return out, err
+}
+
+func (s *Store) list(ctx context.Context, db *sql.DB, prefix string) ([]leasehold.Record, error) {
 	now := s.now()
 	// Prefix match on bytes: names in [prefix, prefix+U+10FFFF...) is awkward
 	// in SQL, so filter in Go after a range scan that starts at prefix.
-	rows, err := s.db.QueryContext(ctx, `SELECT name, owner, token, data, ttl_ns, expires_ns, acquired_ns
+	rows, err := db.QueryContext(ctx, `SELECT name, owner, token, data, ttl_ns, expires_ns, acquired_ns
 		FROM leasehold_leases WHERE held = 1 AND boot_id = ? AND expires_ns > ? AND name >= ? ORDER BY name`,
 		s.bootID, now, prefix)
 	if err != nil {
@@ -250,6 +281,9 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, er
 // Close stops the store's watchers and closes the database.
 func (s *Store) Close() error {
 	s.watch.close()
+	if s.ro != nil {
+		s.ro.imm.Close()
+	}
 	return s.db.Close()
 }
 

@@ -39,6 +39,9 @@ func (s *Store) Watch(ctx context.Context, name string) (<-chan struct{}, error)
 	if err := storekit.ValidateName(name); err != nil {
 		return nil, err
 	}
+	if s.ro != nil {
+		return nil, &ReadOnlyError{Path: s.path}
+	}
 	h := &s.watch
 	h.mu.Lock()
 	defer h.mu.Unlock()

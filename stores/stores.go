@@ -84,6 +84,11 @@ func Schemes() []string {
 // has none. Open does not keep ctx: the store's later operations are
 // bounded by their own contexts.
 func Open(ctx context.Context, rawURL string) (leasehold.Store, error) {
+	return open(ctx, rawURL, nil)
+}
+
+// open is Open, with the opener of alt for a scheme alt has one for.
+func open(ctx context.Context, rawURL string, alt map[string]Opener) (leasehold.Store, error) {
 	if rawURL == "" {
 		rawURL = os.Getenv(EnvStore)
 	}
@@ -99,6 +104,9 @@ func Open(ctx context.Context, rawURL string) (leasehold.Store, error) {
 		return nil, err
 	}
 	o, ok := openers[scheme]
+	if a, has := alt[scheme]; has && ok {
+		o = a
+	}
 	if !ok {
 		return nil, &leasehold.InvalidError{Field: "store URL",
 			Reason: fmt.Sprintf("unknown scheme %q (known: %s)", scheme, strings.Join(Schemes(), ", "))}
@@ -113,24 +121,53 @@ func Open(ctx context.Context, rawURL string) (leasehold.Store, error) {
 	return st, redact.Error(timedOut(ctx, d, err), redact.Secrets(rawURL)...)
 }
 
-// NoStoreError is OpenExisting's error for a SQLite store whose file does
-// not exist. It matches fs.ErrNotExist.
+// NoStoreError is OpenExisting's error for a store that does not exist: a
+// SQLite store whose file does not exist, or a PostgreSQL or DynamoDB
+// store whose table does not exist. It matches fs.ErrNotExist.
 type NoStoreError struct {
-	Path string // the file that does not exist
+	Path string // the SQLite file that does not exist; "" for a table
+	// Engine ("PostgreSQL", "DynamoDB") and Table name a table that does
+	// not exist.
+	Engine, Table string
 }
 
 func (e *NoStoreError) Error() string {
+	if e.Table != "" {
+		return fmt.Sprintf("no %s store: table %s does not exist (nothing was created)", e.Engine, e.Table)
+	}
 	return fmt.Sprintf("no SQLite store at %s: the file does not exist (nothing was created)", e.Path)
 }
 
 // Is makes a *NoStoreError match fs.ErrNotExist.
 func (e *NoStoreError) Is(target error) bool { return target == fs.ErrNotExist }
 
+// existingOpeners open, for OpenExisting, the schemes whose Open would
+// create something (a table, functions) that is missing.
+var existingOpeners = map[string]Opener{}
+
+// RegisterExisting adds the opener OpenExisting uses for a URL scheme
+// instead of its Opener: one that creates and migrates nothing, and
+// returns a *NoStoreError for a store that does not exist. Registering a
+// scheme twice panics.
+func RegisterExisting(scheme string, o Opener) {
+	if _, dup := existingOpeners[scheme]; dup {
+		panic("stores: existing opener registered twice: " + scheme)
+	}
+	existingOpeners[scheme] = o
+}
+
 // OpenExisting is Open for what only reads a store or releases in it (a
-// status listing, a release): a SQLite store whose file does not exist,
-// named by a sqlite: URL or the default file, is not created (Open
-// creates the file and its directories); it returns a *NoStoreError
-// instead. Other schemes open as with Open.
+// status listing, a release): it creates nothing, and returns a
+// *NoStoreError for a store that does not exist. A SQLite store whose
+// file does not exist, named by a sqlite: URL or the default file, is not
+// created (Open creates the file and its directories); a PostgreSQL
+// store's lease table is neither created nor migrated (an older schema
+// version is refused; see postgres.OpenExisting), nor is a DynamoDB
+// table created. A SQLite file this process may not write is opened
+// read-only (sqlite.OpenReadOnly): it can be listed, and a release in it
+// fails with an error saying what access is missing. Other schemes (etcd,
+// Redis, the lease server, memory) have nothing to create and open as
+// with Open.
 func OpenExisting(ctx context.Context, rawURL string) (leasehold.Store, error) {
 	path, err := sqliteFile(rawURL)
 	if err != nil {
@@ -140,8 +177,11 @@ func OpenExisting(ctx context.Context, rawURL string) (leasehold.Store, error) {
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 			return nil, &NoStoreError{Path: path}
 		}
+		if !writable(path) {
+			return asStore(sqlite.OpenReadOnly(path))
+		}
 	}
-	return Open(ctx, rawURL)
+	return open(ctx, rawURL, existingOpeners)
 }
 
 // sqliteFile returns the file of the SQLite store that Open(rawURL) would

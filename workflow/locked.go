@@ -34,22 +34,28 @@ func (w *Workflows) precheck(ctx context.Context, c *command, s Strategy) (Resul
 }
 
 // pessimistic locks the instance's record for the transition, after its
-// turn among this process's transitions of the instance (waiting for it
-// counts against LockWait).
+// turn among this process's transitions of the instance: the turn and the
+// lock share one deadline, LockWait from the call's start.
 func (w *Workflows) pessimistic(ctx context.Context, c *command) (Result, error) {
 	if res, done, err := w.precheck(ctx, c, Pessimistic); done {
 		return res, err
 	}
-	return w.inTurn(ctx, c, func() (Result, error) { return w.lockedAttempts(ctx, c) })
+	deadline := time.Now().Add(w.cfg.LockWait)
+	return w.inTurn(ctx, c, deadline, "record lock", func() (Result, error) { return w.lockedAttempts(ctx, c, deadline) })
 }
 
 // lockedAttempts runs the transition in the instance's locked
 // transaction, again while a writer that does not lock changes the record
-// under it, at most MaxAttempts times.
-func (w *Workflows) lockedAttempts(ctx context.Context, c *command) (Result, error) {
+// under it, at most MaxAttempts times, waiting for the lock until
+// deadline.
+func (w *Workflows) lockedAttempts(ctx context.Context, c *command, deadline time.Time) (Result, error) {
 	for attempt := 1; attempt <= w.cfg.MaxAttempts; attempt++ {
 		var p *plan
-		_, err := w.locker.LockedTxn(ctx, w.instKey(c.id), w.cfg.LockWait, func(cur leasehold.Versioned, exists bool) (leasehold.Txn, error) {
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return Result{}, w.waitTimeout(c, "record lock", "")
+		}
+		_, err := w.locker.LockedTxn(ctx, w.instKey(c.id), wait, func(cur leasehold.Versioned, exists bool) (leasehold.Txn, error) {
 			if !exists {
 				return leasehold.Txn{}, fmt.Errorf("workflow %q instance %q: %w", w.def.Name, c.id, ErrNoInstance)
 			}
@@ -68,7 +74,7 @@ func (w *Workflows) lockedAttempts(ctx context.Context, c *command) (Result, err
 			return w.refusal(ctx, c, ref.rec, Pessimistic, attempt-1)
 		}
 		if errors.Is(err, leasehold.ErrLockTimeout) {
-			return Result{}, fmt.Errorf("workflow %q instance %q: %w (waited %s)", w.def.Name, c.id, err, w.cfg.LockWait)
+			return Result{}, w.waitTimeout(c, "record lock", "")
 		}
 		kind, _ := w.classify(c.id, err)
 		if res, done, err := w.outcome(ctx, c, p, kind, err, Pessimistic, attempt); done {
@@ -79,18 +85,42 @@ func (w *Workflows) lockedAttempts(ctx context.Context, c *command) (Result, err
 	return Result{}, &leasehold.RetriesExhaustedError{Key: w.instKey(c.id), Attempts: w.cfg.MaxAttempts}
 }
 
-// waitTurn takes c's turn on h (turns.go), waiting at most LockWait: past
-// it, an error matching leasehold.ErrLockTimeout; ctx's error if ctx ends
-// first.
-func (w *Workflows) waitTurn(ctx context.Context, h *hotInstance, c *command) (*turn, error) {
-	tctx, cancel := context.WithTimeout(ctx, w.cfg.LockWait)
+// waitTimeoutError is a transition's wait for its turn, row lock or lease
+// that passed LockWait (the whole call's: the turn and the lock or lease
+// share it). It matches leasehold.ErrLockTimeout.
+type waitTimeoutError struct {
+	what   string // "record lock", "lease \"...\""
+	waited time.Duration
+	where  string // "" or " behind this process's other transitions"
+}
+
+func (e *waitTimeoutError) Error() string {
+	return fmt.Sprintf("%s not granted in time (waited %s%s)", e.what, e.waited, e.where)
+}
+
+func (e *waitTimeoutError) Is(target error) bool { return target == leasehold.ErrLockTimeout }
+
+// waitTimeout is the error of c's wait for what (its turn among this
+// process's transitions if where says so) that passed LockWait.
+func (w *Workflows) waitTimeout(c *command, what, where string) error {
+	return fmt.Errorf("workflow %q instance %q: %w", w.def.Name, c.id, &waitTimeoutError{what: what, waited: w.cfg.LockWait, where: where})
+}
+
+// behindOthers says a wait timed out while waiting for a turn.
+const behindOthers = " behind this process's other transitions"
+
+// waitTurn takes c's turn on h (turns.go), waiting until deadline: past
+// it, an error matching leasehold.ErrLockTimeout that names what the
+// turn was to lead to; ctx's error if ctx ends first.
+func (w *Workflows) waitTurn(ctx context.Context, h *hotInstance, c *command, deadline time.Time, what string) (*turn, error) {
+	tctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	t, err := w.takeTurn(tctx, h, c)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("workflow %q instance %q: %w (waited %s behind this process's other transitions)", w.def.Name, c.id, leasehold.ErrLockTimeout, w.cfg.LockWait)
+		return nil, w.waitTimeout(c, what, behindOthers)
 	}
 	return t, nil
 }
@@ -99,17 +129,17 @@ func (w *Workflows) waitTurn(ctx context.Context, h *hotInstance, c *command) (*
 // retried on conflicts (with other processes: this process's callers of
 // the instance take turns, so they do not conflict with each other).
 func (w *Workflows) optimisticTurn(ctx context.Context, c *command) (Result, error) {
-	return w.inTurn(ctx, c, func() (Result, error) { return w.optimistic(ctx, c, Optimistic, 0, nil) })
+	return w.inTurn(ctx, c, time.Now().Add(w.cfg.LockWait), "turn", func() (Result, error) { return w.optimistic(ctx, c, Optimistic, 0, nil) })
 }
 
 // inTurn runs step in c's turn among this process's transitions of the
 // instance (waitTurn). The turn passes when step returns, or earlier when
 // a refusal starts (c.passTurn): a refusal needs no turn, and the
 // pessimistic one is answered after the row lock is let go.
-func (w *Workflows) inTurn(ctx context.Context, c *command, step func() (Result, error)) (res Result, err error) {
+func (w *Workflows) inTurn(ctx context.Context, c *command, deadline time.Time, what string, step func() (Result, error)) (res Result, err error) {
 	h := w.acquireHot(c.id)
 	defer w.releaseHot(h)
-	t, err := w.waitTurn(ctx, h, c)
+	t, err := w.waitTurn(ctx, h, c, deadline, what)
 	if err != nil {
 		return Result{}, err
 	}
@@ -135,10 +165,12 @@ func (w *Workflows) leased(ctx context.Context, c *command, s Strategy) (res Res
 	if res, done, err := w.precheck(ctx, c, s); done {
 		return res, err
 	}
+	name := w.leaseName(c.id)
+	what := fmt.Sprintf("lease %q", name)
 	t, err := w.takeTurn(actx, h, c)
 	if err != nil {
 		if ctx.Err() == nil {
-			return Result{}, fmt.Errorf("workflow %q instance %q: %w (waited %s behind this process's other transitions)", w.def.Name, c.id, leasehold.ErrLockTimeout, w.cfg.LockWait)
+			return Result{}, w.waitTimeout(c, what, behindOthers)
 		}
 		return Result{}, ctx.Err()
 	}
@@ -151,24 +183,23 @@ func (w *Workflows) leased(ctx context.Context, c *command, s Strategy) (res Res
 	c.passTurn = nil // refusals from here on are made under the lease: keep the turn until it is released
 	// The acquire's request id is the transition's: if this process asks
 	// again for the same request, a grant it never heard of is its own.
-	name := w.leaseName(c.id)
 	l, err := w.client.Acquire(actx, name, leasehold.TTL(w.cfg.LeaseTTL), leasehold.NoKeepalive(), leasehold.RequestID(c.requestID))
 	if err != nil {
-		if actx.Err() != nil {
-			// The call gave up (ctx or LockWait) while an attempt may
-			// have been granted: release such a grant now rather than
-			// leave the instance locked for the lease's TTL.
+		if actx.Err() != nil || !definiteRefusal(err) {
+			// The call gave up (ctx or LockWait), or failed in a way
+			// that does not say nothing was granted (a lost
+			// connection): an attempt may have been granted. Release
+			// such a grant now rather than leave the instance locked
+			// for the lease's TTL.
 			w.releaseUnheard(ctx, name, c.requestID)
 		}
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-			return Result{}, fmt.Errorf("workflow %q instance %q: lease %q: %w (waited %s)", w.def.Name, c.id, w.leaseName(c.id), leasehold.ErrLockTimeout, w.cfg.LockWait)
+			return Result{}, w.waitTimeout(c, what, "")
 		}
 		return Result{}, err
 	}
 	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_ = l.Release(rctx)
-		cancel()
+		w.releaseRetrying(ctx, func(rctx context.Context) error { return l.Release(rctx) })
 	}()
 	lctx, lcancel := l.Context(ctx)
 	defer lcancel()
@@ -179,20 +210,60 @@ func (w *Workflows) leased(ctx context.Context, c *command, s Strategy) (res Res
 	return res, err
 }
 
+// definiteRefusal reports whether an error of the store says for certain
+// that it granted nothing: an invalid argument, a closed store, a lease
+// held by someone else. Anything else (a lost connection, a server
+// shutting down) may have come after a grant was made.
+func definiteRefusal(err error) bool {
+	var held *leasehold.HeldError
+	return errors.Is(err, leasehold.ErrInvalid) || errors.Is(err, leasehold.ErrClosed) ||
+		errors.Is(err, leasehold.ErrHeld) || errors.As(err, &held) || errors.Is(err, leasehold.ErrNotHeld)
+}
+
 // releaseUnheard releases a grant of the lease name that an acquire with
 // requestID may have received without its reply reaching us (the caller's
-// context ended meanwhile). The store hands a grant back to the same owner
-// asking with the same request id, so a try-acquire with that id either
-// returns that grant (or a fresh one, the lease being free), which is
-// released at once, or finds the lease held by someone else, which is then
-// not ours. It runs on its own short deadline: the caller's has passed.
-// If the store cannot be reached, the grant expires after its TTL, or this
-// process gets it back when it asks again with the same request id.
+// context ended meanwhile, or the store's connection was lost). The store
+// hands a grant back to the same owner asking with the same request id, so
+// a try-acquire with that id either returns that grant (or a fresh one,
+// the lease being free), which is released at once, or finds the lease
+// held by someone else, which is then not ours.
 func (w *Workflows) releaseUnheard(ctx context.Context, name, requestID string) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(w.cfg.LockWait, 5*time.Second)+time.Second)
-	defer cancel()
-	l, err := w.client.TryAcquire(rctx, name, leasehold.TTL(w.cfg.LeaseTTL), leasehold.NoKeepalive(), leasehold.RequestID(requestID))
-	if err == nil {
-		_ = l.Release(rctx)
+	w.releaseRetrying(ctx, func(rctx context.Context) error {
+		l, err := w.client.TryAcquire(rctx, name, leasehold.TTL(w.cfg.LeaseTTL), leasehold.NoKeepalive(), leasehold.RequestID(requestID))
+		if err != nil {
+			return err
+		}
+		return l.Release(rctx)
+	})
+}
+
+// releaseBound bounds how long a release that cannot reach the store
+// (restarting, failing over) is tried again in the background.
+const releaseBound = 15 * time.Second
+
+// releaseRetrying lets a lease go: release once, on its own short deadline
+// (the caller's may have passed); if that fails in a way that does not
+// settle it (the store unreachable), again in the background, with
+// backoff, for at most releaseBound, so that a restart of the store does
+// not leave the instance locked for the lease's whole TTL. Past the bound,
+// the grant expires after its TTL.
+func (w *Workflows) releaseRetrying(ctx context.Context, release func(context.Context) error) {
+	try := func() bool {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(w.cfg.LockWait, 5*time.Second)+time.Second)
+		defer cancel()
+		err := release(rctx)
+		return err == nil || definiteRefusal(err) || errors.Is(err, leasehold.ErrReleased) || errors.Is(err, leasehold.ErrLost)
 	}
+	if try() {
+		return
+	}
+	go func() {
+		deadline := time.Now().Add(releaseBound)
+		for d := 50 * time.Millisecond; time.Now().Before(deadline); d = min(2*d, time.Second) {
+			time.Sleep(d)
+			if try() {
+				return
+			}
+		}
+	}()
 }

@@ -114,6 +114,45 @@ var completionCases = []struct {
 	{line: "leasehold hold --ttl ", not: []string{"afile"}},
 	{line: "leasehold sfn --format ", want: []string{"machine", "cleanup", "cloudformation", "terraform"}},
 	{line: "leasehold serve --auth-file af", want: []string{"afile"}, byShell: true},
+	// After "--" of run and elect: the command's name as the shell
+	// completes a command (lhcompxyzzy is a program in PATH, see
+	// completionTestDir), then its arguments by its own completion
+	// (alpha, bravo) or files. Before the "--": "--" itself.
+	{line: "leasehold run n1 -- lhcompxy", want: []string{"lhcompxyzzy"}, not: []string{"afile"}},
+	{line: "leasehold elect e1 -- lhcompxy", want: []string{"lhcompxyzzy"}},
+	{line: "leasehold run --ttl 3s n1 -w 5 -- lhcompxy", want: []string{"lhcompxyzzy"}},
+	{line: "leasehold --connect-timeout 5s run --ttl=3s n1 -- lhcompxy", want: []string{"lhcompxyzzy"}},
+	{line: "leasehold run -- -n1 -- lhcompxy", want: []string{"lhcompxyzzy"}},
+	{line: "leasehold run n1 -- lhcompxyzzy al", want: []string{"alpha"}, not: []string{"afile"}},
+	{line: "leasehold run n1 -- lhcompxyzzy -- lhcompxyzzy ", want: []string{"alpha", "bravo"}},
+	{line: "leasehold run n1 -- ls af", want: []string{"afile"}, byShell: true},
+	{line: "leasehold run n1 ", want: []string{"--"}, not: []string{"afile", "lhcompxyzzy"}},
+	{line: "leasehold elect e1 ", want: []string{"--"}, not: []string{"afile"}},
+	{line: "leasehold run -- -n1 ", want: []string{"--"}, not: []string{"afile"}},
+	{line: "leasehold hold h1 ", not: []string{"afile", "--"}},
+	{line: "leasehold status -- lhcompxy", not: []string{"lhcompxyzzy"}},
+}
+
+// completionTestDir makes the working directory of the completion tests
+// (with a file afile) and a directory of programs with lhcompxyzzy, a
+// program no system has, and returns both.
+func completionTestDir(t *testing.T) (dir, bindir string) {
+	t.Helper()
+	dir, bindir = t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "afile"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bindir, "lhcompxyzzy"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir, bindir
+}
+
+// completionPath is PATH for the shells of the completion tests: bindir
+// and bin's directory (the scripts complete the command named leasehold)
+// first.
+func completionPath(bindir string) string {
+	return bindir + string(os.PathListSeparator) + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH")
 }
 
 // bashCompletionLib is the bash-completion package's library, which the
@@ -121,8 +160,9 @@ var completionCases = []struct {
 const bashCompletionLib = "/usr/share/bash-completion/bash_completion"
 
 // TestCompletionBash completes lines in bash through the script, as the
-// shell does on Tab (COMP_WORDS, COMP_CWORD, then the script's function),
-// with the bash-completion package's library loaded.
+// shell does on Tab (COMP_WORDS, COMP_CWORD, then the function the script
+// registers for leasehold), with the bash-completion package's library
+// loaded. lhcompxyzzy completes alpha and bravo.
 func TestCompletionBash(t *testing.T) {
 	sh := tool(t, "bash")
 	if _, err := os.Stat(bashCompletionLib); err != nil {
@@ -132,10 +172,7 @@ func TestCompletionBash(t *testing.T) {
 		t.Skipf("bash-completion is not installed: %v", err)
 	}
 	script := completionScript(t, "bash")
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "afile"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, bindir := completionTestDir(t)
 	for _, c := range completionCases {
 		if c.byShell {
 			continue
@@ -152,19 +189,24 @@ func TestCompletionBash(t *testing.T) {
 			}
 			prog := `source "$2"
 source "$1"
+complete -W 'alpha bravo' lhcompxyzzy
 COMP_WORDS=(` + strings.Join(quoted, " ") + `)
 COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
 COMP_LINE="${COMP_WORDS[*]}"
 COMP_POINT=${#COMP_LINE}
-__start_leasehold
+spec=$(complete -p leasehold) && f=${spec#* -F } && f=${f%% *} || exit 1
+"$f" leasehold "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}" 2>/dev/null
 printf '%s\n' "${COMPREPLY[@]}"`
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, sh, "-c", prog, "bash", script, bashCompletionLib)
 			cmd.Dir = dir
-			out, err := cmd.CombinedOutput()
+			cmd.Env = append(os.Environ(), "PATH="+completionPath(bindir))
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
 			if err != nil {
-				t.Fatalf("%v\n%s", err, out)
+				t.Fatalf("%v\n%s%s", err, out, stderr.String())
 			}
 			checkOffered(t, strings.Fields(string(out)), c.want, c.not)
 		})
@@ -175,17 +217,15 @@ printf '%s\n' "${COMPREPLY[@]}"`
 func TestCompletionFish(t *testing.T) {
 	sh := tool(t, "fish")
 	script := completionScript(t, "fish")
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "afile"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, bindir := completionTestDir(t)
 	// The script completes the command named leasehold: bin, through PATH.
-	path := filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH")
+	path := completionPath(bindir)
 	for _, c := range completionCases {
 		t.Run(c.line, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, sh, "--no-config", "-c", `source $argv[1]; complete -C $argv[2]`, script, c.line)
+			cmd := exec.CommandContext(ctx, sh, "--no-config", "-c",
+				`source $argv[1]; complete -c lhcompxyzzy -f -a 'alpha bravo'; complete -C $argv[2]`, script, c.line)
 			cmd.Dir = dir
 			cmd.Env = append(os.Environ(), "PATH="+path, "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir)
 			out, err := cmd.CombinedOutput()

@@ -49,6 +49,7 @@ const (
 	NotAllowed     = "not-allowed"
 	Exists         = "exists"
 	Contended      = "contended"
+	OutcomeUnknown = "outcome-unknown"
 	RequestReused  = "request-reused"
 	WorkflowRecord = "workflow-record"
 )
@@ -58,7 +59,7 @@ var ProblemTypes = []string{
 	Held, NotHeld, NotFound, Invalid, BadProof, NoSession, Unauthorized, Forbidden, MisdirectedHost,
 	RateLimited, QuotaExceeded, TooLarge, UnsupportedMediaType, NoRoute, MethodNotAllowed, Unavailable, Timeout, Internal,
 	PreconditionFailed, PreconditionRequired, Conflict, RecordsUnsupported, TxnUnsupported,
-	WrongState, NotAllowed, Exists, Contended, RequestReused, WorkflowRecord,
+	WrongState, NotAllowed, Exists, Contended, OutcomeUnknown, RequestReused, WorkflowRecord,
 }
 
 // EncodeProblem is a problem document of type typ (without the prefix):

@@ -62,6 +62,15 @@ def _call_window(timeout: Optional[float]) -> Tuple[Optional[float], Optional[fl
     return end, end + ANSWER_GRACE - RETURN_MARGIN
 
 
+def refuse_dynamodb_options(**given: Any) -> None:
+    """The server's clients take the DynamoDB client's keywords (``Client(url, ...)``
+    is typed for both, whichever its URL makes): with a server's URL they are refused."""
+    for field, v in given.items():
+        if v is not None:
+            raise errors.InvalidError(field, "is an option of dynamodb:// URLs (the DynamoDB client), "
+                                             "not of a leasehold server's URL")
+
+
 _Self = TypeVar("_Self", bound="ClientBase")
 
 

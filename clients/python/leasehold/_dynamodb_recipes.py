@@ -8,7 +8,7 @@ import random
 import time
 from typing import Any, List, Optional, Protocol, Tuple
 
-from . import _permits, _validate, errors
+from . import _cancel, _permits, _validate, errors
 from ._core import DEFAULT_TTL, Data, ElectionBase, WaitCallback, _call_window, _random_id, _with_request_id
 from ._log import log
 from .lease import Lease, LeaseInfo, LostCallback
@@ -83,6 +83,9 @@ class DirectSemaphore:
         end, hard = _call_window(timeout)
         cap = 0.002
         while True:
+            if _cancel.cancelled():  # leasehold.aio: the await was cancelled, or the client closed
+                log.info("semaphore %r: acquire was cancelled: stopped polling", self.name)
+                raise _cancel.stop(f"semaphore {self.name!r} acquire")
             now = time.monotonic()
             try:
                 return self._pass(ttl, data, rid, keepalive, on_lost,
@@ -101,7 +104,7 @@ class DirectSemaphore:
                             raise _with_request_id(e, rid)
                         raise
                     pause = min(pause, left)
-            time.sleep(max(pause, 0.0))
+            _cancel.sleep(max(pause, 0.0))
 
 
 class DirectElection(ElectionBase):

@@ -36,7 +36,9 @@ def text(field: str, s: str, limit: int) -> None:
 def ttl(seconds: Union[int, float]) -> None:
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise errors.InvalidError("ttl", f"must be a number of seconds, not {type(seconds).__name__}")
-    if not math.isfinite(seconds) or not MIN_TTL <= seconds <= MAX_TTL:
+    if not math.isfinite(seconds):  # as the server's client says it (_core.ClientConfig._check_ttl)
+        raise errors.InvalidError("ttl", f"{seconds} is not a number of seconds")
+    if not MIN_TTL <= seconds <= MAX_TTL:
         raise errors.InvalidError("ttl", f"{seconds}s is outside the allowed range [10ms, 24h]")
 
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional
 from . import _permits, errors
 # ANSWER_GRACE and RETURN_MARGIN stay importable from here, where they were defined.
 from ._core import (ANSWER_GRACE, DEFAULT_TTL, MIN_REQUEST, RETURN_MARGIN, ClientBase, Data, ElectionBase,
-                    WaitCallback, _call_window, _random_id, _with_request_id)
+                    WaitCallback, _call_window, _random_id, _with_request_id, refuse_dynamodb_options)
 from ._http import Transport, name_path
 from ._log import log
 from .lease import Lease, LeaseInfo, LostCallback
@@ -67,7 +67,10 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
 
     ``Client("dynamodb://TABLE?region=...&endpoint=...")`` returns a
     ``DynamoDBClient`` instead: leases directly on the DynamoDB store's
-    table (see ``leasehold.dynamodb``; it needs boto3).
+    table (see ``leasehold.dynamodb``; it needs boto3). Its keywords,
+    ``boto_client``, ``session``, ``region_name``, ``endpoint_url`` and
+    ``config``, are typed here too; with a server's URL they raise
+    ``InvalidError``.
 
     Safe for use from several threads; make one per owner identity.
     """
@@ -91,7 +94,13 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
 
     def __init__(self, url: str, token: Optional[str] = None, *, owner: Optional[str] = None,
                  timeout: float = 10.0, rho: float = 0.01, eps: float = 0.005,
-                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 boto_client: Any = None, session: Any = None, region_name: Optional[str] = None,
+                 endpoint_url: Optional[str] = None, config: Any = None) -> None:
+        # The DynamoDB client's keywords, typed here too: Client("dynamodb://...", session=...)
+        # makes a DynamoDBClient (__new__), and a type checker reads this signature.
+        refuse_dynamodb_options(boto_client=boto_client, session=session, region_name=region_name,
+                                endpoint_url=endpoint_url, config=config)
         if token is None:
             token = os.environ.get("LEASEHOLD_AUTH_TOKEN") or None
         self._init_common(owner, timeout, rho, eps)

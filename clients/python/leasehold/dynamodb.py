@@ -35,7 +35,7 @@ import time
 import urllib.parse
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import _validate, errors
+from . import _cancel, _validate, errors
 from ._core import (DEFAULT_TTL, MIN_REQUEST, ClientBase, Data, WaitCallback, _call_window, _random_id,
                     _with_request_id)
 from ._dynamodb_recipes import DirectElection, DirectSemaphore
@@ -389,7 +389,9 @@ class DynamoDBClient(ClientBase):
                     pause = (r.exp_ms + self._skew_ms + 1 - now) / 1000
                     if time.monotonic() + pause + MIN_REQUEST > end:
                         raise r.held_error(now)  # no time to wait it out: held, for this call
-                    time.sleep(pause)
+                    _cancel.sleep(pause)
+                    if _cancel.cancelled():
+                        raise r.held_error(_now_ms())  # the caller's loop stops
                     continue
             if rounds >= MAX_ACQUIRE_ROUNDS:
                 raise errors.UnreachableError(f"dynamodb: lease {name!r} changed under {rounds + 1} acquire attempts in a row; try again")
@@ -484,6 +486,11 @@ class DynamoDBClient(ClientBase):
         last: Optional[errors.LeaseholdError] = None
         started = time.monotonic()
         while True:
+            if _cancel.cancelled():  # leasehold.aio: the await was cancelled, or the client closed
+                log.info("acquire %r was cancelled: stopped polling after %d attempts", name, attempt)
+                if unknown:  # a grant may exist: the same request id gets it back
+                    self._reclaim_grant(name, rid, ttl_ms, time.monotonic() + self.timeout)
+                raise _cancel.stop(f"acquire {name!r}")
             now = time.monotonic()
             try:
                 lease = self._try(name, rid, ttl_ms, raw, keepalive, on_lost,
@@ -516,7 +523,7 @@ class DynamoDBClient(ClientBase):
                         raise _with_request_id(last, rid)
                     raise last
                 pause = min(pause, left)
-            time.sleep(max(pause, 0.0))
+            _cancel.sleep(max(pause, 0.0))
 
     def lease(self, name: str, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *,
               data: Data = None, request_id: Optional[str] = None, keepalive: bool = True,

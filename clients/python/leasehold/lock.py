@@ -76,9 +76,12 @@ class Lock:
       holds nothing, ``LostError`` if the hold was lost meanwhile.
     - ``locked()``: whether anyone holds the name (asks the store);
       ``owned()``: whether this Lock holds it now (its local deadline, no request).
-    - ``extend(ttl=None)``: renews now, restarting the TTL (the lock's, or
-      ``ttl`` from now on); it does not add to what is left. Renewal is
-      automatic anyway (a keepalive thread at about ttl/3), so this is rarely needed.
+    - ``extend(ttl=None)``: renews the current hold now, restarting its TTL
+      (the hold's, or ``ttl`` from now on, also for its later renewals); it
+      does not add to what is left. As redis-py's and python-redis-lock's
+      ``extend``, it changes this hold only: the next ``acquire`` is granted
+      for the lock's ``ttl``. Renewal is automatic anyway (a keepalive
+      thread at about ttl/3), so this is rarely needed.
     - ``with lock:`` acquires (raising ``HeldError`` when ``blocking_timeout``
       runs out), and releases at the end; if the hold was lost inside the
       block and the block raised nothing, leaving it raises ``LostError``:
@@ -199,14 +202,14 @@ class Lock:
         return lease is not None and lease.held
 
     def extend(self, ttl: Optional[float] = None) -> bool:
-        """Renew now (for ``ttl`` seconds from now on, default the lock's); returns True
-        (never False: a failure raises, ``LostError`` when the hold is gone)."""
+        """Renew the current hold now (for ``ttl`` seconds from now on, default the hold's
+        TTL); returns True (never False: a failure raises, ``LostError`` when the hold is
+        gone). ``ttl`` stays the hold's for its renewals; the lock's ``ttl``, what the
+        next ``acquire`` asks for, is unchanged."""
         lease = self._lease
         if lease is None:
             raise errors.NotHeldError(f"lock {self.name!r}: this Lock holds nothing to extend")
         lease.renew(ttl)
-        if ttl is not None:
-            self.ttl = ttl
         return True
 
     def check(self) -> None:

@@ -125,6 +125,30 @@ class DynamoDBLeaseTest(unittest.TestCase):
         with self.assertRaises(Invalid):
             self.a.semaphore(base, 0)
 
+    def test_ttls_that_are_not_numbers(self) -> None:
+        # Red team of 2026-12-04, item 13b: "invalid ttl: nans is outside the allowed range [10ms, 24h]".
+        import asyncio
+        import math
+
+        import leasehold.aio
+        name = uniq("nan")
+        a = leasehold.aio.Client(URL, owner="py-nan")
+
+        async def aio_try(ttl: float) -> None:
+            await a.try_acquire(name, ttl=ttl)
+        for bad, shown in [(math.nan, "nan"), (math.inf, "inf"), (-math.inf, "-inf"), (1e400, "inf")]:
+            for how, call in (("try_acquire", lambda: self.a.try_acquire(name, ttl=bad)),
+                              ("acquire", lambda: self.a.acquire(name, ttl=bad, timeout=1)),
+                              ("semaphore", lambda: self.a.semaphore(name, 2).try_acquire(ttl=bad)),
+                              ("aio", lambda: asyncio.run(aio_try(bad)))):
+                with self.subTest(ttl=bad, call=how):
+                    with self.assertRaises(Invalid) as cm:
+                        call()
+                    self.assertEqual(str(cm.exception), f"invalid ttl: {shown} is not a number of seconds")
+        asyncio.run(a.close())
+        with self.assertRaises(NotFound):
+            self.a.get(name)
+
     def test_a_released_or_lost_lease_is_not_entered_again(self) -> None:
         name = uniq("reuse")
         lease = self.a.lease(name, ttl=5)

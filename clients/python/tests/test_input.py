@@ -33,6 +33,27 @@ class InputTypesTest(unittest.TestCase):
                     self.c.try_acquire("job", ttl=bad)
                 self.assertEqual(cm.exception.field, "ttl")
 
+    def test_ttls_that_are_not_numbers_both_clients_say_so(self) -> None:
+        # Red team of 2026-12-04, item 13b: DynamoDB said "nans is outside the allowed range [10ms, 24h]".
+        # (DynamoDB's client: test_dynamodb.py, test_ttls_that_are_not_numbers.)
+        for bad, shown in [(math.nan, "nan"), (math.inf, "inf"), (-math.inf, "-inf"), (1e400, "inf")]:
+            with self.subTest(ttl=bad):
+                with self.assertRaises(Invalid) as cm:
+                    self.c.try_acquire("job", ttl=bad)
+                self.assertEqual(str(cm.exception), f"invalid ttl: {shown} is not a number of seconds")
+
+    def test_dynamodb_keywords_with_a_server_url(self) -> None:
+        # Client(url, session=..., ...) is typed for both clients (red team of 2026-12-04,
+        # item 6); a server's client refuses them, naming the keyword, before any request.
+        import leasehold.aio
+        for field in ("boto_client", "session", "region_name", "endpoint_url", "config"):
+            for make in (leasehold.Client, leasehold.aio.Client):
+                with self.subTest(field=field, client=make.__module__):
+                    with self.assertRaises(Invalid) as cm:
+                        make("http://127.0.0.1:9", **{field: "x"})  # type: ignore[arg-type]
+                    self.assertEqual(cm.exception.field, field)
+                    self.assertIn("dynamodb://", str(cm.exception))
+
     def test_scheme_case(self) -> None:
         c = leasehold.Client("HTTP://127.0.0.1:9", owner="input-test")
         c.close()

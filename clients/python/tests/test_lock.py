@@ -102,8 +102,27 @@ class LockCases:  # the methods of unittest.TestCase come with the subclasses
         self.assertIs(lock.extend(), True)
         self.assertIs(lock.extend(ttl=40), True)
         self.assertEqual(self.b.get(name).ttl, 40)
-        self.assertEqual(lock.ttl, 40)
+        self.assertEqual(lock.lease.ttl, 40)  # type: ignore[union-attr]  # this hold's renewals: 40 s
         self.assertGreater(lock.lease.deadline - time.monotonic(), 30)  # type: ignore[union-attr]
+        lock.release()
+
+    def test_extend_changes_the_current_hold_only(self) -> None:
+        # Red team of 2026-12-04, item 8: after extend(60), every later grant of the
+        # lock had a TTL of 60 s (lock.ttl became 60). As redis-py's and
+        # python-redis-lock's extend, it changes the hold it extends, not the lock.
+        name = uniq("extend-once")
+        lock = self.a.lock(name, ttl=5)
+        self.assertTrue(lock.acquire())
+        lock.extend(60)
+        self.assertEqual(self.b.get(name).ttl, 60)
+        self.assertEqual(lock.ttl, 5)
+        lock.release()
+        self.assertTrue(lock.acquire())
+        self.assertEqual(self.b.get(name).ttl, 5)  # the second grant: the lock's TTL
+        self.assertEqual((lock.ttl, lock.lease.ttl), (5, 5))  # type: ignore[union-attr]
+        self.assertIn("ttl=5 ", repr(lock))
+        lock.extend()  # the hold's TTL, the lock's here
+        self.assertEqual(self.b.get(name).ttl, 5)
         lock.release()
 
 

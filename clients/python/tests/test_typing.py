@@ -35,6 +35,21 @@ async def f() -> None:
 '''
 
 
+
+def readme_dynamodb_example() -> str:
+    """The README's example of boto3's names as keywords ("A lease on DynamoDB, no
+    server"), as a user's module: mypy --strict must accept it as it runs (issue 29
+    red team of 2026-12-04, item 6: session=, region_name=, endpoint_url= and config=
+    were each an "Unexpected keyword argument" of Client)."""
+    with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
+        blocks = f.read().split("```python\n")[1:]
+    found = [b.split("```")[0] for b in blocks if "session=boto3.session.Session(" in b.split("```")[0]]
+    assert len(found) == 1, f"README.md: want one example with session=boto3.session.Session(, found {len(found)}"
+    return "import leasehold.aio\nfrom leasehold import Client\n" + found[0] + \
+        'a = leasehold.aio.Client("dynamodb://leasehold", region_name="us-east-1", endpoint_url="http://127.0.0.1:8000")\n' + \
+        'b = leasehold.aio.Client("dynamodb://leasehold", session=boto3.session.Session(), config=botocore.config.Config())\n'
+
+
 class MypyTest(unittest.TestCase):
     def mypy(self, *args: str) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
         try:
@@ -51,10 +66,14 @@ class MypyTest(unittest.TestCase):
             bad = os.path.join(tmp, "uses_leasehold.py")
             with open(bad, "w", encoding="utf-8") as f:
                 f.write(BAD)
-            r = self.mypy("leasehold", bad)
+            good = os.path.join(tmp, "readme_dynamodb.py")
+            with open(good, "w", encoding="utf-8") as f:
+                f.write(readme_dynamodb_example())
+            r = self.mypy("leasehold", bad, good)
         out = r.stdout + r.stderr
         pkg = [line for line in out.splitlines() if line.startswith("leasehold") and ": error:" in line]
         self.assertEqual(pkg, [], out)  # the package itself: no errors
+        self.assertEqual([x for x in out.splitlines() if "readme_dynamodb.py" in x], [], out)  # nor the README's example
         for line, what in ((6, '"tiemout"'), (8, '"timeout"'), (9, '"DynamoDBClient"'), (10, '"bool"'),
                            (15, '"on_lots"')):
             with self.subTest(line=line):

@@ -122,6 +122,10 @@ type env struct {
 	openExisting func(ctx context.Context, url string) (leasehold.Store, error)
 	// connectTimeout is --connect-timeout (store.go, openStore).
 	connectTimeout connectTimeout
+	// completing is what "leasehold __complete" (the completion scripts)
+	// got: the words after "leasehold", the last one the word to
+	// complete (completion.go, completeArgs).
+	completing []string
 	// clock is the time of the leases of run, elect and hold and of the
 	// watchdog of run's command (its grace window, its kill time); nil is
 	// the real clock. The keeper of the command's group always enforces
@@ -145,6 +149,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func (e *env) main(ctx context.Context, args []string) int {
+	if len(args) > 1 && (args[0] == cobra.ShellCompRequestCmd || args[0] == cobra.ShellCompNoDescRequestCmd) {
+		e.completing = args[1:]
+	}
 	root := newRoot(e)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
@@ -230,8 +237,8 @@ or the URL's connect_timeout=5s; Ctrl-C or SIGTERM ends the wait (130/143).`,
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(newRunCmd(e), newElectCmd(e), newStatusCmd(e), newStoreCmd(e), newSfnCmd(e), newDemoCmd(e), newVersionCmd(e), newServeCmd(e),
 		newHoldCmd(e), newReleaseCmd(e), newForceReleaseCmd(e))
-	root.AddCommand(newCompletionCmd(e))
-	setCompletions(root)
+	root.AddCommand(newCompletionCmd(e), newCommandStartCmd(e))
+	setCompletions(root, e)
 	return root
 }
 

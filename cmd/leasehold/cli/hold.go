@@ -22,8 +22,16 @@ frees the lease at once rather than leaving it held for its TTL. A signal
 ignored when hold starts stays ignored: under nohup, hold keeps the lease
 when the terminal closes.
 It is "leasehold run" without a command, for a shell: hold a lease in one
-terminal while you work in another, or hold it from a script that
-releases it later with "leasehold release".
+terminal while you work in another, or hold it in the background of a
+script that ends it with "kill PID" (SIGTERM: hold releases the lease and
+exits 0; see the examples).
+
+A release from another process ("leasehold release" with hold's owner and
+token, or "leasehold force-release") frees the lease too, but hold learns
+of it only at its next renewal, which the store refuses: hold then says
+"lost" and exits 76, as for any loss. The store does not tell a lease
+released from outside from one that expired and was freed, and hold does
+not guess.
 
 Once the lease is held, hold prints one line to stdout with the lease's
 name, owner, fencing token and deadline (the deadline moves on with every
@@ -60,7 +68,8 @@ Exit codes:
            --wait timed out, also with the store not answering or Redis
            replicas not acknowledging the grant within it
            (-E/--conflict-exit-code sets another code)
-  76       lease lost: a renewal was refused or not confirmed in time
+  76       lease lost: a renewal was refused (also after a release from
+           another process) or not confirmed in time
   78       NAME is in use otherwise: a semaphore with another --permits
            count, or a semaphore and a plain lease (nothing is held)
   128+N    a signal N (SIGINT, SIGTERM, SIGHUP) ended the opening of
@@ -69,9 +78,16 @@ Exit codes:
 const holdExample = `  # Hold deploy/prod until Ctrl-C.
   leasehold hold deploy/prod
 
-  # From a script: hold in the background, read the grant, release later.
+  # From a script: hold in the background, read the grant, then end the
+  # hold with SIGTERM: it releases the lease and exits 0.
   leasehold hold --json --owner "$(hostname)/deploy" deploy/prod > grant.json &
+  hold=$!
+  until [ -s grant.json ]; do kill -0 "$hold" || exit 1; sleep 0.1; done   # held
   ...
+  kill "$hold"; wait "$hold"
+
+  # Releasing from another process frees the lease as well, but the hold,
+  # if it still runs, then exits 76 ("lost") at its next renewal.
   leasehold release deploy/prod --owner "$(hostname)/deploy" --token "$(jq .token grant.json)" \
       --secret "$(jq -r '.secret // ""' grant.json)"`
 

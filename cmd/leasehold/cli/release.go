@@ -44,8 +44,13 @@ that grant (the lease server: at least 10 minutes).
 The holder, if it is a "hold" or "run", learns of the release at its next
 renewal and exits 76 (for "run", after stopping its command).
 
-Release (and force-release) never creates a store: a SQLite file named by
---store or $LEASEHOLD_STORE that does not exist is a usage error.
+Release (and force-release) never creates or migrates a store: a SQLite
+file named by --store or $LEASEHOLD_STORE that does not exist, or a
+PostgreSQL or DynamoDB table that does not exist, is a usage error naming
+it (nothing is created); a PostgreSQL table of an older schema version is
+refused (exit 70). Releasing in a SQLite file this user may not write
+fails (exit 70) saying that it needs write access to the file and its
+directory.
 
 Exit codes:
   0   released
@@ -70,7 +75,9 @@ this is the server's force-release (it needs admin access when the server
 has auth on). On a store used directly (sqlite, memory, postgres, redis,
 dynamodb, etcd) it releases the holder's grant by its owner and token as
 read just before: if the lease changed hands in between, nothing is
-released and it says so.
+released and it says so. Like release, it never creates or migrates a
+store: a SQLite file, PostgreSQL table or DynamoDB table that does not
+exist is a usage error naming it (nothing is created).
 
 Exit codes:
   0   released

@@ -171,7 +171,7 @@ func newServeCmd(e *env) *cobra.Command {
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug (one line per request), info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.BoolVar(&o.dashboard, "dashboard", true, "serve the dashboard at /dashboard/")
-	f.StringVar(&o.workflows, "workflows", "", "JSON file of workflow definitions served at /v1/workflows/ (see docs/workflows.md)")
+	f.StringVar(&o.workflows, "workflows", "", "JSON file of workflow definitions served at /v1/workflows/ (see docs/workflows.md; strategy pessimistic takes row locks only with --store postgres://, elsewhere it is served as lease, with a warning)")
 	durationFlag(f, &o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for in-flight requests")
 	f.StringSliceVar(&o.allowedHosts, "allowed-hosts", nil, "with auth off, HTTP Host names served besides localhost, loopback addresses and the server's own address (comma-separated; \"*\": any); others get 421 (DNS rebinding)")
 	durationFlag(f, &o.bodyTimeout, "body-timeout", server.DefaultBodyTimeout, "longest time to receive an HTTP request body, from its headers to its last byte")
@@ -347,6 +347,10 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		if flows, err = loadWorkflows(o.workflows, backend, reg); err != nil {
 			backend.Close()
 			return usagef("serve: --workflows: %v", err)
+		}
+		for _, name := range leaseInsteadOfPessimistic(flows) {
+			log.Warn("--workflows: strategy pessimistic served as lease: this backend takes no row locks (only a --store postgres:// does); a server killed mid-transition leaves the instance locked for its lease_ttl (10s by default)",
+				"workflow", name)
 		}
 	}
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -77,4 +78,18 @@ func loadWorkflows(path string, b server.Backend, reg prometheus.Registerer) (ma
 		out[d.Name] = w
 	}
 	return out, nil
+}
+
+// leaseInsteadOfPessimistic names the definitions (sorted) whose strategy
+// is pessimistic but which are served as a lease: the backend takes no
+// row locks (the in-process engine; a --store other than PostgreSQL).
+func leaseInsteadOfPessimistic(flows map[string]*workflow.Workflows) []string {
+	var out []string
+	for name, w := range flows {
+		if w.Strategy() == workflow.Pessimistic && w.Serves() != workflow.Pessimistic {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -37,9 +37,13 @@ With --json it prints a JSON array (empty: []) of objects with the fields
 name, owner, token, acquired (RFC 3339, nanoseconds), remaining_ms, ttl_ms
 and data.
 
-Status never creates a store: a SQLite file named by --store or
-$LEASEHOLD_STORE that does not exist is a usage error (exit 64), and the
-default file, before any run or hold made it, lists no leases.
+Status never creates or migrates a store: a SQLite file named by --store
+or $LEASEHOLD_STORE that does not exist, or a PostgreSQL or DynamoDB table
+that does not exist, is a usage error naming it (exit 64; nothing is
+created), and the default file, before any run or hold made it, lists no
+leases. A PostgreSQL table of an older schema version is refused (exit 70)
+until a run, hold or "store init" upgrades it. A SQLite file this user may
+read but not write (made by another user) is read read-only.
 
 Exit codes: 0 success, 64 usage error, 70 store error.`
 

@@ -10,7 +10,7 @@ from typing import Any, Awaitable, Callable, Dict, Generator, List, Optional
 
 from .. import _permits, errors
 from .._core import (DEFAULT_TTL, MIN_REQUEST, ClientConfig, Data, WaitCallback, _call_window, _random_id,
-                     _with_request_id)
+                     _with_request_id, refuse_dynamodb_options)
 from .._http import name_path
 from ._permits import verify_permit
 from .._log import log
@@ -52,7 +52,9 @@ class LeaseContext:
 class Client(ClientConfig):
     """``leasehold.Client`` for asyncio: the same constructor and methods, each a
     coroutine (``await client.acquire(...)``), over the standard library's asyncio
-    streams. ``Client("dynamodb://...")`` returns ``leasehold.aio.DynamoDBClient``.
+    streams. ``Client("dynamodb://...")`` returns ``leasehold.aio.DynamoDBClient``
+    (its keywords, ``boto_client``, ``session``, ``region_name``, ``endpoint_url``
+    and ``config``, are typed here too; with a server's URL they raise ``InvalidError``).
 
     A call cancelled while it waits gives its place up: a grant that raced with
     the cancellation is released by a task of its own (the same request id gets
@@ -68,7 +70,13 @@ class Client(ClientConfig):
 
     def __init__(self, url: str, token: Optional[str] = None, *, owner: Optional[str] = None,
                  timeout: float = 10.0, rho: float = 0.01, eps: float = 0.005,
-                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 boto_client: Any = None, session: Any = None, region_name: Optional[str] = None,
+                 endpoint_url: Optional[str] = None, config: Any = None) -> None:
+        # The DynamoDB client's keywords, typed here too: Client("dynamodb://...", session=...)
+        # makes a DynamoDBClient (__new__), and a type checker reads this signature.
+        refuse_dynamodb_options(boto_client=boto_client, session=session, region_name=region_name,
+                                endpoint_url=endpoint_url, config=config)
         import os
         if token is None:
             token = os.environ.get("LEASEHOLD_AUTH_TOKEN") or None

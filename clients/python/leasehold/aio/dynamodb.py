@@ -2,17 +2,21 @@
 standard library (aiobotocore is a separate package): each DynamoDB call of
 ``leasehold.DynamoDBClient`` runs in a worker thread of this client's own pool,
 and the Lease it grants is then kept by the event loop (renewals are calls in
-the pool too). A call cancelled while its thread runs cannot stop the thread:
-a grant it makes after the cancellation is released as soon as it arrives."""
+the pool too). A thread cannot be interrupted: a cancelled acquire (its
+await cancelled, or the client closed) tells its thread to stop polling,
+which it does between attempts (at most one DynamoDB request later), and
+a grant that thread still gets after the cancellation is released as soon
+as it arrives."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import functools
-from typing import Any, Callable, List, Optional, TypeVar
+import threading
+from typing import Any, Callable, Dict, List, Optional, TypeVar
 
-from .. import errors
+from .. import _cancel, errors
 from .. import lease as sync_lease
 from .._core import DEFAULT_TTL, ClientConfig, Data, WaitCallback
 from .._dynamodb_recipes import DirectSemaphore
@@ -47,15 +51,22 @@ class DynamoDBClient(ClientConfig):
     checked at once); the blocking client, boto3 and the table check come with the first call."""
 
     def __init__(self, url: str, token: Optional[str] = None, *, owner: Optional[str] = None,
-                 timeout: float = 10.0, rho: float = 0.01, eps: float = 0.005, **kw: Any) -> None:
+                 timeout: float = 10.0, rho: float = 0.01, eps: float = 0.005, boto_client: Any = None,
+                 session: Any = None, region_name: Optional[str] = None, endpoint_url: Optional[str] = None,
+                 config: Any = None) -> None:
         self._init_common(owner, timeout, rho, eps)
         parse_url(url)
         self._url = url
         self._make = functools.partial(BlockingDynamoDBClient, url, token, owner=self.owner, timeout=timeout,
-                                       rho=rho, eps=eps, **kw)
+                                       rho=rho, eps=eps, boto_client=boto_client, session=session,
+                                       region_name=region_name, endpoint_url=endpoint_url, config=config)
         self._sync: Optional[BlockingDynamoDBClient] = None
         self._pool = concurrent.futures.ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="leasehold-dynamodb")
         self._making: Optional["asyncio.Future[BlockingDynamoDBClient]"] = None
+        # The grants under way: their cancel flags (close sets them) and their threads' futures.
+        self._polling: Dict[threading.Event, "concurrent.futures.Future[sync_lease.Lease]"] = {}
+        self._polling_mu = threading.Lock()
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"<leasehold.aio.DynamoDBClient {self._url!r} owner={self.owner!r} timeout={self.timeout}>"
@@ -79,22 +90,47 @@ class DynamoDBClient(ClientConfig):
     async def _grant(self, call: Callable[[BlockingDynamoDBClient], Callable[..., sync_lease.Lease]],
                      keepalive: bool, on_lost: Optional[LostCallback], **kw: Any) -> Lease:
         sync = await self._blocking()
-        cf = self._pool.submit(call(sync), keepalive=False, **kw)
+        stop = threading.Event()  # set: the worker stops polling (_cancel)
+        fn = call(sync)
+
+        def work() -> sync_lease.Lease:  # in the worker thread
+            return _cancel.run(stop, fn, keepalive=False, **kw)
+        cf = self._pool.submit(work)
+        with self._polling_mu:
+            self._polling[stop] = cf
+        cf.add_done_callback(lambda _: self._done_polling(stop))
         try:
             sl = await asyncio.wrap_future(cf)
         except asyncio.CancelledError:
+            stop.set()
             cf.add_done_callback(_release_late)
             raise
         sl._hand_over()
         t0 = sl.deadline - self._life(sl.ttl)
         return Lease(self, sl.info, sl.owner, sl.ttl, sl.request_id, t0, keepalive, on_lost)
 
+    def _done_polling(self, stop: threading.Event) -> None:
+        with self._polling_mu:
+            self._polling.pop(stop, None)
+
     async def close(self) -> None:
-        """Close the blocking client's connections and end the pool's threads. Leases are not released."""
+        """Stop the acquires under way and wait for their threads (at most one DynamoDB
+        request each; an acquire still awaited raises ``LeaseholdError``, one whose last
+        request got the grant keeps it), close the blocking client's connections and end
+        the pool's threads. Leases are not released. Closing again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._polling_mu:
+            polling = dict(self._polling)
+        for stop in polling:
+            stop.set()
+        if polling:  # their threads end within one DynamoDB request (each bounded by timeout)
+            await asyncio.gather(*(asyncio.wrap_future(f) for f in polling.values()), return_exceptions=True)
         sync = self._sync
         if sync is not None:
             await self._run(sync.close)
-        self._pool.shutdown(wait=False)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def __aenter__(self) -> "DynamoDBClient":
         return self

@@ -140,12 +140,11 @@ class Lock:
         return self._lease is not None and self._lease.held
 
     async def extend(self, ttl: Optional[float] = None) -> bool:
+        """Renew the current hold now, as ``leasehold.Lock.extend``: the lock's ``ttl`` is unchanged."""
         lease = self._lease
         if lease is None:
             raise errors.NotHeldError(f"lock {self.name!r}: this Lock holds nothing to extend")
         await lease.renew(ttl)
-        if ttl is not None:
-            self.ttl = ttl
         return True
 
     def check(self) -> None:
