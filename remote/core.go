@@ -93,6 +93,30 @@ type core struct {
 	// secrets are the holder proofs of the grants acquired here (its
 	// sessions' stores included).
 	secrets *holderSecrets
+
+	// polls, if set, is told of each request of a wait (ObservePolls).
+	polls atomic.Pointer[PollObserver]
+}
+
+// PollObserver is told of one request of a wait (a long-poll) as it is
+// sent, with how long the server is asked to wait at most; the func it
+// returns is called with the request's outcome when it ends (nil: a
+// grant; an error matching leasehold.ErrHeld: the poll ran out, the lease
+// still held; else the request's error). It must not block.
+type PollObserver func(wait time.Duration) (done func(err error))
+
+// ObservePolls has f told of each request of AcquireWait (and of a
+// semaphore's wait) on this connection, from now on; nil stops it. A
+// request that has not ended well past the wait it asked for shows a
+// server that does not answer (stopped, hung), which the wait itself
+// cannot tell from a lease held all along: "leasehold run" says so while
+// it waits (issue 29's red team, #3).
+func (c *core) ObservePolls(f PollObserver) {
+	if f == nil {
+		c.polls.Store(nil)
+		return
+	}
+	c.polls.Store(&f)
 }
 
 func (c *core) init(t transport, wait waitPolicy) {
@@ -218,7 +242,14 @@ func (c *core) waitLoop(ctx context.Context, req leasehold.AcquireRequest, k *ke
 			}
 			wait = max(min(wait, left), time.Millisecond)
 		}
+		var polled func(error)
+		if f := c.polls.Load(); f != nil {
+			polled = (*f)(wait)
+		}
 		g, err := send(ctx, &req, k.sessionID(), wait, late)
+		if polled != nil {
+			polled(err)
+		}
 		if err == nil {
 			c.keepSecret(g, k)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -92,6 +93,19 @@ func TestFlockSideBySide(t *testing.T) {
 		{[]string{"-n", "-E", "9"}, 0, true},
 		{[]string{"-n", "-E", "0"}, 0, true},
 		{[]string{"-w", "0", "-E", "0"}, 0, true},
+		// Issue 29's red team, #9: -n with -w (either order) does not
+		// wait, as flock's (leasehold refused them with 64); -w takes
+		// what strtod(3) reads (leasehold refused 1e0 and 0x1); flock's
+		// long names (leasehold: "unknown flag").
+		{[]string{"-n", "-w", "2", "-E", "9"}, 0, true},
+		{[]string{"-w", "2", "-n", "-E", "9"}, 0, true},
+		{[]string{"-n", "-w", "0", "-E", "9"}, 0, true},
+		{[]string{"-w", "1e0", "-E", "9"}, time.Second, false},
+		{[]string{"-w", "0x1", "-E", "9"}, time.Second, false},
+		{[]string{"--nonblock", "-E", "9"}, 0, true},
+		{[]string{"--nb", "-E", "9"}, 0, true},
+		{[]string{"--timeout", "1", "-E", "9"}, time.Second, false},
+		{[]string{"--conflict-exit-code", "9", "-n"}, 0, true},
 	}
 	for _, c := range cases {
 		f := viaFlock(lockFile, c.args...)
@@ -129,6 +143,45 @@ func TestFlockSideBySide(t *testing.T) {
 		f, l := viaFlock(free, args...), viaLeasehold("free", args...)
 		if f.code != 3 || l.code != 3 || f.stdout != "ran\n" || l.stdout != "ran\n" {
 			t.Errorf("%q on a free lock: flock %d %q, leasehold %d %q (stderr %q)", args, f.code, f.stdout, l.code, l.stdout, l.stderr)
+		}
+	}
+
+	// Issue 29's red team, #10: a wait that ends with the lock is silent
+	// in flock -w; leasehold wrote "waiting for ... (held by ...)", which
+	// cron mails. It still says so with --verbose (and on a terminal).
+	waited := filepath.Join(dir, "waited.lock")
+	for _, verbose := range []bool{false, true} {
+		marks := t.TempDir()
+		fh := exec.Command(flock, waited, "sh", "-c", `touch "$0/f"; sleep 1`, marks)
+		lh := leasehold(context.Background(), "run", "--store", store, "--ttl", "30s", "waited", "--", "sh", "-c", `touch "$0/l"; sleep 1`, marks)
+		for _, c := range []*exec.Cmd{fh, lh} {
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, m := range []string{"f", "l"} {
+			for end := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if _, err := os.Stat(filepath.Join(marks, m)); err == nil {
+					break
+				}
+				if time.Now().After(end) {
+					t.Fatal("the holders did not start within 30 s")
+				}
+			}
+		}
+		// Both locks are held now: each waiter waits for its holder.
+		largs := []string{"run", "--store", store, "-w", "60", "waited", "--", "echo", "ran"}
+		if verbose {
+			largs = append([]string{"run", "--verbose"}, largs[1:]...)
+		}
+		f := runOutcome(t, exec.Command(flock, "-w", "60", waited, "echo", "ran"))
+		l := runOutcome(t, leasehold(context.Background(), largs...))
+		_, _ = fh.Wait(), lh.Wait()
+		if f.code != 0 || l.code != 0 || f.stdout != "ran\n" || l.stdout != "ran\n" || f.stderr != "" {
+			t.Errorf("-w 60 (verbose %v) once the lock is free: flock %d %q %q, leasehold %d %q %q", verbose, f.code, f.stdout, f.stderr, l.code, l.stdout, l.stderr)
+		}
+		if says := strings.Contains(l.stderr, "leasehold: waiting for waited (held by "); says != verbose || !verbose && l.stderr != "" {
+			t.Errorf("-w 60 (verbose %v): leasehold's stderr %q; want the waiting line only with --verbose, else nothing, as flock", verbose, l.stderr)
 		}
 	}
 

@@ -158,7 +158,7 @@ func TestHoldInterrupt(t *testing.T) {
 }
 
 // TestHoldWait: a second hold with -w gives up with 75 (or -E's code), and
-// -n and -w together are refused.
+// -n wins over -w, as in flock.
 func TestHoldWait(t *testing.T) {
 	store, _ := newStore(t)
 	h := startHold(t, store, "hw/a")
@@ -168,8 +168,10 @@ func TestHoldWait(t *testing.T) {
 	if code, out := runLH(t, "hold", "-w", "200ms", "-E", "9", "--store", store, "hw/a"); code != 9 {
 		t.Errorf("hold -w 200ms -E 9: exit %d, want 9\n%s", code, out)
 	}
-	if code, out := runLH(t, "hold", "-n", "-w", "1s", "--store", store, "hw/a"); code != 64 {
-		t.Errorf("hold -n -w: exit %d, want 64\n%s", code, out)
+	// -n with -w is one quiet attempt, as flock's (issue 29's red team,
+	// #9: it was refused with 64).
+	if code, out := runLH(t, "hold", "-n", "-w", "1s", "--store", store, "hw/a"); code != 75 || out != "" {
+		t.Errorf("hold -n -w: exit %d, want 75 and nothing said\n%s", code, out)
 	}
 	if code, out := runLH(t, "hold", "-E", "256", "--store", store, "hw/b"); code != 64 {
 		t.Errorf("hold -E 256: exit %d, want 64\n%s", code, out)
@@ -191,6 +193,20 @@ func TestReleaseFromRunEnv(t *testing.T) {
 	}
 	if _, ok := heldBy(t, store, "re/a"); ok {
 		t.Error("still held after the command released it")
+	}
+}
+
+// TestReleaseWrongTokenInRunSaysOnce (issue 29's red team, #13): a
+// release inside run's command with another token is refused (76) with
+// one "lease not held": it said "lease not held: lease not held: this run
+// holds ...".
+func TestReleaseWrongTokenInRunSaysOnce(t *testing.T) {
+	store, _ := newStore(t)
+	script := `LEASEHOLD_TOKEN=999 "$1" release --store "$2" "$LEASEHOLD_NAME"; echo "release=$?"`
+	code, out := runLH(t, "run", "--store", store, "re/w", "--", "sh", "-c", script, "sh", bin, store)
+	if code != 0 || !strings.Contains(out, "release=76") || !strings.Contains(out, "lease not held: this run holds re/w as ") ||
+		strings.Count(out, "not held") != 1 {
+		t.Fatalf("run exit %d, want 0, and one refusal naming run's grant:\n%s", code, out)
 	}
 }
 

@@ -313,7 +313,7 @@ func holderKilled(t *testing.T, store string) {
 	startGroup(t, holder)
 	waitTree(t, log, "holder")
 
-	waiter := leasehold(ctx, "run", "--store", store, "--ttl", ttl.String(), "--owner", "waiter", name, "--", "sh", "-c", startScript+"; echo got", "sh", log)
+	waiter := leasehold(ctx, "run", "--verbose", "--store", store, "--ttl", ttl.String(), "--owner", "waiter", name, "--", "sh", "-c", startScript+"; echo got", "sh", log)
 	stdout, err := waiter.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -173,8 +173,8 @@ func TestWaitStoreStopped(t *testing.T) {
 			// The holder, and the tables, made while the store answers.
 			holder := startLH(t, "hold", "--store", u, "--ttl", "60s", "stopped")
 			holder.waitFor(t, "holding")
-			waiter := startLH(t, "run", "--store", u, "--wait", "3s", "stopped", "--", "echo", ranMarker)
-			term := startLH(t, "run", "--store", u, "--wait", "10m", "stopped", "--", "echo", ranMarker)
+			waiter := startLH(t, "run", "--verbose", "--store", u, "--wait", "3s", "stopped", "--", "echo", ranMarker)
+			term := startLH(t, "run", "--verbose", "--store", u, "--wait", "10m", "stopped", "--", "echo", ranMarker)
 			waiter.waitFor(t, "waiting for")
 			term.waitFor(t, "waiting for")
 			srv.Signal(syscall.SIGSTOP)

@@ -79,6 +79,10 @@ const (
 type exitError struct {
 	code int
 	msg  string
+	// unreachable: opening the store failed for want of an answer (a
+	// refused connection, no route, no answer within the connect
+	// timeout), which a wait without --wait tries again (openWaiting).
+	unreachable bool
 }
 
 func (e *exitError) Error() string { return e.msg }

@@ -137,7 +137,6 @@ func TestUsageErrors(t *testing.T) {
 		"control char name":   {"run", "--store", h.url, ctrl, "--", "true"},
 		"empty owner":         {"run", "--store", h.url, "--owner", "", "a", "--", "true"},
 		"negative wait":       {"run", "--store", h.url, "--wait", "-1s", "a", "--", "true"},
-		"wait and no-wait":    {"run", "--store", h.url, "--wait", "1s", "--no-wait", "a", "--", "true"},
 		"unknown flag":        {"run", "--store", h.url, "--bogus", "a", "--", "true"},
 		"bad duration":        {"run", "--store", h.url, "--ttl", "soon", "a", "--", "true"},
 		"bad store scheme":    {"run", "--store", "nosuch://x", "a", "--", "true"},

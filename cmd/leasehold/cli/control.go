@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -74,7 +75,9 @@ func askRun(path, name, owner string, token uint64) (handled bool, err error) {
 	}
 	switch {
 	case rep.NotHeld:
-		return true, fmt.Errorf("%w: %s", leasehold.ErrNotHeld, rep.Error)
+		// rep.Error says "lease not held: ..." already; said twice
+		// before (issue 29's red team, #13).
+		return true, fmt.Errorf("%w: %s", leasehold.ErrNotHeld, strings.TrimPrefix(rep.Error, leasehold.ErrNotHeld.Error()+": "))
 	case rep.Error != "":
 		return true, errors.New(rep.Error)
 	}

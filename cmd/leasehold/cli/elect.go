@@ -63,9 +63,9 @@ func newElectCmd(e *env) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.store, "store", "", "store URL (default $LEASEHOLD_STORE, else the default SQLite file)")
-	f.DurationVar(&o.ttl, "ttl", leasehold.DefaultTTL, "leader lease time to live; a dead leader is replaced within it")
+	durationFlag(f, &o.ttl, "ttl", leasehold.DefaultTTL, "leader lease time to live; a dead leader is replaced within it")
 	f.StringVar(&o.owner, "owner", "", "this instance's identity (default HOSTNAME/PID/RANDOM)")
-	f.DurationVar(&o.grace, "grace", 0, "SIGTERM CMD this long before the lease's deadline if no renewal was confirmed (default TTL/3, or half the renewal window if TTL/3 is not inside it)")
+	durationFlag(f, &o.grace, "grace", 0, "SIGTERM CMD this long before the lease's deadline if no renewal was confirmed (default TTL/3, or half the renewal window if TTL/3 is not inside it)")
 	f.StringVar(&o.data, "data", "", "data to publish with the leadership (e.g. this node's address)")
 	f.StringVar(&o.onLost, "on-lost", "exit", "after leadership is lost: exit (76) or restart (campaign again)")
 	return cmd

@@ -172,12 +172,15 @@ func TestWaitFlockHabits(t *testing.T) {
 	}{
 		{"2", 2 * time.Second}, {"1.5", 1500 * time.Millisecond}, {".25", 250 * time.Millisecond},
 		{"0", 0}, {"0.0", 0}, {"2s", 2 * time.Second}, {"1m30s", 90 * time.Second}, {"-1", -time.Second},
+		// strtod's numbers, as flock(1) reads them (issue 29's red team, #9).
+		{"1e0", time.Second}, {"1E-1", 100 * time.Millisecond}, {"1e3", 1000 * time.Second},
+		{"0x1", time.Second}, {"0x10", 16 * time.Second}, {"0x1p-1", 500 * time.Millisecond}, {"00", 0},
 	} {
 		if d, err := parseWait(c.in); err != nil || d != c.want {
 			t.Errorf("parseWait(%q) = %v, %v; want %v", c.in, d, err, c.want)
 		}
 	}
-	for _, bad := range []string{"", ".", "1.2.3", "2x", "1e3", "nan", "inf", "0x10", "99999999999", "soon"} {
+	for _, bad := range []string{"", ".", "1.2.3", "2x", "1e", "nan", "inf", "0x", "0xg", "99999999999", "1e10", "soon", "1_0"} {
 		if d, err := parseWait(bad); err == nil {
 			t.Errorf("parseWait(%q) = %v, want an error", bad, d)
 		}
@@ -209,7 +212,7 @@ func TestWaitFlockHabits(t *testing.T) {
 			t.Errorf("%q --verbose: exit %d, want %d; stderr %q", a, v.code, want, v.stderr)
 		}
 	}
-	for _, bad := range []string{"-1", "-0.5", "1e3", "2x", "99999999999"} {
+	for _, bad := range []string{"-1", "-0.5", "inf", "2x", "99999999999"} {
 		if r := h.run("run", "--store", h.url, "-w", bad, "b", "--", "true"); r.code != ExitUsage || !strings.Contains(r.stderr, "wait") {
 			t.Errorf("run -w %s: exit %d, want %d; stderr %q", bad, r.code, ExitUsage, r.stderr)
 		}

@@ -43,17 +43,22 @@ renewal); with --json it prints one JSON object instead:
 ("lease" is the permit's own lease, NAME/permit/I, with --permits.)
 Through a lease server the object also has "secret": the grant's holder
 proof, which "leasehold release --secret" needs to release it from
-another process. Keep it private.
+another process when the server has auth on. Keep it private.
 
 Waiting works as for "run": by default hold waits as long as it takes,
--w/--wait SECONDS bounds the wait (1.5, or a duration such as 90s),
--n/--no-wait or -w 0 makes one attempt, quietly unless --verbose. The
-wait counts from opening the store (a wait under 500ms gives opening and
-the first attempt 500ms); a store that does not answer within it (also
-while opening; one that refuses connections or fails otherwise is tried
-again until it runs out), or Redis replicas that do not acknowledge the
-grant within it, end it with 75; it returns at most 2s after its end whatever
-the store does (see "leasehold run --help").
+-w/--wait SECONDS bounds the wait (1.5, 1e1, or a duration such as 90s),
+-n/--no-wait or -w 0 makes one attempt, quietly unless --verbose (-n
+wins over -w; --nonblock, --nb and --timeout are flock's names of -n and
+-w). Off a terminal the line naming the holder while it waits is written
+only with --verbose; a store that stops answering, and a wait that runs
+out, are always said. The wait counts from opening the store (a wait
+under 500ms gives opening and the first attempt 500ms); a store that does
+not answer within it (also while opening; one that refuses connections
+or fails otherwise is tried again until it runs out, and without --wait
+one that cannot be reached as long as it takes), or Redis replicas that do not acknowledge the
+grant within it, end it with 75; it returns at most 2s after its end
+whatever the store does (see "leasehold run --help"). --ttl takes seconds
+(30, 1.5) or a duration (30s).
 
 Exit codes:
   0        released after SIGINT, SIGTERM or SIGHUP
@@ -116,7 +121,7 @@ func newHoldCmd(e *env) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.store, "store", "", "store URL (default $LEASEHOLD_STORE, else the default SQLite file)")
-	f.DurationVar(&o.ttl, "ttl", leasehold.DefaultTTL, "lease time to live; renewed every TTL/3")
+	durationFlag(f, &o.ttl, "ttl", leasehold.DefaultTTL, "lease time to live; renewed every TTL/3")
 	o.waitFlags(cmd)
 	f.StringVar(&o.owner, "owner", "", "owner identity (default HOSTNAME/PID/RANDOM)")
 	f.StringVar(&o.data, "data", "", "data to attach to the lease (shown by status --json)")

@@ -42,7 +42,7 @@ func TestWaitSaysStoreDown(t *testing.T) {
 		flaky.Store = s
 		return flaky, err
 	}
-	stderr, done := h.start("run", "--store", h.url, "-w", "50", "a", "--", "echo", "ran")
+	stderr, done := h.start("run", "--verbose", "--store", h.url, "-w", "50", "a", "--", "echo", "ran")
 	waitFor(t, stderr, "waiting for a (held by other")
 	flaky.down.Store(true)
 	waitFor(t, stderr, "leasehold: waiting for a: the store does not answer (since ")

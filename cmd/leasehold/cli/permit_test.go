@@ -18,7 +18,7 @@ func TestPermitWaitingLine(t *testing.T) {
 	a := h.hold("pool/permit/0", "A")
 	b := h.hold("pool/permit/1", "B")
 	h.hold("pool/permit/5", "C") // outside --permits 2
-	r := h.run("run", "--store", h.url, "--permits", "2", "-w", "2s", "pool", "--", "true")
+	r := h.run("run", "--verbose", "--store", h.url, "--permits", "2", "-w", "2s", "pool", "--", "true")
 	if r.code != ExitNotAcquired {
 		t.Fatalf("exit %d, want %d; stderr %q", r.code, ExitNotAcquired, r.stderr)
 	}

@@ -28,10 +28,11 @@ that releases its own lease so asks the "run" (or "elect") that started it
 to release it: run then stops supervising (no SIGTERM, no kill at the
 lease's deadline), the command goes on without the lease, and run exits
 with the command's status. Through a
-lease server the grant's secret is needed too (its proof of holding the
-lease, which the server gives only to the acquirer): --secret, else
-$LEASEHOLD_SECRET, which "run" and "elect" also set ("hold --json"
-prints it). For a
+lease server that has auth on, the grant's secret is needed too (its
+proof of holding the lease, which the server gives only to the
+acquirer): --secret, else $LEASEHOLD_SECRET, which "run" and "elect"
+also set ("hold --json" prints it); with auth off a release without it
+succeeds, and a wrong one is refused. For a
 permit of a semaphore, NAME is the permit's lease (NAME/permit/I, in
 $LEASEHOLD_PERMIT); given the semaphore's NAME, release uses
 $LEASEHOLD_PERMIT when it names one of NAME's permits.
@@ -57,7 +58,8 @@ Exit codes:
   70  store or internal error
   76  not held by that owner and token: never granted to it, expired and
       taken over, or released by someone else; or, through a lease
-      server, the secret is missing or does not match (nothing changed)`
+      server, the secret does not match, or is missing with the
+      server's auth on (nothing changed)`
 
 const forceReleaseLong = `Force-release frees the lease NAME whoever holds it: an operator's tool
 for a holder that is stuck. The holder is not told; it learns at its next
@@ -176,7 +178,7 @@ func newReleaseCmd(e *env) *cobra.Command {
 	f.StringVar(&store, "store", "", "store URL (default $LEASEHOLD_STORE, else the default SQLite file)")
 	f.StringVar(&owner, "owner", "", "the holder's owner identity (default $LEASEHOLD_OWNER)")
 	f.StringVar(&token, "token", "", "the holder's fencing token (default $LEASEHOLD_TOKEN)")
-	f.StringVar(&secret, "secret", "", "through a lease server: the grant's secret, its holder proof (default $LEASEHOLD_SECRET)")
+	f.StringVar(&secret, "secret", "", "through a lease server: the grant's secret, its holder proof, needed when the server has auth on (default $LEASEHOLD_SECRET)")
 	return cmd
 }
 

@@ -5,16 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 	"os/exec"
 	"os/signal"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/redis"
@@ -31,7 +29,10 @@ type runOptions struct {
 	ttl     time.Duration
 	wait    time.Duration // with --wait given as 0, noWait is set instead
 	noWait  bool
-	verbose bool // --verbose: say why when --no-wait found the lease held
+	verbose bool // --verbose: say why when --no-wait found the lease held, and that it waits
+	// quietWait (run, hold): off a terminal, the line saying who holds
+	// the lease while the command waits is written only with --verbose.
+	quietWait bool
 	// notAcquired is the exit code when the lease was not acquired
 	// (--conflict-exit-code; ExitNotAcquired by default).
 	notAcquired int
@@ -66,28 +67,42 @@ permit is held. A NAME of more than 247 bytes leaves no room for the
 permit suffix: it can only be a plain lease.
 
 By default run waits for the lease as long as it takes. The flags mean
-what flock(1)'s do: -w/--wait SECONDS bounds the wait (2, 1.5; Go
-durations such as 90s or 10m work too), -w 0 and -n/--no-wait make one
-attempt, and when the lease was not acquired run exits 75, or the code
--E/--conflict-exit-code gives (-E 0: skip). -n (and -w 0) is quiet: it
-writes nothing to stderr when the lease is held, so that a cron job that
-skips mails nothing; --verbose says who holds it. While waiting it shows
-who holds the lease, since when and when it expires (with --permits: every
-holder of the N permits), on a status line updated in place when stderr
-is a terminal, else on one line, and a wait that runs out says so. Unlike
-flock, the default exit code when not acquired is 75, not 1. The first
-attempt (with -n, the only one) gives up after --connect-timeout (or the
-URL's connect_timeout=) without an answer from the store: exit 70.
+what flock(1)'s do: -w/--wait SECONDS bounds the wait (2, 1.5, 1e1, 0x10,
+as strtod(3) reads them for flock; Go durations such as 90s or 10m work
+too), -w 0 and -n/--no-wait make one attempt (-n with -w, in either
+order, too: -n wins, as in flock), and when the lease was not acquired
+run exits 75, or the code -E/--conflict-exit-code gives (-E 0: skip).
+flock's long names work too: --nonblock and --nb for -n, --timeout for
+-w. -n (and -w 0) is quiet: it writes nothing to stderr when the lease is
+held, so that a cron job that skips mails nothing; --verbose says who
+holds it. While waiting it shows who holds the lease, since when and when
+it expires (with --permits: every holder of the N permits) on a status
+line updated in place when stderr is a terminal; elsewhere it is as
+silent as flock -w (a cron job that had to wait mails nothing), and
+--verbose writes that line once. Failures are written anyway: a store
+that stops answering during the wait (once: "the store does not answer
+(since T: ERR); still trying", and that it answers again), a wait that
+runs out, a lost lease. Unlike flock, the default exit code when not
+acquired is 75, not 1. The first attempt (with -n, the only one) gives up
+after --connect-timeout (or the URL's connect_timeout=) without an answer
+from the store: exit 70. Every duration flag (--wait, --ttl, --grace,
+--connect-timeout) takes seconds (30, 1.5) or a duration (30s, 500ms).
 
 A wait of D counts from opening the store, which it bounds too, as it
 bounds the first attempt: a store that has not answered when D runs out
 (a stopped server, a PostgreSQL primary waiting for a synchronous standby
 that is down) ends it with exit 75, saying so, whatever --connect-timeout
-is. A store that cannot be opened during the wait (it refuses
-connections, or gives up after --connect-timeout, or fails otherwise with
-exit 70) is tried again, after 100ms doubling to 2s, until D runs out:
-exit 75, naming the last error (a bad store URL: 64 at once; -n: 70 at
-once). A wait shorter than 500ms still gives opening the store and the first
+is. A store that cannot be opened (it refuses connections, a lease
+server too, or gives up after --connect-timeout, or fails otherwise with
+exit 70) is tried again, after 100ms doubling to 2s, saying so once on
+stderr: with --wait D until D runs out, then exit 75 naming the last
+error; without --wait, one that cannot be reached (refused, no route,
+no answer within --connect-timeout) as long as it takes, as a store that
+fails during the wait is, while other failures (a wrong password) exit
+70 (a bad store URL: 64 at once; -n, -w 0: 70 at once). A
+lease server that does not answer a waiter's long-poll 5s after the
+wait it asked for (a stopped or hung server) is said not to answer too.
+A wait shorter than 500ms still gives opening the store and the first
 attempt 500ms, so that -w 1ns tries once, as -n does. --wait D returns at
 most 2s after D whatever the store does, and a signal ends a wait within
 2s (128+N): a store call still running then (a stopped or hung server) is
@@ -108,7 +123,8 @@ CMD runs with stdin, stdout and stderr inherited and these variables added:
                     NAME/permit/I (I from 0 to N-1)
   LEASEHOLD_SECRET  through a lease server: the grant's secret, the proof
                     of holding it that "leasehold release" needs there
-                    (set only when the server gives one; keep it private)
+                    when the server has auth on (set only when the
+                    server gives one; keep it private)
   LEASEHOLD_CONTROL the path of run's control socket (in a directory only
                     its user can enter): "leasehold release" in CMD
                     releases CMD's own lease through it, and run then
@@ -226,10 +242,10 @@ func newRunCmd(e *env) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.store, "store", "", "store URL (default $LEASEHOLD_STORE, else the default SQLite file)")
-	f.DurationVar(&o.ttl, "ttl", leasehold.DefaultTTL, "lease time to live; renewed every TTL/3 while CMD runs")
+	durationFlag(f, &o.ttl, "ttl", leasehold.DefaultTTL, "lease time to live; renewed every TTL/3 while CMD runs")
 	o.waitFlags(cmd)
 	f.StringVar(&o.owner, "owner", "", "owner identity (default HOSTNAME/PID/RANDOM)")
-	f.DurationVar(&o.grace, "grace", 0, "SIGTERM CMD this long before the lease's deadline if no renewal was confirmed (default TTL/3, or half the renewal window if TTL/3 is not inside it; must be < TTL*0.99 - 5ms - TTL/3)")
+	durationFlag(f, &o.grace, "grace", 0, "SIGTERM CMD this long before the lease's deadline if no renewal was confirmed (default TTL/3, or half the renewal window if TTL/3 is not inside it; must be < TTL*0.99 - 5ms - TTL/3)")
 	f.StringVar(&o.data, "data", "", "data to attach to the lease (shown by status --json)")
 	f.IntVar(&o.permits, "permits", 0, "take one of N permits of NAME instead of NAME itself: at most N commands run at once (a semaphore)")
 	return cmd
@@ -284,9 +300,9 @@ func (o *runOptions) check(cmd *cobra.Command) error {
 	if o.wait < 0 {
 		return usagef("%s: --wait %s must not be negative", o.verb, o.wait)
 	}
-	if o.noWait && cmd.Flags().Changed("wait") {
-		return usagef("%s: --wait and --no-wait exclude each other", o.verb)
-	}
+	// -n with -w (in either order) is one attempt, as flock(1) does not
+	// block with -n whatever -w says (it refused with 64: issue 29's red
+	// team, #9).
 	if o.wait == 0 && cmd.Flags().Changed("wait") {
 		o.noWait = true // flock's -w 0: fail at once when held
 	}
@@ -317,10 +333,25 @@ func (o *runOptions) check(cmd *cobra.Command) error {
 // what to exit with when it was not acquired (run and hold).
 func (o *runOptions) waitFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.VarP((*waitValue)(&o.wait), "wait", "w", "longest time to wait for the lease: seconds as flock takes them (2, 1.5) or a duration (90s, 10m); 0 does not wait, as --no-wait (default: wait as long as it takes)")
-	f.BoolVarP(&o.noWait, "no-wait", "n", false, "try once; exit at once (75, or -E's code), quietly, if the lease is held")
+	f.VarP((*waitValue)(&o.wait), "wait", "w", "longest time to wait for the lease: seconds as flock takes them (2, 1.5, 1e1, 0x10) or a duration (90s, 10m); 0 does not wait, as --no-wait; also --timeout, as flock (default: wait as long as it takes)")
+	f.BoolVarP(&o.noWait, "no-wait", "n", false, "try once; exit at once (75, or -E's code), quietly, if the lease is held; with -w too, -n wins, as in flock; also --nonblock and --nb, as flock")
 	f.IntVarP(&o.notAcquired, "conflict-exit-code", "E", ExitNotAcquired, "exit code when the lease was not acquired (--no-wait found it held, --wait timed out)")
-	f.BoolVar(&o.verbose, "verbose", false, "with --no-wait (or --wait 0): say who holds the lease when it was not acquired")
+	f.BoolVar(&o.verbose, "verbose", false, "say who holds the lease when --no-wait (or --wait 0) did not get it, and, when stderr is not a terminal, that the command waits for it (a terminal always shows the wait)")
+	f.SetNormalizeFunc(flockNames)
+	o.quietWait = true
+}
+
+// flockNames maps flock(1)'s long names of the wait flags to leasehold's:
+// --nonblock and --nb are --no-wait, --timeout is --wait (they were
+// unknown flags: issue 29's red team, #9).
+func flockNames(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	switch name {
+	case "nonblock", "nb":
+		name = "no-wait"
+	case "timeout":
+		name = "wait"
+	}
+	return pflag.NormalizedName(name)
 }
 
 // waitValue is -w/--wait: a number of seconds as flock(1) takes them ("2",
@@ -347,31 +378,8 @@ func (w *waitValue) Set(s string) error {
 	return nil
 }
 
-// maxWaitSeconds is the longest plain number of seconds --wait takes (a
-// time.Duration holds about 292 years).
-const maxWaitSeconds = 9e9
-
-// parseWait reads --wait: plain decimal seconds ("2", "1.5", ".5", "0"),
-// else a Go duration. Negative values are read here and refused by check.
-func parseWait(s string) (time.Duration, error) {
-	num := strings.TrimPrefix(s, "-")
-	if num != "" && strings.Trim(num, "0123456789.") == "" && strings.Count(num, ".") <= 1 && num != "." {
-		secs, err := strconv.ParseFloat(num, 64)
-		if err != nil || secs > maxWaitSeconds {
-			return 0, fmt.Errorf("%q is not a number of seconds up to %.0f", s, float64(maxWaitSeconds))
-		}
-		d := time.Duration(math.Round(secs * float64(time.Second)))
-		if num != s {
-			d = -d
-		}
-		return d, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is neither seconds (2, 1.5) nor a duration (90s, 10m)", s)
-	}
-	return d, nil
-}
+// parseWait reads --wait (parseSeconds).
+func parseWait(s string) (time.Duration, error) { return parseSeconds(s) }
 
 // defaultGrace is --grace when it is not given: TTL/3 where that is inside
 // the renewal window (TTLs above about 16ms), else half the window (short
@@ -577,7 +585,7 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 		return nil, exitf(o.notAcquired, "%s", heldMessage(o.name, held))
 	}
 
-	ws := newPermitWaitStatus(e.stderr, o.name, o.permits, holders)
+	ws := newPermitWaitStatus(e.stderr, o.name, o.permits, holders, o.quietWait && !o.verbose)
 	defer ws.stop()
 	if isHeld {
 		ws.update(held)
@@ -586,8 +594,13 @@ func (o *runOptions) acquire(ctx context.Context, e *env, client *leasehold.Clie
 	}
 	firstErr := err
 	aopts = append(aopts, leasehold.OnWait(ws.update), leasehold.OnError(ws.failed))
+	stopPolls := ws.watchPolls(client.Store())
 
 	l, err = stuckBound(wctx, wctx, func(ctx context.Context) (*leasehold.Lease, error) { return wait(ctx, aopts...) })
+	stopPolls()
+	if err == nil {
+		ws.answered() // before "got it": issue 29's red team, #4
+	}
 	ws.stop()
 	if sig := interrupted(); sig != nil {
 		return nil, byInterrupt(sig, l, err)

@@ -188,7 +188,7 @@ func TestRunNoWaitHeld(t *testing.T) {
 func TestRunWaitTimeout(t *testing.T) {
 	h := newHarness(t)
 	h.hold("t/held", "holder")
-	r := h.run("run", "--store", h.url, "--wait", "300ms", "t/held", "--", "true")
+	r := h.run("run", "--verbose", "--store", h.url, "--wait", "300ms", "t/held", "--", "true")
 	if r.code != ExitNotAcquired {
 		t.Errorf("code %d, want %d; stderr %q", r.code, ExitNotAcquired, r.stderr)
 	}
@@ -204,7 +204,7 @@ func TestRunWaitTimeout(t *testing.T) {
 func TestRunWaitsForRelease(t *testing.T) {
 	h := newHarness(t)
 	l := h.hold("t/turn", "holder")
-	stderr, done := h.start("run", "--store", h.url, "t/turn", "--", "sh", "-c", `echo "token=$LEASEHOLD_TOKEN"`)
+	stderr, done := h.start("run", "--verbose", "--store", h.url, "t/turn", "--", "sh", "-c", `echo "token=$LEASEHOLD_TOKEN"`)
 	servertest.WaitFor(t, "the waiting line", func() bool { return strings.Contains(stderr.String(), "waiting for t/turn") })
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
@@ -218,7 +218,7 @@ func TestRunWaitsForRelease(t *testing.T) {
 func TestRunSignalWhileWaiting(t *testing.T) {
 	h := newHarness(t)
 	h.hold("t/held", "holder")
-	stderr, done := h.start("run", "--store", h.url, "t/held", "--", "true")
+	stderr, done := h.start("run", "--verbose", "--store", h.url, "t/held", "--", "true")
 	servertest.WaitFor(t, "the waiting line", func() bool { return strings.Contains(stderr.String(), "waiting for t/held") })
 	// run catches SIGUSR1 from before it starts waiting until it exits.
 	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -25,9 +26,10 @@ import (
 func init() { redis.DiscardClientLogs() }
 
 // connectTimeoutUsage is the help of the global --connect-timeout flag.
-const connectTimeoutUsage = "how long opening the store may take before the command gives up (exit 70); a store URL's connect_timeout= parameter overrides it"
+const connectTimeoutUsage = "how long (seconds or a duration: 5, 2.5, 10s) opening the store may take before the command gives up (exit 70); a store URL's connect_timeout= parameter overrides it"
 
-// connectTimeout is the value of --connect-timeout: a positive duration,
+// connectTimeout is the value of --connect-timeout: a positive duration
+// (parseSeconds: bare seconds too),
 // zero until set (openStore then uses stores.DefaultConnectTimeout).
 type connectTimeout time.Duration
 
@@ -41,9 +43,9 @@ func (c *connectTimeout) String() string {
 func (c *connectTimeout) Type() string { return "duration" }
 
 func (c *connectTimeout) Set(s string) error {
-	d, err := time.ParseDuration(s)
+	d, err := parseSeconds(s)
 	if err != nil || d <= 0 {
-		return fmt.Errorf("%q is not a positive duration such as 5s", s)
+		return fmt.Errorf("%q is not a positive number of seconds (5, 2.5) or duration (5s, 1m)", s)
 	}
 	*c = connectTimeout(d)
 	return nil
@@ -108,16 +110,32 @@ func (e *env) openWith(ctx context.Context, url string, open func(context.Contex
 		}
 		switch s.(type) {
 		case *remote.HTTPStore, *remote.RESPStore:
-			// Only the end of ctx counts: any answer, even an error,
-			// shows the server is there, and the command's own
-			// operation reports that error better.
-			if _, perr := s.Get(ctx, probeName); perr != nil && ctx.Err() != nil {
+			// Only the end of ctx and a server not reached count: any
+			// answer, even an error, shows the server is there, and the
+			// command's own operation reports that error better. A
+			// refused connection is a store that cannot be opened, which
+			// a wait tries again (openWaiting): the HTTP store connects
+			// only at its first request, so run -w 3 exited 70 at once
+			// at its first attempt (issue 29's red team, #2).
+			if _, perr := s.Get(ctx, probeName); perr != nil && (ctx.Err() != nil || notReached(perr)) {
 				s.Close()
 				return nil, perr
 			}
 		}
 		return s, nil
 	})
+}
+
+// notReached reports whether err is a failure to connect: nothing was
+// sent (a refused connection, no route, an unknown host). Some engines'
+// clients (Redis, PostgreSQL) put the dial's error into their own text.
+func notReached(err error) bool {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "dial tcp") || strings.Contains(msg, "dial unix") || strings.Contains(msg, "dial error")
 }
 
 // connect runs f, which opens or initialises the store named by url, as
@@ -231,9 +249,13 @@ func (e *env) connect(ctx context.Context, url, what string, bound bool, watch [
 		if !strings.Contains(msg, "no answer within") {
 			msg = fmt.Sprintf("no answer within %s: %s", d, msg)
 		}
-		return nil, exitf(ExitInternal, "%s %s: %s (raise %s if it is only slow)", what, name, msg, source)
+		return nil, &exitError{code: ExitInternal, msg: fmt.Sprintf("%s %s: %s (raise %s if it is only slow)", what, name, msg, source), unreachable: true}
 	}
-	return nil, classify(err, "%s %s", what, name)
+	cerr := classify(err, "%s %s", what, name)
+	if ee, ok := cerr.(*exitError); ok && ee.code == ExitInternal && notReached(err) {
+		ee.unreachable = true
+	}
+	return nil, cerr
 }
 
 // attemptTimeout bounds run's first attempt to take the lease (with -n,

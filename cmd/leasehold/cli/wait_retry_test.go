@@ -107,6 +107,10 @@ func TestWaitRetriesRefusingStore(t *testing.T) {
 	}{
 		{"redis", fmt.Sprintf("redis://127.0.0.1:%d/0", port), 6},
 		{"postgres", fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port), 3},
+		// Issue 29's red team, #2: the HTTP store connects at its first
+		// request, whose refusal ended the wait at once with 70.
+		{"http", fmt.Sprintf("http://127.0.0.1:%d", port), 3},
+		{"leasehold", fmt.Sprintf("leasehold://127.0.0.1:%d", port), 3},
 	} {
 		t.Run(tc.scheme, func(t *testing.T) {
 			says := []string{"within the wait", "refused"}
@@ -175,5 +179,34 @@ func TestWaitSentinelMinorityAnswers(t *testing.T) {
 			checkWaitsOut(t, 2*time.Second, ExitNotAcquired, []string{"within the wait"},
 				"run", "-w", "2", "--store", d.URL(""), "a1", "--", "true")
 		})
+	}
+}
+
+// TestUnboundedWaitRetriesRefusedServer (issue 29's red team, #2): run
+// without --wait (wait as long as it takes) on a lease server that
+// refuses connections keeps trying to open it, saying so once, and takes
+// the lease once a server listens there: it exited 70 at once. It says
+// that the store answers again before the command runs.
+func TestUnboundedWaitRetriesRefusedServer(t *testing.T) {
+	catchSIGTERM(t)
+	port := enginetest.FreePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cmd, stderr := leaseholdProcess(t, "run", "--store", "http://"+addr, "nw", "--", "true")
+	for end := time.Now().Add(60 * time.Second); !strings.Contains(stderr.String(), "; still trying\n"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) || cmd.ProcessState != nil {
+			_ = cmd.Process.Kill()
+			t.Fatalf("run did not say it keeps trying within 60 s: %q", stderr)
+		}
+	}
+	srv := startServing(t, "--addr", addr, "--resp-addr", "", "--data-dir", t.TempDir(), "--log-level", "warn")
+	defer srv.stop(t)
+	if code := exitCode(t, cmd); code != 0 {
+		t.Fatalf("exit %d, want 0: %q", code, stderr)
+	}
+	msg := stderr.String()
+	opened := strings.Index(msg, "leasehold: waiting for nw: the store answers again\n")
+	if !strings.HasPrefix(msg, "leasehold: waiting for nw: the store cannot be opened (since ") || !strings.Contains(msg, "connection refused") ||
+		strings.Count(msg, "cannot be opened") != 1 || opened < 0 {
+		t.Errorf("stderr %q: want one line saying the store cannot be opened (connection refused), then that it answers again", msg)
 	}
 }

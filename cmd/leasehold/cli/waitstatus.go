@@ -25,6 +25,8 @@ type waitStatus struct {
 	w    io.Writer
 	name string
 	fd   int // terminal file descriptor, or -1
+	// quiet: off a terminal, no line naming the holder (newPermitWaitStatus).
+	quiet bool
 	// permits and holders, for a semaphore: the line names every holder
 	// of the permits below permits, read with holders after each update.
 	permits int
@@ -61,14 +63,18 @@ func terminalFD(w io.Writer) int {
 }
 
 func newWaitStatus(w io.Writer, name string) *waitStatus {
-	return newPermitWaitStatus(w, name, 0, nil)
+	return newPermitWaitStatus(w, name, 0, nil, false)
 }
 
 // newPermitWaitStatus is newWaitStatus for one of n permits of name, whose
 // holders are read with holders (nil: only the holder OnWait reports).
-func newPermitWaitStatus(w io.Writer, name string, n int, holders func(context.Context) ([]leasehold.Record, error)) *waitStatus {
+// quiet: off a terminal, the line naming the holder is not written (run
+// and hold without --verbose, as flock -w is silent while it waits: a
+// cron job that had to wait mailed it, issue 29's red team, #10); the
+// store's outages still are.
+func newPermitWaitStatus(w io.Writer, name string, n int, holders func(context.Context) ([]leasehold.Record, error), quiet bool) *waitStatus {
 	s := &waitStatus{
-		w: w, name: name, fd: terminalFD(w), permits: n, holders: holders,
+		w: w, name: name, fd: terminalFD(w), permits: n, holders: holders, quiet: quiet,
 		kick: make(chan struct{}, 1), done: make(chan struct{}), finished: make(chan struct{}),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -174,12 +180,19 @@ func (s *waitStatus) loop() {
 	for {
 		select {
 		case <-s.done:
+			s.mu.Lock()
+			err := s.err
+			s.mu.Unlock()
+			if down && err == nil && s.fd < 0 {
+				// The answer that ended the wait (answered, just before).
+				fmt.Fprintf(s.w, "leasehold: waiting for %s: the store answers again\n", visible(s.name))
+			}
 			if shown && s.fd >= 0 {
 				fmt.Fprint(s.w, "\r\x1b[K")
 			}
 			return
 		case <-s.kick:
-			if s.holders != nil && (s.fd >= 0 || !shown) {
+			if s.holders != nil && (s.fd >= 0 || !shown && !s.quiet) {
 				s.refresh()
 				read = time.Now()
 			}
@@ -200,7 +213,7 @@ func (s *waitStatus) loop() {
 			shown, down = true, true
 			continue
 		}
-		if down && s.fd < 0 && h != nil {
+		if down && s.fd < 0 {
 			fmt.Fprintf(s.w, "leasehold: waiting for %s: the store answers again\n", visible(s.name))
 		}
 		down = false
@@ -215,7 +228,7 @@ func (s *waitStatus) loop() {
 		case s.fd >= 0:
 			fmt.Fprint(s.w, "\r\x1b[K"+truncate(line, s.width()))
 			shown = true
-		case !shown:
+		case !shown && !s.quiet:
 			fmt.Fprintf(s.w, "leasehold: %s\n", line)
 			shown = true
 		}

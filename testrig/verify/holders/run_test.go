@@ -460,7 +460,7 @@ func waitBeating(t *testing.T, sup *supervisor, logPath string) (token uint64, c
 // tm how long after it said so it exited: at most WAIT + callBound.
 func startWaiting(t *testing.T, tm *timer, bin, storeURL, name string, ttl, wait time.Duration) func() {
 	t.Helper()
-	s := startRun(t, bin, nil, "--store", storeURL, "--ttl", ttl.String(), "--wait", wait.String(), name, "--", "true")
+	s := startRun(t, bin, nil, "--verbose", "--store", storeURL, "--ttl", ttl.String(), "--wait", wait.String(), name, "--", "true")
 	var from int64
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if strings.Contains(s.stderr(), "waiting for") {
