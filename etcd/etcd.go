@@ -98,6 +98,10 @@ type Store struct {
 	// place: it may hold it back to send it later, as an overloaded etcd
 	// applies a proposal after the client was told it timed out.
 	enqueueHook func(ctx context.Context, commit func(context.Context) (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error)
+	// acquireHook, if set (tests), sends the acquire Txns of TryAcquire
+	// and of a queue's head in their place, as enqueueHook does the
+	// enqueue's.
+	acquireHook func(ctx context.Context, commit func(context.Context) (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error)
 
 	mu     sync.Mutex
 	closed bool
@@ -367,17 +371,19 @@ func (s *Store) fail(ctx context.Context, op string, err error) error {
 
 // background runs f unless the store is closing or too much background
 // work is queued already (f is then skipped: it only ever revokes an
-// unused etcd lease, which expires by itself, or refills the spare pool).
-func (s *Store) background(f func(ctx context.Context)) {
+// etcd lease that is unused or carries a grant nobody heard of, both of
+// which expire by themselves, or refills the spare pool). It reports
+// whether f runs.
+func (s *Store) background(f func(ctx context.Context)) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return
+		return false
 	}
 	select {
 	case s.bgSem <- struct{}{}:
 	default:
-		return
+		return false
 	}
 	s.bg.Add(1)
 	go func() {
@@ -387,6 +393,7 @@ func (s *Store) background(f func(ctx context.Context)) {
 		defer cancel()
 		f(ctx)
 	}()
+	return true
 }
 
 // revokeLater revokes an etcd lease that no grant uses any more.

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/backoff"
 	"github.com/leasehold/leasehold/storekit"
 )
 
@@ -48,17 +49,25 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 			if g, err = s.obtain(ctx, secs); err != nil {
 				return leasehold.Record{}, err
 			}
-			resp, err = s.cli.Txn(ctx).If(cmpFree(lk), cmpQueueEmpty(qp)).
-				Then(clientv3.OpPut(lk, val, clientv3.WithLease(g.id)), clientv3.OpPut(tokenKey(lk, 0), "", clientv3.WithLease(g.id)),
-					clientv3.OpPut(ok, req.Owner)).
-				Else(opGetGrant(lk), clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithPrefix())...)).Commit()
+			commit := func(ctx context.Context) (*clientv3.TxnResponse, error) {
+				return s.cli.Txn(ctx).If(cmpFree(lk), cmpQueueEmpty(qp)).
+					Then(clientv3.OpPut(lk, val, clientv3.WithLease(g.id)), clientv3.OpPut(tokenKey(lk, 0), "", clientv3.WithLease(g.id)),
+						clientv3.OpPut(ok, req.Owner)).
+					Else(opGetGrant(lk), clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithPrefix())...)).Commit()
+			}
+			if s.acquireHook != nil {
+				resp, err = s.acquireHook(ctx, commit)
+			} else {
+				resp, err = commit(ctx)
+			}
 			rerr = g.settle()
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				continue // the spare was gone; nothing was written
 			}
 			if err != nil {
-				// Unknown outcome: if the grant happened, it expires by itself
-				// with the etcd lease, or a retry with the request id gets it.
+				// Unknown outcome: the grant may have happened, or may
+				// still happen (see endUnheard).
+				s.endUnheard(g.id)
 				return leasehold.Record{}, s.fail(ctx, "acquire", err)
 			}
 			if resp.Succeeded {
@@ -111,6 +120,49 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 		// The holder's etcd lease is gone: its key is gone too by now.
 	}
 	return leasehold.Record{}, fmt.Errorf("etcd acquire %q: the lease kept changing; gave up after %d attempts", req.Name, maxAttempts)
+}
+
+// unheardWait is how long a call whose acquire Txn failed with an unknown
+// outcome waits for the revoke of the Txn's etcd lease before it returns
+// (endUnheard); the revoke goes on in the background after that.
+const unheardWait = 250 * time.Millisecond
+
+// endUnheard ends a grant that an acquire Txn whose reply never came (the
+// caller's context ended, the connection broke, etcd said "request timed
+// out") may have made, or may still make: etcd can apply such a request
+// after the client gave up on it, even after a request sent later. It
+// revokes the etcd lease the Txn puts the key on, so whichever etcd
+// applies first, nothing stays granted: a revoke after the grant deletes
+// its keys, and a Txn after the revoke fails (lease not found) and writes
+// nothing. Without it, such a late grant held the lease for its whole TTL
+// while its caller, having given up, had released "it" already (the
+// workflows' cut-and-asked-again fault row on etcd, a 10.5 s stall).
+//
+// The caller waits for the revoke for at most unheardWait, so that what
+// it does next (ask again, release by request id) finds the lease free;
+// past that the revoke goes on in the background, and if it cannot reach
+// etcd at all the grant expires with its TTL. A retry with the same
+// request id that finds the grant before the revoke lands gets it, and
+// then loses it visibly (its next renewal finds it gone).
+func (s *Store) endUnheard(id clientv3.LeaseID) {
+	done := make(chan struct{})
+	if !s.background(func(ctx context.Context) {
+		defer close(done)
+		for d := 50 * time.Millisecond; ; d = min(2*d, time.Second) {
+			_, err := s.cli.Revoke(ctx, id)
+			if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) || backoff.Sleep(ctx, d) != nil {
+				return
+			}
+		}
+	}) {
+		return
+	}
+	t := time.NewTimer(unheardWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // peek serves a TryAcquire of a name that this store has waiters for,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/backoff"
@@ -78,16 +79,17 @@ type waiter struct {
 	lk, ok, qp      string
 	secs            int64
 	se              *session
-	key             string     // its entry, "" before it is queued
-	rev             int64      // the entry's CreateRevision
-	stale           []string   // old entries of this waiter, to delete when queueing again
-	sent            string     // an entry an enqueue Txn with an unknown outcome may have made
-	tried           string     // the lease key's value in the last grant attempt
-	next            grantLease // the etcd lease prepared for its grant, named in its entry
-	prepDead        bool       // next may be gone, or a release may still hand it a grant: revoke it at the end
-	pre             *preWatch  // the lease key's watch, opened before the read that made it the head
-	uncertain       bool       // an acquire Txn failed with an unknown outcome
-	wakes, acquires int        // watches that ended, acquire Txns sent (for tests)
+	key             string             // its entry, "" before it is queued
+	rev             int64              // the entry's CreateRevision
+	stale           []string           // old entries of this waiter, to delete when queueing again
+	sent            string             // an entry an enqueue Txn with an unknown outcome may have made
+	tried           string             // the lease key's value in the last grant attempt
+	next            grantLease         // the etcd lease prepared for its grant, named in its entry
+	prepDead        bool               // next may be gone, or a release may still hand it a grant: revoke it at the end
+	pre             *preWatch          // the lease key's watch, opened before the read that made it the head
+	uncertain       bool               // an acquire Txn failed with an unknown outcome
+	unheard         []clientv3.LeaseID // etcd leases of such Txns (not prepared ones): revoked at the end unless a grant found on one is kept
+	wakes, acquires int                // watches that ended, acquire Txns sent (for tests)
 }
 
 // next is what a waiter does after reading the queue and the lease.

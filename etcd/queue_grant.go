@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -75,6 +76,9 @@ func (w *waiter) again(ctx context.Context, g grant) (leasehold.Record, bool, er
 	if err != nil || !done {
 		return leasehold.Record{}, false, err
 	}
+	// Kept: if it is on the lease of an acquire whose reply was lost,
+	// that is the grant's lease now, not to be revoked at finish.
+	w.unheard = slices.DeleteFunc(w.unheard, func(id clientv3.LeaseID) bool { return int64(id) == g.kv.Lease })
 	return rec, true, nil
 }
 
@@ -89,7 +93,7 @@ func (w *waiter) acquire(ctx context.Context) (leasehold.Record, next, bool, err
 	}
 	w.acquires++
 	now := time.Now()
-	resp, err := s.cli.Txn(w.octx).If(
+	txn := s.cli.Txn(w.octx).If(
 		cmpFree(w.lk),
 		clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.rev),
 		clientv3.Compare(clientv3.CreateRevision(w.qp), ">", w.rev-1).WithPrefix(), // none older
@@ -98,7 +102,13 @@ func (w *waiter) acquire(ctx context.Context) (leasehold.Record, next, bool, err
 		clientv3.OpPut(w.ok, w.req.Owner), clientv3.OpDelete(w.key),
 	).Else(
 		clientv3.OpGet(w.key, clientv3.WithKeysOnly()), w.olderOp(), opGetGrant(w.lk),
-	).Commit()
+	)
+	var resp *clientv3.TxnResponse
+	if s.acquireHook != nil {
+		resp, err = s.acquireHook(w.octx, func(context.Context) (*clientv3.TxnResponse, error) { return txn.Commit() })
+	} else {
+		resp, err = txn.Commit()
+	}
 	rerr := g.settle()
 	if err != nil {
 		switch {
@@ -109,7 +119,11 @@ func (w *waiter) acquire(ctx context.Context) (leasehold.Record, next, bool, err
 		case prep:
 			w.uncertain = true
 		default:
-			s.unused(g, rerr)
+			// Not a spare again: a grant may be on it, or may still be
+			// put on it (etcd can apply the Txn later). The waiter may
+			// find that grant its own (again); otherwise finish revokes
+			// it, which ends such a grant whenever etcd applies it.
+			w.unheard = append(w.unheard, g.id)
 			w.uncertain = true
 		}
 		return leasehold.Record{}, next{}, false, err
@@ -213,11 +227,16 @@ func (w *waiter) lease() (g grantLease, prep bool, err error) {
 	return g, false, err
 }
 
-// finish hands back the prepared lease when the wait ended without a
-// grant on it: to the spares if no release can hand it a grant any more
-// (the waiter's entries are surely gone), else it is revoked, which also
-// ends a grant handed to it late.
+// finish revokes the etcd leases of acquire Txns whose outcome it did not
+// learn (unheard), which ends a grant etcd made or makes on one late, and
+// hands back the prepared lease when the wait ended without a grant on
+// it: to the spares if no release can hand it a grant any more (the
+// waiter's entries are surely gone), else it is revoked, which also ends
+// a grant handed to it late.
 func (w *waiter) finish() {
+	for _, id := range w.unheard {
+		w.s.revokeLater(id)
+	}
 	g := w.next
 	if g.id == clientv3.NoLease {
 		return
