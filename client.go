@@ -157,7 +157,9 @@ func Data(b []byte) AcquireOption { return func(a *acquireConfig) { a.data = b }
 // RequestID sets the acquire's request id. Default: a fresh random id per
 // TryAcquire or Acquire call; Acquire reuses it for all its attempts, so a
 // reply lost in transit never makes it wait behind itself. Pass your own to
-// make retries across calls or processes idempotent.
+// make retries across calls or processes idempotent. Use one id for one
+// caller's attempts only: two Leases with the same owner and request id are
+// one grant, and releasing either ends it for both (docs/safety.md).
 func RequestID(id string) AcquireOption { return func(a *acquireConfig) { a.requestID = id } }
 
 // OnWait is called by Acquire each time it finds the lease held, before it

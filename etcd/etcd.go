@@ -102,6 +102,9 @@ type Store struct {
 	// and of a queue's head in their place, as enqueueHook does the
 	// enqueue's.
 	acquireHook func(ctx context.Context, commit func(context.Context) (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error)
+	// spareHook, if set (tests), makes the refresh of a spare taken for a
+	// grant (refresh) in its place.
+	spareHook func(ctx context.Context, refresh func(context.Context) error) error
 
 	mu     sync.Mutex
 	closed bool

@@ -294,6 +294,10 @@ func (s *Store) spare(ctx context.Context, secs int64) (grantLease, bool) {
 	g := grantLease{leaseRef: sp, secs: secs, refresh: make(chan error, 1)}
 	g.born = now
 	go func() {
+		if s.spareHook != nil {
+			g.refresh <- s.spareHook(ctx, func(ctx context.Context) error { return s.refresher.refresh(ctx, sp.id) })
+			return
+		}
 		g.refresh <- s.refresher.refresh(ctx, sp.id)
 	}()
 	return g, true
