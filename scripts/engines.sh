@@ -549,6 +549,10 @@ refuse_claimed() {
 claim() {
 	local pid=${LEASEHOLD_ENGINES_CLAIM:-} start
 	[ -n "$pid" ] || return 0
+	[[ $pid =~ ^[1-9][0-9]*$ ]] || {
+		log "LEASEHOLD_ENGINES_CLAIM=$pid is not a process id"
+		exit 64
+	}
 	start=$(proc_start "$pid") || {
 		log "LEASEHOLD_ENGINES_CLAIM=$pid names no running process"
 		exit 64

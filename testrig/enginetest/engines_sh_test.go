@@ -292,3 +292,28 @@ func TestEtcdMemberOnlyItsCluster(t *testing.T) {
 		t.Errorf("etcd-member kill killed process %d of a directory it did not make:\n%s", proc.Process.Pid, out)
 	}
 }
+
+// TestEnginesBadClaim: a LEASEHOLD_ENGINES_CLAIM that names no running
+// process, or is not a process id at all, is a usage error (64) before
+// anything is claimed or started. "self" passed before: /proc/self named
+// the script's own helper, so start claimed the directory for a process
+// id no check could match and started the engines.
+func TestEnginesBadClaim(t *testing.T) {
+	for _, claim := range []string{"999999999", "abc", "self", "-1", "1 2"} {
+		t.Run(claim, func(t *testing.T) {
+			state := t.TempDir()
+			t.Cleanup(func() {
+				// Whatever a start that should have refused started.
+				runScript(t, []string{"LEASEHOLD_ENGINES_DIR=" + state, "LEASEHOLD_ENGINES_CLAIM="}, "engines.sh", "stop")
+			})
+			out, code := runScript(t, []string{"LEASEHOLD_ENGINES_DIR=" + state, "LEASEHOLD_ENGINES_NO_INSTALL=1", "LEASEHOLD_ENGINES_CLAIM=" + claim},
+				"engines.sh", "start")
+			if code != 64 || !strings.Contains(out, "LEASEHOLD_ENGINES_CLAIM") {
+				t.Errorf("engines.sh start with LEASEHOLD_ENGINES_CLAIM=%q: exit %d, want 64 naming the variable:\n%s", claim, code, out)
+			}
+			if names, _ := filepath.Glob(filepath.Join(state, "*")); len(names) != 0 {
+				t.Errorf("engines.sh start with LEASEHOLD_ENGINES_CLAIM=%q left %v", claim, names)
+			}
+		})
+	}
+}
