@@ -96,9 +96,12 @@ func TestCheckPermits(t *testing.T) {
 }
 
 // TestHolderPauser stops a process of an armed group at its read, and
-// only one, and continues it after the armed length.
+// only one, and continues it after the armed length. The waits for a
+// state are long and the pause outlasts them (a stop is seen only once
+// the process runs to take the signal: under load that took more than the
+// 100 ms this test once gave it, with a 300 ms pause).
 func TestHolderPauser(t *testing.T) {
-	cmd := exec.Command("sleep", "30")
+	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
 		t.Skipf("no sleep command: %v", err)
 	}
@@ -108,48 +111,61 @@ func TestHolderPauser(t *testing.T) {
 	defer hp.Close()
 	hp.Set("g", pid)
 	hp.OnRead(pid, "k") // not armed: nothing
-	if st := procState(t, pid); st == "T" {
+	if stopped(t, pid, 100*time.Millisecond) {
 		t.Fatal("stopped without being armed")
 	}
 	hp.Arm("h", time.Second) // another group
 	hp.OnRead(pid, "k")
-	if st := procState(t, pid); st == "T" {
+	if stopped(t, pid, 100*time.Millisecond) {
 		t.Fatal("stopped for another group's pause")
 	}
-	hp.Arm("g", 300*time.Millisecond)
+	const pause = 5 * time.Second
+	hp.Arm("g", pause)
 	hp.OnRead(pid, "k")
-	if st := procState(t, pid); st != "T" {
-		t.Fatalf("state %q after an armed read, want T (stopped)", st)
+	if !stopped(t, pid, pause-time.Second) {
+		t.Fatalf("not stopped %s after an armed read (state %q)", pause-time.Second, procState(t, pid))
 	}
 	if hp.Armed("g") {
 		t.Fatal("still armed after pausing")
 	}
 	hp.Wait()
-	if st := procState(t, pid); st == "T" {
-		t.Fatal("still stopped after the pause")
+	for deadline := time.Now().Add(10 * time.Second); procState(t, pid) == "T"; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("still stopped 10 s after the pause")
+		}
 	}
 	ps := hp.Pauses("g")
 	if len(ps) != 1 || ps[0].Pid != pid || ps[0].Key != "k" || ps[0].To <= ps[0].From {
 		t.Fatalf("pauses %+v", ps)
 	}
+	if d := time.Duration(ps[0].To - ps[0].From); d < pause {
+		t.Fatalf("paused %s, want the armed %s", d, pause)
+	}
 }
 
-// procState is the state letter of pid in /proc (T: stopped). It waits a
-// little for a signal to take effect.
+// stopped reports whether pid is seen stopped within d.
+func stopped(t *testing.T, pid int, d time.Duration) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(2 * time.Millisecond) {
+		if procState(t, pid) == "T" {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
+// procState is the state letter of pid in /proc ("T" for stopped and
+// traced-stopped).
 func procState(t *testing.T, pid int) string {
-	var st string
-	for i := 0; i < 50; i++ {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			t.Skipf("no /proc: %v", err)
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		st = f[0]
-		if st == "T" || st == "t" {
-			return "T"
-		}
-		time.Sleep(2 * time.Millisecond)
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	s := string(b)
+	st := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[0]
+	if st == "t" {
+		return "T"
 	}
 	return st
 }
