@@ -551,25 +551,47 @@ func testWatch(t *testing.T, h Harness) {
 }
 
 // testKeepalive: a Client lease with a short TTL stays held for many TTLs,
-// and others are refused meanwhile.
+// and others are refused meanwhile. On a starved machine the keepalive
+// may not renew in time: the lease then lapses visibly (its local
+// deadline passes), which is correct but proves nothing here, so such a
+// round is run again (at most three in all). What fails at once is
+// another owner granted while the holder's local deadline was still
+// ahead. (A flake hunt under four busy loops beside CI saw a lapse the
+// test counted as a failure: it read Err, which says a loss only once the
+// keepalive goroutine has noticed it, where Held checks the deadline.)
 func testKeepalive(t *testing.T, h Harness) {
 	s := h.open(t)
 	ctx := bg(t)
-	n, ttl := name(t, "x"), max(time.Second, 10*h.ttl())
+	ttl := max(time.Second, 10*h.ttl())
 	c, _ := leasehold.New(s, leasehold.WithOwner("keeper"))
-	l, err := c.TryAcquire(ctx, n, leasehold.TTL(ttl))
-	if err != nil {
-		t.Fatal(err)
+	const rounds = 3
+	for round := 1; ; round++ {
+		n := name(t, fmt.Sprintf("x%d", round))
+		l, err := c.TryAcquire(ctx, n, leasehold.TTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2*ttl + ttl/2)
+		held := l.Held()
+		_, err = s.TryAcquire(ctx, req(n, "other", ttl))
+		returned := time.Now()
+		if err == nil && returned.Before(l.Deadline()) {
+			t.Fatalf("another owner was granted %s while the keeper's deadline was %s ahead (held: %v)", n, l.Deadline().Sub(returned), held)
+		}
+		if !held || err == nil {
+			if round == rounds {
+				t.Fatalf("the lease lapsed during keepalive in %d rounds of %d: %v (another owner's acquire: %v)", rounds, rounds, l.Err(), err)
+			}
+			t.Logf("round %d: the lease lapsed during keepalive (its deadline passed: a starved machine?): %v; again", round, l.Err())
+			continue
+		}
+		if !errors.Is(err, leasehold.ErrHeld) {
+			t.Errorf("another owner during keepalive: %v, want ErrHeld", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		mustAcquire(t, s, req(n, "other", ttl))
+		return
 	}
-	time.Sleep(2*ttl + ttl/2)
-	if err := l.Err(); err != nil {
-		t.Fatalf("lease lost during keepalive: %v", err)
-	}
-	if _, err := s.TryAcquire(ctx, req(n, "other", ttl)); !errors.Is(err, leasehold.ErrHeld) {
-		t.Errorf("another owner during keepalive: %v, want ErrHeld", err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	mustAcquire(t, s, req(n, "other", ttl))
 }
