@@ -544,8 +544,34 @@ refuse_claimed() {
 	exit 75
 }
 
+# ancestor PID: whether PID is this script or one of its ancestors (a
+# test command claims the directory for itself, then runs this script).
+ancestor() {
+	local p=$$ s
+	while [ "$p" -gt 1 ]; do
+		[ "$p" = "$1" ] && return 0
+		s=$(cat "/proc/$p/stat" 2>/dev/null) || return 1
+		s=${s##*) }
+		read -r _ p _ <<<"$s"
+	done
+	return 1
+}
+
+# locked CMD...: runs CMD with $STATE/claim.lock held (flock), so that two
+# commands cannot both find a stale claim, drop it and claim the directory.
+locked() {
+	local fd
+	exec {fd}>"$STATE/claim.lock"
+	flock "$fd"
+	"$@"
+	local st=$?
+	exec {fd}>&-
+	return $st
+}
+
 # claim: records that $STATE belongs to the process LEASEHOLD_ENGINES_CLAIM
 # names (see the header), unless another live process holds it (exit 75).
+# That process must be this script or one that runs it (the test command).
 claim() {
 	local pid=${LEASEHOLD_ENGINES_CLAIM:-} start
 	[ -n "$pid" ] || return 0
@@ -557,22 +583,41 @@ claim() {
 		log "LEASEHOLD_ENGINES_CLAIM=$pid names no running process"
 		exit 64
 	}
+	ancestor "$pid" || {
+		log "LEASEHOLD_ENGINES_CLAIM=$pid is not this script or a process that runs it (the test command claims the directory for itself)"
+		exit 64
+	}
 	mkdir -p "$STATE"
-	# Created only if absent (noclobber): of two claims at once, one wins.
-	local try
-	for try in 1 2 3; do
-		(set -C && echo "$pid $start" >"$STATE/claim") 2>/dev/null && return 0
-		refuse_claimed start
-		rm -f "$STATE/claim" # this run's own, or its process is gone
-	done
-	log "cannot write $STATE/claim"
-	exit 1
+	locked claim_locked "$pid" "$start"
+}
+
+claim_locked() {
+	refuse_claimed start # a live other claim: 75; none, ours or a stale one: (re)written
+	echo "$1 $2" >"$STATE/claim.$$" && mv -f "$STATE/claim.$$" "$STATE/claim" || {
+		log "cannot write $STATE/claim"
+		exit 1
+	}
 }
 
 # unclaim: drops this run's claim (or a stale one) once its engines are stopped.
 unclaim() {
 	[ -f "$STATE/claim" ] || return 0
-	claimer >/dev/null || rm -f "$STATE/claim"
+	locked unclaim_locked
+}
+
+unclaim_locked() { claimer >/dev/null || rm -f "$STATE/claim"; }
+
+# copied: whether $STATE is a copy of another state directory (cp -a of a
+# checkout copies its .engines): start records the directory's own path in
+# $STATE/home; if home names another directory that exists, the engines
+# its state files name are that directory's, not this one's. (A directory
+# moved with mv names one that is gone: it is still the engines' own.)
+copied() {
+	local home here
+	[ -f "$STATE/home" ] || return 1
+	home=$(cat "$STATE/home")
+	here=$(cd "$STATE" && pwd -P)
+	[ "$home" != "$here" ] && [ -d "$home" ] && [ "$(cd "$home" && pwd -P)" != "$here" ]
 }
 
 # stop stops the engines named in $STATE, and waits until they are gone.
@@ -587,7 +632,7 @@ stop_one() {
 		if [ -n "$dir" ] && [ -s "$pid" ]; then
 			if owned "$(cat "$pid")" "$dir"; then
 				stop_pid "$(cat "$pid")"
-			else
+			elif [ -e "/proc/$(cat "$pid")" ]; then
 				log "process $(cat "$pid") (from $pid) is not this engine any more (its pid was reused): left alone"
 			fi
 		fi
@@ -598,6 +643,11 @@ stop_one() {
 
 stop() {
 	local dir bin pid e
+	if copied; then
+		log "$STATE is a copy of $(cat "$STATE/home"): the engines its state names are that directory's; left alone (only this copy's state is dropped)"
+		rm -f "$STATE"/*.dir "$STATE/home"
+		return 0
+	fi
 	if [ -f "$STATE/pg.dir" ] && dir=$(made_dir pg); then
 		bin=$(pg_bin || true)
 		if [ -n "$dir" ] && [ -n "$bin" ] && [ -s "$dir/data/postmaster.pid" ]; then
@@ -627,6 +677,7 @@ start)
 	claim
 	rm -f "$STATE/failed"
 	stop
+	(cd "$STATE" && pwd -P) >"$STATE/home"
 	install
 	step PostgreSQL pg start_postgres
 	step Redis redis start_redis

@@ -25,6 +25,7 @@
 # (LEASEHOLD_ENGINES_DIR; scripts/engines.sh --help), and 130 after Ctrl-C (SIGINT) or 143 after SIGTERM, once the running test and
 # the busy loops are stopped.
 set -uo pipefail
+caller=$PWD # a relative LEASEHOLD_FLAKES_DIR is the caller's, not the checkout's
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/proc.sh
 . scripts/lib/proc.sh
@@ -54,20 +55,24 @@ done
 count=$((10#$count))
 [[ $load =~ ^[0-9]{1,4}$ ]] || usage "-load takes a whole number up to 9999 (got '$load')"
 load=$((10#$load))
-[[ $timeout == 0 || $timeout =~ ^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$ ]] || usage "-timeout takes a Go duration such as 60m or 1h30m, or 0 for none (got '$timeout')"
+[[ $timeout == 0 || $timeout =~ ^([0-9]{1,6}(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$ ]] || usage "-timeout takes a Go duration such as 60m or 1h30m (at most 6 digits a unit), or 0 for none (got '$timeout')"
 for a in "$@"; do
 	case "$a" in -*) usage "option $a after the packages: options go first (see --help)" ;; esac
 done
 
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 # The output directory must exist and take files: never an empty path.
+made_out=
 if [ -n "${LEASEHOLD_FLAKES_DIR:-}" ]; then
 	out=$LEASEHOLD_FLAKES_DIR
+	[[ $out == /* ]] || out=$caller/$out
 	mkdir -p -- "$out" 2>/dev/null && probe=$(mktemp "$out/.probe.XXXXXX" 2>/dev/null) ||
 		usage "cannot create or write the output directory '$out' (LEASEHOLD_FLAKES_DIR): make it a writable directory"
 	rm -f "$probe"
 elif ! out=$(mktemp -d -t leasehold-flakes.XXXXXX 2>/dev/null) || [ -z "$out" ]; then
 	usage "cannot create a temporary directory in ${TMPDIR:-/tmp} (TMPDIR): make it an existing, writable directory, or set LEASEHOLD_FLAKES_DIR"
+else
+	made_out=1
 fi
 
 loops=()
@@ -86,16 +91,22 @@ cleanup() {
 }
 trap cleanup EXIT
 # A second signal during the cleanup is ignored (said once, cleaned once).
-trap 'trap "" INT TERM; echo "flakes.sh: interrupted" >&2; cleanup; exit 130' INT
-trap 'trap "" INT TERM; echo "flakes.sh: terminated" >&2; cleanup; exit 143' TERM
+trap 'trap "" INT TERM HUP; echo "flakes.sh: interrupted" >&2; cleanup; exit 130' INT
+trap 'trap "" INT TERM HUP; echo "flakes.sh: terminated" >&2; cleanup; exit 143' TERM
+trap 'trap "" INT TERM HUP; echo "flakes.sh: hung up (SIGHUP)" >&2; cleanup; exit 129' HUP
 
 # The packages first: a bad one is a usage error before any engine starts.
 module=$(go list -m) || exit 1
 if [ $# -gt 0 ]; then
-	if ! list=$(go list "$@"); then
+	if ! list=$(go list "$@" 2>"$out/.golist") || grep -q "matched no packages" "$out/.golist"; then
+		cat "$out/.golist" >&2
+		rm -f "$out/.golist"
+		[ -z "$made_out" ] || rm -rf -- "$out"
 		echo "flakes.sh: go list could not find every package named (see above)" >&2
 		exit 64
 	fi
+	cat "$out/.golist" >&2
+	rm -f "$out/.golist"
 else
 	list=$(go list ./... | grep -v '/testrig/verify') || exit 1
 fi
@@ -118,6 +129,7 @@ if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 	exports=$(cat "$out/engines.env")
 	if [ $st -eq 75 ]; then
 		started_engines= # the engines are the other command's
+		[ -z "$made_out" ] || rm -rf -- "$out" # nothing ran: leave nothing behind
 		echo "flakes.sh: FAILED: the engines' directory is in use by another test command (above)" >&2
 		exit 75
 	elif [ $st -ne 0 ]; then

@@ -141,7 +141,7 @@ interrupted() {
 	local code=$1 sig=$2
 	# Ignored from here on, by this script and what the cleanup runs: a
 	# second signal must not skip the table or stopping the engines.
-	trap '' INT TERM
+	trap '' INT TERM HUP
 	if [ -n "$stage_pid" ]; then
 		stop_tree "$stage_pid"
 		summary+=("$(printf '%-8s INTERRUPTED by SIG%s' "$running" "$sig")")
@@ -151,6 +151,7 @@ interrupted() {
 }
 trap 'interrupted 130 INT' INT
 trap 'interrupted 143 TERM' TERM
+trap 'interrupted 129 HUP' HUP # a closed terminal or a dropped ssh
 
 # failures: what each failed stage said about why, gathered from its kept
 # output, so that the end of the report names the failing tests even when

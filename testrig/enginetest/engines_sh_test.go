@@ -205,15 +205,7 @@ func TestEnginesClaimed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Process.Kill()
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(other.Process.Pid) + "/stat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-	claim := fmt.Sprintf("%d %s\n", other.Process.Pid, fields[19]) // field 22: its start time
-	if err := os.WriteFile(filepath.Join(state, "claim"), []byte(claim), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	claim := claimFor(t, state, other.Process.Pid)
 	// An engine of the other command's, as start records one.
 	made, err := exec.Command("mktemp", "-d", "/tmp/leasehold-redis.XXXXXX").Output()
 	if err != nil {
@@ -299,7 +291,14 @@ func TestEtcdMemberOnlyItsCluster(t *testing.T) {
 // the script's own helper, so start claimed the directory for a process
 // id no check could match and started the engines.
 func TestEnginesBadClaim(t *testing.T) {
-	for _, claim := range []string{"999999999", "abc", "self", "-1", "1 2"} {
+	sleeper := exec.Command("sleep", "300") // alive, but not the script's caller
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sleeper.Process.Kill(); sleeper.Wait() }()
+	// "1" and a live process that does not run the script (the red team
+	// of 2026-12-05: a claim for PID 1 locked the directory for good).
+	for _, claim := range []string{"999999999", "abc", "self", "-1", "1 2", "1", strconv.Itoa(sleeper.Process.Pid)} {
 		t.Run(claim, func(t *testing.T) {
 			state := t.TempDir()
 			t.Cleanup(func() {
@@ -315,5 +314,133 @@ func TestEnginesBadClaim(t *testing.T) {
 				t.Errorf("engines.sh start with LEASEHOLD_ENGINES_CLAIM=%q left %v", claim, names)
 			}
 		})
+	}
+}
+
+// claimFor writes state's claim for process pid, as a test command's
+// engines.sh start does, and returns it.
+func claimFor(t *testing.T, state string, pid int) string {
+	t.Helper()
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	claim := fmt.Sprintf("%d %s\n", pid, fields[19]) // field 22: its start time
+	if err := os.WriteFile(filepath.Join(state, "claim"), []byte(claim), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return claim
+}
+
+// runningEngine makes a directory as start makes one for key, with a process
+// running in it (a pid file naming it), and records it in state.
+func runningEngine(t *testing.T, state, key string) (dir string, proc *exec.Cmd) {
+	t.Helper()
+	made, err := exec.Command("mktemp", "-d", "/tmp/leasehold-"+key+".XXXXXX").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir = strings.TrimSpace(string(made))
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	proc = exec.Command("sleep", "300")
+	proc.Dir = dir
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proc.Process.Kill(); proc.Wait() })
+	if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(proc.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, key+".dir"), []byte(dir+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, proc
+}
+
+// TestEnginesCopiedStateLeftAlone (the red team of 2026-12-05): a copy of a
+// state directory (cp -a of a checkout copies its .engines) names the
+// original's engines, and stop on the copy (which test.sh runs first)
+// stopped them and deleted their data. The engines stay the original's:
+// stop on the copy drops only the copy's state; stop on the original
+// still stops them.
+func TestEnginesCopiedStateLeftAlone(t *testing.T) {
+	orig := t.TempDir()
+	dir, proc := runningEngine(t, orig, "redis")
+	if err := os.WriteFile(filepath.Join(orig, "home"), []byte(orig+"\n"), 0o644); err != nil { // as start records it
+		t.Fatal(err)
+	}
+	cp := filepath.Join(t.TempDir(), "copy")
+	if out, err := exec.Command("cp", "-a", orig, cp).CombinedOutput(); err != nil {
+		t.Fatalf("cp -a: %v\n%s", err, out)
+	}
+	out, code := runScript(t, []string{"LEASEHOLD_ENGINES_DIR=" + cp, "LEASEHOLD_ENGINES_CLAIM="}, "engines.sh", "stop")
+	if code != 0 {
+		t.Errorf("engines.sh stop on the copy: exit %d:\n%s", code, out)
+	}
+	if _, err := os.Stat(dir); err != nil || proc.ProcessState != nil || syscall.Kill(proc.Process.Pid, 0) != nil {
+		t.Fatalf("engines.sh stop on a copy of the state stopped the original's engine or deleted its directory (%v):\n%s", err, out)
+	}
+	if names, _ := filepath.Glob(filepath.Join(cp, "*.dir")); len(names) != 0 {
+		t.Errorf("the copy still names engines: %v", names)
+	}
+	out, code = runScript(t, []string{"LEASEHOLD_ENGINES_DIR=" + orig, "LEASEHOLD_ENGINES_CLAIM="}, "engines.sh", "stop")
+	if _, err := os.Stat(dir); code != 0 || !os.IsNotExist(err) {
+		t.Errorf("engines.sh stop on the original: exit %d, its engine directory %v (want removed):\n%s", code, err, out)
+	}
+}
+
+// TestEnginesStaleClaimRace (the red team of 2026-12-05): with a claim
+// left by a killed run, two test commands started at once both dropped it
+// and both went on (2 of 3 rounds), each stopping the other's engines.
+// Six commands (each claiming for itself, then living on) start on such a
+// directory at once, in several rounds: exactly one may go past the claim.
+func TestEnginesStaleClaimRace(t *testing.T) {
+	for round := 0; round < 4; round++ {
+		state := t.TempDir()
+		dead := exec.Command("true")
+		if err := dead.Run(); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(state, "claim"), []byte(strconv.Itoa(dead.Process.Pid)+" 12345\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		const n = 6
+		codes := make(chan int, n)
+		var cmds []*exec.Cmd
+		for range n {
+			// Claims for its shell, which lives 3 s after the start ends.
+			cmd := exec.Command("bash", "-c", `LEASEHOLD_ENGINES_CLAIM=$$ "$0" start >/dev/null 2>&1; st=$?; sleep 3; exit $st`, repoScript(t, "engines.sh"))
+			cmd.Env = append(os.Environ(), "LEASEHOLD_ENGINES_DIR="+state, "LEASEHOLD_ENGINES_NO_INSTALL=1", "LEASEHOLD_NPM_DIR="+filepath.Join(state, "npm"))
+			cmds = append(cmds, cmd)
+		}
+		for _, cmd := range cmds {
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, cmd := range cmds {
+			go func() {
+				err := cmd.Wait()
+				code := 0
+				if ee, ok := err.(*exec.ExitError); ok {
+					code = ee.ExitCode()
+				}
+				codes <- code
+			}()
+		}
+		past := 0
+		var all []int
+		for range n {
+			c := <-codes
+			all = append(all, c)
+			if c != 75 {
+				past++ // went past the claim (and failed later: nothing installed)
+			}
+		}
+		runScript(t, []string{"LEASEHOLD_ENGINES_DIR=" + state, "LEASEHOLD_ENGINES_CLAIM="}, "engines.sh", "stop")
+		if past != 1 {
+			t.Fatalf("round %d: %d of %d starts went past a stale claim at once (exit codes %v), want 1 (the others 75)", round, past, n, all)
+		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/leasehold/leasehold/testrig/enginetest"
 	"github.com/leasehold/leasehold/testrig/proctest"
 )
@@ -71,7 +73,7 @@ func TestTestShTermStopsStage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go vet")
 	}
-	termTestSh(t, "vet", []string{"LEASEHOLD_STAGES=vet"}, func() bool { return true })
+	termTestSh(t, "vet", []string{"LEASEHOLD_STAGES=vet"}, func() bool { return true }, syscall.SIGTERM)
 }
 
 // TestTestShTermDuringEngines: a SIGTERM to test.sh while the engines were
@@ -82,13 +84,20 @@ func TestTestShTermDuringEngines(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the engines")
 	}
-	state := t.TempDir()
 	// Signalled once the start has made PostgreSQL's directory: mid-start.
-	started := func() bool { _, err := os.Stat(filepath.Join(state, "pg.dir")); return err == nil }
-	out := termTestSh(t, "engines", []string{"LEASEHOLD_STAGES=engines", "LEASEHOLD_ENGINES_DIR=" + state}, started)
-	dirs, _ := filepath.Glob(filepath.Join(state, "*.dir"))
-	if len(dirs) > 0 {
-		t.Errorf("state files left after the interrupted start: %v\n%s", dirs, out)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP} {
+		// SIGHUP (a closed terminal, a dropped ssh) was not trapped: the
+		// start went on after the exit's stop and left an etcd cluster
+		// running, and the table had no row (the red team of 2026-12-05).
+		t.Run(unix.SignalName(sig), func(t *testing.T) {
+			state := t.TempDir()
+			started := func() bool { _, err := os.Stat(filepath.Join(state, "pg.dir")); return err == nil }
+			out := termTestSh(t, "engines", []string{"LEASEHOLD_STAGES=engines", "LEASEHOLD_ENGINES_DIR=" + state}, started, sig)
+			dirs, _ := filepath.Glob(filepath.Join(state, "*.dir"))
+			if len(dirs) > 0 {
+				t.Errorf("state files left after the interrupted start: %v\n%s", dirs, out)
+			}
+		})
 	}
 }
 
@@ -96,7 +105,7 @@ func TestTestShTermDuringEngines(t *testing.T) {
 // to it alone once stage has begun and ready() holds, and checks the exit
 // (143), the stage's INTERRUPTED row and that none of its processes is
 // left. It returns the output.
-func termTestSh(t *testing.T, stage string, env []string, ready func() bool) string {
+func termTestSh(t *testing.T, stage string, env []string, ready func() bool, sig syscall.Signal) string {
 	t.Helper()
 	cmd := exec.Command(repoScript(t, "test.sh"))
 	cmd.Dir = filepath.Join("..", "..")
@@ -111,14 +120,14 @@ func termTestSh(t *testing.T, stage string, env []string, ready func() bool) str
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	err := cmd.Wait()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 143 {
-		t.Errorf("test.sh after SIGTERM: %v, want exit 143", err)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 128+int(sig) {
+		t.Errorf("test.sh after %s: %v, want exit %d", unix.SignalName(sig), err, 128+int(sig))
 	}
-	if !strings.Contains(out.String(), fmt.Sprintf("%-8s INTERRUPTED by SIGTERM", stage)) {
+	if !strings.Contains(out.String(), fmt.Sprintf("%-8s INTERRUPTED by %s", stage, unix.SignalName(sig))) {
 		t.Errorf("the table does not mark %s interrupted:\n%s", stage, out.String())
 	}
 	// Give an orphan time to show itself: it would still be in the group.
@@ -326,5 +335,71 @@ func TestFlakesTermDuringEngines(t *testing.T) {
 	}
 	if dirs, _ := filepath.Glob(filepath.Join(state, "*.dir")); len(dirs) > 0 {
 		t.Errorf("engines' state left after the interrupted start: %v\n%s", dirs, out.String())
+	}
+}
+
+// flakesNoEngines is the environment of a flake hunt that starts no
+// engines (LEASEHOLD_TEST_PG_BIN set: "already running").
+var flakesNoEngines = []string{"LEASEHOLD_TEST_PG_BIN=/nonexistent"}
+
+// TestFlakesBadPackagesAndTimeout (the red team of 2026-12-05): a pattern
+// that matches no package (go list warns, exit 0) made flakes.sh start
+// every engine and hunt the module's root package, "no failure", exit 0;
+// -timeout 99999999999h passed the check and failed in every package
+// (go test: "parse error"). Both are usage errors (64) before the hunt.
+func TestFlakesBadPackagesAndTimeout(t *testing.T) {
+	for _, args := range [][]string{
+		{"./docs/..."},
+		{"./internal/randid/", "./docs/..."},
+		{"-timeout", "99999999999h", "./internal/randid/"},
+	} {
+		env := append([]string{"LEASEHOLD_FLAKES_DIR=" + t.TempDir()}, flakesNoEngines...)
+		out, code := runScript(t, env, "flakes.sh", append([]string{"-count", "1", "-load", "0", "-norace"}, args...)...)
+		if code != 64 || strings.Contains(out, "== flake hunt") {
+			t.Errorf("flakes.sh %v: exit %d, want 64 before the hunt starts:\n%s", args, code, out)
+		}
+	}
+}
+
+// TestFlakesRelativeOutputDir: LEASEHOLD_FLAKES_DIR=relout put the output
+// in the checkout (flakes.sh changes to it first), not where it was run.
+func TestFlakesRelativeOutputDir(t *testing.T) {
+	cwd := t.TempDir()
+	rel := "relout-" + strconv.Itoa(os.Getpid())
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(root, rel)) }) // where it went before
+	cmd := exec.Command(repoScript(t, "flakes.sh"), "-count", "1", "-load", "0", "-norace", "./internal/randid/")
+	cmd.Dir = cwd
+	cmd.Env = append(os.Environ(), append([]string{"LEASEHOLD_FLAKES_DIR=" + rel}, flakesNoEngines...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("flakes.sh: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(cwd, rel, "summary")); err != nil {
+		t.Errorf("no summary in %s, where flakes.sh was run with LEASEHOLD_FLAKES_DIR=%s: %v\n%s", cwd, rel, err, out)
+	}
+}
+
+// TestFlakesClaimedLeavesNoTemp: refused with 75 (another test command's
+// engines' directory), flakes.sh left a new leasehold-flakes.* directory
+// in TMPDIR each time.
+func TestFlakesClaimedLeavesNoTemp(t *testing.T) {
+	state, tmp := t.TempDir(), t.TempDir()
+	other := exec.Command("sleep", "300")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { other.Process.Kill(); other.Wait() }()
+	claimFor(t, state, other.Process.Pid)
+	out, code := runScript(t, []string{"LEASEHOLD_ENGINES_DIR=" + state, "TMPDIR=" + tmp, "LEASEHOLD_TEST_PG_BIN=", "LEASEHOLD_FLAKES_DIR="},
+		"flakes.sh", "-count", "1", "-load", "0", "-norace", "./internal/randid/")
+	if code != 75 {
+		t.Fatalf("flakes.sh on a claimed directory: exit %d, want 75:\n%s", code, out)
+	}
+	if left, _ := filepath.Glob(filepath.Join(tmp, "leasehold-flakes.*")); len(left) > 0 {
+		t.Errorf("flakes.sh refused with 75 left %v", left)
 	}
 }
