@@ -82,25 +82,7 @@ func TestTryAcquireUnheardGrantEnds(t *testing.T) {
 			}
 			// Nobody holds the lease: another owner gets it, well before
 			// the cut grant's TTL.
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				rec, err := other.TryAcquire(bg, leasehold.AcquireRequest{Name: "n", Owner: "x", TTL: 10 * time.Second})
-				if err == nil {
-					if rec.Owner != "x" {
-						t.Fatalf("granted %+v", rec)
-					}
-					return
-				}
-				var he *leasehold.HeldError
-				if !errors.As(err, &he) {
-					t.Fatal(err)
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("5 s after the cut acquire the lease is still held by %q (%s left): a grant nobody heard of holds it for its TTL",
-						he.Owner, he.Remaining.Round(time.Second))
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			waitFree(t, other, "n", "the cut acquire")
 		})
 	}
 }
@@ -237,9 +219,16 @@ func TestTryAcquireSpareRefreshFailsGrantEnds(t *testing.T) {
 		t.Fatalf("%d spare refreshes, want 1 (the test did not reach the path it tests)", refreshes)
 	}
 	mu.Unlock()
+	waitFree(t, other, "n", "the failed TryAcquire")
+}
+
+// waitFree waits until s grants name to another owner, at most 5 s (well
+// before the TTLs of the grants these tests leave behind).
+func waitFree(t *testing.T, s *Store, name, after string) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		rec, err := other.TryAcquire(bg, leasehold.AcquireRequest{Name: "n", Owner: "x", TTL: 10 * time.Second})
+		rec, err := s.TryAcquire(context.Background(), leasehold.AcquireRequest{Name: name, Owner: "x", TTL: 10 * time.Second})
 		if err == nil {
 			if rec.Owner != "x" {
 				t.Fatalf("granted %+v", rec)
@@ -251,8 +240,8 @@ func TestTryAcquireSpareRefreshFailsGrantEnds(t *testing.T) {
 			t.Fatal(err)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("5 s after the failed TryAcquire the lease is still held by %q (%s left): a grant nobody heard of holds it for its TTL",
-				he.Owner, he.Remaining.Round(time.Second))
+			t.Fatalf("5 s after %s the lease is still held by %q (%s left): a grant nobody heard of holds it for its TTL",
+				after, he.Owner, he.Remaining.Round(time.Second))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
