@@ -345,3 +345,21 @@ func TestRunRefusedRenewal(t *testing.T) {
 		})
 	}
 }
+
+// TestDescribeExitKilledBeforePid: a group killed (SIGKILL at the lease's
+// deadline) before the keeper had reported the command's pid was said to
+// have "did not run", though the command had run: CI under a busy loop
+// saw TestRunDeadlineKills fail on it (the keeper descheduled between
+// starting the command and saying so).
+func TestDescribeExitKilledBeforePid(t *testing.T) {
+	killed := treeEvent{status: syscall.WaitStatus(syscall.SIGKILL)} // on Linux: the low 7 bits are the signal
+	if !killed.status.Signaled() {
+		t.Skip("this platform's wait status is laid out otherwise")
+	}
+	if got := describeExit(treeReport{}, killed); !strings.HasPrefix(got, "signal: killed") {
+		t.Errorf("describeExit of a group killed before the pid was reported = %q, want it to say the kill", got)
+	}
+	if got := describeExit(treeReport{}, treeEvent{}); got != "did not run" {
+		t.Errorf("describeExit of a keeper that exited without starting the command = %q, want \"did not run\"", got)
+	}
+}

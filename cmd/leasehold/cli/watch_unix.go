@@ -146,6 +146,12 @@ func describeExit(rep treeReport, ev treeEvent) string {
 		return "signal: " + syscall.Signal(rep.signal).String()
 	case rep.done:
 		return fmt.Sprintf("exit status %d", rep.code)
+	case rep.pid == 0 && ev.err == nil && ev.status.Signaled():
+		// The group (keeper and command) was killed before the keeper
+		// reported the command's start: it may have run (a keeper
+		// descheduled between starting it and saying so, on a loaded
+		// machine; seen in CI under a busy loop).
+		return "signal: " + ev.status.Signal().String() + " (the group was killed before its keeper reported whether the command had started)"
 	case rep.pid == 0:
 		return "did not run"
 	case ev.err != nil:
