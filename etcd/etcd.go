@@ -97,11 +97,11 @@ type Store struct {
 	// enqueueHook, if set (tests), sends an enqueue's Txn (commit) in its
 	// place: it may hold it back to send it later, as an overloaded etcd
 	// applies a proposal after the client was told it timed out.
-	enqueueHook func(ctx context.Context, commit func(context.Context) (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error)
+	enqueueHook txnHook
 	// acquireHook, if set (tests), sends the acquire Txns of TryAcquire
 	// and of a queue's head in their place, as enqueueHook does the
 	// enqueue's.
-	acquireHook func(ctx context.Context, commit func(context.Context) (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error)
+	acquireHook txnHook
 	// spareHook, if set (tests), makes the refresh of a spare taken for a
 	// grant (refresh) in its place.
 	spareHook func(ctx context.Context, refresh func(context.Context) error) error
@@ -397,6 +397,17 @@ func (s *Store) background(f func(ctx context.Context)) bool {
 		f(ctx)
 	}()
 	return true
+}
+
+// txnHook is a test hook that sends a Txn (commit) in its place.
+type txnHook func(ctx context.Context, commit func(context.Context) (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error)
+
+// commitVia sends commit through hook if a test set one.
+func commitVia(hook txnHook, ctx context.Context, commit func(context.Context) (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error) {
+	if hook != nil {
+		return hook(ctx, commit)
+	}
+	return commit(ctx)
 }
 
 // revokeLater revokes an etcd lease that no grant uses any more.

@@ -55,11 +55,7 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 						clientv3.OpPut(ok, req.Owner)).
 					Else(opGetGrant(lk), clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithPrefix())...)).Commit()
 			}
-			if s.acquireHook != nil {
-				resp, err = s.acquireHook(ctx, commit)
-			} else {
-				resp, err = commit(ctx)
-			}
+			resp, err = commitVia(s.acquireHook, ctx, commit)
 			rerr = g.settle()
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				continue // the spare was gone; nothing was written

@@ -107,13 +107,7 @@ func (w *waiter) enqueue(ctx context.Context) (leasehold.Record, next, bool, err
 	commit := func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return s.cli.Txn(ctx).If(cmpFree(w.lk), cmpQueueEmpty(w.qp), cmpAbsent(tomb)).Then(then...).Else(els...).Commit()
 	}
-	var resp *clientv3.TxnResponse
-	var err error
-	if s.enqueueHook != nil {
-		resp, err = s.enqueueHook(w.octx, commit)
-	} else {
-		resp, err = commit(w.octx)
-	}
+	resp, err := commitVia(s.enqueueHook, w.octx, commit)
 	rerr := w.next.settle()
 	if err == nil {
 		w.sent = ""

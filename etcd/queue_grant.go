@@ -103,12 +103,7 @@ func (w *waiter) acquire(ctx context.Context) (leasehold.Record, next, bool, err
 	).Else(
 		clientv3.OpGet(w.key, clientv3.WithKeysOnly()), w.olderOp(), opGetGrant(w.lk),
 	)
-	var resp *clientv3.TxnResponse
-	if s.acquireHook != nil {
-		resp, err = s.acquireHook(w.octx, func(context.Context) (*clientv3.TxnResponse, error) { return txn.Commit() })
-	} else {
-		resp, err = txn.Commit()
-	}
+	resp, err := commitVia(s.acquireHook, w.octx, func(context.Context) (*clientv3.TxnResponse, error) { return txn.Commit() })
 	rerr := g.settle()
 	if err != nil {
 		switch {
