@@ -98,15 +98,19 @@ type core struct {
 	polls atomic.Pointer[PollObserver]
 }
 
-// PollObserver is told of one request of a wait (a long-poll) as it is
-// sent, with how long the server is asked to wait at most; the func it
-// returns is called with the request's outcome when it ends (nil: a
-// grant; an error matching leasehold.ErrHeld: the poll ran out, the lease
-// still held; else the request's error). It must not block.
+// PollObserver is told of one request of a wait (a long-poll, or a try:
+// wait 0) as it is sent, with how long the server is asked to wait at
+// most; the func it returns is called with the request's outcome when it
+// ends (nil: a grant; an error matching leasehold.ErrHeld: the poll ran
+// out or the try was refused, the lease still held; else the request's
+// error). It must not block.
 type PollObserver func(wait time.Duration) (done func(err error))
 
 // ObservePolls has f told of each request of AcquireWait (and of a
-// semaphore's wait) on this connection, from now on; nil stops it. A
+// semaphore's wait) and of each TryAcquire on this connection, from now
+// on; nil stops it. The tries count because a Client's wait starts with
+// one: a server stopped just before it went unreported (CI, 2026-12-05:
+// the try waited out the store's 10-minute timeout in silence). A
 // request that has not ended well past the wait it asked for shows a
 // server that does not answer (stopped, hung), which the wait itself
 // cannot tell from a lease held all along: "leasehold run" says so while
@@ -117,6 +121,16 @@ func (c *core) ObservePolls(f PollObserver) {
 		return
 	}
 	c.polls.Store(&f)
+}
+
+// observe tells the poll observer, if any, of a request that asks the
+// server to wait at most wait; the func it returns takes the request's
+// outcome.
+func (c *core) observe(wait time.Duration) (done func(error)) {
+	if f := c.polls.Load(); f != nil {
+		return (*f)(wait)
+	}
+	return func(error) {}
 }
 
 func (c *core) init(t transport, wait waitPolicy) {
@@ -160,7 +174,9 @@ func (c *core) tryAcquire(ctx context.Context, req leasehold.AcquireRequest, k *
 	if err := c.check(); err != nil {
 		return leasehold.Record{}, err
 	}
+	polled := c.observe(0)
 	g, err := c.t.sendAcquire(ctx, &req, k.sessionID(), 0, nil)
+	polled(err)
 	if err != nil {
 		return leasehold.Record{}, err
 	}
@@ -242,14 +258,9 @@ func (c *core) waitLoop(ctx context.Context, req leasehold.AcquireRequest, k *ke
 			}
 			wait = max(min(wait, left), time.Millisecond)
 		}
-		var polled func(error)
-		if f := c.polls.Load(); f != nil {
-			polled = (*f)(wait)
-		}
+		polled := c.observe(wait)
 		g, err := send(ctx, &req, k.sessionID(), wait, late)
-		if polled != nil {
-			polled(err)
-		}
+		polled(err)
 		if err == nil {
 			c.keepSecret(g, k)
 		}

@@ -176,3 +176,21 @@ func TestHoldbackExplained(t *testing.T) {
 		t.Errorf("a holder's line: %q", line)
 	}
 }
+
+// TestNoAnswerMessage: an unanswered long-poll says the wait it asked
+// for; an unanswered try (wait 0, the first request of a Client's wait)
+// says it was a request, not "a wait of 0s".
+func TestNoAnswerMessage(t *testing.T) {
+	at := time.Date(2026, 12, 5, 6, 30, 0, 0, time.Local)
+	for _, tc := range []struct {
+		wait time.Duration
+		want string
+	}{
+		{time.Second, "no answer to a wait of 1s asked at 06:30:00"},
+		{0, "no answer to a request asked at 06:30:00"},
+	} {
+		if got := (&noAnswerError{wait: tc.wait, sent: at}).Error(); got != tc.want {
+			t.Errorf("wait %s: %q; want %q", tc.wait, got, tc.want)
+		}
+	}
+}

@@ -31,6 +31,9 @@ type noAnswerError struct {
 }
 
 func (n *noAnswerError) Error() string {
+	if n.wait <= 0 {
+		return "no answer to a request asked at " + n.sent.Local().Format(time.TimeOnly)
+	}
 	return fmt.Sprintf("no answer to a wait of %s asked at %s", shortDuration(n.wait), n.sent.Local().Format(time.TimeOnly))
 }
 
