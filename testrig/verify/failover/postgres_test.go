@@ -62,6 +62,7 @@ type pgOutcome struct {
 	promotions  int
 	lost        int   // acknowledged grants missing on the promoted replica
 	resurrected int   // refusals naming a grant whose release a promotion lost (left out)
+	heldBack    int   // hold-back refusals after a promotion (left out: no effect)
 	timeline    int64 // the primary's timeline at the end
 	took        time.Duration
 	logs        string
@@ -76,8 +77,8 @@ func (o pgOutcome) note(r pgRun) string {
 	if r.mode == "election" {
 		work = fmt.Sprintf("%d leaderships in %d terms of %d elections", o.terms.Leaderships, o.terms.Terms, r.keys)
 	}
-	return fmt.Sprintf("%d promotions (timeline 1 → %d), each after a detach of the replica for 0–1 s (an async replica behind), the old primary killed and re-based with pg_basebackup; %d acknowledged grants lost by the promotions; %s (%d accepted writes, %d refused stale), %d grants, %d indeterminate ops (besides %d refusals naming a grant whose release a promotion lost), %d keys, TTL and hold-back %s, in %s; seed %d",
-		o.promotions, o.timeline, o.lost, work, o.or.Accepted, o.or.Rejected, o.res.Grants, o.res.Indeterminate, o.resurrected, r.keys, r.ttl,
+	return fmt.Sprintf("%d promotions (timeline 1 → %d), each after a detach of the replica for 0–1 s (an async replica behind), the old primary killed and re-based with pg_basebackup; %d acknowledged grants lost by the promotions; %s (%d accepted writes, %d refused stale), %d grants, %d indeterminate ops (besides %d hold-back refusals and %d refusals naming a grant whose release a promotion lost), %d keys, TTL and hold-back %s, in %s; seed %d",
+		o.promotions, o.timeline, o.lost, work, o.or.Accepted, o.or.Rejected, o.res.Grants, o.res.Indeterminate, o.heldBack, o.resurrected, r.keys, r.ttl,
 		o.took.Round(time.Second), r.seed)
 }
 
@@ -175,6 +176,7 @@ func runPromotions(t *testing.T, r pgRun) pgOutcome {
 			}
 		}
 	}
+	h, out.heldBack = dropHoldbackRefusals(h)
 	h, out.resurrected = dropLostReleaseRefusals(h, restarts, r.ttl)
 	h, lostOps := crash.StateLosses(h, restarts)
 	out.res = verify.Check(h, verify.CheckOptions{})

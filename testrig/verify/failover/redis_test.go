@@ -8,13 +8,11 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/mutation"
-	"github.com/leasehold/leasehold/redis"
 	"github.com/leasehold/leasehold/testrig/redissentinel"
 	"github.com/leasehold/leasehold/testrig/verify"
 	"github.com/leasehold/leasehold/testrig/verify/crash"
@@ -227,28 +225,6 @@ func (r sentinelRow) failovers(t *testing.T, ctx context.Context, d *redissentin
 		kinds[kind]++
 	}
 	return restarts, kinds, time.Since(start)
-}
-
-// dropHoldbackRefusals returns h without the acquires the Redis store
-// refused because it was holding back after a failover, and how many.
-// The recorder keeps such a refusal as indeterminate (it names no
-// holder, and the model checks a "held" answer against its holder), and
-// the model must then let it take effect at any later moment: with
-// hundreds of them pending across a failover's hold-back, porcupine
-// cannot decide a key in its time. Such a refusal is definite and has no
-// effect (acquire.lua refuses before it writes; a grant the store undid
-// is recorded as "undone", and one it could not undo is not answered
-// with a hold-back): leaving it out of the history changes nothing the
-// model could check, except that the refusals came during a hold-back,
-// which is not a safety property.
-func dropHoldbackRefusals(h *verify.History) (*verify.History, int) {
-	drop := map[opID]bool{}
-	for _, ev := range h.Events {
-		if ev.E == "ret" && ev.Unk && !ev.Undone && (strings.Contains(ev.Msg, redis.HoldbackOwner) || strings.Contains(ev.Msg, redis.FailoverHoldbackOwner)) {
-			drop[opID{ev.Worker, ev.Seq}] = true
-		}
-	}
-	return withoutOps(h, drop), len(drop)
 }
 
 // TestR18RedisControl runs the workload through SENTINEL FAILOVER with
