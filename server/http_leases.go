@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sort"
 	"strconv"
 	"time"
 
@@ -172,18 +171,17 @@ func (h *httpAPI) list(q *httpReq, a *httpArgs) {
 	// cursor): "next" may be a name stored before today's rules, and a
 	// made-up one can only skip names.
 	after := v.Get("after")
-	recs, err := listBounded(q.r.Context(), h.b, a.prefix)
+	// The page's leases and one more (to know more remain): the engine
+	// collects no more than that (PageLister), whatever the prefix holds.
+	recs, err := listPageBounded(q.r.Context(), h.b, a.prefix, after, limit+1,
+		func(name string) bool { return q.id.Allowed(name, AccessRead) })
 	if err != nil {
 		h.fail(q, err)
 		return
 	}
-	sort.Slice(recs, func(i, j int) bool { return recs[i].Name < recs[j].Name })
 	out := httpwire.List{Leases: make([]httpwire.Lease, 0, min(len(recs), limit))}
 	size := 0
 	for _, r := range recs {
-		if (after != "" && r.Name <= after) || !q.id.Allowed(r.Name, AccessRead) {
-			continue
-		}
 		// A page ends at limit leases, or once its leases come to more
 		// than listPageBytes (the rest on the next page).
 		if n := len(out.Leases); n == limit || n > 0 && size+recordBytes(&r) > listPageBytes {

@@ -8,6 +8,8 @@ import (
 
 // Listing leases costs memory in proportion to their data: the backend's
 // List copies every lease under the prefix, and the answer repeats them.
+// (A page, GET /v1/leases or LH.SCAN, reads only its own leases from a
+// backend with ListPage, the engine: list_page.go.)
 // Two bounds keep a flood of lists (issue 26's review: 20 RESP LH.LIST of
 // 2,000 leases of 64 KiB each took a server to 4 GB; 30 unread HTTP lists
 // to 8 GB) inside a known size, whatever the connections do:

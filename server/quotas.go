@@ -160,10 +160,10 @@ type quotaUse struct {
 const quotaSweepEvery = 10 * time.Second
 
 func newQuotaBackend(b Backend, q Quotas, m *Metrics) *quotaBackend {
-	orDefault(&q.Leases, DefaultQuotaLeases)
-	orDefault(&q.DataBytes, DefaultQuotaDataBytes)
-	orDefault(&q.Sessions, DefaultQuotaSessions)
-	orDefault(&q.Waiters, DefaultQuotaWaiters)
+	quotaOrDefault(&q.Leases, DefaultQuotaLeases)
+	quotaOrDefault(&q.DataBytes, DefaultQuotaDataBytes)
+	quotaOrDefault(&q.Sessions, DefaultQuotaSessions)
+	quotaOrDefault(&q.Waiters, DefaultQuotaWaiters)
 	return &quotaBackend{
 		Backend: b, lim: q, metrics: m, now: time.Now,
 		leases: map[string]*quotaLease{}, sessions: map[string]*quotaSession{}, clients: map[string]*quotaUse{},
@@ -173,6 +173,16 @@ func newQuotaBackend(b Backend, q Quotas, m *Metrics) *quotaBackend {
 
 // NoQuota is the value of a Quotas field that means no limit.
 const NoQuota = -1
+
+// quotaOrDefault sets a quota left zero to its default. A negative one
+// (NoQuota) stays: orDefault would turn it back into the default, which
+// made serve's --quota-* 0 ("no limit") keep the default limit (issue 27
+// red team #2).
+func quotaOrDefault[T ~int | ~int64](p *T, def T) {
+	if *p == 0 {
+		*p = def
+	}
+}
 
 // limitOf is a quota's limit: a negative one (no limit) is the largest.
 func limitOf[T ~int | ~int64](v T) T {

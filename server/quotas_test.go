@@ -586,3 +586,26 @@ func TestQuotaParkedPermitPlaces(t *testing.T) {
 		t.Fatalf("a's next poll: %v, want no permit (its place taken back, not refused)", err)
 	}
 }
+
+// TestQuotaNoLimit: a negative quota (NoQuota, what serve's --quota-* 0
+// gives) is no limit, a zero one the default. Before the fix the
+// defaults' orDefault turned NoQuota back into the default: the red team
+// of issue 27 had its 100,001st lease refused with --quota-leases 0.
+func TestQuotaNoLimit(t *testing.T) {
+	qb := newQTBackend(t, Quotas{Leases: NoQuota, DataBytes: NoQuota, Sessions: NoQuota, Waiters: NoQuota})
+	if l := qb.lim; l.Leases >= 0 || l.DataBytes >= 0 || l.Sessions >= 0 || l.Waiters >= 0 {
+		t.Fatalf("quotas of NoQuota became %+v, want every one negative (no limit)", l)
+	}
+	def := newQuotaBackend(rtEngine(t), Quotas{}, nil)
+	defer def.Close()
+	if want := (Quotas{Leases: DefaultQuotaLeases, DataBytes: DefaultQuotaDataBytes, Sessions: DefaultQuotaSessions, Waiters: DefaultQuotaWaiters}); def.lim != want {
+		t.Errorf("zero quotas became %+v, want the defaults %+v", def.lim, want)
+	}
+	// More sessions than the default quota, all from one client.
+	ctx := withQuotaClient(context.Background(), fakeClient("a"))
+	for i := range DefaultQuotaSessions + 1 {
+		if _, err := qb.OpenSession(ctx, time.Minute); err != nil {
+			t.Fatalf("session %d with no sessions quota: %v", i+1, err)
+		}
+	}
+}

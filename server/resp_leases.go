@@ -288,17 +288,14 @@ func (c *respConn) scan(a *respArgs) {
 	}
 	srv, ctx, id, resp3, prefix := c.srv, c.ctx, c.ident, c.resp3, a.name
 	c.async("", false, func(b []byte) []byte {
-		recs, err := srv.readable(ctx, id, prefix)
+		// The page and one more lease (to know more remain): the engine
+		// collects no more than that (PageLister), whatever the prefix holds.
+		recs, err := listPageBounded(ctx, srv.b, prefix, after, count+1,
+			func(name string) bool { return id.Allowed(name, AccessRead) })
 		if err != nil {
 			return srv.appendErr(b, err)
 		}
-		i, _ := slices.BinarySearchFunc(recs, after, func(r leasehold.Record, name string) int {
-			if r.Name <= name {
-				return -1
-			}
-			return 1
-		})
-		page := recs[i:min(i+count, len(recs))]
+		page := recs[:min(count, len(recs))]
 		size := 0
 		for k := range page {
 			if size += recordBytes(&page[k]); size > listPageBytes && k > 0 {
@@ -307,7 +304,7 @@ func (c *respConn) scan(a *respArgs) {
 			}
 		}
 		next := "0"
-		if i+len(page) < len(recs) {
+		if len(page) < len(recs) {
 			next = scanCursor(page[len(page)-1].Name)
 		}
 		b = resp.AppendArray(b, 2)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/remote"
+	"github.com/leasehold/leasehold/server"
 	"github.com/leasehold/leasehold/stores"
 	"github.com/leasehold/leasehold/testrig/proctest"
 )
@@ -385,11 +386,41 @@ func TestServeQuotaFlags(t *testing.T) {
 	if _, err := r.TryAcquire(ctx, leasehold.AcquireRequest{Name: "q/c", Owner: "o", TTL: time.Minute}); !errors.Is(err, remote.ErrQuotaExceeded) {
 		t.Errorf("a second lease over RESP with --quota-leases 1: %v, want ErrQuotaExceeded", err)
 	}
-	off := startServing(t, "--store", "memory://", "--addr", "127.0.0.1:0", "--quota-leases", "0")
+	off := startServing(t, "--store", "memory://", "--addr", "127.0.0.1:0", "--quota-leases", "0", "--quota-sessions", "0")
 	defer stopAll(t, off)
 	for _, n := range []string{"o/a", "o/b", "o/c"} {
 		if err := acquire(off.base, n); err != nil {
 			t.Errorf("%s with --quota-leases 0 (no limit): %v", n, err)
+		}
+	}
+	// 0 is no limit, not the default: one client opens more sessions
+	// than the default quota (1,000). Before the fix the 1,001st got 429
+	// quota-exceeded (the server turned 0 back into the default).
+	for i := range server.DefaultQuotaSessions + 1 {
+		resp, err := http.Post(off.base+"/v1/sessions", "application/json", strings.NewReader(`{"ttl_ms":60000}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			t.Fatalf("session %d with --quota-sessions 0 (no limit): %s %s", i+1, resp.Status, body)
+		}
+	}
+}
+
+// TestServeNegativeQuota: a negative --quota-* is a usage error naming
+// the flag, and nothing is started or created (the data dir stays absent).
+func TestServeNegativeQuota(t *testing.T) {
+	h := newHarness(t)
+	for _, flag := range []string{"--quota-leases", "--quota-data-bytes", "--quota-sessions", "--quota-waiters"} {
+		dir := filepath.Join(t.TempDir(), "data")
+		r := h.run("serve", "--data-dir", dir, "--addr", "127.0.0.1:0", "--resp-addr", "", flag, "-1")
+		if r.code != ExitUsage || !strings.Contains(r.stderr, flag+" must be 0 (no limit) or positive") {
+			t.Errorf("%s -1: exit %d, want %d naming the flag\n%s", flag, r.code, ExitUsage, r.stderr)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s -1 created the data dir (%v)", flag, err)
 		}
 	}
 }
