@@ -155,9 +155,33 @@ function renderPictures() {
   // its claimed start.
   const firsts = [evs.length ? evs[0].time : Infinity, state.samples.length ? state.samples[0].t : Infinity];
   const known = Math.max(state.started ?? -Infinity, Math.min(...firsts));
-  draw.charts(document.querySelector('section.charts'), evs, state.samples, now, WINDOW_MS, BUCKET_MS, known);
+  let since = "the page's first reading";
+  if (known === state.started) since = "the server's start";
+  else if (known === firsts[0]) {
+    since = droppedBefore(evs) ? 'the oldest event kept: the server has dropped older ones' : 'the oldest event kept';
+  }
+  draw.charts(document.querySelector('section.charts'), evs, state.samples, now, WINDOW_MS, BUCKET_MS, known, since);
   const lanes = draw.timeline($('timeline'), evs, state.leases, now, draw.zoom(evs, now, WINDOW_MS), known);
   $('no-timeline').hidden = lanes > 0;
+}
+
+// droppedBefore reports whether the server has dropped events older than
+// evs (oldest first): its last read was full (as many events as it keeps
+// by default, or as asked for), or a grant's renewal, release, expiry or
+// force release is there without the grant. The server says neither, so
+// this is inferred: a lease granted before a restart of a durable server
+// and released after it looks the same.
+function droppedBefore(evs) {
+  if (state.fullRead) return true;
+  const granted = new Set();
+  for (const ev of evs) {
+    const key = ev.name + '\u0000' + ev.token;
+    if (ev.type === 'granted') granted.add(key);
+    else if (['renewed', 'released', 'expired', 'forced'].includes(ev.type) && ev.token !== undefined && !granted.has(key)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 // tick moves the clocks on between reads: age, remaining TTL, time waited.

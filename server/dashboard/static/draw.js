@@ -368,33 +368,58 @@ window.leaseholdDraw = (() => {
     return 10 * p;
   }
 
-  // grants draws grants per second in buckets of bucketMs.
-  function grants(fig, events, now, windowMs, bucketMs) {
+  // grants draws grants per second in buckets of bucketMs over the part of
+  // the window the page knows of: from known (the server's start, or the
+  // oldest event the page has) if that is later than the window's start.
+  // No bar is drawn before it and the average is over the span covered;
+  // since says in words what known is.
+  function grants(fig, events, now, windowMs, bucketMs, known = -Infinity, since = '') {
     const from = now - windowMs;
+    const start = Math.min(now, Math.max(from, known));
     const n = Math.round(windowMs / bucketMs);
     const counts = new Array(n).fill(0);
     for (const ev of events) {
-      if (ev.type !== 'granted' || ev.time === undefined || ev.time < from || ev.time > now) continue;
+      if (ev.type !== 'granted' || ev.time === undefined || ev.time < start || ev.time > now) continue;
       counts[Math.min(n - 1, Math.floor((ev.time - from) / bucketMs))]++;
     }
-    const rates = counts.map((c) => c / (bucketMs / 1000));
-    const max = nice(Math.max(...rates));
+    const first = Math.min(n - 1, Math.max(0, Math.floor((start - from) / bucketMs)));
+    const bars = [];
+    for (let i = first; i < n; i++) {
+      const t0 = from + i * bucketMs;
+      const lo = Math.max(t0, start);
+      const hi = Math.min(t0 + bucketMs, now);
+      bars.push({ c: counts[i], lo, t1: t0 + bucketMs, rate: counts[i] / Math.max(1, (hi - lo) / 1000) });
+    }
+    const max = nice(Math.max(...bars.map((b) => b.rate)));
     const w = width(fig);
     const g = frame(w, max, '/s', from, now);
-    const bw = w / n;
-    counts.forEach((c, i) => {
-      const h = (rates[i] / max) * (CH - 4);
-      const t0 = from + i * bucketMs;
+    const x = (t) => ((t - from) / windowMs) * w;
+    for (const b of bars) {
+      const h = (b.rate / max) * (CH - 4);
       g.append(
         svg(
           'rect',
-          { class: 'bar', 'data-count': c, x: i * bw + 0.5, y: CH - h, width: Math.max(1, bw - 1), height: h },
-          title(`${clock(t0)}–${clock(t0 + bucketMs)}: ${c} grants (${rates[i].toFixed(2)}/s)`),
+          {
+            class: 'bar',
+            'data-count': b.c,
+            'data-from': b.lo,
+            x: x(b.lo) + 0.5,
+            y: CH - h,
+            width: Math.max(1, x(b.t1) - x(b.lo) - 1),
+            height: h,
+          },
+          title(`${clock(b.lo)}–${clock(b.t1)}: ${b.c} grants (${b.rate.toFixed(2)}/s)`),
         ),
       );
-    });
-    const total = counts.reduce((a, b) => a + b, 0);
-    return { svg: g, value: `${(total / (windowMs / 1000)).toFixed(2)}/s average, ${total} in all` };
+    }
+    const total = bars.reduce((a, b) => a + b.c, 0);
+    const covered = now - start;
+    g.dataset.from = String(start);
+    g.dataset.total = String(total);
+    const avg = `${(total / Math.max(1, covered / 1000)).toFixed(2)}/s average`;
+    if (start <= from) return { svg: g, value: `${avg}: ${total} grants in the last ${span(windowMs)}` };
+    const why = since ? `, ${since}` : '';
+    return { svg: g, value: `${avg}: ${total} grants in the last ${dur(covered)} (since ${clock(start)}${why})` };
   }
 
   // semaphoreOf is the semaphore a permit's lease name (NAME/permit/I)
@@ -487,7 +512,9 @@ window.leaseholdDraw = (() => {
 
   // charts fills the three figures of root (#chart-grants, #chart-waiters,
   // #chart-handoff).
-  function charts(root, events, samples, now, windowMs, bucketMs, known = -Infinity) {
+  // known is the earliest time the page knows of and since says what it is
+  // (see grants).
+  function charts(root, events, samples, now, windowMs, bucketMs, known = -Infinity, since = '') {
     const put = (id, r) => {
       const fig = root.querySelector('#' + id);
       const plot = fig.querySelector('.plot');
@@ -495,7 +522,7 @@ window.leaseholdDraw = (() => {
       fig.querySelector('.value').textContent = r.value;
     };
     const plotOf = (id) => root.querySelector('#' + id + ' .plot');
-    put('chart-grants', grants(plotOf('chart-grants'), events, now, windowMs, bucketMs));
+    put('chart-grants', grants(plotOf('chart-grants'), events, now, windowMs, bucketMs, known, since));
     put('chart-waiters', waiters(plotOf('chart-waiters'), events, samples, now, windowMs, known));
     put('chart-handoff', handoffs(plotOf('chart-handoff'), events, now, windowMs));
   }

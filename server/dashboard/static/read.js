@@ -13,6 +13,7 @@ export const POLL_MS = 2000; // without the event stream
 export const RESYNC_MS = 15000; // with it, now and then all the same
 const EVENTS_N = 50; // events listed
 const HISTORY_N = 1000; // events read for the pictures (the server keeps fewer)
+const SERVER_KEEPS = 256; // events the server keeps by default (EngineConfig.RecentEvents)
 export const WINDOW_MS = 5 * 60 * 1000; // what the timeline and charts show
 export const BUCKET_MS = 10 * 1000; // grants per second are counted per bucket
 const MAX_HISTORY = 20000; // events kept for the pictures, at most
@@ -36,6 +37,7 @@ export const state = {
   skew: 0, // server clock minus this one, when they differ by seconds
   counts: new Map(), // name → waiters, from events and detail reads
   started: undefined, // the server's start (ms), from its stats
+  fullRead: false, // the last read of recent events was full: the server's kept events or as many as asked for
   authNeeded: false,
   live: false,
   apiOK: true,
@@ -229,6 +231,10 @@ async function readAll() {
   }
   if (events.status === 'fulfilled') {
     const evs = listOf(events.value, 'events', 'Events').map(normEvent);
+    // A read of as many as the server keeps by default (or as asked for):
+    // its ring is full, and it has dropped older events (a server that
+    // keeps more and has had exactly that many events is taken for one).
+    state.fullRead = evs.length >= HISTORY_N || (!state.prefix && evs.length === SERVER_KEEPS);
     evs.forEach((ev) => countFrom(ev)); // oldest first, so the last word stays
     const mine = evs.filter((ev) => !state.prefix || !ev.name || ev.name.startsWith(state.prefix));
     mine.forEach(remember);
