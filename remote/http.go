@@ -181,6 +181,7 @@ func (s *HTTPStore) Close() error {
 	if s.borrowed {
 		return nil
 	}
+	s.awaitGiveUps()
 	if s.closed.Swap(true) {
 		return nil
 	}

@@ -238,6 +238,9 @@ func newRESPStore(ctx context.Context, cfg respConfig) (*RESPStore, error) {
 // and so the leases taken through them are lost at once (the server frees
 // them when the sessions expire).
 func (s *RESPStore) Close() error {
+	if !s.closed.Load() {
+		s.awaitGiveUps()
+	}
 	s.closed.Store(true)
 	s.cancel()
 	s.subOnce.Do(func() {}) // no subscriber from now on
