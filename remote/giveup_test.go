@@ -164,3 +164,84 @@ func TestAcquireWaitEndedCtxGivesUp(t *testing.T) {
 		assertGivenUp(t, ts, holder, h, "w")
 	})
 }
+
+// TestAcquireWaitGiveUpTakesNothing: the give-up (a try with the request
+// id) neither takes the lease from its holder nor passes the waiter queued
+// in front: the holder keeps it, the earlier waiter keeps its place and
+// is granted at the release, and the waiter that gave up never is.
+func TestAcquireWaitGiveUpTakesNothing(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ts := startEngine(t, tr, server.EngineConfig{}, serveOptions{})
+		holder := ts.open(t, "")
+		ctx := ctxT(t)
+		h, err := holder.TryAcquire(ctx, leasehold.AcquireRequest{Name: "gn", Owner: "holder", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := openWaiter(t, ts)
+		type result struct {
+			rec leasehold.Record
+			err error
+		}
+		firstGot := make(chan result, 1)
+		go func() {
+			rec, err := first.AcquireWait(ctx, leasehold.AcquireRequest{Name: "gn", Owner: "first", TTL: time.Minute})
+			firstGot <- result{rec, err}
+		}()
+		ts.waiters(t, "gn", 1)
+		s := openWaiter(t, ts)
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		cancelAfterHeldPoll(s, cancel)
+		if _, err := s.AcquireWait(wctx, leasehold.AcquireRequest{Name: "gn", Owner: "w", TTL: time.Minute}); !errors.Is(err, context.Canceled) {
+			t.Fatalf("AcquireWait cancelled after a poll ran out: %v", err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := holder.Get(ctx, "gn"); err != nil || rec.Owner != "holder" || rec.Token != h.Token {
+			t.Fatalf("after the give-up: %+v, %v; want the holder's grant untouched", rec, err)
+		}
+		ws := ts.backend().Waiters("gn")
+		if len(ws) != 1 || ws[0].Owner != "first" {
+			t.Fatalf("waiters after the give-up: %+v; want only the first waiter", ws)
+		}
+		if err := holder.Release(ctx, "gn", "holder", h.Token); err != nil {
+			t.Fatal(err)
+		}
+		got := <-firstGot
+		if got.err != nil || got.rec.Owner != "first" {
+			t.Fatalf("the first waiter after the release: %+v, %v; want the grant", got.rec, got.err)
+		}
+		if n := grantsTo(ts, "w"); n != 0 {
+			t.Errorf("%d grants to the waiter that gave up; want none", n)
+		}
+	})
+}
+
+// TestAcquirePermitGiveUpKeptPlace: a semaphore's wait cancelled right
+// after a poll ran out, then Close of its store: the place the server
+// kept is given up, so the holder's release leaves the permit free.
+// Failed before: the release granted it to the waiter that had gone.
+func TestAcquirePermitGiveUpKeptPlace(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ts := startEngine(t, tr, server.EngineConfig{}, serveOptions{})
+		holder := ts.open(t, "").(leasehold.PermitWaiter)
+		ctx := ctxT(t)
+		h, err := holder.AcquirePermit(ctx, "gs", 1, leasehold.AcquireRequest{Owner: "holder", TTL: time.Minute}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := openWaiter(t, ts)
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		cancelAfterHeldPoll(s, cancel)
+		if _, err := s.(leasehold.PermitWaiter).AcquirePermit(wctx, "gs", 1, leasehold.AcquireRequest{Owner: "w", TTL: time.Minute}, time.Minute); !errors.Is(err, context.Canceled) {
+			t.Fatalf("AcquirePermit cancelled after a poll ran out: %v", err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		assertGivenUp(t, ts, holder.(remoteStore), h, "w")
+	})
+}
