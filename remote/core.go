@@ -321,9 +321,7 @@ func (c *core) waitLoop(ctx context.Context, req leasehold.AcquireRequest, k *ke
 	// late undoes, in the background, what a request did after the caller
 	// gave up: a grant is released; without a reply, one is looked for by
 	// request id and released.
-	var lateDone chan struct{} // closed when the latest request's late has run
 	late := func(g grant, err error) {
-		defer close(lateDone)
 		if err == nil {
 			c.keepSecret(g, k)
 			c.releaseAbandoned(g.rec)
@@ -376,9 +374,15 @@ func (c *core) waitLoop(ctx context.Context, req leasehold.AcquireRequest, k *ke
 			wait = max(min(wait, left), time.Millisecond)
 		}
 		polled := c.observe(wait)
-		lateDone = make(chan struct{})
+		// lateDone is closed when this request's late has run.
+		lateDone := make(chan struct{})
+		var lateOnce sync.Once
+		reqLate := func(g grant, err error) {
+			defer lateOnce.Do(func() { close(lateDone) })
+			late(g, err)
+		}
 		sent = true
-		g, err := send(ctx, &req, k.sessionID(), wait, late)
+		g, err := send(ctx, &req, k.sessionID(), wait, reqLate)
 		polled(err)
 		if err == nil {
 			c.keepSecret(g, k)
@@ -410,12 +414,11 @@ func (c *core) waitLoop(ctx context.Context, req leasehold.AcquireRequest, k *ke
 			default:
 				// Without a reply yet, the transport's late finishes the
 				// work; Close awaits it.
-				done := lateDone
 				c.giveUps.run(func() {
 					t := time.NewTimer(reclaimTimeout)
 					defer t.Stop()
 					select {
-					case <-done:
+					case <-lateDone:
 					case <-t.C:
 					}
 				})
