@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -96,7 +97,71 @@ type core struct {
 
 	// polls, if set, is told of each request of a wait (ObservePolls).
 	polls atomic.Pointer[PollObserver]
+
+	// giveUps are the give-ups of waits running in the background, which
+	// Close awaits (awaitGiveUps).
+	giveUps tracker
 }
+
+// tracker counts work running in the background, so that Close can await
+// it (bounded).
+type tracker struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed when n drops to 0
+}
+
+// run runs f on a goroutine of its own, counted until it returns.
+func (t *tracker) run(f func()) {
+	t.add()
+	go func() {
+		defer t.done()
+		f()
+	}()
+}
+
+func (t *tracker) add() {
+	t.mu.Lock()
+	if t.n == 0 {
+		t.zero = make(chan struct{})
+	}
+	t.n++
+	t.mu.Unlock()
+}
+
+func (t *tracker) done() {
+	t.mu.Lock()
+	t.n--
+	if t.n == 0 {
+		close(t.zero)
+	}
+	t.mu.Unlock()
+}
+
+// wait waits until nothing runs, or for d at most.
+func (t *tracker) wait(d time.Duration) {
+	t.mu.Lock()
+	if t.n == 0 {
+		t.mu.Unlock()
+		return
+	}
+	zero := t.zero
+	t.mu.Unlock()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-zero:
+	case <-timer.C:
+	}
+}
+
+// awaitGiveUps is the first step of a store's Close: the give-ups of
+// waits whose callers gave up, running in the background, are awaited
+// (for reclaimTimeout at most), so that a process that closes its store
+// before it exits has sent them. Without this, "leasehold run -w" exited
+// with its place still kept in the server's queue, and a release then
+// granted the lease to the waiter that had gone (issue 27's red team, #5).
+func (c *core) awaitGiveUps() { c.giveUps.wait(reclaimTimeout) }
 
 // PollObserver is told of one request of a wait (a long-poll, or a try:
 // wait 0) as it is sent, with how long the server is asked to wait at
@@ -193,22 +258,62 @@ func (c *core) tryAcquire(ctx context.Context, req leasehold.AcquireRequest, k *
 // ends, a grant that raced with the end is released: one answered (see
 // wait.releaseEnded), one answered too late, and one whose reply was lost,
 // which is looked for by request id.
+//
+// Called with ctx already ended and a request id, it gives up that
+// request's wait at once (giveUpWait, bounded by reclaimTimeout) and
+// returns ctx's error: the clean-up leasehold.Client asks for when it
+// gives up after a wait that failed.
 func (c *core) acquireWait(ctx context.Context, req leasehold.AcquireRequest, k *keeper) (leasehold.Record, error) {
 	if err := req.Validate(); err != nil {
 		return leasehold.Record{}, err
 	}
+	if ctx.Err() != nil && req.RequestID != "" {
+		if err := c.check(); err != nil {
+			return leasehold.Record{}, err
+		}
+		c.giveUpWait(req, k)
+		return leasehold.Record{}, ctx.Err()
+	}
 	if req.RequestID == "" {
 		req.RequestID = randid.Hex(12)
 	}
-	return c.waitLoop(ctx, req, k, c.t.sendAcquire, func() { c.reclaimGrant(req, k) }, nil, time.Time{})
+	return c.waitLoop(ctx, req, k, c.t.sendAcquire, func() { c.giveUpWait(req, k) }, nil, time.Time{})
+}
+
+// giveUpWait gives up the wait of req (its request id) whose caller has
+// gone: one try with the request id (wait 0), which the server answers by
+// giving up the place it keeps between polls (refused: nothing else to
+// do), or with the grant the place got meanwhile or the lease free now
+// (released at once); then it looks for a grant whose reply was lost, at
+// reclaimLooks: the server may grant the wait after the caller gave up,
+// until it learns that the request's connection closed (a holder's
+// release that arrives first hands the lease to the waiter that left); if
+// the lease is held by req's owner, a try with the request id gets that
+// grant back, and only that one, and it is released. The try cannot take a lease held by another owner nor
+// pass queued waiters: a lease with waiters is held. Bounded by
+// reclaimTimeout.
+func (c *core) giveUpWait(req leasehold.AcquireRequest, k *keeper) {
+	ctx, cancel := context.WithTimeout(c.ctx, reclaimTimeout)
+	defer cancel()
+	if c.check() != nil {
+		return
+	}
+	g, err := c.t.sendAcquire(ctx, &req, k.sessionID(), 0, nil)
+	if err == nil {
+		c.keepSecret(g, k)
+		_ = c.release(ctx, g.rec.Name, g.rec.Owner, g.rec.Token)
+	}
+	c.reclaimLooks(ctx, c.heldBy(req), c.takeBack(req, k))
 }
 
 // sendFunc is a transport's acquire (sendAcquire, or sendPermit of one
 // semaphore).
 type sendFunc func(ctx context.Context, req *leasehold.AcquireRequest, session string, wait time.Duration, late func(grant, error)) (grant, error)
 
-// waitLoop is acquireWait's loop over send; reclaim looks for a grant
-// whose reply was lost, by req's request id, and releases it; held, if
+// waitLoop is acquireWait's loop over send; reclaim gives up the wait of
+// a caller that has gone (acquireWait's gives up the place the server
+// keeps, and releases a grant whose reply was lost), run in the
+// background, which the store's Close awaits; held, if
 // set, is told each "held" answer. A non-zero until ends the wait then,
 // with errWaitRanOut: the server is asked to wait no longer than that,
 // and its answer is read (not cut off by a deadline of ctx).
@@ -239,12 +344,22 @@ func (c *core) waitLoop(ctx context.Context, req leasehold.AcquireRequest, k *ke
 		}
 		return context.Cause(ctx)
 	}
+	// gaveUp: the caller gave up after a request of this wait was sent:
+	// the server may keep its place (or have granted it), so the wait is
+	// given up in the background.
+	sent := false
+	gaveUp := func() {
+		if sent && caller.Err() != nil {
+			c.giveUps.run(reclaim)
+		}
+	}
 	var bo *backoff.Backoff
 	for {
 		if err := c.check(); err != nil {
 			return leasehold.Record{}, err
 		}
 		if ctx.Err() != nil {
+			gaveUp()
 			return leasehold.Record{}, ended()
 		}
 		wait := c.wait.chunk
@@ -259,7 +374,15 @@ func (c *core) waitLoop(ctx context.Context, req leasehold.AcquireRequest, k *ke
 			wait = max(min(wait, left), time.Millisecond)
 		}
 		polled := c.observe(wait)
-		g, err := send(ctx, &req, k.sessionID(), wait, late)
+		// lateDone is closed when this request's late has run.
+		lateDone := make(chan struct{})
+		var lateOnce sync.Once
+		reqLate := func(g grant, err error) {
+			defer lateOnce.Do(func() { close(lateDone) })
+			late(g, err)
+		}
+		sent = true
+		g, err := send(ctx, &req, k.sessionID(), wait, reqLate)
 		polled(err)
 		if err == nil {
 			c.keepSecret(g, k)
@@ -281,13 +404,25 @@ func (c *core) waitLoop(ctx context.Context, req leasehold.AcquireRequest, k *ke
 			// dropped the waiter with the connection.
 			return leasehold.Record{}, leasehold.ErrClosed
 		case ctx.Err() != nil:
-			if c.wait.cancelLosesReply {
-				// In the background: a hung server does not stretch the
-				// caller's time.
-				go late(grant{}, err)
+			switch {
+			case c.wait.cancelLosesReply || errors.Is(err, leasehold.ErrHeld):
+				// The reply is lost, or it came ("held": the poll ran out
+				// as ctx ended, and the server keeps the place): give the
+				// wait up, in the background (a hung server does not
+				// stretch the caller's time).
+				gaveUp()
+			default:
+				// Without a reply yet, the transport's late finishes the
+				// work; Close awaits it.
+				c.giveUps.run(func() {
+					t := time.NewTimer(reclaimTimeout)
+					defer t.Stop()
+					select {
+					case <-lateDone:
+					case <-t.C:
+					}
+				})
 			}
-			// Else, without a reply yet, the transport's late finishes
-			// the work.
 			return leasehold.Record{}, ended()
 		case errors.Is(err, leasehold.ErrHeld):
 			continue // this chunk of waiting ran out: ask again
@@ -302,6 +437,7 @@ func (c *core) waitLoop(ctx context.Context, req leasehold.AcquireRequest, k *ke
 					bo = backoff.New(100*time.Millisecond, 2*time.Second)
 				}
 				if backoff.Sleep(ctx, retryAfter/4+bo.Next()) != nil {
+					gaveUp()
 					return leasehold.Record{}, ended()
 				}
 				continue
@@ -318,28 +454,26 @@ func (c *core) releaseAbandoned(rec leasehold.Record) {
 	_ = c.release(rctx, rec.Name, rec.Owner, rec.Token)
 }
 
-// reclaimGrant releases a grant that may have raced with the end of a
-// wait whose reply never came: if the lease is held by req's owner, an
-// acquire with req's request id gets that grant back, and only that one,
-// and it is released. It looks again at reclaimLooks: the server may
-// grant the wait after the caller gave up, until it learns that the
-// request's connection closed (a holder's release that arrives first hands
-// the lease to the waiter that left). Best effort, bounded by 2s: a grant
-// it misses expires after its TTL.
-func (c *core) reclaimGrant(req leasehold.AcquireRequest, k *keeper) {
-	ctx, cancel := context.WithTimeout(c.ctx, reclaimTimeout)
-	defer cancel()
-	c.reclaimLooks(ctx, func(ctx context.Context) (bool, error) {
+// heldBy is reclaimLooks' seen of a lease's wait: the lease is held by
+// req's owner.
+func (c *core) heldBy(req leasehold.AcquireRequest) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
 		rec, err := c.lease(ctx, req.Name, false)
 		if errors.Is(err, leasehold.ErrNotFound) {
 			return false, nil
 		}
 		return err == nil && rec.Owner == req.Owner, err
-	}, func(ctx context.Context) {
+	}
+}
+
+// takeBack is reclaimLooks' take of a lease's wait: a try with req's
+// request id, whose grant is released.
+func (c *core) takeBack(req leasehold.AcquireRequest, k *keeper) func(context.Context) {
+	return func(ctx context.Context) {
 		if got, err := c.tryAcquire(ctx, req, k); err == nil {
 			_ = c.release(ctx, req.Name, req.Owner, got.Token)
 		}
-	})
+	}
 }
 
 // reclaimLooks runs seen at each of reclaimLooks from now until it
@@ -370,7 +504,7 @@ func (c *core) reclaimLooks(ctx context.Context, seen func(context.Context) (boo
 	}
 }
 
-// reclaimLooks are when reclaimGrant looks for a raced grant, from the
+// reclaimLooks are when giveUpWait looks for a raced grant, from the
 // give-up: all within the second the conformance suite allows an HTTP
 // store to free such a grant in (storetest's WaitCleanup).
 var reclaimLooks = []time.Duration{0, 150 * time.Millisecond, 400 * time.Millisecond}

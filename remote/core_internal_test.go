@@ -179,8 +179,10 @@ func TestCoreWaitGrantAsCtxEnds(t *testing.T) {
 }
 
 // The caller gives up and the reply is lost: with cancelLosesReply (HTTP)
-// the core reclaims the grant by request id; else the transport reports
-// through late (RESP): a late grant is released, a lost one reclaimed.
+// the core gives the wait up: a try with the request id, whose grant (the
+// lost reply's) is released, then looks for a later grant (here the lease
+// is free at each look); else the transport reports through late (RESP):
+// a late grant is released, without a reply the wait is given up so.
 func TestCoreWaitGiveUp(t *testing.T) {
 	acq := "acquire a id=r1 session= wait=true"
 	try := "acquire a id=r1 session= wait=false"
@@ -191,7 +193,7 @@ func TestCoreWaitGiveUp(t *testing.T) {
 		want   []string
 	}{
 		{"lost reply, core reclaims", waitPolicy{chunk: time.Second, cancelLosesReply: true}, nil,
-			[]string{acq, "get a", try, "release a 3 secret=sec3"}},
+			[]string{acq, try, "release a 3 secret=sec3", "get a", "get a", "get a"}},
 		{"late grant", waitPolicy{chunk: time.Second, releaseEnded: true},
 			func(late func(grant, error), req *leasehold.AcquireRequest) { late(fakeGrant(req, 4), nil) },
 			[]string{acq, "release a 4 secret=sec4"}},
@@ -199,10 +201,10 @@ func TestCoreWaitGiveUp(t *testing.T) {
 			func(late func(grant, error), req *leasehold.AcquireRequest) {
 				late(grant{}, errors.New("connection closed"))
 			},
-			[]string{acq, "get a", try, "release a 3 secret=sec3"}},
+			[]string{acq, try, "release a 3 secret=sec3", "get a", "get a", "get a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &fakeTransport{owner: "me"}
+			f := &fakeTransport{ownerAt: func(int) string { return "" }}
 			ctx, cancel := context.WithCancel(context.Background())
 			f.acquire = func(actx context.Context, req *leasehold.AcquireRequest, wait time.Duration, late func(grant, error)) (grant, error) {
 				if wait == 0 {
@@ -272,8 +274,8 @@ func TestCoreClosed(t *testing.T) {
 // release arriving first hands the lease to it). The core looked once, at
 // the give-up, and the grant stayed held for its TTL (the remote
 // conformance suite's QueueCancelLeaves failed 4 of 5 runs under load).
-// Now it looks again: here the lease is someone else's at the first look,
-// the waiter's at the second.
+// Now it looks again: here the give-up's try is refused, the lease is
+// someone else's at the first look, the waiter's at the second.
 func TestCoreReclaimLooksAgain(t *testing.T) {
 	f := &fakeTransport{ownerAt: func(n int) string {
 		if n == 0 {
@@ -282,8 +284,12 @@ func TestCoreReclaimLooksAgain(t *testing.T) {
 		return "me"
 	}}
 	ctx, cancel := context.WithCancel(context.Background())
+	tries := 0
 	f.acquire = func(actx context.Context, req *leasehold.AcquireRequest, wait time.Duration, late func(grant, error)) (grant, error) {
 		if wait == 0 {
+			if tries++; tries == 1 {
+				return grant{}, &leasehold.HeldError{Name: req.Name, Owner: "other"}
+			}
 			return fakeGrant(req, 3), nil
 		}
 		cancel()
@@ -294,5 +300,6 @@ func TestCoreReclaimLooksAgain(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("acquireWait = %v, want context.Canceled", err)
 	}
-	waitForRequests(t, f, "acquire a id=r1 session= wait=true", "get a", "get a", "acquire a id=r1 session= wait=false", "release a 3 secret=sec3")
+	try := "acquire a id=r1 session= wait=false"
+	waitForRequests(t, f, "acquire a id=r1 session= wait=true", try, "get a", "get a", try, "release a 3 secret=sec3")
 }

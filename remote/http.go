@@ -177,10 +177,14 @@ func noRedirects(req *http.Request, via []*http.Request) error { return http.Err
 // end (Err matches leasehold.ErrLost), and so the leases taken through them
 // are lost at once (the server frees them when the sessions expire). Later
 // calls return leasehold.ErrClosed. Closing a Session's store does nothing.
+// It first awaits (2 s at most) the give-ups of waits whose callers gave
+// up, so that a process that closes its store before it exits leaves no
+// place in the server's queue behind.
 func (s *HTTPStore) Close() error {
 	if s.borrowed {
 		return nil
 	}
+	s.awaitGiveUps()
 	if s.closed.Swap(true) {
 		return nil
 	}
@@ -207,8 +211,12 @@ func (s *HTTPStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest
 // (for 5 s, server.ParkGrace), so waiting longer than one poll keeps the
 // arrival order. When ctx ends during a long-poll, the server drops the
 // waiter; if the grant raced with the end, AcquireWait releases it (best
-// effort; else it expires after its TTL). Closing the store ends a wait at
-// once with leasehold.ErrClosed, the same way.
+// effort; else it expires after its TTL). A wait that ends as its caller
+// gives up gives up its place (a try with its request id: a place kept
+// after a poll that ran out is left, a grant it got is released), in the
+// background, which Close awaits; called with ctx already ended and a
+// request id, it does so before it returns. Closing the store ends a wait
+// at once with leasehold.ErrClosed, the same way.
 func (s *HTTPStore) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
 	return s.acquireWait(ctx, req, s.bound())
 }

@@ -100,31 +100,46 @@ func (c *core) acquirePermit(ctx context.Context, sem string, n int, req leaseho
 	// No try first: a try with the request id of a place the server keeps
 	// between polls gives that place up.
 	var held error = &leasehold.HeldError{Name: sem}
-	// reclaim: a grant whose reply was lost is this request's permit; a
-	// try with its request id gets it back, and it is released. The try
-	// is only sent while the owner holds one of sem's permits: sent
-	// blindly, it took a permit freed meanwhile for a caller that had
-	// gone (until it released it), in front of the semaphore's waiters.
+	// reclaim gives up the wait of a caller that has gone: a grant whose
+	// reply was lost is this request's permit; a try with its request id
+	// gets it back, and it is released. The try is only sent while the
+	// owner holds one of sem's permits: sent blindly, it took a permit
+	// freed meanwhile for a caller that had gone (until it released it),
+	// in front of the semaphore's waiters. Or, once, while others hold all
+	// n permits: the try is refused then, and so gives up the place the
+	// server keeps between polls (without it, a permit freed within the
+	// next 5 s went to the waiter that had gone: issue 27's red team, #5).
 	reclaim := func() {
 		rctx, cancel := context.WithTimeout(c.ctx, reclaimTimeout)
 		defer cancel()
+		take := func(ctx context.Context) {
+			if g, err := send(ctx, &req, k.sessionID(), 0, nil); err == nil {
+				c.keepSecret(g, k)
+				_ = c.release(ctx, g.rec.Name, g.rec.Owner, g.rec.Token)
+			}
+		}
+		placeGiven := false
 		c.reclaimLooks(rctx, func(ctx context.Context) (bool, error) {
 			recs, err := c.list(ctx, sem+"/permit/")
 			if err != nil {
 				return false, err
 			}
+			others := 0
 			for _, r := range recs {
-				if r.Owner == req.Owner && isPermitOf(r.Name, sem, n) {
+				if !isPermitOf(r.Name, sem, n) {
+					continue
+				}
+				if r.Owner == req.Owner {
 					return true, nil
 				}
+				others++
+			}
+			if others >= n && !placeGiven {
+				placeGiven = true
+				take(ctx) // refused: the place is given up
 			}
 			return false, nil
-		}, func(ctx context.Context) {
-			if g, err := send(ctx, &req, k.sessionID(), 0, nil); err == nil {
-				c.keepSecret(g, k)
-				_ = c.release(ctx, g.rec.Name, g.rec.Owner, g.rec.Token)
-			}
-		})
+		}, take)
 	}
 	var until time.Time
 	if wait < maxPermitWait {

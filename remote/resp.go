@@ -236,8 +236,13 @@ func newRESPStore(ctx context.Context, cfg respConfig) (*RESPStore, error) {
 // calls return leasehold.ErrClosed. Leases held through the store are not
 // released; the sessions opened on it end (Err matches leasehold.ErrLost),
 // and so the leases taken through them are lost at once (the server frees
-// them when the sessions expire).
+// them when the sessions expire). It first awaits (2 s at most) the
+// give-ups of waits whose callers gave up, so that a process that closes
+// its store before it exits leaves no place in the server's queue behind.
 func (s *RESPStore) Close() error {
+	if !s.closed.Load() {
+		s.awaitGiveUps()
+	}
 	s.closed.Store(true)
 	s.cancel()
 	s.subOnce.Do(func() {}) // no subscriber from now on
@@ -313,8 +318,12 @@ func (s *RESPStore) TryAcquire(ctx context.Context, req leasehold.AcquireRequest
 // in its queue (for 5 s, server.ParkGrace). If ctx ends mid-wait the
 // connection's sending side is closed, which makes the server drop the
 // waiter, and its reply is read: a grant that raced with the end is
-// released (and, if no reply came, looked for and released). Closing the
-// store ends a wait at once with leasehold.ErrClosed.
+// released (and, if no reply came, looked for and released). A wait that
+// ends as its caller gives up gives up its place (a try with its request
+// id: a place kept after a poll that ran out is left, a grant it got is
+// released), in the background; called with ctx already ended and a
+// request id, it does so before it returns. Closing the store ends a wait
+// at once with leasehold.ErrClosed.
 func (s *RESPStore) AcquireWait(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
 	return s.acquireWait(ctx, req, nil)
 }
