@@ -34,9 +34,10 @@ type proxyPark struct {
 	err     error
 
 	// Under p.mu.
-	polls int           // polls waiting on it now
-	quiet chan struct{} // closed when a poll comes back (ends a grace)
-	taken bool          // its answer went to a poll
+	polls   int           // polls waiting on it now
+	quiet   chan struct{} // closed when a poll comes back (ends a grace)
+	taken   bool          // its answer went to a poll
+	givenUp bool          // a try with its request id gave it up (unpark)
 }
 
 // parkable reports whether a waiting acquire runs as a park.
@@ -82,8 +83,18 @@ func (p *Proxy) waitParked(ctx context.Context, r leasehold.AcquireRequest, req 
 		pk.polls--
 		first := !pk.taken
 		pk.taken = true
+		givenUp := pk.givenUp
 		p.dropParkLocked(pk)
 		p.mu.Unlock()
+		if givenUp {
+			// A try with this request id gave the place up (the client's
+			// give-up: its caller has gone, while this poll was still
+			// pending on a pipelined connection). Waiting anew here could
+			// get a grant that nobody would hold: the red team of issue 27
+			// saw the lease handed to a "run -w 2" that had exited, through
+			// RESP to a Redis proxy, in 2 runs of 5.
+			return leasehold.Record{}, p.heldNow(ctx, r)
+		}
 		if errors.Is(pk.err, context.Canceled) && ctx.Err() == nil {
 			// Ended by another poll of the same request whose caller went
 			// away: this caller still waits.
@@ -132,7 +143,7 @@ func (p *Proxy) unpark(r leasehold.AcquireRequest) {
 		return
 	}
 	p.dropParkLocked(pk)
-	pk.taken = true
+	pk.taken, pk.givenUp = true, true
 	if pk.quiet != nil {
 		close(pk.quiet)
 		pk.quiet = nil

@@ -172,3 +172,37 @@ func TestProxyParkEnds(t *testing.T) {
 		t.Fatalf("%d parks left", n)
 	}
 }
+
+// TestProxyGiveUpEndsPendingPoll (red team of issue 27, #5): a try with
+// the request id of a poll that is still pending (the client gave up
+// while its poll waited on a pipelined RESP connection) gives the place
+// up, and that poll answers "held" instead of waiting anew: it waited
+// anew before, and a release meanwhile granted the lease to a caller that
+// had gone ("run -w 2" through RESP to a Redis proxy, 2 runs of 5).
+func TestProxyGiveUpEndsPendingPoll(t *testing.T) {
+	fc, p := pxFake(t, nil)
+	holder := pxAcquire(t, p, proxyParkReq("holder", "h", 0))
+	pending := poll(p, proxyParkReq("w", "w-1", time.Minute))
+	servertest.WaitFor(t, "w queued", func() bool { return len(p.Waiters("job")) == 1 })
+	proxyPolling(t, p, fc, 3)
+	if _, err := p.Acquire(context.Background(), proxyParkReq("w", "w-1", 0)); !errors.Is(err, leasehold.ErrHeld) {
+		t.Fatalf("the give-up (a try with the pending poll's request id): %v; want held", err)
+	}
+	if err := p.Release(context.Background(), "job", "holder", holder.Token); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-pending:
+		if !errors.Is(a.err, leasehold.ErrHeld) {
+			t.Fatalf("the pending poll after the give-up: %+v, %v; want held, not a grant", a.rec, a.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pending poll still waits 10 s after its request id gave the place up")
+	}
+	if rec, err := p.Get(context.Background(), "job"); !errors.Is(err, leasehold.ErrNotFound) {
+		t.Fatalf("after the holder's release: %+v, %v; want the lease free", rec, err)
+	}
+	if n := len(p.Waiters("job")); n != 0 {
+		t.Fatalf("%d waiters left; want 0", n)
+	}
+}
