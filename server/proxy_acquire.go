@@ -57,7 +57,13 @@ func (p *Proxy) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Reco
 	if p.isClosed() {
 		return leasehold.Record{}, leasehold.ErrClosed
 	}
-	if req.Wait > 0 && p.parkable(AcquireRequest{AcquireRequest: r, Wait: req.Wait}) {
+	if req.Wait > 0 && (p.parkable(AcquireRequest{AcquireRequest: r, Wait: req.Wait}) || p.hasPark(r, req.Session)) {
+		// A short poll of a request whose place is kept (the last poll of
+		// a wait about to end: the Go client asks for the time left, down
+		// to 1 ms) waits on that place too: waiting beside it, it queued
+		// a second entry with the same request id in the store, and the
+		// red team of issue 27 saw the lease granted to a "run -w 2" that
+		// had gone, through RESP to a Redis proxy.
 		return p.waitParked(ctx, r, req, sess)
 	}
 	if req.Wait == 0 {

@@ -45,6 +45,18 @@ func (p *Proxy) parkable(req AcquireRequest) bool {
 	return req.RequestID != "" && req.Wait >= minParkWait
 }
 
+// hasPark reports whether r (its name, owner and request id) has a park
+// of session now.
+func (p *Proxy) hasPark(r leasehold.AcquireRequest, session string) bool {
+	if r.RequestID == "" {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pk := p.parks[parkKey(r.Name, r.Owner, r.RequestID)]
+	return pk != nil && pk.session == session
+}
+
 // waitParked is Acquire with Wait for a parkable request: it waits on the
 // name's park for this owner and request id (started if there is none)
 // for req.Wait.

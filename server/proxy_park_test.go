@@ -206,3 +206,36 @@ func TestProxyGiveUpEndsPendingPoll(t *testing.T) {
 		t.Fatalf("%d waiters left; want 0", n)
 	}
 }
+
+// TestProxyShortPollWaitsOnPark (red team of issue 27, #5): the last poll
+// of a wait about to end asks for the time left (down to 1 ms), below the
+// wait a park needs; with its request id's place kept, it waits on that
+// place instead of queueing a second waiter beside it (in a Redis proxy, a
+// second entry with the same request id, after which the give-up left
+// one behind and a release granted the gone waiter).
+func TestProxyShortPollWaitsOnPark(t *testing.T) {
+	fc, p := pxFake(t, nil)
+	pxAcquire(t, p, proxyParkReq("holder", "h", 0))
+	first := poll(p, proxyParkReq("w", "w-1", 2*time.Second))
+	servertest.WaitFor(t, "w queued", func() bool { return len(p.Waiters("job")) == 1 })
+	proxyPolling(t, p, fc, 3)
+	fc.Advance(2 * time.Second)
+	if a := <-first; !errors.Is(a.err, leasehold.ErrHeld) {
+		t.Fatalf("the poll that ran out: %+v, %v; want held", a.rec, a.err)
+	}
+	short := poll(p, proxyParkReq("w", "w-1", 5*time.Millisecond))
+	proxyPolling(t, p, fc, 3) // the park's wait and retry timer, and the short poll's
+	if ws := p.Waiters("job"); len(ws) != 1 {
+		t.Fatalf("waiters during the short poll: %+v; want w's one kept place", ws)
+	}
+	fc.Advance(5 * time.Millisecond)
+	if a := <-short; !errors.Is(a.err, leasehold.ErrHeld) {
+		t.Fatalf("the short poll: %+v, %v; want held", a.rec, a.err)
+	}
+	if _, err := p.Acquire(context.Background(), proxyParkReq("w", "w-1", 0)); !errors.Is(err, leasehold.ErrHeld) {
+		t.Fatalf("the give-up: %v; want held", err)
+	}
+	if ws := p.Waiters("job"); len(ws) != 0 {
+		t.Fatalf("waiters after the give-up: %+v; want none", ws)
+	}
+}
