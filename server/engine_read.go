@@ -50,19 +50,25 @@ func (e *Engine) List(ctx context.Context, prefix string) ([]leasehold.Record, e
 		}
 		pending = pending || ent.pending.Load() > 0
 	}
+	if err := e.unlockDurable(pending); err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// unlockDurable unlocks e, and if pending (a change read under the lock is
+// not durable yet) waits for one barrier after every record appended so
+// far, so that a read reports only durable state (List, ListPage).
+func (e *Engine) unlockDurable(pending bool) error {
 	ch := make(chan error, 1)
 	if pending {
-		// One barrier after every record appended so far.
 		e.commit(nil, encodeNop(), func(err error) { ch <- err })
 	} else {
 		ch <- nil
 	}
 	e.unlock()
-	if err := <-ch; err != nil {
-		return nil, err
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	return <-ch
 }
 
 // Waiters implements Backend.

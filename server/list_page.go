@@ -98,14 +98,7 @@ func (e *Engine) ListPage(ctx context.Context, prefix, after string, n int, keep
 	for _, name := range top {
 		out = append(out, e.leases[name].record(now))
 	}
-	ch := make(chan error, 1)
-	if pending {
-		e.commit(nil, encodeNop(), func(err error) { ch <- err })
-	} else {
-		ch <- nil
-	}
-	e.unlock()
-	if err := <-ch; err != nil {
+	if err := e.unlockDurable(pending); err != nil {
 		return nil, err
 	}
 	return out, nil
