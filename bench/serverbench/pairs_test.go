@@ -140,7 +140,7 @@ func (t *timedBackend) sorted() (acq, rel []time.Duration) {
 }
 
 // BenchmarkPairsProcess is BenchmarkPairs/durable with the server in a
-// process of its own (as the suite's first row and the Redis references
+// process of its own (as the suite's second row and the Redis references
 // run): pairs/s and the pair's p50 and p99 as multiples of one fsync.
 func BenchmarkPairsProcess(b *testing.B) {
 	dir := b.TempDir()
