@@ -29,6 +29,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/leasehold/leasehold/bench/serverbench"
 )
 
 // suite is one benchmark suite: its flags and how to run it.
@@ -62,6 +64,7 @@ func suites(out, progress io.Writer) []*suite {
 }
 
 func main() {
+	serverbench.ServeChild() // returns unless the server suite started this process as its server
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

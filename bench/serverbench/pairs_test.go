@@ -139,6 +139,44 @@ func (t *timedBackend) sorted() (acq, rel []time.Duration) {
 	return acq, rel
 }
 
+// BenchmarkPairsProcess is BenchmarkPairs/durable with the server in a
+// process of its own (as the suite's second row and the Redis references
+// run): pairs/s and the pair's p50 and p99 as multiples of one fsync.
+func BenchmarkPairsProcess(b *testing.B) {
+	dir := b.TempDir()
+	fsync, err := measureFsync(dir, 300)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := processLocker("process", childConfig{dir: filepath.Join(dir, "log"), logSyncs: logSyncs()}, 32)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.close()
+	b.ResetTimer()
+	var rate float64
+	var lat []time.Duration
+	for range b.N {
+		r, l, err := measurePairs(context.Background(), l, 32, pairsDuration())
+		if err != nil {
+			b.Fatal(err)
+		}
+		rate, lat = r, l
+	}
+	slices.Sort(lat)
+	f := float64(pct(fsync, 50))
+	b.ReportMetric(rate, "pairs/s")
+	b.ReportMetric(f/1e3, "fsync-p50-µs")
+	b.ReportMetric(float64(pct(lat, 50))/f, "pair-p50/fsync")
+	b.ReportMetric(float64(pct(lat, 99))/f, "pair-p99/fsync")
+}
+
+// TestMain lets the test binary be the server child of processLocker.
+func TestMain(m *testing.M) {
+	ServeChild()
+	os.Exit(m.Run())
+}
+
 // pairsDuration is LEASEHOLD_BENCH_SECONDS (default 3) seconds.
 func pairsDuration() time.Duration {
 	if s, err := strconv.ParseFloat(os.Getenv("LEASEHOLD_BENCH_SECONDS"), 64); err == nil && s > 0 {

@@ -97,22 +97,36 @@ func Run(ctx context.Context, cfg Config) error {
 	fmt.Fprintf(cfg.Out, "one 4 KiB write + fdatasync in the data directory: p50 %s, p99 %s\n\n",
 		fmtDur(pct(fsync, 50)), fmtDur(pct(fsync, 99)))
 
+	// The durable rows first: each gets its ratios to the references. The
+	// server in the client's process is the suite's figure; the same
+	// server in a process of its own (as the Redis references run) is
+	// beside it: on the quiet 2-core machine it did fewer pairs/s, under
+	// load more (docs/benchmarks.md).
 	var lockers []*locker
-	durable, err := serverLocker(ctx, "leasehold server, durable log (RESP, pipelined)", engineBackend(filepath.Join(dir, "durable"), false, 0), cfg.Clients)
+	durable, err := serverLocker(ctx, "leasehold server, durable log (RESP, pipelined)", engineBackend(filepath.Join(dir, "durable")), cfg.Clients)
 	if err != nil {
 		return err
 	}
 	defer durable.close()
 	lockers = append(lockers, durable)
+	own, err := processLocker("leasehold server, durable log, in a process of its own", childConfig{dir: filepath.Join(dir, "durable-own")}, cfg.Clients)
+	if err != nil {
+		return err
+	}
+	defer own.close()
+	lockers = append(lockers, own)
 	if cfg.LogSyncs != 0 {
-		alt, err := serverLocker(ctx, fmt.Sprintf("leasehold server, durable log, --log-syncs %d", cfg.LogSyncs), engineBackend(filepath.Join(dir, "durable-alt"), false, cfg.LogSyncs), cfg.Clients)
+		alt, err := serverLocker(ctx, fmt.Sprintf("leasehold server, durable log, --log-syncs %d", cfg.LogSyncs), engineBackendSyncs(filepath.Join(dir, "durable-alt"), cfg.LogSyncs), cfg.Clients)
 		if err != nil {
 			return err
 		}
 		defer alt.close()
 		lockers = append(lockers, alt)
 	}
-	nosync, err := serverLocker(ctx, "leasehold server, log without fsync (RESP, pipelined)", engineBackend(filepath.Join(dir, "nosync"), true, 0), cfg.Clients)
+	durables := len(lockers)
+	nosync, err := serverLocker(ctx, "leasehold server, log without fsync (RESP, pipelined)", func() (server.Backend, error) {
+		return server.OpenEngine(server.EngineConfig{Dir: filepath.Join(dir, "nosync"), NoSync: true})
+	}, cfg.Clients)
 	if err != nil {
 		return err
 	}
@@ -180,10 +194,6 @@ func Run(ctx context.Context, cfg Config) error {
 			fmtDur(pct(h, 50)), fmtDur(pct(h, 99)))
 	}
 	fmt.Fprintln(cfg.Out)
-	durables := 1
-	if cfg.LogSyncs != 0 {
-		durables = 2
-	}
 	median := func(i int) float64 { return rates[i][len(rates[i])/2] }
 	for i := range durables {
 		fmt.Fprintf(cfg.Out, "%s: ", lockers[i].name)
@@ -326,9 +336,11 @@ func measureHandoff(ctx context.Context, l *locker, waiters, handoffs int) ([]ti
 	return out, nil
 }
 
-func engineBackend(dir string, noSync bool, logSyncs int) func() (server.Backend, error) {
+func engineBackend(dir string) func() (server.Backend, error) { return engineBackendSyncs(dir, 0) }
+
+func engineBackendSyncs(dir string, logSyncs int) func() (server.Backend, error) {
 	return func() (server.Backend, error) {
-		return server.OpenEngine(server.EngineConfig{Dir: dir, NoSync: noSync, LogSyncs: logSyncs})
+		return server.OpenEngine(server.EngineConfig{Dir: dir, LogSyncs: logSyncs})
 	}
 }
 
@@ -358,10 +370,30 @@ func serverLocker(ctx context.Context, name string, open func() (server.Backend,
 	}
 	rs := server.NewRESPServer(e, server.RESPOptions{})
 	go rs.Serve(ln)
-	st, err := remote.OpenRESP("leasehold://" + ln.Addr().String() + "?conns=2&idle_conns=" + strconv.Itoa(16))
-	if err != nil {
-		rs.Shutdown(ctx)
+	return respLocker(name, ln.Addr().String(), clients, func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		rs.Shutdown(sctx)
 		e.Close()
+	})
+}
+
+// processLocker starts the engine as a server process of its own (see
+// process.go) and a pipelined client for it in this process.
+func processLocker(name string, cfg childConfig, clients int) (*locker, error) {
+	p, err := startServerProcess(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return respLocker(name, p.addr, clients, p.stop)
+}
+
+// respLocker is a pipelined RESP client (two connections) of the server
+// at addr; stop ends that server once the client is closed.
+func respLocker(name, addr string, clients int, stop func()) (*locker, error) {
+	st, err := remote.OpenRESP("leasehold://" + addr + "?conns=2&idle_conns=" + strconv.Itoa(16))
+	if err != nil {
+		stop()
 		return nil, err
 	}
 	names := numbered("bench/pair/", clients)
@@ -384,10 +416,7 @@ func serverLocker(ctx context.Context, name string, open func() (server.Backend,
 		},
 		close: func() {
 			st.Close()
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			rs.Shutdown(sctx)
-			e.Close()
+			stop()
 		},
 	}, nil
 }
