@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -302,4 +303,56 @@ func TestCoreReclaimLooksAgain(t *testing.T) {
 	}
 	try := "acquire a id=r1 session= wait=false"
 	waitForRequests(t, f, "acquire a id=r1 session= wait=true", try, "get a", "get a", try, "release a 3 secret=sec3")
+}
+
+// TestTrackerWait checks the counter that Close uses to await give-ups:
+// wait returns at once with nothing running, returns after its bound
+// while work still runs, and returns once all work has ended, also when
+// work was added while an earlier wait was under way and after the count
+// had been back at zero.
+func TestTrackerWait(t *testing.T) {
+	var tr tracker
+	tr.wait(time.Hour) // nothing runs: at once
+
+	release := make(chan struct{})
+	var ended atomic.Int32
+	tr.run(func() { <-release; ended.Add(1) })
+	start := time.Now()
+	tr.wait(20 * time.Millisecond)
+	if time.Since(start) < 20*time.Millisecond {
+		t.Fatalf("wait returned after %v with work running, before its bound", time.Since(start))
+	}
+	if ended.Load() != 0 {
+		t.Fatal("work ended without being released")
+	}
+
+	waited := make(chan struct{})
+	go func() { tr.wait(time.Hour); close(waited) }()
+	tr.run(func() { <-release; ended.Add(1) }) // added while a wait is under way
+	close(release)
+	select {
+	case <-waited:
+	case <-time.After(time.Minute):
+		t.Fatal("wait did not return after all work ended")
+	}
+	tr.wait(time.Hour)
+	if n := ended.Load(); n != 2 {
+		t.Fatalf("%d of 2 ran to the end when wait returned", n)
+	}
+
+	// Back at zero, then work again: a wait must wait for it.
+	again := make(chan struct{})
+	tr.run(func() { <-again; ended.Add(1) })
+	waited2 := make(chan struct{})
+	go func() { tr.wait(time.Hour); close(waited2) }()
+	select {
+	case <-waited2:
+		t.Fatal("wait returned while new work runs")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(again)
+	<-waited2
+	if n := ended.Load(); n != 3 {
+		t.Fatalf("%d of 3 ran to the end", n)
+	}
 }
