@@ -41,16 +41,30 @@ func encodeSnapHeader(seq, size uint64, crc uint32) []byte {
 }
 
 // countingWriter passes writes to w, counting them and hashing them.
+// With pace set (w's file, written from offset base on), every
+// spareWriteBack bytes written are written back to the disk before more
+// are (spareFlush), as a spare segment's zeros are: a large snapshot left
+// to its final sync made the log's group commits wait behind all of it.
 type countingWriter struct {
 	w    io.Writer
 	crc  hash.Hash32
 	size uint64
+
+	pace    *os.File
+	base    int64
+	flushed uint64 // bytes from base on already written back
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.crc.Write(p[:n])
 	c.size += uint64(n)
+	if err == nil && c.pace != nil && c.size-c.flushed >= spareWriteBack {
+		if err := spareFlush(c.pace, c.base+int64(c.flushed), int64(c.size-c.flushed)); err != nil {
+			return n, err
+		}
+		c.flushed = c.size
+	}
 	return n, err
 }
 
@@ -69,7 +83,10 @@ func writeSnapshotFile(name string, seq uint64, write func(w io.Writer) error, n
 	if _, err := f.Seek(snapHeaderSize, io.SeekStart); err != nil {
 		return err
 	}
-	cw := &countingWriter{w: f, crc: crc32.New(castagnoli)}
+	cw := &countingWriter{w: f, crc: crc32.New(castagnoli), base: snapHeaderSize}
+	if !noSync {
+		cw.pace = f
+	}
 	bw := bufio.NewWriterSize(cw, 256<<10)
 	if err := write(bw); err != nil {
 		return err

@@ -28,6 +28,28 @@ func fdatasync(f *os.File) error {
 	return serr
 }
 
+// writeBack starts writing f's dirty pages in [off, off+n) to the disk and
+// waits for them (sync_file_range): a pace for writing a large file, not
+// durability (it flushes neither metadata nor the disk's cache).
+func writeBack(f *os.File, off, n int64) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			serr = unix.SyncFileRange(int(fd), off, n, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
+			if serr != unix.EINTR {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
 // lockDir takes an exclusive lock on the file name, creating it, so that
 // two processes cannot open one log. The lock ends when the returned
 // function is called or the process exits.
