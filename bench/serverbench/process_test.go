@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/testrig/proctest"
 )
 
 // TestServerProcess starts the engine as a server process of its own,
@@ -15,6 +16,7 @@ import (
 // process behind and that the log holds what was granted: a second server
 // on the same directory sees the handoff's holder.
 func TestServerProcess(t *testing.T) {
+	proctest.MarkTrees(t) // a child left behind fails the test, and is killed
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "log")
 	p, err := startServerProcess(childConfig{dir: dir})
