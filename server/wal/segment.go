@@ -254,8 +254,8 @@ func (s *spares) isClosed() bool {
 // for before the next is written: left to the final sync, the whole
 // segment (64 MiB by default) was written back at once, and every group
 // commit of the log, syncing on the same disk meanwhile, waited behind it
-// (commits of 260-430 ms every time a spare was made, on the 2-core test
-// machine, where one takes about 150 µs).
+// (on the loaded 2-core test machine, a quarter second without a commit
+// where one takes about 150 µs; see the CHANGELOG).
 func (s *spares) prepare() (f *os.File, err error) {
 	tmp := filepath.Join(s.dir, spareName+tmpSuffix)
 	f, err = os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
