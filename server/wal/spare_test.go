@@ -14,14 +14,7 @@ import (
 // the log's group commits wait behind a whole segment's writeback), and
 // that the spare is whole and zero.
 func TestSpareWrittenBackInSteps(t *testing.T) {
-	type span struct{ off, n int64 }
-	var got []span
-	old := spareFlush
-	spareFlush = func(f *os.File, off, n int64) error {
-		got = append(got, span{off, n})
-		return old(f, off, n)
-	}
-	t.Cleanup(func() { spareFlush = old })
+	got := recordWriteBacks(t)
 
 	const size = 3<<20 + 256<<10 // three and a quarter MiB
 	s := &spares{dir: t.TempDir(), size: size}
@@ -31,12 +24,12 @@ func TestSpareWrittenBackInSteps(t *testing.T) {
 	}
 	defer f.Close()
 	want := []span{{0, 1 << 20}, {1 << 20, 1 << 20}, {2 << 20, 1 << 20}, {3 << 20, 256 << 10}}
-	if len(got) != len(want) {
-		t.Fatalf("written back as %v, want %v", got, want)
+	if len(*got) != len(want) {
+		t.Fatalf("written back as %v, want %v", *got, want)
 	}
 	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("written back as %v, want %v", got, want)
+		if (*got)[i] != want[i] {
+			t.Fatalf("written back as %v, want %v", *got, want)
 		}
 	}
 	fi, err := f.Stat()
@@ -48,15 +41,15 @@ func TestSpareWrittenBackInSteps(t *testing.T) {
 	}
 
 	// Without fsync (NoSync, tests and benchmarks) nothing is written back.
-	got = nil
+	*got = nil
 	ns := &spares{dir: t.TempDir(), size: size, noSync: true}
 	g, err := ns.prepare()
 	if err != nil {
 		t.Fatal(err)
 	}
 	g.Close()
-	if len(got) != 0 {
-		t.Fatalf("NoSync spare written back: %v", got)
+	if len(*got) != 0 {
+		t.Fatalf("NoSync spare written back: %v", *got)
 	}
 }
 
@@ -64,14 +57,7 @@ func TestSpareWrittenBackInSteps(t *testing.T) {
 // content goes to the disk a MiB at a time as it is written, in order from
 // the end of its header, and the file still checks out whole.
 func TestSnapshotWrittenBackInSteps(t *testing.T) {
-	type span struct{ off, n int64 }
-	var got []span
-	old := spareFlush
-	spareFlush = func(f *os.File, off, n int64) error {
-		got = append(got, span{off, n})
-		return old(f, off, n)
-	}
-	t.Cleanup(func() { spareFlush = old })
+	got := recordWriteBacks(t)
 
 	name := filepath.Join(t.TempDir(), "snap")
 	const size = 3<<20 + 100
@@ -87,13 +73,13 @@ func TestSnapshotWrittenBackInSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) < 3 {
-		t.Fatalf("written back as %v, want at least 3 steps of a MiB", got)
+	if len(*got) < 3 {
+		t.Fatalf("written back as %v, want at least 3 steps of a MiB", *got)
 	}
 	next := int64(snapHeaderSize)
-	for _, sp := range got {
+	for _, sp := range *got {
 		if sp.off != next || sp.n < spareWriteBack {
-			t.Fatalf("written back as %v: want contiguous steps of at least %d from %d", got, spareWriteBack, snapHeaderSize)
+			t.Fatalf("written back as %v: want contiguous steps of at least %d from %d", *got, spareWriteBack, snapHeaderSize)
 		}
 		next += sp.n
 	}
@@ -105,4 +91,19 @@ func TestSnapshotWrittenBackInSteps(t *testing.T) {
 	if n, err := checkSnapshotFile(f, 7); err != nil || n != size {
 		t.Fatalf("snapshot check: size %d, %v; want %d", n, err, size)
 	}
+}
+
+type span struct{ off, n int64 }
+
+// recordWriteBacks records every spareFlush call for the test's duration
+// (the calls still write back).
+func recordWriteBacks(t *testing.T) *[]span {
+	var got []span
+	old := spareFlush
+	spareFlush = func(f *os.File, off, n int64) error {
+		got = append(got, span{off, n})
+		return old(f, off, n)
+	}
+	t.Cleanup(func() { spareFlush = old })
+	return &got
 }

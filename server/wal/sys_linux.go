@@ -10,28 +10,20 @@ import (
 // fdatasync flushes f's data, and only the metadata needed to read it back,
 // to stable storage.
 func fdatasync(f *os.File) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		for {
-			serr = unix.Fdatasync(int(fd))
-			if serr != unix.EINTR {
-				return
-			}
-		}
-	}); err != nil {
-		return err
-	}
-	return serr
+	return onFd(f, func(fd int) error { return unix.Fdatasync(fd) })
 }
 
 // writeBack starts writing f's dirty pages in [off, off+n) to the disk and
 // waits for them (sync_file_range): a pace for writing a large file, not
 // durability (it flushes neither metadata nor the disk's cache).
 func writeBack(f *os.File, off, n int64) error {
+	return onFd(f, func(fd int) error {
+		return unix.SyncFileRange(fd, off, n, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
+	})
+}
+
+// onFd runs call on f's descriptor, again while it is interrupted (EINTR).
+func onFd(f *os.File, call func(fd int) error) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
@@ -39,8 +31,7 @@ func writeBack(f *os.File, off, n int64) error {
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
 		for {
-			serr = unix.SyncFileRange(int(fd), off, n, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
-			if serr != unix.EINTR {
+			if serr = call(int(fd)); serr != unix.EINTR {
 				return
 			}
 		}
