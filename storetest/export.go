@@ -13,7 +13,7 @@ import (
 // monotonic clock shared by every recorder.
 type LeaseOp struct {
 	Client    int           // porcupine client id (one per logical process)
-	Kind      string        // "acquire", "renew", "release", "lose", "wait" or "undone" (see LeaseModel)
+	Kind      string        // "acquire", "renew", "release", "lose", "wait", "undone" or "unheard" (see LeaseModel)
 	Owner     string        // the caller's owner identity
 	RequestID string        // acquire: its request id
 	Token     uint64        // renew, release: the token sent
@@ -47,6 +47,13 @@ func (op LeaseOp) Operation() (porcupine.Operation, error) {
 		in.Kind = opWait
 	case "undone":
 		in.Kind = opUndone
+	case "unheard":
+		// An acquire the store ends if its answer is lost; answered, it
+		// is an acquire like any other.
+		in.Kind = opAcquire
+		if op.Unknown {
+			in.Kind = opUnheard
+		}
 	default:
 		return porcupine.Operation{}, fmt.Errorf("storetest: unknown lease operation %q", op.Kind)
 	}

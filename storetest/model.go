@@ -59,6 +59,15 @@ import (
 // names had a wait in progress at some instant of it (Queued, marked from
 // the whole history by markQueued).
 //
+// An "unheard" operation is an acquire without an answer on a store that
+// ends such a grant itself (the etcd store revokes the etcd lease of an
+// acquire whose reply never came, or whose spare lease's refresh failed:
+// endUnheard in etcd/ops.go). It did nothing, or granted the lease to the
+// caller (its token unknown, above every earlier one) no earlier than the
+// previous lease may have ended, a grant others may see held for a while
+// and that may end at any moment after it was made, however early: the
+// caller was told of an error and never believed it held the lease.
+//
 // An "undone" operation is an acquire the store answered by undoing the
 // grant it had made (the Redis store's grant made across a reconnect to a
 // restarted server, on facts that restart had changed): like a raced one,
@@ -101,13 +110,14 @@ const (
 	opRelease
 	opLose
 	opWait
-	opRaced  // the grant a wait ended by its context may have raced with
-	opUndone // an acquire whose grant the store undid before answering
-	opHanded // a grant handed to a wait that expired before the wait collected it
+	opRaced   // the grant a wait ended by its context may have raced with
+	opUndone  // an acquire whose grant the store undid before answering
+	opHanded  // a grant handed to a wait that expired before the wait collected it
+	opUnheard // an acquire without an answer whose grant the store ends itself
 )
 
 func (k opKind) String() string {
-	return [...]string{"acquire", "renew", "release", "lose", "wait", "raced grant of a wait", "acquire undone", "grant handed to a wait, not collected"}[k]
+	return [...]string{"acquire", "renew", "release", "lose", "wait", "raced grant of a wait", "acquire undone", "grant handed to a wait, not collected", "unheard acquire"}[k]
 }
 
 // lostOwner is the owner of a lease whose state the store lost: it matches
@@ -222,15 +232,21 @@ func stepModel(st, in, out interface{}) []interface{} {
 				undone := next
 				undone.Held = false
 				res = append(res, undone)
-			case opWait:
-				// An AcquireWait that fails gives back what it was handed:
+			case opWait, opUnheard:
+				// An AcquireWait that fails gives back what it was handed,
+				// and a store that ends unanswered grants ends them:
 				// granted, seen held by others for a while, then freed at
 				// some moment before the answer, which never came. The
 				// grant itself came no earlier than the previous lease may
-				// have ended (NotBefore).
+				// have ended (NotBefore). For an unheard acquire this
+				// replaces the grant that stands (it allows all that one
+				// does, the early end besides).
 				freed := next
 				freed.FreedBy = never
 				freed.NotBefore = max(i.Call, earliestFree(s))
+				if i.Kind == opUnheard {
+					res = res[:1]
+				}
 				res = append(res, freed)
 			}
 		}
@@ -342,7 +358,7 @@ func maybeOwn(s modelState, i opInput) bool {
 // take effect.
 func unknownEffect(s modelState, i opInput) (modelState, bool) {
 	switch i.Kind {
-	case opAcquire, opWait:
+	case opAcquire, opWait, opUnheard:
 		if !mayBeExpired(s, never) {
 			return s, false
 		}

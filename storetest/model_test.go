@@ -193,6 +193,29 @@ func TestModelVerdicts(t *testing.T) {
 			op(1, wait("b", "r2", ttl, 2*ms), opOutput{Unknown: true, Return: 1 << 62}),
 			op(2, acq("c", "r3", ttl, 10*ms), opOutput{OK: true, Token: 2, Return: 11 * ms}),
 		}},
+		// CI run 52, R7 on etcd: an acquire without an answer was granted,
+		// seen held, and ended by the store (endUnheard revokes its etcd
+		// lease) well within its TTL.
+		{"an unanswered acquire (etcd) seen, then freed by the store", true, []porcupine.Operation{
+			op(1, opInput{Kind: opUnheard, Owner: "b", RequestID: "r2", TTL: ttl, Call: 0}, opOutput{Unknown: true, Return: 1 << 62}),
+			op(2, acq("c", "r3", ttl, 10*ms), opOutput{HolderOwner: "b", Token: 5, Return: 11 * ms}),
+			op(2, acq("c", "r4", ttl, 20*ms), opOutput{OK: true, Token: 6, Return: 21 * ms}),
+		}},
+		{"the same with a plain indeterminate acquire", false, []porcupine.Operation{
+			op(1, acq("b", "r2", ttl, 0), opOutput{Unknown: true, Return: 1 << 62}),
+			op(2, acq("c", "r3", ttl, 10*ms), opOutput{HolderOwner: "b", Token: 5, Return: 11 * ms}),
+			op(2, acq("c", "r4", ttl, 20*ms), opOutput{OK: true, Token: 6, Return: 21 * ms}),
+		}},
+		{"an unanswered acquire (etcd) seen held while a granted holder's lease lived", false, []porcupine.Operation{
+			aGranted,
+			op(1, opInput{Kind: opUnheard, Owner: "b", RequestID: "r2", TTL: ttl, Call: 2 * ms}, opOutput{Unknown: true, Return: 1 << 62}),
+			op(2, acq("c", "r3", ttl, 10*ms), opOutput{HolderOwner: "b", Token: 2, Return: 11 * ms}),
+		}},
+		{"an unanswered acquire (etcd) does not free a granted holder's lease", false, []porcupine.Operation{
+			aGranted,
+			op(1, opInput{Kind: opUnheard, Owner: "b", RequestID: "r2", TTL: ttl, Call: 2 * ms}, opOutput{Unknown: true, Return: 1 << 62}),
+			op(2, acq("c", "r3", ttl, 10*ms), opOutput{OK: true, Token: 3, Return: 11 * ms}),
+		}},
 		// R18 redis-sentinel (lag-kill): a's grant was lost in a promotion;
 		// b's acquire on the promoted replica, made on facts from before
 		// it (the marker came with the replica), reused a's token and was

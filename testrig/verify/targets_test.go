@@ -41,8 +41,8 @@ func TestTargetsRestart(t *testing.T) {
 			g.Wait(3 * time.Minute)
 			// What the engines promise across the kill, as the fault
 			// suites model it: etcd and the lease server give a recovered
-			// lease its full TTL again; an unanswered etcd grant may stand
-			// on a lease that was not refreshed.
+			// lease its full TTL again; the etcd store may end an
+			// unanswered acquire's grant at any moment.
 			h := g.History()
 			if name == "etcd" {
 				h, _ = recipes.EtcdUnconfirmedGrants(h)

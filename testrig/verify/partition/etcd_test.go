@@ -58,20 +58,20 @@ func (w *termWatch) Stop() []crash.Restart {
 
 // modelEtcd returns h with what etcd does by design made explicit for the
 // model (see TestR7): an acquire without an answer may have been granted
-// on a spare etcd lease that was not refreshed (recipes.EtcdUnconfirmedGrants:
-// shortened is how many), and each change of leader renews every lease,
+// and ended by the store at any moment (recipes.EtcdUnconfirmedGrants:
+// unheard is how many), and each change of leader renews every lease,
 // modelled as an indeterminate renewal by the latest holder of every key
 // at both ends of the interval in which it happened (at its start for the
 // lease current then, at its end for one granted meanwhile; added is how
 // many operations that adds).
-func modelEtcd(t *testing.T, h *verify.History, changes []crash.Restart) (out *verify.History, added, shortened int) {
+func modelEtcd(t *testing.T, h *verify.History, changes []crash.Restart) (out *verify.History, added, unheard int) {
 	t.Helper()
-	out, shortened = recipes.EtcdUnconfirmedGrants(h)
+	out, unheard = recipes.EtcdUnconfirmedGrants(h)
 	var at []crash.Restart
 	for _, c := range changes {
 		t.Logf("raft term changed between mono %.3f s and %.3f s", float64(c.Killed)/1e9, float64(c.Up)/1e9)
 		at = append(at, crash.Restart{Killed: c.Killed, Up: c.Killed}, crash.Restart{Killed: c.Up, Up: c.Up})
 	}
 	out, added = crash.RecoveryRenewals(out, at)
-	return out, added, shortened
+	return out, added, unheard
 }

@@ -129,7 +129,7 @@ func TestR7Kill(t *testing.T) {
 	g.Stop(2 * time.Minute)
 	changes := terms.Stop()
 
-	h, added, shortened := modelEtcd(t, g.History(), changes)
+	h, added, unheard := modelEtcd(t, g.History(), changes)
 	res := verify.Check(h, verify.CheckOptions{})
 	res.Ops -= added
 	res.Indeterminate -= added
@@ -137,9 +137,9 @@ func TestR7Kill(t *testing.T) {
 	faults := kills["leader"] + kills["follower"]
 	verify.Report(t, verify.Row{Suite: "R7-kill", Store: "etcd-3", Ops: res.Ops, Faults: faults,
 		Violations: res.Violations() + or.Violations(), Checker: res.Checker(),
-		Note: fmt.Sprintf("%d members SIGKILLed and restarted in %s (leader %d, follower %d), %d leader changes (%d recovery renewals modelled), %d unanswered acquires modelled as grants on unrefreshed spare leases; "+
+		Note: fmt.Sprintf("%d members SIGKILLed and restarted in %s (leader %d, follower %d), %d leader changes (%d recovery renewals modelled), %d unanswered acquires modelled as grants the store may end at any moment; "+
 			"%d critical sections, %d writes accepted, %d refused stale, %d grants, %d indeterminate ops, %d keys, TTL %s; %d kills without an accepted write before the cluster was whole again; seed %d",
-			faults, ran.Round(time.Second), kills["leader"], kills["follower"], len(changes), added, shortened,
+			faults, ran.Round(time.Second), kills["leader"], kills["follower"], len(changes), added, unheard,
 			res.CS, or.Accepted, or.Rejected, res.Grants, res.Indeterminate, len(keys), ttl, len(stalled), seed)})
 	t.Logf("R7-kill: %s; oracle %+v", res, or)
 	if !res.Passed() || res.Checker() != "ok" || or.Violations() > 0 {

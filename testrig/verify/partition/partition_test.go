@@ -115,9 +115,11 @@ type window struct {
 // holder of every key (crash.RecoveryRenewals, as R3 does for etcd
 // restarts): "held" answers and renewals naming that holder become
 // acceptable; grants are judged as strictly as ever. And an acquire left
-// without an answer may have been granted on a spare etcd lease whose
-// refresh did not land, which expires sooner than the TTL; that too is
-// modelled (recipes.EtcdUnconfirmedGrants), for unanswered acquires only.
+// without an answer may have been granted and then ended by the store at
+// any moment (it revokes the etcd lease of an acquire whose reply never
+// came; or the grant stood on a spare etcd lease whose refresh did not
+// land); that too is modelled (recipes.EtcdUnconfirmedGrants), for
+// unanswered acquires only.
 func TestR7(t *testing.T) {
 	needNet(t)
 	bin := os.Getenv("LEASEHOLD_TEST_ETCD_BIN")
@@ -266,7 +268,7 @@ func TestR7(t *testing.T) {
 	changes := terms.Stop()
 	t.Logf("workers stopped in %s", time.Since(stopping).Round(10*time.Millisecond))
 
-	h, added, shortened := modelEtcd(t, g.History(), changes)
+	h, added, unheard := modelEtcd(t, g.History(), changes)
 	checking := time.Now()
 	res := verify.Check(h, verify.CheckOptions{})
 	res.Ops -= added // report what the workers did
@@ -280,11 +282,11 @@ func TestR7(t *testing.T) {
 	}
 	verify.Report(t, verify.Row{Suite: "R7", Store: "etcd-3", Ops: res.Ops, Faults: len(windows),
 		Violations: res.Violations() + or.Violations() + mr.Succeeded, Checker: res.Checker(),
-		Note: fmt.Sprintf("%d faults in %s (isolate leader %d, split 1|2 %d, bridge %d, clients from leader %d, leader SIGKILLed and restarted %d), %d leader changes (%d recovery renewals modelled), %d unanswered acquires modelled as grants on unrefreshed spare leases; "+
+		Note: fmt.Sprintf("%d faults in %s (isolate leader %d, split 1|2 %d, bridge %d, clients from leader %d, leader SIGKILLed and restarted %d), %d leader changes (%d recovery renewals modelled), %d unanswered acquires modelled as grants the store may end at any moment; "+
 			"%d critical sections, %d writes accepted, %d refused stale, %d grants, %d indeterminate ops, %d keys, TTL %s; "+
 			"minority side: %d windows, %d lease operations called and answered inside them (%d indeterminate, %d refused), %d succeeded (%d grants); seed %d",
 			len(windows), ran.Round(time.Second), kinds2["isolate-leader"], kinds2["split"], kinds2["bridge"], kinds2["clients-from-leader"], kinds2["kill-leader"],
-			len(changes), added, shortened, res.CS, or.Accepted, or.Rejected, res.Grants, res.Indeterminate, len(keys), ttl,
+			len(changes), added, unheard, res.CS, or.Accepted, or.Rejected, res.Grants, res.Indeterminate, len(keys), ttl,
 			mr.Windows, mr.Calls, mr.Unknown, mr.Refused, mr.Succeeded, mr.Grants, seed)})
 	t.Logf("R7: %s; oracle %+v; minority %+v", res, or, mr)
 

@@ -229,9 +229,9 @@ func run(t *testing.T, tg verify.Target) {
 // history returns a worker group's history h prepared for the model, with
 // the number of recovery renewals added:
 //
-//   - on etcd, an acquire without an answer may have been granted on a
-//     spare etcd lease whose refresh did not land, which expires sooner
-//     than its TTL (recipes.EtcdUnconfirmedGrants);
+//   - on etcd, an acquire without an answer may have been granted and
+//     then ended by the store at any moment: it revokes the etcd lease of
+//     an acquire whose reply never came (recipes.EtcdUnconfirmedGrants);
 //   - on the lease server and etcd, which give every lease they recover
 //     after a restart a full TTL again, an indeterminate renewal at each
 //     kill by the holder the engine may have recovered
