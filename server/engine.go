@@ -187,6 +187,12 @@ type grantResult struct {
 	err error
 }
 
+// give hands w its answer.
+func (w *engWaiter) give(r grantResult) { w.ch <- r }
+
+// sendTo returns a func that sends its answer on ch.
+func sendTo(ch chan grantResult) func(grantResult) { return func(r grantResult) { ch <- r } }
+
 // OpenEngine opens (or creates) the engine's data in cfg.Dir and recovers
 // its leases.
 func OpenEngine(cfg EngineConfig) (*Engine, error) {

@@ -13,14 +13,44 @@ import (
 
 // Acquire implements Backend.
 func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Record, error) {
+	ch := grantChans.Get().(chan grantResult)
+	ent, w := e.acquire(ctx, req, sendTo(ch))
+	if w != nil {
+		grantChans.Put(ch) // nothing was, or will be, sent on it
+		return e.wait(ctx, ent, w)
+	}
+	r := <-ch
+	grantChans.Put(ch)
+	return r.rec, r.err
+}
+
+// AcquireAsync is Acquire for a caller that must not block (the RESP
+// server's reader, which goes on reading the connection): done gets the
+// answer once, on this goroutine after the engine is unlocked when
+// nothing need be made durable first, else on the log's goroutine once it
+// is (keep done short: it holds up the commits after it). A request that
+// waits in the queue waits on a goroutine of its own.
+func (e *Engine) AcquireAsync(ctx context.Context, req AcquireRequest, done func(leasehold.Record, error)) {
+	if ent, w := e.acquire(ctx, req, func(r grantResult) { done(r.rec, r.err) }); w != nil {
+		go func() { done(e.wait(ctx, ent, w)) }()
+	}
+}
+
+// acquire is the engine's part of an acquire: it answers through deliver,
+// once (at once, or when what it reports is durable), or it answers
+// nothing and returns the waiter it queued or found parked, and its
+// entry, for the caller to wait on (wait).
+func (e *Engine) acquire(ctx context.Context, req AcquireRequest, deliver func(grantResult)) (*engEntry, *engWaiter) {
 	if err := e.lockOpen(validateAcquire(req), ctx.Err()); err != nil {
-		return leasehold.Record{}, err
+		deliver(grantResult{err: err})
+		return nil, nil
 	}
 	now := e.now()
 	sess, err := e.liveSessionLocked(req.Session, now)
 	if err != nil {
 		e.unlock()
-		return leasehold.Record{}, err
+		deliver(grantResult{err: err})
+		return nil, nil
 	}
 	ent := e.leases[req.Name]
 	if ent != nil {
@@ -29,22 +59,18 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Rec
 	if w := e.unpark(ent, req); w != nil {
 		// The next poll of a parked waiter: it waits on in its place.
 		e.unlock()
-		return e.wait(ctx, ent, w)
+		return ent, w
 	}
-	// Reused unless it goes to a waiter, which may outlive this call's
-	// interest in it.
-	ch := grantChans.Get().(chan grantResult)
 	switch {
 	case ent.live(now) && req.RequestID != "" && ent.reqID() == req.RequestID && ent.owner == req.Owner:
 		// A retried acquire: the same grant, with a fresh expiry.
-		e.refresh(ent, req, sess, now, ch)
+		e.refresh(ent, req, sess, now, deliver)
 	case ent.live(now) && !mutation.On("grant-no-recheck") || ent != nil && len(ent.queue()) > 0:
-		grantChans.Put(ch)
 		if req.Wait <= 0 {
-			return leasehold.Record{}, e.refuse(ent, ent.heldError(now))
+			e.refuseThen(ent, ent.heldError(now), func(err error) { deliver(grantResult{err: err}) })
+			return nil, nil
 		}
-		ch = make(chan grantResult, 1)
-		w := &engWaiter{req: req, sess: sess, since: e.clk.Now(), at: now, ch: ch}
+		w := &engWaiter{req: req, sess: sess, since: e.clk.Now(), at: now, ch: make(chan grantResult, 1)}
 		ent.setQueue(append(ent.queue(), w))
 		e.waiters++
 		if sess != nil {
@@ -55,18 +81,16 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Rec
 			e.emit(Event{Type: EventQueued, Name: req.Name, Owner: req.Owner, Time: w.since, Waiters: n})
 		})
 		e.unlock()
-		return e.wait(ctx, ent, w)
+		return ent, w
 	default:
 		if ent == nil {
 			ent = newEntry(req.Name)
 			e.leases[req.Name] = ent
 		}
-		e.grant(ent, req, sess, now, 0, ch)
+		e.grant(ent, req, sess, now, 0, deliver)
 	}
 	e.unlock()
-	r := <-ch
-	grantChans.Put(ch)
-	return r.rec, r.err
+	return nil, nil
 }
 
 // refuse returns err, a refusal that reports ent's state (held by someone
@@ -79,6 +103,17 @@ func (e *Engine) refuse(ent *engEntry, err error) error {
 	return err
 }
 
+// refuseThen is refuse answering through done. Called with e.mu held; it
+// unlocks.
+func (e *Engine) refuseThen(ent *engEntry, err error, done func(error)) {
+	e.settleThen(ent, func(cerr error) {
+		if cerr != nil {
+			err = cerr
+		}
+		done(err)
+	})
+}
+
 // settle returns once every record appended for ent so far is durable (at
 // once when none is pending, or ent is nil), with the log's error if that
 // failed. Every answer that reports a name's state (a refusal, a read)
@@ -86,16 +121,23 @@ func (e *Engine) refuse(ent *engEntry, err error) error {
 // crash can still undo, after which the recovered state would contradict
 // it. Called with e.mu held; it unlocks.
 func (e *Engine) settle(ent *engEntry) error {
+	ch := errChans.Get().(chan error)
+	e.settleThen(ent, func(cerr error) { ch <- cerr })
+	return awaitErr(ch)
+}
+
+// settleThen is settle calling done (after unlocking) instead of
+// returning.
+func (e *Engine) settleThen(ent *engEntry, done func(error)) {
 	if ent == nil || ent.pending.Load() == 0 {
 		// Nothing pending: everything appended for ent is durable (pending
 		// drops only once the log reports a record durable).
 		e.unlock()
-		return nil
+		done(nil)
+		return
 	}
-	ch := errChans.Get().(chan error)
-	e.commit(ent, nil, func(cerr error) { ch <- cerr })
+	e.commit(ent, nil, done)
 	e.unlock()
-	return awaitErr(ch)
 }
 
 // wait blocks a queued waiter until it is granted, its wait ends, or ctx
@@ -167,10 +209,11 @@ func (e *Engine) dequeue(ent *engEntry, w *engWaiter) {
 	e.forgetIfIdle(ent)
 }
 
-// grant makes a new grant of ent to req and reports it on ch once durable.
+// grant makes a new grant of ent to req and reports it to deliver once
+// durable.
 // freedAt is when the release or expiry that made room happened (0 for a
 // direct grant). e.mu held.
-func (e *Engine) grant(ent *engEntry, req AcquireRequest, sess *engSession, now, freedAt int64, ch chan grantResult) {
+func (e *Engine) grant(ent *engEntry, req AcquireRequest, sess *engSession, now, freedAt int64, deliver func(grantResult)) {
 	e.token++
 	if ent.held {
 		e.held-- // an expired grant being replaced
@@ -194,7 +237,7 @@ func (e *Engine) grant(ent *engEntry, req AcquireRequest, sess *engSession, now,
 	e.enc = appendGrant(e.scratch(), ent)
 	e.commit(ent, e.enc, func(err error) {
 		if err != nil {
-			ch <- grantResult{err: fmt.Errorf("persist grant: %w", err)}
+			deliver(grantResult{err: fmt.Errorf("persist grant: %w", err)})
 			return
 		}
 		ev := Event{Type: EventGranted, Name: rec.Name, Owner: rec.Owner, Token: rec.Token, Time: rec.Acquired, Waiters: waiters}
@@ -202,12 +245,12 @@ func (e *Engine) grant(ent *engEntry, req AcquireRequest, sess *engSession, now,
 			ev.Handoff = time.Duration(e.now() - freedAt)
 		}
 		e.emit(ev)
-		ch <- grantResult{rec: rec}
+		deliver(grantResult{rec: rec})
 	})
 }
 
 // refresh answers a retried acquire with the grant it already has.
-func (e *Engine) refresh(ent *engEntry, req AcquireRequest, sess *engSession, now int64, ch chan grantResult) {
+func (e *Engine) refresh(ent *engEntry, req AcquireRequest, sess *engSession, now int64, deliver func(grantResult)) {
 	ent.setGrantFields(ent.reqID(), string(req.Data))
 	ent.ttl = req.TTL
 	var rec []byte
@@ -220,7 +263,7 @@ func (e *Engine) refresh(ent *engEntry, req AcquireRequest, sess *engSession, no
 		}
 	}
 	r := ent.record(now)
-	e.commit(ent, rec, func(err error) { ch <- grantResult{rec: r, err: err} })
+	e.commit(ent, rec, func(err error) { deliver(grantResult{rec: r, err: err}) })
 }
 
 func (e *Engine) attach(ent *engEntry, sess *engSession) {

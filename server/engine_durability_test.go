@@ -340,3 +340,76 @@ func TestReleaseAckedWhenDurable(t *testing.T) {
 		t.Fatalf("answers after the commit: %v", got)
 	}
 }
+
+// TestAsyncAnswersOnlyWhenDurable: AcquireAsync and ReleaseAsync (the
+// RESP server's reader starts them itself) return at once while the log
+// is stuck, and answer only once what they report is durable: a grant, a
+// refusal naming a grant not yet durable, a release. Bad input is
+// answered at once and changes nothing.
+func TestAsyncAnswersOnlyWhenDurable(t *testing.T) {
+	e, stick, unstick := stuckEngine(t)
+	ctx := context.Background()
+	type answer struct {
+		what string
+		rec  leasehold.Record
+		err  error
+	}
+	answers := make(chan answer, 8)
+	acquire := func(what string, req AcquireRequest) {
+		e.AcquireAsync(ctx, req, func(rec leasehold.Record, err error) { answers <- answer{what, rec, err} })
+	}
+	started := make(chan struct{})
+	stick()
+	go func() { // on a goroutine so that a call that blocks fails the test instead of hanging it
+		defer close(started)
+		acquire("a's acquire", pxReq("n", "a", time.Minute))
+		acquire("b's acquire", pxReq("n", "b", time.Minute))
+		acquire("a bad one", pxReq("", "c", time.Minute))
+	}()
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("AcquireAsync blocked while the log was stuck")
+	}
+	if a := <-answers; a.what != "a bad one" || !errors.Is(a.err, leasehold.ErrInvalid) {
+		t.Fatalf("first answer: %s: %+v, %v; want the bad request refused at once", a.what, a.rec, a.err)
+	}
+	select {
+	case a := <-answers:
+		t.Fatalf("%s answered (%+v, %v) before its state was durable", a.what, a.rec, a.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	unstick()
+	got := map[string]answer{}
+	for range 2 {
+		a := <-answers
+		got[a.what] = a
+	}
+	granted := got["a's acquire"]
+	if granted.err != nil || granted.rec.Owner != "a" || granted.rec.Token == 0 {
+		t.Fatalf("a's acquire: %+v, %v", granted.rec, granted.err)
+	}
+	var he *leasehold.HeldError
+	if err := got["b's acquire"].err; !errors.As(err, &he) || he.Owner != "a" || he.Token != granted.rec.Token {
+		t.Fatalf("b's acquire: %v; want held by a with token %d", err, granted.rec.Token)
+	}
+
+	stick()
+	released := make(chan error, 2)
+	e.ReleaseAsync(ctx, "n", "a", granted.rec.Token, func(err error) { released <- err })
+	// Refused: its "not held" reports the release, not durable yet.
+	e.ReleaseAsync(ctx, "n", "a", granted.rec.Token+1, func(err error) { released <- err })
+	select {
+	case err := <-released:
+		t.Fatalf("a release answered (%v) before the release was durable", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	inMemory(t, e, func() bool { return !e.leases["n"].held })
+	unstick()
+	if err1, err2 := <-released, <-released; err1 != nil || !errors.Is(err2, leasehold.ErrNotHeld) {
+		t.Fatalf("releases: %v and %v; want ok, then not held", err1, err2)
+	}
+	if _, err := e.Get(ctx, "n"); !errors.Is(err, leasehold.ErrNotFound) {
+		t.Fatalf("Get after the release: %v, want not found", err)
+	}
+}

@@ -60,24 +60,32 @@ func (e *Engine) Renew(ctx context.Context, name, owner string, token uint64, tt
 
 // Release implements Backend.
 func (e *Engine) Release(ctx context.Context, name, owner string, token uint64) error {
+	ch := errChans.Get().(chan error)
+	e.ReleaseAsync(ctx, name, owner, token, func(err error) { ch <- err })
+	return awaitErr(ch)
+}
+
+// ReleaseAsync is Release answering through done, as AcquireAsync: it
+// never blocks on the log.
+func (e *Engine) ReleaseAsync(ctx context.Context, name, owner string, token uint64, done func(error)) {
 	ent, now, err := e.lockEntry(name, storekit.ValidateHolder(name, owner, token), ctx.Err())
 	if err != nil {
-		return err
+		done(err)
+		return
 	}
 	if ent == nil || (ent.owner != owner || ent.token != token) && !mutation.On("release-no-owner") {
-		return e.refuse(ent, leasehold.ErrNotHeld)
+		e.refuseThen(ent, leasehold.ErrNotHeld, done)
+		return
 	}
-	ch := errChans.Get().(chan error)
 	if !ent.held {
 		// Already released (or expired): repeat the answer once the
 		// release is durable.
-		e.commit(ent, nil, func(err error) { ch <- err })
+		e.commit(ent, nil, done)
 		e.unlock()
-		return awaitErr(ch)
+		return
 	}
-	e.free(ent, now, EventReleased, func(err error) { ch <- err })
+	e.free(ent, now, EventReleased, done)
 	e.unlock()
-	return awaitErr(ch)
 }
 
 // ForceRelease implements Backend.
@@ -123,7 +131,7 @@ func (e *Engine) free(ent *engEntry, now int64, why EventType, done func(error))
 		if w.sess != nil {
 			delete(w.sess.waits, w)
 		}
-		e.grant(ent, w.req, w.sess, now, now, w.ch)
+		e.grant(ent, w.req, w.sess, now, now, w.give)
 		w.token, w.got = ent.token, ent.name
 		e.answerTwins(ent, w, now)
 		return
@@ -186,6 +194,6 @@ func (e *Engine) answerTwins(ent *engEntry, w *engWaiter, now int64) {
 			x.parked = false
 		}
 		x.token, x.got = ent.token, ent.name
-		e.refresh(ent, x.req, x.sess, now, x.ch)
+		e.refresh(ent, x.req, x.sess, now, x.give)
 	}
 }

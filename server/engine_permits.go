@@ -102,7 +102,7 @@ func (e *Engine) AcquirePermit(ctx context.Context, sem string, n int, req Acqui
 	case mine != nil:
 		// A retried acquire: the permit it got, with a fresh expiry.
 		req.Name = mine.name
-		e.refresh(mine, req, sess, now, ch)
+		e.refresh(mine, req, sess, now, sendTo(ch))
 	case free >= 0:
 		req.Name = httpPermitName(sem, free)
 		ent := e.leases[req.Name]
@@ -110,7 +110,7 @@ func (e *Engine) AcquirePermit(ctx context.Context, sem string, n int, req Acqui
 			ent = newEntry(req.Name)
 			e.leases[req.Name] = ent
 		}
-		e.grant(ent, req, sess, now, 0, ch)
+		e.grant(ent, req, sess, now, 0, sendTo(ch))
 	case req.Wait <= 0:
 		grantChans.Put(ch)
 		return leasehold.Record{}, e.refusePermit(sem, n, now)
@@ -292,7 +292,7 @@ func (e *Engine) handPermit(ent *engEntry, now int64) bool {
 		}
 		req := w.req
 		req.Name = ent.name
-		e.grant(ent, req, w.sess, now, now, w.ch)
+		e.grant(ent, req, w.sess, now, now, w.give)
 		w.token, w.got = ent.token, ent.name
 		return true
 	}

@@ -386,17 +386,24 @@ func (b *quotaBackend) Acquire(ctx context.Context, req AcquireRequest) (leaseho
 // and the grant (or the place a poll that ran out kept, under key)
 // counted after.
 func (b *quotaBackend) counted(ctx context.Context, client string, req AcquireRequest, key string, acquire func() (leasehold.Record, error)) (leasehold.Record, error) {
-	size, wait := int64(len(req.Data)), req.Wait > 0
-	if err := b.reserve(client, req, key, size, wait); err != nil {
+	if err := b.reserve(client, req, key, int64(len(req.Data)), req.Wait > 0); err != nil {
 		return leasehold.Record{}, err
 	}
 	rec, err := acquire()
+	return b.count(ctx, client, req, key, rec, err)
+}
+
+// count ends what reserve began for an acquire of req that answered rec,
+// err: the reservation is dropped, and the grant (or the place a poll
+// that ran out kept, under key) counted.
+func (b *quotaBackend) count(ctx context.Context, client string, req AcquireRequest, key string, rec leasehold.Record, err error) (leasehold.Record, error) {
+	size := int64(len(req.Data))
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	u := b.use(client)
 	u.pending--
 	u.pendingB -= size
-	if wait {
+	if req.Wait > 0 {
 		u.waiters--
 	}
 	if err != nil {
@@ -472,6 +479,13 @@ func (b *quotaBackend) Renew(ctx context.Context, name, owner string, token uint
 // Release forgets the lease.
 func (b *quotaBackend) Release(ctx context.Context, name, owner string, token uint64) error {
 	err := b.Backend.Release(ctx, name, owner, token)
+	b.released(name, token, err)
+	return err
+}
+
+// released forgets the lease a release of name's grant with token
+// answered err to, if it ended that grant.
+func (b *quotaBackend) released(name string, token uint64, err error) {
 	if err == nil || grantEnded(err) {
 		b.mu.Lock()
 		if l := b.leases[name]; l != nil && l.token == token {
@@ -479,7 +493,6 @@ func (b *quotaBackend) Release(ctx context.Context, name, owner string, token ui
 		}
 		b.mu.Unlock()
 	}
-	return err
 }
 
 // ForceRelease forgets the grant it ended, whoever held it. Only that

@@ -107,9 +107,10 @@ var ErrRESPServerClosed = errors.New("resp server closed")
 // of their own. When a connection's peer goes away its queued waiters are
 // dropped.
 type RESPServer struct {
-	b    Backend
-	opts RESPOptions
-	log  *slog.Logger
+	b     Backend
+	async asyncBackend // b, if its acquires and releases can answer through a callback (asyncOf)
+	opts  RESPOptions
+	log   *slog.Logger
 
 	mu       sync.Mutex
 	lns      map[net.Listener]struct{}
@@ -143,7 +144,7 @@ type respSession struct {
 func NewRESPServer(b Backend, opts RESPOptions) *RESPServer {
 	opts.defaults()
 	return &RESPServer{
-		b: b, opts: opts, log: opts.Logger,
+		b: b, async: asyncOf(b), opts: opts, log: opts.Logger,
 		lns: map[net.Listener]struct{}{}, conns: map[*respConn]struct{}{},
 		perAddr:  map[string]int{},
 		input:    &inputBudget{max: opts.MaxTotalInputBytes},

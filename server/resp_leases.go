@@ -83,12 +83,23 @@ func (c *respConn) acquire(a *respArgs) {
 		return
 	}
 	srv, resp3 := c.srv, c.resp3
-	c.async(req.Name, req.Wait > 0, func(b []byte) []byte {
-		rec, err := srv.b.Acquire(ctx, req)
+	reply := func(b []byte, rec *leasehold.Record, err error) []byte {
 		if err != nil {
 			return srv.appendErr(b, err)
 		}
-		return srv.appendGrant(b, &rec, resp3)
+		return srv.appendGrant(b, rec, resp3)
+	}
+	if srv.async != nil && req.Wait <= 0 {
+		if d, ok := c.out.Direct(req.Name); ok {
+			srv.async.AcquireAsync(ctx, req, func(rec leasehold.Record, err error) {
+				d.Fill(func(b []byte) []byte { return reply(b, &rec, err) })
+			})
+			return
+		}
+	}
+	c.async(req.Name, req.Wait > 0, func(b []byte) []byte {
+		rec, err := srv.b.Acquire(ctx, req)
+		return reply(b, &rec, err)
 	})
 }
 
@@ -164,11 +175,22 @@ func (c *respConn) release(a *respArgs) {
 		return
 	}
 	srv, ctx, name := c.srv, c.ctx, a.name
-	c.async(name, false, func(b []byte) []byte {
-		if err := srv.b.Release(ctx, name, owner, token); err != nil {
+	reply := func(b []byte, err error) []byte {
+		if err != nil {
 			return srv.appendErr(b, err)
 		}
 		return append(b, "+OK\r\n"...)
+	}
+	if srv.async != nil {
+		if d, ok := c.out.Direct(name); ok {
+			srv.async.ReleaseAsync(ctx, name, owner, token, func(err error) {
+				d.Fill(func(b []byte) []byte { return reply(b, err) })
+			})
+			return
+		}
+	}
+	c.async(name, false, func(b []byte) []byte {
+		return reply(b, srv.b.Release(ctx, name, owner, token))
 	})
 }
 

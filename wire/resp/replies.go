@@ -152,17 +152,7 @@ func (r *Replies) Async(key string, blocking bool, fn func(b []byte) []byte) {
 	s := slotPool.Get().(*slot)
 	r.queued.Add(1)
 	r.slots <- s
-	var prev, me *job
-	if key != "" {
-		me = &job{done: make(chan struct{})}
-		r.orderMu.Lock()
-		if r.lastBy == nil {
-			r.lastBy = map[string]*job{}
-		}
-		prev = r.lastBy[key]
-		r.lastBy[key] = me
-		r.orderMu.Unlock()
-	}
+	prev, me := r.follow(key, false)
 	run := func() {
 		if prev != nil {
 			<-prev.done
@@ -172,19 +162,7 @@ func (r *Replies) Async(key string, blocking bool, fn func(b []byte) []byte) {
 		// their replies for nobody kept memory far above the limits (the
 		// review of issue 26: 200 slow readers of 64 KiB replies peaked
 		// at 1.7 GB against a 256 MiB total).
-		if !r.overflowed.Load() {
-			s.buf = fn(s.buf)
-		}
-		r.built(len(s.buf))
-		if me != nil {
-			close(me.done)
-			r.orderMu.Lock()
-			if r.lastBy[key] == me {
-				delete(r.lastBy, key)
-			}
-			r.orderMu.Unlock()
-		}
-		s.done <- struct{}{}
+		r.finish(s, key, me, fn)
 	}
 	if blocking {
 		go run()
@@ -192,6 +170,84 @@ func (r *Replies) Async(key string, blocking bool, fn func(b []byte) []byte) {
 	}
 	r.workers.Run(run)
 }
+
+// follow records a command with key (none: nothing to order) as the
+// latest of its key, and returns the unfinished one before it, if any;
+// with ifFree it records nothing while there is one, and returns it.
+func (r *Replies) follow(key string, ifFree bool) (prev, me *job) {
+	if key == "" {
+		return nil, nil
+	}
+	r.orderMu.Lock()
+	defer r.orderMu.Unlock()
+	if prev = r.lastBy[key]; prev != nil && ifFree {
+		return prev, nil
+	}
+	if r.lastBy == nil {
+		r.lastBy = map[string]*job{}
+	}
+	me = &job{done: make(chan struct{})}
+	r.lastBy[key] = me
+	return prev, me
+}
+
+// finish builds slot s's reply with fn (unless the connection has
+// overflowed), ends its command (me, for key), and hands s to the writer.
+func (r *Replies) finish(s *slot, key string, me *job, fn func(b []byte) []byte) {
+	if !r.overflowed.Load() {
+		s.buf = fn(s.buf)
+	}
+	r.built(len(s.buf))
+	if me != nil {
+		close(me.done)
+		r.orderMu.Lock()
+		if r.lastBy[key] == me {
+			delete(r.lastBy, key)
+		}
+		r.orderMu.Unlock()
+	}
+	s.done <- struct{}{}
+}
+
+// Deferred is the reply slot of a command that the reader starts itself
+// and whose answer comes later, from whichever goroutine learns it (a
+// store's callback): see Direct.
+type Deferred struct {
+	r   *Replies
+	s   *slot
+	key string
+	me  *job
+}
+
+// Direct queues the reply of a command that the caller starts at once
+// without a worker, a store call that answers through a callback (the
+// lease server's engine answers from its log's commit); the callback
+// hands the reply over with Fill. It saves a worker's wake-up per
+// command: the reader starts the call, and the goroutine that learns the
+// answer builds the reply for the writer.
+//
+// ok is false, and nothing is queued, while a command with the same key
+// queued earlier has not finished (Async waits for it) or once the
+// connection has overflowed (Async then runs nothing). A command queued
+// later with the same key waits for Fill, as for an Async one.
+func (r *Replies) Direct(key string) (d Deferred, ok bool) {
+	if r.overflowed.Load() {
+		return Deferred{}, false
+	}
+	prev, me := r.follow(key, true)
+	if prev != nil {
+		return Deferred{}, false
+	}
+	d = Deferred{r: r, s: slotPool.Get().(*slot), key: key, me: me}
+	r.queued.Add(1)
+	r.slots <- d.s
+	return d, true
+}
+
+// Fill builds the reply of a Direct command with fn (not once the
+// connection has overflowed) and hands it to the writer. Call it exactly
+// once; it does not block.
+func (d Deferred) Fill(fn func(b []byte) []byte) { d.r.finish(d.s, d.key, d.me, fn) }
 
 // Push queues a reply from a goroutine other than the reader (a
 // notification). It gives up, returning false, when the queue is closed or

@@ -72,3 +72,75 @@ func TestRepliesOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestRepliesDirect: a Direct command's reply, filled later from another
+// goroutine, is written in its place; a Direct on a key whose earlier
+// command has not finished is refused (nothing queued), and an Async on
+// the key of an unfilled Direct waits for its Fill; once the connection
+// has overflowed, Direct is refused.
+func TestRepliesDirect(t *testing.T) {
+	pr, pw := io.Pipe()
+	r := NewReplies(pw, 64, NewWorkers(), func() { t.Error("write failed") })
+	go func() { r.Run(); pw.Close() }()
+	rd := NewReader(bufio.NewReader(pr))
+	next := func(want int64) {
+		t.Helper()
+		if v, err := rd.ReadValue(); err != nil || v.Int != want {
+			t.Fatalf("reply: %v, %v; want %d", show(v), err, want)
+		}
+	}
+
+	d1, ok := r.Direct("k")
+	if !ok {
+		t.Fatal("Direct on a free key refused")
+	}
+	if _, ok := r.Direct("k"); ok {
+		t.Fatal("Direct on a key with an unfilled Direct accepted")
+	}
+	r.Now(func(b []byte) []byte { return AppendInt(b, 2) })
+	ran := make(chan struct{})
+	r.Async("k", false, func(b []byte) []byte { close(ran); return AppendInt(b, 3) })
+	select {
+	case <-ran:
+		t.Fatal("an Async ran before the unfilled Direct of its key was filled")
+	case <-time.After(50 * time.Millisecond):
+	}
+	go d1.Fill(func(b []byte) []byte { return AppendInt(b, 1) })
+	next(1)
+	next(2)
+	next(3)
+
+	// An Async not yet finished holds its key against a Direct.
+	release := make(chan struct{})
+	r.Async("k", false, func(b []byte) []byte { <-release; return AppendInt(b, 4) })
+	if _, ok := r.Direct("k"); ok {
+		t.Fatal("Direct on a key with an unfinished Async accepted")
+	}
+	d5, ok := r.Direct("other")
+	if !ok {
+		t.Fatal("Direct on another key refused")
+	}
+	close(release)
+	d5.Fill(func(b []byte) []byte { return AppendInt(b, 5) })
+	next(4)
+	next(5)
+
+	// Overflowed: Direct is refused, and a Fill pending at that moment
+	// builds no reply (the command had already run).
+	r.SetLimit(1, func(bool) {})
+	d6, ok := r.Direct("")
+	if !ok {
+		t.Fatal("Direct refused before the overflow")
+	}
+	r.Now(func(b []byte) []byte { return AppendInt(b, 7) }) // 4 bytes: over the limit of 1
+	if _, ok := r.Direct(""); ok {
+		t.Fatal("Direct accepted after the overflow")
+	}
+	built := false
+	d6.Fill(func(b []byte) []byte { built = true; return AppendInt(b, 6) })
+	if built {
+		t.Error("a Fill after the overflow built its reply")
+	}
+	r.Close()
+	next(7)
+}
