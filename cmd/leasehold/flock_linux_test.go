@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,24 @@ type outcome struct {
 	stdout  string
 	stderr  string
 	elapsed time.Duration
+}
+
+// syncBuffer is a bytes.Buffer a command writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 func runOutcome(t *testing.T, cmd *exec.Cmd) outcome {
@@ -149,13 +168,25 @@ func TestFlockSideBySide(t *testing.T) {
 	// Issue 29's red team, #10: a wait that ends with the lock is silent
 	// in flock -w; leasehold wrote "waiting for ... (held by ...)", which
 	// cron mails. It still says so with --verbose (and on a terminal).
+	// The holders hold until the test lets them go: with --verbose once
+	// leasehold has said it waits; without, 3 s after both waiters
+	// started (it says nothing, so that is the generous bound on its
+	// first attempt). Holders of 1 s, with the waiters run one after the
+	// other, let the lease go before leasehold's waiter asked on a loaded
+	// machine (CI run 54): it never waited, so it said nothing.
 	waited := filepath.Join(dir, "waited.lock")
 	for _, verbose := range []bool{false, true} {
 		marks := t.TempDir()
-		fh := exec.Command(flock, waited, "sh", "-c", `touch "$0/f"; sleep 1`, marks)
-		lh := leasehold(context.Background(), "run", "--store", store, "--ttl", "30s", "waited", "--", "sh", "-c", `touch "$0/l"; sleep 1`, marks)
+		hold := `touch "$0/$1"; while [ ! -e "$0/go" ]; do sleep 0.05; done`
+		fh := exec.Command(flock, waited, "sh", "-c", hold, marks, "f")
+		lh := leasehold(context.Background(), "run", "--store", store, "--ttl", "30s", "waited", "--", "sh", "-c", hold, marks, "l")
 		for _, c := range []*exec.Cmd{fh, lh} {
 			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		letGo := func() {
+			if err := os.WriteFile(filepath.Join(marks, "go"), nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -165,6 +196,7 @@ func TestFlockSideBySide(t *testing.T) {
 					break
 				}
 				if time.Now().After(end) {
+					letGo()
 					t.Fatal("the holders did not start within 30 s")
 				}
 			}
@@ -174,14 +206,38 @@ func TestFlockSideBySide(t *testing.T) {
 		if verbose {
 			largs = append([]string{"run", "--verbose"}, largs[1:]...)
 		}
-		f := runOutcome(t, exec.Command(flock, "-w", "60", waited, "echo", "ran"))
-		l := runOutcome(t, leasehold(context.Background(), largs...))
-		_, _ = fh.Wait(), lh.Wait()
-		if f.code != 0 || l.code != 0 || f.stdout != "ran\n" || l.stdout != "ran\n" || f.stderr != "" {
-			t.Errorf("-w 60 (verbose %v) once the lock is free: flock %d %q %q, leasehold %d %q %q", verbose, f.code, f.stdout, f.stderr, l.code, l.stdout, l.stderr)
+		var fo, lo outcome
+		var lerr syncBuffer
+		done := make(chan struct{}, 2)
+		go func() { fo = runOutcome(t, exec.Command(flock, "-w", "60", waited, "echo", "ran")); done <- struct{}{} }()
+		go func() {
+			var out bytes.Buffer
+			cmd := leasehold(context.Background(), largs...)
+			cmd.Stdout, cmd.Stderr, cmd.WaitDelay = &out, &lerr, waitDelay
+			start := time.Now()
+			err := cmd.Run()
+			lo = outcome{exitCode(err), out.String(), lerr.String(), time.Since(start)}
+			done <- struct{}{}
+		}()
+		if verbose {
+			for end := time.Now().Add(60 * time.Second); !strings.Contains(lerr.String(), "leasehold: waiting for waited (held by "); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(end) {
+					t.Errorf("-w 60 --verbose: leasehold did not say it waits within 60 s (stderr %q)", lerr.String())
+					break
+				}
+			}
+		} else {
+			time.Sleep(3 * time.Second)
 		}
-		if says := strings.Contains(l.stderr, "leasehold: waiting for waited (held by "); says != verbose || !verbose && l.stderr != "" {
-			t.Errorf("-w 60 (verbose %v): leasehold's stderr %q; want the waiting line only with --verbose, else nothing, as flock", verbose, l.stderr)
+		letGo()
+		<-done
+		<-done
+		_, _ = fh.Wait(), lh.Wait()
+		if fo.code != 0 || lo.code != 0 || fo.stdout != "ran\n" || lo.stdout != "ran\n" || fo.stderr != "" {
+			t.Errorf("-w 60 (verbose %v) once the lock is free: flock %d %q %q, leasehold %d %q %q", verbose, fo.code, fo.stdout, fo.stderr, lo.code, lo.stdout, lo.stderr)
+		}
+		if says := strings.Contains(lo.stderr, "leasehold: waiting for waited (held by "); says != verbose || !verbose && lo.stderr != "" {
+			t.Errorf("-w 60 (verbose %v): leasehold's stderr %q; want the waiting line only with --verbose, else nothing, as flock", verbose, lo.stderr)
 		}
 	}
 
