@@ -110,37 +110,48 @@ func TestRepliesDirect(t *testing.T) {
 	next(2)
 	next(3)
 
-	// An Async not yet finished holds its key against a Direct.
+	// An Async not yet finished holds off a Direct, on its key and on any
+	// other (the Direct would take effect before it); a Direct not yet
+	// filled holds off only its own key.
 	release := make(chan struct{})
 	r.Async("k", false, func(b []byte) []byte { <-release; return AppendInt(b, 4) })
 	if _, ok := r.Direct("k"); ok {
 		t.Fatal("Direct on a key with an unfinished Async accepted")
 	}
-	d5, ok := r.Direct("other")
-	if !ok {
-		t.Fatal("Direct on another key refused")
+	if _, ok := r.Direct("other"); ok {
+		t.Fatal("Direct on another key accepted while an Async queued before it had not finished")
 	}
 	close(release)
-	d5.Fill(func(b []byte) []byte { return AppendInt(b, 5) })
 	next(4)
+	d5, ok := r.Direct("other")
+	if !ok {
+		t.Fatal("Direct on another key refused once the Async had finished")
+	}
+	d6, ok := r.Direct("k")
+	if !ok {
+		t.Fatal("Direct refused on a key of its own beside an unfilled Direct")
+	}
+	d6.Fill(func(b []byte) []byte { return AppendInt(b, 6) }) // filled first, written second
+	d5.Fill(func(b []byte) []byte { return AppendInt(b, 5) })
 	next(5)
+	next(6)
 
 	// Overflowed: Direct is refused, and a Fill pending at that moment
 	// builds no reply (the command had already run).
 	r.SetLimit(1, func(bool) {})
-	d6, ok := r.Direct("")
+	d7, ok := r.Direct("")
 	if !ok {
 		t.Fatal("Direct refused before the overflow")
 	}
-	r.Now(func(b []byte) []byte { return AppendInt(b, 7) }) // 4 bytes: over the limit of 1
+	r.Now(func(b []byte) []byte { return AppendInt(b, 8) }) // 4 bytes: over the limit of 1
 	if _, ok := r.Direct(""); ok {
 		t.Fatal("Direct accepted after the overflow")
 	}
 	built := false
-	d6.Fill(func(b []byte) []byte { built = true; return AppendInt(b, 6) })
+	d7.Fill(func(b []byte) []byte { built = true; return AppendInt(b, 7) })
 	if built {
 		t.Error("a Fill after the overflow built its reply")
 	}
 	r.Close()
-	next(7)
+	next(8)
 }
