@@ -275,6 +275,8 @@ type durableLog interface {
 	WriteSnapshot(seq uint64, write func(w io.Writer) error) error
 	Size() int64
 	Close() error
+	// Err is the error that broke the log, nil while it works.
+	Err() error
 }
 
 // openLog opens the log; set by engine_wal.go.

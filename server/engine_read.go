@@ -4,6 +4,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"strings"
 
@@ -101,12 +102,21 @@ func (e *Engine) Subscribe(ctx context.Context, prefix string) <-chan Event {
 // Recent implements Backend.
 func (e *Engine) Recent(n int) []Event { return e.hub.recent(n) }
 
-// Ready implements Backend.
+// ErrLogBroken is Ready's answer once a write or sync of the engine's log
+// has failed (a full or failing disk): from then on every change is
+// refused, so the server must not be sent traffic; restart it once the
+// cause is mended (the server's log names it).
+var ErrLogBroken = errors.New("the server's log failed (a write or sync to its data directory; the server's log says why): every change is refused; restart it once that is mended")
+
+// Ready implements Backend: not once the log is broken (ErrLogBroken).
 func (e *Engine) Ready(ctx context.Context) error {
 	e.lock()
 	defer e.unlock()
 	if e.closed {
 		return leasehold.ErrClosed
+	}
+	if e.log != nil && e.log.Err() != nil {
+		return ErrLogBroken
 	}
 	return nil
 }

@@ -518,6 +518,14 @@ func (l *Log) write(b *batch) {
 	}()
 }
 
+// Err returns the error that broke the log (a write or sync that failed:
+// no record appended since is made durable), or nil while it works.
+func (l *Log) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
 // breakWith marks the log broken by err, unless it is already, and
 // returns the error that broke it.
 func (l *Log) breakWith(err error) error {
