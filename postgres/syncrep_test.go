@@ -60,6 +60,12 @@ func TestSyncStandbyDownCallsEndWithCtx(t *testing.T) {
 		t.Fatal(err)
 	}
 	reset := syncDown(t, u)
+	// The calls go through a store opened now: its connections' server
+	// processes start with the new setting. An idle pooled connection of s
+	// may run its next command before it applies the reload (CI run 55,
+	// on a loaded machine: the cut TryAcquire was granted at once).
+	s = open(t, u)
+	defer s.Close()
 
 	const cut = 500 * time.Millisecond
 	// Generous: the call's own clean-up holds it up at most a little.
