@@ -261,14 +261,17 @@ func TestQueueHeadTakesExpiredLease(t *testing.T) {
 	s := open(t, u, postgres.WithWaiterWindow(time.Minute))
 	defer s.Close()
 	ctx := ctxFor(t, time.Minute)
-	rec := holdLease(t, ctx, s, "e", "gone", 500*time.Millisecond)
+	// 3 s: the holder must still hold at the waiter's first step, which
+	// comes after its listener's connection and LISTEN (500 ms could run
+	// out first on a loaded machine, and the first step took the lease).
+	rec := holdLease(t, ctx, s, "e", "gone", 3*time.Second)
 	start := time.Now()
 	got, err := s.AcquireWait(ctx, leasehold.AcquireRequest{Name: "e", Owner: "next", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if took := time.Since(start); took > 10*time.Second || got.Token != rec.Token+1 {
-		t.Errorf("granted token %d after %s; want token %d soon after the holder's expiry (500ms)", got.Token, took, rec.Token+1)
+		t.Errorf("granted token %d after %s; want token %d soon after the holder's expiry (3s)", got.Token, took, rec.Token+1)
 	}
 	if steps := postgres.WaitSteps(s); steps != 2 {
 		t.Errorf("wait function called %d times, want 2 (enqueue, then at the holder's expiry)", steps)
@@ -329,11 +332,14 @@ func TestQueueVanishedWaiter(t *testing.T) {
 func TestQueueTryAcquireDoesNotOvertake(t *testing.T) {
 	base := enginetest.PostgresURL(t)
 	u := withParam(base, "table", freshTable(t, base, "lh_test_overtake_"))
-	window := postgres.WithWaiterWindow(2 * time.Second)
+	// The holder's TTL must outlive the waiter's enqueue and the retry, and
+	// the waiter's window the holder's expiry and the checks after it: 3 s
+	// and 10 s (300 ms and 2 s could run out first on a loaded machine).
+	window := postgres.WithWaiterWindow(10 * time.Second)
 	s, waiter := open(t, u, window), open(t, u, window)
 	defer s.Close()
-	ctx := ctxFor(t, time.Minute)
-	hold := leasehold.AcquireRequest{Name: "o", Owner: "holder", RequestID: "r1", TTL: 300 * time.Millisecond}
+	ctx := ctxFor(t, 2*time.Minute)
+	hold := leasehold.AcquireRequest{Name: "o", Owner: "holder", RequestID: "r1", TTL: 3 * time.Second}
 	rec, err := s.TryAcquire(ctx, hold)
 	if err != nil {
 		t.Fatal(err)
@@ -343,16 +349,16 @@ func TestQueueTryAcquireDoesNotOvertake(t *testing.T) {
 		t.Errorf("the holder's retry with a waiter queued: %+v, %v; want its grant (token %d) back", again, err, rec.Token)
 	}
 	waiter.Close() // vanished: its entry stays live for the window
-	time.Sleep(400 * time.Millisecond)
-	if _, err := s.Get(ctx, "o"); !errors.Is(err, leasehold.ErrNotFound) {
-		t.Fatalf("Get after the holder's expiry: %v, want ErrNotFound", err)
-	}
+	waitFor(t, 20*time.Second, func() bool { // the holder's expiry
+		_, err := s.Get(ctx, "o")
+		return errors.Is(err, leasehold.ErrNotFound)
+	})
 	_, err = s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "o", Owner: "other", TTL: time.Minute})
 	var held *leasehold.HeldError
 	if !errors.As(err, &held) || held.Owner != "queued" || held.Token != 0 || held.Remaining <= 0 || held.Remaining > time.Second {
 		t.Fatalf("TryAcquire of a free lease with a waiter queued: %v (%+v), want held by the waiter, token 0, a short hint", err, held)
 	}
-	waitFor(t, 20*time.Second, func() bool {
+	waitFor(t, 40*time.Second, func() bool {
 		ok, err := postgres.Queued(ctx, s, "o", "queued")
 		return err == nil && !ok
 	})

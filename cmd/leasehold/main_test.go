@@ -374,9 +374,12 @@ func holderKilled(t *testing.T, store string) {
 	}
 	assertTreeStopped(t, log, "holder", "waiter")
 	// etcd keeps a lease for its TTL rounded up to whole seconds (2s here);
-	// DynamoDB adds its max clock skew (1s by default).
-	if took > ttl+2500*time.Millisecond {
-		t.Errorf("waiter took %s after the kill, want at most TTL+2.5s = %s", took, ttl+2500*time.Millisecond)
+	// DynamoDB adds its max clock skew (1s by default); the waiter's poll,
+	// its keeper and sh starting, and startScript's own sleep come on top:
+	// a bound that catches a waiter left waiting, not a slow machine (it
+	// was TTL+2.5 s, which a loaded machine can pass).
+	if took > ttl+10*time.Second {
+		t.Errorf("waiter took %s after the kill, want at most TTL+10s = %s", took, ttl+10*time.Second)
 	}
 }
 

@@ -44,8 +44,34 @@ func syncStandbyDown(t *testing.T) string {
 	}
 	pgExec(t, u, "ALTER SYSTEM SET synchronous_standby_names = '*'", "SELECT pg_reload_conf()")
 	t.Cleanup(func() { pgExec(t, u, "ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()") })
-	time.Sleep(500 * time.Millisecond) // the reload reaches the backends
-	return u
+	// The reload is asynchronous: wait until a new connection (as each run
+	// below opens) starts with the new setting, instead of a fixed 500 ms
+	// that a loaded machine can outlast.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if syncStandbyNames(t, u) == "*" {
+			return u
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("synchronous_standby_names not '*' on a new connection 30 s after the reload")
+		}
+	}
+}
+
+// syncStandbyNames is the setting as a new connection to u sees it ("" if
+// it cannot ask).
+func syncStandbyNames(t *testing.T, u string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return ""
+	}
+	defer conn.Close(ctx)
+	var v string
+	if err := conn.QueryRow(ctx, "SHOW synchronous_standby_names").Scan(&v); err != nil {
+		return ""
+	}
+	return v
 }
 
 // TestRunSyncStandbyDown (issue 31, PostgreSQL item 1): on a primary with
