@@ -434,8 +434,12 @@ func TestSession(t *testing.T) {
 		ts := startEngine(t, tr, server.EngineConfig{}, serveOptions{})
 		s := ts.open(t, "")
 		ctx := ctxT(t)
-		sess := ts.openSession(t, ctx, s, 600*time.Millisecond)
-		if sess.TTL() != 600*time.Millisecond || sess.ID() == "" {
+		// 2 s, kept past three of its TTLs: with 600 ms each keepalive had
+		// about 400 ms to be confirmed, ten times in a row, which one stall
+		// of a loaded machine could break.
+		const sessTTL = 2 * time.Second
+		sess := ts.openSession(t, ctx, s, sessTTL)
+		if sess.TTL() != sessTTL || sess.ID() == "" {
 			t.Errorf("session %q, TTL %s", sess.ID(), sess.TTL())
 		}
 		ss := sess.Store()
@@ -450,7 +454,7 @@ func TestSession(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The session's keepalive holds it past several session TTLs.
-		time.Sleep(2 * time.Second)
+		time.Sleep(3 * sessTTL)
 		if err := sess.Err(); err != nil {
 			t.Fatalf("session lost: %v", err)
 		}

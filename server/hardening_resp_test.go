@@ -243,7 +243,11 @@ func TestRESPEvictsIdleAtCap(t *testing.T) {
 // the connection closed); after AUTH the usual limits apply.
 func TestRESPPreAuth(t *testing.T) {
 	m := NewMetrics(nil)
-	_, addr := rtServe(t, rtEngine(t), RESPOptions{Auth: rtAuth(t), Metrics: m, AuthTimeout: 300 * time.Millisecond})
+	// 2 s: each connection below must send its first command within it (with
+	// 300 ms, a test goroutine descheduled between dial and write on a
+	// loaded machine would see its connection closed for the timeout).
+	const authTimeout = 2 * time.Second
+	_, addr := rtServe(t, rtEngine(t), RESPOptions{Auth: rtAuth(t), Metrics: m, AuthTimeout: authTimeout})
 
 	idle := rtDial(t, addr)
 	if closed, _ := hdClosed(idle.nc, 30*time.Second); !closed {
@@ -268,7 +272,7 @@ func TestRESPPreAuth(t *testing.T) {
 
 	c := rtDial(t, addr)
 	rtExpect(t, "HELLO with AUTH and SETNAME (7 arguments)", c.do("HELLO", "2", "AUTH", "default", "team-token", "SETNAME", "x"), "[$server")
-	time.Sleep(600 * time.Millisecond) // past the auth timeout: authenticated connections stay
+	time.Sleep(authTimeout + 500*time.Millisecond) // past the auth timeout: authenticated connections stay
 	big := strings.Repeat("d", 60<<10)
 	rtExpect(t, "acquire with 60 KiB of data after AUTH", c.do("LH.ACQUIRE", "team/big", "o", "60000", "DATA", big), "[")
 	rtExpect(t, "PING", c.do("PING"), "+PONG")
@@ -400,7 +404,9 @@ func TestRESPHandshakeTimeout(t *testing.T) {
 	cert, key := servertest.MakeCert(t, nil, nil, "leasehold", false)
 	tc := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}
 	m := NewMetrics(nil)
-	_, addr := rtServe(t, rtEngine(t), RESPOptions{TLS: tc, Metrics: m, HandshakeTimeout: 300 * time.Millisecond})
+	// 2 s: a real client's handshake (under -race, on a loaded machine)
+	// must finish within it.
+	_, addr := rtServe(t, rtEngine(t), RESPOptions{TLS: tc, Metrics: m, HandshakeTimeout: 2 * time.Second})
 	silent := hdDialFrom(t, "127.0.0.1", addr)
 	if closed, _ := hdClosed(silent, 30*time.Second); !closed {
 		t.Fatal("a TLS connection without a handshake was left open")
