@@ -11,13 +11,14 @@ import (
 	"github.com/leasehold/leasehold/testrig/enginetest"
 )
 
-// TestSkewLargerThanTTL: with max_clock_skew (400ms) far above the TTL
-// (50ms), nobody takes a lease over before expiry + skew. In between the
-// lease is expired by its writer's clock (Get reports no live lease and the
-// holder may no longer renew) but not yet free: TryAcquire waits out the
-// margin and then grants it.
+// TestSkewLargerThanTTL: with max_clock_skew (3s) far above the TTL (1s),
+// nobody takes a lease over before expiry + skew. In between the lease is
+// expired by its writer's clock (Get reports no live lease and the holder
+// may no longer renew) but not yet free: TryAcquire waits out the margin
+// and then grants it. (With 50 ms and 400 ms, two dynalite round trips on a
+// loaded machine could outlast the TTL before the test's second call.)
 func TestSkewLargerThanTTL(t *testing.T) {
-	const ttl, skew = 50 * time.Millisecond, 400 * time.Millisecond
+	const ttl, skew = time.Second, 3 * time.Second
 	u := freshURL(t, enginetest.DynamoDBURL(t), "max_clock_skew", skew.String())
 	s := open(t, u)
 	defer s.Close()
@@ -35,7 +36,7 @@ func TestSkewLargerThanTTL(t *testing.T) {
 		t.Errorf("Remaining = %s, want in (0, %s]: it counts to the expiry, not to expiry + skew", he.Remaining, ttl)
 	}
 
-	time.Sleep(time.Until(t0.Add(ttl + 30*time.Millisecond)))
+	time.Sleep(time.Until(t0.Add(ttl + 100*time.Millisecond)))
 	if _, err := s.Get(ctx, "x"); !errors.Is(err, leasehold.ErrNotFound) {
 		t.Errorf("Get after the writer's expiry: %v, want ErrNotFound", err)
 	}
@@ -73,18 +74,20 @@ func TestSkewLargerThanTTL(t *testing.T) {
 	t.Logf("TTL %s, max clock skew %s: taken over after %s", ttl, skew, took.Round(time.Millisecond))
 }
 
-// TestSkewedWriterClocks: a holder whose clock runs 300ms behind writes an
-// expiry that is already 100ms past on a correct clock. With a margin larger
+// TestSkewedWriterClocks: a holder whose clock runs 3s behind writes an
+// expiry that is already 1s past on a correct clock. With a margin larger
 // than the clocks' difference the other writer still waits until the
 // holder's own TTL has passed; with no margin it takes the lease over while
 // the holder still believes it holds it, which is what the margin is for.
+// (Scaled from 200 ms and 300 ms, whose takeover had to come within 200 ms
+// of the grant, three dynalite round trips on a loaded machine.)
 func TestSkewedWriterClocks(t *testing.T) {
-	const ttl, behind = 200 * time.Millisecond, 300 * time.Millisecond
+	const ttl, behind = 2 * time.Second, 3 * time.Second
 	base := enginetest.DynamoDBURL(t)
 	for _, tc := range []struct {
 		skew time.Duration
 		safe bool
-	}{{400 * time.Millisecond, true}, {0, false}} {
+	}{{4 * time.Second, true}, {0, false}} {
 		t.Run("skew="+tc.skew.String(), func(t *testing.T) {
 			u := freshURL(t, base, "max_clock_skew", tc.skew.String())
 			slow := open(t, u, dynamodb.WithClock(offsetClock{-behind}))
