@@ -36,11 +36,14 @@ func eventually(t *testing.T, what string, f func() error) {
 // than the hold-back) may have lost leases, so the first grants wait.
 func TestHoldback(t *testing.T) {
 	srv := enginetest.StartRedis(t)
-	const holdback = 1500 * time.Millisecond
+	// 5 s from the server's start (1.5 s could pass before the first
+	// TryAcquire on a loaded machine), and a's TTL of 10 s outlives the
+	// checks after its grant.
+	const holdback = 5 * time.Second
 	s := open(t, srv.RedisURL(), redis.WithKeyPrefix(uniquePrefix(t)), redis.WithHoldback(holdback))
 	defer s.Close()
 	ctx := ctxT(t, time.Minute)
-	req := leasehold.AcquireRequest{Name: "hb", Owner: "a", TTL: time.Second}
+	req := leasehold.AcquireRequest{Name: "hb", Owner: "a", TTL: 10 * time.Second}
 	_, err := s.TryAcquire(ctx, req)
 	var he *leasehold.HeldError
 	if !errors.As(err, &he) || he.Owner != redis.HoldbackOwner {
