@@ -19,7 +19,7 @@ import (
 // statement has reached the server must not grant the lease after the call
 // has returned (issue 28, scenario 1: a grant that landed 2 ms after the
 // give-up held a workflow instance for the lease's TTL). The statement is
-// held up on its way (a proxy delays the connection's bytes by 300 ms), so
+// held up on its way (a proxy delays the connection's bytes by 1 s), so
 // pgx's cancel request, which takes another connection, finds the backend
 // idle and does nothing, and the statement runs after the call returned.
 // Before, its grant then held the lease (10 s); now the call ends the
@@ -31,7 +31,10 @@ func TestCutAcquireSettled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px := newSlowProxy(t, u.Host, 300*time.Millisecond)
+	// The call gives up after 150 ms and its statement arrives after 1 s
+	// (with 50 ms and 300 ms, a loaded machine could end the call before
+	// it had sent the statement: no backend to end).
+	px := newSlowProxy(t, u.Host, time.Second)
 	u.Host = px.addr()
 	s := open(t, withParam(u.String(), "table", table))
 	defer s.Close()
@@ -45,7 +48,7 @@ func TestCutAcquireSettled(t *testing.T) {
 		t.Fatal(err)
 	}
 	px.hold.Store(true) // the next connection to send holds its bytes up
-	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	cctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
 	_, err = s.TryAcquire(cctx, leasehold.AcquireRequest{Name: name, Owner: "cut", RequestID: "c1", TTL: 10 * time.Second})
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -60,7 +63,7 @@ func TestCutAcquireSettled(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); !free() && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(time.Second)
+	time.Sleep(2 * time.Second) // past the statement's arrival
 	if !free() {
 		r, err := s.Get(ctx, name)
 		t.Fatalf("the cut acquire's grant holds the lease: %+v, %v", r, err)
