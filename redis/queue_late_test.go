@@ -125,3 +125,45 @@ func newLateProxy(t *testing.T, target string, delay time.Duration) *lateProxy {
 	}()
 	return p
 }
+
+// TestAcquireWaitLateRepliesFirstWait: as above, but the store's first
+// wait comes while the replies are late, so its subscription starts then.
+// Starting it (a connection of its own, whose handshake's reply is late)
+// held the caller, and every other waiter of the store, until the reply
+// came: R17's client(redis) late row, whose waiter first waits as the
+// fault begins, saw a Client.Acquire with a 3 s timeout return after
+// 7.5 s (CI runs 38 and 56, on a loaded machine).
+func TestAcquireWaitLateRepliesFirstWait(t *testing.T) {
+	f := newQueueFixture(t)
+	ctx := ctxT(t, time.Minute)
+	const name = "late-first-wait"
+	holder := f.open()
+	f.hold(ctx, holder, name, "x", time.Minute)
+
+	const delay = 3 * time.Second
+	u, err := url.Parse(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newLateProxy(t, u.Host, delay)
+	u.Host = px.addr
+	waiter := open(t, u.String(), redis.WithKeyPrefix(f.prefix), redis.WithHoldback(0))
+	t.Cleanup(func() { waiter.Close() })
+	// Connected, on time, but not subscribed: no wait yet.
+	if _, err := waiter.Get(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	px.late.Store(true)
+	defer px.late.Store(false)
+	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = waiter.AcquireWait(cctx, leasehold.AcquireRequest{Name: name, Owner: "w", RequestID: "w1", TTL: time.Minute})
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AcquireWait = %v, want context.DeadlineExceeded", err)
+	}
+	if took >= delay {
+		t.Errorf("the store's first AcquireWait, with a 500ms deadline, returned after %s: it waited for its subscription's late reply (%s)", took.Round(time.Millisecond), delay)
+	}
+}

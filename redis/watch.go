@@ -179,15 +179,28 @@ const pingEvery = 5 * time.Second
 // channel, whose forwarding goroutine would add a hand-off to every grant
 // message); go-redis reconnects and resubscribes by itself when a read
 // fails, and each (re)subscription arrives as a *Subscription.
+//
+// The goroutine subscribes, not the caller: subscribing dials a
+// connection of its own and waits for its handshake's replies, which held
+// the first waiter past its context's end, and every other waiter of the
+// store behind w.mu, when the replies came late (twice the delay:
+// TestAcquireWaitLateRepliesFirstWait; R17's client(redis) late row).
 func (s *Store) startSubscriber() {
 	w := &s.w
 	w.started = true
 	w.ready = make(chan struct{})
 	w.done = make(chan struct{})
-	w.ps = s.rdb.Subscribe(context.Background(), s.channel)
-	ps := w.ps
 	go func() {
 		defer close(w.done)
+		ps := s.rdb.Subscribe(context.Background(), s.channel)
+		w.mu.Lock()
+		stopped := w.stopped
+		w.ps = ps
+		w.mu.Unlock()
+		if stopped {
+			_ = ps.Close()
+			return
+		}
 		ctx := context.Background()
 		first, failures := true, 0
 		for {
@@ -255,7 +268,9 @@ func (s *Store) stopWatching() {
 	started, ps, done := w.started, w.ps, w.done
 	w.mu.Unlock()
 	if started {
-		_ = ps.Close()
+		if ps != nil { // else the goroutine, still subscribing, closes it
+			_ = ps.Close()
+		}
 		<-done
 	}
 	w.set.Close()
