@@ -28,14 +28,7 @@ func TestAcquireWaitLateRepliesReturnOnTime(t *testing.T) {
 	x := f.hold(ctx, holder, name, "x", time.Minute)
 
 	const delay = 3 * time.Second
-	u, err := url.Parse(f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newLateProxy(t, u.Host, delay)
-	u.Host = px.addr
-	waiter := open(t, u.String(), redis.WithKeyPrefix(f.prefix), redis.WithHoldback(0))
-	t.Cleanup(func() { waiter.Close() })
+	waiter, px := lateWaiter(t, f, delay)
 	// Connected and subscribed, on time: a wait on a free name.
 	warm, err := waiter.AcquireWait(ctx, leasehold.AcquireRequest{Name: name + "/warm", Owner: "w", TTL: time.Minute})
 	if err != nil {
@@ -73,6 +66,20 @@ func TestAcquireWaitLateRepliesReturnOnTime(t *testing.T) {
 	if r, err := holder.Get(ctx, name); err == nil && r.Owner == "w" {
 		t.Fatalf("the lease was handed to the waiter that gave up: %+v", r)
 	}
+}
+
+// lateWaiter opens a store of f's prefix through a lateProxy of delay.
+func lateWaiter(t *testing.T, f *queueFixture, delay time.Duration) (*redis.Store, *lateProxy) {
+	t.Helper()
+	u, err := url.Parse(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newLateProxy(t, u.Host, delay)
+	u.Host = px.addr
+	waiter := open(t, u.String(), redis.WithKeyPrefix(f.prefix), redis.WithHoldback(0))
+	t.Cleanup(func() { waiter.Close() })
+	return waiter, px
 }
 
 // lateProxy forwards TCP connections to target; while late is set, every
@@ -141,14 +148,7 @@ func TestAcquireWaitLateRepliesFirstWait(t *testing.T) {
 	f.hold(ctx, holder, name, "x", time.Minute)
 
 	const delay = 3 * time.Second
-	u, err := url.Parse(f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newLateProxy(t, u.Host, delay)
-	u.Host = px.addr
-	waiter := open(t, u.String(), redis.WithKeyPrefix(f.prefix), redis.WithHoldback(0))
-	t.Cleanup(func() { waiter.Close() })
+	waiter, px := lateWaiter(t, f, delay)
 	// Connected, on time, but not subscribed: no wait yet.
 	if _, err := waiter.Get(ctx, name); err != nil {
 		t.Fatal(err)
@@ -158,7 +158,7 @@ func TestAcquireWaitLateRepliesFirstWait(t *testing.T) {
 	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = waiter.AcquireWait(cctx, leasehold.AcquireRequest{Name: name, Owner: "w", RequestID: "w1", TTL: time.Minute})
+	_, err := waiter.AcquireWait(cctx, leasehold.AcquireRequest{Name: name, Owner: "w", RequestID: "w1", TTL: time.Minute})
 	took := time.Since(start)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("AcquireWait = %v, want context.DeadlineExceeded", err)
