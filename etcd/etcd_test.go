@@ -295,6 +295,9 @@ func TestExpiryIsPushed(t *testing.T) {
 	s := open(t, freshURL(t, enginetest.EtcdURL(t)))
 	defer s.Close()
 	ctx := ctxFor(t, time.Minute)
+	// Timed from before the grant: a Watch slow to set up on a loaded
+	// machine left less than a second between it and the expiry.
+	start := time.Now()
 	rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "x", Owner: "a", TTL: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +306,6 @@ func TestExpiryIsPushed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	select {
 	case <-ch:
 	case <-time.After(20 * time.Second):
