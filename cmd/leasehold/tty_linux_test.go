@@ -267,8 +267,13 @@ func startTicks(t *testing.T, store, flags, name, prelude string) (*pty, *exec.C
 	job := tickJob{ticks: filepath.Join(dir, "ticks")}
 	pidFile := filepath.Join(dir, "pid")
 	// One command per line: bash goes on with the rest of a line when a
-	// job of it stops.
-	p.typeIn(fmt.Sprintf("%s run --store %s %s %s -- bash -c '%s echo $$ > %s; echo st''arted; while :; do echo tick >> %s; sleep 0.02; done'\n",
+	// job of it stops. The command exits on SIGINT by a trap: bash without
+	// one goes on after a SIGINT that came while it waited for a child
+	// (its sleep) that then exited normally, taking the Ctrl-C as the
+	// child's to handle; on a loaded machine (the sleep ended, bash not yet
+	// scheduled to reap it) the loop then ran on, and the Ctrl-C that ends
+	// TestTerminalJobControl never brought the prompt back (CI run 57).
+	p.typeIn(fmt.Sprintf("%s run --store %s %s %s -- bash -c 'trap \"exit 130\" INT; %s echo $$ > %s; echo st''arted; while :; do echo tick >> %s; sleep 0.02; done'\n",
 		bin, store, flags, name, prelude, pidFile, job.ticks))
 	at = p.expect(at, "started")
 	b, err := os.ReadFile(pidFile)
