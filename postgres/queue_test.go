@@ -348,8 +348,9 @@ func TestQueueTryAcquireDoesNotOvertake(t *testing.T) {
 	if again, err := s.TryAcquire(ctx, hold); err != nil || again.Token != rec.Token {
 		t.Errorf("the holder's retry with a waiter queued: %+v, %v; want its grant (token %d) back", again, err, rec.Token)
 	}
-	waiter.Close()                           // vanished: its entry stays live for the window
-	waitFor(t, 20*time.Second, func() bool { // the holder's expiry
+	waiter.Close() // vanished: its entry stays live for the window
+	// Until the holder's expiry.
+	waitFor(t, 20*time.Second, func() bool {
 		_, err := s.Get(ctx, "o")
 		return errors.Is(err, leasehold.ErrNotFound)
 	})
