@@ -7,11 +7,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/testrig/enginetest"
+	"github.com/leasehold/leasehold/testrig/proctest"
 )
 
 // outcome is what one run of flock or leasehold did.
@@ -20,24 +20,6 @@ type outcome struct {
 	stdout  string
 	stderr  string
 	elapsed time.Duration
-}
-
-// syncBuffer is a bytes.Buffer a command writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 func runOutcome(t *testing.T, cmd *exec.Cmd) outcome {
@@ -207,7 +189,7 @@ func TestFlockSideBySide(t *testing.T) {
 			largs = append([]string{"run", "--verbose"}, largs[1:]...)
 		}
 		var fo, lo outcome
-		var lerr syncBuffer
+		var lerr proctest.Buffer
 		done := make(chan struct{}, 2)
 		go func() { fo = runOutcome(t, exec.Command(flock, "-w", "60", waited, "echo", "ran")); done <- struct{}{} }()
 		go func() {
