@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/randid"
 	"github.com/leasehold/leasehold/storekit"
 )
 
@@ -27,8 +28,11 @@ const maxAcquireRounds = 10
 // condition fails it reads the item (consistently) and then:
 //
 //   - the lease is live (ExpiresAtMs >= now) and was granted to the same
-//     owner and non-empty request id: a second conditional UpdateItem
-//     refreshes its expiry and the same token is returned;
+//     owner and request id: a second conditional UpdateItem refreshes its
+//     expiry and the same token is returned. An acquire without a request
+//     id gets one of its own, so that the SDK's resend of a write whose
+//     reply was lost (a broken connection, a 5xx) finds the grant the first
+//     send made instead of reporting the caller as the holder;
 //   - the lease is live for someone else: a *leasehold.HeldError;
 //   - the lease expired less than max clock skew ago: TryAcquire waits
 //     until the skew has passed (or ctx ends) and tries again, since the
@@ -42,6 +46,13 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 	}
 	ttlMs := int64(req.TTL / time.Millisecond)
 	data := slices.Clone(req.Data)
+	if req.RequestID == "" {
+		// The SDK sends a write again when its reply was lost (a broken
+		// connection, a 5xx); if the first send was applied, the second
+		// fails its condition on the caller's own grant. A request id of
+		// this call's own lets the retry find that grant and return it.
+		req.RequestID = "store-" + randid.Hex(12)
+	}
 	for round := 0; ; round++ {
 		if err := s.check(ctx); err != nil {
 			return leasehold.Record{}, err
@@ -85,7 +96,7 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 				return leasehold.Record{}, err
 			}
 			switch nowMs := now.UnixMilli(); {
-			case r.live(nowMs) && req.RequestID != "" && r.owner == req.Owner && r.requestID == req.RequestID:
+			case r.live(nowMs) && r.owner == req.Owner && r.requestID == req.RequestID:
 				rec, err := s.refresh(ctx, req, r, data, ttlMs, nowMs)
 				if !errors.Is(err, errChanged) {
 					return rec, err

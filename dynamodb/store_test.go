@@ -241,3 +241,43 @@ func TestTTLCleanupAttribute(t *testing.T) {
 		s.Close()
 	}
 }
+
+// TestAcquireReplyLost: an acquire whose UpdateItem DynamoDB applied but
+// whose reply was lost is sent again by the SDK; the resend fails its
+// condition on the caller's own grant. The store must return that grant
+// (its token), not report the caller as the holder — also when the caller
+// gave no request id (run 58 of the CI: "held by a (token 1)" to a itself,
+// after a broken connection to dynalite). A second acquire by the same
+// owner is still refused.
+func TestAcquireReplyLost(t *testing.T) {
+	em := newTxnEmulator(t, enginetest.DynamoDBURL(t))
+	s := open(t, freshURL(t, em.url))
+	defer s.Close()
+	ctx := bg(t)
+	for i, rq := range []leasehold.AcquireRequest{
+		req("no-request-id", "a", time.Minute),
+		{Name: "with-request-id", Owner: "a", RequestID: "r1", TTL: time.Minute},
+	} {
+		em.mu.Lock()
+		em.faults = []string{"lost"}
+		em.mu.Unlock()
+		rec, err := s.TryAcquire(ctx, rq)
+		if err != nil || rec.Owner != "a" || rec.Token != 1 {
+			t.Fatalf("case %d: acquire whose first reply was lost: %+v, %v; want a's grant, token 1", i, rec, err)
+		}
+		em.mu.RLock()
+		left := len(em.faults)
+		em.mu.RUnlock()
+		if left != 0 {
+			t.Fatalf("case %d: the fault was not used", i)
+		}
+		got, err := s.Get(ctx, rq.Name)
+		if err != nil || got.Owner != "a" || got.Token != 1 {
+			t.Fatalf("case %d: after the lost reply: %+v, %v; want one grant to a", i, got, err)
+		}
+		var held *leasehold.HeldError
+		if _, err := s.TryAcquire(ctx, req(rq.Name, "a", time.Minute)); !errors.As(err, &held) || held.Token != 1 {
+			t.Fatalf("case %d: a second acquire by a without the request id: %v; want held, token 1", i, err)
+		}
+	}
+}

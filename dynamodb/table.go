@@ -21,7 +21,7 @@ import (
 const (
 	AttrKey          = "LockKey"      // S, partition key: the lease name
 	AttrOwner        = "Owner"        // S: the holder (of the latest grant)
-	AttrRequestID    = "RequestId"    // S: the request id of the latest grant ("" if none)
+	AttrRequestID    = "RequestId"    // S: the request id of the latest grant (the store's own if the caller gave none)
 	AttrToken        = "Token"        // N: the name's fencing counter, +1 per grant
 	AttrData         = "Data"         // B: data of the latest grant (may be absent)
 	AttrTTLMs        = "TtlMs"        // N: TTL of the latest grant or renewal, ms
