@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/randid"
 	"github.com/leasehold/leasehold/storekit"
 )
 
@@ -37,6 +38,13 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 	}
 	if err := s.usable(ctx); err != nil {
 		return leasehold.Record{}, err
+	}
+	if req.RequestID == "" {
+		// go-redis sends the script again when the connection breaks
+		// before its reply; if Redis ran the first send, the second finds
+		// the caller's own grant. A request id of this call's own lets it
+		// get that grant back instead of reporting the caller as the holder.
+		req.RequestID = "store-" + randid.Hex(12)
 	}
 	keys := s.nameKeys(req.Name)
 	var e epoch

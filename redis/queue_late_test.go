@@ -83,10 +83,13 @@ func lateWaiter(t *testing.T, f *queueFixture, delay time.Duration) (*redis.Stor
 }
 
 // lateProxy forwards TCP connections to target; while late is set, every
-// chunk of a reply is delivered delay late.
+// chunk of a reply is delivered delay late. With drop set, the next chunk
+// of a reply is not delivered and the client's connection is closed: a
+// reply lost after Redis ran the command.
 type lateProxy struct {
 	addr string
 	late atomic.Bool
+	drop atomic.Bool
 }
 
 func newLateProxy(t *testing.T, target string, delay time.Duration) *lateProxy {
@@ -115,6 +118,11 @@ func newLateProxy(t *testing.T, target string, delay time.Duration) *lateProxy {
 				for {
 					n, err := up.Read(buf)
 					if n > 0 {
+						if p.drop.CompareAndSwap(true, false) {
+							c.Close()
+							up.Close()
+							return
+						}
 						if p.late.Load() {
 							time.Sleep(delay)
 						}
@@ -165,5 +173,45 @@ func TestAcquireWaitLateRepliesFirstWait(t *testing.T) {
 	}
 	if took >= delay {
 		t.Errorf("the store's first AcquireWait, with a 500ms deadline, returned after %s: it waited for its subscription's late reply (%s)", took.Round(time.Millisecond), delay)
+	}
+}
+
+// TestTryAcquireReplyLost: go-redis sends a command again when the
+// connection breaks before its reply (MaxRetries, 3 by default). An
+// acquire that Redis ran but whose reply was lost is resent; the resend
+// finds the caller's own grant. It must get that grant back (its token),
+// not be told the caller holds the lease — also when the caller gave no
+// request id. A second acquire by the same owner is still refused.
+func TestTryAcquireReplyLost(t *testing.T) {
+	f := newQueueFixture(t)
+	s, px := lateWaiter(t, f, 0)
+	direct := open(t, f.url, redis.WithKeyPrefix(f.prefix), redis.WithHoldback(0))
+	defer direct.Close()
+	ctx := ctxT(t, 30*time.Second)
+	for i, rq := range []leasehold.AcquireRequest{
+		{Name: "no-request-id", Owner: "a", TTL: time.Minute},
+		{Name: "with-request-id", Owner: "a", RequestID: "r1", TTL: time.Minute},
+	} {
+		// An acquire before, so that the store has read what it checks
+		// first (the restart marker) and the drop hits the acquire's reply.
+		if _, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: rq.Name + "-before", Owner: "a", TTL: time.Minute}); err != nil {
+			t.Fatalf("case %d: acquire before: %v", i, err)
+		}
+		px.drop.Store(true)
+		rec, err := s.TryAcquire(ctx, rq)
+		if err != nil || rec.Owner != "a" {
+			t.Fatalf("case %d: acquire whose first reply was lost: %+v, %v; want a's grant", i, rec, err)
+		}
+		if px.drop.Load() {
+			t.Fatalf("case %d: no reply was dropped", i)
+		}
+		got, err := direct.Get(ctx, rq.Name)
+		if err != nil || got.Owner != "a" || got.Token != rec.Token {
+			t.Fatalf("case %d: after the lost reply: %+v, %v; want a's grant, token %d", i, got, err, rec.Token)
+		}
+		var held *leasehold.HeldError
+		if _, err := direct.TryAcquire(ctx, leasehold.AcquireRequest{Name: rq.Name, Owner: "a", TTL: time.Minute}); !errors.As(err, &held) || held.Token != rec.Token {
+			t.Fatalf("case %d: a second acquire by a without the request id: %v; want held, token %d", i, err, rec.Token)
+		}
 	}
 }
