@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,6 +110,15 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer durable.close()
 	lockers = append(lockers, durable)
+	// The same server with the references' client: go-redis, a
+	// connection per client, each caller writing its own command and
+	// reading its reply (no pipelining, no hand-off between goroutines).
+	viaGoRedis, err := serverGoRedisLocker(ctx, "leasehold server, durable log (RESP, go-redis client as the references)", engineBackend(filepath.Join(dir, "durable-goredis")), cfg.Clients)
+	if err != nil {
+		return err
+	}
+	defer viaGoRedis.close()
+	lockers = append(lockers, viaGoRedis)
 	own, err := processLocker("leasehold server, durable log, in a process of its own", childConfig{dir: filepath.Join(dir, "durable-own")}, cfg.Clients)
 	if err != nil {
 		return err
@@ -416,6 +426,86 @@ func respLocker(name, addr string, clients int, stop func()) (*locker, error) {
 		},
 		close: func() {
 			st.Close()
+			stop()
+		},
+	}, nil
+}
+
+// serverGoRedisLocker starts a backend and a RESP listener in this
+// process and talks to it with go-redis as redisLocker talks to Redis: a
+// pool with a connection per client, LH.ACQUIRE and LH.RELEASE sent with
+// Do. A waiter waits in the server (LH.ACQUIRE ... WAIT) in steps of 2 s,
+// under go-redis's 3 s read timeout.
+func serverGoRedisLocker(ctx context.Context, name string, open func() (server.Backend, error), clients int) (*locker, error) {
+	e, err := open()
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	rs := server.NewRESPServer(e, server.RESPOptions{})
+	go rs.Serve(ln)
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		rs.Shutdown(sctx)
+		e.Close()
+	}
+	rdb := goredis.NewClient(&goredis.Options{Addr: ln.Addr().String(), Protocol: 2, PoolSize: clients + 16})
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		stop()
+		return nil, fmt.Errorf("go-redis to the leasehold server: %w", err)
+	}
+	names := numbered("bench/goredis/", clients)
+	const ttlMs = "10000"
+	acquire := func(ctx context.Context, args ...any) (uint64, error) {
+		v, err := rdb.Do(ctx, args...).Slice()
+		if err != nil {
+			return 0, err
+		}
+		if len(v) == 0 {
+			return 0, fmt.Errorf("LH.ACQUIRE: empty grant")
+		}
+		tok, ok := v[0].(int64)
+		if !ok {
+			return 0, fmt.Errorf("LH.ACQUIRE: token %v is not an integer", v[0])
+		}
+		return uint64(tok), nil
+	}
+	type held struct {
+		owner string
+		token uint64
+	}
+	return &locker{
+		name: name,
+		pair: func(ctx context.Context, c int) error {
+			tok, err := acquire(ctx, "LH.ACQUIRE", names[c], "bench", ttlMs)
+			if err != nil {
+				return err
+			}
+			return rdb.Do(ctx, "LH.RELEASE", names[c], "bench", tok).Err()
+		},
+		wait: func(ctx context.Context, owner string) (any, error) {
+			for {
+				tok, err := acquire(ctx, "LH.ACQUIRE", "bench/goredis-handoff", owner, ttlMs, "WAIT", "2000")
+				if err == nil {
+					return held{owner, tok}, nil
+				}
+				if !strings.HasPrefix(err.Error(), "HELD") || ctx.Err() != nil {
+					return nil, err
+				}
+			}
+		},
+		release: func(ctx context.Context, h any) error {
+			hk := h.(held)
+			return rdb.Do(ctx, "LH.RELEASE", "bench/goredis-handoff", hk.owner, hk.token).Err()
+		},
+		close: func() {
+			rdb.Close()
 			stop()
 		},
 	}, nil
