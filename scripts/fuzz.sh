@@ -2,7 +2,7 @@
 # Runs every fuzz target of the module (suite R12 of docs/verification.md),
 # one after the other, for a given time each:
 #
-#   scripts/fuzz.sh          # 10s per target (the default tier)
+#   scripts/fuzz.sh          # 10s per target (verify.sh's default tier: 5s)
 #   scripts/fuzz.sh 2m       # the long tier
 #
 # Targets are found in the _test.go files of the module's packages

@@ -22,7 +22,7 @@ done
 tier=${1:-default}
 [ $# -gt 0 ] && shift
 case "$tier" in
-default) timeout=45m fuzztime=10s ;;
+default) timeout=45m fuzztime=5s ;;
 long) export LEASEHOLD_LONG=1; timeout=8h fuzztime=2m ;;
 -h | --help | help)
 	sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
