@@ -63,10 +63,26 @@ for f in tests/test_*.py; do
 	esac
 done
 pids=()
+# Each half runs in a process group of its own (job control, set -m): a
+# signal to this script (a Ctrl-C at the terminal, SIGTERM, SIGHUP) ends
+# both halves with their servers, and prints what they had said.
+stop_halves() {
+	for p in "${pids[@]}"; do
+		kill -TERM -- "-$p" 2>/dev/null
+	done
+	wait
+	cat "$tmp"/half-*.log
+	exit "$1"
+}
+trap 'stop_halves 130' INT
+trap 'stop_halves 143' TERM
+trap 'stop_halves 129' HUP
+set -m
 for half in 'test_[a-k]*.py' 'test_[l-z]*.py'; do
 	"$PY" -m unittest discover -s tests -t tests -p "$half" >"$tmp/half-${#pids[@]}.log" 2>&1 &
 	pids+=($!)
 done
+set +m
 st=0
 for i in "${!pids[@]}"; do
 	wait "${pids[$i]}" || st=1
