@@ -24,6 +24,13 @@ case "$fuzztime" in
 	exit 0
 	;;
 esac
+# A time per target as go test's -fuzztime takes it (a duration such as
+# 10s, 2m or 1m30s, or a count of runs such as 500x), not zero; one
+# argument at most. Refused before anything is built.
+if [ $# -gt 1 ] || ! [[ $fuzztime =~ ^([0-9]+x|([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+)$ ]] || ! [[ $fuzztime =~ [1-9] ]]; then
+	echo "fuzz.sh: want one argument, the time per target (e.g. 10s, 2m, 500x), not: $*" >&2
+	exit 64
+fi
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
 module=$(go list -m) || exit 1

@@ -23,15 +23,50 @@ if [ ! -x "$PY" ]; then
 fi
 
 tmp=$(mktemp -d)
+# Every command below that may take a while runs in a process group of its
+# own (job control) and is waited for, so that a signal to this script (a
+# Ctrl-C at the terminal, SIGTERM, SIGHUP) is handled at once: stop ends
+# each group (the build, mypy, the test halves with their servers), waits
+# for them, prints what the halves had said and exits; the EXIT trap then
+# removes the temporary directory, where the tests' own temporary files
+# (servers' data directories, tokens) are too (TMPDIR).
+kids=()
+stop() {
+	local p f
+	for p in "${kids[@]}"; do
+		kill -TERM -- "-$p" 2>/dev/null || true
+	done
+	wait || true
+	for f in "$tmp"/half-*.log; do
+		if [ -e "$f" ]; then cat "$f"; fi
+	done
+	exit "$1"
+}
 trap 'rm -rf "$tmp"' EXIT
+trap 'stop 130' INT
+trap 'stop 143' TERM
+trap 'stop 129' HUP
+# start CMD...: CMD in a process group of its own, in the background.
+start() {
+	set -m
+	"$@" &
+	kids+=($!)
+	set +m
+}
+# run CMD...: CMD as start does, waited for; its status is run's.
+run() {
+	start "$@"
+	wait "$!"
+}
+
 if [ -z "${LEASEHOLD_BIN:-}" ]; then
-	(cd ../.. && go build -o "$tmp/leasehold" ./cmd/leasehold)
+	run go -C ../.. build -o "$tmp/leasehold" ./cmd/leasehold
 	export LEASEHOLD_BIN="$tmp/leasehold"
 fi
 
 if "$PY" -c 'import mypy' 2>/dev/null; then
 	echo "== mypy --strict (pyproject.toml) with $("$PY" -m mypy --version)"
-	"$PY" -m mypy --config-file pyproject.toml --cache-dir "$tmp/mypy-cache" leasehold
+	run "$PY" -m mypy --config-file pyproject.toml --cache-dir "$tmp/mypy-cache" leasehold
 else
 	if (cd tests && "$PY" -c 'import engines, sys; sys.exit(0 if engines.required()[0] else 1)'); then
 		echo "clients/python/run_tests.sh: missing mypy (apt-get install python3-mypy; scripts/engines.sh installs it)" >&2
@@ -40,52 +75,40 @@ else
 	echo "== mypy: not installed, type check skipped (apt-get install python3-mypy)"
 fi
 
+mkdir "$tmp/tmp"
+export TMPDIR="$tmp/tmp"
 echo "== python client tests with $PY ($("$PY" --version 2>&1))"
 # Tests import the package from this directory (python -m puts the working
-# directory first on sys.path), never an installed copy. Not exec'd: the
-# trap above removes the binary built for the run (60 MB) when it ends.
+# directory first on sys.path), never an installed copy.
 if [ $# -gt 0 ]; then
-	"$PY" -m unittest discover -s tests -t tests "$@"
+	run "$PY" -m unittest discover -s tests -t tests "$@"
 	exit
 fi
 # The whole suite in two halves at once (about 45 s each, mostly waiting
 # on servers and TTLs; one after the other they took 80 s). Each module
 # starts its own server on a port the kernel picks, so the halves share
 # nothing but the engines' dynalite, which only the first half uses. Each
-# half's output is printed whole when both have ended.
-for f in tests/test_*.py; do
-	case ${f#tests/} in
-	test_[a-z]*) ;;
-	*)
-		echo "clients/python/run_tests.sh: $f is in neither half (test_[a-k]*, test_[l-z]*): name it test_<lower-case letter>..." >&2
-		exit 1
+# half's output is printed whole when both have ended. A module unittest
+# would find (test*.py, also in a subdirectory) that is in neither half is
+# refused rather than skipped.
+while IFS= read -r f; do
+	case $f in
+	tests/test_[a-z]*.py)
+		case ${f#tests/} in */*) ;; *) continue ;; esac
 		;;
 	esac
-done
-pids=()
-# Each half runs in a process group of its own (job control, set -m): a
-# signal to this script (a Ctrl-C at the terminal, SIGTERM, SIGHUP) ends
-# both halves with their servers, and prints what they had said.
-stop_halves() {
-	for p in "${pids[@]}"; do
-		kill -TERM -- "-$p" 2>/dev/null
-	done
-	wait
-	cat "$tmp"/half-*.log
-	exit "$1"
-}
-trap 'stop_halves 130' INT
-trap 'stop_halves 143' TERM
-trap 'stop_halves 129' HUP
-set -m
+	echo "clients/python/run_tests.sh: $f is in neither half of the suite (tests/test_[a-k]*.py, tests/test_[l-z]*.py): name it tests/test_<lower-case letter>..." >&2
+	exit 1
+done < <(find tests -name 'test*.py')
+halves=()
 for half in 'test_[a-k]*.py' 'test_[l-z]*.py'; do
-	"$PY" -m unittest discover -s tests -t tests -p "$half" >"$tmp/half-${#pids[@]}.log" 2>&1 &
-	pids+=($!)
+	start "$PY" -m unittest discover -s tests -t tests -p "$half" >"$tmp/half-${#halves[@]}.log" 2>&1
+	halves+=($!)
 done
-set +m
 st=0
-for i in "${!pids[@]}"; do
-	wait "${pids[$i]}" || st=1
+for i in "${!halves[@]}"; do
+	wait "${halves[$i]}" || st=1
 	cat "$tmp/half-$i.log"
+	rm "$tmp/half-$i.log" # printed: not again if a signal comes now
 done
 exit $st

@@ -403,3 +403,17 @@ func TestFlakesClaimedLeavesNoTemp(t *testing.T) {
 		t.Errorf("flakes.sh refused with 75 left %v", left)
 	}
 }
+
+// TestFuzzBadTime: fuzz.sh took any first argument as the time per
+// target and ignored the rest ("abc", "0", "-1s": every target built and
+// run, each failing on go test's flag error; "2s extra": the extra
+// dropped). Each is now a usage error (64) before anything is built (red
+// team of 2026-12-05).
+func TestFuzzBadTime(t *testing.T) {
+	for _, args := range [][]string{{"abc"}, {"0"}, {"-1s"}, {"0s"}, {"0x"}, {"2s", "extra"}} {
+		out, code := runScript(t, nil, "fuzz.sh", args...)
+		if code != 64 || strings.Contains(out, "targets") {
+			t.Errorf("fuzz.sh %v: exit %d, want 64 before any target:\n%s", args, code, out)
+		}
+	}
+}
