@@ -288,8 +288,12 @@ func stepModel(st, in, out interface{}) []interface{} {
 	switch i.Kind {
 	case opAcquire, opWait:
 		if o.OK {
+			// A retry with the same request id gets its grant back: one
+			// it was told of (the same token), or one an acquire left
+			// without an answer made, whose token it learns now (at
+			// least the lower bound).
 			retry := s.Held && s.Owner == i.Owner && s.RequestID == i.RequestID && i.RequestID != "" &&
-				o.Token == s.Token && !s.TokenLower && mayBeAlive(s, i.Call)
+				(o.Token == s.Token && !s.TokenLower || s.TokenLower && o.Token >= s.Token) && mayBeAlive(s, i.Call)
 			fresh := tokenAbove(s, o.Token) && mayBeExpired(s, o.Return)
 			// The caller's own grant from an indeterminate acquire, undone
 			// by the store and granted again with a higher token.

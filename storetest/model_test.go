@@ -102,6 +102,30 @@ func TestModelVerdicts(t *testing.T) {
 			op(0, acq("a", "r1", ttl, 0), opOutput{Unknown: true, Return: 1 << 62}),
 			op(1, acq("b", "r2", ttl, 10*ms), opOutput{HolderOwner: "a", Token: 1, Return: 11 * ms}),
 		}},
+		// CI run 62 (TestTargetsRestart/dynamodb, dynalite killed): an
+		// acquire left without an answer had been applied; the caller's
+		// retry with the same request id got that grant back, its token
+		// learnt only then.
+		{"retry gets back the grant of an indeterminate acquire", true, []porcupine.Operation{
+			aGranted,
+			op(0, rel("a", 1, 2*ms), opOutput{OK: true, Return: 3 * ms}),
+			op(0, acq("a", "r3", ttl, 4*ms), opOutput{Unknown: true, Return: 1 << 62}),
+			op(1, acq("b", "r2", ttl, 10*ms), opOutput{HolderOwner: "a", Token: 2, Return: 11 * ms}),
+			op(0, acq("a", "r3", ttl, 20*ms), opOutput{OK: true, Token: 2, Return: 21 * ms}),
+		}},
+		{"retry with another request id gets an indeterminate acquire's grant", false, []porcupine.Operation{
+			aGranted,
+			op(0, rel("a", 1, 2*ms), opOutput{OK: true, Return: 3 * ms}),
+			op(0, acq("a", "r3", ttl, 4*ms), opOutput{Unknown: true, Return: 1 << 62}),
+			op(1, acq("b", "r2", ttl, 10*ms), opOutput{HolderOwner: "a", Token: 2, Return: 11 * ms}),
+			op(0, acq("a", "r4", ttl, 20*ms), opOutput{OK: true, Token: 2, Return: 21 * ms}),
+		}},
+		{"retry of an indeterminate acquire with a token below it", false, []porcupine.Operation{
+			aGranted,
+			op(0, rel("a", 1, 2*ms), opOutput{OK: true, Return: 3 * ms}),
+			op(0, acq("a", "r3", ttl, 4*ms), opOutput{Unknown: true, Return: 1 << 62}),
+			op(0, acq("a", "r3", ttl, 20*ms), opOutput{OK: true, Token: 1, Return: 21 * ms}),
+		}},
 		{"wait granted at the release", true, []porcupine.Operation{
 			aGranted,
 			op(1, wait("b", "r2", ttl, 2*ms), opOutput{OK: true, Token: 2, Return: 31 * ms}),

@@ -322,3 +322,69 @@ func TestEtcdUnheardGrantEndsEarly(t *testing.T) {
 		t.Fatalf("answered: %s; want illegal (a grant taken 0.74 s into a 2 s lease)", r)
 	}
 }
+
+// ci62 is the history of key k that failed TestTargetsRestart/dynamodb in
+// CI run 62 (dynalite killed and started again): w1-1's acquire got no
+// answer, others then saw w1-1 hold token 30, and w1-1's retry (the same
+// request id: the workers retry an acquire so) got token 30 back. The
+// first line is added: the grant of token 18, before the printed part.
+const ci62 = `
+[66676900.000ms 66676901.000ms] w1-0 acquire tok=0 ttl=1s -> token 18
+[66676918.847ms 66676930.134ms] w0-1 acquire tok=0 ttl=1s -> held by w1-0/18
+[66676922.683ms 66676929.235ms] w1-0 release tok=18 ttl=0s -> ok
+[66676929.248ms 66676930.221ms] w1-0 acquire tok=0 ttl=1s -> token 19
+[66676930.496ms 66676931.337ms] w1-0 release tok=19 ttl=0s -> ok
+[66676931.350ms 66676934.171ms] w1-0 acquire tok=0 ttl=1s -> token 20
+[66676934.416ms 66676935.477ms] w1-0 release tok=20 ttl=0s -> ok
+[66676935.280ms 66676938.109ms] w0-1 acquire tok=0 ttl=1s -> token 21
+[66676938.340ms 66676939.247ms] w0-1 release tok=21 ttl=0s -> ok
+[66676939.302ms 66676940.394ms] w1-1 acquire tok=0 ttl=1s -> token 22
+[66676940.699ms 66676952.537ms] w1-1 release tok=22 ttl=0s -> ok
+[66676943.065ms 66676956.022ms] w0-1 acquire tok=0 ttl=1s -> token 23
+[66676952.552ms 66676957.989ms] w1-1 acquire tok=0 ttl=1s -> held by w0-1/23
+[66676956.968ms 66676958.769ms] w0-1 release tok=23 ttl=0s -> ok
+[66676963.130ms 66676963.997ms] w1-1 acquire tok=0 ttl=1s -> token 24
+[66676964.369ms 66676967.488ms] w1-1 release tok=24 ttl=0s -> ok
+[66676967.501ms 66676968.432ms] w1-1 acquire tok=0 ttl=1s -> token 25
+[66676968.712ms 66676969.580ms] w1-1 release tok=25 ttl=0s -> ok
+[66676969.593ms 66676971.032ms] w1-1 acquire tok=0 ttl=1s -> token 26
+[66676971.236ms 66676973.366ms] w1-1 release tok=26 ttl=0s -> ok
+[66676973.423ms 66676975.655ms] w1-1 acquire tok=0 ttl=1s -> token 27
+[66676975.900ms 66676978.568ms] w1-1 release tok=27 ttl=0s -> ok
+[66676978.581ms 66676985.157ms] w1-1 acquire tok=0 ttl=1s -> token 28
+[66676985.425ms 66676986.352ms] w1-1 release tok=28 ttl=0s -> ok
+[66676986.389ms 66676990.578ms] w1-1 acquire tok=0 ttl=1s -> token 29
+[66676990.885ms 66676991.801ms] w1-1 release tok=29 ttl=0s -> ok
+[66676991.816ms 4611686018427.388ms] w1-1 acquire tok=0 ttl=1s -> unknown
+[66676996.652ms 4611686018427.388ms] w0-0 acquire tok=0 ttl=1s -> unknown
+[66677372.851ms 66677396.240ms] w0-0 acquire tok=0 ttl=1s -> held by w1-1/30
+[66677400.788ms 66677410.006ms] w0-0 acquire tok=0 ttl=1s -> held by w1-1/30
+[66677411.922ms 66677429.566ms] w1-1 acquire tok=0 ttl=1s -> token 30
+`
+
+// TestRetryGetsIndeterminateGrant: the checker judged run 62's history
+// illegal: a retry with the same request id may get back the grant of an
+// acquire that had no answer, whose token it learns only then. With
+// another request id it is still illegal.
+func TestRetryGetsIndeterminateGrant(t *testing.T) {
+	h := parsePrinted(t, ci62)
+	var unknown, last int
+	for i, e := range h.Events {
+		if e.E == "ret" && e.Unk && e.Worker == "w1" {
+			unknown = i - 1
+		}
+		if e.E == "call" {
+			last = i
+		}
+	}
+	if h.Events[last].Owner != "w1-1" || h.Events[unknown].Owner != "w1-1" {
+		t.Fatalf("history not as recorded: %+v, %+v", h.Events[unknown], h.Events[last])
+	}
+	if r := verify.Check(h, verify.CheckOptions{}); r.Illegal != 1 {
+		t.Fatalf("with another request id: %s; want illegal", r)
+	}
+	h.Events[last].ReqID = h.Events[unknown].ReqID
+	if r := verify.Check(h, verify.CheckOptions{}); !r.Passed() {
+		t.Fatalf("the retry with the same request id: %s; want ok", r)
+	}
+}
