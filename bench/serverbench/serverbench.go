@@ -369,23 +369,33 @@ func sqliteBackend(path string) func() (server.Backend, error) {
 // serverLocker starts a backend and a RESP listener in this process and a
 // pipelined client for it.
 func serverLocker(ctx context.Context, name string, open func() (server.Backend, error), clients int) (*locker, error) {
-	e, err := open()
+	addr, stop, err := startRESP(ctx, open)
 	if err != nil {
 		return nil, err
+	}
+	return respLocker(name, addr, clients, stop)
+}
+
+// startRESP opens a backend and serves it over RESP on a loopback port in
+// this process; stop shuts both down.
+func startRESP(ctx context.Context, open func() (server.Backend, error)) (addr string, stop func(), err error) {
+	e, err := open()
+	if err != nil {
+		return "", nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		e.Close()
-		return nil, err
+		return "", nil, err
 	}
 	rs := server.NewRESPServer(e, server.RESPOptions{})
 	go rs.Serve(ln)
-	return respLocker(name, ln.Addr().String(), clients, func() {
+	return ln.Addr().String(), func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		rs.Shutdown(sctx)
 		e.Close()
-	})
+	}, nil
 }
 
 // processLocker starts the engine as a server process of its own (see
@@ -437,24 +447,11 @@ func respLocker(name, addr string, clients int, stop func()) (*locker, error) {
 // Do. A waiter waits in the server (LH.ACQUIRE ... WAIT) in steps of 2 s,
 // under go-redis's 3 s read timeout.
 func serverGoRedisLocker(ctx context.Context, name string, open func() (server.Backend, error), clients int) (*locker, error) {
-	e, err := open()
+	addr, stop, err := startRESP(ctx, open)
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		e.Close()
-		return nil, err
-	}
-	rs := server.NewRESPServer(e, server.RESPOptions{})
-	go rs.Serve(ln)
-	stop := func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		rs.Shutdown(sctx)
-		e.Close()
-	}
-	rdb := goredis.NewClient(&goredis.Options{Addr: ln.Addr().String(), Protocol: 2, PoolSize: clients + 16})
+	rdb := goredis.NewClient(&goredis.Options{Addr: addr, Protocol: 2, PoolSize: clients + 16})
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		rdb.Close()
 		stop()
