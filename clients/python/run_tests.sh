@@ -88,7 +88,8 @@ fi
 # on servers and TTLs; one after the other they took 80 s). Each module
 # starts its own server on a port the kernel picks, so the halves share
 # nothing but the engines' dynalite, which only the first half uses. Each
-# half's output is printed whole when both have ended. A module unittest
+# half's output is printed whole, the first half's when it ends, the
+# second's after it. A module unittest
 # would find (test*.py, also in a subdirectory) that is in neither half is
 # refused rather than skipped.
 while IFS= read -r f; do
