@@ -650,15 +650,24 @@ stop() {
 	fi
 	if [ -f "$STATE/pg.dir" ] && dir=$(made_dir pg); then
 		bin=$(pg_bin || true)
-		if [ -n "$dir" ] && [ -n "$bin" ] && [ -s "$dir/data/postmaster.pid" ]; then
+		pid=
+		[ ! -s "$dir/data/postmaster.pid" ] || pid=$(head -n 1 "$dir/data/postmaster.pid")
+		# Only the server started in $dir: after it died (killed, or out of
+		# memory) its pid can be another process's, which neither pg_ctl
+		# (it signals the pid in the file) nor stop_pid may touch.
+		if [ -n "$pid" ] && ! { [[ $pid =~ ^[0-9]+$ ]] && owned "$pid" "$dir"; }; then
+			[ ! -e "/proc/$pid" ] ||
+				log "process $pid (from $dir/data/postmaster.pid) is not this PostgreSQL server any more (its pid was reused): left alone"
+			pid=
+		fi
+		if [ -n "$pid" ] && [ -n "$bin" ]; then
 			if as_root; then
 				runuser -u postgres -- "$bin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
 			else
 				"$bin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
 			fi
 			# pg_ctl waits for the server; should it have failed, stop it here.
-			if [ -s "$dir/data/postmaster.pid" ]; then
-				pid=$(head -n 1 "$dir/data/postmaster.pid")
+			if [ -s "$dir/data/postmaster.pid" ] && owned "$pid" "$dir"; then
 				stop_pid "$pid"
 			fi
 		fi

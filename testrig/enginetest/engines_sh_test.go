@@ -444,3 +444,70 @@ func TestEnginesStaleClaimRace(t *testing.T) {
 		}
 	}
 }
+
+// TestEnginesStopStalePostmasterPid (the red team of 2026-12-06): after a
+// PostgreSQL server died (killed, or out of memory), engines.sh stop took
+// the pid in its stale postmaster.pid and killed whatever process had it
+// since (here another process of this test, standing in for a reused
+// pid). Only a process that is still the server started in that directory
+// may be stopped; one that is gets stopped as before.
+func TestEnginesStopStalePostmasterPid(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		owned bool // the process's command line names the engine's directory
+	}{{"reused pid", false}, {"the server", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			state := t.TempDir()
+			made, err := exec.Command("mktemp", "-d", "/tmp/leasehold-pg.XXXXXX").Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := strings.TrimSpace(string(made))
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			if err := os.Mkdir(filepath.Join(dir, "data"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			proc := exec.Command("sleep", "300")
+			if tc.owned {
+				proc = exec.Command("sh", "-c", "while :; do sleep 1; done", dir)
+			}
+			proc.Dir = t.TempDir()
+			if err := proc.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() { proc.Wait(); close(done) }()
+			t.Cleanup(func() { proc.Process.Kill(); <-done })
+			pidFile := strconv.Itoa(proc.Process.Pid) + "\n" + filepath.Join(dir, "data") + "\n"
+			if err := os.WriteFile(filepath.Join(dir, "data", "postmaster.pid"), []byte(pidFile), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(state, "pg.dir"), []byte(dir+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, code := runScript(t, []string{"LEASEHOLD_ENGINES_DIR=" + state, "LEASEHOLD_ENGINES_CLAIM="}, "engines.sh", "stop")
+			if code != 0 {
+				t.Errorf("engines.sh stop: exit %d, want 0:\n%s", code, out)
+			}
+			var stopped bool
+			select {
+			case <-done:
+				stopped = true
+			case <-time.After(500 * time.Millisecond):
+			}
+			if stopped != tc.owned {
+				t.Errorf("process %d (command line names the engine's directory: %v) stopped: %v, want %v:\n%s",
+					proc.Process.Pid, tc.owned, stopped, tc.owned, out)
+			}
+			if !tc.owned && !strings.Contains(out, "left alone") {
+				t.Errorf("engines.sh stop does not say it left process %d alone:\n%s", proc.Process.Pid, out)
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("engines.sh stop left the engine's directory %s (%v)", dir, err)
+			}
+			if _, err := os.Stat(filepath.Join(state, "pg.dir")); !os.IsNotExist(err) {
+				t.Errorf("engines.sh stop left its state file pg.dir (%v)", err)
+			}
+		})
+	}
+}
