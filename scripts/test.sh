@@ -180,6 +180,18 @@ failures() {
 	done
 }
 
+# finish [stop]: the end of every run, from the EXIT trap: stops the
+# engines (with "stop") and prints the table. A signal from here on is
+# ignored, by this script and by what it runs (engines.sh stop inherits
+# that): the stages are over, and a signal that cut the stop short left an
+# engine running and no table (the red team of 2026-12-06). The run then
+# exits with its stages' status.
+finish() {
+	trap '' INT TERM HUP
+	[ -z "${1:-}" ] || scripts/engines.sh stop
+	report
+}
+
 report() {
 	[ ${#failed_stages[@]} -eq 0 ] || failures
 	echo
@@ -217,7 +229,7 @@ bench_smoke() {
 }
 
 engines() {
-	trap 'scripts/engines.sh stop; report' EXIT
+	trap 'finish stop' EXIT
 	local exports failedwhat st
 	# Not eval "$(scripts/engines.sh start)": eval would go on after a failure.
 	# In the background and waited for, as the other stages: a signal then
@@ -233,7 +245,7 @@ engines() {
 	stage_pid= running=
 	exports=$(cat "$logs/engines.env")
 	if [ $st -eq 75 ]; then
-		trap report EXIT # the engines are the other command's
+		trap finish EXIT # the engines are the other command's
 		echo "test.sh: FAILED: the engines' directory is in use by another test command (above)" >&2
 		return 75
 	elif [ $st -ne 0 ]; then
@@ -246,7 +258,7 @@ engines() {
 }
 
 echo "== $(go version)"
-trap report EXIT
+trap finish EXIT
 stage mod go mod download
 case "$want" in
 *" race "* | *" bench "* | *" python "* | *" verify "* | *" engines "*)

@@ -101,6 +101,83 @@ func TestTestShTermDuringEngines(t *testing.T) {
 	}
 }
 
+// TestTestShSignalDuringFinalStop (the red team of 2026-12-06): a signal
+// while test.sh stopped the engines at its end (after its last stage) cut
+// the stop short: no table, its temporary directory left, and with a
+// signal to the whole group an engine left running and the engines' state
+// kept. The stages are over by then: the signal is ignored, the engines
+// are stopped, the table printed, and the run exits with its stages'
+// status (0 here).
+func TestTestShSignalDuringFinalStop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the engines")
+	}
+	for _, tc := range []struct {
+		name  string
+		sig   syscall.Signal
+		group bool
+	}{{"TERM to the group", syscall.SIGTERM, true}, {"HUP to test.sh", syscall.SIGHUP, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			state, tmp := t.TempDir(), t.TempDir()
+			cmd := exec.Command(repoScript(t, "test.sh"))
+			cmd.Dir = filepath.Join("..", "..")
+			cmd.Env = append(os.Environ(), "LEASEHOLD_STAGES=engines", "LEASEHOLD_ENGINES_DIR="+state, "TMPDIR="+tmp,
+				"GOFLAGS=-buildvcs=false")
+			out := startGroup(t, cmd)
+			pgid := cmd.Process.Pid
+			deadline := time.Now().Add(5 * time.Minute)
+			for !strings.Contains(out.String(), "== [engines] exit") {
+				if time.Now().After(deadline) {
+					t.Fatalf("the engines stage did not end within 5 minutes:\n%s", out.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			// The engines' directories, before the stop removes them.
+			var engineDirs []string
+			files, _ := filepath.Glob(filepath.Join(state, "*.dir"))
+			for _, f := range files {
+				if b, err := os.ReadFile(f); err == nil {
+					engineDirs = append(engineDirs, strings.TrimSpace(string(b)))
+				}
+			}
+			target := pgid
+			if tc.group {
+				target = -pgid
+			}
+			if err := syscall.Kill(target, tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("test.sh after %s during its final stop: %v, want exit 0 (the stages passed)", unix.SignalName(tc.sig), err)
+			}
+			if !strings.Contains(out.String(), "== stages") || !strings.Contains(out.String(), "engines  ok") {
+				t.Errorf("no table after %s during the final stop:\n%s", unix.SignalName(tc.sig), out.String())
+			}
+			if len(engineDirs) == 0 {
+				t.Fatalf("no engine directory was named in %s when the stage ended:\n%s", state, out.String())
+			}
+			for _, d := range engineDirs {
+				if _, err := os.Stat(d); !os.IsNotExist(err) {
+					t.Errorf("engine directory %s left (%v): its engine was not stopped", d, err)
+				}
+			}
+			if left, _ := filepath.Glob(filepath.Join(state, "*.dir")); len(left) > 0 {
+				t.Errorf("state files left: %v", left)
+			}
+			if _, err := os.Stat(filepath.Join(state, "claim")); !os.IsNotExist(err) {
+				t.Errorf("the claim on %s left (%v)", state, err)
+			}
+			if left, _ := filepath.Glob(filepath.Join(tmp, "tmp.*")); len(left) > 0 {
+				t.Errorf("temporary directories left: %v", left)
+			}
+			time.Sleep(500 * time.Millisecond)
+			if left := groupMembers(pgid); len(left) > 0 {
+				t.Errorf("processes left running after test.sh exited: %v", left)
+			}
+		})
+	}
+}
+
 // termTestSh runs test.sh with env in its own process group, sends SIGTERM
 // to it alone once stage has begun and ready() holds, and checks the exit
 // (143), the stage's INTERRUPTED row and that none of its processes is
