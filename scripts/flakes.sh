@@ -77,7 +77,10 @@ fi
 
 loops=()
 gopid=
+watcher=
 cleanup() {
+	[ -z "$watcher" ] || kill "$watcher" 2>/dev/null
+	watcher=
 	[ ${#loops[@]} -gt 0 ] && kill "${loops[@]}" 2>/dev/null
 	loops=()
 	if [ -n "$gopid" ]; then
@@ -88,12 +91,62 @@ cleanup() {
 		started_engines=
 		scripts/engines.sh stop
 	fi
+	[ -z "${out:-}" ] || rm -f "$out/.running" "$out/.tick"
 }
 trap cleanup EXIT
 # A second signal during the cleanup is ignored (said once, cleaned once).
 trap 'trap "" INT TERM HUP; echo "flakes.sh: interrupted" >&2; cleanup; exit 130' INT
 trap 'trap "" INT TERM HUP; echo "flakes.sh: terminated" >&2; cleanup; exit 143' TERM
 trap 'trap "" INT TERM HUP; echo "flakes.sh: hung up (SIGHUP)" >&2; cleanup; exit 129' HUP
+
+# alive PID START: process PID runs and is the one that started at START
+# (field 22 of its stat: not a later process given the same pid).
+alive() {
+	local s
+	read -r s 2>/dev/null <"/proc/$1/stat" || return 1
+	s=${s##*) } # after the command name, which may hold spaces
+	read -r -a f <<<"$s"
+	[ "${f[0]}" != Z ] && [ "${f[19]}" = "$2" ]
+}
+
+# running PID: notes the test command being waited for (its pid and start)
+# in $out/.running, for the watchdog.
+running() {
+	local s
+	read -r s 2>/dev/null <"/proc/$1/stat" || s=
+	s=${s##*) }
+	read -r -a f <<<"$s"
+	echo "$1 ${f[19]:-}" >"$out/.running"
+}
+
+# The watchdog: a SIGKILL to this script alone runs no trap, and left the
+# busy loops spinning and the running test going for up to its -timeout
+# (the red team of 2026-12-06). It checks once a second that the script
+# runs; once it is gone, it stops the test's whole tree and the engines
+# the hunt started (their claim, this script's, is stale by then). The
+# busy loops end by themselves (they check the same). It has no child
+# while it waits (read -t on a FIFO only it holds), so that stopping it
+# leaves nothing behind.
+me=$$
+read -r mestat <"/proc/$me/stat"
+mestat=${mestat##*) }
+read -r -a f <<<"$mestat"
+mestart=${f[19]}
+watchdog() {
+	trap - INT TERM HUP EXIT
+	exec 9<>"$out/.tick" && rm -f "$out/.tick"
+	while alive "$me" "$mestart"; do
+		read -r -t 1 -u 9 _
+	done
+	local pid start
+	if read -r pid start <"$out/.running" 2>/dev/null && [ -n "$start" ] && alive "$pid" "$start"; then
+		stop_tree "$pid"
+	fi
+	if [ -n "${started_engines:-}" ]; then
+		scripts/engines.sh stop >/dev/null 2>&1
+	fi
+	rm -f "$out/.running"
+}
 
 # The packages first: a bad one is a usage error before any engine starts.
 module=$(go list -m) || exit 1
@@ -122,8 +175,10 @@ if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 	# at once, which stops the start's tree and then the engines (waiting
 	# in the foreground deferred the trap until every engine had started).
 	st=0
+	mkfifo "$out/.tick" && { watchdog & watcher=$!; }
 	scripts/engines.sh start >"$out/engines.env" &
 	gopid=$!
+	running "$gopid"
 	wait "$gopid" || st=$?
 	gopid=
 	exports=$(cat "$out/engines.env")
@@ -139,10 +194,15 @@ if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 	eval "$exports"
 fi
 export LEASEHOLD_REQUIRE_ENGINES=1
+if [ -z "$watcher" ] && mkfifo "$out/.tick"; then
+	watchdog &
+	watcher=$!
+fi
 
 
 for ((i = 0; i < load; i++)); do
-	(while :; do :; done) &
+	# Each ends by itself once this script is gone (a SIGKILL runs no trap).
+	(while alive "$me" "$mestart"; do for ((j = 0; j < 20000; j++)); do :; done; done) &
 	loops+=($!)
 done
 
@@ -158,6 +218,7 @@ for p in "${pkgs[@]}"; do
 	# shellcheck disable=SC2086 # race is one word or none
 	go test $race -count="$count" -timeout "$timeout" "$p" >"$f" 2>&1 &
 	gopid=$!
+	running "$gopid"
 	wait "$gopid"
 	st=$?
 	gopid=

@@ -494,3 +494,56 @@ func TestFuzzBadTime(t *testing.T) {
 		}
 	}
 }
+
+// TestFlakesKilledLeavesNothing (the red team of 2026-12-06): a SIGKILL to
+// flakes.sh alone (which no trap sees) left its busy loops spinning with no
+// parent and the running test going until its -timeout. Both must end on
+// their own once the script is gone. The test command here is a stand-in
+// for go test that runs until it is stopped.
+func TestFlakesKilledLeavesNothing(t *testing.T) {
+	realGo, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	marker := filepath.Join(t.TempDir(), "go-test-pid")
+	fake := "#!/bin/sh\nif [ \"$1\" = test ]; then echo $$ >\"$FAKE_GO_TEST\"; sleep 300; exit 0; fi\nexec " + realGo + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(repoScript(t, "flakes.sh"), "-count", "1", "-load", "1", "-norace", "./internal/randid/")
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(proctest.EnvWithout("PATH"),
+		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"LEASEHOLD_TEST_PG_BIN=engines-not-needed", // no engine of its own
+		"FAKE_GO_TEST="+marker, "LEASEHOLD_FLAKES_DIR="+t.TempDir())
+	out := startGroup(t, cmd)
+	pgid := cmd.Process.Pid
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if _, err := os.Stat(marker); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hunt did not start its test within 2 minutes:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	// The watchdog looks once a second and gives the test 2 s after its
+	// SIGTERM; 30 s leaves room for a loaded machine.
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		left := groupMembers(pgid)
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after a SIGKILL of flakes.sh, its processes still run: %v\n%s", left, out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
