@@ -573,7 +573,20 @@ locked() {
 # names (see the header), unless another live process holds it (exit 75).
 # That process must be this script or one that runs it (the test command).
 claim() {
+	local pid=${LEASEHOLD_ENGINES_CLAIM:-}
+	[ -n "$pid" ] || return 0
+	check_claim
+	mkdir -p "$STATE"
+	locked claim_locked "$pid" "$CLAIM_START"
+}
+
+# check_claim: exits 64 unless LEASEHOLD_ENGINES_CLAIM (when set) names this
+# script or a running process that runs it; sets CLAIM_START to its start.
+# Checked before anything else: a bad claim is a usage error even on a
+# directory another command holds (it was refused with 75 there).
+check_claim() {
 	local pid=${LEASEHOLD_ENGINES_CLAIM:-} start
+	CLAIM_START=
 	[ -n "$pid" ] || return 0
 	[[ $pid =~ ^[1-9][0-9]*$ ]] || {
 		log "LEASEHOLD_ENGINES_CLAIM=$pid is not a process id"
@@ -587,8 +600,7 @@ claim() {
 		log "LEASEHOLD_ENGINES_CLAIM=$pid is not this script or a process that runs it (the test command claims the directory for itself)"
 		exit 64
 	}
-	mkdir -p "$STATE"
-	locked claim_locked "$pid" "$start"
+	CLAIM_START=$start
 }
 
 claim_locked() {
@@ -681,6 +693,7 @@ stop() {
 
 case "${1:-}" in
 start)
+	check_claim
 	mkdir -p "$STATE"
 	refuse_claimed start
 	claim

@@ -315,6 +315,23 @@ func TestEnginesBadClaim(t *testing.T) {
 			}
 		})
 	}
+	// On a directory another live command holds, a bad claim is still a
+	// usage error (the red team of 2026-12-06: it was refused with 75, as
+	// a good one would be), and the other command's claim stays.
+	for _, claim := range []string{"abc", "1"} {
+		t.Run("claimed/"+claim, func(t *testing.T) {
+			state := t.TempDir()
+			held := claimFor(t, state, sleeper.Process.Pid)
+			out, code := runScript(t, []string{"LEASEHOLD_ENGINES_DIR=" + state, "LEASEHOLD_ENGINES_NO_INSTALL=1", "LEASEHOLD_ENGINES_CLAIM=" + claim},
+				"engines.sh", "start")
+			if code != 64 || !strings.Contains(out, "LEASEHOLD_ENGINES_CLAIM") {
+				t.Errorf("engines.sh start with LEASEHOLD_ENGINES_CLAIM=%q on a claimed directory: exit %d, want 64 naming the variable:\n%s", claim, code, out)
+			}
+			if b, err := os.ReadFile(filepath.Join(state, "claim")); err != nil || string(b) != held {
+				t.Errorf("the other command's claim changed: %q (%v), want %q", b, err, held)
+			}
+		})
+	}
 }
 
 // claimFor writes state's claim for process pid, as a test command's
