@@ -66,13 +66,19 @@ made_out=
 if [ -n "${LEASEHOLD_FLAKES_DIR:-}" ]; then
 	out=$LEASEHOLD_FLAKES_DIR
 	[[ $out == /* ]] || out=$caller/$out
+	# The first directory of its path that mkdir makes: a hunt refused
+	# before it ran (64 for its packages, 75) removes what it made.
+	if [ ! -e "$out" ]; then
+		made_out=$out
+		while [ ! -e "$(dirname -- "$made_out")" ]; do made_out=$(dirname -- "$made_out"); done
+	fi
 	mkdir -p -- "$out" 2>/dev/null && probe=$(mktemp "$out/.probe.XXXXXX" 2>/dev/null) ||
 		usage "cannot create or write the output directory '$out' (LEASEHOLD_FLAKES_DIR): make it a writable directory"
 	rm -f "$probe"
 elif ! out=$(mktemp -d -t leasehold-flakes.XXXXXX 2>/dev/null) || [ -z "$out" ]; then
 	usage "cannot create a temporary directory in ${TMPDIR:-/tmp} (TMPDIR): make it an existing, writable directory, or set LEASEHOLD_FLAKES_DIR"
 else
-	made_out=1
+	made_out=$out
 fi
 
 loops=()
@@ -102,7 +108,7 @@ trap 'trap "" INT TERM HUP; echo "flakes.sh: hung up (SIGHUP)" >&2; cleanup; exi
 # alive PID START: process PID runs and is the one that started at START
 # (field 22 of its stat: not a later process given the same pid).
 alive() {
-	local s
+	local s f
 	read -r s 2>/dev/null <"/proc/$1/stat" || return 1
 	s=${s##*) } # after the command name, which may hold spaces
 	read -r -a f <<<"$s"
@@ -112,7 +118,7 @@ alive() {
 # running PID: notes the test command being waited for (its pid and start)
 # in $out/.running, for the watchdog.
 running() {
-	local s
+	local s f
 	read -r s 2>/dev/null <"/proc/$1/stat" || s=
 	s=${s##*) }
 	read -r -a f <<<"$s"
@@ -130,8 +136,8 @@ running() {
 me=$$
 read -r mestat <"/proc/$me/stat"
 mestat=${mestat##*) }
-read -r -a f <<<"$mestat"
-mestart=${f[19]}
+read -r -a mestat <<<"$mestat"
+mestart=${mestat[19]}
 watchdog() {
 	trap - INT TERM HUP EXIT
 	exec 9<>"$out/.tick" && rm -f "$out/.tick"
@@ -154,7 +160,7 @@ if [ $# -gt 0 ]; then
 	if ! list=$(go list "$@" 2>"$out/.golist") || grep -q "matched no packages" "$out/.golist"; then
 		cat "$out/.golist" >&2
 		rm -f "$out/.golist"
-		[ -z "$made_out" ] || rm -rf -- "$out"
+		[ -z "$made_out" ] || rm -rf -- "$made_out"
 		echo "flakes.sh: go list could not find every package named (see above)" >&2
 		exit 64
 	fi
@@ -184,7 +190,8 @@ if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 	exports=$(cat "$out/engines.env")
 	if [ $st -eq 75 ]; then
 		started_engines= # the engines are the other command's
-		[ -z "$made_out" ] || rm -rf -- "$out" # nothing ran: leave nothing behind
+		rm -f "$out/engines.env"
+		[ -z "$made_out" ] || rm -rf -- "$made_out" # nothing ran: leave nothing behind
 		echo "flakes.sh: FAILED: the engines' directory is in use by another test command (above)" >&2
 		exit 75
 	elif [ $st -ne 0 ]; then
@@ -227,6 +234,11 @@ for p in "${pkgs[@]}"; do
 	if [ $st -ne 0 ]; then
 		failed=1
 		[ "$n" -eq 0 ] && tests="exit $st (see $f)"
+		# A panic (a test's, or -timeout's) ends the test binary: the
+		# package's later runs were not made.
+		if grep -qE '^panic: ' "$f"; then
+			tests+="$([ "$n" -eq 0 ] || echo " ")(a panic ended the runs early: $(grep -m1 -E '^panic: ' "$f" | cut -c1-80))"
+		fi
 	fi
 	short=.${p#"$module"} # ./internal/editdist, or . for the module's root
 	printf '%-58s %6d %6d  %s\n' "$short" $(($(date +%s) - t0)) "$n" "$tests" | tee -a "$out/summary"

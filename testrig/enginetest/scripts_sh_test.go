@@ -430,10 +430,16 @@ func TestFlakesBadPackagesAndTimeout(t *testing.T) {
 		{"./internal/randid/", "./docs/..."},
 		{"-timeout", "99999999999h", "./internal/randid/"},
 	} {
-		env := append([]string{"LEASEHOLD_FLAKES_DIR=" + t.TempDir()}, flakesNoEngines...)
+		// A directory of its own to make (the red team of 2026-12-06: a
+		// refused hunt left the directories it made).
+		parent := t.TempDir()
+		env := append([]string{"LEASEHOLD_FLAKES_DIR=" + filepath.Join(parent, "new", "deep")}, flakesNoEngines...)
 		out, code := runScript(t, env, "flakes.sh", append([]string{"-count", "1", "-load", "0", "-norace"}, args...)...)
 		if code != 64 || strings.Contains(out, "== flake hunt") {
 			t.Errorf("flakes.sh %v: exit %d, want 64 before the hunt starts:\n%s", args, code, out)
+		}
+		if _, err := os.Stat(filepath.Join(parent, "new")); !os.IsNotExist(err) {
+			t.Errorf("flakes.sh %v refused with 64 left the output directory it made (%v)", args, err)
 		}
 	}
 }
@@ -478,6 +484,22 @@ func TestFlakesClaimedLeavesNoTemp(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(tmp, "leasehold-flakes.*")); len(left) > 0 {
 		t.Errorf("flakes.sh refused with 75 left %v", left)
+	}
+	// With an output directory named: the one it made is removed, one
+	// that was there is left as it was (the red team of 2026-12-06).
+	made, there := filepath.Join(t.TempDir(), "new"), t.TempDir()
+	for _, dir := range []string{made, there} {
+		out, code = runScript(t, []string{"LEASEHOLD_ENGINES_DIR=" + state, "LEASEHOLD_TEST_PG_BIN=", "LEASEHOLD_FLAKES_DIR=" + dir},
+			"flakes.sh", "-count", "1", "-load", "0", "-norace", "./internal/randid/")
+		if code != 75 {
+			t.Fatalf("flakes.sh on a claimed directory: exit %d, want 75:\n%s", code, out)
+		}
+	}
+	if _, err := os.Stat(made); !os.IsNotExist(err) {
+		t.Errorf("flakes.sh refused with 75 left the output directory it made (%v)", err)
+	}
+	if left, _ := os.ReadDir(there); len(left) > 0 {
+		t.Errorf("flakes.sh refused with 75 left files in the output directory: %v", left)
 	}
 }
 
@@ -545,5 +567,33 @@ func TestFlakesKilledLeavesNothing(t *testing.T) {
 			t.Fatalf("30 s after a SIGKILL of flakes.sh, its processes still run: %v\n%s", left, out.String())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestFlakesPanicSaysRunsCut (the red team of 2026-12-06): a panic in the
+// third of nine runs ended the test binary, and the summary line gave the
+// failures without saying that six runs were never made. The test command
+// here is a stand-in for go test whose run panics.
+func TestFlakesPanicSaysRunsCut(t *testing.T) {
+	realGo, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, dir := t.TempDir(), t.TempDir()
+	fake := "#!/bin/sh\nif [ \"$1\" = test ]; then echo '--- FAIL: TestThird (0.00s)'; echo 'panic: third run [recovered]'; echo FAIL; exit 2; fi\nexec " + realGo + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := append([]string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"), "LEASEHOLD_FLAKES_DIR=" + dir}, flakesNoEngines...)
+	out, code := runScript(t, env, "flakes.sh", "-count", "9", "-load", "0", "-norace", "./internal/randid/")
+	if code != 1 {
+		t.Errorf("flakes.sh over a panicking test: exit %d, want 1:\n%s", code, out)
+	}
+	summary, err := os.ReadFile(filepath.Join(dir, "summary"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(summary), "TestThird×1") || !strings.Contains(string(summary), "a panic ended the runs early: panic: third run") {
+		t.Errorf("the summary does not say a panic ended the runs:\n%s", summary)
 	}
 }
