@@ -23,7 +23,9 @@
 # made or written (LEASEHOLD_FLAKES_DIR, or TMPDIR for the default), 75
 # when another test command is using the engines' directory it was given
 # (LEASEHOLD_ENGINES_DIR; scripts/engines.sh --help), and 130 after Ctrl-C (SIGINT) or 143 after SIGTERM, once the running test and
-# the busy loops are stopped.
+# the busy loops are stopped. Killed with SIGKILL (no trap runs), a watchdog
+# stops the running test and the engines it started, and the busy loops
+# end by themselves, within a few seconds.
 set -uo pipefail
 caller=$PWD # a relative LEASEHOLD_FLAKES_DIR is the caller's, not the checkout's
 cd "$(dirname "$0")/.."

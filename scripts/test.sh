@@ -22,7 +22,9 @@
 #
 # SIGINT or SIGTERM (to this script alone or to its process group) stops the
 # running stage's whole process tree, stops the engines, prints the table
-# with the stage marked interrupted, and exits 130 or 143.
+# with the stage marked interrupted, and exits 130 or 143. A signal once the
+# last stage has ended (while the engines stop and the table is printed)
+# is ignored: the run ends with its stages' status.
 #
 # Usage: scripts/test.sh, with no arguments (-h or --help prints this; any
 # other argument is a usage error, 64). LEASEHOLD_ENGINES_DIR: where the
