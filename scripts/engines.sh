@@ -409,7 +409,7 @@ etcd_member() {
 	dir=$(made_dir etcd-cluster) || { log "no etcd cluster of this script's in $STATE"; exit 1; }
 	pid=$(cat "$dir/n$2.pid" 2>/dev/null || true)
 	if [ "$1" = kill ]; then
-		if [ -n "$pid" ] && alive "$pid" && owned "$pid" "$dir"; then
+		if [ -n "$pid" ] && alive "$pid" && owned "$pid" "$dir" etcd; then
 			kill -KILL "$pid"
 			# Gone means its port closed too: the main thread of a killed
 			# process shows as a zombie while its other threads still
@@ -429,7 +429,7 @@ etcd_member() {
 		log "etcd member $2 is not running"
 		return 0
 	fi
-	if [ -n "$pid" ] && alive "$pid" && owned "$pid" "$dir"; then
+	if [ -n "$pid" ] && alive "$pid" && owned "$pid" "$dir" etcd; then
 		log "etcd member $2 already runs (process $pid)"
 		return 0
 	fi
@@ -486,11 +486,18 @@ export_chromium() {
 	log "Chromium: $bin"
 }
 
-# owned PID DIR: whether PID is still the engine started in DIR (its
-# command line names DIR, or DIR is its working directory, as for Redis),
-# not another process that was given the pid after the engine died.
+# owned PID DIR PROGRAM: whether PID is still the engine started in DIR:
+# the program PROGRAM (its process name: redis-server, etcd, node for
+# dynalite, postgres) whose command line names DIR, or whose working
+# directory DIR is (as for Redis); not another process that was given the
+# pid after the engine died. The program is checked too: a "tail -f" of
+# an engine's log, a psql on its socket directory or a shell in its
+# directory names DIR as well (the red team of 2026-12-06).
 owned() {
-	local pid=$1 dir=$2
+	local pid=$1 dir=$2 program=$3 comm
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
+	[ "$comm" = "$program" ] || return 1
 	[ -r "/proc/$pid/cmdline" ] || return 1
 	tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$dir" && return 0
 	[ "$(readlink "/proc/$pid/cwd" 2>/dev/null)" = "$dir" ]
@@ -637,14 +644,19 @@ copied() {
 # (dynalite, etcd, redis: one process; etcd-cluster: one per member) and
 # removes its directory.
 stop_one() {
-	local dir pid
+	local dir pid program
 	[ -f "$STATE/$1.dir" ] || return 0
 	dir=$(made_dir "$1") || return 0
+	case $1 in
+	dynalite) program=node ;;
+	redis) program=redis-server ;;
+	*) program=etcd ;;
+	esac
 	for pid in "$dir/pid" "$dir/redis.pid" "$dir"/n[0-9].pid; do
 		if [ -n "$dir" ] && [ -s "$pid" ]; then
-			if owned "$(cat "$pid")" "$dir"; then
+			if owned "$(cat "$pid")" "$dir" "$program"; then
 				stop_pid "$(cat "$pid")"
-			elif [ -e "/proc/$(cat "$pid")" ]; then
+			elif [[ $(cat "$pid") =~ ^[0-9]+$ ]] && alive "$(cat "$pid")"; then
 				log "process $(cat "$pid") (from $pid) is not this engine any more (its pid was reused): left alone"
 			fi
 		fi
@@ -667,19 +679,21 @@ stop() {
 		# Only the server started in $dir: after it died (killed, or out of
 		# memory) its pid can be another process's, which neither pg_ctl
 		# (it signals the pid in the file) nor stop_pid may touch.
-		if [ -n "$pid" ] && ! { [[ $pid =~ ^[0-9]+$ ]] && owned "$pid" "$dir"; }; then
-			[ ! -e "/proc/$pid" ] ||
+		if [ -n "$pid" ] && ! owned "$pid" "$dir" postgres; then
+			! { [[ $pid =~ ^[0-9]+$ ]] && alive "$pid"; } ||
 				log "process $pid (from $dir/data/postmaster.pid) is not this PostgreSQL server any more (its pid was reused): left alone"
 			pid=
 		fi
-		if [ -n "$pid" ] && [ -n "$bin" ]; then
-			if as_root; then
+		if [ -n "$pid" ]; then
+			if [ -z "$bin" ]; then
+				: # no pg_ctl (PostgreSQL removed meanwhile): stop_pid below
+			elif as_root; then
 				runuser -u postgres -- "$bin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
 			else
 				"$bin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
 			fi
 			# pg_ctl waits for the server; should it have failed, stop it here.
-			if [ -s "$dir/data/postmaster.pid" ] && owned "$pid" "$dir"; then
+			if owned "$pid" "$dir" postgres; then
 				stop_pid "$pid"
 			fi
 		fi

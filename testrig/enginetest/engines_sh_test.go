@@ -469,10 +469,24 @@ func TestEnginesStaleClaimRace(t *testing.T) {
 // pid). Only a process that is still the server started in that directory
 // may be stopped; one that is gets stopped as before.
 func TestEnginesStopStalePostmasterPid(t *testing.T) {
+	// A stand-in for the server: a program named postgres (its process
+	// name) whose command line names the directory, as the real one's does.
+	fakePostgres := filepath.Join(t.TempDir(), "postgres")
+	if err := os.WriteFile(fakePostgres, []byte("#!/bin/sh\nwhile :; do sleep 1; done\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name  string
-		owned bool // the process's command line names the engine's directory
-	}{{"reused pid", false}, {"the server", true}} {
+		owned bool // the process is the server started in the directory
+	}{
+		{"reused pid", false},
+		// The re-check of 2026-12-06: a "tail -f" of the server's log, a
+		// psql on its socket directory, a shell in its directory were
+		// taken for the server (they name the directory too).
+		{"names the directory", false},
+		{"in the directory", false},
+		{"the server", true},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			state := t.TempDir()
 			made, err := exec.Command("mktemp", "-d", "/tmp/leasehold-pg.XXXXXX").Output()
@@ -485,10 +499,17 @@ func TestEnginesStopStalePostmasterPid(t *testing.T) {
 				t.Fatal(err)
 			}
 			proc := exec.Command("sleep", "300")
-			if tc.owned {
-				proc = exec.Command("sh", "-c", "while :; do sleep 1; done", dir)
-			}
 			proc.Dir = t.TempDir()
+			switch tc.name {
+			case "names the directory":
+				proc = exec.Command("sh", "-c", "while :; do sleep 1; done", filepath.Join(dir, "server.log"))
+				proc.Dir = t.TempDir()
+			case "in the directory":
+				proc.Dir = dir
+			case "the server":
+				proc = exec.Command(fakePostgres, "-D", filepath.Join(dir, "data"))
+				proc.Dir = filepath.Join(dir, "data")
+			}
 			if err := proc.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -513,8 +534,7 @@ func TestEnginesStopStalePostmasterPid(t *testing.T) {
 			case <-time.After(500 * time.Millisecond):
 			}
 			if stopped != tc.owned {
-				t.Errorf("process %d (command line names the engine's directory: %v) stopped: %v, want %v:\n%s",
-					proc.Process.Pid, tc.owned, stopped, tc.owned, out)
+				t.Errorf("process %d (%s) stopped: %v, want %v:\n%s", proc.Process.Pid, tc.name, stopped, tc.owned, out)
 			}
 			if !tc.owned && !strings.Contains(out, "left alone") {
 				t.Errorf("engines.sh stop does not say it left process %d alone:\n%s", proc.Process.Pid, out)
