@@ -724,6 +724,7 @@ start)
 	printf '%s' "$EXPORTS"
 	;;
 stop)
+	check_claim
 	refuse_claimed stop
 	stop
 	unclaim

@@ -151,7 +151,8 @@ watchdog() {
 		stop_tree "$pid"
 	fi
 	if [ -n "${started_engines:-}" ]; then
-		scripts/engines.sh stop >/dev/null 2>&1
+		# The hunt's claim names a process gone by now: stale, not ours.
+		LEASEHOLD_ENGINES_CLAIM= scripts/engines.sh stop >/dev/null 2>&1
 	fi
 	rm -f "$out/.running"
 }

@@ -332,6 +332,25 @@ func TestEnginesBadClaim(t *testing.T) {
 			}
 		})
 	}
+	// stop checks the claim as start does (the re-check of 2026-12-06:
+	// stop with the live claimer's own pid stopped its engines, rc 0).
+	for _, claim := range []string{"abc", strconv.Itoa(sleeper.Process.Pid)} {
+		t.Run("stop/"+claim, func(t *testing.T) {
+			state := t.TempDir()
+			held := claimFor(t, state, sleeper.Process.Pid)
+			dir, proc := runningEngine(t, state, "redis")
+			out, code := runScript(t, []string{"LEASEHOLD_ENGINES_DIR=" + state, "LEASEHOLD_ENGINES_CLAIM=" + claim}, "engines.sh", "stop")
+			if code != 64 || !strings.Contains(out, "LEASEHOLD_ENGINES_CLAIM") {
+				t.Errorf("engines.sh stop with LEASEHOLD_ENGINES_CLAIM=%q on a claimed directory: exit %d, want 64 naming the variable:\n%s", claim, code, out)
+			}
+			if _, err := os.Stat(dir); err != nil || syscall.Kill(proc.Process.Pid, 0) != nil {
+				t.Errorf("engines.sh stop with a bad claim stopped the other command's engine or removed its directory (%v):\n%s", err, out)
+			}
+			if b, err := os.ReadFile(filepath.Join(state, "claim")); err != nil || string(b) != held {
+				t.Errorf("the other command's claim changed: %q (%v), want %q", b, err, held)
+			}
+		})
+	}
 }
 
 // claimFor writes state's claim for process pid, as a test command's
