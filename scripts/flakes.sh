@@ -83,12 +83,16 @@ else
 	made_out=$out
 fi
 
+# This run's own files in the output directory (a second hunt given the
+# same directory must not take or remove them): $priv.running, .tick,
+# .golist, .env; removed at the end.
+priv=$out/.flakes.$$
 loops=()
 gopid=
 watcher=
+# The watchdog is stopped last: a SIGKILL during the cleanup (as a runner's
+# SIGTERM, then SIGKILL a second later) leaves the rest to it.
 cleanup() {
-	[ -z "$watcher" ] || kill "$watcher" 2>/dev/null
-	watcher=
 	[ ${#loops[@]} -gt 0 ] && kill "${loops[@]}" 2>/dev/null
 	loops=()
 	if [ -n "$gopid" ]; then
@@ -99,7 +103,9 @@ cleanup() {
 		started_engines=
 		scripts/engines.sh stop
 	fi
-	[ -z "${out:-}" ] || rm -f "$out/.running" "$out/.tick"
+	[ -z "$watcher" ] || kill "$watcher" 2>/dev/null
+	watcher=
+	[ -z "${priv:-}" ] || rm -f "$priv".*
 }
 trap cleanup EXIT
 # A second signal during the cleanup is ignored (said once, cleaned once).
@@ -118,13 +124,13 @@ alive() {
 }
 
 # running PID: notes the test command being waited for (its pid and start)
-# in $out/.running, for the watchdog.
+# in $priv.running, for the watchdog.
 running() {
 	local s f
 	read -r s 2>/dev/null <"/proc/$1/stat" || s=
 	s=${s##*) }
 	read -r -a f <<<"$s"
-	echo "$1 ${f[19]:-}" >"$out/.running"
+	echo "$1 ${f[19]:-}" >"$priv.running"
 }
 
 # The watchdog: a SIGKILL to this script alone runs no trap, and left the
@@ -142,33 +148,33 @@ read -r -a mestat <<<"$mestat"
 mestart=${mestat[19]}
 watchdog() {
 	trap - INT TERM HUP EXIT
-	exec 9<>"$out/.tick" && rm -f "$out/.tick"
+	exec 9<>"$priv.tick" && rm -f "$priv.tick"
 	while alive "$me" "$mestart"; do
 		read -r -t 1 -u 9 _
 	done
 	local pid start
-	if read -r pid start <"$out/.running" 2>/dev/null && [ -n "$start" ] && alive "$pid" "$start"; then
+	if read -r pid start 2>/dev/null <"$priv.running" && [ -n "$start" ] && alive "$pid" "$start"; then
 		stop_tree "$pid"
 	fi
 	if [ -n "${started_engines:-}" ]; then
 		# The hunt's claim names a process gone by now: stale, not ours.
 		LEASEHOLD_ENGINES_CLAIM= scripts/engines.sh stop >/dev/null 2>&1
 	fi
-	rm -f "$out/.running"
+	rm -f "$priv".*
 }
 
 # The packages first: a bad one is a usage error before any engine starts.
 module=$(go list -m) || exit 1
 if [ $# -gt 0 ]; then
-	if ! list=$(go list "$@" 2>"$out/.golist") || grep -q "matched no packages" "$out/.golist"; then
-		cat "$out/.golist" >&2
-		rm -f "$out/.golist"
+	if ! list=$(go list "$@" 2>"$priv.golist") || grep -q "matched no packages" "$priv.golist"; then
+		cat "$priv.golist" >&2
+		rm -f "$priv.golist"
 		[ -z "$made_out" ] || rm -rf -- "$made_out"
 		echo "flakes.sh: go list could not find every package named (see above)" >&2
 		exit 64
 	fi
-	cat "$out/.golist" >&2
-	rm -f "$out/.golist"
+	cat "$priv.golist" >&2
+	rm -f "$priv.golist"
 else
 	list=$(go list ./... | grep -v '/testrig/verify') || exit 1
 fi
@@ -184,16 +190,17 @@ if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 	# at once, which stops the start's tree and then the engines (waiting
 	# in the foreground deferred the trap until every engine had started).
 	st=0
-	mkfifo "$out/.tick" && { watchdog & watcher=$!; }
-	scripts/engines.sh start >"$out/engines.env" &
+	rm -f "$priv.tick" # one left by a killed run with this pid
+	mkfifo "$priv.tick" && { watchdog & watcher=$!; }
+	scripts/engines.sh start >"$priv.env" &
 	gopid=$!
 	running "$gopid"
 	wait "$gopid" || st=$?
 	gopid=
-	exports=$(cat "$out/engines.env")
+	exports=$(cat "$priv.env")
 	if [ $st -eq 75 ]; then
 		started_engines= # the engines are the other command's
-		rm -f "$out/engines.env"
+		rm -f "$priv".*
 		[ -z "$made_out" ] || rm -rf -- "$made_out" # nothing ran: leave nothing behind
 		echo "flakes.sh: FAILED: the engines' directory is in use by another test command (above)" >&2
 		exit 75
@@ -204,7 +211,7 @@ if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 	eval "$exports"
 fi
 export LEASEHOLD_REQUIRE_ENGINES=1
-if [ -z "$watcher" ] && mkfifo "$out/.tick"; then
+if [ -z "$watcher" ] && rm -f "$priv.tick" && mkfifo "$priv.tick"; then
 	watchdog &
 	watcher=$!
 fi
@@ -240,7 +247,7 @@ for p in "${pkgs[@]}"; do
 		# A panic (a test's, or -timeout's) ends the test binary: the
 		# package's later runs were not made.
 		if grep -qE '^panic: ' "$f"; then
-			tests+="$([ "$n" -eq 0 ] || echo " ")(a panic ended the runs early: $(grep -m1 -E '^panic: ' "$f" | cut -c1-80))"
+			tests="${tests% } (a panic ended the runs early: $(grep -m1 -E '^panic: ' "$f" | cut -c1-80))"
 		fi
 	fi
 	short=.${p#"$module"} # ./internal/editdist, or . for the module's root

@@ -488,6 +488,14 @@ func TestFlakesClaimedLeavesNoTemp(t *testing.T) {
 	// With an output directory named: the one it made is removed, one
 	// that was there is left as it was (the red team of 2026-12-06).
 	made, there := filepath.Join(t.TempDir(), "new"), t.TempDir()
+	// Files of the user's, with the names the hunt's own files had (the
+	// re-check of 2026-12-06: a refused hunt removed them).
+	theirs := []string{".running", ".tick", ".golist", "engines.env", "keep.txt"}
+	for _, name := range theirs {
+		if err := os.WriteFile(filepath.Join(there, name), []byte("user\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, dir := range []string{made, there} {
 		out, code = runScript(t, []string{"LEASEHOLD_ENGINES_DIR=" + state, "LEASEHOLD_TEST_PG_BIN=", "LEASEHOLD_FLAKES_DIR=" + dir},
 			"flakes.sh", "-count", "1", "-load", "0", "-norace", "./internal/randid/")
@@ -498,8 +506,18 @@ func TestFlakesClaimedLeavesNoTemp(t *testing.T) {
 	if _, err := os.Stat(made); !os.IsNotExist(err) {
 		t.Errorf("flakes.sh refused with 75 left the output directory it made (%v)", err)
 	}
-	if left, _ := os.ReadDir(there); len(left) > 0 {
-		t.Errorf("flakes.sh refused with 75 left files in the output directory: %v", left)
+	if left, _ := os.ReadDir(there); len(left) != len(theirs) {
+		t.Errorf("flakes.sh refused with 75 left or removed files in the output directory: %v, want just %v", left, theirs)
+	}
+	// And refused for a package that does not exist (64).
+	out, code = runScript(t, append([]string{"LEASEHOLD_FLAKES_DIR=" + there}, flakesNoEngines...), "flakes.sh", "./nonexistent/")
+	if code != 64 {
+		t.Errorf("flakes.sh ./nonexistent/: exit %d, want 64:\n%s", code, out)
+	}
+	for _, name := range theirs {
+		if b, err := os.ReadFile(filepath.Join(there, name)); err != nil || string(b) != "user\n" {
+			t.Errorf("a refused hunt changed the output directory's %s: %q (%v)", name, b, err)
+		}
 	}
 }
 
@@ -595,5 +613,89 @@ func TestFlakesPanicSaysRunsCut(t *testing.T) {
 	}
 	if !strings.Contains(string(summary), "TestThird×1") || !strings.Contains(string(summary), "a panic ended the runs early: panic: third run") {
 		t.Errorf("the summary does not say a panic ended the runs:\n%s", summary)
+	}
+}
+
+// TestFlakesTermThenKill (the re-check of 2026-12-06): SIGTERM, then SIGKILL
+// a second later (as timeout -k 1, systemd or a CI runner stop a command),
+// caught the hunt inside its cleanup, after it had stopped its watchdog and
+// before it stopped the engines: every engine was left running. The
+// watchdog is now stopped last, so the engines are stopped either way.
+func TestFlakesTermThenKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the engines")
+	}
+	realGo, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, state := t.TempDir(), t.TempDir()
+	marker := filepath.Join(t.TempDir(), "go-test-pid")
+	// A go test that outlives a SIGTERM for a while, as a slow test's
+	// cleanup does: the hunt's cleanup waits 2 s before SIGKILL.
+	fake := "#!/bin/sh\nif [ \"$1\" = test ]; then trap '' TERM; echo $$ >\"$FAKE_GO_TEST\"; sleep 300; exit 0; fi\nexec " + realGo + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(repoScript(t, "flakes.sh"), "-count", "1", "-load", "1", "-norace", "./internal/randid/")
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(proctest.EnvWithout("LEASEHOLD_TEST_PG_BIN", "LEASEHOLD_ENGINES_DIR", "LEASEHOLD_NPM_DIR", "LEASEHOLD_ENGINES_CLAIM", "PATH"),
+		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"LEASEHOLD_ENGINES_DIR="+state, "LEASEHOLD_ENGINES_NO_INSTALL=1", "LEASEHOLD_FLAKES_DIR="+t.TempDir(), "FAKE_GO_TEST="+marker)
+	if mods := os.Getenv("LEASEHOLD_TEST_NODE_MODULES"); mods != "" {
+		cmd.Env = append(cmd.Env, "LEASEHOLD_NPM_DIR="+filepath.Dir(mods))
+	}
+	out := startGroup(t, cmd)
+	pgid := cmd.Process.Pid
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		if _, err := os.Stat(marker); err == nil {
+			break
+		}
+		if strings.Contains(out.String(), "not installed") {
+			syscall.Kill(-pgid, syscall.SIGKILL)
+			cmd.Wait()
+			enginetest.Missing(t, "the engines of scripts/engines.sh", "it says some are not installed")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hunt did not start its test within 3 minutes:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var engineDirs []string
+	files, _ := filepath.Glob(filepath.Join(state, "*.dir"))
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil {
+			engineDirs = append(engineDirs, strings.TrimSpace(string(b)))
+		}
+	}
+	if len(engineDirs) == 0 {
+		t.Fatalf("no engine directory named in %s once the test ran:\n%s", state, out.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	cmd.Process.Kill()
+	cmd.Wait()
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		var left []string
+		for _, d := range engineDirs {
+			if _, err := os.Stat(d); err == nil {
+				left = append(left, d)
+			}
+		}
+		left = append(left, groupMembers(pgid)...)
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("60 s after SIGTERM and SIGKILL, engines or processes of the hunt are left: %v\n%s", left, out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(state, "*.dir")); len(dirs) > 0 {
+		t.Errorf("engines' state left: %v", dirs)
 	}
 }
