@@ -91,12 +91,20 @@ stage() {
 		# In the background and waited for, so that a signal to this
 		# script runs its trap at once, which stops the stage's tree.
 		# Its output is also kept, to be digested at the end (failures).
+		# Its status is also written to a file: a signal as the stage
+		# ends (deferred) makes wait return 128+n, not the stage's status.
 		running=$name
-		"$@" > >(tee "$logs/$name") 2>&1 &
+		{
+			"$@"
+			st=$?
+			echo "$st" >"$logs/$name.status"
+			exit "$st"
+		} > >(tee "$logs/$name") 2>&1 &
 		stage_pid=$!
 		wait "$stage_pid"
 		st=$?
-		stage_pid= running=
+		[ -z "$deferred" ] || st=$(cat "$logs/$name.status" 2>/dev/null || echo "$st")
+		stage_pid=
 	fi
 	local secs=$(($(date +%s) - t0))
 	cpu_now
@@ -109,6 +117,14 @@ stage() {
 		failed=1
 	fi
 	echo "== [$name] exit $st after $secs s (cpu $cpu s)"
+	running=
+	[ "$name" != "$last_stage" ] || stages_over=1
+	# A signal that came while the row was being written (the stage's
+	# processes had ended) is acted on now, with the row in the table.
+	if [ -n "$deferred" ]; then
+		# shellcheck disable=SC2086 # code and signal name
+		interrupted $deferred
+	fi
 	return 0
 }
 
@@ -138,9 +154,32 @@ kill_tree() {
 	kill -CONT "$pid" 2>/dev/null
 }
 
-stage_pid= running=
+# ended PID: process PID has exited (a zombie, or gone).
+ended() {
+	local st
+	read -r st 2>/dev/null <"/proc/$1/stat" || return 0
+	st=${st##*) }
+	[ "${st:0:1}" = Z ]
+}
+
+stage_pid= running= deferred= stages_over=
+# The last stage this run runs (engines runs when a later stage needs it).
+last_stage=
+for s in mod engines vet race bench python verify; do
+	case "$want" in *" $s "*) last_stage=$s ;; esac
+done
 interrupted() {
 	local code=$1 sig=$2
+	# The last stage has ended: the engines' stop and the table are all
+	# that is left, and the run ends with its stages' status.
+	[ -z "$stages_over" ] || return 0
+	# A stage whose process has ended (not yet reaped, or its row not yet
+	# written): the row first, with its status (stage acts on the signal
+	# then).
+	if [ -n "$running" ] && { [ -z "$stage_pid" ] || ended "$stage_pid"; }; then
+		deferred="$code $sig"
+		return 0
+	fi
 	# Ignored from here on, by this script and what the cleanup runs: a
 	# second signal must not skip the table or stopping the engines.
 	trap '' INT TERM HUP
@@ -240,11 +279,17 @@ engines() {
 	# This run claims the engines' directory (scripts/engines.sh --help): a
 	# second test command on it is refused (75) instead of stopping these.
 	export LEASEHOLD_ENGINES_CLAIM=$$
-	scripts/engines.sh start >"$logs/engines.env" &
+	{
+		scripts/engines.sh start
+		st=$?
+		echo "$st" >"$logs/engines.status"
+		exit "$st"
+	} >"$logs/engines.env" &
 	stage_pid=$!
 	wait "$stage_pid"
 	st=$?
-	stage_pid= running=
+	[ -z "$deferred" ] || st=$(cat "$logs/engines.status" 2>/dev/null || echo "$st")
+	stage_pid=
 	exports=$(cat "$logs/engines.env")
 	if [ $st -eq 75 ]; then
 		trap finish EXIT # the engines are the other command's
