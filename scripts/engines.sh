@@ -538,7 +538,10 @@ claimer() {
 	[ -f "$STATE/claim" ] || return 1
 	read -r pid start <"$STATE/claim" 2>/dev/null || return 1
 	[[ $pid =~ ^[0-9]+$ ]] && [ "$pid" != "${LEASEHOLD_ENGINES_CLAIM:-}" ] || return 1
-	[ "$(proc_start "$pid")" = "$start" ] || return 1
+	# A zombie (killed, its parent not yet waiting for it) is gone too:
+	# the flake hunt's watchdog stops the engines of a hunt in that state
+	# (the red team of 2026-12-06: refused with 75, every engine left).
+	alive "$pid" && [ "$(proc_start "$pid")" = "$start" ] || return 1
 	echo "$pid"
 }
 
@@ -612,6 +615,9 @@ check_claim() {
 
 claim_locked() {
 	refuse_claimed start # a live other claim: 75; none, ours or a stale one: (re)written
+	# A claim.PID left by a writer killed before its mv (under the lock,
+	# no other writer is at work).
+	rm -f "$STATE"/claim.[0-9]*
 	echo "$1 $2" >"$STATE/claim.$$" && mv -f "$STATE/claim.$$" "$STATE/claim" || {
 		log "cannot write $STATE/claim"
 		exit 1
@@ -624,7 +630,7 @@ unclaim() {
 	locked unclaim_locked
 }
 
-unclaim_locked() { claimer >/dev/null || rm -f "$STATE/claim"; }
+unclaim_locked() { claimer >/dev/null || rm -f "$STATE/claim" "$STATE"/claim.[0-9]*; }
 
 # copied: whether $STATE is a copy of another state directory (cp -a of a
 # checkout copies its .engines): start records the directory's own path in

@@ -79,6 +79,10 @@ stage() {
 	local name=$1 t0 st
 	shift
 	case "$want" in *" $name "*) ;; *) return 0 ;; esac
+	# Running from here: a signal before its process starts still gets the
+	# stage's INTERRUPTED row (the red team of 2026-12-06: 1 in 30 such
+	# signals left an empty table).
+	running=$name stage_ended=
 	echo "== [$name] $*"
 	t0=$(date +%s)
 	local c0
@@ -103,6 +107,7 @@ stage() {
 		stage_pid=$!
 		wait "$stage_pid"
 		st=$?
+		stage_ended=1
 		[ -z "$deferred" ] || st=$(cat "$logs/$name.status" 2>/dev/null || echo "$st")
 		stage_pid=
 	fi
@@ -162,7 +167,7 @@ ended() {
 	[ "${st:0:1}" = Z ]
 }
 
-stage_pid= running= deferred= stages_over=
+stage_pid= running= stage_ended= deferred= stages_over=
 # The last stage this run runs (engines runs when a later stage needs it).
 last_stage=
 for s in mod engines vet race bench python verify; do
@@ -176,15 +181,15 @@ interrupted() {
 	# A stage whose process has ended (not yet reaped, or its row not yet
 	# written): the row first, with its status (stage acts on the signal
 	# then).
-	if [ -n "$running" ] && { [ -z "$stage_pid" ] || ended "$stage_pid"; }; then
+	if [ -n "$running" ] && { [ -n "$stage_ended" ] || { [ -n "$stage_pid" ] && ended "$stage_pid"; }; }; then
 		deferred="$code $sig"
 		return 0
 	fi
 	# Ignored from here on, by this script and what the cleanup runs: a
 	# second signal must not skip the table or stopping the engines.
 	trap '' INT TERM HUP
-	if [ -n "$stage_pid" ]; then
-		stop_tree "$stage_pid"
+	if [ -n "$running" ]; then
+		[ -z "$stage_pid" ] || stop_tree "$stage_pid"
 		summary+=("$(printf '%-8s INTERRUPTED by SIG%s' "$running" "$sig")")
 	fi
 	echo "test.sh: interrupted (SIG$sig)" >&2
@@ -288,6 +293,7 @@ engines() {
 	stage_pid=$!
 	wait "$stage_pid"
 	st=$?
+	stage_ended=1
 	[ -z "$deferred" ] || st=$(cat "$logs/engines.status" 2>/dev/null || echo "$st")
 	stage_pid=
 	exports=$(cat "$logs/engines.env")

@@ -567,3 +567,45 @@ func TestEnginesStopStalePostmasterPid(t *testing.T) {
 		})
 	}
 }
+
+// TestEnginesZombieClaimer (the red team of 2026-12-06, round 3): a claim
+// whose process had been killed but not yet waited for by its parent (a
+// zombie) was taken as live: stop refused with 75, and a flake hunt's
+// watchdog, which runs then, left every engine running. A zombie's claim
+// is stale. A claim.PID file left by a writer killed before its rename is
+// removed too.
+func TestEnginesZombieClaimer(t *testing.T) {
+	state := t.TempDir()
+	claimer := exec.Command("sleep", "300")
+	if err := claimer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	claimFor(t, state, claimer.Process.Pid)
+	if err := claimer.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	defer claimer.Wait()
+	// Not waited for: a zombie until the deferred Wait.
+	for deadline := time.Now().Add(30 * time.Second); procState(claimer.Process.Pid) != "Z"; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d is not a zombie after 30 s (state %q)", claimer.Process.Pid, procState(claimer.Process.Pid))
+		}
+	}
+	leftover := filepath.Join(state, "claim.999999")
+	if err := os.WriteFile(leftover, []byte("1 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := runningEngine(t, state, "redis")
+	out, code := runScript(t, []string{"LEASEHOLD_ENGINES_DIR=" + state, "LEASEHOLD_ENGINES_CLAIM="}, "engines.sh", "stop")
+	if code != 0 {
+		t.Fatalf("engines.sh stop with a zombie's claim: exit %d, want 0:\n%s", code, out)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the engine's directory is left (%v):\n%s", err, out)
+	}
+	for _, f := range []string{filepath.Join(state, "claim"), leftover} {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("%s left (%v)", f, err)
+		}
+	}
+}

@@ -719,6 +719,19 @@ func TestFlakesTermThenKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the engines")
 	}
+	// Also a SIGKILL whose sender waits for the hunt only later (a zombie
+	// meanwhile: the red team's round 3, where the watchdog's stop was
+	// refused, the zombie's claim taken as live, and every engine left).
+	for _, tc := range []struct {
+		name      string
+		term      bool
+		reapLater bool
+	}{{"TERM then KILL", true, false}, {"KILL, reaped later", false, true}} {
+		t.Run(tc.name, func(t *testing.T) { flakesKilled(t, tc.term, tc.reapLater) })
+	}
+}
+
+func flakesKilled(t *testing.T, term, reapLater bool) {
 	realGo, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatal(err)
@@ -766,12 +779,18 @@ func TestFlakesTermThenKill(t *testing.T) {
 	if len(engineDirs) == 0 {
 		t.Fatalf("no engine directory named in %s once the test ran:\n%s", state, out.String())
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	if term {
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
 	}
-	time.Sleep(time.Second)
 	cmd.Process.Kill()
-	cmd.Wait()
+	if reapLater {
+		defer cmd.Wait()
+	} else {
+		cmd.Wait()
+	}
 	deadline = time.Now().Add(60 * time.Second)
 	for {
 		var left []string
