@@ -133,13 +133,7 @@ func TestTestShSignalDuringFinalStop(t *testing.T) {
 				time.Sleep(20 * time.Millisecond)
 			}
 			// The engines' directories, before the stop removes them.
-			var engineDirs []string
-			files, _ := filepath.Glob(filepath.Join(state, "*.dir"))
-			for _, f := range files {
-				if b, err := os.ReadFile(f); err == nil {
-					engineDirs = append(engineDirs, strings.TrimSpace(string(b)))
-				}
-			}
+			engineDirs := engineDirsOf(state)
 			target := pgid
 			if tc.group {
 				target = -pgid
@@ -478,18 +472,7 @@ func TestFlakesTermDuringEngines(t *testing.T) {
 		_, err = os.Stat(filepath.Join(strings.TrimSpace(string(b)), "pid"))
 		return err == nil
 	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for !etcdStarted() {
-		if strings.Contains(out.String(), "not installed") {
-			syscall.Kill(-pgid, syscall.SIGKILL)
-			cmd.Wait()
-			enginetest.Missing(t, "the engines of scripts/engines.sh", "it says some are not installed")
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the start did not reach etcd within 3 minutes:\n%s", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitHunt(t, cmd, out, "the start did not reach etcd", etcdStarted)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -635,16 +618,8 @@ func TestFuzzBadTime(t *testing.T) {
 // their own once the script is gone. The test command here is a stand-in
 // for go test that runs until it is stopped.
 func TestFlakesKilledLeavesNothing(t *testing.T) {
-	realGo, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := t.TempDir()
+	bin := fakeGoTest(t, `echo $$ >"$FAKE_GO_TEST"; sleep 300; exit 0`)
 	marker := filepath.Join(t.TempDir(), "go-test-pid")
-	fake := "#!/bin/sh\nif [ \"$1\" = test ]; then echo $$ >\"$FAKE_GO_TEST\"; sleep 300; exit 0; fi\nexec " + realGo + " \"$@\"\n"
-	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(fake), 0o755); err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command(repoScript(t, "flakes.sh"), "-count", "1", "-load", "1", "-norace", "./internal/randid/")
 	cmd.Dir = filepath.Join("..", "..")
 	cmd.Env = append(proctest.EnvWithout("PATH"),
@@ -687,15 +662,8 @@ func TestFlakesKilledLeavesNothing(t *testing.T) {
 // failures without saying that six runs were never made. The test command
 // here is a stand-in for go test whose run panics.
 func TestFlakesPanicSaysRunsCut(t *testing.T) {
-	realGo, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, dir := t.TempDir(), t.TempDir()
-	fake := "#!/bin/sh\nif [ \"$1\" = test ]; then echo '--- FAIL: TestThird (0.00s)'; echo 'panic: third run [recovered]'; echo FAIL; exit 2; fi\nexec " + realGo + " \"$@\"\n"
-	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(fake), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := fakeGoTest(t, `echo '--- FAIL: TestThird (0.00s)'; echo 'panic: third run [recovered]'; echo FAIL; exit 2`)
+	dir := t.TempDir()
 	env := append([]string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"), "LEASEHOLD_FLAKES_DIR=" + dir}, flakesNoEngines...)
 	out, code := runScript(t, env, "flakes.sh", "-count", "9", "-load", "0", "-norace", "./internal/randid/")
 	if code != 1 {
@@ -732,18 +700,10 @@ func TestFlakesTermThenKill(t *testing.T) {
 }
 
 func flakesKilled(t *testing.T, term, reapLater bool) {
-	realGo, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, state := t.TempDir(), t.TempDir()
-	marker := filepath.Join(t.TempDir(), "go-test-pid")
 	// A go test that outlives a SIGTERM for a while, as a slow test's
 	// cleanup does: the hunt's cleanup waits 2 s before SIGKILL.
-	fake := "#!/bin/sh\nif [ \"$1\" = test ]; then trap '' TERM; echo $$ >\"$FAKE_GO_TEST\"; sleep 300; exit 0; fi\nexec " + realGo + " \"$@\"\n"
-	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(fake), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin, state := fakeGoTest(t, `trap '' TERM; echo $$ >"$FAKE_GO_TEST"; sleep 300; exit 0`), t.TempDir()
+	marker := filepath.Join(t.TempDir(), "go-test-pid")
 	cmd := exec.Command(repoScript(t, "flakes.sh"), "-count", "1", "-load", "1", "-norace", "./internal/randid/")
 	cmd.Dir = filepath.Join("..", "..")
 	cmd.Env = append(proctest.EnvWithout("LEASEHOLD_TEST_PG_BIN", "LEASEHOLD_ENGINES_DIR", "LEASEHOLD_NPM_DIR", "LEASEHOLD_ENGINES_CLAIM", "PATH"),
@@ -754,28 +714,8 @@ func flakesKilled(t *testing.T, term, reapLater bool) {
 	}
 	out := startGroup(t, cmd)
 	pgid := cmd.Process.Pid
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		if _, err := os.Stat(marker); err == nil {
-			break
-		}
-		if strings.Contains(out.String(), "not installed") {
-			syscall.Kill(-pgid, syscall.SIGKILL)
-			cmd.Wait()
-			enginetest.Missing(t, "the engines of scripts/engines.sh", "it says some are not installed")
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the hunt did not start its test within 3 minutes:\n%s", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	var engineDirs []string
-	files, _ := filepath.Glob(filepath.Join(state, "*.dir"))
-	for _, f := range files {
-		if b, err := os.ReadFile(f); err == nil {
-			engineDirs = append(engineDirs, strings.TrimSpace(string(b)))
-		}
-	}
+	waitHunt(t, cmd, out, "the hunt did not start its test", func() bool { _, err := os.Stat(marker); return err == nil })
+	engineDirs := engineDirsOf(state)
 	if len(engineDirs) == 0 {
 		t.Fatalf("no engine directory named in %s once the test ran:\n%s", state, out.String())
 	}
@@ -791,7 +731,7 @@ func flakesKilled(t *testing.T, term, reapLater bool) {
 	} else {
 		cmd.Wait()
 	}
-	deadline = time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var left []string
 		for _, d := range engineDirs {
@@ -821,4 +761,51 @@ func TestTestShFailedStageStatus(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "mod      FAILED") {
 		t.Errorf("test.sh with a failing mod stage: exit %d, want 1 and a FAILED row:\n%s", code, out)
 	}
+}
+
+// engineDirsOf lists the engines' directories that the state directory
+// names (its *.dir files), as scripts/engines.sh start wrote them.
+func engineDirsOf(state string) []string {
+	var dirs []string
+	files, _ := filepath.Glob(filepath.Join(state, "*.dir"))
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil {
+			dirs = append(dirs, strings.TrimSpace(string(b)))
+		}
+	}
+	return dirs
+}
+
+// waitHunt waits (3 minutes) until ready holds for a flakes.sh started by
+// startGroup with engines of its own; engines the script says are not
+// installed make the test missing-engine (a failure in CI).
+func waitHunt(t *testing.T, cmd *exec.Cmd, out fileText, failing string, ready func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(3 * time.Minute); !ready(); time.Sleep(50 * time.Millisecond) {
+		if strings.Contains(out.String(), "not installed") {
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			cmd.Wait()
+			enginetest.Missing(t, "the engines of scripts/engines.sh", "it says some are not installed")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s within 3 minutes:\n%s", failing, out.String())
+		}
+	}
+}
+
+// fakeGoTest makes a directory (to put first in PATH) with a go that runs
+// the shell commands body for "go test" and the real go for the rest: a
+// stand-in for a test run that hangs, panics or ignores signals.
+func fakeGoTest(t *testing.T, body string) string {
+	t.Helper()
+	realGo, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	fake := "#!/bin/sh\nif [ \"$1\" = test ]; then " + body + "; fi\nexec " + realGo + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
