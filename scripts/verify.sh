@@ -37,14 +37,24 @@ pkgs=("$@")
 [ ${#pkgs[@]} -eq 0 ] && pkgs=(./testrig/verify/...)
 
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+# shellcheck source=lib/proc.sh
+. scripts/lib/proc.sh
+own_engines= fuzzbuild=
+# On exit: the fuzz targets' build below if it is still going (its whole
+# tree), and the engines this script started.
+cleanup() {
+	[ -z "$fuzzbuild" ] || stop_tree "$fuzzbuild"
+	[ -z "$own_engines" ] || scripts/engines.sh stop
+}
+trap cleanup EXIT
 if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
-	trap 'scripts/engines.sh stop' EXIT
+	own_engines=1
 	export LEASEHOLD_ENGINES_CLAIM=$$ # one test command per directory
 	# Not eval "$(scripts/engines.sh start)": eval would go on after a failure.
 	st=0
 	exports=$(scripts/engines.sh start) || st=$?
 	if [ $st -eq 75 ]; then
-		trap - EXIT # the engines are the other command's
+		own_engines= # the engines are the other command's
 		echo "verify.sh: FAILED: the engines' directory is in use by another test command (above)" >&2
 		exit 75
 	elif [ $st -ne 0 ]; then
@@ -70,12 +80,23 @@ echo "== fault suites, $tier tier: go test ${pkgs[*]}"
 prebuilt=$(mktemp -d -t leasehold-verify-bin.XXXXXX)
 go test -c -p 2 -o "$prebuilt/" "${pkgs[@]}" >/dev/null 2>&1 || true
 rm -rf "$prebuilt"
+fuzzing=
+[ $# -eq 0 ] && [ -x scripts/fuzz.sh ] && fuzzing=1
+if [ -n "$fuzzing" ]; then
+	# The fuzz targets' instrumented builds (about 3 minutes of compiling
+	# after the suites) are made while the suites run, which mostly wait;
+	# the fuzzing below then only links. A failed build is reported there.
+	scripts/fuzz.sh --build >/dev/null 2>&1 &
+	fuzzbuild=$!
+fi
 # Two packages at a time (LEASEHOLD_VERIFY_P): each suite starts private
 # engine instances, and its checks are on order and counts, which must hold
 # on a loaded machine anyway; the suites wait on TTLs and faults more than
 # they compute (one at a time, a run used about a third of 2 cores).
 go test -count=1 -p "${LEASEHOLD_VERIFY_P:-2}" -timeout "$timeout" "${pkgs[@]}" || status=$?
-if [ $# -eq 0 ] && [ -x scripts/fuzz.sh ]; then
+if [ -n "$fuzzing" ]; then
+	wait "$fuzzbuild" || true
+	fuzzbuild=
 	echo "== fuzzing, $fuzztime per target"
 	scripts/fuzz.sh "$fuzztime" || status=$?
 fi
