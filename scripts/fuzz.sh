@@ -63,7 +63,7 @@ fi
 if [ "$fuzztime" = --build ]; then
 	bin=$(mktemp -d -t leasehold-fuzzbuild.XXXXXX)
 	trap 'rm -rf "$bin"' EXIT
-	status=0 built=" " n=0
+	built=" " n=0 failed=()
 	for t in "${targets[@]}"; do
 		read -r pkg name <<<"$t"
 		case "$built" in *" $pkg "*) continue ;; esac
@@ -71,10 +71,14 @@ if [ "$fuzztime" = --build ]; then
 		n=$((n + 1))
 		# Which target -fuzz names does not matter: the whole package and
 		# the module's packages it imports are instrumented.
-		go test -c -fuzz "^${name}\$" -o "$bin/$n.test" "$pkg" || status=1
+		go test -c -fuzz "^${name}\$" -o "$bin/$n.test" "$pkg" || failed+=("$pkg")
 	done
+	if [ ${#failed[@]} -gt 0 ]; then
+		echo "fuzz.sh: FAILED: the build of ${#failed[@]} of $n packages with fuzz targets: ${failed[*]}" >&2
+		exit 1
+	fi
 	echo "fuzz.sh: built the fuzz targets of $n packages"
-	exit $status
+	exit 0
 fi
 echo "fuzz.sh: ${#targets[@]} targets, $fuzztime each"
 

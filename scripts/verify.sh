@@ -39,12 +39,23 @@ pkgs=("$@")
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 # shellcheck source=lib/proc.sh
 . scripts/lib/proc.sh
-own_engines= fuzzbuild=
-# On exit: the fuzz targets' build below if it is still going (its whole
-# tree), and the engines this script started.
+own_engines= own_report=
+# On exit, also on SIGTERM or SIGHUP to this script alone (no trap for
+# them: bash would run it only once the step in the foreground ended):
+# the whole tree of whatever this script still runs (the suites' go test,
+# the fuzzing, the fuzz targets' build), then the engines it started and
+# the report it made. Only processes that are this script's children now
+# are stopped: a pid kept from earlier may belong to another process by
+# then. Further signals are ignored meanwhile, so that the clean-up is not
+# cut short with processes left stopped.
 cleanup() {
-	[ -z "$fuzzbuild" ] || stop_tree "$fuzzbuild"
+	trap '' INT TERM HUP
+	local c
+	for c in $(pgrep -P $$); do
+		[ "$(ps -o ppid= -p "$c" 2>/dev/null | tr -d ' ')" = $$ ] && stop_tree "$c"
+	done
 	[ -z "$own_engines" ] || scripts/engines.sh stop
+	[ -z "$own_report" ] || rm -f "$own_report"
 }
 trap cleanup EXIT
 if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
@@ -66,7 +77,11 @@ if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 fi
 export LEASEHOLD_REQUIRE_ENGINES=${LEASEHOLD_REQUIRE_ENGINES:-1}
 
-report=${LEASEHOLD_VERIFY_REPORT:-$(mktemp -t leasehold-verify.XXXXXX)}
+report=${LEASEHOLD_VERIFY_REPORT:-}
+if [ -z "$report" ]; then
+	report=$(mktemp -t leasehold-verify.XXXXXX)
+	own_report=$report
+fi
 export LEASEHOLD_VERIFY_REPORT=$report
 : >"$report"
 
@@ -85,9 +100,11 @@ fuzzing=
 if [ -n "$fuzzing" ]; then
 	# The fuzz targets' instrumented builds (about 3 minutes of compiling
 	# after the suites) are made while the suites run, which mostly wait;
-	# the fuzzing below then only links. A failed build is reported there.
-	scripts/fuzz.sh --build >/dev/null 2>&1 &
+	# the fuzzing below then only links. At nice 10, so that the suites,
+	# which time faults, come first. A failed build is reported there.
+	nice -n 10 scripts/fuzz.sh --build >/dev/null 2>&1 &
 	fuzzbuild=$!
+	building() { jobs -rp | grep -qx "$fuzzbuild"; }
 fi
 # Two packages at a time (LEASEHOLD_VERIFY_P): each suite starts private
 # engine instances, and its checks are on order and counts, which must hold
@@ -95,8 +112,23 @@ fi
 # they compute (one at a time, a run used about a third of 2 cores).
 go test -count=1 -p "${LEASEHOLD_VERIFY_P:-2}" -timeout "$timeout" "${pkgs[@]}" || status=$?
 if [ -n "$fuzzing" ]; then
+	# At most 20 minutes more (a cold build beside the suites took 6
+	# minutes at nice 19): a build that hangs is stopped, and the fuzzing
+	# builds what it needs itself. Asked of bash's job table, not of the
+	# pid, which another process may have once the build has ended.
+	if building; then
+		echo "== waiting for the fuzz targets' build (scripts/fuzz.sh --build)"
+		waited=0
+		while building && [ $waited -lt 1200 ]; do
+			sleep 1
+			waited=$((waited + 1))
+		done
+		if building; then
+			echo "verify.sh: the fuzz targets' build was still going 20 minutes after the suites; stopped"
+			stop_tree "$fuzzbuild"
+		fi
+	fi
 	wait "$fuzzbuild" || true
-	fuzzbuild=
 	echo "== fuzzing, $fuzztime per target"
 	scripts/fuzz.sh "$fuzztime" || status=$?
 fi

@@ -3,11 +3,9 @@ package enginetest_test
 import (
 	"bytes"
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -611,105 +609,6 @@ func TestFuzzBadTime(t *testing.T) {
 		if code != 64 || strings.Contains(out, "targets") {
 			t.Errorf("fuzz.sh %v: exit %d, want 64 before any target:\n%s", args, code, out)
 		}
-	}
-}
-
-// fuzzCalls runs a script with a stand-in go test that writes each call's
-// kind and package ("build P", "fuzz P", "suites-start", "suites-end") to
-// a log, exits with buildExit for the fuzz builds, and, for the fault
-// suites' run, waits (up to 60 s) until a fuzz build has been made. It
-// returns the log's lines, the script's output and exit code, and its
-// TMPDIR.
-func fuzzCalls(t *testing.T, buildExit int, script string, args ...string) ([]string, string, int, string) {
-	t.Helper()
-	log := filepath.Join(t.TempDir(), "calls")
-	bin := fakeGoTest(t, `for a; do last=$a; done
-case "$*" in
-*" -c -fuzz "*) echo "build $last" >>"$FAKE_GO_LOG"; exit `+strconv.Itoa(buildExit)+` ;;
-*" -fuzztime "*) echo "fuzz $last" >>"$FAKE_GO_LOG" ;;
-*" -count=1 "*) echo suites-start >>"$FAKE_GO_LOG"; i=0
-	while [ $i -lt 600 ] && ! grep -q '^build' "$FAKE_GO_LOG"; do sleep 0.1; i=$((i+1)); done
-	echo suites-end >>"$FAKE_GO_LOG" ;;
-esac
-exit 0`)
-	tmp := t.TempDir()
-	out, code := runScript(t, []string{
-		"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
-		"FAKE_GO_LOG=" + log, "TMPDIR=" + tmp,
-		"LEASEHOLD_TEST_PG_BIN=engines-not-needed", // verify.sh: no engines
-		"LEASEHOLD_VERIFY_REPORT=" + filepath.Join(tmp, "report"),
-	}, script, args...)
-	b, err := os.ReadFile(log)
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	return strings.Fields(strings.ReplaceAll(string(b), " ", "=")), out, code, tmp
-}
-
-// TestFuzzBuild: fuzz.sh --build (which verify.sh runs while the fault
-// suites run, so that the fuzzing after them only links: about 3 minutes
-// of CI's verify stage on a cold cache) builds each package with fuzz
-// targets once, runs no target, removes its binaries, and fails if a build
-// failed; it takes no other argument.
-func TestFuzzBuild(t *testing.T) {
-	calls, out, code, tmp := fuzzCalls(t, 0, "fuzz.sh", "--build")
-	if code != 0 {
-		t.Fatalf("fuzz.sh --build: exit %d, want 0:\n%s", code, out)
-	}
-	built := map[string]bool{}
-	for _, c := range calls {
-		pkg, ok := strings.CutPrefix(c, "build=")
-		if !ok {
-			t.Errorf("fuzz.sh --build made a call other than a build: %s", c)
-		}
-		if built[pkg] {
-			t.Errorf("fuzz.sh --build built %s twice", pkg)
-		}
-		built[pkg] = true
-	}
-	// The module has fuzz targets in several packages (scripts/fuzz.sh's
-	// R12 row of docs/verification.md names eight in four).
-	if len(built) < 2 || !strings.Contains(out, fmt.Sprintf("built the fuzz targets of %d packages", len(built))) {
-		t.Errorf("fuzz.sh --build built %v; output:\n%s", calls, out)
-	}
-	if left, _ := filepath.Glob(filepath.Join(tmp, "leasehold-fuzzbuild.*")); len(left) > 0 {
-		t.Errorf("fuzz.sh --build left %v", left)
-	}
-	if _, out, code, _ := fuzzCalls(t, 1, "fuzz.sh", "--build"); code == 0 {
-		t.Errorf("fuzz.sh --build with failing builds: exit 0, want non-zero:\n%s", out)
-	}
-	for _, args := range [][]string{{"--build", "5s"}, {"5s", "--build"}} {
-		if calls, out, code, _ := fuzzCalls(t, 0, "fuzz.sh", args...); code != 64 || len(calls) > 0 {
-			t.Errorf("fuzz.sh %v: exit %d, calls %v, want 64 before any build:\n%s", args, code, calls, out)
-		}
-	}
-}
-
-// TestVerifyBuildsFuzzDuringSuites: verify.sh compiled the fuzz targets
-// only after the fault suites had run (CI's verify stage spent about 3
-// minutes of a loaded run on it); the build now runs while the suites run,
-// and every package is built before any target is fuzzed.
-func TestVerifyBuildsFuzzDuringSuites(t *testing.T) {
-	calls, out, _, _ := fuzzCalls(t, 0, "verify.sh")
-	at := func(what string) int { return slices.Index(calls, what) }
-	firstBuild := slices.IndexFunc(calls, func(c string) bool { return strings.HasPrefix(c, "build=") })
-	if firstBuild < 0 || at("suites-start") < 0 || at("suites-end") < firstBuild {
-		t.Fatalf("verify.sh: no fuzz build while the suites ran; calls %v; output:\n%s", calls, out)
-	}
-	built, fuzzed := map[string]bool{}, map[string]bool{}
-	for i, c := range calls {
-		if pkg, ok := strings.CutPrefix(c, "build="); ok {
-			built[pkg] = true
-			if slices.IndexFunc(calls[:i], func(c string) bool { return strings.HasPrefix(c, "fuzz=") }) >= 0 {
-				t.Errorf("verify.sh: %s built after fuzzing had begun: %v", pkg, calls)
-			}
-		}
-		if pkg, ok := strings.CutPrefix(c, "fuzz="); ok {
-			fuzzed[pkg] = true
-		}
-	}
-	if len(fuzzed) == 0 || !maps.Equal(built, fuzzed) {
-		t.Errorf("verify.sh: built %v, fuzzed %v: want every fuzzed package built first; output:\n%s", built, fuzzed, out)
 	}
 }
 

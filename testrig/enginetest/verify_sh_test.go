@@ -1,0 +1,309 @@
+package enginetest_test
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Tests of scripts/fuzz.sh --build and of verify.sh's build of the fuzz
+// targets beside the fault suites, with a stand-in go test.
+
+// fuzzCalls runs a script with a stand-in go test that writes each call's
+// kind and package ("build P", "fuzz P", "suites-start", "suites-end") to
+// a log, exits with buildExit for the fuzz builds, and, for the fault
+// suites' run, waits (up to 60 s) until a fuzz build has been made. It
+// returns the log's lines, the script's output and exit code, and its
+// TMPDIR.
+func fuzzCalls(t *testing.T, buildExit int, script string, args ...string) ([]string, string, int, string) {
+	t.Helper()
+	log := filepath.Join(t.TempDir(), "calls")
+	bin := fakeGoTest(t, `for a; do last=$a; done
+case "$*" in
+*" -c -fuzz "*) echo "build $last" >>"$FAKE_GO_LOG"; exit `+strconv.Itoa(buildExit)+` ;;
+*" -fuzztime "*) echo "fuzz $last" >>"$FAKE_GO_LOG" ;;
+*" -count=1 "*) echo suites-start >>"$FAKE_GO_LOG"; i=0
+	while [ $i -lt 600 ] && ! grep -q '^build' "$FAKE_GO_LOG"; do sleep 0.1; i=$((i+1)); done
+	echo suites-end >>"$FAKE_GO_LOG" ;;
+esac
+exit 0`)
+	tmp := t.TempDir()
+	out, code := runScript(t, []string{
+		"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"FAKE_GO_LOG=" + log, "TMPDIR=" + tmp,
+		"LEASEHOLD_TEST_PG_BIN=engines-not-needed", // verify.sh: no engines
+		"LEASEHOLD_VERIFY_REPORT=" + filepath.Join(tmp, "report"),
+	}, script, args...)
+	b, err := os.ReadFile(log)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return strings.Fields(strings.ReplaceAll(string(b), " ", "=")), out, code, tmp
+}
+
+// TestFuzzBuild: fuzz.sh --build (which verify.sh runs while the fault
+// suites run, so that the fuzzing after them only links: about 3 minutes
+// of CI's verify stage on a cold cache) builds each package with fuzz
+// targets once, runs no target, removes its binaries, and fails if a build
+// failed; it takes no other argument.
+func TestFuzzBuild(t *testing.T) {
+	calls, out, code, tmp := fuzzCalls(t, 0, "fuzz.sh", "--build")
+	if code != 0 {
+		t.Fatalf("fuzz.sh --build: exit %d, want 0:\n%s", code, out)
+	}
+	built := map[string]bool{}
+	for _, c := range calls {
+		pkg, ok := strings.CutPrefix(c, "build=")
+		if !ok {
+			t.Errorf("fuzz.sh --build made a call other than a build: %s", c)
+		}
+		if built[pkg] {
+			t.Errorf("fuzz.sh --build built %s twice", pkg)
+		}
+		built[pkg] = true
+	}
+	// The module has fuzz targets in several packages (scripts/fuzz.sh's
+	// R12 row of docs/verification.md names eight in four).
+	if len(built) < 2 || !strings.Contains(out, fmt.Sprintf("built the fuzz targets of %d packages", len(built))) {
+		t.Errorf("fuzz.sh --build built %v; output:\n%s", calls, out)
+	}
+	if left, _ := filepath.Glob(filepath.Join(tmp, "leasehold-fuzzbuild.*")); len(left) > 0 {
+		t.Errorf("fuzz.sh --build left %v", left)
+	}
+	// A failed build (red team of 2026-12-06, #9: it still said "built the
+	// fuzz targets of 4 packages").
+	if _, out, code, _ := fuzzCalls(t, 1, "fuzz.sh", "--build"); code == 0 ||
+		!strings.Contains(out, "FAILED: the build of") || strings.Contains(out, "built the fuzz targets") {
+		t.Errorf("fuzz.sh --build with failing builds: exit %d, want non-zero, FAILED and no \"built\":\n%s", code, out)
+	}
+	for _, args := range [][]string{{"--build", "5s"}, {"5s", "--build"}} {
+		if calls, out, code, _ := fuzzCalls(t, 0, "fuzz.sh", args...); code != 64 || len(calls) > 0 {
+			t.Errorf("fuzz.sh %v: exit %d, calls %v, want 64 before any build:\n%s", args, code, calls, out)
+		}
+	}
+}
+
+// TestVerifyBuildsFuzzDuringSuites: verify.sh compiled the fuzz targets
+// only after the fault suites had run (CI's verify stage spent about 3
+// minutes of a loaded run on it); the build now runs while the suites run,
+// and every package is built before any target is fuzzed.
+func TestVerifyBuildsFuzzDuringSuites(t *testing.T) {
+	calls, out, _, _ := fuzzCalls(t, 0, "verify.sh")
+	at := func(what string) int { return slices.Index(calls, what) }
+	firstBuild := slices.IndexFunc(calls, func(c string) bool { return strings.HasPrefix(c, "build=") })
+	if firstBuild < 0 || at("suites-start") < 0 || at("suites-end") < firstBuild {
+		t.Fatalf("verify.sh: no fuzz build while the suites ran; calls %v; output:\n%s", calls, out)
+	}
+	built, fuzzed := map[string]bool{}, map[string]bool{}
+	for i, c := range calls {
+		if pkg, ok := strings.CutPrefix(c, "build="); ok {
+			built[pkg] = true
+			if slices.IndexFunc(calls[:i], func(c string) bool { return strings.HasPrefix(c, "fuzz=") }) >= 0 {
+				t.Errorf("verify.sh: %s built after fuzzing had begun: %v", pkg, calls)
+			}
+		}
+		if pkg, ok := strings.CutPrefix(c, "fuzz="); ok {
+			fuzzed[pkg] = true
+		}
+	}
+	if len(fuzzed) == 0 || !maps.Equal(built, fuzzed) {
+		t.Errorf("verify.sh: built %v, fuzzed %v: want every fuzzed package built first; output:\n%s", built, fuzzed, out)
+	}
+}
+
+// fakeGoLog is a stand-in go test's body for verify.sh: the fuzz targets'
+// build writes "build PID PPID PKG" to $FAKE_GO_LOG and runs build, the
+// fault suites' run writes "suites PID" and runs suites, the fuzzing writes
+// "fuzz PKG"; every call then exits 0.
+func fakeGoLog(t *testing.T, build, suites string) string {
+	return fakeGoTest(t, `for a; do last=$a; done
+case "$*" in
+*" -c -fuzz "*) echo "build $$ $PPID $last" >>"$FAKE_GO_LOG"; `+build+` ;;
+*" -fuzztime "*) echo "fuzz $last" >>"$FAKE_GO_LOG" ;;
+*" -count=1 "*) echo "suites $$" >>"$FAKE_GO_LOG"; `+suites+` ;;
+esac
+exit 0`)
+}
+
+// fakeEnv is the environment of verify.sh with the stand-in in bin: no
+// engines, its own TMPDIR.
+func fakeEnv(bin, log, tmp string) []string {
+	return []string{
+		"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"FAKE_GO_LOG=" + log, "TMPDIR=" + tmp,
+		"LEASEHOLD_TEST_PG_BIN=engines-not-needed",
+	}
+}
+
+// loggedPids are the pids the stand-in wrote down: every process of the
+// build (the stand-in, fuzz.sh, and what the build started) and the
+// suites' run.
+func loggedPids(log string) []int {
+	b, _ := os.ReadFile(log)
+	var pids []int
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		n := 2
+		switch f[0] {
+		case "build":
+			n = 3
+		case "suites", "child":
+		default:
+			continue
+		}
+		for _, s := range f[1:n] {
+			if pid, err := strconv.Atoi(s); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// TestVerifySignalLeavesNothing (red team of 2026-12-06, #2, #3, #7): a
+// SIGTERM to verify.sh alone left the suites' go test running with no
+// parent (and during the fuzzing, fuzz.sh, which went on to its next
+// targets); a second SIGTERM while its clean-up stopped the fuzz targets'
+// build left that build's processes stopped (SIGSTOP) for good; and every
+// run left its report file in TMPDIR. Now nothing of either is left.
+func TestVerifySignalLeavesNothing(t *testing.T) {
+	for _, signals := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d SIGTERM", signals), func(t *testing.T) {
+			log := filepath.Join(t.TempDir(), "calls")
+			bin := fakeGoLog(t, `sleep 300 & echo "child $!" >>"$FAKE_GO_LOG"; wait`, `exec sleep 300`)
+			tmp := t.TempDir()
+			cmd := exec.Command(repoScript(t, "verify.sh"))
+			cmd.Dir = filepath.Join("..", "..")
+			cmd.Env = append(os.Environ(), fakeEnv(bin, log, tmp)...)
+			out := startGroup(t, cmd)
+			t.Cleanup(func() {
+				for _, pid := range loggedPids(log) {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			})
+			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+				b, _ := os.ReadFile(log)
+				if strings.Contains(string(b), "suites ") && strings.Contains(string(b), "child ") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the suites and the build never both ran: %q\n%s", b, out)
+				}
+			}
+			pids := loggedPids(log)
+			cmd.Process.Signal(syscall.SIGTERM)
+			if signals == 2 {
+				// The second as the clean-up has begun to stop the build's
+				// tree (its first process stopped), where the red team's
+				// second signal ended the clean-up.
+				for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+					if slices.ContainsFunc(pids, func(pid int) bool { return procState(pid) == "T" }) {
+						break
+					}
+				}
+				cmd.Process.Signal(syscall.SIGTERM)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(60 * time.Second):
+				t.Fatalf("verify.sh still running 60 s after SIGTERM:\n%s", out)
+			}
+			var left []string
+			for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				left = left[:0]
+				for _, pid := range pids {
+					if s := procState(pid); s != "" && s != "Z" {
+						left = append(left, fmt.Sprintf("%d (%s)", pid, s))
+					}
+				}
+				if len(left) == 0 || time.Now().After(deadline) {
+					break
+				}
+			}
+			if len(left) > 0 {
+				t.Errorf("processes of verify.sh left after %d SIGTERM: %v (of %v)\n%s", signals, left, pids, out)
+			}
+			if temps, _ := filepath.Glob(filepath.Join(tmp, "leasehold-*")); len(temps) > 0 {
+				t.Errorf("verify.sh left %v in TMPDIR", temps)
+			}
+		})
+	}
+}
+
+// TestVerifyWaitsForSlowBuild (red team of 2026-12-06, #8): verify.sh
+// waited silently for a fuzz build that outlasted the suites. It says so,
+// and fuzzes only once every package is built.
+func TestVerifyWaitsForSlowBuild(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "calls")
+	bin := fakeGoLog(t, `sleep 1`, `:`)
+	tmp := t.TempDir()
+	out, code := runScript(t, fakeEnv(bin, log, tmp), "verify.sh")
+	b, _ := os.ReadFile(log)
+	calls := string(b)
+	if !strings.Contains(out, "== waiting for the fuzz targets' build") {
+		t.Errorf("verify.sh (exit %d) did not say it waited for the build:\n%s", code, out)
+	}
+	if i, j := strings.LastIndex(calls, "build "), strings.Index(calls, "fuzz "); i < 0 || j < 0 || j < i {
+		t.Errorf("verify.sh fuzzed before the build had ended:\n%s", calls)
+	}
+	if temps, _ := filepath.Glob(filepath.Join(tmp, "leasehold-*")); len(temps) > 0 {
+		t.Errorf("verify.sh left %v in TMPDIR (its report file, red team #7)", temps)
+	}
+}
+
+// TestVerifyStalePidLeftAlone (red team of 2026-12-06, #1): verify.sh kept
+// the pid of the fuzz targets' build after the build had ended and, on a
+// SIGTERM, stopped (SIGSTOP, SIGTERM, SIGKILL) whatever process had that
+// pid by then, with its children. In a pid namespace of its own the test
+// gives the ended build's pid to a new process, then sends the SIGTERM:
+// that process must live. Needs root (unshare -p).
+func TestVerifyStalePidLeftAlone(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a pid namespace (unshare -pf)")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("no unshare (util-linux)")
+	}
+	log := filepath.Join(t.TempDir(), "calls")
+	bin := fakeGoLog(t, `:`, `exec sleep 300`)
+	tmp := t.TempDir()
+	driver := `set -u
+scripts/verify.sh >"$TMPDIR/verify.out" 2>&1 & v=$!
+for i in $(seq 1200); do
+	grep -q '^suites' "$FAKE_GO_LOG" 2>/dev/null && grep -q '^fuzz-build-done' "$FAKE_GO_LOG" && break
+	grep -q '^build' "$FAKE_GO_LOG" 2>/dev/null && bp=$(awk '$1 == "build" { print $3; exit }' "$FAKE_GO_LOG") &&
+		! [ -e "/proc/$bp" ] && echo fuzz-build-done >>"$FAKE_GO_LOG"
+	sleep 0.1
+done
+grep -q '^fuzz-build-done' "$FAKE_GO_LOG" || { echo "the build never ended"; exit 3; }
+echo $((bp - 1)) >/proc/sys/kernel/ns_last_pid
+sleep 300 & victim=$!
+[ "$victim" = "$bp" ] || { echo "the new process got pid $victim, not the build's $bp"; kill $victim; exit 3; }
+kill -TERM $v
+wait $v
+if kill -0 $victim 2>/dev/null; then kill $victim; echo "left alone"; exit 0; fi
+echo "killed by verify.sh"; exit 1
+`
+	cmd := exec.Command(unshare, "-pf", "--mount-proc", "bash", "-c", driver)
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(os.Environ(), fakeEnv(bin, log, tmp)...)
+	b, err := cmd.CombinedOutput()
+	verifyOut, _ := os.ReadFile(filepath.Join(tmp, "verify.out"))
+	if err != nil || !strings.Contains(string(b), "left alone") {
+		t.Fatalf("a process given the ended build's pid: %s (%v)\nverify.sh said:\n%s", b, err, verifyOut)
+	}
+}
