@@ -35,8 +35,10 @@ const (
 	renewCond   = "#o = :o AND #k = :k AND Held = :t AND ExpiresAtMs >= :now"
 
 	// release matches the latest grant, held or already released, so that
-	// a repeated release succeeds.
-	releaseUpdate = "SET Held = :f, ExpiresAtMs = :zero"
+	// a repeated release succeeds. It records its call's id (RelId), so
+	// that the SDK's resend of the same call that finds a later grant can
+	// tell it ended its own (Store.Release).
+	releaseUpdate = "SET Held = :f, ExpiresAtMs = :zero, RelId = :rid"
 	releaseCond   = "#o = :o AND #k = :k"
 
 	cleanSet = ", ExpiresAt = :clean"

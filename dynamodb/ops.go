@@ -169,9 +169,35 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	return s.update1(ctx, s.input(name, request{releaseUpdate, releaseCond, releaseNames, map[string]types.AttributeValue{
-		":o": str(owner), ":k": unum(token), ":f": boolean(false), ":zero": num(0),
+	rid := randid.Hex(8)
+	err := s.update1(ctx, s.input(name, request{releaseUpdate, releaseCond, releaseNames, map[string]types.AttributeValue{
+		":o": str(owner), ":k": unum(token), ":f": boolean(false), ":zero": num(0), ":rid": str(rid),
 	}}, cleanupAt(s.clock.Now().UnixMilli())))
+	if !errors.Is(err, leasehold.ErrNotHeld) {
+		return err
+	}
+	return s.resentRelease(ctx, name, rid)
+}
+
+// resentRelease answers a release call whose condition failed: nil if the
+// item's last release was made by this call (RelId), else ErrNotHeld. The
+// AWS SDK sends an UpdateItem again when its reply is lost (a broken
+// connection, a 5xx); if the first send was applied and another client took
+// the lease before the resend, the resend's condition fails on the new
+// grant, although the call ended its own (Redis answered the same way and
+// failed R3 in CI run 72). A new call after the new grant is still
+// ErrNotHeld, and so is a resend that comes after the lease was granted and
+// released again (only the last release's id is kept). A failed read is
+// returned as it is: the answer is then unknown.
+func (s *Store) resentRelease(ctx context.Context, name, rid string) error {
+	item, err := s.getItem(ctx, name, true)
+	if err != nil {
+		return err
+	}
+	if v, ok := item["RelId"].(*types.AttributeValueMemberS); ok && v.Value == rid {
+		return nil
+	}
+	return leasehold.ErrNotHeld
 }
 
 // update1 sends a conditional update; a failed condition means the caller

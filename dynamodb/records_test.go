@@ -293,6 +293,7 @@ type txnEmulator struct {
 	txns, cancelled int               // under mu (write)
 	interfere       func(auth emAuth) // if set, runs (once) before the next transaction; under mu
 	faults          []string          // the next UpdateItems fail so (see fault); under mu
+	afterLost       func()            // if set, runs after a "lost" fault's request is applied, before its answer; under mu
 }
 
 func newTxnEmulator(t testing.TB, base string) *txnEmulator {
@@ -357,6 +358,9 @@ func (e *txnEmulator) fault(w http.ResponseWriter, r *http.Request) bool {
 			panic(err)
 		}
 		e.call(emAuth{r.Header.Get("Authorization"), r.Header.Get("X-Amz-Date")}, "UpdateItem", in)
+		if e.afterLost != nil {
+			e.afterLost()
+		}
 		code, status = "InternalServerError", 500
 	}
 	_, body := apiError(code, "injected by the test")

@@ -3,6 +3,7 @@ package dynamodb_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -279,5 +280,68 @@ func TestAcquireReplyLost(t *testing.T) {
 		if _, err := s.TryAcquire(ctx, req(rq.Name, "a", time.Minute)); !errors.As(err, &held) || held.Token != 1 {
 			t.Fatalf("case %d: a second acquire by a without the request id: %v; want held, token 1", i, err)
 		}
+	}
+}
+
+// TestReleaseReplyLostRetaken: a release whose reply was lost after
+// DynamoDB applied it, with the lease taken by another client before the
+// AWS SDK sent the same call again, answered ErrNotHeld: the resend's
+// condition failed on the new grant (the same fault on Redis failed R3 in
+// CI run 72). The call ended its own grant; it now answers nil and the new
+// grant is untouched. A new release call after the new grant, another
+// owner's, and one after a later release are still ErrNotHeld.
+func TestReleaseReplyLostRetaken(t *testing.T) {
+	em := newTxnEmulator(t, enginetest.DynamoDBURL(t))
+	u := freshURL(t, em.url)
+	s := open(t, u)
+	defer s.Close()
+	du, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := du.Query()
+	q.Set("endpoint", em.target) // the same table, not through the emulator
+	du.RawQuery = q.Encode()
+	direct := open(t, du.String())
+	defer direct.Close()
+	ctx := bg(t)
+	a, err := s.TryAcquire(ctx, req("n", "a", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b leasehold.Record
+	var berr error
+	em.mu.Lock()
+	em.faults = []string{"lost"}
+	em.afterLost = func() { b, berr = direct.TryAcquire(ctx, req("n", "b", time.Minute)) }
+	em.mu.Unlock()
+	err = s.Release(ctx, "n", "a", a.Token)
+	em.mu.Lock()
+	em.afterLost = nil
+	left := len(em.faults)
+	em.mu.Unlock()
+	if left != 0 || berr != nil || b.Owner != "b" {
+		t.Fatalf("the fault was not used (%d left) or b's acquire in it failed: %+v, %v", left, b, berr)
+	}
+	if err != nil {
+		t.Errorf("a's release, its reply lost and b holding since: %v; want nil (it ended a's grant)", err)
+	}
+	if got, err := direct.Get(ctx, "n"); err != nil || got.Owner != "b" || got.Token != b.Token {
+		t.Errorf("after a's repeated release: %+v, %v; want b's grant, token %d", got, err, b.Token)
+	}
+	if err := s.Release(ctx, "n", "a", a.Token); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Errorf("a's new release call after b took the lease: %v; want ErrNotHeld", err)
+	}
+	if err := direct.Release(ctx, "n", "c", a.Token); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Errorf("c's release with a's token: %v; want ErrNotHeld", err)
+	}
+	if err := direct.Release(ctx, "n", "b", b.Token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := direct.TryAcquire(ctx, req("n", "d", time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := direct.Release(ctx, "n", "a", a.Token); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Errorf("a's release after b's release and d's grant: %v; want ErrNotHeld", err)
 	}
 }

@@ -207,7 +207,10 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 	if err != nil {
 		return err
 	}
-	n, err := s.runAcked(ctx, lua.release, s.nameKeys(name), s.epochArgs(e, name, owner, strconv.FormatUint(token, 10))...).Int64()
+	// The call's own id: a resend of this call by go-redis that finds the
+	// lease granted again since is told that the call ended its grant
+	// (release.lua).
+	n, err := s.runAcked(ctx, lua.release, s.nameKeys(name), s.epochArgs(e, name, owner, strconv.FormatUint(token, 10), randid.Hex(8))...).Int64()
 	if err != nil {
 		return s.translate(ctx, "release", err)
 	}

@@ -3,7 +3,6 @@ package redis_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/url"
 	"sync/atomic"
@@ -86,10 +85,16 @@ func lateWaiter(t *testing.T, f *queueFixture, delay time.Duration) (*redis.Stor
 // chunk of a reply is delivered delay late. With drop set, the next chunk
 // of a reply is not delivered and the client's connection is closed: a
 // reply lost after Redis ran the command.
+//
+// With gateOnDrop set, a drop also sets gated, which holds every request
+// (client to Redis) on every connection until it is cleared: a resend of
+// the dropped command then waits while the test acts.
 type lateProxy struct {
-	addr string
-	late atomic.Bool
-	drop atomic.Bool
+	addr       string
+	late       atomic.Bool
+	drop       atomic.Bool
+	gateOnDrop atomic.Bool
+	gated      atomic.Bool
 }
 
 func newLateProxy(t *testing.T, target string, delay time.Duration) *lateProxy {
@@ -112,13 +117,33 @@ func newLateProxy(t *testing.T, target string, delay time.Duration) *lateProxy {
 				continue
 			}
 			t.Cleanup(func() { c.Close(); up.Close() })
-			go func() { io.Copy(up, c); up.Close() }()
+			go func() {
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := c.Read(buf)
+					for n > 0 && p.gated.Load() {
+						time.Sleep(time.Millisecond)
+					}
+					if n > 0 {
+						if _, werr := up.Write(buf[:n]); werr != nil {
+							break
+						}
+					}
+					if err != nil {
+						break
+					}
+				}
+				up.Close()
+			}()
 			go func() {
 				buf := make([]byte, 64<<10)
 				for {
 					n, err := up.Read(buf)
 					if n > 0 {
 						if p.drop.CompareAndSwap(true, false) {
+							if p.gateOnDrop.Load() {
+								p.gated.Store(true)
+							}
 							c.Close()
 							up.Close()
 							return
@@ -213,5 +238,86 @@ func TestTryAcquireReplyLost(t *testing.T) {
 		if _, err := direct.TryAcquire(ctx, leasehold.AcquireRequest{Name: rq.Name, Owner: "a", TTL: time.Minute}); !errors.As(err, &held) || held.Token != rec.Token {
 			t.Fatalf("case %d: a second acquire by a without the request id: %v; want held, token %d", i, err, rec.Token)
 		}
+	}
+}
+
+// TestReleaseReplyLostRetaken: a release whose reply was lost (the
+// connection broke after Redis ran it), with the lease taken by another
+// client before go-redis sent the same call again, answered ErrNotHeld:
+// the resend found the new holder. R3 (Redis SIGKILLed every 2 s) failed
+// on it in CI run 72, another worker's acquire reaching Redis after its
+// restart. The call had ended its grant; it now answers nil and leaves the
+// new holder's lease alone. A new release call after the new grant (the
+// conformance suite's ReleaseIdempotent), another owner's, and one of a
+// grant that expired and was taken again are still ErrNotHeld.
+func TestReleaseReplyLostRetaken(t *testing.T) {
+	f := newQueueFixture(t)
+	s, px := lateWaiter(t, f, 0)
+	direct := f.open()
+	ctx := ctxT(t, 30*time.Second)
+	const name = "release-reply-lost"
+	a, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "a", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.gateOnDrop.Store(true)
+	px.drop.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- s.Release(ctx, name, "a", a.Token) }()
+	// The release ran (its reply dropped) and its resend is held.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		_, gerr := direct.Get(ctx, name)
+		if px.gated.Load() && errors.Is(gerr, leasehold.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the release's reply was not dropped after it ran (gated %v, get %v)", px.gated.Load(), gerr)
+		}
+	}
+	b, err := direct.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "b", TTL: time.Minute})
+	if err != nil {
+		t.Fatalf("b's acquire of the released lease: %v", err)
+	}
+	px.gated.Store(false)
+	if err := <-done; err != nil {
+		t.Errorf("a's release, its reply lost and b holding since: %v; want nil (it ended a's grant)", err)
+	}
+	if got, err := direct.Get(ctx, name); err != nil || got.Owner != "b" || got.Token != b.Token {
+		t.Errorf("after a's repeated release: %+v, %v; want b's grant, token %d", got, err, b.Token)
+	}
+	// Still not held: a new call of a's release (not a resend: it was
+	// answered), another owner with a's token, and a's token once b's grant
+	// has been released in turn.
+	if err := s.Release(ctx, name, "a", a.Token); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Errorf("a's new release call after b took the lease: %v; want ErrNotHeld", err)
+	}
+	if err := direct.Release(ctx, name, "c", a.Token); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Errorf("c's release with a's token: %v; want ErrNotHeld", err)
+	}
+	if err := direct.Release(ctx, name, "b", b.Token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := direct.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "d", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := direct.Release(ctx, name, "a", a.Token); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Errorf("a's release after b's release and d's grant: %v; want ErrNotHeld", err)
+	}
+	// A grant that expired and was taken again is lost, not released.
+	const expiring = "release-expired-retaken"
+	e, err := direct.TryAcquire(ctx, leasehold.AcquireRequest{Name: expiring, Owner: "a", TTL: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := direct.TryAcquire(ctx, leasehold.AcquireRequest{Name: expiring, Owner: "b", TTL: time.Minute}); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the 50 ms grant never expired")
+		}
+	}
+	if err := direct.Release(ctx, expiring, "a", e.Token); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Errorf("a's release of its expired grant, b holding since: %v; want ErrNotHeld", err)
 	}
 }
