@@ -35,10 +35,11 @@ const (
 	renewCond   = "#o = :o AND #k = :k AND Held = :t AND ExpiresAtMs >= :now"
 
 	// release matches the latest grant, held or already released, so that
-	// a repeated release succeeds. It records its call's id (RelId), so
-	// that the SDK's resend of the same call that finds a later grant can
-	// tell it ended its own (Store.Release).
-	releaseUpdate = "SET Held = :f, ExpiresAtMs = :zero, RelId = :rid"
+	// a repeated release succeeds. It records its call's id in Rel0 ..
+	// Rel9, by the token's last decimal digit (relAttr), so that the SDK's
+	// resend of the same call that finds a later grant can tell it ended
+	// its own (Store.Release).
+	releaseUpdate = "SET Held = :f, ExpiresAtMs = :zero, "
 	releaseCond   = "#o = :o AND #k = :k"
 
 	cleanSet = ", ExpiresAt = :clean"
@@ -82,6 +83,11 @@ type request struct {
 
 // input builds the UpdateItemInput for the item of name, adding ExpiresAt
 // = cleanAt when the store does TTL clean-up.
+// relAttr is the attribute where a release of token records its call's
+// id: one of ten, by the token's last decimal digit, so that it is
+// overwritten only by the release of a later token ending in the same digit.
+func relAttr(token uint64) string { return "Rel" + strconv.FormatUint(token%10, 10) }
+
 func (s *Store) input(name string, r request, cleanAt int64) *ddb.UpdateItemInput {
 	if s.ttlCleanup {
 		r.update = strings.Replace(r.update, " ADD ", cleanSet+" ADD ", 1)

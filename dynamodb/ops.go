@@ -170,31 +170,31 @@ func (s *Store) Release(ctx context.Context, name, owner string, token uint64) e
 		return err
 	}
 	rid := randid.Hex(8)
-	err := s.update1(ctx, s.input(name, request{releaseUpdate, releaseCond, releaseNames, map[string]types.AttributeValue{
+	err := s.update1(ctx, s.input(name, request{releaseUpdate + relAttr(token) + " = :rid", releaseCond, releaseNames, map[string]types.AttributeValue{
 		":o": str(owner), ":k": unum(token), ":f": boolean(false), ":zero": num(0), ":rid": str(rid),
 	}}, cleanupAt(s.clock.Now().UnixMilli())))
 	if !errors.Is(err, leasehold.ErrNotHeld) {
 		return err
 	}
-	return s.resentRelease(ctx, name, rid)
+	return s.resentRelease(ctx, name, token, rid)
 }
 
-// resentRelease answers a release call whose condition failed: nil if the
-// item's last release was made by this call (RelId), else ErrNotHeld. The
-// AWS SDK sends an UpdateItem again when its reply is lost (a broken
-// connection, a 5xx); if the first send was applied and another client took
-// the lease before the resend, the resend's condition fails on the new
-// grant, although the call ended its own (Redis answered the same way and
-// failed R3 in CI run 72). A new call after the new grant is still
-// ErrNotHeld, and so is a resend that comes after the lease was granted and
-// released again (only the last release's id is kept). A failed read is
-// returned as it is: the answer is then unknown.
-func (s *Store) resentRelease(ctx context.Context, name, rid string) error {
+// resentRelease answers a release call whose condition failed: nil if
+// this call released the token (its id is in the token's Rel attribute),
+// else ErrNotHeld. The AWS SDK sends an UpdateItem again when its reply is
+// lost (a broken connection, a 5xx); if the first send was applied and
+// other clients took the lease before the resend, the resend's condition
+// fails on a later grant, although the call ended its own (Redis answered
+// the same way and failed R3 in CI run 72). A new call after a later grant
+// is still ErrNotHeld, and so is a resend that comes after ten more grants
+// were released (the token's attribute is then another call's). A failed
+// read is returned as it is: the answer is then unknown.
+func (s *Store) resentRelease(ctx context.Context, name string, token uint64, rid string) error {
 	item, err := s.getItem(ctx, name, true)
 	if err != nil {
 		return err
 	}
-	if v, ok := item["RelId"].(*types.AttributeValueMemberS); ok && v.Value == rid {
+	if v, ok := item[relAttr(token)].(*types.AttributeValueMemberS); ok && v.Value == rid {
 		return nil
 	}
 	return leasehold.ErrNotHeld

@@ -313,7 +313,17 @@ func TestReleaseReplyLostRetaken(t *testing.T) {
 	var berr error
 	em.mu.Lock()
 	em.faults = []string{"lost"}
-	em.afterLost = func() { b, berr = direct.TryAcquire(ctx, req("n", "b", time.Minute)) }
+	em.afterLost = func() {
+		// Taken, released and taken again before the resend.
+		var b0 leasehold.Record
+		if b0, berr = direct.TryAcquire(ctx, req("n", "b0", time.Minute)); berr != nil {
+			return
+		}
+		if berr = direct.Release(ctx, "n", "b0", b0.Token); berr != nil {
+			return
+		}
+		b, berr = direct.TryAcquire(ctx, req("n", "b", time.Minute))
+	}
 	em.mu.Unlock()
 	err = s.Release(ctx, "n", "a", a.Token)
 	em.mu.Lock()
@@ -324,7 +334,7 @@ func TestReleaseReplyLostRetaken(t *testing.T) {
 		t.Fatalf("the fault was not used (%d left) or b's acquire in it failed: %+v, %v", left, b, berr)
 	}
 	if err != nil {
-		t.Errorf("a's release, its reply lost and b holding since: %v; want nil (it ended a's grant)", err)
+		t.Errorf("a's release, its reply lost, b0's grant and release and b's grant since: %v; want nil (it ended a's grant)", err)
 	}
 	if got, err := direct.Get(ctx, "n"); err != nil || got.Owner != "b" || got.Token != b.Token {
 		t.Errorf("after a's repeated release: %+v, %v; want b's grant, token %d", got, err, b.Token)

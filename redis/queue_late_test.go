@@ -274,13 +274,24 @@ func TestReleaseReplyLostRetaken(t *testing.T) {
 			t.Fatalf("the release's reply was not dropped after it ran (gated %v, get %v)", px.gated.Load(), gerr)
 		}
 	}
+	// Taken, released and taken again meanwhile (the red team of the first
+	// version: with waiters and short critical sections the next holder
+	// had released before the resend came, and the resend found that
+	// release recorded instead of its own).
+	b0, err := direct.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "b0", TTL: time.Minute})
+	if err != nil {
+		t.Fatalf("b0's acquire of the released lease: %v", err)
+	}
+	if err := direct.Release(ctx, name, "b0", b0.Token); err != nil {
+		t.Fatal(err)
+	}
 	b, err := direct.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "b", TTL: time.Minute})
 	if err != nil {
-		t.Fatalf("b's acquire of the released lease: %v", err)
+		t.Fatalf("b's acquire after b0's release: %v", err)
 	}
 	px.gated.Store(false)
 	if err := <-done; err != nil {
-		t.Errorf("a's release, its reply lost and b holding since: %v; want nil (it ended a's grant)", err)
+		t.Errorf("a's release, its reply lost, b0's grant and release and b's grant since: %v; want nil (it ended a's grant)", err)
 	}
 	if got, err := direct.Get(ctx, name); err != nil || got.Owner != "b" || got.Token != b.Token {
 		t.Errorf("after a's repeated release: %+v, %v; want b's grant, token %d", got, err, b.Token)

@@ -5,16 +5,19 @@
 -- Reply: 1 released, 3 released but the restart marker changed (no grant
 -- was made; the caller re-checks), 2 already released or expired and not
 -- retaken (a repeat of one's own release), 0 not held (nothing changed).
--- A release records its call's id in the fence (rid), so that the same
--- call sent again is answered 2 also once the lease has been granted
--- again: go-redis sends a script again when its connection broke before
--- the reply, and another client may take the lease in between (that
--- resend found another holder and answered 0, "not held", for a call that
--- had ended its grant). A new call after such a grant is still 0.
+-- A release records its call's id in the fence, in one of ten fields
+-- chosen by its token's last decimal digit (r0 .. r9), so that the same
+-- call sent again is answered 2 also once the lease has been granted (and
+-- released) again: go-redis sends a script again when its connection broke
+-- before the reply, and other clients may take the lease in between (such
+-- a resend found another holder and answered 0, "not held", for a call
+-- that had ended its grant). A field is overwritten only by the release of
+-- a later token with the same last digit. A new call after another grant
+-- is still 0.
 
--- resent: 2 if the last release of the name was made by this call, else 0.
-local function resent(rid)
-  if rid and rid ~= '' and redis.call('HGET', K_FENCE, 'rid') == rid then return 2 end
+-- resent: 2 if this call (its id rid) released the token, else 0.
+local function resent(token, rid)
+  if rid and rid ~= '' and redis.call('HGET', K_FENCE, 'r' .. string.sub(token, -1)) == rid then return 2 end
   return 0
 end
 
@@ -24,12 +27,12 @@ local function release(KEYS, ARGV)
   if cur[1] then
     if cur[1] == ARGV[6] and cur[2] == ARGV[7] then
       redis.call('DEL', K_LEASE)
-      if ARGV[8] and ARGV[8] ~= '' then redis.call('HSET', K_FENCE, 'rid', ARGV[8]) end
+      if ARGV[8] and ARGV[8] ~= '' then redis.call('HSET', K_FENCE, 'r' .. string.sub(ARGV[7], -1), ARGV[8]) end
       freed()
       if marker_state == false then return 3 end
       return 1
     end
-    return resent(ARGV[8])
+    return resent(ARGV[7], ARGV[8])
   end
   local f = redis.call('HMGET', K_FENCE, 'n', 'o')
   if f[1] == ARGV[7] and f[2] == ARGV[6] then
@@ -37,5 +40,5 @@ local function release(KEYS, ARGV)
     if redis.call('EXISTS', K_QUEUE) == 1 then handover(nil) end
     return 2
   end
-  return resent(ARGV[8])
+  return resent(ARGV[7], ARGV[8])
 end

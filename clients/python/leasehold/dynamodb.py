@@ -52,9 +52,10 @@ REFRESH_UPDATE = "SET #d = :d, TtlMs = :ttl, ExpiresAtMs = :exp"
 REFRESH_COND = "#o = :o AND RequestId = :r AND #k = :k AND Held = :t AND ExpiresAtMs >= :now"
 RENEW_UPDATE = "SET TtlMs = :ttl, ExpiresAtMs = :exp"
 RENEW_COND = "#o = :o AND #k = :k AND Held = :t AND ExpiresAtMs >= :now"
-# A release records its call's id (RelId): a retry of the same call that finds
-# the lease granted again since is told that the call ended its own grant.
-RELEASE_UPDATE = "SET Held = :f, ExpiresAtMs = :zero, RelId = :rid"
+# A release records its call's id in Rel0 .. Rel9, by its token's last decimal
+# digit: a retry of the same call that finds the lease granted (and released)
+# again since is told that the call ended its own grant.
+RELEASE_UPDATE = "SET Held = :f, ExpiresAtMs = :zero, Rel{digit} = :rid"
 RELEASE_COND = "#o = :o AND #k = :k"
 CLEAN_SET = ", ExpiresAt = :clean"
 LIST_FILTER = "begins_with(LockKey, :prefix)"
@@ -418,14 +419,15 @@ class DynamoDBClient(ClientBase):
         _validate.token(token)
         end = time.monotonic() + self._bounded(timeout)
         rid = _random_id(8)
-        if self._update(name, RELEASE_UPDATE, RELEASE_COND, {
+        rel = f"Rel{token % 10}"
+        if self._update(name, RELEASE_UPDATE.format(digit=token % 10), RELEASE_COND, {
                 ":o": _s(owner), ":k": _n(token), ":f": {"BOOL": False}, ":zero": _n(0),
                 ":rid": _s(rid)}, _now_ms(), end) is None:
             # A retry (_call's, after a lost reply or a 5xx) of a release that
             # ended the grant fails its condition once another client took
             # the lease: the item's last release is then this call's.
             item = self._get_item(name, True, end)
-            if item is not None and item.get("RelId", {}).get("S") == rid:
+            if item is not None and item.get(rel, {}).get("S") == rid:
                 return
             raise errors.NotHeldError(f"{name!r}: not held by {owner!r} with token {token}")
 

@@ -171,6 +171,8 @@ class DynamoDBLeaseTest(unittest.TestCase):
             def update_item(self, **kw: object) -> object:
                 out = self.c.update_item(**kw)  # type: ignore[attr-defined]
                 if not taken:
+                    # taken, released and taken again before the retry
+                    b.try_acquire(name, ttl=30).release()
                     taken.append(b.try_acquire(name, ttl=30))
                     raise botocore.exceptions.ClientError(
                         {"Error": {"Code": "InternalServerError", "Message": "injected by the test"},
