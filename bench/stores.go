@@ -28,6 +28,12 @@ type locker struct {
 	try func(ctx context.Context, key string) (unlock func(context.Context) error, ok bool, err error)
 	// wait blocks until the lock is taken (the library's own waiting).
 	wait func(ctx context.Context, key string) (unlock func(context.Context) error, err error)
+	// waitArrive, if set, is wait for an in-process lock that knows the
+	// moment a caller takes its place: it calls arrive then, under its own
+	// lock, so that the same-key order measure stamps arrivals in the
+	// lock's own order (the tests' locks). Without it a caller arrives
+	// when it calls wait.
+	waitArrive func(ctx context.Context, key string, arrive func()) (unlock func(context.Context) error, err error)
 }
 
 type storesConfig struct {
@@ -433,9 +439,18 @@ func measureSameKey(ctx context.Context, c *storesConfig, l locker) (rate, chang
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			arrive := func() { order.arrive(i, time.Now()) }
+			mine := l
+			if l.waitArrive != nil {
+				mine.wait = func(ctx context.Context, key string) (func(context.Context) error, error) {
+					return l.waitArrive(ctx, key, arrive)
+				}
+			}
 			for ctx.Err() == nil {
-				order.arrive(i, time.Now())
-				unlock, ok := waitTurn(ctx, l, key, "same key", &failed, nil)
+				if l.waitArrive == nil {
+					arrive()
+				}
+				unlock, ok := waitTurn(ctx, mine, key, "same key", &failed, nil)
 				if !ok {
 					order.leave(i)
 					return

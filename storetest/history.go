@@ -45,7 +45,7 @@ type Verdicts struct {
 	Illegal    int    // histories it proved not linearizable
 	Undecided  int    // histories it could not decide in time (never a pass)
 	Relooked   int    // undecided at first, decided by the second look (run)
-	FirstBad   string // the first history proved not linearizable, listed
+	FirstBad   string // the first history proved not linearizable, listed (or, if none, the first still undecided)
 }
 
 // Passed reports whether every history was checked and found linearizable.
@@ -109,6 +109,7 @@ func (hr historyRun) run(ctx context.Context, v *Verdicts) {
 		v.Undecided += len(undecided)
 		undecided = nil
 	}
+	stillUndecided := ""
 	for i, ops := range undecided {
 		switch check(hr.model, ops, relookFactor*hr.timeout) {
 		case porcupine.Ok:
@@ -122,7 +123,16 @@ func (hr historyRun) run(ctx context.Context, v *Verdicts) {
 			}
 		default:
 			v.Undecided++
+			if stillUndecided == "" {
+				stillUndecided = hr.describe(undecidedH[i], ops)
+			}
 		}
+	}
+	// Listed when no history is illegal, so that a history the checker
+	// could not decide can be looked at: FirstBad is what the tests print
+	// when a run fails.
+	if v.FirstBad == "" && stillUndecided != "" {
+		v.FirstBad = "undecided even at the second look: " + stillUndecided
 	}
 }
 
