@@ -22,7 +22,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-fuzztime=${1:-10s}
+# shellcheck source=lib/proc.sh
+. scripts/lib/proc.sh
+fuzztime=${1-10s} # an empty argument is refused below, not the default
 case "$fuzztime" in
 -h | --help | help)
 	sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
@@ -35,13 +37,37 @@ case "$fuzztime" in
 	fi
 	;;
 esac
-# A time per target as go test's -fuzztime takes it (a duration such as
-# 10s, 2m or 1m30s, or a count of runs such as 500x), not zero; one
-# argument at most. Refused before anything is built.
-if [ "$fuzztime" != --build ] && { [ $# -gt 1 ] || ! [[ $fuzztime =~ ^([0-9]+x|([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+)$ ]] || ! [[ $fuzztime =~ [1-9] ]]; }; then
-	echo "fuzz.sh: want one argument, the time per target (e.g. 10s, 2m, 500x), not: $*" >&2
+# fuzztime_ok T: T is a time per target that go test's -fuzztime takes: a
+# duration such as 10s, 2m or 1m30s of at least 1ns and at most Go's
+# longest (about 2,562,047 h; each part's fraction of a nanosecond dropped,
+# as Go does: 0.5ns is zero), or a count of runs such as 500x, 1 to
+# 2^63-1. The red team of 2026-12-06 passed 0.1ns and 999999999999h,
+# which go test then refused for every target.
+fuzztime_ok() {
+	local n
+	if [[ $1 =~ ^0*([0-9]+)x$ ]]; then
+		n=${BASH_REMATCH[1]}
+		[ "$n" != 0 ] && { [ ${#n} -lt 19 ] || { [ ${#n} -eq 19 ] && [[ ! $n > 9223372036854775807 ]]; }; }
+		return
+	fi
+	[[ $1 =~ ^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$ ]] || return 1
+	awk -v d="$1" 'BEGIN {
+		u["ns"] = 1; u["us"] = 1e3; u["ms"] = 1e6; u["s"] = 1e9; u["m"] = 6e10; u["h"] = 3.6e12
+		while (d != "") {
+			match(d, /^[0-9.]+/); v = substr(d, 1, RLENGTH); d = substr(d, RLENGTH + 1)
+			k = substr(d, 1, 2); if (!(k in u)) k = substr(d, 1, 1)
+			d = substr(d, length(k) + 1)
+			t += int(v * u[k])
+		}
+		exit !(t >= 1 && t < 9223372036854775808)
+	}'
+}
+# One argument at most. Refused before anything is built.
+if [ "$fuzztime" != --build ] && { [ $# -gt 1 ] || ! fuzztime_ok "$fuzztime"; }; then
+	echo "fuzz.sh: want one argument, the time per target (e.g. 10s, 2m, 500x), not: ${*:-an empty one}" >&2
 	exit 64
 fi
+need_tmpdir fuzz.sh
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
 module=$(go list -m) || exit 1
@@ -61,7 +87,7 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 
 if [ "$fuzztime" = --build ]; then
-	bin=$(mktemp -d -t leasehold-fuzzbuild.XXXXXX)
+	bin=$(mktemp -d -t leasehold-fuzzbuild.XXXXXX) || exit 1
 	trap 'rm -rf "$bin"' EXIT
 	built=" " n=0 failed=()
 	for t in "${targets[@]}"; do
@@ -82,7 +108,7 @@ if [ "$fuzztime" = --build ]; then
 fi
 echo "fuzz.sh: ${#targets[@]} targets, $fuzztime each"
 
-log=$(mktemp -t leasehold-fuzz.XXXXXX)
+log=$(mktemp -t leasehold-fuzz.XXXXXX) || exit 1
 trap 'rm -f "$log"' EXIT
 status=0
 summary=()

@@ -62,15 +62,17 @@ for s in "${named[@]}"; do
 		;;
 	esac
 done
-if ! tmpcheck=$(mktemp 2>/dev/null); then
-	echo "test.sh: cannot create a temporary file in ${TMPDIR:-/tmp} (TMPDIR): make it an existing, writable directory" >&2
-	exit 64
-fi
-rm -f "$tmpcheck"
+need_tmpdir test.sh
 began=$(date +%s)
 summary=()
 failed_stages=()
 logs=$(mktemp -d) || exit 1
+# The stages' TMPDIR, removed with the logs at the end (report): what a
+# stage stopped by a signal leaves there (a suite's test directories, go's
+# build directories, verify.sh's own) goes with it (the red team of
+# 2026-12-06: the verify stage, stopped, left its report file).
+runtmp=$(run_tmpdir lht) || exit 1
+export TMPDIR=$runtmp
 failed=0
 
 # stage NAME COMMAND...: runs COMMAND (if NAME is wanted), timing it and
@@ -243,7 +245,7 @@ report() {
 	echo
 	echo "== stages ($(($(date +%s) - began)) s in all, $(go version | cut -d' ' -f3), $(nproc) cores)"
 	printf '%s\n' "${summary[@]}"
-	rm -rf "$logs"
+	rm -rf "$logs" "$runtmp"
 }
 
 race() {

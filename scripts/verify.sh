@@ -39,12 +39,12 @@ pkgs=("$@")
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 # shellcheck source=lib/proc.sh
 . scripts/lib/proc.sh
-own_engines= own_report=
+own_engines= own_tmp=
 # On exit, also on SIGTERM or SIGHUP to this script alone (no trap for
 # them: bash would run it only once the step in the foreground ended):
 # the whole tree of whatever this script still runs (the suites' go test,
-# the fuzzing, the fuzz targets' build), then the engines it started and
-# the report it made. Only processes that are this script's children now
+# the fuzzing, the fuzz targets' build), then the engines it started, then
+# its temporary directory (below). Only processes that are this script's children now
 # are stopped: a pid kept from earlier may belong to another process by
 # then. Further signals are ignored meanwhile, so that the clean-up is not
 # cut short with processes left stopped.
@@ -55,9 +55,17 @@ cleanup() {
 		[ "$(ps -o ppid= -p "$c" 2>/dev/null | tr -d ' ')" = $$ ] && stop_tree "$c"
 	done
 	[ -z "$own_engines" ] || scripts/engines.sh stop
-	[ -z "$own_report" ] || rm -f "$own_report"
+	[ -z "$own_tmp" ] || rm -rf "$own_tmp"
 }
 trap cleanup EXIT
+need_tmpdir verify.sh
+# Its own TMPDIR for everything it runs (the suites' test directories, go's
+# build directories, the prebuilt binaries, the report), removed whole on
+# exit: a signal stops the suites before their own clean-up (the red team
+# of 2026-12-06: a SIGTERM left a suite's 174 MB test directory and go's
+# build directories in TMPDIR).
+own_tmp=$(run_tmpdir lhv) || exit 1
+export TMPDIR=$own_tmp
 if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 	own_engines=1
 	export LEASEHOLD_ENGINES_CLAIM=$$ # one test command per directory
@@ -78,10 +86,7 @@ fi
 export LEASEHOLD_REQUIRE_ENGINES=${LEASEHOLD_REQUIRE_ENGINES:-1}
 
 report=${LEASEHOLD_VERIFY_REPORT:-}
-if [ -z "$report" ]; then
-	report=$(mktemp -t leasehold-verify.XXXXXX)
-	own_report=$report
-fi
+[ -n "$report" ] || report=$own_tmp/report
 export LEASEHOLD_VERIFY_REPORT=$report
 : >"$report"
 
@@ -92,8 +97,8 @@ echo "== fault suites, $tier tier: go test ${pkgs[*]}"
 # the compiler would also run one package at a time (about 270 s of a cold
 # build cache on 2 cores; this takes about 170 s). The run then links from
 # the build cache. A build failure here is reported by the run below.
-prebuilt=$(mktemp -d -t leasehold-verify-bin.XXXXXX)
-go test -c -p 2 -o "$prebuilt/" "${pkgs[@]}" >/dev/null 2>&1 || true
+prebuilt=$own_tmp/prebuilt
+mkdir "$prebuilt" && go test -c -p 2 -o "$prebuilt/" "${pkgs[@]}" >/dev/null 2>&1 || true
 rm -rf "$prebuilt"
 fuzzing=
 [ $# -eq 0 ] && [ -x scripts/fuzz.sh ] && fuzzing=1

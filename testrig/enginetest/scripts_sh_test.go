@@ -604,7 +604,11 @@ func TestFlakesClaimedLeavesNoTemp(t *testing.T) {
 // dropped). Each is now a usage error (64) before anything is built (red
 // team of 2026-12-05).
 func TestFuzzBadTime(t *testing.T) {
-	for _, args := range [][]string{{"abc"}, {"0"}, {"-1s"}, {"0s"}, {"0x"}, {"2s", "extra"}} {
+	// 0.1ns to "": the red team of 2026-12-06 (round on the fuzz build):
+	// passed the check, then refused by go test for every target (or, for
+	// "", taken for the default).
+	for _, args := range [][]string{{"abc"}, {"0"}, {"-1s"}, {"0s"}, {"0x"}, {"2s", "extra"},
+		{"0.1ns"}, {"0.9ns"}, {"0.5ns0.5ns"}, {"999999999999h"}, {"2562048h"}, {"9223372036854775808x"}, {""}} {
 		out, code := runScript(t, nil, "fuzz.sh", args...)
 		if code != 64 || strings.Contains(out, "targets") {
 			t.Errorf("fuzz.sh %v: exit %d, want 64 before any target:\n%s", args, code, out)

@@ -181,7 +181,11 @@ func TestVerifySignalLeavesNothing(t *testing.T) {
 	for _, signals := range []int{1, 2} {
 		t.Run(fmt.Sprintf("%d SIGTERM", signals), func(t *testing.T) {
 			log := filepath.Join(t.TempDir(), "calls")
-			bin := fakeGoLog(t, `sleep 300 & echo "child $!" >>"$FAKE_GO_LOG"; wait`, `exec sleep 300`)
+			// Each makes what go and a test binary make in TMPDIR, which
+			// a SIGTERM leaves behind (red team of 2026-12-06, round on
+			// the fuzz build: 174 MB of a suite's test directory).
+			bin := fakeGoLog(t, `mkdir -p "$TMPDIR/go-build1"; sleep 300 & echo "child $!" >>"$FAKE_GO_LOG"; wait`,
+				`mkdir -p "$TMPDIR/TestR1engine1/001"; exec sleep 300`)
 			tmp := t.TempDir()
 			cmd := exec.Command(repoScript(t, "verify.sh"))
 			cmd.Dir = filepath.Join("..", "..")
@@ -236,10 +240,78 @@ func TestVerifySignalLeavesNothing(t *testing.T) {
 			if len(left) > 0 {
 				t.Errorf("processes of verify.sh left after %d SIGTERM: %v (of %v)\n%s", signals, left, pids, out)
 			}
-			if temps, _ := filepath.Glob(filepath.Join(tmp, "leasehold-*")); len(temps) > 0 {
-				t.Errorf("verify.sh left %v in TMPDIR", temps)
+			if left := dirEntries(t, tmp); len(left) > 0 {
+				t.Errorf("verify.sh left %v in TMPDIR", left)
 			}
 		})
+	}
+}
+
+// dirEntries are the names in dir.
+func dirEntries(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// TestTestShStopLeavesNoTemp (red team of 2026-12-06, round on the fuzz
+// build): test.sh, signalled during a stage, stops the stage's tree
+// (SIGTERM, then SIGKILL 2 s later), and what the stage had made in TMPDIR
+// stayed: in the verify stage, verify.sh was killed while its own clean-up
+// still stopped its children, and its report file was left. The stages'
+// TMPDIR is now test.sh's own, removed at its end. Here the mod stage
+// (no engines needed) with a stand-in go mod download that makes a test
+// directory there and runs until stopped.
+func TestTestShStopLeavesNoTemp(t *testing.T) {
+	realGo, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, tmp := t.TempDir(), t.TempDir()
+	marker := filepath.Join(t.TempDir(), "made")
+	fake := "#!/bin/sh\nif [ \"$1\" = mod ]; then mkdir -p \"$TMPDIR/TestR1engine1/001\" && touch \"$FAKE_GO_MADE\"; exec sleep 300; fi\nexec " + realGo + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	made := func() bool { _, err := os.Stat(marker); return err == nil }
+	out := termTestSh(t, "mod", []string{
+		"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"TMPDIR=" + tmp, "FAKE_GO_MADE=" + marker, "LEASEHOLD_STAGES=mod",
+	}, made, syscall.SIGTERM)
+	if left := dirEntries(t, tmp); len(left) > 0 {
+		t.Errorf("test.sh left %v in TMPDIR after SIGTERM in a stage\n%s", left, out)
+	}
+}
+
+// TestScriptsRefuseBadTmpdir (red team of 2026-12-06, round on the fuzz
+// build): with TMPDIR missing or a file, verify.sh exited 1 with mktemp's
+// own message, and fuzz.sh --build blamed the packages' build for it (its
+// binaries' directory empty, it built into /1.test ...). Each now refuses
+// with 64, naming TMPDIR, before it runs anything.
+func TestScriptsRefuseBadTmpdir(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "calls")
+	bin := fakeGoLog(t, `:`, `:`)
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tmpdir := range []string{filepath.Join(t.TempDir(), "missing"), file} {
+		for _, args := range [][]string{{"verify.sh"}, {"fuzz.sh", "--build"}, {"fuzz.sh", "5s"}} {
+			out, code := runScript(t, fakeEnv(bin, log, tmpdir), args[0], args[1:]...)
+			if code != 64 || !strings.Contains(out, "(TMPDIR)") {
+				t.Errorf("%v with TMPDIR=%s: exit %d, want 64 naming TMPDIR:\n%s", args, tmpdir, code, out)
+			}
+		}
+	}
+	if b, _ := os.ReadFile(log); len(b) > 0 {
+		t.Errorf("go test ran with a bad TMPDIR: %q", b)
 	}
 }
 
