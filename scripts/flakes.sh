@@ -28,9 +28,10 @@
 # end by themselves, within a few seconds.
 set -uo pipefail
 caller=$PWD # a relative LEASEHOLD_FLAKES_DIR is the caller's, not the checkout's
-cd "$(dirname "$0")/.."
 # shellcheck source=lib/proc.sh
-. scripts/lib/proc.sh
+. "$(dirname "$0")/lib/proc.sh"
+abs_tmpdir # before the cd: a relative TMPDIR is the caller's
+cd "$(dirname "$0")/.."
 
 usage() {
 	echo "flakes.sh: $*" >&2

@@ -20,10 +20,10 @@
 # (verify.sh builds while the fault suites run; about 55 s per package on a
 # cold cache and 2 cores). Exits non-zero if a build failed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-
 # shellcheck source=lib/proc.sh
-. scripts/lib/proc.sh
+. "$(dirname "$0")/lib/proc.sh"
+abs_tmpdir # before the cd: a relative TMPDIR is the caller's
+cd "$(dirname "$0")/.."
 fuzztime=${1-10s} # an empty argument is refused below, not the default
 case "$fuzztime" in
 -h | --help | help)
@@ -37,38 +37,25 @@ case "$fuzztime" in
 	fi
 	;;
 esac
-# fuzztime_ok T: T is a time per target that go test's -fuzztime takes: a
-# duration such as 10s, 2m or 1m30s of at least 1ns and at most Go's
-# longest (about 2,562,047 h; each part's fraction of a nanosecond dropped,
-# as Go does: 0.5ns is zero), or a count of runs such as 500x, 1 to
-# 2^63-1. The red team of 2026-12-06 passed 0.1ns and 999999999999h,
-# which go test then refused for every target.
-fuzztime_ok() {
-	local n
-	if [[ $1 =~ ^0*([0-9]+)x$ ]]; then
-		n=${BASH_REMATCH[1]}
-		[ "$n" != 0 ] && { [ ${#n} -lt 19 ] || { [ ${#n} -eq 19 ] && [[ ! $n > 9223372036854775807 ]]; }; }
-		return
-	fi
-	[[ $1 =~ ^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$ ]] || return 1
-	awk -v d="$1" 'BEGIN {
-		u["ns"] = 1; u["us"] = 1e3; u["ms"] = 1e6; u["s"] = 1e9; u["m"] = 6e10; u["h"] = 3.6e12
-		while (d != "") {
-			match(d, /^[0-9.]+/); v = substr(d, 1, RLENGTH); d = substr(d, RLENGTH + 1)
-			k = substr(d, 1, 2); if (!(k in u)) k = substr(d, 1, 1)
-			d = substr(d, length(k) + 1)
-			t += int(v * u[k])
-		}
-		exit !(t >= 1 && t < 9223372036854775808)
-	}'
-}
-# One argument at most. Refused before anything is built.
-if [ "$fuzztime" != --build ] && { [ $# -gt 1 ] || ! fuzztime_ok "$fuzztime"; }; then
-	echo "fuzz.sh: want one argument, the time per target (e.g. 10s, 2m, 500x), not: ${*:-an empty one}" >&2
-	exit 64
-fi
 need_tmpdir fuzz.sh
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+# One argument at most: a time per target as go test's -fuzztime takes it
+# (a duration such as 10s, 2m or 1m30s, or a count of runs such as 500x;
+# not zero), as go itself judges it (testrig/fuzztime: a check of the
+# script's own let 0.1ns and sums beyond Go's longest duration through,
+# the red team of 2026-12-06). Refused before anything is built.
+if [ "$fuzztime" != --build ]; then
+	why=
+	if [ $# -gt 1 ]; then
+		why="one argument at most"
+	elif ! out=$(go run ./testrig/fuzztime "$fuzztime" 2>&1); then
+		why=$(head -n 1 <<<"$out")
+	fi
+	if [ -n "$why" ]; then
+		echo "fuzz.sh: want one argument, the time per target (e.g. 10s, 2m, 500x), not: ${*:-an empty one} ($why)" >&2
+		exit 64
+	fi
+fi
 
 module=$(go list -m) || exit 1
 targets=()

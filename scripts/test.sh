@@ -40,9 +40,10 @@ elif [ $# -gt 0 ]; then
 	echo "test.sh: takes no arguments (got '$1'): LEASEHOLD_STAGES names the stages; see --help" >&2
 	exit 64
 fi
-cd "$(dirname "$0")/.."
 # shellcheck source=lib/proc.sh
-. scripts/lib/proc.sh
+. "$(dirname "$0")/lib/proc.sh"
+abs_tmpdir # before the cd: a relative TMPDIR is the caller's
+cd "$(dirname "$0")/.."
 
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 all_stages="mod vet race bench python verify"
@@ -62,16 +63,19 @@ for s in "${named[@]}"; do
 		;;
 	esac
 done
-need_tmpdir test.sh
 began=$(date +%s)
 summary=()
 failed_stages=()
-logs=$(mktemp -d) || exit 1
 # The stages' TMPDIR, removed with the logs at the end (report): what a
 # stage stopped by a signal leaves there (a suite's test directories, go's
 # build directories, verify.sh's own) goes with it (the red team of
-# 2026-12-06: the verify stage, stopped, left its report file).
-runtmp=$(run_tmpdir lht) || exit 1
+# 2026-12-06: the verify stage, stopped, left its report file). Both are
+# removed if the run ends before its EXIT trap below is set.
+runtmp= logs=
+trap 'rm -rf "$logs" "$runtmp"' EXIT
+own_tmpdir runtmp lht test.sh
+own_tmpdir logs lhl test.sh
+chmod 700 "$logs"
 export TMPDIR=$runtmp
 failed=0
 

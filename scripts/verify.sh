@@ -14,6 +14,9 @@
 # LEASEHOLD_REQUIRE_ENGINES=0. Set LEASEHOLD_VERIFY_REPORT to keep the raw
 # rows.
 set -euo pipefail
+# shellcheck source=lib/proc.sh
+. "$(dirname "$0")/lib/proc.sh"
+abs_tmpdir # before the cd: a relative TMPDIR is the caller's
 cd "$(dirname "$0")/.."
 
 for a in "$@"; do
@@ -37,8 +40,6 @@ pkgs=("$@")
 [ ${#pkgs[@]} -eq 0 ] && pkgs=(./testrig/verify/...)
 
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
-# shellcheck source=lib/proc.sh
-. scripts/lib/proc.sh
 own_engines= own_tmp=
 # On exit, also on SIGTERM or SIGHUP to this script alone (no trap for
 # them: bash would run it only once the step in the foreground ended):
@@ -58,13 +59,12 @@ cleanup() {
 	[ -z "$own_tmp" ] || rm -rf "$own_tmp"
 }
 trap cleanup EXIT
-need_tmpdir verify.sh
 # Its own TMPDIR for everything it runs (the suites' test directories, go's
 # build directories, the prebuilt binaries, the report), removed whole on
 # exit: a signal stops the suites before their own clean-up (the red team
 # of 2026-12-06: a SIGTERM left a suite's 174 MB test directory and go's
 # build directories in TMPDIR).
-own_tmp=$(run_tmpdir lhv) || exit 1
+own_tmpdir own_tmp lhv verify.sh
 export TMPDIR=$own_tmp
 if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 	own_engines=1

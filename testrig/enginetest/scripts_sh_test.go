@@ -608,7 +608,10 @@ func TestFuzzBadTime(t *testing.T) {
 	// passed the check, then refused by go test for every target (or, for
 	// "", taken for the default).
 	for _, args := range [][]string{{"abc"}, {"0"}, {"-1s"}, {"0s"}, {"0x"}, {"2s", "extra"},
-		{"0.1ns"}, {"0.9ns"}, {"0.5ns0.5ns"}, {"999999999999h"}, {"2562048h"}, {"9223372036854775808x"}, {""}} {
+		{"0.1ns"}, {"0.9ns"}, {"0.5ns0.5ns"}, {"999999999999h"}, {"2562048h"}, {"9223372036854775808x"}, {""},
+		// The re-check: sums past Go's longest duration that the
+		// script's own check (floating point) took.
+		{"9223372036854775000ns500ns500ns"}, {"2562047h47m16s854ms775us500ns500ns"}} {
 		out, code := runScript(t, nil, "fuzz.sh", args...)
 		if code != 64 || strings.Contains(out, "targets") {
 			t.Errorf("fuzz.sh %v: exit %d, want 64 before any target:\n%s", args, code, out)

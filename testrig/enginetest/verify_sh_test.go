@@ -379,3 +379,114 @@ echo "killed by verify.sh"; exit 1
 		t.Fatalf("a process given the ended build's pid: %s (%v)\nverify.sh said:\n%s", b, err, verifyOut)
 	}
 }
+
+// TestFuzzTakesWhatGoTakes (the red team's re-check, 2026-12-06): fuzz.sh
+// refused (64) times go test takes: +5s, 5µs, .5s, Go's longest duration
+// written exactly. Each now runs (with a stand-in go test).
+func TestFuzzTakesWhatGoTakes(t *testing.T) {
+	for _, v := range []string{"+5s", "5µs", ".5s", "2562047h47m16.854775807s", "+5x"} {
+		calls, out, code, _ := fuzzCalls(t, 0, "fuzz.sh", v)
+		if code != 0 || !slices.ContainsFunc(calls, func(c string) bool { return strings.HasPrefix(c, "fuzz=") }) {
+			t.Errorf("fuzz.sh %s: exit %d, calls %v, want the targets fuzzed:\n%s", v, code, calls, out)
+		}
+	}
+}
+
+// standIns writes executable stand-ins (name: shell body) into a new
+// directory and returns it, for the front of PATH.
+func standIns(t *testing.T, bodies map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range bodies {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// realPath is the path of a program, for a stand-in to call.
+func realPath(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestScriptsOwnTmpdirEdges (the red team's re-check of the scripts' own
+// TMPDIR, 2026-12-06): a relative TMPDIR was looked for from the
+// repository (refused, or made inside the checkout, and given to the
+// tests relative); a refused chmod left the directories and exited 1
+// with no word; a signal while test.sh ran "go version", before its
+// clean-up was set, left both of its directories; a signal while
+// verify.sh made its directory, before it knew the name, left it.
+func TestScriptsOwnTmpdirEdges(t *testing.T) {
+	realGo, realMktemp := realPath(t, "go"), realPath(t, "mktemp")
+	t.Run("relative", func(t *testing.T) {
+		cwd := t.TempDir()
+		if err := os.Mkdir(filepath.Join(cwd, "rel"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		seen := filepath.Join(t.TempDir(), "seen")
+		bin := standIns(t, map[string]string{"go": `if [ "$1" = mod ]; then echo "$TMPDIR" >` + seen + `; exit 0; fi; exec ` + realGo + ` "$@"`})
+		cmd := exec.Command(repoScript(t, "test.sh"))
+		cmd.Dir = cwd
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "TMPDIR=rel", "LEASEHOLD_STAGES=mod")
+		out, err := cmd.CombinedOutput()
+		b, _ := os.ReadFile(seen)
+		got := strings.TrimSpace(string(b))
+		if err != nil || !strings.HasPrefix(got, filepath.Join(cwd, "rel")+"/lht.") {
+			t.Errorf("test.sh with TMPDIR=rel: %v, the stage's TMPDIR %q, want under %s:\n%s", err, got, filepath.Join(cwd, "rel"), out)
+		}
+		if left := dirEntries(t, filepath.Join(cwd, "rel")); len(left) > 0 {
+			t.Errorf("left in TMPDIR: %v", left)
+		}
+	})
+	t.Run("chmod refused", func(t *testing.T) {
+		bin := standIns(t, map[string]string{"chmod": "exit 1"})
+		for _, script := range []string{"test.sh", "verify.sh"} {
+			tmp := t.TempDir()
+			out, code := runScript(t, []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"), "TMPDIR=" + tmp,
+				"LEASEHOLD_STAGES=mod", "LEASEHOLD_TEST_PG_BIN=engines-not-needed"}, script)
+			if code != 64 || !strings.Contains(out, "(TMPDIR)") {
+				t.Errorf("%s with chmod refused: exit %d, want 64 naming TMPDIR:\n%s", script, code, out)
+			}
+			if left := dirEntries(t, tmp); len(left) > 0 {
+				t.Errorf("%s left %v in TMPDIR", script, left)
+			}
+		}
+	})
+	// A signal in a moment a stand-in holds open: go version for test.sh,
+	// the making of the directory (mktemp -d) for verify.sh.
+	for _, tc := range []struct{ script, prog, body string }{
+		{"test.sh", "go", `if [ "$1" = version ]; then touch "$MARK"; sleep 3; fi; exec ` + realGo + ` "$@"`},
+		{"verify.sh", "mktemp", `case "$*" in *lhv.*) ` + realMktemp + ` "$@"; s=$?; touch "$MARK"; sleep 3; exit $s ;; esac; exec ` + realMktemp + ` "$@"`},
+	} {
+		t.Run("signal in "+tc.prog+" of "+tc.script, func(t *testing.T) {
+			mark := filepath.Join(t.TempDir(), "mark")
+			bin := standIns(t, map[string]string{tc.prog: tc.body})
+			tmp := t.TempDir()
+			cmd := exec.Command(repoScript(t, tc.script))
+			cmd.Dir = filepath.Join("..", "..")
+			cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "TMPDIR="+tmp, "MARK="+mark,
+				"LEASEHOLD_STAGES=mod", "LEASEHOLD_TEST_PG_BIN=engines-not-needed")
+			out := startGroup(t, cmd)
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+				if _, err := os.Stat(mark); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s never reached the moment:\n%s", tc.script, out)
+				}
+			}
+			cmd.Process.Signal(syscall.SIGTERM)
+			cmd.Wait()
+			// The stand-in's sleep is the group's; gone with the test.
+			if left := dirEntries(t, tmp); len(left) > 0 {
+				t.Errorf("%s left %v in TMPDIR after SIGTERM\n%s", tc.script, left, out)
+			}
+		})
+	}
+}

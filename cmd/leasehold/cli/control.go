@@ -92,9 +92,30 @@ type control struct {
 	done chan struct{}
 }
 
-// startControl listens on a socket in a new directory of mode 0700.
+// startControl listens on a socket in a new directory of mode 0700, in
+// TMPDIR, or else in /tmp: a Unix socket's path has room for about 107
+// bytes, and with a longer TMPDIR (75 bytes or more) the socket could not
+// be made and LEASEHOLD_CONTROL was left out without a word (the red team
+// of 2026-12-06).
 func startControl() (*control, error) {
-	dir, err := os.MkdirTemp("", "leasehold-run-")
+	parents := []string{os.TempDir()}
+	if os.TempDir() != "/tmp" {
+		parents = append(parents, "/tmp")
+	}
+	var errs []error
+	for _, parent := range parents {
+		c, err := listenControl(parent)
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// listenControl makes the control socket in a new directory in parent.
+func listenControl(parent string) (*control, error) {
+	dir, err := os.MkdirTemp(parent, "leasehold-run-")
 	if err != nil {
 		return nil, err
 	}

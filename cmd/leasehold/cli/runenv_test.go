@@ -44,3 +44,28 @@ func TestRunEnvironmentDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestRunControlLongTmpdir (the red team of 2026-12-06): with a TMPDIR of
+// 75 bytes or more the control socket's path was too long for a Unix
+// socket, and run gave its command no LEASEHOLD_CONTROL without a word
+// (a "leasehold release" in the command then failed on its arguments).
+// The socket goes to /tmp then.
+func TestRunControlLongTmpdir(t *testing.T) {
+	long := t.TempDir() + "/" + strings.Repeat("d", 90)
+	if err := os.Mkdir(long, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", long)
+	h := newHarness(t)
+	r := h.run("run", "--store", "memory://", "t/ctl", "--", "sh", "-c", `echo "CTL=$LEASEHOLD_CONTROL"`)
+	if r.code != 0 {
+		t.Fatalf("run: exit %d, stderr %q", r.code, r.stderr)
+	}
+	m := regexp.MustCompile(`(?m)^CTL=(.*)$`).FindStringSubmatch(r.stdout)
+	if m == nil || m[1] == "" {
+		t.Fatalf("no LEASEHOLD_CONTROL with a TMPDIR of %d bytes: stdout %q, stderr %q", len(long), r.stdout, r.stderr)
+	}
+	if !strings.HasPrefix(m[1], "/tmp/leasehold-run-") {
+		t.Errorf("LEASEHOLD_CONTROL=%s, want it in /tmp", m[1])
+	}
+}

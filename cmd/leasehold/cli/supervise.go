@@ -42,6 +42,8 @@ func (o *runOptions) supervise(ctx context.Context, e *env, lease *leasehold.Lea
 		defer ctl.close()
 		env = append(env, envControl+"="+ctl.path())
 		releases = ctl.reqs
+	} else {
+		fmt.Fprintf(e.stderr, "leasehold: %s: no control socket (%v): a release from the command will be seen at the next renewal, as a loss\n", o.verb, err)
 	}
 	t, err := startTree(treeSpec{
 		argv: o.command, env: env,
