@@ -52,6 +52,11 @@ func (f *fakeTransport) sendPermit(ctx context.Context, sem string, n int, req *
 	return f.acquire(ctx, req, wait, late)
 }
 
+func (f *fakeTransport) sendGiveUp(ctx context.Context, req *leasehold.AcquireRequest, session string) (grant, error) {
+	f.log("giveup %s id=%s session=%s", req.Name, req.RequestID, session)
+	return f.acquire(ctx, req, 0, nil)
+}
+
 func (f *fakeTransport) sendHolder(ctx context.Context, name, owner string, token uint64, ttl time.Duration, secret string) error {
 	op := "release"
 	if ttl > 0 {
@@ -180,13 +185,14 @@ func TestCoreWaitGrantAsCtxEnds(t *testing.T) {
 }
 
 // The caller gives up and the reply is lost: with cancelLosesReply (HTTP)
-// the core gives the wait up: a try with the request id, whose grant (the
-// lost reply's) is released, then looks for a later grant (here the lease
+// the core gives the wait up: a give-up with the request id (never a try,
+// which could take a lease freed meanwhile), whose grant (the lost
+// reply's) is released, then looks for a later grant (here the lease
 // is free at each look); else the transport reports through late (RESP):
 // a late grant is released, without a reply the wait is given up so.
 func TestCoreWaitGiveUp(t *testing.T) {
 	acq := "acquire a id=r1 session= wait=true"
-	try := "acquire a id=r1 session= wait=false"
+	try := "giveup a id=r1 session="
 	for _, tc := range []struct {
 		name   string
 		policy waitPolicy
@@ -209,7 +215,7 @@ func TestCoreWaitGiveUp(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			f.acquire = func(actx context.Context, req *leasehold.AcquireRequest, wait time.Duration, late func(grant, error)) (grant, error) {
 				if wait == 0 {
-					return fakeGrant(req, 3), nil // the reclaim's try: the grant the lost reply carried
+					return fakeGrant(req, 3), nil // the give-up: the grant the lost reply carried
 				}
 				cancel()
 				if tc.late != nil {
@@ -275,7 +281,7 @@ func TestCoreClosed(t *testing.T) {
 // release arriving first hands the lease to it). The core looked once, at
 // the give-up, and the grant stayed held for its TTL (the remote
 // conformance suite's QueueCancelLeaves failed 4 of 5 runs under load).
-// Now it looks again: here the give-up's try is refused, the lease is
+// Now it looks again: here the give-up is refused, the lease is
 // someone else's at the first look, the waiter's at the second.
 func TestCoreReclaimLooksAgain(t *testing.T) {
 	f := &fakeTransport{ownerAt: func(n int) string {
@@ -301,8 +307,8 @@ func TestCoreReclaimLooksAgain(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("acquireWait = %v, want context.Canceled", err)
 	}
-	try := "acquire a id=r1 session= wait=false"
-	waitForRequests(t, f, "acquire a id=r1 session= wait=true", try, "get a", "get a", try, "release a 3 secret=sec3")
+	giveUp := "giveup a id=r1 session="
+	waitForRequests(t, f, "acquire a id=r1 session= wait=true", giveUp, "get a", "get a", giveUp, "release a 3 secret=sec3")
 }
 
 // TestTrackerWait checks the counter that Close uses to await give-ups:

@@ -15,3 +15,8 @@ func SetWaitChunk(s interface{ Close() error }, d time.Duration) {
 		panic("SetWaitChunk: not a store of this package")
 	}
 }
+
+// GiveUpBound is how long after a wait ended by its context the store's
+// give-up may still find and free a grant that raced with the end
+// (reclaimTimeout): the conformance suite's WaitCleanup for these stores.
+const GiveUpBound = reclaimTimeout

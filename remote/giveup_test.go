@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/memory"
 	"github.com/leasehold/leasehold/remote"
 	"github.com/leasehold/leasehold/server"
 )
@@ -243,5 +244,96 @@ func TestAcquirePermitGiveUpKeptPlace(t *testing.T) {
 			t.Fatal(err)
 		}
 		assertGivenUp(t, ts, holder.(remoteStore), h, "w")
+	})
+}
+
+// TestGiveUpTakesNoLease (CI run 79): the give-up of a wait whose caller
+// has gone never takes the lease. It sent a try with the wait's request
+// id, which a loaded server answered a second later, when the lease had
+// become free: a grant nobody had asked for, held past the conformance
+// suite's bound (TestConformanceProxy/http/Linearizable). Now it is a
+// give-up (AcquireRequest.GiveUp), answered only with the request's own
+// grant: on a free lease, on another's, and on its owner's other grant it
+// grants nothing and changes nothing; its own grant (one that raced with
+// the wait's end) it releases.
+func TestGiveUpTakesNoLease(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		for _, b := range []struct {
+			name  string
+			start func(t *testing.T) *testServer
+		}{
+			{"engine", func(t *testing.T) *testServer {
+				return startEngine(t, tr, server.EngineConfig{Dir: t.TempDir()}, serveOptions{})
+			}},
+			{"proxy", func(t *testing.T) *testServer {
+				return startBackend(t, tr, server.NewProxy(memory.New(), server.ProxyConfig{}), serveOptions{})
+			}},
+		} {
+			t.Run(b.name, func(t *testing.T) {
+				ts := b.start(t)
+				s := ts.open(t, "")
+				ctx := ctxT(t)
+				gone, cancel := context.WithCancel(ctx)
+				cancel()
+				// giveUp is a wait of owner with request id id whose
+				// caller had gone: AcquireWait with its context ended gives
+				// it up before it returns.
+				giveUp := func(name, owner, id string) {
+					t.Helper()
+					_, err := s.(leasehold.Queuer).AcquireWait(gone, leasehold.AcquireRequest{Name: name, Owner: owner, RequestID: id, TTL: time.Minute})
+					if !errors.Is(err, context.Canceled) {
+						t.Fatalf("AcquireWait with its context ended = %v, want context.Canceled", err)
+					}
+				}
+				unchanged := func(name string, want leasehold.Record) {
+					t.Helper()
+					got, err := s.Get(ctx, name)
+					if err != nil || got.Owner != want.Owner || got.Token != want.Token {
+						t.Errorf("%s after the give-up: %+v, %v; want %s's grant %d, as before", name, got, err, want.Owner, want.Token)
+					}
+				}
+
+				// Free: nothing is granted.
+				giveUp("free", "gone", "w1")
+				if n := grantsTo(ts, "gone"); n != 0 {
+					t.Errorf("the give-up of a wait on a free lease made %d grants; want none", n)
+				}
+				if rec, err := s.Get(ctx, "free"); !errors.Is(err, leasehold.ErrNotFound) {
+					t.Errorf("after the give-up on a free lease: %+v, %v; want it still free", rec, err)
+				}
+				first, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "free", Owner: "next", TTL: time.Minute})
+				if err != nil || first.Token != 1 {
+					t.Errorf("the next acquire: %+v, %v; want token 1 (the give-up granted nothing)", first, err)
+				}
+
+				// Another's: refused, the holder keeps it.
+				other, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "other", Owner: "holder", TTL: time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				giveUp("other", "gone", "w2")
+				unchanged("other", other)
+
+				// The owner's grant for another request: not the wait's.
+				mine, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "mine", Owner: "same", RequestID: "another", TTL: time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				giveUp("mine", "same", "w3")
+				unchanged("mine", mine)
+
+				// The wait's own grant (one that raced with its end): released.
+				if _, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: "raced", Owner: "gone", RequestID: "w4", TTL: time.Minute}); err != nil {
+					t.Fatal(err)
+				}
+				giveUp("raced", "gone", "w4")
+				if rec, err := s.Get(ctx, "raced"); !errors.Is(err, leasehold.ErrNotFound) {
+					t.Errorf("after the give-up of a wait whose grant raced with its end: %+v, %v; want the grant released", rec, err)
+				}
+				if n := grantsTo(ts, "gone"); n != 1 {
+					t.Errorf("%d grants to the waiters that had gone; want 1 (the raced grant made by the test)", n)
+				}
+			})
+		}
 	})
 }

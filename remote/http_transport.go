@@ -237,10 +237,23 @@ var _ transport = (*conn)(nil)
 // after ctx ends (the core reclaims the grant instead), so it ignores
 // late.
 func (s *conn) sendAcquire(ctx context.Context, req *leasehold.AcquireRequest, session string, wait time.Duration, _ func(grant, error)) (grant, error) {
+	return s.postAcquire(ctx, req, httpwire.AcquireBodyOf(*req, wait, session), wait)
+}
+
+// sendGiveUp sends POST /v1/leases/{name}/acquire with give_up.
+func (s *conn) sendGiveUp(ctx context.Context, req *leasehold.AcquireRequest, session string) (grant, error) {
+	body := httpwire.AcquireBodyOf(*req, 0, session)
+	body.GiveUp = true
+	return s.postAcquire(ctx, req, body, 0)
+}
+
+// postAcquire sends body, an acquire of req's lease asking to wait up to
+// wait, and reads the grant.
+func (s *conn) postAcquire(ctx context.Context, req *leasehold.AcquireRequest, body httpwire.AcquireBody, wait time.Duration) (grant, error) {
 	var lj httpwire.Lease
 	_, err := s.do(ctx, call{
 		method: http.MethodPost, path: s.namePath("leases", req.Name, "acquire"),
-		body: httpwire.AcquireBodyOf(*req, wait, session), replayable: req.RequestID != "", wait: wait, name: req.Name,
+		body: body, replayable: req.RequestID != "", wait: wait, name: req.Name,
 	}, &lj)
 	if err != nil {
 		return grant{}, err

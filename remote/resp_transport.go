@@ -90,12 +90,13 @@ func expectOK(name string) func(v resp.Value) error {
 }
 
 func appendAcquire(b []byte, req *leasehold.AcquireRequest, session string, wait time.Duration) []byte {
-	return appendAcquireCmd(b, req, "", 0, session, wait)
+	return appendAcquireCmd(b, req, "", 0, session, wait, false)
 }
 
 // appendAcquireCmd appends LH.ACQUIRE of req, or (n > 0) LH.SEMACQUIRE of
-// one of the n permits of sem.
-func appendAcquireCmd(b []byte, req *leasehold.AcquireRequest, sem string, permits int, session string, wait time.Duration) []byte {
+// one of the n permits of sem; giveUp sends the request id as GIVEUP's
+// instead of REQID's (LH.ACQUIRE only).
+func appendAcquireCmd(b []byte, req *leasehold.AcquireRequest, sem string, permits int, session string, wait time.Duration, giveUp bool) []byte {
 	n := 4
 	if permits > 0 {
 		n++
@@ -129,7 +130,7 @@ func appendAcquireCmd(b []byte, req *leasehold.AcquireRequest, sem string, permi
 		b = resp.AppendBulk(b, req.Data)
 	}
 	if req.RequestID != "" {
-		b = resp.AppendBulkString(b, "REQID")
+		b = resp.AppendBulkString(b, map[bool]string{false: "REQID", true: "GIVEUP"}[giveUp])
 		b = resp.AppendBulkString(b, req.RequestID)
 	}
 	if wait > 0 {
@@ -201,6 +202,16 @@ func (s *RESPStore) sendAcquire(ctx context.Context, req *leasehold.AcquireReque
 	return g, nil
 }
 
+// sendGiveUp sends LH.ACQUIRE with GIVEUP (pipelined: it never waits).
+func (s *RESPStore) sendGiveUp(ctx context.Context, req *leasehold.AcquireRequest, session string) (grant, error) {
+	var g grant
+	enc := func(b []byte) []byte { return appendAcquireCmd(b, req, "", 0, session, 0, true) }
+	if err := s.cl.Do(ctx, enc, acquireReply(req, &g.rec, &g.secret)); err != nil {
+		return grant{}, s.mapErr(err)
+	}
+	return g, nil
+}
+
 // doAcquire sends an acquire command: at once without wait, else as a
 // blocking command that may outlive ctx, whose reply late gets (with g as
 // dec filled it) when it comes after the caller gave up.
@@ -219,7 +230,7 @@ func (s *RESPStore) doAcquire(ctx context.Context, wait time.Duration, enc func(
 // server without the command (an older one) is errors.ErrUnsupported.
 func (s *RESPStore) sendPermit(ctx context.Context, sem string, n int, req *leasehold.AcquireRequest, session string, wait time.Duration, late func(grant, error)) (grant, error) {
 	var g grant
-	enc := func(b []byte) []byte { return appendAcquireCmd(b, req, sem, n, session, wait) }
+	enc := func(b []byte) []byte { return appendAcquireCmd(b, req, sem, n, session, wait, false) }
 	dec := func(v resp.Value) error {
 		if v.Type == resp.Error {
 			if bytes.HasPrefix(v.Str, []byte("ERR unknown command")) {

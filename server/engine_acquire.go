@@ -65,6 +65,15 @@ func (e *Engine) acquire(ctx context.Context, req AcquireRequest, deliver func(g
 	case ent.live(now) && req.RequestID != "" && ent.reqID() == req.RequestID && ent.owner == req.Owner:
 		// A retried acquire: the same grant, with a fresh expiry.
 		e.refresh(ent, req, sess, now, deliver)
+	case req.GiveUp:
+		// Its place is given up (unpark); a lease held by another or free
+		// is not taken.
+		err := error(leasehold.ErrNotFound)
+		if ent.live(now) || ent != nil && len(ent.queue()) > 0 {
+			err = ent.heldError(now)
+		}
+		e.refuseThen(ent, err, func(err error) { deliver(grantResult{err: err}) })
+		return nil, nil
 	case ent.live(now) && !mutation.On("grant-no-recheck") || ent != nil && len(ent.queue()) > 0:
 		if req.Wait <= 0 {
 			e.refuseThen(ent, ent.heldError(now), func(err error) { deliver(grantResult{err: err}) })
@@ -282,6 +291,20 @@ func validateAcquire(req AcquireRequest) error {
 	}
 	if req.Wait < 0 {
 		return &leasehold.InvalidError{Field: "wait", Reason: "must not be negative"}
+	}
+	return validateGiveUp(req)
+}
+
+// validateGiveUp checks a give-up's request: a request id to give up, and
+// no wait.
+func validateGiveUp(req AcquireRequest) error {
+	switch {
+	case !req.GiveUp:
+		return nil
+	case req.RequestID == "":
+		return &leasehold.InvalidError{Field: "give_up", Reason: "needs the request id of the wait to give up"}
+	case req.Wait != 0:
+		return &leasehold.InvalidError{Field: "give_up", Reason: "takes no wait"}
 	}
 	return nil
 }

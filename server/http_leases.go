@@ -35,6 +35,11 @@ func (h *httpAPI) acquireRequest(q *httpReq, a *httpwire.AcquireBody, name strin
 		},
 		Session: a.Session,
 		Wait:    wait,
+		GiveUp:  a.GiveUp,
+	}
+	if err := validateGiveUp(req); err != nil {
+		h.fail(q, err)
+		return AcquireRequest{}, nil, nil, false
 	}
 	if err := checkAcquire(q.id, &req); err != nil {
 		h.fail(q, err)

@@ -39,6 +39,9 @@ func (p *Proxy) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Reco
 	if req.Wait < 0 {
 		return leasehold.Record{}, invalidf("wait", req.Wait.String()+" is negative")
 	}
+	if err := validateGiveUp(req); err != nil {
+		return leasehold.Record{}, err
+	}
 	var sess *proxySession
 	if req.Session != "" {
 		p.mu.Lock()
@@ -71,6 +74,9 @@ func (p *Proxy) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Reco
 	}
 	ns := p.ref(r.Name)
 	defer p.unref(ns)
+	if req.GiveUp {
+		return p.giveUp(ctx, ns, r)
+	}
 	if req.Wait == 0 {
 		if err := p.queuedAhead(ctx, ns, r); err != nil {
 			return leasehold.Record{}, err
@@ -87,6 +93,34 @@ func (p *Proxy) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Reco
 		r.RequestID = randid.Hex(12)
 	}
 	return p.wait(ctx, ns, r, req, sess)
+}
+
+// giveUp answers a give-up (AcquireRequest.GiveUp), its kept place given
+// up already: the grant r's request id holds, never a new one. The store
+// has no call for that, so under the name's lock it looks first and tries
+// only while r's owner holds the lease; a try that still took the lease
+// anew (the grant seen ended between the two calls) is released at once.
+func (p *Proxy) giveUp(ctx context.Context, ns *proxyName, r leasehold.AcquireRequest) (leasehold.Record, error) {
+	if err := ns.lock(ctx); err != nil {
+		return leasehold.Record{}, err
+	}
+	defer ns.unlock()
+	seen, err := p.store.Get(ctx, r.Name)
+	switch {
+	case err != nil:
+		return leasehold.Record{}, err // ErrNotFound: free
+	case seen.Owner != r.Owner:
+		return leasehold.Record{}, proxyHeld(seen)
+	}
+	rec, err := p.store.TryAcquire(ctx, r)
+	if err != nil {
+		return leasehold.Record{}, err
+	}
+	if rec.Token != seen.Token {
+		_ = p.store.Release(ctx, rec.Name, rec.Owner, rec.Token)
+		return leasehold.Record{}, leasehold.ErrNotFound
+	}
+	return rec, nil
 }
 
 // try makes one TryAcquire under the name's lock and reports a grant. w, if

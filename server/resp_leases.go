@@ -43,7 +43,20 @@ func parseToken(b []byte) (uint64, error) {
 	return uint64(n), nil
 }
 
-// LH.ACQUIRE name owner ttl_ms [DATA d] [REQID id] [WAIT ms] [SESSION id]
+// giveUpOption reads LH.ACQUIRE's GIVEUP id: the request id whose wait is
+// given up; a REQID beside it (hasReqID) must be the same.
+func giveUpOption(req *AcquireRequest, id []byte, hasReqID bool) error {
+	switch {
+	case len(id) == 0:
+		return invalid("giveup", "needs the request id of the wait to give up")
+	case hasReqID && req.RequestID != string(id):
+		return invalid("giveup", "names request id %q, REQID another", printable(id))
+	}
+	req.RequestID, req.GiveUp = string(id), true
+	return nil
+}
+
+// LH.ACQUIRE name owner ttl_ms [DATA d] [REQID id] [WAIT ms] [SESSION id] [GIVEUP id]
 func (c *respConn) acquire(a *respArgs) {
 	var req AcquireRequest
 	req.Name, req.Owner = a.name, string(a.pos[1])
@@ -68,8 +81,14 @@ func (c *respConn) acquire(a *respArgs) {
 			err = invalid("session", "must not be empty")
 		}
 	}
+	if a.has[4] && err == nil { // GIVEUP id: the wait of request id to give up
+		err = giveUpOption(&req, a.opt[4], a.has[1])
+	}
 	if err == nil {
 		err = req.AcquireRequest.Validate()
+	}
+	if err == nil {
+		err = validateGiveUp(req)
 	}
 	if err == nil {
 		err = checkAcquire(c.ident, &req)

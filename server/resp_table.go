@@ -29,7 +29,7 @@ const (
 )
 
 // respMaxOpts is the most options a row may have.
-const respMaxOpts = 4
+const respMaxOpts = 5
 
 // respCmd is one row of the command table.
 type respCmd struct {
@@ -87,7 +87,7 @@ var respCommands = []*respCmd{
 	{name: "LH.READY", op: "ready", handler: (*respConn).ready},
 
 	// Leases.
-	{name: "LH.ACQUIRE", op: "lease.acquire", min: 3, max: 3, opts: []string{"DATA", "REQID", "WAIT", "SESSION"},
+	{name: "LH.ACQUIRE", op: "lease.acquire", min: 3, max: 3, opts: []string{"DATA", "REQID", "WAIT", "SESSION", "GIVEUP"},
 		access: AccessWrite, scope: scopeName, verb: "acquire", limited: true, handler: (*respConn).acquire},
 	{name: "LH.SEMACQUIRE", op: "semaphore.acquire", min: 4, max: 4, opts: []string{"DATA", "REQID", "WAIT", "SESSION"},
 		access: AccessWrite, scope: scopeName, onPermit: true, verb: "acquire", limited: true, handler: (*respConn).semAcquire},

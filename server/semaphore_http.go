@@ -82,6 +82,9 @@ func httpPermitIndex(semaphore, lease string) (int, bool) {
 // acquirePermit takes one of the n permits of sem for req: in b's own
 // queue when b has one (PermitBackend), else with permitLoop.
 func acquirePermit(ctx context.Context, b Backend, sem string, n int, req AcquireRequest) (leasehold.Record, error) {
+	if req.GiveUp {
+		return leasehold.Record{}, &leasehold.InvalidError{Field: "give_up", Reason: "is a lease's: a semaphore's wait is given up by a try (no wait) with its request id"}
+	}
 	if pb, ok := b.(PermitBackend); ok {
 		return pb.AcquirePermit(ctx, sem, n, req)
 	}

@@ -99,6 +99,9 @@ type AcquireBody struct {
 	RequestID  string  `json:"request_id,omitempty"`
 	WaitMS     int64   `json:"wait_ms,omitempty"`
 	Session    string  `json:"session,omitempty"`
+	// GiveUp gives up the wait of RequestID instead of acquiring: see
+	// server.AcquireRequest.GiveUp.
+	GiveUp bool `json:"give_up,omitempty"`
 }
 
 // AcquireBodyOf is the body that asks for req, waiting up to wait (rounded

@@ -275,6 +275,25 @@ class LeaseTest(unittest.TestCase):
         self.addCleanup(lc.release)
         self.assertLess(time.monotonic() - t0, 2.0, "granted only after b's kept place ran out")
 
+    def test_giving_up_takes_no_free_lease(self) -> None:
+        # The give-up of a wait whose grant may have raced with its end was a
+        # try with the wait's request id, which took the lease when it had
+        # become free by the time a loaded server answered: a grant for a
+        # caller that had gone (CI run 79, the Go client's). It is now a
+        # give-up, which never takes the lease. Called here on a free lease.
+        name = uniq("giveupfree")
+        body: Dict[str, Any] = {"owner": "py-b", "ttl_ms": 30000, "request_id": uniq("req")}
+        self.b._reclaim(leasehold._http.name_path("v1/leases", name, "acquire"), body, name, time.monotonic() + 10)
+        _, _, j = self.a._t.request("GET", "/v1/events/recent", query={"n": "10000", "name": name})
+        grants = [e for e in j["events"] if e.get("name") == name and e.get("type") == "granted"]
+        self.assertEqual(grants, [], "the give-up took the free lease")
+        # Its own grant (one that raced with the wait's end) it gets back and releases.
+        own = self.b.try_acquire(name, ttl=30, request_id=body["request_id"], keepalive=False)
+        self.b._reclaim(leasehold._http.name_path("v1/leases", name, "acquire"), body, name, time.monotonic() + 10)
+        with self.assertRaises(NotFound):
+            self.a.get(name)
+        self.assertTrue(own.token > 0)
+
     def test_context_manager(self) -> None:
         name = uniq("with")
         with self.a.lease(name, ttl=30) as l:

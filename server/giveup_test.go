@@ -1,0 +1,93 @@
+package server
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// A give-up (AcquireRequest.GiveUp: RESP's GIVEUP id, HTTP's give_up)
+// answers with the grant its request id holds and never takes the lease
+// (CI run 79: the Go client's give-up was a try, which a loaded server
+// answered after the lease had become free, with a grant for a caller
+// that had gone). Bad input is refused and changes nothing.
+
+// TestRESPGiveUp: on each backend, GIVEUP on a free lease is NOTFOUND, on
+// another's HELD, on the request's own grant that grant; a GIVEUP with no
+// id, another REQID or a WAIT is INVALID and changes nothing.
+func TestRESPGiveUp(t *testing.T) {
+	for name, mk := range rtBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			_, addr := rtServe(t, mk(t), RESPOptions{})
+			c := rtDial(t, addr)
+			rtExpect(t, "GIVEUP on a free lease", c.do("LH.ACQUIRE", "free", "gone", "60000", "GIVEUP", "w1"), "-NOTFOUND")
+			rtExpect(t, "GET after it", c.do("LH.GET", "free"), "$nil")
+
+			held := rtFields(c.do("LH.ACQUIRE", "held", "holder", "60000"))
+			rtExpect(t, "GIVEUP on another's lease", c.do("LH.ACQUIRE", "held", "gone", "60000", "GIVEUP", "w2"), "-HELD")
+			rtExpect(t, "GET after it", c.do("LH.GET", "held"), "["+held[0]+" ")
+
+			own := rtFields(c.do("LH.ACQUIRE", "own", "gone", "60000", "REQID", "w3"))
+			got := rtFields(c.do("LH.ACQUIRE", "own", "gone", "60000", "REQID", "w3", "GIVEUP", "w3"))
+			if len(got) != len(own) || len(got) < 4 || got[0] != own[0] {
+				t.Fatalf("GIVEUP of the request holding the lease = %q, want its grant %q", got, own)
+			}
+
+			for i, bad := range [][]string{
+				{"GIVEUP", ""},
+				{"REQID", "a", "GIVEUP", "b"},
+				{"GIVEUP", "w4", "WAIT", "100"},
+			} {
+				lease := fmt.Sprintf("bad%d", i)
+				args := append([]string{"LH.ACQUIRE", lease, "gone", "60000"}, bad...)
+				rtExpect(t, strings.Join(bad, " "), c.do(args...), "-INVALID give")
+				rtExpect(t, "GET after "+strings.Join(bad, " "), c.do("LH.GET", lease), "$nil")
+			}
+		})
+	}
+}
+
+// TestRESPGiveUpScoped: with auth on, another identity's GIVEUP with the
+// holder's owner and request id is not the holder's: HELD, and the grant
+// stays.
+func TestRESPGiveUpScoped(t *testing.T) {
+	_, addr := rtServe(t, rtEngine(t), RESPOptions{Auth: replayAuth(t)})
+	alice, mallory := rtDial(t, addr), rtDial(t, addr)
+	rtExpect(t, "alice AUTH", alice.do("AUTH", "alice-token"), "+OK")
+	rtExpect(t, "mallory AUTH", mallory.do("AUTH", "mallory-token"), "+OK")
+	g := rtFields(alice.do("LH.ACQUIRE", "jobs/1", "alice", "60000", "REQID", "job-1"))
+	rtExpect(t, "mallory's GIVEUP", mallory.do("LH.ACQUIRE", "jobs/1", "alice", "60000", "GIVEUP", "job-1"), "-HELD")
+	rtExpect(t, "GET after it", alice.do("LH.GET", "jobs/1"), "["+g[0]+" ")
+}
+
+// TestHTTPGiveUp is TestRESPGiveUp over HTTP (the engine), with a
+// semaphore's acquire, which takes no give_up.
+func TestHTTPGiveUp(t *testing.T) {
+	ts := newHTServer(t, HandlerOptions{})
+	ts.want(ts.do("POST", "/v1/leases/free/acquire", "", `{"owner":"gone","ttl_ms":60000,"request_id":"w1","give_up":true}`), 404, "not-found")
+	ts.want(ts.do("GET", "/v1/leases/free", "", ""), 404, "")
+
+	h := ts.do("POST", "/v1/leases/held/acquire", "", `{"owner":"holder","ttl_ms":60000}`)
+	ts.want(h, 200, "")
+	ts.want(ts.do("POST", "/v1/leases/held/acquire", "", `{"owner":"gone","ttl_ms":60000,"request_id":"w2","give_up":true}`), 409, "held")
+	if g := ts.do("GET", "/v1/leases/held", "", ""); g.num("token") != h.num("token") || g.str("owner") != "holder" {
+		t.Fatalf("after the give-up on another's lease: %s, want %s", g.body, h.body)
+	}
+
+	own := ts.do("POST", "/v1/leases/own/acquire", "", `{"owner":"gone","ttl_ms":60000,"request_id":"w3"}`)
+	ts.want(own, 200, "")
+	got := ts.do("POST", "/v1/leases/own/acquire", "", `{"owner":"gone","ttl_ms":60000,"request_id":"w3","give_up":true}`)
+	ts.want(got, 200, "")
+	if got.num("token") != own.num("token") || got.str("secret") != own.str("secret") {
+		t.Fatalf("give-up of the request holding the lease: %s, want its grant %s", got.body, own.body)
+	}
+
+	for _, bad := range []struct{ path, body, get string }{
+		{"/v1/leases/bad0/acquire", `{"owner":"gone","ttl_ms":60000,"give_up":true}`, "/v1/leases/bad0"},
+		{"/v1/leases/bad1/acquire", `{"owner":"gone","ttl_ms":60000,"request_id":"w4","wait_ms":100,"give_up":true}`, "/v1/leases/bad1"},
+		{"/v1/semaphores/bad2/acquire", `{"owner":"gone","ttl_ms":60000,"permits":2,"request_id":"w5","give_up":true}`, "/v1/leases/bad2/permit/0"},
+	} {
+		ts.want(ts.do("POST", bad.path, "", bad.body), 400, "invalid")
+		ts.want(ts.do("GET", bad.get, "", ""), 404, "")
+	}
+}
