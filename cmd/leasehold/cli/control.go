@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -96,21 +97,30 @@ type control struct {
 // TMPDIR, or else in /tmp: a Unix socket's path has room for about 107
 // bytes, and with a longer TMPDIR (75 bytes or more) the socket could not
 // be made and LEASEHOLD_CONTROL was left out without a word (the red team
-// of 2026-12-06).
+// of 2026-12-06); a TMPDIR that is missing or unwritable falls back too.
+// The path is absolute: a relative TMPDIR gave the command a relative
+// LEASEHOLD_CONTROL, which a command that changed its directory could not
+// reach, so its release went to the store and run called the lease lost
+// (the red team's second look).
 func startControl() (*control, error) {
-	parents := []string{os.TempDir()}
-	if os.TempDir() != "/tmp" {
+	tmp := os.TempDir()
+	if abs, err := filepath.Abs(tmp); err == nil {
+		tmp = abs
+	}
+	parents := []string{tmp}
+	if tmp != "/tmp" {
 		parents = append(parents, "/tmp")
 	}
-	var errs []error
+	var why []string
 	for _, parent := range parents {
 		c, err := listenControl(parent)
 		if err == nil {
 			return c, nil
 		}
-		errs = append(errs, err)
+		why = append(why, err.Error())
 	}
-	return nil, errors.Join(errs...)
+	// On one line: errors.Join's newline split run's warning in two.
+	return nil, errors.New(strings.Join(why, "; "))
 }
 
 // listenControl makes the control socket in a new directory in parent.

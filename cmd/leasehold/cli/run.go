@@ -126,9 +126,13 @@ CMD runs with stdin, stdout and stderr inherited and these variables added:
                     when the server has auth on (set only when the
                     server gives one; keep it private)
   LEASEHOLD_CONTROL the path of run's control socket (in a directory only
-                    its user can enter): "leasehold release" in CMD
-                    releases CMD's own lease through it, and run then
-                    stops supervising and exits with CMD's status
+                    its user can enter, in TMPDIR, or in /tmp when TMPDIR
+                    is too long for a socket's path, missing or not
+                    writable; without either, run warns and sets none):
+                    "leasehold release" in CMD releases CMD's own lease
+                    through it, and run then stops supervising and exits
+                    with CMD's status. Killed with SIGKILL, run leaves
+                    that directory behind
 
 A command that clears its environment before calling "leasehold release"
 (env -i, env -u LEASEHOLD_CONTROL, sudo, ssh to another host) and gives

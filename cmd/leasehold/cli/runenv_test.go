@@ -2,6 +2,7 @@ package cli
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -67,5 +68,28 @@ func TestRunControlLongTmpdir(t *testing.T) {
 	}
 	if !strings.HasPrefix(m[1], "/tmp/leasehold-run-") {
 		t.Errorf("LEASEHOLD_CONTROL=%s, want it in /tmp", m[1])
+	}
+}
+
+// TestRunControlRelativeTmpdir: with a relative TMPDIR, LEASEHOLD_CONTROL
+// is absolute, in that directory as seen from where run started, so a
+// command that changes its directory still reaches it (the red team's
+// second look at 2026-12-06: it was relative, and the command's release
+// after a cd went to the store; run then called the lease lost, exit 76).
+func TestRunControlRelativeTmpdir(t *testing.T) {
+	cwd := t.TempDir()
+	if err := os.Mkdir(filepath.Join(cwd, "rel"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(cwd)
+	t.Setenv("TMPDIR", "rel")
+	h := newHarness(t)
+	r := h.run("run", "--store", "memory://", "t/ctl", "--", "sh", "-c", `cd / && test -S "$LEASEHOLD_CONTROL" && echo "CTL=$LEASEHOLD_CONTROL"`)
+	m := regexp.MustCompile(`(?m)^CTL=(.*)$`).FindStringSubmatch(r.stdout)
+	if r.code != 0 || m == nil {
+		t.Fatalf("run with TMPDIR=rel: exit %d, stdout %q, stderr %q; want the socket reachable after the command's cd /", r.code, r.stdout, r.stderr)
+	}
+	if !strings.HasPrefix(m[1], filepath.Join(cwd, "rel")+"/leasehold-run-") {
+		t.Errorf("LEASEHOLD_CONTROL=%s, want it under %s", m[1], filepath.Join(cwd, "rel"))
 	}
 }
