@@ -38,10 +38,10 @@ type transport interface {
 	// (req.Name is ignored); the grant names the permit.
 	sendPermit(ctx context.Context, sem string, n int, req *leasehold.AcquireRequest, session string, wait time.Duration, late func(grant, error)) (grant, error)
 	// sendGiveUp gives up the wait of req's request id (an acquire with
-	// give-up set): the server drops the place it keeps for it and answers
-	// with the grant that request holds, never with a new one (a free
-	// lease is ErrNotFound, another's a *leasehold.HeldError).
-	sendGiveUp(ctx context.Context, req *leasehold.AcquireRequest, session string) (grant, error)
+	// give-up set): the server drops the place it keeps for it, releases
+	// the grant that request holds and answers with it; it never grants
+	// (a free lease is ErrNotFound, another's a *leasehold.HeldError).
+	sendGiveUp(ctx context.Context, req *leasehold.AcquireRequest) (grant, error)
 	// sendHolder sends a renew of the grant for ttl, or (ttl 0) its
 	// release, with the grant's secret unless it is "".
 	sendHolder(ctx context.Context, name, owner string, token uint64, ttl time.Duration, secret string) error
@@ -287,14 +287,13 @@ func (c *core) acquireWait(ctx context.Context, req leasehold.AcquireRequest, k 
 
 // giveUpWait gives up the wait of req (its request id) whose caller has
 // gone: one give-up (sendGiveUp), which the server answers by dropping the
-// place it keeps between polls, and with the grant the place got
-// meanwhile, if any (released at once); then it looks for a grant whose
-// reply was lost, at reclaimLooks: the server may grant the wait after
-// the caller gave up, until it learns that the request's connection
-// closed (a holder's release that arrives first hands the lease to the
-// waiter that left); if the lease is held by req's owner, another give-up
-// gets that grant back if it is the request's, and it is released. A
-// give-up never takes a lease: before it, a try (wait 0) with the request
+// place it keeps between polls and releasing the grant the place got
+// meanwhile, if any; then it looks for a grant whose reply was lost, at
+// reclaimLooks: the server may grant the wait after the caller gave up,
+// until it learns that the request's connection closed (a holder's
+// release that arrives first hands the lease to the waiter that left); if
+// the lease is held by req's owner, another give-up releases that grant
+// if it is the request's. A give-up never takes a lease: before it, a try (wait 0) with the request
 // id did, when the lease was free by then, for a caller that had gone
 // (CI run 79: four grants nobody asked for, one after the bound the
 // conformance suite allows). Bounded by reclaimTimeout.
@@ -304,8 +303,8 @@ func (c *core) giveUpWait(req leasehold.AcquireRequest, k *keeper) {
 	if c.check() != nil {
 		return
 	}
-	c.takeBack(req, k)(ctx)
-	c.reclaimLooks(ctx, c.heldBy(req), c.takeBack(req, k))
+	c.takeBack(req)(ctx)
+	c.reclaimLooks(ctx, c.heldBy(req), c.takeBack(req))
 }
 
 // sendFunc is a transport's acquire (sendAcquire, or sendPermit of one
@@ -468,17 +467,14 @@ func (c *core) heldBy(req leasehold.AcquireRequest) func(context.Context) (bool,
 	}
 }
 
-// takeBack is a give-up of req's wait (sendGiveUp): the grant it answers
-// with, req's, is released.
-func (c *core) takeBack(req leasehold.AcquireRequest, k *keeper) func(context.Context) {
+// takeBack is a give-up of req's wait (sendGiveUp): the server releases
+// the grant the request holds, if any, itself.
+func (c *core) takeBack(req leasehold.AcquireRequest) func(context.Context) {
 	return func(ctx context.Context) {
 		if err := c.check(); err != nil {
 			return
 		}
-		if g, err := c.t.sendGiveUp(ctx, &req, k.sessionID()); err == nil {
-			c.keepSecret(g, k)
-			_ = c.release(ctx, g.rec.Name, g.rec.Owner, g.rec.Token)
-		}
+		_, _ = c.t.sendGiveUp(ctx, &req)
 	}
 }
 

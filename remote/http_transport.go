@@ -241,8 +241,8 @@ func (s *conn) sendAcquire(ctx context.Context, req *leasehold.AcquireRequest, s
 }
 
 // sendGiveUp sends POST /v1/leases/{name}/acquire with give_up.
-func (s *conn) sendGiveUp(ctx context.Context, req *leasehold.AcquireRequest, session string) (grant, error) {
-	body := httpwire.AcquireBodyOf(*req, 0, session)
+func (s *conn) sendGiveUp(ctx context.Context, req *leasehold.AcquireRequest) (grant, error) {
+	body := httpwire.AcquireBodyOf(*req, 0, "")
 	body.GiveUp = true
 	return s.postAcquire(ctx, req, body, 0)
 }

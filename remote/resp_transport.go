@@ -203,9 +203,9 @@ func (s *RESPStore) sendAcquire(ctx context.Context, req *leasehold.AcquireReque
 }
 
 // sendGiveUp sends LH.ACQUIRE with GIVEUP (pipelined: it never waits).
-func (s *RESPStore) sendGiveUp(ctx context.Context, req *leasehold.AcquireRequest, session string) (grant, error) {
+func (s *RESPStore) sendGiveUp(ctx context.Context, req *leasehold.AcquireRequest) (grant, error) {
 	var g grant
-	enc := func(b []byte) []byte { return appendAcquireCmd(b, req, "", 0, session, 0, true) }
+	enc := func(b []byte) []byte { return appendAcquireCmd(b, req, "", 0, "", 0, true) }
 	if err := s.cl.Do(ctx, enc, acquireReply(req, &g.rec, &g.secret)); err != nil {
 		return grant{}, s.mapErr(err)
 	}

@@ -23,13 +23,13 @@ type AcquireRequest struct {
 	// Wait > 0 queues the request behind earlier waiters (FIFO) for at most
 	// Wait when the lease is held. Zero tries once.
 	Wait time.Duration
-	// GiveUp ends the wait of RequestID whose caller has gone (Wait must
-	// be 0, RequestID set): it gives up the place the server keeps for it
-	// between polls, and answers with the grant that request holds (for
-	// the caller to release), but never grants the lease anew: a lease
-	// held by another request is a *HeldError, a free one ErrNotFound.
-	// Without it, the give-up's try took a lease freed meanwhile for a
-	// caller that had gone (CI run 79).
+	// GiveUp ends the wait of RequestID whose caller has gone (RequestID
+	// set; no Wait, no Session): it gives up the place the server keeps
+	// for it between polls, releases the grant that request holds and
+	// answers with it, but never grants the lease: a lease held by another
+	// request is a *HeldError, a free one ErrNotFound. Without it, the
+	// give-up's try took a lease freed meanwhile for a caller that had
+	// gone (CI run 79).
 	GiveUp bool
 }
 

@@ -62,18 +62,12 @@ func (e *Engine) acquire(ctx context.Context, req AcquireRequest, deliver func(g
 		return ent, w
 	}
 	switch {
+	case req.GiveUp:
+		e.giveUp(ctx, ent, req, now, deliver)
+		return nil, nil
 	case ent.live(now) && req.RequestID != "" && ent.reqID() == req.RequestID && ent.owner == req.Owner:
 		// A retried acquire: the same grant, with a fresh expiry.
 		e.refresh(ent, req, sess, now, deliver)
-	case req.GiveUp:
-		// Its place is given up (unpark); a lease held by another or free
-		// is not taken.
-		err := error(leasehold.ErrNotFound)
-		if ent.live(now) || ent != nil && len(ent.queue()) > 0 {
-			err = ent.heldError(now)
-		}
-		e.refuseThen(ent, err, func(err error) { deliver(grantResult{err: err}) })
-		return nil, nil
 	case ent.live(now) && !mutation.On("grant-no-recheck") || ent != nil && len(ent.queue()) > 0:
 		if req.Wait <= 0 {
 			e.refuseThen(ent, ent.heldError(now), func(err error) { deliver(grantResult{err: err}) })
@@ -100,6 +94,31 @@ func (e *Engine) acquire(ctx context.Context, req AcquireRequest, deliver func(g
 	}
 	e.unlock()
 	return nil, nil
+}
+
+// giveUp answers a give-up (AcquireRequest.GiveUp), the place kept for its
+// request given up already (unpark): the grant the request holds is
+// released, unchanged (not renewed: a give-up's TTL or data extended it,
+// and a lost answer left it for that TTL; the red team of 55bc5e7), and
+// answered; else a refusal naming the holder, or ErrNotFound for a free
+// lease. It never grants. Called with e.mu held; it unlocks.
+func (e *Engine) giveUp(ctx context.Context, ent *engEntry, req AcquireRequest, now int64, deliver func(grantResult)) {
+	if ent.live(now) && ent.reqID() == req.RequestID && ent.owner == req.Owner {
+		rec := ent.record(now)
+		e.unlock()
+		e.ReleaseAsync(ctx, rec.Name, rec.Owner, rec.Token, func(err error) {
+			if err != nil {
+				rec = leasehold.Record{}
+			}
+			deliver(grantResult{rec: rec, err: err})
+		})
+		return
+	}
+	err := error(leasehold.ErrNotFound)
+	if ent.live(now) || ent != nil && len(ent.queue()) > 0 {
+		err = ent.heldError(now)
+	}
+	e.refuseThen(ent, err, func(err error) { deliver(grantResult{err: err}) })
 }
 
 // refuse returns err, a refusal that reports ent's state (held by someone
@@ -305,6 +324,8 @@ func validateGiveUp(req AcquireRequest) error {
 		return &leasehold.InvalidError{Field: "give_up", Reason: "needs the request id of the wait to give up"}
 	case req.Wait != 0:
 		return &leasehold.InvalidError{Field: "give_up", Reason: "takes no wait"}
+	case req.Session != "":
+		return &leasehold.InvalidError{Field: "give_up", Reason: "takes no session (the grant it finds is released)"}
 	}
 	return nil
 }

@@ -7,14 +7,15 @@ import (
 )
 
 // A give-up (AcquireRequest.GiveUp: RESP's GIVEUP id, HTTP's give_up)
-// answers with the grant its request id holds and never takes the lease
-// (CI run 79: the Go client's give-up was a try, which a loaded server
-// answered after the lease had become free, with a grant for a caller
-// that had gone). Bad input is refused and changes nothing.
+// releases the grant its request id holds and answers with it, and never
+// takes the lease (CI run 79: the Go client's give-up was a try, which a
+// loaded server answered after the lease had become free, with a grant
+// for a caller that had gone). Bad input is refused and changes nothing.
 
 // TestRESPGiveUp: on each backend, GIVEUP on a free lease is NOTFOUND, on
-// another's HELD, on the request's own grant that grant; a GIVEUP with no
-// id, another REQID or a WAIT is INVALID and changes nothing.
+// another's HELD, on the request's own grant that grant, released; a
+// GIVEUP with no id, another REQID, a WAIT or a SESSION is INVALID and
+// changes nothing.
 func TestRESPGiveUp(t *testing.T) {
 	for name, mk := range rtBackends(t) {
 		t.Run(name, func(t *testing.T) {
@@ -32,11 +33,13 @@ func TestRESPGiveUp(t *testing.T) {
 			if len(got) != len(own) || len(got) < 4 || got[0] != own[0] {
 				t.Fatalf("GIVEUP of the request holding the lease = %q, want its grant %q", got, own)
 			}
+			rtExpect(t, "GET after the give-up of the request's own grant", c.do("LH.GET", "own"), "$nil")
 
 			for i, bad := range [][]string{
 				{"GIVEUP", ""},
 				{"REQID", "a", "GIVEUP", "b"},
 				{"GIVEUP", "w4", "WAIT", "100"},
+				{"GIVEUP", "w5", "SESSION", "s1"},
 			} {
 				lease := fmt.Sprintf("bad%d", i)
 				args := append([]string{"LH.ACQUIRE", lease, "gone", "60000"}, bad...)
@@ -78,16 +81,44 @@ func TestHTTPGiveUp(t *testing.T) {
 	ts.want(own, 200, "")
 	got := ts.do("POST", "/v1/leases/own/acquire", "", `{"owner":"gone","ttl_ms":60000,"request_id":"w3","give_up":true}`)
 	ts.want(got, 200, "")
-	if got.num("token") != own.num("token") || got.str("secret") != own.str("secret") {
+	if got.num("token") != own.num("token") {
 		t.Fatalf("give-up of the request holding the lease: %s, want its grant %s", got.body, own.body)
 	}
+	ts.want(ts.do("GET", "/v1/leases/own", "", ""), 404, "")
 
 	for _, bad := range []struct{ path, body, get string }{
 		{"/v1/leases/bad0/acquire", `{"owner":"gone","ttl_ms":60000,"give_up":true}`, "/v1/leases/bad0"},
 		{"/v1/leases/bad1/acquire", `{"owner":"gone","ttl_ms":60000,"request_id":"w4","wait_ms":100,"give_up":true}`, "/v1/leases/bad1"},
 		{"/v1/semaphores/bad2/acquire", `{"owner":"gone","ttl_ms":60000,"permits":2,"request_id":"w5","give_up":true}`, "/v1/leases/bad2/permit/0"},
+		// null was taken as absent: the acquire took the lease.
+		{"/v1/leases/bad3/acquire", `{"owner":"gone","ttl_ms":60000,"request_id":"w6","give_up":null}`, "/v1/leases/bad3"},
+		{"/v1/leases/bad4/acquire", `{"owner":"gone","ttl_ms":60000,"request_id":"w7","give_up":"true"}`, "/v1/leases/bad4"},
+		{"/v1/leases/bad5/acquire", `{"owner":"gone","ttl_ms":60000,"request_id":"w8","session":"s1","give_up":true}`, "/v1/leases/bad5"},
 	} {
 		ts.want(ts.do("POST", bad.path, "", bad.body), 400, "invalid")
 		ts.want(ts.do("GET", bad.get, "", ""), 404, "")
 	}
+}
+
+// TestHTTPGiveUpKeptPlaceGranted: a waiter's place, kept after its poll
+// ran out, is granted by the holder's release; the waiter's give-up then
+// releases that grant. It refreshed it with the give-up's TTL and data
+// instead, so a give-up of 24 h left the lease to nobody for a day when
+// the caller's release did not follow (the red team of 55bc5e7).
+func TestHTTPGiveUpKeptPlaceGranted(t *testing.T) {
+	ts := newHTServer(t, HandlerOptions{})
+	h := ts.do("POST", "/v1/leases/kept/acquire", "", `{"owner":"holder","ttl_ms":60000}`)
+	ts.want(h, 200, "")
+	ts.want(ts.do("POST", "/v1/leases/kept/acquire", "", `{"owner":"gone","ttl_ms":60000,"request_id":"w","wait_ms":1000}`), 409, "held")
+	ts.want(ts.do("POST", "/v1/leases/kept/release", "", fmt.Sprintf(`{"owner":"holder","token":%v}`, h.num("token"))), 204, "")
+	held := ts.do("GET", "/v1/leases/kept", "", "")
+	if held.str("owner") != "gone" {
+		t.Fatalf("after the release: %s, want the kept place granted", held.body)
+	}
+	got := ts.do("POST", "/v1/leases/kept/acquire", "", `{"owner":"gone","ttl_ms":86400000,"request_id":"w","data":"CHANGED","give_up":true}`)
+	ts.want(got, 200, "")
+	if got.num("token") != held.num("token") {
+		t.Fatalf("the give-up answered %s, want the kept place's grant %s", got.body, held.body)
+	}
+	ts.want(ts.do("GET", "/v1/leases/kept", "", ""), 404, "")
 }

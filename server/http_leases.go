@@ -35,7 +35,7 @@ func (h *httpAPI) acquireRequest(q *httpReq, a *httpwire.AcquireBody, name strin
 		},
 		Session: a.Session,
 		Wait:    wait,
-		GiveUp:  a.GiveUp,
+		GiveUp:  bool(a.GiveUp),
 	}
 	if err := validateGiveUp(req); err != nil {
 		h.fail(q, err)

@@ -95,11 +95,10 @@ func (p *Proxy) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Reco
 	return p.wait(ctx, ns, r, req, sess)
 }
 
-// giveUp answers a give-up (AcquireRequest.GiveUp), its kept place given
-// up already: the grant r's request id holds, never a new one. The store
-// has no call for that, so under the name's lock it looks first and tries
-// only while r's owner holds the lease; a try that still took the lease
-// anew (the grant seen ended between the two calls) is released at once.
+// giveUp answers a give-up (AcquireRequest.GiveUp), its place given up
+// already: the grant r's request id holds, released; never a new one.
+// Under the name's lock it tries only while r's owner holds the lease; a
+// try that took it anew (the grant seen ended meanwhile) is released too.
 func (p *Proxy) giveUp(ctx context.Context, ns *proxyName, r leasehold.AcquireRequest) (leasehold.Record, error) {
 	if err := ns.lock(ctx); err != nil {
 		return leasehold.Record{}, err
@@ -116,8 +115,10 @@ func (p *Proxy) giveUp(ctx context.Context, ns *proxyName, r leasehold.AcquireRe
 	if err != nil {
 		return leasehold.Record{}, err
 	}
+	if err := p.store.Release(ctx, rec.Name, rec.Owner, rec.Token); err != nil {
+		return leasehold.Record{}, err
+	}
 	if rec.Token != seen.Token {
-		_ = p.store.Release(ctx, rec.Name, rec.Owner, rec.Token)
 		return leasehold.Record{}, leasehold.ErrNotFound
 	}
 	return rec, nil

@@ -43,14 +43,20 @@ func parseToken(b []byte) (uint64, error) {
 	return uint64(n), nil
 }
 
-// giveUpOption reads LH.ACQUIRE's GIVEUP id: the request id whose wait is
-// given up; a REQID beside it (hasReqID) must be the same.
-func giveUpOption(req *AcquireRequest, id []byte, hasReqID bool) error {
+// giveUpOption reads LH.ACQUIRE's GIVEUP id (option 4 of a), the request
+// id whose wait is given up, once the other options are read: a REQID
+// beside it must be the same, and it takes no WAIT (but 0) and no SESSION.
+func giveUpOption(req *AcquireRequest, a *respArgs) error {
+	id := a.opt[4]
 	switch {
 	case len(id) == 0:
 		return invalid("giveup", "needs the request id of the wait to give up")
-	case hasReqID && req.RequestID != string(id):
-		return invalid("giveup", "names request id %q, REQID another", printable(id))
+	case a.has[1] && req.RequestID != string(id):
+		return invalid("giveup", "names request id %q, REQID %q", printable(id), printable(a.opt[1]))
+	case req.Wait != 0:
+		return invalid("giveup", "takes no WAIT")
+	case req.Session != "":
+		return invalid("giveup", "takes no SESSION (the grant it finds is released)")
 	}
 	req.RequestID, req.GiveUp = string(id), true
 	return nil
@@ -82,7 +88,7 @@ func (c *respConn) acquire(a *respArgs) {
 		}
 	}
 	if a.has[4] && err == nil { // GIVEUP id: the wait of request id to give up
-		err = giveUpOption(&req, a.opt[4], a.has[1])
+		err = giveUpOption(&req, a)
 	}
 	if err == nil {
 		err = req.AcquireRequest.Validate()

@@ -1,7 +1,9 @@
 package httpwire
 
 import (
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"time"
 	"unicode/utf8"
 
@@ -101,7 +103,26 @@ type AcquireBody struct {
 	Session    string  `json:"session,omitempty"`
 	// GiveUp gives up the wait of RequestID instead of acquiring: see
 	// server.AcquireRequest.GiveUp.
-	GiveUp bool `json:"give_up,omitempty"`
+	GiveUp Flag `json:"give_up,omitempty"`
+}
+
+// Flag is a JSON boolean that, when given, is true or false: null is
+// refused (a "give_up": null was taken as absent, and the acquire took
+// the lease it was meant never to take; the red team of 55bc5e7).
+type Flag bool
+
+// UnmarshalJSON takes true or false; anything else is an
+// *json.UnmarshalTypeError.
+func (f *Flag) UnmarshalJSON(b []byte) error {
+	switch string(b) {
+	case "true":
+		*f = true
+	case "false":
+		*f = false
+	default:
+		return &json.UnmarshalTypeError{Value: string(b), Type: reflect.TypeFor[bool]()}
+	}
+	return nil
 }
 
 // AcquireBodyOf is the body that asks for req, waiting up to wait (rounded

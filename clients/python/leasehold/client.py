@@ -289,24 +289,26 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
             log.debug("release of %r (token %d), a grant not handed out, failed: %s", name, token, e)
 
     def _reclaim(self, path: str, body: Dict[str, Any], name: str, hard: float) -> None:
-        """Release a grant that may have raced with giving up: an acquire with the
-        same request id gets exactly that grant back, if it exists; for a lease it
-        is a give-up (``give_up``), which also gives up a place kept in the queue
-        and never takes the lease (a plain try took it when it had become free by
-        the time a loaded server answered). A semaphore's is a try: the server
-        gives up its place. Only in the time left before ``hard``: else the
-        caller's error names the request id."""
+        """Release a grant that may have raced with giving up. For a lease, a
+        give-up (``give_up``): the server gives up the place kept in the queue and
+        releases the grant the request id holds, and never takes the lease (a
+        plain try took it when it had become free by the time a loaded server
+        answered). For a semaphore, a try with the same request id, which gets
+        exactly that grant back, if it exists, released here. Only in the time
+        left before ``hard``: else the caller's error names the request id."""
         if hard - time.monotonic() < MIN_REQUEST:
             return
         b = dict(body)
-        if path.startswith("/v1/leases/"):
+        lease = path.startswith("/v1/leases/")
+        if lease:
             b["give_up"] = True
         try:
             info = self._post_acquire(path, b, name, 0, min(self.timeout, hard - time.monotonic()))
         except errors.LeaseholdError as e:
             log.debug("acquire %r: looking for a grant that raced with giving up: %s", name, e)
             return
-        self._quiet_release(info.name, info.token, info.secret, max(hard - time.monotonic(), MIN_REQUEST))
+        if not lease:
+            self._quiet_release(info.name, info.token, info.secret, max(hard - time.monotonic(), MIN_REQUEST))
 
     def get(self, name: str) -> LeaseInfo:
         """The live lease ``name`` with its queued ``waiters``; raises ``NotFoundError``."""
