@@ -19,6 +19,12 @@
 # its packages land in the Go build cache, so a later run only links
 # (verify.sh builds while the fault suites run; about 55 s per package on a
 # cold cache and 2 cores). Exits non-zero if a build failed.
+#
+# Ctrl-C (SIGINT to its process group) stops the run, exit 130; SIGTERM or
+# SIGHUP, to it alone or to its group, stops it too (it dies of the signal:
+# 143, 129). Either way what it runs (go test, the test binary and its fuzz
+# workers) is stopped and what it made is removed: it runs with a TMPDIR
+# of its own (go's fuzz-* files and build directories land there).
 set -uo pipefail
 # shellcheck source=lib/proc.sh
 . "$(dirname "$0")/lib/proc.sh"
@@ -27,7 +33,7 @@ cd "$(dirname "$0")/.."
 fuzztime=${1-10s} # an empty argument is refused below, not the default
 case "$fuzztime" in
 -h | --help | help)
-	sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
 	exit 0
 	;;
 --build)
@@ -37,7 +43,33 @@ case "$fuzztime" in
 	fi
 	;;
 esac
-need_tmpdir fuzz.sh
+# On exit, also on SIGTERM or SIGHUP to this script alone (no trap for
+# them: bash would run it only once the go test in the foreground ended):
+# the whole tree of whatever this script still runs (go test, tee, the test
+# binary and its fuzz workers), then its temporary directory (below), as
+# verify.sh does (the red team of 2026-12-06 (second): a SIGTERM left the
+# fuzzing running with no parent until -fuzztime ended, and go's two
+# 100 MB fuzz-* files and a go-build directory in TMPDIR). Only processes
+# that are this script's children now are stopped; further signals are
+# ignored meanwhile, so that the clean-up is not cut short.
+own_tmp=
+cleanup() {
+	trap '' INT TERM HUP
+	stop_children
+	[ -z "$own_tmp" ] || rm -rf "$own_tmp"
+}
+trap cleanup EXIT
+# Its own TMPDIR for everything it runs (go's build directories, the fuzz
+# workers' files, the --build binaries, the log), removed whole on exit.
+# Exits 64, naming TMPDIR, when it cannot be made.
+own_tmpdir own_tmp lhf fuzz.sh
+export TMPDIR=$own_tmp
+# Ctrl-C: go test catches SIGINT and exits 1, and bash, seeing its child
+# exit normally, went on to the next target (the red team of 2026-12-06
+# (second): each at the given time, then exit 1). The trap runs once the
+# target's go test has ended, which is at once: the run stops, with 130.
+# Set after own_tmpdir, which resets INT to the default when it is done.
+trap 'exit 130' INT
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 # One argument at most: a time per target as go test's -fuzztime takes it
 # (a duration such as 10s, 2m or 1m30s, or a count of runs such as 500x;
@@ -74,8 +106,8 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 
 if [ "$fuzztime" = --build ]; then
-	bin=$(mktemp -d -t leasehold-fuzzbuild.XXXXXX) || exit 1
-	trap 'rm -rf "$bin"' EXIT
+	bin=$own_tmp/build # removed with own_tmp
+	mkdir "$bin" || exit 1
 	built=" " n=0 failed=()
 	for t in "${targets[@]}"; do
 		read -r pkg name <<<"$t"
@@ -95,8 +127,7 @@ if [ "$fuzztime" = --build ]; then
 fi
 echo "fuzz.sh: ${#targets[@]} targets, $fuzztime each"
 
-log=$(mktemp -t leasehold-fuzz.XXXXXX) || exit 1
-trap 'rm -f "$log"' EXIT
+log=$own_tmp/log # removed with own_tmp
 status=0
 summary=()
 for t in "${targets[@]}"; do

@@ -120,6 +120,9 @@ stage() {
 	local secs=$(($(date +%s) - t0))
 	cpu_now
 	local cpu=$((CPU_NOW - c0))
+	# Ended by a signal to the group: interrupted, not failed (cut_short;
+	# the engines stage has had its own check).
+	cut_short "$st"
 	if [ $st -eq 0 ]; then
 		summary+=("$(printf '%-8s ok      %5d s  (cpu %d s)' "$name" "$secs" "$cpu")")
 	else
@@ -200,6 +203,29 @@ interrupted() {
 	fi
 	echo "test.sh: interrupted (SIG$sig)" >&2
 	exit "$code"
+}
+# cut_short STATUS: after the wait for the running stage's process, with
+# STATUS the stage's. A signal deferred as that process ended (interrupted,
+# above) was taken for one that came after the stage had ended on its own:
+# the row got the stage's status. But a signal to the process group (Ctrl-C,
+# a CI runner's stop) reaches the stage's processes too, and they may die of
+# it before this script's trap runs: the stage's shell, killed (SIGTERM,
+# SIGHUP) before it wrote its status, or its command, dead of SIGINT (which
+# the shell ignores), gave 143, 129 or 130, the row said FAILED, and, the
+# stages being over, the run exited 1 (the red team of 2026-12-06
+# (second): 1 Ctrl-C in 6 with the mod stage; a SIGTERM to the group, 1 in
+# 2). Such a stage was ended by the signal: it is interrupted, and the run
+# stops with the signal's code. A stage that ended with any other status
+# (its own, the signal after it) keeps its row.
+cut_short() {
+	[ -n "$deferred" ] || return 0
+	case $1 in
+	129 | 130 | 143) ;;
+	*) [ ! -s "$logs/$running.status" ] || return 0 ;;
+	esac
+	stage_ended=
+	# shellcheck disable=SC2086 # code and signal name
+	interrupted $deferred
 }
 trap 'interrupted 130 INT' INT
 trap 'interrupted 143 TERM' TERM
@@ -308,6 +334,7 @@ engines() {
 	stage_ended=1
 	[ -z "$deferred" ] || st=$(cat "$logs/engines.status" 2>/dev/null || echo "$st")
 	stage_pid=
+	cut_short "$st"
 	exports=$(cat "$logs/engines.env")
 	if [ $st -eq 75 ]; then
 		trap finish EXIT # the engines are the other command's

@@ -51,10 +51,7 @@ own_engines= own_tmp=
 # cut short with processes left stopped.
 cleanup() {
 	trap '' INT TERM HUP
-	local c
-	for c in $(pgrep -P $$); do
-		[ "$(ps -o ppid= -p "$c" 2>/dev/null | tr -d ' ')" = $$ ] && stop_tree "$c"
-	done
+	stop_children
 	[ -z "$own_engines" ] || scripts/engines.sh stop
 	[ -z "$own_tmp" ] || rm -rf "$own_tmp"
 }

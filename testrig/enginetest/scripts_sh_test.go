@@ -816,3 +816,91 @@ func fakeGoTest(t *testing.T, body string) string {
 	}
 	return bin
 }
+
+// TestTestShGroupSignalEndsStage (the red team of 2026-12-06 (second)): a
+// Ctrl-C to test.sh's process group (SIGINT to every process of it) marked
+// the running stage FAILED (exit 130), not INTERRUPTED, and the run exited
+// 1, not 130 (1 run in 6): the stage's processes, which got the signal
+// too, died of it before test.sh's trap ran, and the trap took the stage
+// for one that had ended on its own before the signal. A SIGTERM to the
+// group did the same, more often (its shell around the stage dies of it).
+// The stage here is mod, with a stand-in go mod download that dies of the
+// signal (as a program does that leaves SIGINT to its default). Every run
+// must mark the stage INTERRUPTED and exit 128+n.
+func TestTestShGroupSignalEndsStage(t *testing.T) {
+	if err := exec.Command("env", "--default-signal=INT", "true").Run(); err != nil {
+		t.Skipf("env --default-signal (coreutils 8.31) is needed for the stand-in: %v", err)
+	}
+	// The stand-in writes its parent (the stage's shell) into $MARK once
+	// it runs, with SIGINT at its default (the stage's shell ignores it,
+	// as bash's background commands do).
+	bin := standIns(t, map[string]string{"go": `if [ "$1" = mod ]; then exec env --default-signal=INT sh -c 'echo $PPID >"$MARK.tmp" && mv "$MARK.tmp" "$MARK" && exec sleep 30'; fi
+exec ` + realPath(t, "go") + ` "$@"`})
+	// held: test.sh is held stopped from just before the signal until the
+	// stage's shell has ended, as a loaded machine may leave it unscheduled:
+	// the moment where test.sh's trap runs after the stage has died, every
+	// time. Else the signal is sent as soon as the stand-in runs (SIGINT 20
+	// times, SIGTERM 5), and its trap or the stage's end may come first.
+	run := func(t *testing.T, sig syscall.Signal, held bool) {
+		mark := filepath.Join(t.TempDir(), "mark")
+		cmd := exec.Command(repoScript(t, "test.sh"))
+		cmd.Dir = filepath.Join("..", "..")
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "MARK="+mark,
+			"LEASEHOLD_STAGES=mod", "TMPDIR="+t.TempDir())
+		out := startGroup(t, cmd)
+		pgid := cmd.Process.Pid
+		var shell int
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
+			if b, err := os.ReadFile(mark); err == nil {
+				shell, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the mod stage did not start within 2 minutes:\n%s", out)
+			}
+		}
+		if held {
+			if err := syscall.Kill(pgid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := syscall.Kill(-pgid, sig); err != nil {
+			t.Fatal(err)
+		}
+		if held {
+			// Not reaped while test.sh is stopped: a zombie once ended.
+			for deadline := time.Now().Add(time.Minute); procState(shell) != "Z"; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the stage's shell (%d) did not end within a minute of SIG%s (state %q)", shell, unix.SignalName(sig), procState(shell))
+				}
+			}
+			if err := syscall.Kill(pgid, syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("test.sh still running 2 minutes after SIG%s to its group:\n%s", unix.SignalName(sig), out)
+		}
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 128+int(sig) {
+			t.Errorf("test.sh after SIG%s to its group: %v, want exit %d:\n%s", unix.SignalName(sig), err, 128+int(sig), out)
+		}
+		if row := fmt.Sprintf("%-8s INTERRUPTED by %s", "mod", unix.SignalName(sig)); !strings.Contains(out.String(), row) {
+			t.Errorf("the table does not mark the stage interrupted (%q):\n%s", row, out)
+		}
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		t.Run("held "+unix.SignalName(sig), func(t *testing.T) { run(t, sig, true) })
+	}
+	for i := range 25 {
+		sig := syscall.SIGINT
+		if i >= 20 {
+			sig = syscall.SIGTERM
+		}
+		t.Run(fmt.Sprintf("%s %d", unix.SignalName(sig), i), func(t *testing.T) { run(t, sig, false) })
+	}
+}
