@@ -1,9 +1,16 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/memory"
 )
 
 // A give-up (AcquireRequest.GiveUp: RESP's GIVEUP id, HTTP's give_up)
@@ -121,4 +128,57 @@ func TestHTTPGiveUpKeptPlaceGranted(t *testing.T) {
 		t.Fatalf("the give-up answered %s, want the kept place's grant %s", got.body, held.body)
 	}
 	ts.want(ts.do("GET", "/v1/leases/kept", "", ""), 404, "")
+}
+
+// cancelAfterTry is a store whose TryAcquire, once armed, cancels a
+// context after it has been applied: a client gone between a proxy's
+// give-up's try and its release.
+type cancelAfterTry struct {
+	leasehold.Store
+	armed  *atomic.Bool
+	cancel context.CancelFunc
+}
+
+func (s cancelAfterTry) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
+	rec, err := s.Store.TryAcquire(ctx, req)
+	if s.armed.Load() {
+		s.cancel()
+	}
+	return rec, err
+}
+
+// TestProxyGiveUpCarriedThrough: in proxy mode a give-up renews nothing
+// of the request's grant (its TTL and data were the give-up's), and, once
+// it has begun, releases that grant even if its caller goes before the
+// release (the grant stayed, renewed for the give-up's day: the red
+// team's re-check of 264b599); the release is an event, as any other.
+func TestProxyGiveUpCarriedThrough(t *testing.T) {
+	mem := memory.New()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	armed := new(atomic.Bool)
+	p := NewProxy(cancelAfterTry{Store: mem, armed: armed, cancel: cancel}, ProxyConfig{})
+	defer p.Close()
+	req := leasehold.AcquireRequest{Name: "n", Owner: "gone", RequestID: "r", TTL: 30 * time.Second, Data: []byte("orig")}
+	g, err := p.Acquire(context.Background(), AcquireRequest{AcquireRequest: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	giveUp := req
+	giveUp.TTL, giveUp.Data = 24*time.Hour, []byte("new")
+	got, err := p.Acquire(ctx, AcquireRequest{AcquireRequest: giveUp, GiveUp: true})
+	if err != nil || got.Token != g.Token || got.TTL != req.TTL || string(got.Data) != "orig" {
+		t.Errorf("the give-up answered %+v, %v; want the grant %d unchanged (TTL %v, data %q)", got, err, g.Token, req.TTL, "orig")
+	}
+	if rec, err := mem.Get(context.Background(), "n"); !errors.Is(err, leasehold.ErrNotFound) {
+		t.Errorf("after a give-up whose caller went before its release: %+v, %v; want the grant released", rec, err)
+	}
+	released := false
+	for _, ev := range p.Recent(100) {
+		released = released || ev.Type == EventReleased && ev.Token == g.Token
+	}
+	if !released {
+		t.Errorf("no released event for the grant the give-up released: %+v", p.Recent(100))
+	}
 }

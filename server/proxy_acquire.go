@@ -95,35 +95,6 @@ func (p *Proxy) Acquire(ctx context.Context, req AcquireRequest) (leasehold.Reco
 	return p.wait(ctx, ns, r, req, sess)
 }
 
-// giveUp answers a give-up (AcquireRequest.GiveUp), its place given up
-// already: the grant r's request id holds, released; never a new one.
-// Under the name's lock it tries only while r's owner holds the lease; a
-// try that took it anew (the grant seen ended meanwhile) is released too.
-func (p *Proxy) giveUp(ctx context.Context, ns *proxyName, r leasehold.AcquireRequest) (leasehold.Record, error) {
-	if err := ns.lock(ctx); err != nil {
-		return leasehold.Record{}, err
-	}
-	defer ns.unlock()
-	seen, err := p.store.Get(ctx, r.Name)
-	switch {
-	case err != nil:
-		return leasehold.Record{}, err // ErrNotFound: free
-	case seen.Owner != r.Owner:
-		return leasehold.Record{}, proxyHeld(seen)
-	}
-	rec, err := p.store.TryAcquire(ctx, r)
-	if err != nil {
-		return leasehold.Record{}, err
-	}
-	if err := p.store.Release(ctx, rec.Name, rec.Owner, rec.Token); err != nil {
-		return leasehold.Record{}, err
-	}
-	if rec.Token != seen.Token {
-		return leasehold.Record{}, leasehold.ErrNotFound
-	}
-	return rec, nil
-}
-
 // try makes one TryAcquire under the name's lock and reports a grant. w, if
 // set, is the queued waiter making the attempt: on a grant it leaves the
 // queue and the next waiter becomes head at once; handoff (called with
