@@ -41,6 +41,13 @@ func (e *Engine) AcquireAsync(ctx context.Context, req AcquireRequest, done func
 // nothing and returns the waiter it queued or found parked, and its
 // entry, for the caller to wait on (wait).
 func (e *Engine) acquire(ctx context.Context, req AcquireRequest, deliver func(grantResult)) (*engEntry, *engWaiter) {
+	if req.GiveUp {
+		// Carried through once received, as in proxy mode: its caller
+		// has gone by definition, and a client that closed its
+		// connection at once had the give-up dropped, the grant kept for
+		// its TTL (the red team's re-check of 5aa2e76: 2 of 40).
+		ctx = context.WithoutCancel(ctx)
+	}
 	if err := e.lockOpen(validateAcquire(req), ctx.Err()); err != nil {
 		deliver(grantResult{err: err})
 		return nil, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -180,5 +181,91 @@ func TestProxyGiveUpCarriedThrough(t *testing.T) {
 	}
 	if !released {
 		t.Errorf("no released event for the grant the give-up released: %+v", p.Recent(100))
+	}
+}
+
+// TestEngineGiveUpCallerGone: a give-up whose client has already gone (its
+// context ended: an HTTP client that closed its connection at once) is
+// carried through; it was dropped, and the grant kept for its TTL (the
+// red team's re-check of 5aa2e76: 2 of 40 tries).
+func TestEngineGiveUpCallerGone(t *testing.T) {
+	e := rtEngine(t).(*Engine)
+	defer e.Close()
+	req := leasehold.AcquireRequest{Name: "n", Owner: "gone", RequestID: "r", TTL: time.Minute}
+	g, err := e.Acquire(context.Background(), AcquireRequest{AcquireRequest: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if got, err := e.Acquire(gone, AcquireRequest{AcquireRequest: req, GiveUp: true}); err != nil || got.Token != g.Token {
+		t.Errorf("give-up with its caller gone = %+v, %v; want the grant %d, released", got, err, g.Token)
+	}
+	if rec, err := e.Get(context.Background(), "n"); !errors.Is(err, leasehold.ErrNotFound) {
+		t.Errorf("after the give-up: %+v, %v; want the lease free", rec, err)
+	}
+}
+
+// holdFirstTry is a store whose first TryAcquire once armed waits until
+// release is closed (so that a second caller is waiting for the name's
+// lock when the first lets it go).
+type holdFirstTry struct {
+	leasehold.Store
+	armed   *atomic.Bool
+	once    *sync.Once
+	release chan struct{}
+}
+
+func (s holdFirstTry) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (leasehold.Record, error) {
+	if s.armed.Load() {
+		s.once.Do(func() { <-s.release })
+	}
+	return s.Store.TryAcquire(ctx, req)
+}
+
+// TestProxyGiveUpsAtOnce: two give-ups of one request at once release its
+// grant once: one answers the grant, the other finds the lease free, and
+// one released event is reported. Both released it, each with an event
+// (the store's release is idempotent), when the second came between the
+// first's try and its release (the red team's re-check of 5aa2e76).
+func TestProxyGiveUpsAtOnce(t *testing.T) {
+	release := make(chan struct{})
+	armed := new(atomic.Bool)
+	p := NewProxy(holdFirstTry{Store: memory.New(), armed: armed, once: new(sync.Once), release: release}, ProxyConfig{})
+	defer p.Close()
+	req := leasehold.AcquireRequest{Name: "n", Owner: "gone", RequestID: "r", TTL: time.Minute}
+	g, err := p.Acquire(context.Background(), AcquireRequest{AcquireRequest: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := p.Acquire(context.Background(), AcquireRequest{AcquireRequest: req, GiveUp: true})
+			errs <- err
+		}()
+	}
+	time.Sleep(200 * time.Millisecond) // both under way: the first held in its try, the second waiting for the lock
+	close(release)
+	var ok, free int
+	for range 2 {
+		switch err := <-errs; {
+		case err == nil:
+			ok++
+		case errors.Is(err, leasehold.ErrNotFound):
+			free++
+		default:
+			t.Errorf("a give-up: %v", err)
+		}
+	}
+	released := 0
+	for _, ev := range p.Recent(100) {
+		if ev.Type == EventReleased && ev.Token == g.Token {
+			released++
+		}
+	}
+	if ok != 1 || free != 1 || released != 1 {
+		t.Errorf("two give-ups at once: %d answered the grant, %d found it free, %d released events; want 1, 1, 1", ok, free, released)
 	}
 }

@@ -23,14 +23,32 @@ import (
 func (p *Proxy) giveUp(ctx context.Context, ns *proxyName, r leasehold.AcquireRequest) (leasehold.Record, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveUpTimeout)
 	defer cancel()
-	rec, fresh, err := p.giveUpTry(ctx, ns, r)
+	// All under the name's lock: give-ups of one request at once released
+	// its grant once each (the store's release is idempotent), a released
+	// event each (the red team's re-check of 5aa2e76, on SQLite).
+	if err := ns.lock(ctx); err != nil {
+		return leasehold.Record{}, err
+	}
+	defer ns.unlock()
+	seen, err := p.store.Get(ctx, r.Name)
+	switch {
+	case err != nil:
+		return leasehold.Record{}, err // ErrNotFound: free
+	case seen.Owner != r.Owner:
+		return leasehold.Record{}, proxyHeld(seen)
+	}
+	if seen.TTL > 0 {
+		r.TTL, r.Data = seen.TTL, seen.Data
+	}
+	rec, err := p.store.TryAcquire(ctx, r)
 	if err != nil {
 		return leasehold.Record{}, err
 	}
+	fresh := rec.Token != seen.Token
 	if fresh {
 		p.held.Add(1) // counted as the grant it is, until released
 	}
-	if err := p.release(ctx, rec.Name, rec.Owner, rec.Token, EventReleased); err != nil {
+	if err := p.releaseLocked(ctx, ns, rec.Name, rec.Owner, rec.Token, EventReleased); err != nil {
 		return leasehold.Record{}, err
 	}
 	if fresh {
@@ -41,27 +59,3 @@ func (p *Proxy) giveUp(ctx context.Context, ns *proxyName, r leasehold.AcquireRe
 
 // giveUpTimeout bounds a give-up the proxy carries through.
 const giveUpTimeout = 5 * time.Second
-
-// giveUpTry is giveUp's look and try under the name's lock: the grant the
-// try answered, and whether it is a new one.
-func (p *Proxy) giveUpTry(ctx context.Context, ns *proxyName, r leasehold.AcquireRequest) (leasehold.Record, bool, error) {
-	if err := ns.lock(ctx); err != nil {
-		return leasehold.Record{}, false, err
-	}
-	defer ns.unlock()
-	seen, err := p.store.Get(ctx, r.Name)
-	switch {
-	case err != nil:
-		return leasehold.Record{}, false, err // ErrNotFound: free
-	case seen.Owner != r.Owner:
-		return leasehold.Record{}, false, proxyHeld(seen)
-	}
-	if seen.TTL > 0 {
-		r.TTL, r.Data = seen.TTL, seen.Data
-	}
-	rec, err := p.store.TryAcquire(ctx, r)
-	if err != nil {
-		return leasehold.Record{}, false, err
-	}
-	return rec, rec.Token != seen.Token, nil
-}

@@ -74,6 +74,11 @@ func (p *Proxy) release(ctx context.Context, name, owner string, token uint64, t
 		return err
 	}
 	defer ns.unlock()
+	return p.releaseLocked(ctx, ns, name, owner, token, typ)
+}
+
+// releaseLocked is release with the name's lock held.
+func (p *Proxy) releaseLocked(ctx context.Context, ns *proxyName, name, owner string, token uint64, typ EventType) error {
 	if err := p.store.Release(ctx, name, owner, token); err != nil {
 		return err
 	}
