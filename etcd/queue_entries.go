@@ -144,7 +144,17 @@ func (w *waiter) enqueue(ctx context.Context) (leasehold.Record, next, bool, err
 			break
 		}
 	}
-	return leasehold.Record{}, w.decide(true, older, resp.Responses[nst+1].GetResponseRange().Kvs, resp.Header.Revision), false, nil
+	n := w.decide(true, older, resp.Responses[nst+1].GetResponseRange().Kvs, resp.Header.Revision)
+	if n.handed != nil {
+		// A release handed the lease to an earlier entry of this waiter
+		// (its session had ended while it was the head) and deleted that
+		// one before this Txn: the entry just put is no release's to
+		// delete, and left behind it would head the queue (refusing every
+		// TryAcquire, and taking the lease at this waiter's release).
+		// handed deletes it.
+		w.stale = append(w.stale, key)
+	}
+	return leasehold.Record{}, n, false, nil
 }
 
 // tombKey is the tombstone of the queue entry key k (keys.go): while it
