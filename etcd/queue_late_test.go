@@ -3,7 +3,6 @@ package etcd
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -41,29 +40,11 @@ func TestQueueLateEnqueueLeavesNoEntry(t *testing.T) {
 		}
 		return commit(ctx)
 	}
-	type result struct {
-		rec leasehold.Record
-		err error
-	}
-	done := make(chan result, 1)
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	go func() {
-		r, err := ws.AcquireWait(wctx, leasehold.AcquireRequest{Name: "n", Owner: "w", RequestID: "r", TTL: 10 * time.Second})
-		done <- result{r, err}
-	}()
-	for deadline := time.Now().Add(20 * time.Second); !slices.Equal(queued(t, ws, "n"), []string{"w"}); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiter did not queue again after the lost reply: %v", queued(t, ws, "n"))
-		}
-	}
+	done := waitAsW(t, ctx, ws, 20*time.Second, "the waiter did not queue again after the lost reply")
 	if err := holder.Release(ctx, "n", "h", rec.Token); err != nil {
 		t.Fatal(err)
 	}
-	r := <-done
-	if r.err != nil || r.rec.Owner != "w" {
-		t.Fatalf("AcquireWait = %+v, %v; want a grant to w", r.rec, r.err)
-	}
+	w := grantedToW(t, done)
 	// Another process of the same store keeps the queue session alive, as
 	// a busy store's other waiters would.
 	other, ocancel := context.WithCancel(ctx)
@@ -80,7 +61,7 @@ func TestQueueLateEnqueueLeavesNoEntry(t *testing.T) {
 	if q := queued(t, ws, "n"); len(q) != 0 {
 		t.Fatalf("queue of n after the late enqueue: %v, want empty (w was granted and returned)", q)
 	}
-	if err := ws.Release(ctx, "n", "w", r.rec.Token); err != nil {
+	if err := ws.Release(ctx, "n", "w", w.Token); err != nil {
 		t.Fatal(err)
 	}
 	got, err := holder.TryAcquire(ctx, leasehold.AcquireRequest{Name: "n", Owner: "x", TTL: 10 * time.Second})

@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -53,22 +52,7 @@ func TestQueueRequeueHandedLeavesNoEntry(t *testing.T) {
 		}
 		return commit(ctx)
 	}
-	type result struct {
-		rec leasehold.Record
-		err error
-	}
-	done := make(chan result, 1)
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	go func() {
-		r, err := ws.AcquireWait(wctx, leasehold.AcquireRequest{Name: "n", Owner: "w", RequestID: "r", TTL: 10 * time.Second})
-		done <- result{r, err}
-	}()
-	for deadline := time.Now().Add(10 * time.Second); !slices.Equal(queued(t, ws, "n"), []string{"w"}); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiter did not queue: %v", queued(t, ws, "n"))
-		}
-	}
+	done := waitAsW(t, ctx, ws, 10*time.Second, "the waiter did not queue")
 	ws.qmu.Lock()
 	se := ws.sess
 	ws.qmu.Unlock()
@@ -87,14 +71,11 @@ func TestQueueRequeueHandedLeavesNoEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(proceed)
-	r := <-done
-	if r.err != nil || r.rec.Owner != "w" {
-		t.Fatalf("AcquireWait = %+v, %v; want a grant to w", r.rec, r.err)
-	}
+	w := grantedToW(t, done)
 	if q := queued(t, ws, "n"); len(q) != 0 {
 		t.Errorf("queue of n after the grant to w: %v, want empty", q)
 	}
-	if err := ws.Release(ctx, "n", "w", r.rec.Token); err != nil {
+	if err := ws.Release(ctx, "n", "w", w.Token); err != nil {
 		t.Fatal(err)
 	}
 	got, err := holder.TryAcquire(ctx, leasehold.AcquireRequest{Name: "n", Owner: "x", TTL: 10 * time.Second})

@@ -31,24 +31,7 @@ func TestQueueDeadSessionNoSpin(t *testing.T) {
 		acq.Store(int64(acquires))
 		wk.Store(int64(wakes))
 	}
-	type result struct {
-		rec leasehold.Record
-		err error
-	}
-	done := make(chan result, 1)
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	go func() {
-		r, err := ws.AcquireWait(wctx, leasehold.AcquireRequest{Name: "n", Owner: "w", RequestID: "r", TTL: 10 * time.Second})
-		done <- result{r, err}
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for !slices.Equal(queued(t, ws, "n"), []string{"w"}) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiter did not queue: %v", queued(t, ws, "n"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	done := waitAsW(t, ctx, ws, 10*time.Second, "the waiter did not queue")
 	ws.qmu.Lock()
 	se := ws.sess
 	ws.qmu.Unlock()
@@ -60,10 +43,7 @@ func TestQueueDeadSessionNoSpin(t *testing.T) {
 	if err := holder.Release(ctx, "n", "h", rec.Token); err != nil {
 		t.Fatal(err)
 	}
-	r := <-done
-	if r.err != nil || r.rec.Owner != "w" {
-		t.Fatalf("AcquireWait = %+v, %v; want a grant to w", r.rec, r.err)
-	}
+	grantedToW(t, done)
 	if a, k := acq.Load(), wk.Load(); a+k >= 20 {
 		t.Fatalf("the waiter sent %d acquire Txns and woke %d times; want fewer than 20 in all", a, k)
 	}
