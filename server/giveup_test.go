@@ -269,3 +269,80 @@ func TestProxyGiveUpsAtOnce(t *testing.T) {
 		t.Errorf("two give-ups at once: %d answered the grant, %d found it free, %d released events; want 1, 1, 1", ok, free, released)
 	}
 }
+
+// TestProxyReleaseAgainNoEvent: a grant released again (twice by its
+// holder, or by its holder after a give-up released it) is reported
+// released once, and counted free once. The store answers a repeated
+// release as done, and the proxy emitted a released event for each and
+// counted the lease freed twice (the red team's round on 6b7db6f: 3 of 3
+// give-ups then releases, 1 of 1 double releases, on memory and SQLite).
+func TestProxyReleaseAgainNoEvent(t *testing.T) {
+	ctx := context.Background()
+	p := NewProxy(memory.New(), ProxyConfig{})
+	defer p.Close()
+	countReleased := func(token uint64) (n int) {
+		for _, ev := range p.Recent(100) {
+			if ev.Type == EventReleased && ev.Token == token {
+				n++
+			}
+		}
+		return n
+	}
+	req := leasehold.AcquireRequest{Name: "n", Owner: "h", RequestID: "r1", TTL: time.Minute}
+	g, err := p.Acquire(ctx, AcquireRequest{AcquireRequest: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := p.Release(ctx, "n", "h", g.Token); err != nil {
+			t.Fatalf("release %d: %v", i+1, err)
+		}
+	}
+	if n := countReleased(g.Token); n != 1 {
+		t.Errorf("a grant released twice: %d released events, want 1", n)
+	}
+	if err := p.Release(ctx, "n", "other", g.Token); !errors.Is(err, leasehold.ErrNotHeld) {
+		t.Errorf("another owner's release of the released grant: %v, want ErrNotHeld", err)
+	}
+
+	req.RequestID = "r2"
+	g2, err := p.Acquire(ctx, AcquireRequest{AcquireRequest: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := p.Acquire(ctx, AcquireRequest{AcquireRequest: req, GiveUp: true}); err != nil || got.Token != g2.Token {
+		t.Fatalf("give-up: %+v, %v; want the grant %d", got, err, g2.Token)
+	}
+	if err := p.Release(ctx, "n", "h", g2.Token); err != nil {
+		t.Fatalf("the holder's release after the give-up: %v", err)
+	}
+	if n := countReleased(g2.Token); n != 1 {
+		t.Errorf("a give-up then the holder's release: %d released events, want 1", n)
+	}
+	if h := p.held.Load(); h != 0 {
+		t.Errorf("held estimate after two grants, each released twice: %d, want 0", h)
+	}
+}
+
+// TestReleasedSetBound: the proxy forgets the oldest released grants
+// beyond releasedKeep, and keeps the newest.
+func TestReleasedSetBound(t *testing.T) {
+	var r releasedSet
+	for i := range releasedKeep + 10 {
+		r.add(proxyLeaseKey{"n", uint64(i + 1)})
+	}
+	r.add(proxyLeaseKey{"n", releasedKeep + 10}) // again: no second entry
+	if len(r.keys) != releasedKeep || len(r.ring) != releasedKeep {
+		t.Fatalf("%d keys, %d in the ring; want %d each", len(r.keys), len(r.ring), releasedKeep)
+	}
+	for _, tok := range []uint64{1, 10} {
+		if r.has(proxyLeaseKey{"n", tok}) {
+			t.Errorf("grant %d still remembered past the bound", tok)
+		}
+	}
+	for _, tok := range []uint64{11, releasedKeep + 10} {
+		if !r.has(proxyLeaseKey{"n", tok}) {
+			t.Errorf("grant %d forgotten within the bound", tok)
+		}
+	}
+}

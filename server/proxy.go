@@ -97,8 +97,9 @@ type Proxy struct {
 	waiting      int                             // queued waiters, all names
 	sessions     map[string]*proxySession
 	leaseSession map[proxyLeaseKey]*proxySession
-	heldAt       time.Time // last recount of Held
-	heldBusy     bool      // a recount is running
+	released     releasedSet // grants released lately (proxy_released.go)
+	heldAt       time.Time   // last recount of Held
+	heldBusy     bool        // a recount is running
 
 	held atomic.Int64 // estimate of live leases
 

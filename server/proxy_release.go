@@ -82,9 +82,17 @@ func (p *Proxy) releaseLocked(ctx context.Context, ns *proxyName, name, owner st
 	if err := p.store.Release(ctx, name, owner, token); err != nil {
 		return err
 	}
-	p.held.Add(-1)
+	k := proxyLeaseKey{name, token}
 	p.mu.Lock()
-	p.detachLocked(proxyLeaseKey{name, token})
+	if p.released.has(k) {
+		// Released before: the store answers a repeat as done, and
+		// nothing changed (the name's lock orders the two).
+		p.mu.Unlock()
+		return nil
+	}
+	p.released.add(k)
+	p.held.Add(-1)
+	p.detachLocked(k)
 	now := p.clock.Now()
 	ns.releasedAt = now
 	p.emitUnlock(Event{Type: typ, Name: name, Owner: owner, Token: token, Time: now})
