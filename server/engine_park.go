@@ -72,8 +72,14 @@ func (e *Engine) park(w *engWaiter) {
 	taken := make(chan struct{})
 	w.taken = taken
 	e.parked[key] = w
+	// The grace's timer starts here, not in the goroutine: the grace runs
+	// from the park, and a test's fake clock counts it from the moment the
+	// poll has returned (CI run 85: TestEngineParkLimits counted no timer
+	// left, started the next waiter, and the late grace timer's appearance
+	// let it move the clock before that waiter's own timer existed: the
+	// waiter waited forever).
+	t := e.clk.NewTimer(ParkGrace)
 	go func() {
-		t := e.clk.NewTimer(ParkGrace)
 		defer t.Stop()
 		select {
 		case <-t.C():

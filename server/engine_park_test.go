@@ -314,3 +314,27 @@ func TestEngineTwinPollsShareTheGrant(t *testing.T) {
 		t.Fatalf("the next waiter: %+v, %v", c.rec, c.err)
 	}
 }
+
+// TestEngineParkGraceTimerAtOnce: once a poll that ran out has returned,
+// its place's grace timer runs. It was started by the grace's goroutine,
+// maybe later: TestEngineParkLimits (CI run 85) then saw no timer left
+// after a try took the place back, started the next waiter, took the late
+// grace timer for that waiter's and moved the clock before the waiter's
+// timer existed, and the waiter waited until the package's 20 minutes ran
+// out. Repeated, as the goroutine ran late only now and then.
+func TestEngineParkGraceTimerAtOnce(t *testing.T) {
+	for i := range 50 {
+		e, clk := parkEngine(t)
+		pxAcquire(t, e, parkReq("holder", "h", 0))
+		w := poll(e, parkReq("w", "w-1", 2*time.Second))
+		clk.WaitForTimers(1)
+		clk.Advance(2 * time.Second)
+		if a := <-w; !errors.Is(a.err, leasehold.ErrHeld) {
+			t.Fatalf("poll %d: %v; want held", i, a.err)
+		}
+		if n := clk.Timers(); n != 1 {
+			t.Fatalf("poll %d returned, its place parked: %d timers; want 1 (the grace's)", i, n)
+		}
+		e.Close()
+	}
+}

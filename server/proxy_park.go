@@ -204,8 +204,8 @@ func (p *Proxy) startParkLocked(key string, r leasehold.AcquireRequest, req Acqu
 func (p *Proxy) graceLocked(pk *proxyPark) {
 	quiet := make(chan struct{})
 	pk.quiet = quiet
+	t := p.clock.NewTimer(ParkGrace) // from now, as the Engine's park
 	go func() {
-		t := p.clock.NewTimer(ParkGrace)
 		defer t.Stop()
 		select {
 		case <-t.C():
