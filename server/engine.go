@@ -173,6 +173,7 @@ type engWaiter struct {
 	// (engine_park.go); token: the grant it got, once granted.
 	parked bool
 	taken  chan struct{} // closed when a parked place is taken back
+	grace  clock.Timer   // the parked place's grace (engine_park.go)
 	token  uint64
 	// A semaphore's waiter (engine_permits.go): sem is the semaphore's
 	// name ("" for a lease's waiter), n how many permits it may take

@@ -79,6 +79,7 @@ func (e *Engine) park(w *engWaiter) {
 	// let it move the clock before that waiter's own timer existed: the
 	// waiter waited forever).
 	t := e.clk.NewTimer(ParkGrace)
+	w.grace = t
 	go func() {
 		defer t.Stop()
 		select {
@@ -109,6 +110,16 @@ func (e *Engine) park(w *engWaiter) {
 	}()
 }
 
+// endGrace ends the grace of w's parked place, taken back: its timer
+// stops here, not later in its goroutine, so that it no longer runs once
+// the place is back (a test that counts a fake clock's timers took the
+// stale grace timer for the next poll's and moved the clock before that
+// poll's timer existed). e.mu held.
+func (w *engWaiter) endGrace() {
+	w.grace.Stop()
+	close(w.taken)
+}
+
 // unpark takes back the place of a parked waiter for req, if there is one:
 // a waiting request carries on waiting in it (the returned waiter); a try,
 // or a request with another session, leaves it. A place granted meanwhile
@@ -125,7 +136,7 @@ func (e *Engine) unpark(ent *engEntry, req AcquireRequest) *engWaiter {
 	}
 	delete(e.parked, key)
 	w.parked = false
-	close(w.taken)
+	w.endGrace()
 	if w.done {
 		return nil
 	}

@@ -213,7 +213,7 @@ func (e *Engine) unparkPermit(sem string, req AcquireRequest) *engWaiter {
 	}
 	delete(e.parked, key)
 	w.parked = false
-	close(w.taken)
+	w.endGrace()
 	if w.done {
 		return nil // granted meanwhile: the retry finds its permit
 	}

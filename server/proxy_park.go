@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/clock"
 )
 
 // parkedWaitLen is the Wait of a park's own acquire: its end is the
@@ -36,6 +37,7 @@ type proxyPark struct {
 	// Under p.mu.
 	polls   int           // polls waiting on it now
 	quiet   chan struct{} // closed when a poll comes back (ends a grace)
+	grace   clock.Timer   // the running grace's timer, while quiet is set
 	taken   bool          // its answer went to a poll
 	givenUp bool          // a try with its request id gave it up (unpark)
 }
@@ -81,10 +83,7 @@ func (p *Proxy) waitParked(ctx context.Context, r leasehold.AcquireRequest, req 
 		pk = p.startParkLocked(key, r, req, sess)
 	}
 	pk.polls++
-	if pk.quiet != nil {
-		close(pk.quiet) // a grace was running: the place is taken back
-		pk.quiet = nil
-	}
+	pk.endGraceLocked() // a grace was running: the place is taken back
 	p.mu.Unlock()
 
 	t := p.clock.NewTimer(req.Wait)
@@ -156,10 +155,7 @@ func (p *Proxy) unpark(r leasehold.AcquireRequest) {
 	}
 	p.dropParkLocked(pk)
 	pk.taken, pk.givenUp = true, true
-	if pk.quiet != nil {
-		close(pk.quiet)
-		pk.quiet = nil
-	}
+	pk.endGraceLocked()
 	p.mu.Unlock()
 	pk.cancel()
 	<-pk.done
@@ -199,12 +195,24 @@ func (p *Proxy) startParkLocked(key string, r leasehold.AcquireRequest, req Acqu
 	return pk
 }
 
+// endGraceLocked ends pk's grace, if one runs (a poll came back, or the
+// place was given up): its timer stops here, as the Engine's
+// (engWaiter.endGrace). p.mu held.
+func (pk *proxyPark) endGraceLocked() {
+	if pk.quiet != nil {
+		close(pk.quiet)
+		pk.quiet = nil
+		pk.grace.Stop()
+	}
+}
+
 // graceLocked starts pk's grace: unless a poll comes back within
 // ParkGrace, the park ends (a grant it got is released). p.mu held.
 func (p *Proxy) graceLocked(pk *proxyPark) {
 	quiet := make(chan struct{})
 	pk.quiet = quiet
 	t := p.clock.NewTimer(ParkGrace) // from now, as the Engine's park
+	pk.grace = t
 	go func() {
 		defer t.Stop()
 		select {
