@@ -326,12 +326,7 @@ func TestEngineParkGraceTimerAtOnce(t *testing.T) {
 	for i := range 50 {
 		e, clk := parkEngine(t)
 		pxAcquire(t, e, parkReq("holder", "h", 0))
-		w := poll(e, parkReq("w", "w-1", 2*time.Second))
-		clk.WaitForTimers(1)
-		clk.Advance(2 * time.Second)
-		if a := <-w; !errors.Is(a.err, leasehold.ErrHeld) {
-			t.Fatalf("poll %d: %v; want held", i, a.err)
-		}
+		enginePollRunsOut(t, e, clk)
 		if n := clk.Timers(); n != 1 {
 			t.Fatalf("poll %d returned, its place parked: %d timers; want 1 (the grace's)", i, n)
 		}

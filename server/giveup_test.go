@@ -324,23 +324,23 @@ func TestProxyReleaseAgainNoEvent(t *testing.T) {
 	}
 }
 
-// TestReleasedSetBound: the proxy forgets the oldest released grants
-// beyond releasedKeep, and keeps the newest.
-func TestReleasedSetBound(t *testing.T) {
-	var r releasedSet
-	for i := range releasedKeep + 10 {
+// TestGrantSetBound: the proxy forgets the oldest reported grants
+// beyond reportedKeep, and keeps the newest.
+func TestGrantSetBound(t *testing.T) {
+	var r grantSet
+	for i := range reportedKeep + 10 {
 		r.add(proxyLeaseKey{"n", uint64(i + 1)})
 	}
-	r.add(proxyLeaseKey{"n", releasedKeep + 10}) // again: no second entry
-	if len(r.keys) != releasedKeep || len(r.ring) != releasedKeep {
-		t.Fatalf("%d keys, %d in the ring; want %d each", len(r.keys), len(r.ring), releasedKeep)
+	r.add(proxyLeaseKey{"n", reportedKeep + 10}) // again: no second entry
+	if len(r.keys) != reportedKeep || len(r.ring) != reportedKeep {
+		t.Fatalf("%d keys, %d in the ring; want %d each", len(r.keys), len(r.ring), reportedKeep)
 	}
 	for _, tok := range []uint64{1, 10} {
 		if r.has(proxyLeaseKey{"n", tok}) {
 			t.Errorf("grant %d still remembered past the bound", tok)
 		}
 	}
-	for _, tok := range []uint64{11, releasedKeep + 10} {
+	for _, tok := range []uint64{11, reportedKeep + 10} {
 		if !r.has(proxyLeaseKey{"n", tok}) {
 			t.Errorf("grant %d forgotten within the bound", tok)
 		}

@@ -72,24 +72,48 @@ func (c *timerLog) only(t *testing.T, d time.Duration) clock.Timer {
 	return got[0]
 }
 
-func TestEngineParkGraceStopsWhenTakenBack(t *testing.T) {
+// staleGraceTries runs try five times, each reporting whether the grace
+// timer of the place it took back was still running, and fails the test
+// if one was.
+func staleGraceTries(t *testing.T, try func(i int) (stale bool)) {
+	t.Helper()
 	const tries = 5
 	stale := 0
 	for i := range tries {
+		if try(i) {
+			stale++
+		}
+	}
+	if stale > 0 {
+		t.Errorf("%d of %d tries: the grace timer still ran once its place was taken back", stale, tries)
+	}
+}
+
+// enginePollRunsOut makes a 2-second poll by "w" (request id w-1) on
+// "job", held by another, and runs it out on fc: it answers held, and its
+// place is kept.
+func enginePollRunsOut(t *testing.T, e *Engine, fc *clock.Fake) {
+	t.Helper()
+	w := poll(e, parkReq("w", "w-1", 2*time.Second))
+	fc.WaitForTimers(1)
+	fc.Advance(2 * time.Second)
+	if a := <-w; !errors.Is(a.err, leasehold.ErrHeld) {
+		t.Fatalf("the poll that ran out: %v; want held", a.err)
+	}
+}
+
+func TestEngineParkGraceStopsWhenTakenBack(t *testing.T) {
+	staleGraceTries(t, func(i int) (stale bool) {
 		fc := clock.NewFake(time.Unix(1_700_000_000, 0))
 		tl := &timerLog{Clock: fc, slow: ParkGrace}
 		e, err := OpenEngine(EngineConfig{Clock: tl})
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer e.Close()
 		stopExpiryLoop(e)
 		pxAcquire(t, e, parkReq("holder", "h", 0))
-		w := poll(e, parkReq("w", "w-1", 2*time.Second))
-		fc.WaitForTimers(1)
-		fc.Advance(2 * time.Second)
-		if a := <-w; !errors.Is(a.err, leasehold.ErrHeld) {
-			t.Fatalf("try %d, the poll that ran out: %v; want held", i, a.err)
-		}
+		enginePollRunsOut(t, e, fc)
 		grace := tl.only(t, ParkGrace)
 		again := poll(e, parkReq("w", "w-1", 3*time.Second))
 		servertest.WaitFor(t, "the place taken back", func() bool {
@@ -97,36 +121,24 @@ func TestEngineParkGraceStopsWhenTakenBack(t *testing.T) {
 			defer e.unlock()
 			return len(e.parked) == 0
 		})
-		if grace.Stop() {
-			stale++ // still running: stopped here so that the count below is right
-		}
-		fc.WaitForTimers(1) // again's
+		stale = grace.Stop() // still running: stopped here so that the count below is right
+		fc.WaitForTimers(1)  // again's
 		fc.Advance(3 * time.Second)
 		if a := <-again; !errors.Is(a.err, leasehold.ErrHeld) {
 			t.Fatalf("try %d, the poll that took the place back: %v; want held", i, a.err)
 		}
-		e.Close()
-	}
-	if stale > 0 {
-		t.Errorf("%d of %d tries: the grace timer still ran once its place was taken back", stale, tries)
-	}
+		return stale
+	})
 }
 
 func TestProxyParkGraceStopsWhenTakenBack(t *testing.T) {
-	const tries = 5
-	stale := 0
-	for i := range tries {
+	staleGraceTries(t, func(i int) (stale bool) {
 		fc := clock.NewFake(time.Unix(1_000_000, 0))
 		tl := &timerLog{Clock: fc, slow: ParkGrace}
 		p := pxNew(t, memory.New(memory.WithClock(fc)), ProxyConfig{Clock: tl})
+		defer p.Close()
 		pxAcquire(t, p, proxyParkReq("holder", "h", 0))
-		first := poll(p, proxyParkReq("w", "w-1", 2*time.Second))
-		servertest.WaitFor(t, "w queued", func() bool { return len(p.Waiters("job")) == 1 })
-		proxyPolling(t, p, fc, 3)
-		fc.Advance(2 * time.Second)
-		if a := <-first; !errors.Is(a.err, leasehold.ErrHeld) {
-			t.Fatalf("try %d, the poll that ran out: %v; want held", i, a.err)
-		}
+		proxyPollRunsOut(t, p, fc, "w", "w-1")
 		grace := tl.only(t, ParkGrace)
 		short := poll(p, proxyParkReq("w", "w-1", 5*time.Millisecond))
 		servertest.WaitFor(t, "the place taken back", func() bool {
@@ -139,17 +151,12 @@ func TestProxyParkGraceStopsWhenTakenBack(t *testing.T) {
 			}
 			return len(p.parks) == 1
 		})
-		if grace.Stop() {
-			stale++
-		}
+		stale = grace.Stop()
 		proxyPolling(t, p, fc, 3) // the park's wait and retry timer, and the short poll's
 		fc.Advance(5 * time.Millisecond)
 		if a := <-short; !errors.Is(a.err, leasehold.ErrHeld) {
 			t.Fatalf("try %d, the short poll: %v; want held", i, a.err)
 		}
-		p.Close()
-	}
-	if stale > 0 {
-		t.Errorf("%d of %d tries: the grace timer still ran once its place was taken back", stale, tries)
-	}
+		return stale
+	})
 }

@@ -72,9 +72,13 @@ type ProxyConfig struct {
 //     the store, which is why that TTL is kept rather than ignored.
 //   - Events for the changes made through this proxy. The internal
 //     renewals of session leases are not reported (the session covers
-//     them, as with the Engine). A release reported by the store as done
-//     is reported as released even when it was a repeat of an earlier one:
-//     the store interface does not say which.
+//     them, as with the Engine). A store answers a repeated acquire of a
+//     request with the same grant and a repeated release as done, without
+//     saying it was a repeat: the proxy reports a grant, and its release,
+//     once, as long as it remembers them (the newest 16,384 of each,
+//     proxy_reported.go). A grant the store made for the proxy's own look
+//     at a request (a give-up's or a reclaim's try) that was never
+//     reported is released without an event.
 type Proxy struct {
 	store   leasehold.Store
 	watcher leasehold.Watcher
@@ -97,9 +101,10 @@ type Proxy struct {
 	waiting      int                             // queued waiters, all names
 	sessions     map[string]*proxySession
 	leaseSession map[proxyLeaseKey]*proxySession
-	released     releasedSet // grants released lately (proxy_released.go)
-	heldAt       time.Time   // last recount of Held
-	heldBusy     bool        // a recount is running
+	granted      grantSet  // grants reported lately (proxy_reported.go)
+	released     grantSet  // grants released lately
+	heldAt       time.Time // last recount of Held
+	heldBusy     bool      // a recount is running
 
 	held atomic.Int64 // estimate of live leases
 

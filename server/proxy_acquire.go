@@ -115,7 +115,6 @@ func (p *Proxy) try(ctx context.Context, ns *proxyName, req leasehold.AcquireReq
 		}
 		return rec, t0, err
 	}
-	p.held.Add(1)
 	p.mu.Lock()
 	now := p.clock.Now()
 	ev := Event{Type: EventGranted, Name: rec.Name, Owner: rec.Owner, Token: rec.Token, Time: now}
@@ -126,6 +125,10 @@ func (p *Proxy) try(ctx context.Context, ns *proxyName, req leasehold.AcquireReq
 		}
 	}
 	ns.lastHeld, ns.lastHeldAt = proxyHeld(rec), now
+	if !p.newGrantLocked(proxyLeaseKey{rec.Name, rec.Token}) {
+		p.mu.Unlock() // the request's grant, answered again
+		return rec, t0, nil
+	}
 	p.emitUnlock(ev)
 	return rec, t0, nil
 }
@@ -381,8 +384,7 @@ func (p *Proxy) reclaim(r leasehold.AcquireRequest) {
 	if err != nil {
 		return
 	}
-	p.held.Add(1)
-	p.releaseGrant(rec.Name, rec.Owner, rec.Token, EventReleased)
+	p.releaseGrant(rec.Name, rec.Owner, rec.Token, eventIfReported)
 }
 
 // finishWait completes a waiting acquire's grant: released again if ctx
@@ -636,7 +638,6 @@ func (p *Proxy) waitQueued(ctx context.Context, ns *proxyName, r leasehold.Acqui
 // the grant's time on the store (its Acquired, when that falls within the
 // wait on this proxy's clock), else from when w joined.
 func (p *Proxy) grantedQueued(ns *proxyName, w *proxyWaiter, rec leasehold.Record) {
-	p.held.Add(1)
 	_ = ns.lock(context.Background())
 	defer ns.unlock()
 	p.mu.Lock()
@@ -654,6 +655,10 @@ func (p *Proxy) grantedQueued(ns *proxyName, w *proxyWaiter, rec leasehold.Recor
 		ev.Handoff = max(now.Sub(from), 0)
 	}
 	ns.lastHeld, ns.lastHeldAt = proxyHeld(rec), now
+	if !p.newGrantLocked(proxyLeaseKey{rec.Name, rec.Token}) {
+		p.mu.Unlock() // the request's grant, answered again
+		return
+	}
 	p.emitUnlock(ev)
 }
 

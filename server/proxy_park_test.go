@@ -43,6 +43,20 @@ func proxyParkReq(owner, requestID string, wait time.Duration) AcquireRequest {
 	return r
 }
 
+// proxyPollRunsOut makes a 2-second poll by owner with request id rid on
+// "job" (held by another) and runs it out on fc: it answers held, and its
+// place is kept.
+func proxyPollRunsOut(t *testing.T, p *Proxy, fc *clock.Fake, owner, rid string) {
+	t.Helper()
+	ch := poll(p, proxyParkReq(owner, rid, 2*time.Second))
+	servertest.WaitFor(t, owner+" queued", func() bool { return len(p.Waiters("job")) == 1 })
+	proxyPolling(t, p, fc, 3)
+	fc.Advance(2 * time.Second)
+	if a := <-ch; !errors.Is(a.err, leasehold.ErrHeld) {
+		t.Fatalf("%s's poll that ran out: %+v, %v; want held", owner, a.rec, a.err)
+	}
+}
+
 // TestProxyWaiterKeepsPlaceAcrossPolls: in front of a store that does not
 // queue (the proxy's own queue), waiters in 30-second polls keep their
 // arrival order and their ages over three minutes.
@@ -103,13 +117,7 @@ func TestProxyFIFOAcrossPolls(t *testing.T) {
 func TestProxyParkEnds(t *testing.T) {
 	fc, p := pxFake(t, nil)
 	holder := pxAcquire(t, p, proxyParkReq("holder", "h", 0))
-	gone := poll(p, proxyParkReq("gone", "gone-1", 2*time.Second))
-	servertest.WaitFor(t, "gone queued", func() bool { return len(p.Waiters("job")) == 1 })
-	proxyPolling(t, p, fc, 3)
-	fc.Advance(2 * time.Second)
-	if a := <-gone; !errors.Is(a.err, leasehold.ErrHeld) {
-		t.Fatalf("poll that ran out: %+v, %v; want held", a.rec, a.err)
-	}
+	proxyPollRunsOut(t, p, fc, "gone", "gone-1")
 	if ws := p.Waiters("job"); len(ws) != 1 || ws[0].Owner != "gone" {
 		t.Fatalf("after the poll ran out: %+v; want gone's place kept", ws)
 	}
@@ -140,11 +148,7 @@ func TestProxyParkEnds(t *testing.T) {
 	}
 
 	// A try with a parked request id gives the place up.
-	w := poll(p, proxyParkReq("w", "w-1", 2*time.Second))
-	servertest.WaitFor(t, "w queued", func() bool { return len(p.Waiters("job")) == 1 })
-	proxyPolling(t, p, fc, 3)
-	fc.Advance(2 * time.Second)
-	<-w
+	proxyPollRunsOut(t, p, fc, "w", "w-1")
 	if _, err := p.Acquire(context.Background(), proxyParkReq("w", "w-1", 0)); !errors.Is(err, leasehold.ErrHeld) {
 		t.Fatalf("try with the parked request id: %v; want held", err)
 	}
@@ -216,13 +220,7 @@ func TestProxyGiveUpEndsPendingPoll(t *testing.T) {
 func TestProxyShortPollWaitsOnPark(t *testing.T) {
 	fc, p := pxFake(t, nil)
 	pxAcquire(t, p, proxyParkReq("holder", "h", 0))
-	first := poll(p, proxyParkReq("w", "w-1", 2*time.Second))
-	servertest.WaitFor(t, "w queued", func() bool { return len(p.Waiters("job")) == 1 })
-	proxyPolling(t, p, fc, 3)
-	fc.Advance(2 * time.Second)
-	if a := <-first; !errors.Is(a.err, leasehold.ErrHeld) {
-		t.Fatalf("the poll that ran out: %+v, %v; want held", a.rec, a.err)
-	}
+	proxyPollRunsOut(t, p, fc, "w", "w-1")
 	short := poll(p, proxyParkReq("w", "w-1", 5*time.Millisecond))
 	proxyPolling(t, p, fc, 3) // the park's wait and retry timer, and the short poll's
 	if ws := p.Waiters("job"); len(ws) != 1 {

@@ -91,13 +91,26 @@ func (p *Proxy) releaseLocked(ctx context.Context, ns *proxyName, name, owner st
 		return nil
 	}
 	p.released.add(k)
-	p.held.Add(-1)
 	p.detachLocked(k)
 	now := p.clock.Now()
 	ns.releasedAt = now
+	if typ == eventIfReported {
+		if !p.granted.has(k) {
+			p.mu.Unlock() // never reported nor counted: nor is its end
+			return nil
+		}
+		typ = EventReleased
+	}
+	p.held.Add(-1)
 	p.emitUnlock(Event{Type: typ, Name: name, Owner: owner, Token: token, Time: now})
 	return nil
 }
+
+// eventIfReported, as the event type of a release, reports the release
+// as released only if the proxy reported the grant (proxy_reported.go): a
+// give-up's or a reclaim's own try can make, or return, a grant nobody was
+// told of.
+const eventIfReported EventType = ""
 
 // releaseGrant releases a grant the proxy itself is giving up, whatever the
 // caller's context, and logs a failure.

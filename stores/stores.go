@@ -118,7 +118,19 @@ func open(ctx context.Context, rawURL string, alt map[string]Opener) (leasehold.
 	defer cancel()
 	st, err := o(ctx, rest)
 	// A driver's error may quote the URL, and with it a password or token.
-	return st, redact.Error(timedOut(ctx, d, err), redact.Secrets(rawURL)...)
+	return st, redact.Error(timedOut(ctx, d, withConnectTimeoutKnown(scheme, err)), redact.Secrets(rawURL)...)
+}
+
+// withConnectTimeoutKnown adds connect_timeout= to an engine's list of the
+// parameters it knows, in its error for an unknown one: Open takes it off
+// the URL before the engine sees it, and the red team's round 6 was told
+// the DynamoDB URL's parameters without it.
+func withConnectTimeoutKnown(scheme string, err error) error {
+	inv, ok := err.(*leasehold.InvalidError)
+	if localSchemes[scheme] || !ok || !strings.Contains(inv.Reason, "unknown parameter") {
+		return err
+	}
+	return &leasehold.InvalidError{Field: inv.Field, Reason: inv.Reason + "; every networked store's URL also takes " + connectTimeoutParam + "="}
 }
 
 // NoStoreError is OpenExisting's error for a store that does not exist: a

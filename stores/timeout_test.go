@@ -156,3 +156,21 @@ func TestEtcdConnectTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownParameterNamesConnectTimeout: an engine's error for an
+// unknown URL parameter lists the parameters it knows; through Open,
+// which takes connect_timeout= off the URL first, that list names it too
+// (the red team's round 6 was told the DynamoDB URL's parameters without
+// it), and nothing is opened or created.
+func TestUnknownParameterNamesConnectTimeout(t *testing.T) {
+	for _, u := range []string{
+		"dynamodb://tbl?endpoint=http://127.0.0.1:1&region=us-east-1&bogus=1",
+		"etcd://127.0.0.1:1/?bogus=1",
+		"leasehold://127.0.0.1:1?bogus=1",
+	} {
+		_, err := stores.Open(context.Background(), u)
+		if !errors.Is(err, leasehold.ErrInvalid) || !strings.Contains(err.Error(), `"bogus"`) || !strings.Contains(err.Error(), "connect_timeout=") {
+			t.Errorf("Open(%s): %v; want invalid, naming bogus and connect_timeout=", u, err)
+		}
+	}
+}
