@@ -863,6 +863,18 @@ exec ` + realPath(t, "go") + ` "$@"`})
 			if err := syscall.Kill(pgid, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
+			// Stopped before the signal is sent: test.sh waits for the
+			// stage in wait(2), and woken there by the signals it reaped
+			// the stage's shell, dead of the same signal, before it
+			// stopped (the kernel looks for ended children before it
+			// acts on pending signals): the shell was gone, never a
+			// zombie, and the test waited for one for a minute (CI run
+			// 90; 5 of 10 by hand beside a CI run, 0 of 12 with this wait).
+			for deadline := time.Now().Add(time.Minute); procState(pgid) != "T"; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("test.sh (%d) not stopped within a minute of SIGSTOP (state %q)", pgid, procState(pgid))
+				}
+			}
 		}
 		if err := syscall.Kill(-pgid, sig); err != nil {
 			t.Fatal(err)
