@@ -130,9 +130,13 @@ stage() {
 		failed_stages+=("$name")
 		failed=1
 	fi
+	# The last stage's row is in the table: from here a signal is ignored
+	# (interrupted). Set before running is cleared: a signal between the
+	# two found neither, and ended a run whose stages had passed with 129
+	# (CI run 91: SIGHUP as the engines stage's exit line was printed).
+	[ "$name" != "$last_stage" ] || stages_over=1
 	echo "== [$name] exit $st after $secs s (cpu $cpu s)"
 	running=
-	[ "$name" != "$last_stage" ] || stages_over=1
 	# A signal that came while the row was being written (the stage's
 	# processes had ended) is acted on now, with the row in the table.
 	if [ -n "$deferred" ]; then

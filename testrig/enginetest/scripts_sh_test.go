@@ -101,6 +101,50 @@ func TestTestShTermDuringEngines(t *testing.T) {
 	}
 }
 
+// TestTestShSignalAfterLastStage: a signal to test.sh at any step after
+// its last stage ended — before its row, between the row and the end — is
+// ignored (the stages are over) or recorded with the stage's row, and the
+// run exits with its stages' status, the table whole. A hook run before
+// every command of test.sh (bash's DEBUG trap, through BASH_ENV) sends
+// SIGHUP at the k-th command from the last stage's cut_short on, for each
+// k in turn. Between "running=" and the setting of stages_over such a
+// signal found neither and ended the run with 129 (CI run 91: SIGHUP as
+// the engines stage's exit line was printed; here k 9 and 10, every time, with the code before).
+func TestTestShSignalAfterLastStage(t *testing.T) {
+	bin := standIns(t, map[string]string{"go": `if [ "$1" = mod ]; then exit 0; fi
+exec ` + realPath(t, "go") + ` "$@"`})
+	hook := filepath.Join(t.TempDir(), "hook.sh")
+	if err := os.WriteFile(hook, []byte(`set -o functrace
+__hook_n=0 __hook_on=
+__hook() {
+	[ "$BASHPID" = "$$" ] || return 0
+	if [ -z "$__hook_on" ]; then
+		case "$BASH_COMMAND" in 'cut_short '*) [ "${name:-}" = "${last_stage:-x}" ] && __hook_on=1 ;; esac
+		[ -z "$__hook_on" ] && return 0
+	fi
+	__hook_n=$((__hook_n + 1))
+	[ "$__hook_n" -ne "$HOOK_K" ] || kill -HUP $$
+}
+trap __hook DEBUG
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for k := 1; k <= 40; k++ {
+		cmd := exec.Command(repoScript(t, "test.sh"))
+		cmd.Dir = filepath.Join("..", "..")
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+			"LEASEHOLD_STAGES=mod", "TMPDIR="+t.TempDir(), "BASH_ENV="+hook, "HOOK_K="+strconv.Itoa(k))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("SIGHUP at the %d. command after the last stage ended: %v, want exit 0 (the stage passed):\n%s", k, err, out)
+			continue
+		}
+		if !strings.Contains(string(out), "== stages") || !strings.Contains(string(out), "mod      ok") {
+			t.Errorf("SIGHUP at the %d. command after the last stage ended: no whole table:\n%s", k, out)
+		}
+	}
+}
+
 // TestTestShSignalDuringFinalStop (the red team of 2026-12-06): a signal
 // while test.sh stopped the engines at its end (after its last stage) cut
 // the stop short: no table, its temporary directory left, and with a
