@@ -33,6 +33,15 @@
 # 75 when another test command is using the engines' directory (nothing is
 # run or stopped), 130 or 143 when interrupted.
 set -uo pipefail
+# Started in the background of a non-interactive shell (a CI step's
+# "scripts/test.sh &"), this script has SIGINT ignored, and bash cannot trap
+# a signal ignored on entry; yet its wait still ends on SIGINT: the run
+# exited 130 with an empty table and its stage left running (the red team
+# of test.sh's signals, 2026-12-06). Run again with SIGINT at its default,
+# so that the trap below handles it (env --default-signal: coreutils 8.31).
+if [ -n "$(trap -p INT)" ] && env --default-signal=INT true 2>/dev/null; then
+	exec env --default-signal=INT "$BASH" "$0" "$@"
+fi
 if [ $# -eq 1 ] && { [ "$1" = -h ] || [ "$1" = --help ]; }; then
 	sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
 	exit 0
@@ -63,7 +72,7 @@ for s in "${named[@]}"; do
 		;;
 	esac
 done
-began=$(date +%s)
+printf -v began '%(%s)T' -1
 summary=()
 failed_stages=()
 # The stages' TMPDIR, removed with the logs at the end (report): what a
@@ -79,6 +88,14 @@ chmod 700 "$logs"
 export TMPDIR=$runtmp
 failed=0
 
+# read_status VAR FILE: sets VAR to the status written in FILE, if it
+# holds one (with a builtin; see stage).
+read_status() {
+	local _s
+	{ read -r _s <"$2"; } 2>/dev/null && [ -n "$_s" ] && printf -v "$1" '%s' "$_s"
+	return 0
+}
+
 # stage NAME COMMAND...: runs COMMAND (if NAME is wanted), timing it and
 # noting its status; never stops the script.
 stage() {
@@ -90,7 +107,12 @@ stage() {
 	# signals left an empty table).
 	running=$name stage_ended=
 	echo "== [$name] $*"
-	t0=$(date +%s)
+	# The row's figures are read with builtins, not in subshells: a
+	# subshell does not keep this script's traps, and a signal to the
+	# process group as the stage ended killed it, leaving a row of
+	# "-1796563980 s" or none (the red team of test.sh's signals,
+	# 2026-12-06: 29 of 210 group signals; TestTestShGroupSignalAfterLastStageRow).
+	printf -v t0 '%(%s)T' -1
 	local c0
 	cpu_now
 	c0=$CPU_NOW
@@ -114,19 +136,24 @@ stage() {
 		wait "$stage_pid"
 		st=$?
 		stage_ended=1
-		[ -z "$deferred" ] || st=$(cat "$logs/$name.status" 2>/dev/null || echo "$st")
+		[ -z "$deferred" ] || read_status st "$logs/$name.status"
 		stage_pid=
 	fi
-	local secs=$(($(date +%s) - t0))
+	local now
+	printf -v now '%(%s)T' -1
+	local secs=$((now - t0))
 	cpu_now
 	local cpu=$((CPU_NOW - c0))
 	# Ended by a signal to the group: interrupted, not failed (cut_short;
 	# the engines stage has had its own check).
 	cut_short "$st"
+	local row
 	if [ $st -eq 0 ]; then
-		summary+=("$(printf '%-8s ok      %5d s  (cpu %d s)' "$name" "$secs" "$cpu")")
+		printf -v row '%-8s ok      %5d s  (cpu %d s)' "$name" "$secs" "$cpu"
+		summary+=("$row")
 	else
-		summary+=("$(printf '%-8s FAILED  %5d s  (cpu %d s, exit %d)' "$name" "$secs" "$cpu" "$st")")
+		printf -v row '%-8s FAILED  %5d s  (cpu %d s, exit %d)' "$name" "$secs" "$cpu" "$st"
+		summary+=("$row")
 		failed_stages+=("$name")
 		failed=1
 	fi
@@ -153,7 +180,7 @@ ticks=$(getconf CLK_TCK 2>/dev/null || echo 100)
 cpu_now() {
 	local stat rest
 	CPU_NOW=0
-	stat=$(cat /proc/$$/stat 2>/dev/null) || return 0
+	read -r stat 2>/dev/null </proc/$$/stat || return 0 # a builtin: see stage
 	rest=${stat##*) } # after the command name, which may hold spaces
 	read -r -a f <<<"$rest"
 	# rest starts at field 3: cutime is field 16, cstime field 17.
@@ -336,7 +363,7 @@ engines() {
 	wait "$stage_pid"
 	st=$?
 	stage_ended=1
-	[ -z "$deferred" ] || st=$(cat "$logs/engines.status" 2>/dev/null || echo "$st")
+	[ -z "$deferred" ] || read_status st "$logs/engines.status"
 	stage_pid=
 	cut_short "$st"
 	exports=$(cat "$logs/engines.env")
