@@ -111,7 +111,7 @@ stage() {
 	# subshell does not keep this script's traps, and a signal to the
 	# process group as the stage ended killed it, leaving a row of
 	# "-1796563980 s" or none (the red team of test.sh's signals,
-	# 2026-12-06: 29 of 210 group signals; TestTestShGroupSignalAfterLastStageRow).
+	# 2026-12-06: 29 of 210 group signals; TestTestShSignalAfterLastStage).
 	printf -v t0 '%(%s)T' -1
 	local c0
 	cpu_now
