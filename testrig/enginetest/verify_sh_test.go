@@ -183,59 +183,93 @@ func loggedPids(log string) []int {
 func TestVerifySignalLeavesNothing(t *testing.T) {
 	for _, signals := range []int{1, 2} {
 		t.Run(fmt.Sprintf("%d SIGTERM", signals), func(t *testing.T) {
-			log := filepath.Join(t.TempDir(), "calls")
-			// Each makes what go and a test binary make in TMPDIR, which
-			// a SIGTERM leaves behind (red team of 2026-12-06, round on
-			// the fuzz build: 174 MB of a suite's test directory).
-			bin := fakeGoLog(t, `mkdir -p "$TMPDIR/go-build1"; sleep 300 & echo "child $!" >>"$FAKE_GO_LOG"; wait`,
-				`mkdir -p "$TMPDIR/TestR1engine1/001"; exec sleep 300`)
-			tmp := t.TempDir()
-			cmd := exec.Command(repoScript(t, "verify.sh"))
-			cmd.Dir = filepath.Join("..", "..")
-			cmd.Env = append(os.Environ(), fakeEnv(bin, log, tmp)...)
-			out := startGroup(t, cmd)
-			t.Cleanup(func() {
-				for _, pid := range loggedPids(log) {
-					syscall.Kill(pid, syscall.SIGKILL)
-				}
-			})
-			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
-				b, _ := os.ReadFile(log)
-				if strings.Contains(string(b), "suites ") && strings.Contains(string(b), "child ") {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the suites and the build never both ran: %q\n%s", b, out)
-				}
-			}
-			pids := loggedPids(log)
-			cmd.Process.Signal(syscall.SIGTERM)
-			if signals == 2 {
-				// The second as the clean-up has begun to stop the build's
-				// tree (its first process stopped), where the red team's
-				// second signal ended the clean-up.
-				for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-					if slices.ContainsFunc(pids, func(pid int) bool { return procState(pid) == "T" }) {
-						break
-					}
-				}
-				cmd.Process.Signal(syscall.SIGTERM)
-			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case <-done:
-			case <-time.After(60 * time.Second):
-				t.Fatalf("verify.sh still running 60 s after SIGTERM:\n%s", out)
-			}
-			left := stillRunning(pids, 15*time.Second)
-			if len(left) > 0 {
-				t.Errorf("processes of verify.sh left after %d SIGTERM: %v (of %v)\n%s", signals, left, pids, out)
-			}
-			if left := dirEntries(t, tmp); len(left) > 0 {
-				t.Errorf("verify.sh left %v in TMPDIR", left)
-			}
+			termVerify(t, signals, "", nil)
 		})
+	}
+}
+
+// TestVerifyCleanupOutlivesGoneProcess (CI run 95 of 2026-12-06): a
+// process of the tree that verify.sh's clean-up had listed was gone by the
+// time of its SIGKILL (fuzz.sh, verify.sh's own child, had just ended:
+// listed as a zombie, then reaped by verify.sh itself). kill failed, and
+// under verify.sh's set -e that ended the clean-up there: the suites' go
+// test was left running and the temporary directory in TMPDIR. Here kill
+// reports every SIGKILL as failed (a kill function through BASH_ENV, which
+// still sends it), which is what the race did to one of them; the build
+// ignores SIGTERM, so that the clean-up's SIGKILL is what ends it.
+func TestVerifyCleanupOutlivesGoneProcess(t *testing.T) {
+	hook := filepath.Join(t.TempDir(), "hook")
+	if err := os.WriteFile(hook, []byte(`kill() {
+	case "$1" in
+	-KILL) builtin kill "$@"; return 1 ;;
+	esac
+	builtin kill "$@"
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	termVerify(t, 1, `trap "" TERM; `, []string{"BASH_ENV=" + hook})
+}
+
+// termVerify runs verify.sh with a stand-in go test (the fuzz targets'
+// build and the suites both running, each having made a directory in
+// TMPDIR) and env, sends it signals SIGTERMs (a second one as its clean-up
+// has stopped a first process of a tree) and checks that it ends within
+// 60 s leaving no process of the stand-in's and nothing in TMPDIR. The
+// build's stand-in runs buildFirst first.
+func termVerify(t *testing.T, signals int, buildFirst string, env []string) {
+	t.Helper()
+	log := filepath.Join(t.TempDir(), "calls")
+	// Each makes what go and a test binary make in TMPDIR, which
+	// a SIGTERM leaves behind (red team of 2026-12-06, round on
+	// the fuzz build: 174 MB of a suite's test directory).
+	bin := fakeGoLog(t, buildFirst+`mkdir -p "$TMPDIR/go-build1"; sleep 300 & echo "child $!" >>"$FAKE_GO_LOG"; wait`,
+		`mkdir -p "$TMPDIR/TestR1engine1/001"; exec sleep 300`)
+	tmp := t.TempDir()
+	cmd := exec.Command(repoScript(t, "verify.sh"))
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(append(os.Environ(), fakeEnv(bin, log, tmp)...), env...)
+	out := startGroup(t, cmd)
+	t.Cleanup(func() {
+		for _, pid := range loggedPids(log) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		b, _ := os.ReadFile(log)
+		if strings.Contains(string(b), "suites ") && strings.Contains(string(b), "child ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the suites and the build never both ran: %q\n%s", b, out)
+		}
+	}
+	pids := loggedPids(log)
+	cmd.Process.Signal(syscall.SIGTERM)
+	if signals == 2 {
+		// The second as the clean-up has begun to stop the build's
+		// tree (its first process stopped), where the red team's
+		// second signal ended the clean-up.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if slices.ContainsFunc(pids, func(pid int) bool { return procState(pid) == "T" }) {
+				break
+			}
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("verify.sh still running 60 s after SIGTERM:\n%s", out)
+	}
+	left := stillRunning(pids, 15*time.Second)
+	if len(left) > 0 {
+		t.Errorf("processes of verify.sh left after %d SIGTERM: %v (of %v)\n%s", signals, left, pids, out)
+	}
+	if left := dirEntries(t, tmp); len(left) > 0 {
+		t.Errorf("verify.sh left %v in TMPDIR\n%s", left, out)
 	}
 }
 
@@ -636,5 +670,33 @@ func stillRunning(pids []int, within time.Duration) []string {
 		if len(left) == 0 || time.Now().After(deadline) {
 			return left
 		}
+	}
+}
+
+// TestStopTreeUnderErrexit (CI run 95 of 2026-12-06): stop_tree, called
+// by a script with set -e (verify.sh stops a hung fuzz build with it), ended
+// that script when a kill of its found the process gone. Here kill reports
+// every SIGKILL as failed (it still sends it) and the tree's process
+// ignores SIGTERM, so that SIGKILL is what ends it: the script goes on.
+func TestStopTreeUnderErrexit(t *testing.T) {
+	script := `set -euo pipefail
+. "$1"
+kill() {
+	case "$1" in
+	-KILL) builtin kill "$@"; return 1 ;;
+	esac
+	builtin kill "$@"
+}
+bash -c 'trap "" TERM; exec sleep 300' &
+child=$!
+sleep 0.5
+stop_tree "$child"
+echo "went on"
+kill -0 "$child" 2>/dev/null && echo "$child still running"
+exit 0
+`
+	out, err := exec.Command("bash", "-c", script, "test", filepath.Join("..", "..", "scripts", "lib", "proc.sh")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "went on") || strings.Contains(string(out), "still running") {
+		t.Errorf("stop_tree under set -e: %v, output %q; want it to go on, its child ended", err, out)
 	}
 }
