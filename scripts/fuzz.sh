@@ -52,10 +52,14 @@ esac
 # 100 MB fuzz-* files and a go-build directory in TMPDIR). Only processes
 # that are this script's children now are stopped; further signals are
 # ignored meanwhile, so that the clean-up is not cut short.
-own_tmp=
+own_tmp= outer_marks=${LEASEHOLD_PROC_MARKS-}
+new_mark own_mark fuzz
 cleanup() {
 	trap '' INT TERM HUP
+	export LEASEHOLD_PROC_MARKS=$outer_marks
 	stop_children
+	# What ended no longer this script's child (lib/proc.sh, Marks).
+	stop_marked "$own_mark"
 	[ -z "$own_tmp" ] || rm -rf "$own_tmp"
 }
 trap cleanup EXIT
@@ -64,6 +68,7 @@ trap cleanup EXIT
 # Exits 64, naming TMPDIR, when it cannot be made.
 own_tmpdir own_tmp lhf fuzz.sh
 export TMPDIR=$own_tmp
+add_mark "$own_mark"
 # Ctrl-C: go test catches SIGINT and exits 1, and bash, seeing its child
 # exit normally, went on to the next target (the red team of 2026-12-06
 # (second): each at the given time, then exit 1). The trap runs once the

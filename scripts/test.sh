@@ -105,7 +105,7 @@ stage() {
 	# Running from here: a signal before its process starts still gets the
 	# stage's INTERRUPTED row (the red team of 2026-12-06: 1 in 30 such
 	# signals left an empty table).
-	running=$name stage_ended=
+	running=$name stage_ended= stage_mark=
 	echo "== [$name] $*"
 	# The row's figures are read with builtins, not in subshells: a
 	# subshell does not keep this script's traps, and a signal to the
@@ -126,7 +126,9 @@ stage() {
 		# Its status is also written to a file: a signal as the stage
 		# ends (deferred) makes wait return 128+n, not the stage's status.
 		running=$name
+		new_mark stage_mark "$name"
 		{
+			add_mark "$stage_mark"
 			"$@"
 			st=$?
 			echo "$st" >"$logs/$name.status"
@@ -187,18 +189,6 @@ cpu_now() {
 	CPU_NOW=$(((f[13] + f[14]) / ticks))
 }
 
-# kill_tree PID SIG: sends SIG to PID and all its descendants, children
-# first found, so that none is left behind with no parent.
-kill_tree() {
-	local pid=$1 sig=$2 child
-	kill -STOP "$pid" 2>/dev/null # no new children while we look
-	for child in $(pgrep -P "$pid"); do
-		kill_tree "$child" "$sig"
-	done
-	kill "-$sig" "$pid" 2>/dev/null
-	kill -CONT "$pid" 2>/dev/null
-}
-
 # ended PID: process PID has exited (a zombie, or gone).
 ended() {
 	local st
@@ -207,7 +197,7 @@ ended() {
 	[ "${st:0:1}" = Z ]
 }
 
-stage_pid= running= stage_ended= deferred= stages_over=
+stage_pid= running= stage_ended= deferred= stages_over= stage_mark=
 # The last stage this run runs (engines runs when a later stage needs it).
 last_stage=
 for s in mod engines vet race bench python verify; do
@@ -230,6 +220,9 @@ interrupted() {
 	trap '' INT TERM HUP
 	if [ -n "$running" ]; then
 		[ -z "$stage_pid" ] || stop_tree "$stage_pid"
+		# What a signal to the group left with no parent, and what the
+		# stage's processes started as they ended (lib/proc.sh, Marks).
+		[ -z "$stage_mark" ] || stop_marked "$stage_mark"
 		summary+=("$(printf '%-8s INTERRUPTED by SIG%s' "$running" "$sig")")
 	fi
 	echo "test.sh: interrupted (SIG$sig)" >&2
@@ -258,9 +251,6 @@ cut_short() {
 	# shellcheck disable=SC2086 # code and signal name
 	interrupted $deferred
 }
-trap 'interrupted 130 INT' INT
-trap 'interrupted 143 TERM' TERM
-trap 'interrupted 129 HUP' HUP # a closed terminal or a dropped ssh
 
 # failures: what each failed stage said about why, gathered from its kept
 # output, so that the end of the report names the failing tests even when
@@ -380,8 +370,20 @@ engines() {
 	export LEASEHOLD_REQUIRE_ENGINES=1
 }
 
-echo "== $(go version)"
+# The table's trap first, then the signals': a signal from here on ends
+# the run with the table (between the two, by the signal's default action,
+# which runs the EXIT trap); a signal to the script as go version ran
+# ended it with no table (the third red team of 2026-12-06). go version
+# ignores the signals: a signal to the group killed it and left the
+# heading empty.
 trap finish EXIT
+trap 'interrupted 130 INT' INT
+trap 'interrupted 143 TERM' TERM
+trap 'interrupted 129 HUP' HUP # a closed terminal or a dropped ssh
+echo "== $(
+	trap '' INT TERM HUP
+	go version
+)"
 stage mod go mod download
 case "$want" in
 *" race "* | *" bench "* | *" python "* | *" verify "* | *" engines "*)

@@ -40,7 +40,7 @@ pkgs=("$@")
 [ ${#pkgs[@]} -eq 0 ] && pkgs=(./testrig/verify/...)
 
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
-own_engines= own_tmp=
+own_engines= own_tmp= own_mark= outer_marks=${LEASEHOLD_PROC_MARKS-}
 # On exit, also on SIGTERM or SIGHUP to this script alone (no trap for
 # them: bash would run it only once the step in the foreground ended):
 # the whole tree of whatever this script still runs (the suites' go test,
@@ -53,7 +53,11 @@ own_engines= own_tmp=
 cleanup() {
 	trap '' INT TERM HUP
 	set +e
+	# What the clean-up runs does not carry this script's mark.
+	export LEASEHOLD_PROC_MARKS=$outer_marks
 	stop_children
+	# What ended no longer this script's child (lib/proc.sh, Marks).
+	[ -z "$own_mark" ] || stop_marked "$own_mark"
 	[ -z "$own_engines" ] || scripts/engines.sh stop
 	[ -z "$own_tmp" ] || rm -rf "$own_tmp"
 }
@@ -83,6 +87,10 @@ if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 	eval "$exports"
 fi
 export LEASEHOLD_REQUIRE_ENGINES=${LEASEHOLD_REQUIRE_ENGINES:-1}
+# Everything it runs from here carries its mark (after the engines, which
+# engines.sh stops): the clean-up stops what a signal left with no parent.
+new_mark own_mark verify
+add_mark "$own_mark"
 
 report=${LEASEHOLD_VERIFY_REPORT:-}
 [ -n "$report" ] || report=$own_tmp/report

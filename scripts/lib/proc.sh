@@ -33,13 +33,81 @@ stop_tree() {
 
 # stop_children: stop_tree of each process that is this script's child now
 # (its parent checked again: a pid seen a moment before may be another
-# process's by then).
+# process's by then). The parent is read with builtins: procps' ps sets
+# handlers of its own for SIGTERM and SIGHUP, which the clean-up's trap ''
+# does not reach, and a signal to the group killed it, so the check failed
+# and that child was never stopped (the third red team of 2026-12-06: a
+# burst of SIGTERMs to verify.sh's group left the suites running, 10 of
+# 10).
 stop_children() {
 	local c
 	for c in $(pgrep -P $$); do
-		[ "$(ps -o ppid= -p "$c" 2>/dev/null | tr -d ' ')" = $$ ] && stop_tree "$c"
+		[ "$(ppid_of "$c")" != $$ ] || stop_tree "$c"
 	done
 	return 0 # not the last check's status: verify.sh runs with set -e
+}
+
+# ppid_of PID: prints PID's parent (field 4 of /proc/PID/stat, after the
+# command name, which may hold spaces), nothing if PID is gone.
+ppid_of() {
+	local s
+	read -r s 2>/dev/null <"/proc/$1/stat" || return 0
+	s=${s##*) }
+	s=${s#* }
+	echo "${s%% *}"
+}
+
+# Marks. A process of a tree that dies of a signal to the group before the
+# clean-up reaches it leaves its children with no parent, out of the tree's
+# reach, and so does one that starts a child as it ends (the third red team
+# of 2026-12-06: test.sh and verify.sh left such children running, 8 of 8
+# and 20 of 20). So what a script runs also carries a mark in its
+# environment, which every descendant inherits wherever it goes:
+# LEASEHOLD_PROC_MARKS, a list of marks separated by ':' (verify.sh run by
+# test.sh carries test.sh's stage's mark and adds its own). The script's
+# own process does not show a mark it added (its environment in /proc is
+# the one it started with).
+
+# new_mark VAR NAME: sets VAR to a mark of this run of this script (NAME,
+# this shell's pid and the time: letters, digits and '-').
+new_mark() {
+	printf -v "$1" 'lh-%s-%d-%(%s)T' "$2" $$ -1
+}
+
+# add_mark MARK: what this shell runs from now on carries MARK too.
+add_mark() {
+	export LEASEHOLD_PROC_MARKS="${LEASEHOLD_PROC_MARKS:+$LEASEHOLD_PROC_MARKS:}$1"
+}
+
+# marked_pids MARK: the processes whose environment carries MARK (a zombie
+# has none). grep runs without the marks: it would find itself.
+marked_pids() {
+	local f
+	for f in $(env -u LEASEHOLD_PROC_MARKS grep -lzE "^LEASEHOLD_PROC_MARKS=(.*:)?$1(:.*)?\$" /proc/[0-9]*/environ 2>/dev/null); do
+		f=${f#/proc/}
+		echo "${f%/environ}"
+	done
+}
+
+# stop_marked MARK: SIGTERM to every process that carries MARK (after
+# stop_tree, they are the ones it could not reach), then 1 s later SIGKILL
+# to those left and to what they started meanwhile, until none is left.
+stop_marked() {
+	local pids p n
+	pids=$(marked_pids "$1")
+	[ -n "$pids" ] || return 0
+	for p in $pids; do
+		kill -TERM "$p" 2>/dev/null || :
+		kill -CONT "$p" 2>/dev/null || :
+	done
+	sleep 1
+	for n in 1 2 3 4 5 6 7 8 9 10; do
+		pids=$(marked_pids "$1")
+		[ -n "$pids" ] || return 0
+		for p in $pids; do kill -KILL "$p" 2>/dev/null || :; done
+		sleep 0.1
+	done
+	return 0
 }
 
 # run_tmpdir PREFIX: makes a directory in TMPDIR (PREFIX.XXXXXX) and prints

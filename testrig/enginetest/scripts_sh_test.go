@@ -214,14 +214,7 @@ exec ` + realPath(t, "go") + ` "$@"`})
 	if err := syscall.Kill(cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("test.sh still running 2 minutes after SIGINT:\n%s", out)
-	}
+	err := waitExit(t, cmd, 2*time.Minute, "test.sh after SIGINT", out)
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
 		t.Errorf("test.sh after SIGINT: %v, want exit 130:\n%s", err, out)
 	}
@@ -454,6 +447,35 @@ func startGroup(t *testing.T, cmd *exec.Cmd) fileText {
 	pgid := cmd.Process.Pid
 	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL) })
 	return fileText{f}
+}
+
+// waitExit waits for cmd, started, to end and returns Wait's error; if it
+// still runs after within, the test fails, naming what and its output.
+func waitExit(t *testing.T, cmd *exec.Cmd, within time.Duration, what string, out fmt.Stringer) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(within):
+		t.Fatalf("%s: still running after %s:\n%s", what, within, out)
+		return nil
+	}
+}
+
+// waitFile waits until path exists; if it does not within, the test fails,
+// naming what and the output.
+func waitFile(t *testing.T, path string, within time.Duration, what string, out fmt.Stringer) {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s:\n%s", what, within, out)
+		}
+	}
 }
 
 // fileText reads a file's whole text.

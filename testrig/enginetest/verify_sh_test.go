@@ -692,7 +692,13 @@ child=$!
 sleep 0.5
 stop_tree "$child"
 echo "went on"
-kill -0 "$child" 2>/dev/null && echo "$child still running"
+# SIGKILL takes effect when the child next runs; then a zombie until this
+# shell reaps it: ended either way. 10 s at most.
+for _ in $(seq 100); do
+	read -r st 2>/dev/null </proc/$child/stat && st=${st##*) } && [ "${st:0:1}" != Z ] || break
+	sleep 0.1
+done
+read -r st 2>/dev/null </proc/$child/stat && st=${st##*) } && [ "${st:0:1}" != Z ] && echo "$child still running"
 exit 0
 `
 	out, err := exec.Command("bash", "-c", script, "test", filepath.Join("..", "..", "scripts", "lib", "proc.sh")).CombinedOutput()
