@@ -59,7 +59,7 @@ cleanup() {
 	export LEASEHOLD_PROC_MARKS=$outer_marks
 	stop_children
 	# What ended no longer this script's child (lib/proc.sh, Marks).
-	stop_marked "$own_mark"
+	stop_marked "$own_mark" "$own_tmp"
 	[ -z "$own_tmp" ] || rm -rf "$own_tmp"
 }
 trap cleanup EXIT

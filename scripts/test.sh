@@ -222,7 +222,7 @@ interrupted() {
 		[ -z "$stage_pid" ] || stop_tree "$stage_pid"
 		# What a signal to the group left with no parent, and what the
 		# stage's processes started as they ended (lib/proc.sh, Marks).
-		[ -z "$stage_mark" ] || stop_marked "$stage_mark"
+		[ -z "$stage_mark" ] || stop_marked "$stage_mark" "$runtmp"
 		summary+=("$(printf '%-8s INTERRUPTED by SIG%s' "$running" "$sig")")
 	fi
 	echo "test.sh: interrupted (SIG$sig)" >&2
@@ -294,7 +294,9 @@ finish() {
 report() {
 	[ ${#failed_stages[@]} -eq 0 ] || failures
 	echo
-	echo "== stages ($(($(date +%s) - began)) s in all, $(go version | cut -d' ' -f3), $(nproc) cores)"
+	local gv
+	read -r _ _ gv _ <<<"$gover"
+	echo "== stages ($(($(date +%s) - began)) s in all, ${gv:-go version unknown}, $(nproc) cores)"
 	printf '%s\n' "${summary[@]}"
 	rm -rf "$logs" "$runtmp"
 }
@@ -375,15 +377,19 @@ engines() {
 # which runs the EXIT trap); a signal to the script as go version ran
 # ended it with no table (the third red team of 2026-12-06). go version
 # ignores the signals: a signal to the group killed it and left the
-# heading empty.
+# heading empty. It runs once (the table names the version too): a slow
+# one (a toolchain's download) held a Ctrl-C for twice its time.
+gover=
 trap finish EXIT
 trap 'interrupted 130 INT' INT
 trap 'interrupted 143 TERM' TERM
 trap 'interrupted 129 HUP' HUP # a closed terminal or a dropped ssh
-echo "== $(
+# One command, so that a signal held during go version finds the heading
+# printed.
+echo "== ${gover:=$(
 	trap '' INT TERM HUP
 	go version
-)"
+)}"
 stage mod go mod download
 case "$want" in
 *" race "* | *" bench "* | *" python "* | *" verify "* | *" engines "*)

@@ -57,7 +57,7 @@ cleanup() {
 	export LEASEHOLD_PROC_MARKS=$outer_marks
 	stop_children
 	# What ended no longer this script's child (lib/proc.sh, Marks).
-	[ -z "$own_mark" ] || stop_marked "$own_mark"
+	[ -z "$own_mark" ] || stop_marked "$own_mark" "$own_tmp"
 	[ -z "$own_engines" ] || scripts/engines.sh stop
 	[ -z "$own_tmp" ] || rm -rf "$own_tmp"
 }

@@ -79,22 +79,41 @@ add_mark() {
 	export LEASEHOLD_PROC_MARKS="${LEASEHOLD_PROC_MARKS:+$LEASEHOLD_PROC_MARKS:}$1"
 }
 
-# marked_pids MARK: the processes whose environment carries MARK (a zombie
-# has none). grep runs without the marks: it would find itself.
+# marked_pids MARK [DIR]: the processes whose environment carries MARK (a
+# zombie has none), and, given DIR (the script's own TMPDIR), those whose
+# working directory is DIR or inside it. A process can lose its environment
+# from /proc: redis-server writes its process title over it (the red team's
+# re-check of 2026-12-06: a Redis started in a session of its own by a
+# stage that then died of a group signal was left running, 6 of 6), and one
+# that clears it (env -i) has none. The engines the tests start work in
+# their test directories, in the script's TMPDIR, where nothing else does.
+# grep runs without the marks: it would find itself.
 marked_pids() {
-	local f
+	local f pat
 	for f in $(env -u LEASEHOLD_PROC_MARKS grep -lzE "^LEASEHOLD_PROC_MARKS=(.*:)?$1(:.*)?\$" /proc/[0-9]*/environ 2>/dev/null); do
 		f=${f#/proc/}
 		echo "${f%/environ}"
 	done
+	[ -n "${2:-}" ] || return 0
+	# find's -lname takes a pattern: DIR's own *, ? and [ escaped.
+	pat=${2//\\/\\\\}
+	pat=${pat//\*/\\*}
+	pat=${pat//\?/\\?}
+	pat=${pat//\[/\\[}
+	for f in $(find /proc -mindepth 2 -maxdepth 2 -name cwd \( -lname "$pat" -o -lname "$pat/*" \) 2>/dev/null); do
+		f=${f#/proc/}
+		f=${f%/cwd}
+		case $f in *[!0-9]*) ;; *) echo "$f" ;; esac # not self, thread-self
+	done
 }
 
-# stop_marked MARK: SIGTERM to every process that carries MARK (after
-# stop_tree, they are the ones it could not reach), then 1 s later SIGKILL
-# to those left and to what they started meanwhile, until none is left.
+# stop_marked MARK [DIR]: SIGTERM to every process marked_pids finds
+# (after stop_tree, they are the ones it could not reach), then 1 s later
+# SIGKILL to those left and to what they started meanwhile, until none is
+# left.
 stop_marked() {
 	local pids p n
-	pids=$(marked_pids "$1")
+	pids=$(marked_pids "$1" "${2:-}")
 	[ -n "$pids" ] || return 0
 	for p in $pids; do
 		kill -TERM "$p" 2>/dev/null || :
@@ -102,7 +121,7 @@ stop_marked() {
 	done
 	sleep 1
 	for n in 1 2 3 4 5 6 7 8 9 10; do
-		pids=$(marked_pids "$1")
+		pids=$(marked_pids "$1" "${2:-}")
 		[ -n "$pids" ] || return 0
 		for p in $pids; do kill -KILL "$p" 2>/dev/null || :; done
 		sleep 0.1

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,6 +41,13 @@ const (
 	diesLeavingChild = `(trap '' TERM; exec sleep 300) & echo "child $!" >>"$FAKE_GO_LOG"; exec sleep 300`
 	// On SIGTERM it starts a child that ignores it, and ends.
 	startsChildAtTerm = `trap '(trap "" TERM; exec sleep 300) & exit 1' TERM; sleep 300 & echo "child $!" >>"$FAKE_GO_LOG"; wait`
+	// It dies of SIGTERM; its child, a daemon in a session of its own (a
+	// group signal does not reach it), has no environment in /proc, as
+	// redis-server, which writes its process title over it, and works in
+	// a directory in TMPDIR, as the engines the tests start do.
+	// Started as a daemon is (its parent gone at once), out of the
+	// tree's reach from the start.
+	leavesEngine = `mkdir -p "$TMPDIR/engine$$"; (cd "$TMPDIR/engine$$" && (exec setsid env -i sleep 300) & echo "child $!" >>"$FAKE_GO_LOG"); exec sleep 300`
 )
 
 // TestVerifySignalLeavesNoOrphan: verify.sh, signalled while its suites
@@ -66,6 +74,7 @@ func TestVerifySignalLeavesNoOrphan(t *testing.T) {
 		{"burst of SIGTERMs to its group", ignoresTerm, true, 30},
 		{"SIGTERM to its group, a child outlives its parent", diesLeavingChild, true, 1},
 		{"SIGTERM to it alone, a child started at SIGTERM", startsChildAtTerm, false, 1},
+		{"SIGTERM to its group, an engine with no environment left", leavesEngine, true, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kv := proctest.MarkTrees(t)
@@ -99,6 +108,11 @@ func TestVerifySignalLeavesNoOrphan(t *testing.T) {
 			if left := leftMarked(kv, 10*time.Second); len(left) > 0 {
 				t.Errorf("verify.sh ended and left processes running:\n%s\n%s", proctest.DescribeProcs(left), out)
 			}
+			// The stand-ins' children by pid: one with no environment
+			// carries no proctest mark.
+			if left := stillRunning(loggedPids(log), 5*time.Second); len(left) > 0 {
+				t.Errorf("verify.sh ended and left processes running: %v\n%s", left, out)
+			}
 			if left := dirEntries(t, tmp); len(left) > 0 {
 				t.Errorf("verify.sh left %v in TMPDIR\n%s", left, out)
 			}
@@ -110,35 +124,51 @@ func TestVerifySignalLeavesNoOrphan(t *testing.T) {
 // a process of the running stage whose child ignores it; the child,
 // re-parented to init, was left running (the red team: 8 of 8; the table
 // and the exit were right). Now the stage's processes carry a mark by which
-// test.sh finds them.
+// test.sh finds them. A daemon with no environment in /proc (redis-server
+// writes its title over it), in a session of its own, is found by its
+// working directory, in the run's TMPDIR (the red team's re-check: 6 of 6
+// left).
 func TestTestShGroupSignalLeavesNoOrphan(t *testing.T) {
-	kv := proctest.MarkTrees(t)
-	mark := filepath.Join(t.TempDir(), "mark")
-	bin := standIns(t, map[string]string{"go": `if [ "$1" = mod ]; then
-	(trap '' TERM; exec sleep 300) &
+	for _, tc := range []struct{ name, child string }{
+		{"child outlives its parent", `(trap '' TERM; exec sleep 300) & echo $! >"$MARK.child"`},
+		{"engine with no environment", `mkdir -p "$TMPDIR/engine"; (cd "$TMPDIR/engine" && (exec setsid env -i sleep 300) & echo $! >"$MARK.child")`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kv := proctest.MarkTrees(t)
+			mark := filepath.Join(t.TempDir(), "mark")
+			bin := standIns(t, map[string]string{"go": `if [ "$1" = mod ]; then
+	` + tc.child + `
 	touch "$MARK"
 	exec sleep 300
 fi
 exec ` + realPath(t, "go") + ` "$@"`})
-	tmp := t.TempDir()
-	cmd := exec.Command(repoScript(t, "test.sh"))
-	cmd.Dir = filepath.Join("..", "..")
-	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "MARK="+mark,
-		"LEASEHOLD_STAGES=mod", "TMPDIR="+tmp)
-	out := startGroup(t, cmd)
-	waitFile(t, mark, 2*time.Minute, "the mod stage's start", out)
-	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	err := waitExit(t, cmd, 90*time.Second, "test.sh after SIGTERM to its group", out)
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 143 || !strings.Contains(out.String(), "INTERRUPTED by SIGTERM") {
-		t.Errorf("test.sh after SIGTERM to its group: %v, want exit 143 and the stage INTERRUPTED:\n%s", err, out)
-	}
-	if left := leftMarked(kv, 10*time.Second); len(left) > 0 {
-		t.Errorf("test.sh ended and left processes running:\n%s\n%s", proctest.DescribeProcs(left), out)
-	}
-	if left := dirEntries(t, tmp); len(left) > 0 {
-		t.Errorf("test.sh left %v in TMPDIR\n%s", left, out)
+			tmp := t.TempDir()
+			cmd := exec.Command(repoScript(t, "test.sh"))
+			cmd.Dir = filepath.Join("..", "..")
+			cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "MARK="+mark,
+				"LEASEHOLD_STAGES=mod", "TMPDIR="+tmp)
+			out := startGroup(t, cmd)
+			waitFile(t, mark, 2*time.Minute, "the mod stage's start", out)
+			b, _ := os.ReadFile(mark + ".child")
+			child, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
+			if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			err := waitExit(t, cmd, 90*time.Second, "test.sh after SIGTERM to its group", out)
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 143 || !strings.Contains(out.String(), "INTERRUPTED by SIGTERM") {
+				t.Errorf("test.sh after SIGTERM to its group: %v, want exit 143 and the stage INTERRUPTED:\n%s", err, out)
+			}
+			if left := leftMarked(kv, 10*time.Second); len(left) > 0 {
+				t.Errorf("test.sh ended and left processes running:\n%s\n%s", proctest.DescribeProcs(left), out)
+			}
+			if left := stillRunning([]int{child}, 5*time.Second); len(left) > 0 {
+				t.Errorf("test.sh ended and left the stage's child running: %v\n%s", left, out)
+			}
+			if left := dirEntries(t, tmp); len(left) > 0 {
+				t.Errorf("test.sh left %v in TMPDIR\n%s", left, out)
+			}
+		})
 	}
 }
 
