@@ -85,6 +85,13 @@ func TestVerifySignalLeavesNoOrphan(t *testing.T) {
 			cmd.Dir = filepath.Join("..", "..")
 			cmd.Env = append(os.Environ(), fakeEnv(bin, log, tmp)...)
 			out := startGroup(t, cmd)
+			// What a failing run left with no mark (a daemon with no
+			// environment), by pid.
+			t.Cleanup(func() {
+				for _, pid := range loggedPids(log) {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			})
 			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
 				b, _ := os.ReadFile(log)
 				if strings.Contains(string(b), "suites ") && strings.Count(string(b), "child ") == 2 {
