@@ -89,14 +89,19 @@ add_mark() {
 # their test directories, in the script's TMPDIR, where nothing else does.
 # grep runs without the marks: it would find itself.
 marked_pids() {
-	local f pat
+	local f pat dir
 	for f in $(env -u LEASEHOLD_PROC_MARKS grep -lzE "^LEASEHOLD_PROC_MARKS=(.*:)?$1(:.*)?\$" /proc/[0-9]*/environ 2>/dev/null); do
 		f=${f#/proc/}
 		echo "${f%/environ}"
 	done
 	[ -n "${2:-}" ] || return 0
+	# The kernel shows a working directory resolved (no symlink, '//' or
+	# '/./'), and so must DIR be: a TMPDIR of /tmp/ (a trailing slash) or
+	# through a symlink matched nothing (the red team's second re-check of
+	# 2026-12-06: a Redis left 29 of 30). Builtins only.
+	dir=$(cd -P -- "$2" 2>/dev/null && pwd -P) || return 0
 	# find's -lname takes a pattern: DIR's own *, ? and [ escaped.
-	pat=${2//\\/\\\\}
+	pat=${dir//\\/\\\\}
 	pat=${pat//\*/\\*}
 	pat=${pat//\?/\\?}
 	pat=${pat//\[/\\[}

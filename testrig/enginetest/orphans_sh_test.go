@@ -31,6 +31,17 @@ func leftMarked(kv string, within time.Duration) []int {
 	}
 }
 
+// oddPath is a path to dir that is not its resolved form: through a
+// symlink, and ending in "/./".
+func oddPath(t *testing.T, dir string) string {
+	t.Helper()
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	return link + "/./"
+}
+
 // Stand-in bodies for a go test that runs until stopped, each writing
 // "child PID" to $FAKE_GO_LOG once its child runs.
 const (
@@ -66,15 +77,20 @@ const (
 //     it ends (6 of 6).
 func TestVerifySignalLeavesNoOrphan(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		body  string
-		group bool
-		burst int
+		name   string
+		body   string
+		group  bool
+		burst  int
+		oddTmp bool // TMPDIR through a symlink, ending in "/./"
 	}{
-		{"burst of SIGTERMs to its group", ignoresTerm, true, 30},
-		{"SIGTERM to its group, a child outlives its parent", diesLeavingChild, true, 1},
-		{"SIGTERM to it alone, a child started at SIGTERM", startsChildAtTerm, false, 1},
-		{"SIGTERM to its group, an engine with no environment left", leavesEngine, true, 1},
+		{"burst of SIGTERMs to its group", ignoresTerm, true, 30, false},
+		{"SIGTERM to its group, a child outlives its parent", diesLeavingChild, true, 1, false},
+		{"SIGTERM to it alone, a child started at SIGTERM", startsChildAtTerm, false, 1, false},
+		{"SIGTERM to its group, an engine with no environment left", leavesEngine, true, 1, false},
+		// The kernel shows the engine's directory resolved (the red
+		// team's second re-check: a TMPDIR with a trailing slash or a
+		// symlink matched nothing, 29 of 30 left).
+		{"SIGTERM to its group, an engine left, TMPDIR through a symlink", leavesEngine, true, 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kv := proctest.MarkTrees(t)
@@ -84,6 +100,9 @@ func TestVerifySignalLeavesNoOrphan(t *testing.T) {
 			cmd := exec.Command(repoScript(t, "verify.sh"))
 			cmd.Dir = filepath.Join("..", "..")
 			cmd.Env = append(os.Environ(), fakeEnv(bin, log, tmp)...)
+			if tc.oddTmp {
+				cmd.Env = append(cmd.Env, "TMPDIR="+oddPath(t, tmp)) // the last one counts
+			}
 			out := startGroup(t, cmd)
 			// What a failing run left with no mark (a daemon with no
 			// environment), by pid.
@@ -136,9 +155,14 @@ func TestVerifySignalLeavesNoOrphan(t *testing.T) {
 // working directory, in the run's TMPDIR (the red team's re-check: 6 of 6
 // left).
 func TestTestShGroupSignalLeavesNoOrphan(t *testing.T) {
-	for _, tc := range []struct{ name, child string }{
-		{"child outlives its parent", `(trap '' TERM; exec sleep 300) & echo $! >"$MARK.child"`},
-		{"engine with no environment", `mkdir -p "$TMPDIR/engine"; (cd "$TMPDIR/engine" && (exec setsid env -i sleep 300) & echo $! >"$MARK.child")`},
+	engine := `mkdir -p "$TMPDIR/engine"; (cd "$TMPDIR/engine" && (exec setsid env -i sleep 300) & echo $! >"$MARK.child")`
+	for _, tc := range []struct {
+		name, child string
+		oddTmp      bool // TMPDIR through a symlink, ending in "/./"
+	}{
+		{"child outlives its parent", `(trap '' TERM; exec sleep 300) & echo $! >"$MARK.child"`, false},
+		{"engine with no environment", engine, false},
+		{"engine with no environment, TMPDIR through a symlink", engine, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kv := proctest.MarkTrees(t)
@@ -150,10 +174,14 @@ func TestTestShGroupSignalLeavesNoOrphan(t *testing.T) {
 fi
 exec ` + realPath(t, "go") + ` "$@"`})
 			tmp := t.TempDir()
+			tmpdir := tmp
+			if tc.oddTmp {
+				tmpdir = oddPath(t, tmp)
+			}
 			cmd := exec.Command(repoScript(t, "test.sh"))
 			cmd.Dir = filepath.Join("..", "..")
 			cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "MARK="+mark,
-				"LEASEHOLD_STAGES=mod", "TMPDIR="+tmp)
+				"LEASEHOLD_STAGES=mod", "TMPDIR="+tmpdir)
 			out := startGroup(t, cmd)
 			waitFile(t, mark, 2*time.Minute, "the mod stage's start", out)
 			b, _ := os.ReadFile(mark + ".child")
