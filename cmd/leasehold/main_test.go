@@ -89,7 +89,9 @@ const waitDelay = 10 * time.Second
 func leasehold(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LEASEHOLD_") {
+		// Not the test scripts' mark (scripts/lib/proc.sh): without it, a
+		// leftover of a stopped run is out of their reach.
+		if !strings.HasPrefix(kv, "LEASEHOLD_") || strings.HasPrefix(kv, "LEASEHOLD_PROC_MARKS=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}

@@ -156,7 +156,7 @@ func TestSystemdServeUnit(t *testing.T) {
 	addr := proctest.FreeAddr(t)
 	cmd := exec.Command(bin, u.execArgs(t)...)
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LEASEHOLD_") && !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "XDG_") {
+		if (!strings.HasPrefix(kv, "LEASEHOLD_") || strings.HasPrefix(kv, "LEASEHOLD_PROC_MARKS=")) && !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "XDG_") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}

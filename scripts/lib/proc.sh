@@ -81,7 +81,7 @@ add_mark() {
 
 # marked_pids MARK [DIR]: the processes whose environment carries MARK (a
 # zombie has none), and, given DIR (the script's own TMPDIR), those whose
-# working directory is DIR or inside it. A process can lose its environment
+# working directory or program is DIR or inside it. A process can lose its environment
 # from /proc: redis-server writes its process title over it (the red team's
 # re-check of 2026-12-06: a Redis started in a session of its own by a
 # stage that then died of a group signal was left running, 6 of 6), and one
@@ -105,9 +105,14 @@ marked_pids() {
 	pat=${pat//\*/\\*}
 	pat=${pat//\?/\\?}
 	pat=${pat//\[/\\[}
-	for f in $(find /proc -mindepth 2 -maxdepth 2 -name cwd \( -lname "$pat" -o -lname "$pat/*" \) 2>/dev/null); do
+	# Its working directory there, or its program: a test's binaries are
+	# built there (go test's, and the leasehold the end-to-end tests
+	# build), and a test may start one with an environment of its own
+	# (CI run 98, stopped by hand: a leasehold hold the cmd/leasehold tests
+	# started without the LEASEHOLD_* variables, its parent killed).
+	for f in $(find /proc -mindepth 2 -maxdepth 2 \( -name cwd -o -name exe \) \( -lname "$pat" -o -lname "$pat/*" \) 2>/dev/null); do
 		f=${f#/proc/}
-		f=${f%/cwd}
+		f=${f%/*}
 		case $f in *[!0-9]*) ;; *) echo "$f" ;; esac # not self, thread-self
 	done
 }

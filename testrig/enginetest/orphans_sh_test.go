@@ -59,6 +59,10 @@ const (
 	// Started as a daemon is (its parent gone at once), out of the
 	// tree's reach from the start.
 	leavesEngine = `mkdir -p "$TMPDIR/engine$$"; (cd "$TMPDIR/engine$$" && (exec setsid env -i sleep 300) & echo "child $!" >>"$FAKE_GO_LOG"); exec sleep 300`
+	// The same, but working elsewhere, running a program built in
+	// TMPDIR, as the leasehold binaries the end-to-end tests build are
+	// (and start without the LEASEHOLD_* variables).
+	leavesBuilt = `cp "$(command -v sleep)" "$TMPDIR/built$$"; (cd / && (exec setsid env -i "$TMPDIR/built$$" 300) & echo "child $!" >>"$FAKE_GO_LOG"); exec sleep 300`
 )
 
 // TestVerifySignalLeavesNoOrphan: verify.sh, signalled while its suites
@@ -91,6 +95,7 @@ func TestVerifySignalLeavesNoOrphan(t *testing.T) {
 		// team's second re-check: a TMPDIR with a trailing slash or a
 		// symlink matched nothing, 29 of 30 left).
 		{"SIGTERM to its group, an engine left, TMPDIR through a symlink", leavesEngine, true, 1, true},
+		{"SIGTERM to its group, a program built in TMPDIR left", leavesBuilt, true, 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kv := proctest.MarkTrees(t)
