@@ -174,7 +174,7 @@ func Check(h *History, opt CheckOptions) Result {
 					res.Ok++
 				case porcupine.Illegal:
 					res.Illegal++
-					note(storetest.DescribeHistory(k, shortestIllegal(ops, opt.Timeout)))
+					note(storetest.DescribeHistory(k, shortestIllegal(perKey[k], opt.Timeout)))
 				default:
 					res.Undecided++
 				}
@@ -195,23 +195,60 @@ func Check(h *History, opt CheckOptions) Result {
 	return res
 }
 
-// shortestIllegal returns the last operations of the shortest prefix (by
-// call time) of an illegal history that the checker still finds illegal:
-// the violation is among them, usually at the end.
-func shortestIllegal(ops []porcupine.Operation, timeout time.Duration) []porcupine.Operation {
-	ops = append([]porcupine.Operation(nil), ops...)
-	sort.Slice(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
-	lo, hi := 1, len(ops) // ops[:hi] is illegal
+// shortestIllegal returns the operations around the violation in an
+// illegal history: the last ones (by call time) of the shortest prefix the
+// checker still finds illegal, with every earlier operation still in
+// flight when the window opens. A prefix is cut at a call: the operations
+// called after it are left out, and those called before it but answered
+// after it are taken as unanswered (they may or may not have taken
+// effect), because what they were told may depend on an operation left
+// out. Cutting without that made a legal answer look illegal: an acquire
+// told "held by" a grant whose request was called after it. So a prefix
+// found illegal is a violation of the whole history, and the window shows
+// the answers as they were recorded.
+func shortestIllegal(lops []storetest.LeaseOp, timeout time.Duration) []porcupine.Operation {
+	lops = append([]storetest.LeaseOp(nil), lops...)
+	sort.SliceStable(lops, func(i, j int) bool { return lops[i].Call < lops[j].Call })
+	convert := func(ops []storetest.LeaseOp) []porcupine.Operation {
+		out := make([]porcupine.Operation, 0, len(ops))
+		for _, op := range ops {
+			if pop, err := op.Operation(); err == nil {
+				out = append(out, pop)
+			}
+		}
+		return out
+	}
+	illegal := func(n int) bool { // lops[:n], cut at the last one's call
+		cut := make([]storetest.LeaseOp, n)
+		copy(cut, lops[:n])
+		if n < len(lops) {
+			at := lops[n-1].Call
+			for i := range cut {
+				if !cut[i].Unknown && cut[i].Return > at {
+					cut[i].Unknown = true
+				}
+			}
+		}
+		return porcupine.CheckOperationsTimeout(storetest.LeaseModel(), convert(cut), timeout) == porcupine.Illegal
+	}
+	lo, hi := 1, len(lops) // lops[:hi], cut so, is illegal
 	for lo < hi {
 		mid := (lo + hi) / 2
-		if porcupine.CheckOperationsTimeout(storetest.LeaseModel(), ops[:mid], timeout) == porcupine.Illegal {
+		if illegal(mid) {
 			hi = mid
 		} else {
 			lo = mid + 1
 		}
 	}
 	const show = 30
-	return ops[max(0, hi-show):hi]
+	from := max(0, hi-show)
+	var window []storetest.LeaseOp
+	for _, op := range lops[:from] {
+		if op.Unknown || op.Return > lops[from].Call {
+			window = append(window, op) // still in flight when the window opens
+		}
+	}
+	return convert(append(window, lops[from:hi]...))
 }
 
 // tokenRegressions counts grants whose token is not above every token

@@ -239,6 +239,8 @@ func (r run) run(t *testing.T, tg verify.Target) {
 	t.Logf("%s %s: %s; oracle %+v", r.suite, tg.Name, res, or)
 
 	if !res.Passed() || res.Checker() != "ok" || or.Violations() > 0 {
+		verify.Dump(t, strings.ToLower(r.suite)+"-"+tg.Name, g.History())
+		t.Logf("%s %s: restarts (verify.Mono ns, killed and up again): %v", r.suite, tg.Name, restarts)
 		t.Fatalf("%s %s: %s\noracle: %d lost updates, %d stale accepted, %d after deadline, %d counter mismatches; first: %s\nworker logs:\n%s",
 			r.suite, tg.Name, res, or.LostUpdates, or.StaleAccepted, or.AfterDeadline, or.CounterMismatch, or.First, clip(g.Logs()))
 	}
