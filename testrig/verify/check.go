@@ -32,6 +32,7 @@ type Result struct {
 	TokenRegressions int
 	CS               int // critical sections recorded
 	FirstBad         string
+	IllegalKeys      []string // the keys porcupine found illegal, sorted
 }
 
 // Violations counts the safety violations found (Undecided is not one,
@@ -174,6 +175,7 @@ func Check(h *History, opt CheckOptions) Result {
 					res.Ok++
 				case porcupine.Illegal:
 					res.Illegal++
+					res.IllegalKeys = append(res.IllegalKeys, k)
 					note(storetest.DescribeHistory(k, shortestIllegal(perKey[k], opt.Timeout)))
 				default:
 					res.Undecided++
@@ -181,6 +183,7 @@ func Check(h *History, opt CheckOptions) Result {
 			}(k)
 		}
 		wg.Wait()
+		sort.Strings(res.IllegalKeys)
 	}
 	n, first := overlaps(h.Events, opt.Permits)
 	res.Overlaps = n
@@ -193,6 +196,21 @@ func Check(h *History, opt CheckOptions) Result {
 		}
 	}
 	return res
+}
+
+// DescribeKey renders every lease operation of key in h, by call time, as
+// the checker sees them: the whole of a history a failure's window comes
+// from.
+func (h *History) DescribeKey(key string) string {
+	ops := append([]storetest.LeaseOp(nil), h.LeaseOps()[key]...)
+	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
+	pops := make([]porcupine.Operation, 0, len(ops))
+	for _, op := range ops {
+		if pop, err := op.Operation(); err == nil {
+			pops = append(pops, pop)
+		}
+	}
+	return storetest.DescribeHistory(key, pops)
 }
 
 // shortestIllegal returns the operations around the violation in an

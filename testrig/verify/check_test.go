@@ -42,6 +42,12 @@ func TestCheckShowsTheViolation(t *testing.T) {
 	if !strings.Contains(last, "e acquire") || !strings.Contains(last, "token 3") {
 		t.Fatalf("the window ends with %q, want e's grant (token 3):\n%s", last, res.FirstBad)
 	}
+	if len(res.IllegalKeys) != 1 || res.IllegalKeys[0] != "k" {
+		t.Fatalf("IllegalKeys = %q, want [k]", res.IllegalKeys)
+	}
+	if whole := h.DescribeKey("k"); strings.Count(whole, "\n") != 5 || !strings.Contains(whole, "b acquire") {
+		t.Fatalf("the whole history of k, described:\n%s", whole)
+	}
 	if !strings.Contains(res.FirstBad, "c acquire") {
 		t.Fatalf("the window lacks c's grant:\n%s", res.FirstBad)
 	}
