@@ -113,3 +113,21 @@ func Dump(t testing.TB, name string, h *History) {
 	}
 	t.Logf("history written to %s", f.Name())
 }
+
+// DumpDir copies the directory dir (an engine's data and log) to a new
+// directory name-* in $LEASEHOLD_VERIFY_DUMP, if that is set.
+func DumpDir(t testing.TB, name, dir string) {
+	to := os.Getenv(EnvDump)
+	if to == "" || dir == "" {
+		return
+	}
+	d, err := os.MkdirTemp(to, name+"-*")
+	if err == nil {
+		err = os.CopyFS(d, os.DirFS(dir))
+	}
+	if err != nil {
+		t.Logf("dump %s: %v", dir, err)
+		return
+	}
+	t.Logf("%s copied to %s", dir, d)
+}

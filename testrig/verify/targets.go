@@ -73,6 +73,9 @@ type Target struct {
 	// HTTPAddr is the lease server's HTTP API (host:port): "" but for
 	// StartServe's targets.
 	HTTPAddr string
+	// Dir is the engine's own directory (its data and server.log), for a
+	// failure's report: "" for the embedded store and the lease server.
+	Dir string
 	// Engine is the store's row of enginetest.Engines (for a proxy
 	// target, the lease server's, with the MinTTL of the store behind).
 	Engine enginetest.Engine
@@ -134,7 +137,7 @@ func StartTarget(t testing.TB, name string) Target {
 	}
 	s := e.Start(t, args...)
 	addr := "127.0.0.1:" + strconv.Itoa(s.Port)
-	tg := Target{Name: name, URL: urlFor(addr), Addr: addr, URLFor: urlFor, Engine: e,
+	tg := Target{Name: name, URL: urlFor(addr), Addr: addr, URLFor: urlFor, Engine: e, Dir: s.Dir,
 		Kill: s.Kill, Start: s.Start,
 		Pause:  func() { s.Signal(syscall.SIGSTOP) },
 		Resume: func() { s.Signal(syscall.SIGCONT) },

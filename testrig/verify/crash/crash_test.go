@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -240,9 +241,13 @@ func (r run) run(t *testing.T, tg verify.Target) {
 
 	if !res.Passed() || res.Checker() != "ok" || or.Violations() > 0 {
 		verify.Dump(t, strings.ToLower(r.suite)+"-"+tg.Name, g.History())
+		verify.DumpDir(t, strings.ToLower(r.suite)+"-"+tg.Name+"-engine", tg.Dir)
 		t.Logf("%s %s: restarts (verify.Mono ns, killed and up again): %v", r.suite, tg.Name, restarts)
 		for _, k := range res.IllegalKeys[:min(2, len(res.IllegalKeys))] {
 			t.Logf("the whole %s", h.DescribeKey(k))
+		}
+		if b, err := os.ReadFile(filepath.Join(tg.Dir, "server.log")); tg.Dir != "" && err == nil {
+			t.Logf("the engine's server.log (its end):\n%s", clip(string(b)))
 		}
 		t.Fatalf("%s %s: %s\noracle: %d lost updates, %d stale accepted, %d after deadline, %d counter mismatches; first: %s\nworker logs:\n%s",
 			r.suite, tg.Name, res, or.LostUpdates, or.StaleAccepted, or.AfterDeadline, or.CounterMismatch, or.First, clip(g.Logs()))
