@@ -1,5 +1,6 @@
 -- acquire.lua: one TryAcquire, atomically (with lease_lib.lua).
--- ARGV[6] owner, ARGV[7] request id ('' = none), ARGV[8] data, ARGV[9] ttl in ns.
+-- ARGV[6] owner, ARGV[7] request id ('' = none), ARGV[8] data, ARGV[9] ttl in ns,
+-- ARGV[10] the call's own id ('' or absent: none).
 -- Replies:
 --   {0, token, acquired_us, now_ms}          a new grant
 --   {3, token, acquired_us, now_ms}          a retried acquire: same grant, fresh expiry
@@ -8,6 +9,15 @@
 --   {5, head owner, retry_ms}                free, but a waiter queued first (no grant now)
 --   {2, remaining_ms}                        holding back after a restart
 --   {4}                                      the marker changed: check again
+--   {6}                                      this call was granted the lease
+--                                           before (a send whose reply was
+--                                           lost) and that grant has ended
+--
+-- A grant records its call's id in the fence (lease_lib.lua's grant), so
+-- that the same call sent again by go-redis (its connection broke before
+-- the reply) is not told the lease is held by the one who took it after
+-- the call's own grant ended, nor granted it a second time: either answer
+-- would hide a grant others may have seen.
 local function acquire(KEYS, ARGV)
   begin(KEYS, ARGV)
   if not marker_ok() then
@@ -17,7 +27,7 @@ local function acquire(KEYS, ARGV)
   if now_ms < hold then
     return {2, hold - now_ms}
   end
-  local owner, req = ARGV[6], ARGV[7]
+  local owner, req, cid = ARGV[6], ARGV[7], ARGV[10] or ''
   local cur = redis.call('HMGET', K_LEASE, 'owner', 'token', 'req', 'acq')
   if cur[1] then
     -- A retry gets its grant back only if that grant was made since the
@@ -27,12 +37,18 @@ local function acquire(KEYS, ARGV)
       redis.call('PEXPIRE', K_LEASE, fmt(math.floor(tonumber(ARGV[9]) / 1000000)))
       return {3, cur[2], cur[4], now_ms}
     end
+    if granted_before(cid) then
+      return {6}
+    end
     return {1, cur[1], cur[2], redis.call('PTTL', K_LEASE), cur[4], cur[3] or ''}
   end
   -- Free. Queued waiters come first: the live head gets the lease now. The
   -- fence tells when no one can be queued (read_fence); else the queue is
-  -- looked at.
-  local f = read_fence()
+  -- looked at. The same read tells whether this call was granted before.
+  local f = read_fence(cid)
+  if f.granted then
+    return {6}
+  end
   if not f.quiet and redis.call('EXISTS', K_QUEUE) == 1 then
     local h = handover(nil)
     if h then
@@ -48,6 +64,6 @@ local function acquire(KEYS, ARGV)
     end
     -- No live waiter: handover emptied the queue (the fence is unchanged).
   end
-  local tok, acq = grant(owner, req, ARGV[8], ARGV[9], f)
+  local tok, acq = grant(owner, req, ARGV[8], ARGV[9], f, cid)
   return {0, tok, acq, now_ms}
 end

@@ -364,9 +364,10 @@ func TestReleaseOutOfMemory(t *testing.T) {
 // TestUncontendedCalls counts the Redis commands that the operations run
 // inside Redis (INFO commandstats counts those of functions and scripts):
 // an uncontended TryAcquire + Release makes 7 + 4 (the acquire's queue
-// check is folded into its read of the fence, the release's two EXISTS
-// into one; the release records its call's id in the fence, for a resend
-// of it: release.lua), and an uncontended AcquireWait 7.
+// check and its look for a resend of a granted call are folded into its
+// read of the fence, the release's two EXISTS into one; the release
+// records its call's id in the fence, for a resend of it: release.lua),
+// and an uncontended AcquireWait 7.
 func TestUncontendedCalls(t *testing.T) {
 	u, rdb := privateRedis(t)
 	ctx := ctxT(t, time.Minute)

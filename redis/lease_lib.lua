@@ -54,19 +54,36 @@ local function fmt(x) return string.format('%.0f', x) end
 -- queue is known to be empty without looking at it (quiet). It is when qd,
 -- written by a grant that found the queue empty, still equals q: every
 -- enqueue (wait.lua, in every version that has queues) increments q in the
--- same step, and qd goes with the hash if the fence is lost.
-local function read_fence()
-  local f = redis.call('HMGET', K_FENCE, 'n', 'q', 'qd')
+-- same step, and qd goes with the hash if the fence is lost. Given an
+-- acquire call's id (cid), the same read also tells whether that call was
+-- granted the lease before (granted; see granted_before).
+local function read_fence(cid)
+  local fields = {'n', 'q', 'qd'}
+  if cid and cid ~= '' then
+    for i = 0, 9 do
+      fields[#fields + 1] = 'c' .. i
+    end
+  end
+  local f = redis.call('HMGET', K_FENCE, unpack(fields))
   local q = f[2] or '0'
-  return {n = f[1], q = q, quiet = f[3] == q}
+  local granted = false
+  for i = 4, #f do
+    if f[i] == cid then
+      granted = true
+    end
+  end
+  return {n = f[1], q = q, quiet = f[3] == q, granted = granted}
 end
 
 -- grant makes a new grant of the free lease: the next token is above the
 -- fence and the floor. A missing fence (first use, or lost) starts at the
 -- server clock in microseconds, which exceeds every token granted before.
 -- f is read_fence's answer when the caller read it and found the queue
--- empty (the grant then records qd); nil otherwise (a handover).
-local function grant(owner, req, data, ttl_ns, f)
+-- empty (the grant then records qd); nil otherwise (a handover). cid, the
+-- acquire call's own id ('' or nil: none), is recorded in the fence, in
+-- one of ten fields chosen by the token's last decimal digit (c0 .. c9),
+-- for granted_before.
+local function grant(owner, req, data, ttl_ns, f, cid)
   clock()
   local n
   if f then n = tonumber(f.n) else n = tonumber(redis.call('HGET', K_FENCE, 'n')) end
@@ -77,14 +94,34 @@ local function grant(owner, req, data, ttl_ns, f)
     token = math.max(now_us, floor, 1)
   end
   local tok, acq = fmt(token), fmt(now_us)
+  local fence = {'n', tok, 'o', owner}
   if f then
-    redis.call('HSET', K_FENCE, 'n', tok, 'o', owner, 'qd', f.q)
-  else
-    redis.call('HSET', K_FENCE, 'n', tok, 'o', owner)
+    fence[#fence + 1], fence[#fence + 2] = 'qd', f.q
   end
+  if cid and cid ~= '' then
+    fence[#fence + 1], fence[#fence + 2] = 'c' .. string.sub(tok, -1), cid
+  end
+  redis.call('HSET', K_FENCE, unpack(fence))
   redis.call('HSET', K_LEASE, 'owner', owner, 'token', tok, 'req', req, 'data', data, 'ttl', ttl_ns, 'acq', acq)
   redis.call('PEXPIRE', K_LEASE, fmt(math.floor(tonumber(ttl_ns) / 1000000)))
   return tok, acq
+end
+
+-- granted_before reports whether the acquire call with id cid was granted
+-- the lease before: a field c0 .. c9 of the fence holds it until a later
+-- grant's token with the same last digit replaces it (ten grants at
+-- least, a token floor's jump aside).
+local function granted_before(cid)
+  if cid == '' then
+    return false
+  end
+  local c = redis.call('HMGET', K_FENCE, 'c0', 'c1', 'c2', 'c3', 'c4', 'c5', 'c6', 'c7', 'c8', 'c9')
+  for i = 1, 10 do
+    if c[i] == cid then
+      return true
+    end
+  end
+  return false
 end
 
 -- drop removes a waiter's entry.

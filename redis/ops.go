@@ -47,6 +47,10 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 		req.RequestID = "store-" + randid.Hex(12)
 	}
 	keys := s.nameKeys(req.Name)
+	// The call's own id: go-redis sends the script again when the
+	// connection breaks before its reply, and a send after the call's own
+	// grant has ended must not be answered as a refusal (acquire.lua's 6).
+	cid := randid.Hex(8)
 	var e epoch
 	var res []any
 	for attempt := 0; ; attempt++ {
@@ -55,7 +59,7 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 			return leasehold.Record{}, err
 		}
 		cmd := s.runAcked(ctx, lua.acquire, keys, s.epochArgs(e, req.Name,
-			req.Owner, req.RequestID, string(req.Data), int64(req.TTL))...)
+			req.Owner, req.RequestID, string(req.Data), int64(req.TTL), cid)...)
 		res, err = cmd.Slice()
 		if ue := (*UnreplicatedError)(nil); errors.As(err, &ue) {
 			return leasehold.Record{}, s.dropUnreplicated(ctx, "acquire", req, cmd.Val(), ue)
@@ -107,6 +111,10 @@ func (s *Store) TryAcquire(ctx context.Context, req leasehold.AcquireRequest) (l
 		return leasehold.Record{}, &leasehold.HeldError{
 			Name: req.Name, Owner: fmt.Sprint(res[1]), Remaining: time.Duration(rem) * time.Millisecond,
 		}
+	case code == 6 && len(res) == 1:
+		// Not a refusal: the call took effect, and others may have seen
+		// the lease held by the caller.
+		return leasehold.Record{}, fmt.Errorf("redis acquire %q: a send of this call whose reply was lost was granted the lease, and that grant has ended since (go-redis sent the call again after its connection broke); the outcome is unknown: try again", req.Name)
 	case code == 2 && len(res) == 2:
 		rem, _ := toInt(res[1])
 		return leasehold.Record{}, &leasehold.HeldError{
@@ -180,16 +188,24 @@ func (s *Store) Renew(ctx context.Context, name, owner string, token uint64, ttl
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	lease, _ := s.keys(name)
-	n, err := s.runAcked(ctx, lua.renew, []string{lease}, owner, strconv.FormatUint(token, 10),
-		int64(ttl), ttl.Milliseconds()).Int64()
+	lease, fence := s.keys(name)
+	// The call's own id: a resend of this call by go-redis that finds the
+	// lease ended since is not answered ErrNotHeld if the call had renewed
+	// it (renew.lua's 2).
+	n, err := s.runAcked(ctx, lua.renew, []string{lease, fence}, owner, strconv.FormatUint(token, 10),
+		int64(ttl), ttl.Milliseconds(), randid.Hex(8)).Int64()
 	if err != nil {
 		return s.translate(ctx, "renew", err)
 	}
-	if n != 1 {
-		return leasehold.ErrNotHeld
+	switch n {
+	case 1:
+		return nil
+	case 2:
+		// Not ErrNotHeld, which says the call changed nothing: it did
+		// extend the lease. The caller's next renewal is told it is lost.
+		return fmt.Errorf("redis renew %q: a send of this call whose reply was lost renewed the lease, which has ended since (go-redis sent the call again after its connection broke)", name)
 	}
-	return nil
+	return leasehold.ErrNotHeld
 }
 
 // Release implements leasehold.Store. A release that frees the lease hands
