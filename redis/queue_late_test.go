@@ -312,46 +312,57 @@ func TestTryAcquireReplyLostRetaken(t *testing.T) {
 // another client, was answered ErrNotHeld: "nothing changed", for a call
 // that had extended the lease (the shape of CI run 101's R3 failure, on a
 // renewal). It now answers an error that is not ErrNotHeld; a new call is
-// still ErrNotHeld.
+// still ErrNotHeld. Also when the holder renewed the same grant again
+// before the resend came (the red team of 4903066: the second renewal's
+// id replaced the first's, 10 of 10).
 func TestRenewReplyLostEnded(t *testing.T) {
 	f := newQueueFixture(t)
 	s, px := lateWaiter(t, f, 0)
 	direct := f.open()
 	ctx := ctxT(t, 30*time.Second)
-	const name = "renew-reply-lost-ended"
-	a, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "a", TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	px.gateOnDrop.Store(true)
-	px.drop.Store(true)
-	done := make(chan error, 1)
-	go func() { done <- s.Renew(ctx, name, "a", a.Token, 200*time.Millisecond) }()
-	for deadline := time.Now().Add(20 * time.Second); !px.gated.Load(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the renewal's reply was not dropped")
+	for i, renewedAgain := range []bool{false, true} {
+		name := fmt.Sprintf("renew-reply-lost-ended-%d", i)
+		a, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "a", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	// The renewal ran (a minute's lease now lasts 200 ms): it ends, and b
-	// takes the lease.
-	var b leasehold.Record
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if b, err = direct.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "b", TTL: time.Minute}); err == nil {
-			break
+		px.gateOnDrop.Store(true)
+		px.drop.Store(true)
+		done := make(chan error, 1)
+		go func() { done <- s.Renew(ctx, name, "a", a.Token, 200*time.Millisecond) }()
+		for deadline := time.Now().Add(20 * time.Second); !px.gated.Load(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("case %d: the renewal's reply was not dropped", i)
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a's renewed 200 ms lease never ended: %v", err)
+		if renewedAgain {
+			// The holder's next renewal, by another connection, while
+			// the first one's resend is held back.
+			if err := direct.Renew(ctx, name, "a", a.Token, 200*time.Millisecond); err != nil {
+				t.Fatalf("case %d: the second renewal: %v", i, err)
+			}
 		}
-	}
-	px.gated.Store(false)
-	if err := <-done; err == nil || errors.Is(err, leasehold.ErrNotHeld) {
-		t.Errorf("a's renewal, run with its reply lost and resent after b took the lease: %v; want an error that is not ErrNotHeld", err)
-	}
-	if err := s.Renew(ctx, name, "a", a.Token, time.Minute); !errors.Is(err, leasehold.ErrNotHeld) {
-		t.Errorf("a new renewal by a while b holds the lease: %v; want ErrNotHeld", err)
-	}
-	if got, err := direct.Get(ctx, name); err != nil || got.Owner != "b" || got.Token != b.Token {
-		t.Errorf("after a's renewals: %+v, %v; want b's grant, token %d", got, err, b.Token)
+		// The renewal ran (a minute's lease now lasts 200 ms): it ends,
+		// and b takes the lease.
+		var b leasehold.Record
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if b, err = direct.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "b", TTL: time.Minute}); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("case %d: a's renewed 200 ms lease never ended: %v", i, err)
+			}
+		}
+		px.gated.Store(false)
+		if err := <-done; err == nil || errors.Is(err, leasehold.ErrNotHeld) {
+			t.Errorf("case %d: a's renewal, run with its reply lost and resent after b took the lease: %v; want an error that is not ErrNotHeld", i, err)
+		}
+		if err := s.Renew(ctx, name, "a", a.Token, time.Minute); !errors.Is(err, leasehold.ErrNotHeld) {
+			t.Errorf("case %d: a new renewal by a while b holds the lease: %v; want ErrNotHeld", i, err)
+		}
+		if got, err := direct.Get(ctx, name); err != nil || got.Owner != "b" || got.Token != b.Token {
+			t.Errorf("case %d: after a's renewals: %+v, %v; want b's grant, token %d", i, got, err, b.Token)
+		}
 	}
 }
 

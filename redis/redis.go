@@ -9,7 +9,9 @@
 //
 //	<prefix>{<tag>}     the lease hash (owner, token, req, data, ttl, acq); expires with the lease
 //	<prefix>{<tag>}:f   the fence hash (n = latest token, o = its owner, q = arrival counter,
-//	                    qd = q when the queue was last seen empty); never expires
+//	                    qd = q when the queue was last seen empty; c0..c9, w0..w9, r0..r9 =
+//	                    the ids of recent acquire, renew and release calls, by their token's
+//	                    last digit, which tell a resend of a call from a new one); never expires
 //	<prefix>{<tag>}:q   the FIFO queue of waiters (AcquireWait), with
 //	<prefix>{<tag>}:w   their liveness deadlines and requests (see queue.go)
 //	<prefix>{<tag>}:i   a Watch's interest marker (see watch.go)

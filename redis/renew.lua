@@ -8,7 +8,10 @@
 -- chosen by the token's last decimal digit (w0 .. w9), so that the same
 -- call sent again by go-redis (its connection broke before the reply)
 -- after the lease has ended is not answered "not held, nothing changed":
--- it did extend the lease, and others may have seen it held longer.
+-- it did extend the lease, and others may have seen it held longer. A
+-- field keeps the ids of the last four renewals of tokens with its digit
+-- (newest first, a space between), so that a later renewal of the same
+-- grant, run before the resend, does not hide it.
 local function renew(KEYS, ARGV)
   local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
   local cid = ARGV[5] or ''
@@ -17,12 +20,21 @@ local function renew(KEYS, ARGV)
     redis.call('HSET', KEYS[1], 'ttl', ARGV[3])
     redis.call('PEXPIRE', KEYS[1], ARGV[4])
     if cid ~= '' and KEYS[2] then
-      redis.call('HSET', KEYS[2], field, cid)
+      local ids = redis.call('HGET', KEYS[2], field)
+      if ids then
+        ids = string.sub(cid .. ' ' .. ids, 1, 4 * (#cid + 1) - 1)
+      else
+        ids = cid
+      end
+      redis.call('HSET', KEYS[2], field, ids)
     end
     return 1
   end
-  if cid ~= '' and KEYS[2] and redis.call('HGET', KEYS[2], field) == cid then
-    return 2
+  if cid ~= '' and KEYS[2] then
+    local ids = redis.call('HGET', KEYS[2], field)
+    if ids and string.find(' ' .. ids .. ' ', ' ' .. cid .. ' ', 1, true) then
+      return 2
+    end
   end
   return 0
 end
