@@ -248,14 +248,20 @@ func TestTryAcquireReplyLost(t *testing.T) {
 // with a HeldError naming the new holder: a definite refusal of a call
 // that had been granted the lease, which others may have seen held. CI run
 // 101's R3 on Redis (SIGKILLed every 2 s) was found illegal with such an
-// acquire. The resend now answers an error that is not a refusal; a new
-// call, with the same request id or another, is still refused.
+// acquire. With the lease free again instead, the resend was granted it a
+// second time, with a new token (the red team of 4903066, on the code
+// before: 20 of 20). The resend now answers an error that is neither a
+// refusal nor a grant; a new call, with the same request id or another, is
+// refused or granted as before.
 func TestTryAcquireReplyLostRetaken(t *testing.T) {
 	f := newQueueFixture(t)
 	s, px := lateWaiter(t, f, 0)
 	direct := f.open()
 	ctx := ctxT(t, 30*time.Second)
-	for i, rid := range []string{"ra", ""} {
+	for i, c := range []struct {
+		rid    string
+		retake bool // b takes the lease before the resend; else it is free
+	}{{"ra", true}, {"", true}, {"ra", false}, {"", false}} {
 		name := fmt.Sprintf("acquire-reply-lost-retaken-%d", i)
 		// An acquire before, so that the store has read what it checks
 		// first (the restart marker) and the drop hits the acquire's reply.
@@ -264,10 +270,14 @@ func TestTryAcquireReplyLostRetaken(t *testing.T) {
 		}
 		px.gateOnDrop.Store(true)
 		px.drop.Store(true)
-		done := make(chan error, 1)
+		type result struct {
+			rec leasehold.Record
+			err error
+		}
+		done := make(chan result, 1)
 		go func() {
-			_, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "a", RequestID: rid, TTL: 200 * time.Millisecond})
-			done <- err
+			rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "a", RequestID: c.rid, TTL: 200 * time.Millisecond})
+			done <- result{rec, err}
 		}()
 		// Granted (its reply dropped), and its resend held.
 		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
@@ -279,11 +289,18 @@ func TestTryAcquireReplyLostRetaken(t *testing.T) {
 				t.Fatalf("case %d: a's grant was not made with its reply dropped (gated %v, get %+v, %v)", i, px.gated.Load(), got, gerr)
 			}
 		}
-		// a's grant expires; b takes the lease.
+		// a's grant expires; b takes the lease, or no one does.
 		var b leasehold.Record
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			var err error
-			if b, err = direct.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "b", TTL: time.Minute}); err == nil {
+			if c.retake {
+				b, err = direct.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "b", TTL: time.Minute})
+			} else if _, err = direct.Get(ctx, name); errors.Is(err, leasehold.ErrNotFound) {
+				err = nil
+			} else if err == nil {
+				err = errors.New("still held")
+			}
+			if err == nil {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -291,17 +308,24 @@ func TestTryAcquireReplyLostRetaken(t *testing.T) {
 			}
 		}
 		px.gated.Store(false)
-		err := <-done
+		r := <-done
 		var held *leasehold.HeldError
-		if err == nil || errors.As(err, &held) {
-			t.Errorf("case %d: a's acquire, granted with its reply lost, and resent after b took the lease: %v; want an error that is not a refusal", i, err)
+		if r.err == nil || errors.As(r.err, &held) {
+			t.Errorf("case %d (taken again: %v): a's acquire, granted with its reply lost, and resent after the grant ended: %+v, %v; want an error that is neither a grant nor a refusal", i, c.retake, r.rec, r.err)
 		}
-		// A new call is refused, naming b: with the same request id
-		// (a caller's retry) and with another.
-		for _, again := range []string{rid, "rb"} {
-			_, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "a", RequestID: again, TTL: time.Minute})
-			if !errors.As(err, &held) || held.Owner != "b" || held.Token != b.Token {
+		// A new call, with the same request id (a caller's retry) or
+		// another, is refused naming b, or granted.
+		for _, again := range []string{c.rid, "rb"} {
+			rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "a", RequestID: again, TTL: time.Minute})
+			switch {
+			case c.retake && (!errors.As(err, &held) || held.Owner != "b" || held.Token != b.Token):
 				t.Errorf("case %d: a new acquire by a (request id %q) while b holds the lease: %v; want held by b, token %d", i, again, err, b.Token)
+			case !c.retake && err != nil && again == c.rid:
+				t.Errorf("case %d: a new acquire by a (request id %q) of the free lease: %v; want a grant", i, again, err)
+			case !c.retake && again == c.rid:
+				if err := direct.Release(ctx, name, "a", rec.Token); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 	}
