@@ -479,3 +479,55 @@ func TestQueueCheckFolded(t *testing.T) {
 		}
 	}
 }
+
+// TestRenewFenceCompact: the call ids a name's fence keeps for resends
+// (c0..c9, w0..w9, r0..r9) leave it in Redis's compact hash encoding
+// under the default hash-max-listpack-value (64 bytes). A renewal field
+// keeps four ids; with 16 hex digits each it was 67 bytes, and a grant
+// renewed twice or more turned the fence into a hash table: about 3,100
+// bytes a name instead of about 850 (the red team's re-check of 18dcbff).
+func TestRenewFenceCompact(t *testing.T) {
+	u, rdb := privateRedis(t)
+	ctx := ctxT(t, time.Minute)
+	prefix := uniquePrefix(t)
+	s := open(t, u, redis.WithKeyPrefix(prefix), redis.WithHoldback(0))
+	defer s.Close()
+	cfg, err := rdb.ConfigGet(ctx, "hash-max-listpack-value").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := strconv.Atoi(cfg["hash-max-listpack-value"]); v != 64 {
+		t.Fatalf("hash-max-listpack-value = %q, want Redis's default 64", cfg["hash-max-listpack-value"])
+	}
+	const name = "compact"
+	for range 12 {
+		rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "a", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 6 {
+			if err := s.Renew(ctx, name, "a", rec.Token, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Release(ctx, name, "a", rec.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fence := prefix + "{" + name + "}:f"
+	enc, err := rdb.ObjectEncoding(ctx, fence).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, _ := rdb.MemoryUsage(ctx, fence).Result()
+	fields, _ := rdb.HGetAll(ctx, fence).Result()
+	t.Logf("fence after 12 grants, each renewed 6 times: %s, %d bytes, %d fields", enc, mem, len(fields))
+	if enc != "listpack" {
+		t.Errorf("the fence's encoding is %q (%d bytes), want listpack", enc, mem)
+	}
+	for f, v := range fields {
+		if len(v) > 64 {
+			t.Errorf("fence field %s is %d bytes: %q", f, len(v), v)
+		}
+	}
+}
