@@ -276,7 +276,8 @@ func TestTryAcquireReplyLostRetaken(t *testing.T) {
 		}
 		done := make(chan result, 1)
 		go func() {
-			rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "a", RequestID: c.rid, TTL: 200 * time.Millisecond})
+			// 2 s: time to see the grant before it ends, on a loaded machine.
+			rec, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "a", RequestID: c.rid, TTL: 2 * time.Second})
 			done <- result{rec, err}
 		}()
 		// Granted (its reply dropped), and its resend held.
@@ -304,7 +305,7 @@ func TestTryAcquireReplyLostRetaken(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("case %d: a's 200 ms grant never expired: %v", i, err)
+				t.Fatalf("case %d: a's 2 s grant never expired: %v", i, err)
 			}
 		}
 		px.gated.Store(false)
@@ -353,7 +354,9 @@ func TestRenewReplyLostEnded(t *testing.T) {
 		px.gateOnDrop.Store(true)
 		px.drop.Store(true)
 		done := make(chan error, 1)
-		go func() { done <- s.Renew(ctx, name, "a", a.Token, 200*time.Millisecond) }()
+		// 2 s: time for the second renewal before it ends, on a loaded
+		// machine.
+		go func() { done <- s.Renew(ctx, name, "a", a.Token, 2*time.Second) }()
 		for deadline := time.Now().Add(20 * time.Second); !px.gated.Load(); time.Sleep(5 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("case %d: the renewal's reply was not dropped", i)
@@ -366,15 +369,15 @@ func TestRenewReplyLostEnded(t *testing.T) {
 				t.Fatalf("case %d: the second renewal: %v", i, err)
 			}
 		}
-		// The renewal ran (a minute's lease now lasts 200 ms): it ends,
-		// and b takes the lease.
+		// The renewal ran (a minute's lease now lasts 2 s, or 200 ms from
+		// the second renewal): it ends, and b takes the lease.
 		var b leasehold.Record
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			if b, err = direct.TryAcquire(ctx, leasehold.AcquireRequest{Name: name, Owner: "b", TTL: time.Minute}); err == nil {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("case %d: a's renewed 200 ms lease never ended: %v", i, err)
+				t.Fatalf("case %d: a's renewed lease never ended: %v", i, err)
 			}
 		}
 		px.gated.Store(false)
