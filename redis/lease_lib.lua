@@ -49,6 +49,20 @@ end
 
 local function fmt(x) return string.format('%.0f', x) end
 
+-- CID_FIELDS are the fence's fields of grants' call ids (grant).
+local CID_FIELDS = {'c0', 'c1', 'c2', 'c3', 'c4', 'c5', 'c6', 'c7', 'c8', 'c9'}
+
+-- holds_cid reports whether one of vals[from], vals[from + 1], ... (the
+-- fence's c0 .. c9 as HMGET read them) is the call id cid.
+local function holds_cid(vals, from, cid)
+  for i = from, #vals do
+    if vals[i] == cid then
+      return true
+    end
+  end
+  return false
+end
+
 -- read_fence reads the fence before a grant of a free lease: the latest
 -- token (n), the queue's arrival counter (q, '0' if none) and whether the
 -- queue is known to be empty without looking at it (quiet). It is when qd,
@@ -58,21 +72,15 @@ local function fmt(x) return string.format('%.0f', x) end
 -- acquire call's id (cid), the same read also tells whether that call was
 -- granted the lease before (granted; see granted_before).
 local function read_fence(cid)
-  local fields = {'n', 'q', 'qd'}
-  if cid and cid ~= '' then
-    for i = 0, 9 do
-      fields[#fields + 1] = 'c' .. i
-    end
+  local f
+  local with_cid = cid and cid ~= ''
+  if with_cid then
+    f = redis.call('HMGET', K_FENCE, 'n', 'q', 'qd', unpack(CID_FIELDS))
+  else
+    f = redis.call('HMGET', K_FENCE, 'n', 'q', 'qd')
   end
-  local f = redis.call('HMGET', K_FENCE, unpack(fields))
   local q = f[2] or '0'
-  local granted = false
-  for i = 4, #f do
-    if f[i] == cid then
-      granted = true
-    end
-  end
-  return {n = f[1], q = q, quiet = f[3] == q, granted = granted}
+  return {n = f[1], q = q, quiet = f[3] == q, granted = with_cid and holds_cid(f, 4, cid)}
 end
 
 -- grant makes a new grant of the free lease: the next token is above the
@@ -112,16 +120,7 @@ end
 -- grant's token with the same last digit replaces it (ten grants at
 -- least, a token floor's jump aside).
 local function granted_before(cid)
-  if cid == '' then
-    return false
-  end
-  local c = redis.call('HMGET', K_FENCE, 'c0', 'c1', 'c2', 'c3', 'c4', 'c5', 'c6', 'c7', 'c8', 'c9')
-  for i = 1, 10 do
-    if c[i] == cid then
-      return true
-    end
-  end
-  return false
+  return cid ~= '' and holds_cid(redis.call('HMGET', K_FENCE, unpack(CID_FIELDS)), 1, cid)
 end
 
 -- drop removes a waiter's entry.

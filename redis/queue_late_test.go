@@ -167,6 +167,14 @@ func newLateProxy(t *testing.T, target string, delay time.Duration) *lateProxy {
 	return p
 }
 
+// holdNextResend drops the next reply (the command ran) and then holds
+// every request, go-redis's resend of that command first, until gated is
+// cleared.
+func (p *lateProxy) holdNextResend() {
+	p.gateOnDrop.Store(true)
+	p.drop.Store(true)
+}
+
 // TestAcquireWaitLateRepliesFirstWait: as above, but the store's first
 // wait comes while the replies are late, so its subscription starts then.
 // Starting it (a connection of its own, whose handshake's reply is late)
@@ -268,8 +276,7 @@ func TestTryAcquireReplyLostRetaken(t *testing.T) {
 		if _, err := s.TryAcquire(ctx, leasehold.AcquireRequest{Name: name + "-before", Owner: "a", TTL: time.Minute}); err != nil {
 			t.Fatalf("case %d: acquire before: %v", i, err)
 		}
-		px.gateOnDrop.Store(true)
-		px.drop.Store(true)
+		px.holdNextResend()
 		type result struct {
 			rec leasehold.Record
 			err error
@@ -351,8 +358,7 @@ func TestRenewReplyLostEnded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		px.gateOnDrop.Store(true)
-		px.drop.Store(true)
+		px.holdNextResend()
 		done := make(chan error, 1)
 		// 2 s: time for the second renewal before it ends, on a loaded
 		// machine.
@@ -412,8 +418,7 @@ func TestReleaseReplyLostRetaken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px.gateOnDrop.Store(true)
-	px.drop.Store(true)
+	px.holdNextResend()
 	done := make(chan error, 1)
 	go func() { done <- s.Release(ctx, name, "a", a.Token) }()
 	// The release ran (its reply dropped) and its resend is held.
