@@ -105,6 +105,8 @@ type Store struct {
 	// spareHook, if set (tests), makes the refresh of a spare taken for a
 	// grant (refresh) in its place.
 	spareHook func(ctx context.Context, refresh func(context.Context) error) error
+	// ttlHook, if set (tests), is told each TimeToLive answer judge gets.
+	ttlHook func(*clientv3.LeaseTimeToLiveResponse)
 
 	mu     sync.Mutex
 	closed bool

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -21,14 +22,40 @@ import (
 // second left; while it says 0 (under a second left, or expired and not
 // yet deleted) the store asks again every pollInterval, until the holder
 // renews (at least a second left again) or the lease is gone.
+//
+// An answer can also come from a member that is no longer the leader:
+// etcd forwards a follower's TimeToLive to the member the follower takes
+// for leader, and a leader that has just stepped down (a member cut off by
+// a partition came back with a higher term, and this follower has not
+// heard of it yet) keeps every lease "forever" until a new leader takes
+// office, and answers so: a TTL of 9223372036 s. That says nothing of when
+// the lease ends (R7 found "held" answered that way for a lease whose TTL
+// had run out), so the store asks again, as for 0, until the new leader
+// answers.
 const (
 	pollInterval = 25 * time.Millisecond
 	// pollLimit bounds that wait. An etcd lease has at most a second left
 	// when the wait starts and is deleted at most about 0.5 s after it
-	// expires, so this is reached only if etcd stalls; the lease is then
-	// reported held with a remaining time of 0.
+	// expires, and a cluster elects a new leader within a few election
+	// timeouts, so this is reached only if etcd stalls; the call then
+	// fails (errNoLeaseAnswer).
 	pollLimit = 5 * time.Second
+	// maxPromoteExtension: a new leader gives every lease its TTL plus an
+	// election timeout (at most 50 s, etcd's bound on
+	// --election-timeout). A remaining time longer than the lease's TTL by
+	// more than that comes from a member that is not the leader.
+	maxPromoteExtension = 50
 )
+
+// errNoLeaseAnswer: etcd gave no answer that tells whether a lease is
+// alive for pollLimit.
+var errNoLeaseAnswer = errors.New("no member said for " + pollLimit.String() + " whether the holder's lease is alive (a leader that cannot revoke, or no leader)")
+
+// fromLeader reports whether a TimeToLive answer came from the leader's
+// lessor (see above).
+func fromLeader(resp *clientv3.LeaseTimeToLiveResponse) bool {
+	return resp.TTL <= resp.GrantedTTL+maxPromoteExtension
+}
 
 // judge tells how long the etcd lease id has left. When the store knows
 // that the lease lives more than another second (aliveUntil: it made or
@@ -36,7 +63,9 @@ const (
 // etcd, with the time it knows of, at most ttl (the record's TTL).
 // Otherwise it asks etcd: it returns alive with an estimate of the
 // remaining time (the whole seconds etcd reports plus half a second, at
-// most the lease's granted TTL), or !alive when the lease is gone.
+// most the lease's granted TTL), or !alive when the lease is gone, or an
+// error when no answer from the leader's lessor says either within
+// pollLimit.
 func (s *Store) judge(ctx context.Context, id clientv3.LeaseID, ttl time.Duration) (remaining time.Duration, alive bool, err error) {
 	if until, ok := s.spares.aliveUntil(id); ok {
 		if rem := time.Until(until); rem > time.Second+pollInterval {
@@ -50,14 +79,17 @@ func (s *Store) judge(ctx context.Context, id clientv3.LeaseID, ttl time.Duratio
 		if err != nil {
 			return 0, false, s.fail(ctx, "lease time to live", err)
 		}
+		if s.ttlHook != nil {
+			s.ttlHook(resp)
+		}
 		switch {
-		case resp.TTL >= 1:
-			s.spares.saw(id, sent.Add(time.Duration(resp.TTL)*time.Second*99/100))
-			return min(time.Duration(resp.TTL)*time.Second+time.Second/2, time.Duration(resp.GrantedTTL)*time.Second), true, nil
 		case resp.TTL < 0:
 			return 0, false, nil
+		case resp.TTL >= 1 && fromLeader(resp):
+			s.spares.saw(id, sent.Add(time.Duration(resp.TTL)*time.Second*99/100))
+			return min(time.Duration(resp.TTL)*time.Second+time.Second/2, time.Duration(resp.GrantedTTL)*time.Second), true, nil
 		case time.Since(start) > pollLimit:
-			return 0, true, nil
+			return 0, false, s.fail(ctx, "lease time to live", errNoLeaseAnswer)
 		}
 		if err := backoff.Sleep(ctx, pollInterval); err != nil {
 			return 0, false, err

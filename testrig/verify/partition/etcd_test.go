@@ -20,11 +20,24 @@ type termWatch struct {
 	done    chan struct{}
 }
 
+// termLag is how much earlier than the last poll that saw the old term a
+// change is taken to have begun: a new leader renews the leases when it
+// takes office, and the members report its term only once they have
+// applied its first entry, a round trip later (more on a loaded machine).
+const termLag = 500 * time.Millisecond
+
+// watchTerms polls m's term until Stop. A change is placed between the
+// start of the last poll that a majority of the members answered with the
+// old term (less termLag) and the end of the poll that saw the new one: a
+// poll that fewer answered says nothing of the term (the leader is among
+// any majority's voters), so the interval starts before it.
 func watchTerms(m *partition.Members) *termWatch {
 	w := &termWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	majority := len(m.Addrs)/2 + 1
 	go func() {
 		defer close(w.done)
-		term, last := m.Term(), verify.Mono()
+		last := verify.Mono()
+		term, _ := m.Term()
 		for {
 			select {
 			case <-w.stop:
@@ -32,16 +45,17 @@ func watchTerms(m *partition.Members) *termWatch {
 			case <-time.After(300 * time.Millisecond):
 			}
 			asked := verify.Mono()
-			if cur := m.Term(); cur > term {
-				// The new leader took office after the last poll that
-				// saw the old term began, and before this one ended.
+			cur, answered := m.Term()
+			switch {
+			case cur > term:
 				now := verify.Mono()
 				w.mu.Lock()
-				w.changes = append(w.changes, crash.Restart{Killed: last, Up: now})
+				w.changes = append(w.changes, crash.Restart{Killed: last - int64(termLag), Up: now})
 				w.mu.Unlock()
-				term = cur
+				term, last = cur, asked
+			case answered >= majority:
+				last = asked
 			}
-			last = asked
 		}
 	}()
 	return w

@@ -126,11 +126,14 @@ func (c *Members) Leader() (int, error) {
 }
 
 // Term returns the highest raft term that a member that answers reports,
-// or 0 if none answers.
-func (c *Members) Term() uint64 {
-	var term uint64
+// or 0 if none answers, and how many answered. (etcd 3.4's status reports
+// the term of a leader once the member has applied that leader's first
+// entry: a member cut off from the others, campaigning in ever higher
+// terms, keeps reporting the term it last applied.)
+func (c *Members) Term() (term uint64, answered int) {
 	for _, st := range c.statuses() {
 		term = max(term, st.Term)
+		answered++
 	}
-	return term
+	return term, answered
 }

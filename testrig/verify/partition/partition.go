@@ -325,7 +325,15 @@ func ListenIn(ns, addr string) (net.Listener, error) {
 // Forward accepts connections on ln and copies each to and from a new
 // connection to target (dialled from the test process's own namespace),
 // until ln is closed.
-func Forward(ln net.Listener, target string) {
+func Forward(ln net.Listener, target string) { ForwardVia(ln, target, nil) }
+
+// ForwardVia is Forward with the connections to target made by dial (nil:
+// from the test process's own namespace; DialIn(ns): from inside ns).
+func ForwardVia(ln net.Listener, target string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) {
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -333,7 +341,7 @@ func Forward(ln net.Listener, target string) {
 		}
 		go func() {
 			defer c.Close()
-			u, err := net.Dial("tcp", target)
+			u, err := dial(context.Background(), "tcp", target)
 			if err != nil {
 				return
 			}
