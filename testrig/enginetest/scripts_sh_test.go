@@ -1070,3 +1070,33 @@ exec ` + realPath(t, "go") + ` "$@"`})
 		t.Run(fmt.Sprintf("%s %d", unix.SignalName(sig), i), func(t *testing.T) { run(t, sig, false) })
 	}
 }
+
+// TestRaceOrderNamesPackages: every line of scripts/lib/race-order.txt
+// (the order in which the race stage starts its packages) names a
+// directory of the module with Go files, once; a package renamed or
+// removed would otherwise silently lose its place.
+func TestRaceOrderNamesPackages(t *testing.T) {
+	b, err := os.ReadFile(repoScript(t, filepath.Join("lib", "race-order.txt")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for i, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		dir := f[0]
+		if seen[dir] {
+			t.Errorf("race-order.txt line %d: %s named twice", i+1, dir)
+		}
+		seen[dir] = true
+		goFiles, _ := filepath.Glob(filepath.Join("..", "..", filepath.FromSlash(dir), "*.go"))
+		if len(goFiles) == 0 {
+			t.Errorf("race-order.txt line %d: %s is not a package of the module", i+1, dir)
+		}
+	}
+	if len(seen) < 5 {
+		t.Errorf("race-order.txt names %d packages", len(seen))
+	}
+}
