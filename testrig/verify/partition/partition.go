@@ -423,6 +423,29 @@ func StartEtcd(t testing.TB, n *Net, bin, from string) *Cluster {
 	}
 }
 
+// RaftEvents returns the last lines (at most n per member) of each
+// member's log that tell of raft terms and leaders (became follower,
+// candidate or leader; elected or lost a leader), for a failure's report.
+// etcd stamps them with the wall clock.
+func (c *Cluster) RaftEvents(n int) string {
+	var b strings.Builder
+	for _, m := range c.Net.Members {
+		logs, err := os.ReadFile(filepath.Join(c.dir, m.Name+".log"))
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", m.Name, err)
+			continue
+		}
+		var keep []string
+		for _, line := range strings.Split(string(logs), "\n") {
+			if strings.Contains(line, "became ") || strings.Contains(line, "elected leader") || strings.Contains(line, "lost leader") {
+				keep = append(keep, line)
+			}
+		}
+		fmt.Fprintf(&b, "%s (%d such lines, the last %d):\n%s\n", m.Name, len(keep), min(n, len(keep)), strings.Join(keep[max(0, len(keep)-n):], "\n"))
+	}
+	return b.String()
+}
+
 func tail(s string, lines int) string {
 	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(l[max(0, len(l)-lines):], "\n")

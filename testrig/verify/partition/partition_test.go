@@ -292,6 +292,7 @@ func TestR7(t *testing.T) {
 
 	if !res.Passed() || res.Checker() != "ok" || or.Violations() > 0 || mr.Succeeded > 0 {
 		verify.Dump(t, "r7", g.History())
+		t.Logf("the members' raft events (etcd's wall clock; now is %s, mono %.3f s):\n%s", time.Now().Format("15:04:05.000000"), float64(verify.Mono())/1e9, cl.RaftEvents(40))
 		t.Fatalf("R7: %s\noracle: %d lost updates, %d stale accepted, %d after deadline, %d counter mismatches; first: %s\nminority side: %d operations succeeded (%d grants); first: %s\nworker logs:\n%s",
 			res, or.LostUpdates, or.StaleAccepted, or.AfterDeadline, or.CounterMismatch, or.First, mr.Succeeded, mr.Grants, mr.First, verify.Clip(g.Logs(), 60))
 	}
