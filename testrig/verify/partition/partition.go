@@ -437,13 +437,22 @@ func (c *Cluster) RaftEvents(n int) string {
 		}
 		var keep []string
 		for _, line := range strings.Split(string(logs), "\n") {
-			if strings.Contains(line, "became ") || strings.Contains(line, "elected leader") || strings.Contains(line, "lost leader") {
+			if raftEvent(line) {
 				keep = append(keep, line)
 			}
 		}
 		fmt.Fprintf(&b, "%s (%d such lines, the last %d):\n%s\n", m.Name, len(keep), min(n, len(keep)), strings.Join(keep[max(0, len(keep)-n):], "\n"))
 	}
 	return b.String()
+}
+
+func raftEvent(line string) bool {
+	for _, e := range []string{" became follower", " became candidate", " became pre-candidate", " became leader", " elected leader", " lost leader"} {
+		if strings.Contains(line, e) {
+			return true
+		}
+	}
+	return false
 }
 
 func tail(s string, lines int) string {
