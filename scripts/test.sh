@@ -51,6 +51,8 @@ elif [ $# -gt 0 ]; then
 fi
 # shellcheck source=lib/proc.sh
 . "$(dirname "$0")/lib/proc.sh"
+# shellcheck source=lib/order.sh
+. "$(dirname "$0")/lib/order.sh"
 abs_tmpdir # before the cd: a relative TMPDIR is the caller's
 cd "$(dirname "$0")/.."
 
@@ -305,15 +307,13 @@ race() {
 	local pkgs all mod
 	all=$(go list ./... | grep -v '/testrig/verify') || return 1
 	mod=$(go list -m) || return 1
-	# The longest packages first (scripts/lib/race-order.txt), then the
-	# others as go lists them: go test starts the runs in the order given.
-	pkgs=$(awk -v mod="$mod" '
-		NR == FNR { if ($0 !~ /^#/ && NF) order[++n] = mod "/" $1; next }
-		{ have[$0] = 1; list[++m] = $0 }
-		END {
-			for (i = 1; i <= n; i++) if (order[i] in have) { print order[i]; done[order[i]] = 1 }
-			for (i = 1; i <= m; i++) if (!(list[i] in done)) print list[i]
-		}' scripts/lib/race-order.txt - <<<"$all") || return 1
+	# The longest packages first, then the others as go lists them: go
+	# test starts the runs in the order given (lib/order.sh).
+	pkgs=$(order_packages scripts/lib/race-order.txt "$mod" <<<"$all") || return 1
+	if [ "$(grep -c . <<<"$pkgs")" != "$(grep -c . <<<"$all")" ]; then
+		echo "test.sh: race: the ordered list has $(grep -c . <<<"$pkgs") packages, go list $(grep -c . <<<"$all")" >&2
+		return 1
+	fi
 	# The slowest package takes about 4.5 minutes on a quiet 2-core
 	# machine: 20 minutes leave room for a loaded one and bound what a
 	# hung test costs (its binary then prints every goroutine, and the

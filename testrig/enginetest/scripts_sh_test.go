@@ -1082,11 +1082,11 @@ func TestRaceOrderNamesPackages(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for i, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
+		f := strings.Fields(line) // a CRLF's CR is white space here
 		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
 			continue
 		}
-		dir := f[0]
+		dir := strings.TrimSuffix(strings.TrimPrefix(f[0], "./"), "/") // as lib/order.sh reads it
 		if seen[dir] {
 			t.Errorf("race-order.txt line %d: %s named twice", i+1, dir)
 		}
@@ -1098,5 +1098,56 @@ func TestRaceOrderNamesPackages(t *testing.T) {
 	}
 	if len(seen) < 5 {
 		t.Errorf("race-order.txt names %d packages", len(seen))
+	}
+}
+
+// TestOrderPackages: lib/order.sh's order_packages, which orders the race
+// stage's packages, on lists of every shape (the red team of 6a86695 found
+// an empty list made the stage test the module's root package alone, and
+// CRLF, "./etcd" and "etcd/" lines ignored in silence). Every package
+// read comes out once, whatever the list holds.
+func TestOrderPackages(t *testing.T) {
+	lib := repoScript(t, filepath.Join("lib", "order.sh"))
+	in := "m\nm/a\nm/b\nm/c\n"
+	for _, c := range []struct {
+		name, list string // list "-": no file
+		want       string
+		warn       string // in stderr
+		code       int
+	}{
+		{"empty", "", "m m/a m/b m/c", "", 0},
+		{"order", "c 300\nb 20\n", "m/c m/b m m/a", "", 0},
+		{"crlf and slashes", "c\r\n./b/\r\n", "m/c m/b m m/a", "", 0},
+		{"twice", "c\nc 12\n", "m/c m m/a m/b", "", 0},
+		{"not a package", "zz\nc\n", "m/c m m/a m/b", "names m/zz, not a package here", 0},
+		{"root", ".\nb\n", "m m/b m/a m/c", "", 0},
+		{"comments and blanks", "# x\n\n   \n\tc\t5 # slow\n", "m/c m m/a m/b", "", 0},
+		{"missing", "-", "", "cannot read", 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			list := filepath.Join(t.TempDir(), "order.txt")
+			if c.list != "-" {
+				if err := os.WriteFile(list, []byte(c.list), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cmd := exec.Command("bash", "-c", `. "$1" && order_packages "$2" m`, "_", lib, list)
+			cmd.Stdin = strings.NewReader(in)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(strings.Fields(string(out)), " "); got != c.want || code != c.code {
+				t.Errorf("got %q, exit %d; want %q, exit %d (stderr: %s)", got, code, c.want, c.code, stderr.String())
+			}
+			if c.warn != "" && !strings.Contains(stderr.String(), c.warn) || c.warn == "" && stderr.Len() > 0 {
+				t.Errorf("stderr %q; want it to say %q", stderr.String(), c.warn)
+			}
+		})
 	}
 }

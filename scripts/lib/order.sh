@@ -1,0 +1,32 @@
+# The race stage's package order (sourced by test.sh, not run).
+
+# order_packages LIST MODULE: reads import paths, one a line, on stdin and
+# prints them again, those that LIST names first, in its order, then the
+# others in the order read. LIST has one package directory a line,
+# relative to the module's root (cmd/leasehold; "./" before and "/" after
+# are dropped; "." is the root), then anything (a time, say), and
+# "#" comments; CRLF line ends are taken as LF. A line naming no package
+# read is reported on stderr and ignored, a package named twice is
+# printed once; a LIST that cannot be read fails (status 2), printing
+# nothing.
+order_packages() {
+	awk -v list="$1" -v mod="$2" '
+		BEGIN {
+			while ((r = (getline line < list)) > 0) {
+				sub(/\r$/, "", line)
+				if (split(line, f) == 0 || f[1] ~ /^#/) continue
+				p = f[1]; sub(/^\.\//, "", p); sub(/\/$/, "", p)
+				order[++n] = (p == "." || p == "") ? mod : mod "/" p
+			}
+			if (r < 0) { print "race order: cannot read " list > "/dev/stderr"; bad = 1; exit 2 }
+		}
+		{ have[$0] = 1; pkg[++m] = $0 }
+		END {
+			if (bad) exit 2
+			for (i = 1; i <= n; i++) {
+				if (!(order[i] in have)) print "race order: " list " names " order[i] ", not a package here; ignored" > "/dev/stderr"
+				else if (!(order[i] in done)) { print order[i]; done[order[i]] = 1 }
+			}
+			for (i = 1; i <= m; i++) if (!(pkg[i] in done)) { print pkg[i]; done[pkg[i]] = 1 }
+		}'
+}
