@@ -2,7 +2,7 @@ package etcd
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -47,9 +47,19 @@ const (
 	maxPromoteExtension = 50
 )
 
-// errNoLeaseAnswer: etcd gave no answer that tells whether a lease is
-// alive for pollLimit.
-var errNoLeaseAnswer = errors.New("no member said for " + pollLimit.String() + " whether the holder's lease is alive (a leader that cannot revoke, or no leader)")
+// attemptTimeout bounds one TimeToLive request: a follower that takes a
+// cut-off member for leader forwards the request there and waits for up
+// to etcd's request timeout (7 s), while the same follower answers a new
+// request from the new leader at once (the red team of 6a86695: calls
+// stuck 6-8 s behind one request while the member answered others).
+const attemptTimeout = time.Second
+
+// errNoLeaseAnswer: for pollLimit, no TimeToLive answer told whether a
+// lease is alive; it says what came instead.
+func errNoLeaseAnswer(timedOut, notLeader, underSecond int) error {
+	return fmt.Errorf("for %s no answer told whether the holder's etcd lease is alive: %d requests got no answer within %s, %d answers came from a member that is not the leader, %d said it had under a second left but etcd had not revoked it",
+		pollLimit, timedOut, attemptTimeout, notLeader, underSecond)
+}
 
 // fromLeader reports whether a TimeToLive answer came from the leader's
 // lessor (see above).
@@ -73,23 +83,35 @@ func (s *Store) judge(ctx context.Context, id clientv3.LeaseID, ttl time.Duratio
 		}
 	}
 	start := time.Now()
+	var timedOut, notLeader, underSecond int
 	for {
 		sent := time.Now()
-		resp, err := s.cli.TimeToLive(ctx, id)
-		if err != nil {
-			return 0, false, s.fail(ctx, "lease time to live", err)
-		}
-		if s.ttlHook != nil {
-			s.ttlHook(resp)
-		}
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		resp, err := s.cli.TimeToLive(actx, id)
+		cancel()
 		switch {
-		case resp.TTL < 0:
-			return 0, false, nil
-		case resp.TTL >= 1 && fromLeader(resp):
-			s.spares.saw(id, sent.Add(time.Duration(resp.TTL)*time.Second*99/100))
-			return min(time.Duration(resp.TTL)*time.Second+time.Second/2, time.Duration(resp.GrantedTTL)*time.Second), true, nil
-		case time.Since(start) > pollLimit:
-			return 0, false, s.fail(ctx, "lease time to live", errNoLeaseAnswer)
+		case err != nil && ctx.Err() == nil && time.Since(sent) >= attemptTimeout:
+			timedOut++ // ask again (below)
+		case err != nil:
+			return 0, false, s.fail(ctx, "lease time to live", err)
+		default:
+			if s.ttlHook != nil {
+				s.ttlHook(resp)
+			}
+			switch {
+			case resp.TTL < 0:
+				return 0, false, nil
+			case !fromLeader(resp):
+				notLeader++
+			case resp.TTL >= 1:
+				s.spares.saw(id, sent.Add(time.Duration(resp.TTL)*time.Second*99/100))
+				return min(time.Duration(resp.TTL)*time.Second+time.Second/2, time.Duration(resp.GrantedTTL)*time.Second), true, nil
+			default:
+				underSecond++
+			}
+		}
+		if time.Since(start) > pollLimit {
+			return 0, false, s.fail(ctx, "lease time to live", errNoLeaseAnswer(timedOut, notLeader, underSecond))
 		}
 		if err := backoff.Sleep(ctx, pollInterval); err != nil {
 			return 0, false, err
@@ -160,7 +182,8 @@ const listParallel = 16
 
 // List implements leasehold.Store: one range read over the lease keys
 // under the prefix (sorted by name, as etcd sorts keys), then one
-// TimeToLive per lease found, at most listParallel at a time.
+// TimeToLive per lease found, at most listParallel at a time; each
+// record's Remaining is counted down to the return.
 func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, error) {
 	if err := storekit.ValidatePrefix(prefix); err != nil {
 		return nil, err
@@ -183,6 +206,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, er
 	recs := make([]leasehold.Record, len(grants))
 	live := make([]bool, len(grants))
 	errs := make([]error, len(grants))
+	judged := make([]time.Time, len(grants))
 	sem := make(chan struct{}, listParallel)
 	var wg sync.WaitGroup
 	base := len(s.leaseKey(""))
@@ -193,6 +217,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, er
 			defer wg.Done()
 			defer func() { <-sem }()
 			recs[i], live[i], errs[i] = s.resolve(ctx, string(g.kv.Key[base:]), g)
+			judged[i] = time.Now()
 		}()
 	}
 	wg.Wait()
@@ -202,6 +227,11 @@ func (s *Store) List(ctx context.Context, prefix string) ([]leasehold.Record, er
 			return nil, errs[i]
 		}
 		if live[i] {
+			// Remaining as of the return, not of the lease's own answer:
+			// another name's answer may have taken seconds (the red team
+			// of 6a86695: a List of 6.8 s reported 1.5 s left of a lease
+			// judged at its start).
+			recs[i].Remaining = max(0, recs[i].Remaining-time.Since(judged[i]))
 			out = append(out, recs[i])
 		}
 	}

@@ -484,6 +484,17 @@ func (c *Cluster) kill(i int) {
 	}
 }
 
+// Signal sends sig to member i's process group (SIGSTOP, SIGCONT), if it
+// is running.
+func (c *Cluster) Signal(i int, sig syscall.Signal) error {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if cmd := c.procs[i]; cmd != nil {
+		return syscall.Kill(-cmd.Process.Pid, sig)
+	}
+	return fmt.Errorf("etcd %s is not running", c.Net.Members[i].Name)
+}
+
 // Restart starts member i again, on its data directory (etcd then ignores
 // the --initial-cluster flags), if it is not running; its log goes on in
 // the same file. It does not wait for the member to rejoin.
