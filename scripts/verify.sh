@@ -16,6 +16,8 @@
 set -euo pipefail
 # shellcheck source=lib/proc.sh
 . "$(dirname "$0")/lib/proc.sh"
+# shellcheck source=lib/order.sh
+. "$(dirname "$0")/lib/order.sh"
 abs_tmpdir # before the cd: a relative TMPDIR is the caller's
 cd "$(dirname "$0")/.."
 
@@ -36,8 +38,18 @@ long) export LEASEHOLD_LONG=1; timeout=8h fuzztime=2m ;;
 	exit 64
 	;;
 esac
-pkgs=("$@")
-[ ${#pkgs[@]} -eq 0 ] && pkgs=(./testrig/verify/...)
+pkgs=("$@") mod=
+if [ ${#pkgs[@]} -eq 0 ]; then
+	# Every suite, the longest first (lib/verify-order.txt): two run at a
+	# time, and go test starts them in the order given.
+	if ! all=$(go list ./testrig/verify/...) || ! mod=$(go list -m) ||
+		! ordered=$(order_packages scripts/lib/verify-order.txt "$mod" <<<"$all") ||
+		[ "$(grep -c . <<<"$ordered")" != "$(grep -c . <<<"$all")" ]; then
+		echo "verify.sh: cannot list the fault suites in order (go list ./testrig/verify/..., scripts/lib/verify-order.txt)" >&2
+		exit 1
+	fi
+	mapfile -t pkgs <<<"$ordered"
+fi
 
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 own_engines= own_tmp= own_mark= outer_marks=${LEASEHOLD_PROC_MARKS-}
@@ -99,7 +111,7 @@ export LEASEHOLD_VERIFY_REPORT=$report
 
 status=0
 started=$(date +%s)
-echo "== fault suites, $tier tier: go test ${pkgs[*]}"
+echo "== fault suites, $tier tier: go test ${pkgs[*]#"$mod/"}"
 # Build the test binaries first, two packages at a time: with -p 1 below
 # the compiler would also run one package at a time (about 270 s of a cold
 # build cache on 2 cores; this takes about 170 s). The run then links from

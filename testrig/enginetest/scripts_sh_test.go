@@ -1072,32 +1072,35 @@ exec ` + realPath(t, "go") + ` "$@"`})
 }
 
 // TestRaceOrderNamesPackages: every line of scripts/lib/race-order.txt
-// (the order in which the race stage starts its packages) names a
-// directory of the module with Go files, once; a package renamed or
-// removed would otherwise silently lose its place.
+// and verify-order.txt (the orders in which the race and verify stages
+// start their packages) names a directory of the module with Go files,
+// once; a package renamed or removed would otherwise silently lose its
+// place.
 func TestRaceOrderNamesPackages(t *testing.T) {
-	b, err := os.ReadFile(repoScript(t, filepath.Join("lib", "race-order.txt")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]bool{}
-	for i, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line) // a CRLF's CR is white space here
-		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
-			continue
+	for _, list := range []string{"race-order.txt", "verify-order.txt"} {
+		b, err := os.ReadFile(repoScript(t, filepath.Join("lib", list)))
+		if err != nil {
+			t.Fatal(err)
 		}
-		dir := strings.TrimSuffix(strings.TrimPrefix(f[0], "./"), "/") // as lib/order.sh reads it
-		if seen[dir] {
-			t.Errorf("race-order.txt line %d: %s named twice", i+1, dir)
+		seen := map[string]bool{}
+		for i, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line) // a CRLF's CR is white space here
+			if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+				continue
+			}
+			dir := strings.TrimSuffix(strings.TrimPrefix(f[0], "./"), "/") // as lib/order.sh reads it
+			if seen[dir] {
+				t.Errorf("%s line %d: %s named twice", list, i+1, dir)
+			}
+			seen[dir] = true
+			goFiles, _ := filepath.Glob(filepath.Join("..", "..", filepath.FromSlash(dir), "*.go"))
+			if len(goFiles) == 0 {
+				t.Errorf("%s line %d: %s is not a package of the module", list, i+1, dir)
+			}
 		}
-		seen[dir] = true
-		goFiles, _ := filepath.Glob(filepath.Join("..", "..", filepath.FromSlash(dir), "*.go"))
-		if len(goFiles) == 0 {
-			t.Errorf("race-order.txt line %d: %s is not a package of the module", i+1, dir)
+		if len(seen) < 5 {
+			t.Errorf("%s names %d packages", list, len(seen))
 		}
-	}
-	if len(seen) < 5 {
-		t.Errorf("race-order.txt names %d packages", len(seen))
 	}
 }
 

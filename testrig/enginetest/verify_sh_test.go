@@ -706,3 +706,60 @@ exit 0
 		t.Errorf("stop_tree under set -e: %v, output %q; want it to go on, its child ended", err, out)
 	}
 }
+
+// TestVerifyOrderAndWarm: verify.sh (default tier, no packages named)
+// starts the fault suites longest first (scripts/lib/verify-order.txt),
+// every package of ./testrig/verify/... once; and it builds their test
+// binaries first unless test.sh's race stage has (the file
+// LEASEHOLD_VERIFY_WARM names exists).
+func TestVerifyOrderAndWarm(t *testing.T) {
+	bin := fakeGoTest(t, `case "$*" in
+*" -c -p 2 -o "*) echo prebuild >>"$FAKE_GO_LOG" ;;
+*" -count=1 "*) echo "suites $*" >>"$FAKE_GO_LOG" ;;
+esac
+exit 0`)
+	all, err := exec.Command("go", "list", "../../testrig/verify/...").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Fields(string(all))
+	for _, warm := range []bool{false, true} {
+		tmp := t.TempDir()
+		log, warmFile := filepath.Join(tmp, "calls"), filepath.Join(tmp, "warm")
+		if warm {
+			if err := os.WriteFile(warmFile, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, _ := runScript(t, []string{
+			"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+			"FAKE_GO_LOG=" + log, "TMPDIR=" + tmp, "LEASEHOLD_VERIFY_WARM=" + warmFile,
+			"LEASEHOLD_TEST_PG_BIN=engines-not-needed", // verify.sh: no engines
+			"LEASEHOLD_VERIFY_REPORT=" + filepath.Join(tmp, "report"),
+		}, "verify.sh")
+		b, err := os.ReadFile(log)
+		if err != nil {
+			t.Fatalf("warm %v: no go test call: %v; output:\n%s", warm, err, out)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if prebuilt := slices.Contains(lines, "prebuild"); prebuilt == warm {
+			t.Errorf("warm %v: calls %q: want a build of the suites first only when the race stage has not made one", warm, lines)
+		}
+		i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "suites ") })
+		if i < 0 {
+			t.Fatalf("warm %v: the suites never ran: %q; output:\n%s", warm, lines, out)
+		}
+		var got []string
+		for _, a := range strings.Fields(lines[i])[1:] {
+			if strings.Contains(a, "testrig/verify") {
+				got = append(got, a)
+			}
+		}
+		if len(got) < 2 || !strings.HasSuffix(got[0], "/testrig/verify/failover") || !strings.HasSuffix(got[1], "/testrig/verify/fifo") {
+			t.Errorf("warm %v: suites started in the order %v; want failover, fifo, ... first", warm, got)
+		}
+		if s1, s2 := slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want)); !slices.Equal(s1, s2) {
+			t.Errorf("warm %v: suites %v; want each of %v once", warm, got, want)
+		}
+	}
+}
