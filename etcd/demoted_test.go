@@ -282,3 +282,63 @@ func TestListRemainingAtReturn(t *testing.T) {
 		t.Fatalf("List said a had %s left, the Get right after it %s: List counted a's time from its answer, %s before it returned", listed.Remaining, got.Remaining, took)
 	}
 }
+
+// TestListRechecksEndedLease: a List whose last answer comes seconds after
+// its first (here the answer about "b" is held back 3 s in the store,
+// as a loaded machine or a stalled member does) must not return a lease
+// that ended meanwhile: "a" (2 s, never renewed) was answered at once with
+// 1.5 s left, and had ended and been revoked by the time the List
+// returned. The red team's re-check of 5f0a92b saw Lists of 2-5 s on a
+// loaded machine return such leases with 0 left.
+func TestListRechecksEndedLease(t *testing.T) {
+	u := queueURL(t)
+	s, other := openStore(t, u), openStore(t, u)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := other.TryAcquire(ctx, leasehold.AcquireRequest{Name: "b", Owner: "o2", TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := func(name string) clientv3.LeaseID {
+		g, err := other.cli.Get(ctx, other.leaseKey(name), clientv3.WithRange(grantEnd(other.leaseKey(name))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cg, _, held := grantOf(g.Kvs)
+		if !held {
+			t.Fatalf("%s not held", name)
+		}
+		return clientv3.LeaseID(cg.kv.Lease)
+	}
+	bLease := lease("b")
+	var held sync.Once
+	s.ttlHook = func(r *clientv3.LeaseTimeToLiveResponse) {
+		if clientv3.LeaseID(r.ID) == bLease {
+			held.Do(func() { time.Sleep(3 * time.Second) })
+		}
+	}
+	a, err := other.TryAcquire(ctx, leasehold.AcquireRequest{Name: "a", Owner: "o1", TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := time.Now()
+	recs, err := s.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(granted)
+	names := map[string]leasehold.Record{}
+	for _, r := range recs {
+		names[r.Name] = r
+	}
+	t.Logf("List returned %d records %s after a's grant (token %d; b's %d)", len(recs), took.Round(time.Millisecond), a.Token, b.Token)
+	if took < 3*time.Second {
+		t.Fatalf("List took %s: the answer about b was not held back", took)
+	}
+	if _, ok := names["b"]; !ok {
+		t.Errorf("List lost b, held for 30 s: %v", recs)
+	}
+	if r, ok := names["a"]; ok {
+		t.Fatalf("List returned a (%s left) %s after its 2 s grant, never renewed: it had ended", r.Remaining, took.Round(time.Millisecond))
+	}
+}

@@ -308,7 +308,7 @@ report() {
 race() {
 	local pkgs all mod
 	all=$(go list ./... | grep -v '/testrig/verify') || return 1
-	mod=$(go list -m) || return 1
+	mod=$(main_module) || return 1
 	# The longest packages first, then the others as go lists them: go
 	# test starts the runs in the order given (lib/order.sh).
 	pkgs=$(order_packages scripts/lib/race-order.txt "$mod" <<<"$all") || return 1

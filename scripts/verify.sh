@@ -42,7 +42,7 @@ pkgs=("$@") mod=
 if [ ${#pkgs[@]} -eq 0 ]; then
 	# Every suite, the longest first (lib/verify-order.txt): two run at a
 	# time, and go test starts them in the order given.
-	if ! all=$(go list ./testrig/verify/...) || ! mod=$(go list -m) ||
+	if ! all=$(go list ./testrig/verify/...) || ! mod=$(main_module) ||
 		! ordered=$(order_packages scripts/lib/verify-order.txt "$mod" <<<"$all") ||
 		[ "$(grep -c . <<<"$ordered")" != "$(grep -c . <<<"$all")" ]; then
 		echo "verify.sh: cannot list the fault suites in order (go list ./testrig/verify/..., scripts/lib/verify-order.txt)" >&2

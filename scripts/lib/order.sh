@@ -1,4 +1,5 @@
-# The race stage's package order (sourced by test.sh, not run).
+# The race and verify stages' package orders (sourced by test.sh and verify.sh,
+# not run).
 
 # order_packages LIST MODULE: reads import paths, one a line, on stdin and
 # prints them again, those that LIST names first, in its order, then the
@@ -10,8 +11,9 @@
 # printed once; a LIST that cannot be read fails (status 2), printing
 # nothing.
 order_packages() {
-	awk -v list="$1" -v mod="$2" '
+	LIST=$1 MOD=$2 awk '
 		BEGIN {
+			list = ENVIRON["LIST"]; mod = ENVIRON["MOD"]
 			while ((r = (getline line < list)) > 0) {
 				sub(/\r$/, "", line)
 				if (split(line, f) == 0 || f[1] ~ /^#/) continue
@@ -29,4 +31,10 @@ order_packages() {
 			}
 			for (i = 1; i <= m; i++) if (!(pkg[i] in done)) { print pkg[i]; done[pkg[i]] = 1 }
 		}'
+}
+
+# main_module: the import path of the module whose root is the current
+# directory (go list -m names every module of a go.work instead).
+main_module() {
+	go list -f '{{.Module.Path}}' .
 }

@@ -1154,3 +1154,44 @@ func TestOrderPackages(t *testing.T) {
 		})
 	}
 }
+
+// TestOrderPackagesOddPaths (the red team's re-check of 5f0a92b): a list
+// whose path has a backslash was read as another path (awk -v turned
+// "\t" into a tab), and in a go.work with two modules the module's path
+// was two lines, so that no line of the list matched (main_module).
+func TestOrderPackagesOddPaths(t *testing.T) {
+	lib := repoScript(t, filepath.Join("lib", "order.sh"))
+	list := filepath.Join(t.TempDir(), `a\tb.txt`)
+	if err := os.WriteFile(list, []byte("c\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "-c", `. "$1" && order_packages "$2" m`, "_", lib, list)
+	cmd.Stdin = strings.NewReader("m\nm/a\nm/c\n")
+	out, err := cmd.CombinedOutput()
+	if got := strings.Join(strings.Fields(string(out)), " "); err != nil || got != "m/c m m/a" {
+		t.Errorf("list %q: got %q (%v); want m/c m m/a", list, got, err)
+	}
+
+	ws := t.TempDir()
+	for path, body := range map[string]string{
+		"go.mod":     "module example.com/top\n\ngo 1.26\n",
+		"top.go":     "package top\n",
+		"sub/go.mod": "module example.com/sub\n\ngo 1.26\n",
+		"sub/sub.go": "package sub\n",
+		"go.work":    "go 1.26\n\nuse (\n\t.\n\t./sub\n)\n",
+	} {
+		p := filepath.Join(ws, filepath.FromSlash(path))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd = exec.Command("bash", "-c", `. "$1" && main_module`, "_", lib)
+	cmd.Dir = ws
+	out, err = cmd.CombinedOutput()
+	if got := strings.TrimSpace(string(out)); err != nil || got != "example.com/top" {
+		t.Errorf("main_module in a go.work of two modules: %q (%v); want example.com/top", got, err)
+	}
+}
