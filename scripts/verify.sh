@@ -12,13 +12,17 @@
 # start (75 when another test command is using the engines' directory:
 # scripts/engines.sh --help). A suite whose engine is missing fails rather than skips unless
 # LEASEHOLD_REQUIRE_ENGINES=0. Set LEASEHOLD_VERIFY_REPORT to keep the raw
-# rows.
+# rows. scripts/test.sh sets LEASEHOLD_VERIFY_WARM to a file its race stage
+# makes once it has compiled the suites: if it exists, they are not built
+# first.
 set -euo pipefail
 # shellcheck source=lib/proc.sh
 . "$(dirname "$0")/lib/proc.sh"
 # shellcheck source=lib/order.sh
 . "$(dirname "$0")/lib/order.sh"
 abs_tmpdir # before the cd: a relative TMPDIR is the caller's
+# So is a relative LEASEHOLD_VERIFY_WARM (below).
+[ -z "${LEASEHOLD_VERIFY_WARM:-}" ] || LEASEHOLD_VERIFY_WARM=$(realpath -m -- "$LEASEHOLD_VERIFY_WARM")
 cd "$(dirname "$0")/.."
 
 for a in "$@"; do
@@ -30,7 +34,7 @@ case "$tier" in
 default) timeout=45m fuzztime=5s ;;
 long) export LEASEHOLD_LONG=1; timeout=8h fuzztime=2m ;;
 -h | --help | help)
-	sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
 	exit 0
 	;;
 *)
@@ -122,6 +126,8 @@ if [ -z "${LEASEHOLD_VERIFY_WARM:-}" ] || [ ! -e "$LEASEHOLD_VERIFY_WARM" ]; the
 	prebuilt=$own_tmp/prebuilt
 	mkdir "$prebuilt" && go test -c -p 2 -o "$prebuilt/" "${pkgs[@]}" >/dev/null 2>&1 || true
 	rm -rf "$prebuilt"
+else
+	echo "== built beside the race stage ($LEASEHOLD_VERIFY_WARM exists): no build first"
 fi
 fuzzing=
 [ $# -eq 0 ] && [ -x scripts/fuzz.sh ] && fuzzing=1

@@ -20,13 +20,13 @@ order_packages() {
 				p = f[1]; sub(/^\.\//, "", p); sub(/\/$/, "", p)
 				order[++n] = (p == "." || p == "") ? mod : mod "/" p
 			}
-			if (r < 0) { print "race order: cannot read " list > "/dev/stderr"; bad = 1; exit 2 }
+			if (r < 0) { print "cannot read " list > "/dev/stderr"; bad = 1; exit 2 }
 		}
 		{ have[$0] = 1; pkg[++m] = $0 }
 		END {
 			if (bad) exit 2
 			for (i = 1; i <= n; i++) {
-				if (!(order[i] in have)) print "race order: " list " names " order[i] ", not a package here; ignored" > "/dev/stderr"
+				if (!(order[i] in have)) print list ": names " order[i] ", not a package here; ignored" > "/dev/stderr"
 				else if (!(order[i] in done)) { print order[i]; done[order[i]] = 1 }
 			}
 			for (i = 1; i <= m; i++) if (!(pkg[i] in done)) { print pkg[i]; done[pkg[i]] = 1 }

@@ -1093,6 +1093,9 @@ func TestRaceOrderNamesPackages(t *testing.T) {
 				t.Errorf("%s line %d: %s named twice", list, i+1, dir)
 			}
 			seen[dir] = true
+			if verify := dir == "testrig/verify" || strings.HasPrefix(dir, "testrig/verify/"); verify != (list == "verify-order.txt") {
+				t.Errorf("%s line %d: %s is not one of the stage's packages (the fault suites are under testrig/verify, the race stage has the rest)", list, i+1, dir)
+			}
 			goFiles, _ := filepath.Glob(filepath.Join("..", "..", filepath.FromSlash(dir), "*.go"))
 			if len(goFiles) == 0 {
 				t.Errorf("%s line %d: %s is not a package of the module", list, i+1, dir)
@@ -1122,7 +1125,7 @@ func TestOrderPackages(t *testing.T) {
 		{"order", "c 300\nb 20\n", "m/c m/b m m/a", "", 0},
 		{"crlf and slashes", "c\r\n./b/\r\n", "m/c m/b m m/a", "", 0},
 		{"twice", "c\nc 12\n", "m/c m m/a m/b", "", 0},
-		{"not a package", "zz\nc\n", "m/c m m/a m/b", "names m/zz, not a package here", 0},
+		{"not a package", "zz\nc\n", "m/c m m/a m/b", "order.txt: names m/zz, not a package here", 0},
 		{"root", ".\nb\n", "m m/b m/a m/c", "", 0},
 		{"comments and blanks", "# x\n\n   \n\tc\t5 # slow\n", "m/c m m/a m/b", "", 0},
 		{"missing", "-", "", "cannot read", 2},

@@ -723,7 +723,14 @@ exit 0`)
 		t.Fatal(err)
 	}
 	want := strings.Fields(string(all))
-	for _, warm := range []bool{false, true} {
+	// relative: LEASEHOLD_VERIFY_WARM is a path relative to the caller's
+	// directory, where the file exists (the re-check of f0773a8 found it
+	// taken relative to the checkout).
+	for _, c := range []struct {
+		name           string
+		warm, relative bool
+	}{{"cold", false, false}, {"warm", true, false}, {"warm, relative path", true, true}} {
+		warm := c.warm
 		tmp := t.TempDir()
 		log, warmFile := filepath.Join(tmp, "calls"), filepath.Join(tmp, "warm")
 		if warm {
@@ -731,19 +738,32 @@ exit 0`)
 				t.Fatal(err)
 			}
 		}
-		out, _ := runScript(t, []string{
+		env := []string{
 			"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
 			"FAKE_GO_LOG=" + log, "TMPDIR=" + tmp, "LEASEHOLD_VERIFY_WARM=" + warmFile,
 			"LEASEHOLD_TEST_PG_BIN=engines-not-needed", // verify.sh: no engines
 			"LEASEHOLD_VERIFY_REPORT=" + filepath.Join(tmp, "report"),
-		}, "verify.sh")
+		}
+		var out string
+		if c.relative {
+			cmd := exec.Command(repoScript(t, "verify.sh"))
+			cmd.Dir = tmp
+			cmd.Env = append(append(os.Environ(), env...), "LEASEHOLD_VERIFY_WARM=warm")
+			b, _ := cmd.CombinedOutput()
+			out = string(b)
+		} else {
+			out, _ = runScript(t, env, "verify.sh")
+		}
+		if warm && !strings.Contains(out, "no build first") {
+			t.Errorf("%s: verify.sh did not say it skipped its build; output:\n%s", c.name, out)
+		}
 		b, err := os.ReadFile(log)
 		if err != nil {
 			t.Fatalf("warm %v: no go test call: %v; output:\n%s", warm, err, out)
 		}
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 		if prebuilt := slices.Contains(lines, "prebuild"); prebuilt == warm {
-			t.Errorf("warm %v: calls %q: want a build of the suites first only when the race stage has not made one", warm, lines)
+			t.Errorf("%s: calls %q: want a build of the suites first only when the race stage has not made one", c.name, lines)
 		}
 		i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "suites ") })
 		if i < 0 {
