@@ -14,7 +14,9 @@
 # LEASEHOLD_REQUIRE_ENGINES=0. Set LEASEHOLD_VERIFY_REPORT to keep the raw
 # rows. scripts/test.sh sets LEASEHOLD_VERIFY_WARM to a file its race stage
 # makes once it has compiled the suites: if it exists, they are not built
-# first.
+# first. LEASEHOLD_VERIFY_FUZZ=0 leaves out the fuzzing after the suites
+# (scripts/test.sh does: its race stage runs every fuzz target's seeds);
+# LEASEHOLD_VERIFY_P: suites at a time (3).
 set -euo pipefail
 # shellcheck source=lib/proc.sh
 . "$(dirname "$0")/lib/proc.sh"
@@ -34,7 +36,7 @@ case "$tier" in
 default) timeout=45m fuzztime=5s ;;
 long) export LEASEHOLD_LONG=1; timeout=8h fuzztime=2m ;;
 -h | --help | help)
-	sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
 	exit 0
 	;;
 *)
@@ -42,10 +44,17 @@ long) export LEASEHOLD_LONG=1; timeout=8h fuzztime=2m ;;
 	exit 64
 	;;
 esac
+case "${LEASEHOLD_VERIFY_FUZZ:-1}" in
+0 | 1) ;;
+*)
+	echo "verify.sh: LEASEHOLD_VERIFY_FUZZ is 1 (fuzz after the suites) or 0 (do not), not '$LEASEHOLD_VERIFY_FUZZ'" >&2
+	exit 64
+	;;
+esac
 pkgs=("$@") mod=
 if [ ${#pkgs[@]} -eq 0 ]; then
-	# Every suite, the longest first (lib/verify-order.txt): two run at a
-	# time, and go test starts them in the order given.
+	# Every suite, the longest first (lib/verify-order.txt): three run at
+	# a time, and go test starts them in the order given.
 	if ! all=$(go list ./testrig/verify/...) || ! mod=$(main_module) ||
 		! ordered=$(order_packages scripts/lib/verify-order.txt "$mod" <<<"$all") ||
 		[ "$(grep -c . <<<"$ordered")" != "$(grep -c . <<<"$all")" ]; then
@@ -130,7 +139,11 @@ else
 	echo "== built beside the race stage ($LEASEHOLD_VERIFY_WARM exists): no build first"
 fi
 fuzzing=
-[ $# -eq 0 ] && [ -x scripts/fuzz.sh ] && fuzzing=1
+if [ "${LEASEHOLD_VERIFY_FUZZ:-1}" = 0 ]; then
+	echo "== no fuzzing (LEASEHOLD_VERIFY_FUZZ=0)"
+elif [ $# -eq 0 ] && [ -x scripts/fuzz.sh ]; then
+	fuzzing=1
+fi
 if [ -n "$fuzzing" ]; then
 	# The fuzz targets' instrumented builds (about 3 minutes of compiling
 	# after the suites) are made while the suites run, which mostly wait;
@@ -140,11 +153,13 @@ if [ -n "$fuzzing" ]; then
 	fuzzbuild=$!
 	building() { jobs -rp | grep -qx "$fuzzbuild"; }
 fi
-# Two packages at a time (LEASEHOLD_VERIFY_P): each suite starts private
+# Three packages at a time (LEASEHOLD_VERIFY_P): each suite starts private
 # engine instances, and its checks are on order and counts, which must hold
 # on a loaded machine anyway; the suites wait on TTLs and faults more than
-# they compute (one at a time, a run used about a third of 2 cores).
-go test -count=1 -p "${LEASEHOLD_VERIFY_P:-2}" -timeout "$timeout" "${pkgs[@]}" || status=$?
+# they compute (one at a time, a run used about a third of 2 cores; two at
+# a time, with the fuzz build beside them, three quarters of the one core
+# a busy loop left: CI runs 112 and 113).
+go test -count=1 -p "${LEASEHOLD_VERIFY_P:-3}" -timeout "$timeout" "${pkgs[@]}" || status=$?
 if [ -n "$fuzzing" ]; then
 	# At most 20 minutes more (a cold build beside the suites took 6
 	# minutes at nice 19): a build that hangs is stopped, and the fuzzing

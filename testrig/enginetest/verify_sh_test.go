@@ -783,3 +783,50 @@ exit 0`)
 		}
 	}
 }
+
+// TestVerifyFuzzOff: with LEASEHOLD_VERIFY_FUZZ=0 (as scripts/test.sh
+// runs it) verify.sh builds no fuzz target and fuzzes none, and runs the
+// suites three at a time (CI run 113, beside a busy loop, took 46.2
+// minutes; the fuzzing's instrumented build was about 4.5 minutes of
+// CPU); a value other than 0 or 1 is a usage error before anything runs.
+func TestVerifyFuzzOff(t *testing.T) {
+	run := func(fuzz string) ([]string, string, int) {
+		t.Helper()
+		log := filepath.Join(t.TempDir(), "calls")
+		bin := fakeGoTest(t, `echo "$*" | tr ' ' '_' >>"$FAKE_GO_LOG"; exit 0`)
+		tmp := t.TempDir()
+		out, code := runScript(t, []string{
+			"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+			"FAKE_GO_LOG=" + log, "TMPDIR=" + tmp,
+			"LEASEHOLD_TEST_PG_BIN=engines-not-needed", // verify.sh: no engines
+			"LEASEHOLD_VERIFY_REPORT=" + filepath.Join(tmp, "report"),
+			"LEASEHOLD_VERIFY_FUZZ=" + fuzz,
+		}, "verify.sh")
+		b, err := os.ReadFile(log)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		return strings.Fields(string(b)), out, code
+	}
+	calls, out, _ := run("0")
+	suites := 0
+	for _, c := range calls {
+		switch {
+		case strings.Contains(c, "-fuzz"):
+			t.Errorf("LEASEHOLD_VERIFY_FUZZ=0: a fuzz call %q; output:\n%s", c, out)
+		case strings.Contains(c, "-count=1"):
+			suites++
+			if !strings.Contains(c, "_-p_3_") {
+				t.Errorf("the suites' go test %q: want -p 3", c)
+			}
+		}
+	}
+	if suites != 1 || !strings.Contains(out, "== no fuzzing (LEASEHOLD_VERIFY_FUZZ=0)") {
+		t.Errorf("LEASEHOLD_VERIFY_FUZZ=0: %d suite runs in %v, want 1 and the skip said; output:\n%s", suites, calls, out)
+	}
+	for _, v := range []string{"yes", "2", " 0"} {
+		if calls, out, code := run(v); code != 64 || len(calls) > 0 || !strings.Contains(out, "LEASEHOLD_VERIFY_FUZZ is 1") {
+			t.Errorf("LEASEHOLD_VERIFY_FUZZ=%q: exit %d, calls %v, want 64 before any go test:\n%s", v, code, calls, out)
+		}
+	}
+}
