@@ -16,7 +16,8 @@
 # makes once it has compiled the suites: if it exists, they are not built
 # first. LEASEHOLD_VERIFY_FUZZ=0 leaves out the fuzzing after the suites
 # (scripts/test.sh does: its race stage runs every fuzz target's seeds);
-# LEASEHOLD_VERIFY_P: suites at a time (3).
+# LEASEHOLD_VERIFY_P: suites at a time (3; a whole number from 1). A bad
+# value of either is a usage error (64) before anything runs.
 set -euo pipefail
 # shellcheck source=lib/proc.sh
 . "$(dirname "$0")/lib/proc.sh"
@@ -48,6 +49,12 @@ case "${LEASEHOLD_VERIFY_FUZZ:-1}" in
 0 | 1) ;;
 *)
 	echo "verify.sh: LEASEHOLD_VERIFY_FUZZ is 1 (fuzz after the suites) or 0 (do not), not '$LEASEHOLD_VERIFY_FUZZ'" >&2
+	exit 64
+	;;
+esac
+case "${LEASEHOLD_VERIFY_P:-3}" in
+'' | *[!0-9]* | 0 | 00*)
+	echo "verify.sh: LEASEHOLD_VERIFY_P is how many suites run at a time, a whole number from 1, not '$LEASEHOLD_VERIFY_P'" >&2
 	exit 64
 	;;
 esac

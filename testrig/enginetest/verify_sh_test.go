@@ -790,18 +790,18 @@ exit 0`)
 // minutes; the fuzzing's instrumented build was about 4.5 minutes of
 // CPU); a value other than 0 or 1 is a usage error before anything runs.
 func TestVerifyFuzzOff(t *testing.T) {
-	run := func(fuzz string) ([]string, string, int) {
+	run := func(fuzz string, more ...string) ([]string, string, int) {
 		t.Helper()
 		log := filepath.Join(t.TempDir(), "calls")
 		bin := fakeGoTest(t, `echo "$*" | tr ' ' '_' >>"$FAKE_GO_LOG"; exit 0`)
 		tmp := t.TempDir()
-		out, code := runScript(t, []string{
+		out, code := runScript(t, append([]string{
 			"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
 			"FAKE_GO_LOG=" + log, "TMPDIR=" + tmp,
 			"LEASEHOLD_TEST_PG_BIN=engines-not-needed", // verify.sh: no engines
 			"LEASEHOLD_VERIFY_REPORT=" + filepath.Join(tmp, "report"),
 			"LEASEHOLD_VERIFY_FUZZ=" + fuzz,
-		}, "verify.sh")
+		}, more...), "verify.sh")
 		b, err := os.ReadFile(log)
 		if err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
@@ -828,5 +828,15 @@ func TestVerifyFuzzOff(t *testing.T) {
 		if calls, out, code := run(v); code != 64 || len(calls) > 0 || !strings.Contains(out, "LEASEHOLD_VERIFY_FUZZ is 1") {
 			t.Errorf("LEASEHOLD_VERIFY_FUZZ=%q: exit %d, calls %v, want 64 before any go test:\n%s", v, code, calls, out)
 		}
+	}
+	// LEASEHOLD_VERIFY_P is go test's -p: a bad one used to reach go test
+	// only after the engines had started and the suites had been built.
+	for _, v := range []string{"0", "x", "-1", "2.5", " 3"} {
+		if calls, out, code := run("0", "LEASEHOLD_VERIFY_P="+v); code != 64 || len(calls) > 0 || !strings.Contains(out, "LEASEHOLD_VERIFY_P is how many") {
+			t.Errorf("LEASEHOLD_VERIFY_P=%q: exit %d, calls %v, want 64 before any go test:\n%s", v, code, calls, out)
+		}
+	}
+	if calls, out, _ := run("0", "LEASEHOLD_VERIFY_P=1"); !slices.ContainsFunc(calls, func(c string) bool { return strings.Contains(c, "-count=1_-p_1_") }) {
+		t.Errorf("LEASEHOLD_VERIFY_P=1: calls %v, want the suites with -p 1:\n%s", calls, out)
 	}
 }
