@@ -16,8 +16,9 @@
 # makes once it has compiled the suites: if it exists, they are not built
 # first. LEASEHOLD_VERIFY_FUZZ=0 leaves out the fuzzing after the suites
 # (scripts/test.sh does: its race stage runs every fuzz target's seeds);
-# LEASEHOLD_VERIFY_P: suites at a time (3; a whole number from 1). A bad
-# value of either is a usage error (64) before anything runs.
+# LEASEHOLD_VERIFY_P: suites at a time (3; 1 to 64). Unset or empty: the
+# default; another value of either is a usage error (64) before anything
+# runs. Naming packages runs no fuzzing.
 set -euo pipefail
 # shellcheck source=lib/proc.sh
 . "$(dirname "$0")/lib/proc.sh"
@@ -52,9 +53,12 @@ case "${LEASEHOLD_VERIFY_FUZZ:-1}" in
 	exit 64
 	;;
 esac
+# go test reads -p's leading 0 as octal (08: an error, after the engines
+# and the build) and spins without end on a huge one: 1 to 64, no 0 first.
 case "${LEASEHOLD_VERIFY_P:-3}" in
-'' | *[!0-9]* | 0 | 00*)
-	echo "verify.sh: LEASEHOLD_VERIFY_P is how many suites run at a time, a whole number from 1, not '$LEASEHOLD_VERIFY_P'" >&2
+[1-9] | [1-5][0-9] | 6[0-4]) ;;
+*)
+	echo "verify.sh: LEASEHOLD_VERIFY_P is how many suites run at a time, a whole number from 1 to 64 with no leading 0, not '$LEASEHOLD_VERIFY_P'" >&2
 	exit 64
 	;;
 esac

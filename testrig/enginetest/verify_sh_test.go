@@ -831,7 +831,10 @@ func TestVerifyFuzzOff(t *testing.T) {
 	}
 	// LEASEHOLD_VERIFY_P is go test's -p: a bad one used to reach go test
 	// only after the engines had started and the suites had been built.
-	for _, v := range []string{"0", "x", "-1", "2.5", " 3"} {
+	// The red team of 7c73f10: 08 passed the check and failed in go test
+	// (read as octal) after the engines and the build; a huge value made
+	// go test spin without end.
+	for _, v := range []string{"0", "x", "-1", "2.5", " 3", "08", "010", "65", "99999999999999999999"} {
 		if calls, out, code := run("0", "LEASEHOLD_VERIFY_P="+v); code != 64 || len(calls) > 0 || !strings.Contains(out, "LEASEHOLD_VERIFY_P is how many") {
 			t.Errorf("LEASEHOLD_VERIFY_P=%q: exit %d, calls %v, want 64 before any go test:\n%s", v, code, calls, out)
 		}
