@@ -53,6 +53,8 @@ fi
 . "$(dirname "$0")/lib/proc.sh"
 # shellcheck source=lib/order.sh
 . "$(dirname "$0")/lib/order.sh"
+# shellcheck source=lib/verifyp.sh
+. "$(dirname "$0")/lib/verifyp.sh"
 abs_tmpdir # before the cd: a relative TMPDIR is the caller's
 cd "$(dirname "$0")/.."
 
@@ -74,6 +76,9 @@ for s in "${named[@]}"; do
 		;;
 	esac
 done
+# The verify stage's LEASEHOLD_VERIFY_P, before the first stage, not
+# after 25 minutes of them (a red team of 7c73f10).
+case "$want" in *" verify "*) verify_p_ok test.sh || exit 64 ;; esac
 printf -v began '%(%s)T' -1
 summary=()
 failed_stages=()

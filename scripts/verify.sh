@@ -24,6 +24,8 @@ set -euo pipefail
 . "$(dirname "$0")/lib/proc.sh"
 # shellcheck source=lib/order.sh
 . "$(dirname "$0")/lib/order.sh"
+# shellcheck source=lib/verifyp.sh
+. "$(dirname "$0")/lib/verifyp.sh"
 abs_tmpdir # before the cd: a relative TMPDIR is the caller's
 # So is a relative LEASEHOLD_VERIFY_WARM (below).
 [ -z "${LEASEHOLD_VERIFY_WARM:-}" ] || LEASEHOLD_VERIFY_WARM=$(realpath -m -- "$LEASEHOLD_VERIFY_WARM")
@@ -53,15 +55,7 @@ case "${LEASEHOLD_VERIFY_FUZZ:-1}" in
 	exit 64
 	;;
 esac
-# go test reads -p's leading 0 as octal (08: an error, after the engines
-# and the build) and spins without end on a huge one: 1 to 64, no 0 first.
-case "${LEASEHOLD_VERIFY_P:-3}" in
-[1-9] | [1-5][0-9] | 6[0-4]) ;;
-*)
-	echo "verify.sh: LEASEHOLD_VERIFY_P is how many suites run at a time, a whole number from 1 to 64 with no leading 0, not '$LEASEHOLD_VERIFY_P'" >&2
-	exit 64
-	;;
-esac
+verify_p_ok verify.sh || exit 64
 pkgs=("$@") mod=
 if [ ${#pkgs[@]} -eq 0 ]; then
 	# Every suite, the longest first (lib/verify-order.txt): three run at

@@ -588,6 +588,12 @@ func TestTestShArgs(t *testing.T) {
 			t.Errorf("test.sh %q: exit %d, want %d, no stage run, and %s said:\n%s", c.args, code, c.code, c.want, out)
 		}
 	}
+	// The verify stage's LEASEHOLD_VERIFY_P is checked before the first
+	// stage (a red team of 7c73f10: after about 25 minutes of them).
+	out, code := runScript(t, []string{"LEASEHOLD_STAGES=mod verify", "LEASEHOLD_VERIFY_P=08"}, "test.sh")
+	if code != 64 || !strings.Contains(out, "LEASEHOLD_VERIFY_P is how many") || strings.Contains(out, "== [mod]") {
+		t.Errorf("test.sh with LEASEHOLD_VERIFY_P=08: exit %d, want 64 before any stage:\n%s", code, out)
+	}
 }
 
 // TestFlakesTermDuringEngines: flakes.sh waited for its engines' start in
