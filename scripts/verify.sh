@@ -164,7 +164,7 @@ fi
 # they compute (one at a time, a run used about a third of 2 cores; two at
 # a time, with the fuzz build beside them, three quarters of the one core
 # a busy loop left: CI runs 112 and 113).
-go test -count=1 -p "${LEASEHOLD_VERIFY_P:-3}" -timeout "$timeout" "${pkgs[@]}" || status=$?
+go test -count=1 -p "$VERIFY_P" -timeout "$timeout" "${pkgs[@]}" || status=$?
 if [ -n "$fuzzing" ]; then
 	# At most 20 minutes more (a cold build beside the suites took 6
 	# minutes at nice 19): a build that hangs is stopped, and the fuzzing
