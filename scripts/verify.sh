@@ -18,7 +18,8 @@
 # (scripts/test.sh does: its race stage runs every fuzz target's seeds);
 # LEASEHOLD_VERIFY_P: suites at a time (3; 1 to 64). Unset or empty: the
 # default; another value of either is a usage error (64) before anything
-# runs. Naming packages runs no fuzzing.
+# runs, as is an argument after the tier that is not a package (a go test
+# flag). Naming packages runs no fuzzing.
 set -euo pipefail
 # shellcheck source=lib/proc.sh
 . "$(dirname "$0")/lib/proc.sh"
@@ -56,6 +57,16 @@ case "${LEASEHOLD_VERIFY_FUZZ:-1}" in
 	;;
 esac
 verify_p_ok verify.sh || exit 64
+# After the tier, packages only: a flag here went on to go test, where a
+# later -p overrode LEASEHOLD_VERIFY_P's check (a red team of 7c73f10).
+for a in "$@"; do
+	case "$a" in
+	-*)
+		echo "verify.sh: '$a' is not a package: verify.sh takes a tier, then packages, and no go test flags (see --help)" >&2
+		exit 64
+		;;
+	esac
+done
 pkgs=("$@") mod=
 if [ ${#pkgs[@]} -eq 0 ]; then
 	# Every suite, the longest first (lib/verify-order.txt): three run at

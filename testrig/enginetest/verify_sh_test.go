@@ -843,3 +843,35 @@ func TestVerifyFuzzOff(t *testing.T) {
 		t.Errorf("LEASEHOLD_VERIFY_P=1: calls %v, want the suites with -p 1:\n%s", calls, out)
 	}
 }
+
+// TestVerifyPackageFlags: an argument after the tier that looks like a
+// flag is a usage error before anything runs. The red team of 7c73f10
+// gave verify.sh "-p=100000000" as a package: it went on to go test,
+// whose last -p won over the LEASEHOLD_VERIFY_P just checked.
+func TestVerifyPackageFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"default", "-p=100000000"},
+		{"long", "./testrig/verify/props/", "-run=X"},
+		{"default", "--", "./testrig/verify/props/"},
+	} {
+		log := filepath.Join(t.TempDir(), "calls")
+		bin := fakeGoTest(t, `echo "$*" >>"$FAKE_GO_LOG"; exit 0`)
+		tmp := t.TempDir()
+		out, code := runScript(t, []string{
+			"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+			"FAKE_GO_LOG=" + log, "TMPDIR=" + tmp,
+			"LEASEHOLD_TEST_PG_BIN=engines-not-needed",
+			"LEASEHOLD_VERIFY_REPORT=" + filepath.Join(t.TempDir(), "report"),
+		}, "verify.sh", args...)
+		calls, err := os.ReadFile(log)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		if code != 64 || len(calls) > 0 || !strings.Contains(out, "is not a package") {
+			t.Errorf("verify.sh %q: exit %d, go called with %q, want 64 before any go call:\n%s", args, code, calls, out)
+		}
+		if left, _ := os.ReadDir(tmp); len(left) > 0 {
+			t.Errorf("verify.sh %q: left %d entries in TMPDIR", args, len(left))
+		}
+	}
+}
