@@ -18,8 +18,12 @@
 # (scripts/test.sh does: its race stage runs every fuzz target's seeds);
 # LEASEHOLD_VERIFY_P: suites at a time (3; 1 to 64). Unset or empty: the
 # default; another value of either is a usage error (64) before anything
-# runs, as is an argument after the tier that is not a package (a go test
-# flag). Naming packages runs no fuzzing.
+# runs, as are an empty tier, an argument after the tier that is not a
+# package of ./testrig/verify/... (a go test flag, a typo, ./...), and a
+# LEASEHOLD_VERIFY_REPORT it cannot write (a relative one is the caller's).
+# Naming packages runs no fuzzing. SIGINT is acted on when it reaches the
+# running step too (Ctrl-C: the terminal's whole process group); to this
+# script alone it is not, and the run goes on: stop it with SIGTERM.
 set -euo pipefail
 # shellcheck source=lib/proc.sh
 . "$(dirname "$0")/lib/proc.sh"
@@ -28,14 +32,17 @@ set -euo pipefail
 # shellcheck source=lib/verifyp.sh
 . "$(dirname "$0")/lib/verifyp.sh"
 abs_tmpdir # before the cd: a relative TMPDIR is the caller's
-# So is a relative LEASEHOLD_VERIFY_WARM (below).
+# So are a relative LEASEHOLD_VERIFY_WARM and LEASEHOLD_VERIFY_REPORT (the
+# report's was taken from each suite's package directory: its rows were
+# lost and a passing run failed; the red team of 9d12303).
 [ -z "${LEASEHOLD_VERIFY_WARM:-}" ] || LEASEHOLD_VERIFY_WARM=$(realpath -m -- "$LEASEHOLD_VERIFY_WARM")
+[ -z "${LEASEHOLD_VERIFY_REPORT:-}" ] || LEASEHOLD_VERIFY_REPORT=$(realpath -m -- "$LEASEHOLD_VERIFY_REPORT")
 cd "$(dirname "$0")/.."
 
 for a in "$@"; do
 	case "$a" in -h | --help) set -- --help ;; esac
 done
-tier=${1:-default}
+tier=${1-default} # an empty one is refused, not taken for the default
 [ $# -gt 0 ] && shift
 case "$tier" in
 default) timeout=45m fuzztime=5s ;;
@@ -57,15 +64,25 @@ case "${LEASEHOLD_VERIFY_FUZZ:-1}" in
 	;;
 esac
 verify_p_ok verify.sh || exit 64
-# After the tier, packages only: a flag here went on to go test, where a
-# later -p overrode LEASEHOLD_VERIFY_P's check (a red team of 7c73f10).
+# After the tier, fault suites only (packages of ./testrig/verify/...): a
+# flag went on to go test, where a later -p overrode LEASEHOLD_VERIFY_P's
+# check (a red team of 7c73f10); a path that names no package or another
+# package ran the engines and the build before go test refused it.
+all=
 for a in "$@"; do
 	case "$a" in
 	-*)
-		echo "verify.sh: '$a' is not a package: verify.sh takes a tier, then packages, and no go test flags (see --help)" >&2
+		echo "verify.sh: '$a' is not a package: verify.sh takes a tier, then fault suites' packages, and no go test flags (see --help)" >&2
 		exit 64
 		;;
+	'') echo "verify.sh: an empty package name (see --help)" >&2 && exit 64 ;;
 	esac
+	[ -n "$all" ] || all=$(go list ./testrig/verify/...) || exit 1
+	if ! named=$(go list "$a" 2>&1) || grep -qvxF -f <(printf '%s\n' "$all") <<<"$named"; then
+		echo "verify.sh: '$a' names no fault suite (the packages of ./testrig/verify/...):" >&2
+		printf '%s\n' "$named" | head -5 >&2
+		exit 64
+	fi
 done
 pkgs=("$@") mod=
 if [ ${#pkgs[@]} -eq 0 ]; then
@@ -78,6 +95,14 @@ if [ ${#pkgs[@]} -eq 0 ]; then
 		exit 1
 	fi
 	mapfile -t pkgs <<<"$ordered"
+fi
+# The report's file must be one this script can write, last of the checks,
+# before anything runs (a directory failed only after the engines had started).
+if [ -n "${LEASEHOLD_VERIFY_REPORT:-}" ] && { [ -d "$LEASEHOLD_VERIFY_REPORT" ] ||
+	[ ! -d "$(dirname -- "$LEASEHOLD_VERIFY_REPORT")" ] ||
+	! : 2>/dev/null >>"$LEASEHOLD_VERIFY_REPORT"; }; then
+	echo "verify.sh: LEASEHOLD_VERIFY_REPORT '$LEASEHOLD_VERIFY_REPORT' is not a file it can write (a directory, or a missing or read-only one)" >&2
+	exit 64
 fi
 
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"

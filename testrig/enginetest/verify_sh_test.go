@@ -844,34 +844,87 @@ func TestVerifyFuzzOff(t *testing.T) {
 	}
 }
 
-// TestVerifyPackageFlags: an argument after the tier that looks like a
-// flag is a usage error before anything runs. The red team of 7c73f10
+// TestVerifyPackageFlags: an argument after the tier that is not a fault
+// suite's package, an empty tier, or a LEASEHOLD_VERIFY_REPORT it cannot
+// write is a usage error before anything runs. The red team of 7c73f10
 // gave verify.sh "-p=100000000" as a package: it went on to go test,
-// whose last -p won over the LEASEHOLD_VERIFY_P just checked.
+// whose last -p won over the LEASEHOLD_VERIFY_P just checked; the red team
+// of 9d12303 gave it a typo, "./...", an empty tier (taken for default)
+// and a directory as the report (refused after the engines had started).
 func TestVerifyPackageFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"default", "-p=100000000"},
-		{"long", "./testrig/verify/props/", "-run=X"},
-		{"default", "--", "./testrig/verify/props/"},
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args   []string
+		report string
+		want   string
+	}{
+		{[]string{"default", "-p=100000000"}, "", "is not a package"},
+		{[]string{"long", "./testrig/verify/props/", "-run=X"}, "", "is not a package"},
+		{[]string{"default", "--", "./testrig/verify/props/"}, "", "is not a package"},
+		{[]string{"default", ""}, "", "an empty package name"},
+		{[]string{"default", "./testrig/verify/propz/"}, "", "names no fault suite"},
+		{[]string{"default", "./..."}, "", "names no fault suite"},
+		{[]string{"default", "./testrig/verify/props/", "./memory/"}, "", "names no fault suite"},
+		{[]string{""}, "", "unknown tier ''"},
+		{[]string{"default", "./testrig/verify/props/"}, dir, "is not a file it can write"},
+		{[]string{"default", "./testrig/verify/props/"}, filepath.Join(dir, "no", "report"), "is not a file it can write"},
 	} {
 		log := filepath.Join(t.TempDir(), "calls")
 		bin := fakeGoTest(t, `echo "$*" >>"$FAKE_GO_LOG"; exit 0`)
 		tmp := t.TempDir()
+		report := c.report
+		if report == "" {
+			report = filepath.Join(t.TempDir(), "report")
+		}
 		out, code := runScript(t, []string{
 			"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
 			"FAKE_GO_LOG=" + log, "TMPDIR=" + tmp,
 			"LEASEHOLD_TEST_PG_BIN=engines-not-needed",
-			"LEASEHOLD_VERIFY_REPORT=" + filepath.Join(t.TempDir(), "report"),
-		}, "verify.sh", args...)
+			"LEASEHOLD_VERIFY_REPORT=" + report,
+		}, "verify.sh", c.args...)
 		calls, err := os.ReadFile(log)
 		if err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
 		}
-		if code != 64 || len(calls) > 0 || !strings.Contains(out, "is not a package") {
-			t.Errorf("verify.sh %q: exit %d, go called with %q, want 64 before any go call:\n%s", args, code, calls, out)
+		if code != 64 || len(calls) > 0 || !strings.Contains(out, c.want) {
+			t.Errorf("verify.sh %q (report %s): exit %d, go test called with %q, want 64 saying %q before any go test:\n%s", c.args, c.report, code, calls, c.want, out)
 		}
 		if left, _ := os.ReadDir(tmp); len(left) > 0 {
-			t.Errorf("verify.sh %q: left %d entries in TMPDIR", args, len(left))
+			t.Errorf("verify.sh %q: left %d entries in TMPDIR", c.args, len(left))
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "no")); !os.IsNotExist(err) {
+		t.Errorf("a report in a missing directory: the directory was made (%v)", err)
+	}
+}
+
+// TestVerifyReportRelative: a relative LEASEHOLD_VERIFY_REPORT is the
+// caller's. The red team of 9d12303: it was taken from each suite's package
+// directory, where the suites wrote their rows, while verify.sh read an
+// empty file in the checkout: a passing run failed with "no suite row".
+func TestVerifyReportRelative(t *testing.T) {
+	caller := t.TempDir()
+	// The stand-in suites write a row where they are told, in the
+	// package's directory as go test runs them.
+	bin := fakeGoTest(t, `case "$*" in *-count=1*) cd testrig/verify/props && echo '{"suite":"stand-in"}' >>"$LEASEHOLD_VERIFY_REPORT"; exit 0 ;; esac; exit 0`)
+	cmd := exec.Command(repoScript(t, "verify.sh"), "default", "./testrig/verify/props/")
+	cmd.Dir = caller
+	cmd.Env = append(os.Environ(),
+		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"TMPDIR="+t.TempDir(), "LEASEHOLD_TEST_PG_BIN=engines-not-needed",
+		"LEASEHOLD_VERIFY_REPORT=rel.jsonl")
+	out, _ := cmd.CombinedOutput()
+	b, err := os.ReadFile(filepath.Join(caller, "rel.jsonl"))
+	if err != nil || !strings.Contains(string(b), "stand-in") {
+		t.Errorf("LEASEHOLD_VERIFY_REPORT=rel.jsonl run from %s: that file holds %q (%v), want the suites' row:\n%s", caller, b, err, out)
+	}
+	if strings.Contains(string(out), "no suite row was reported") {
+		t.Errorf("the rows written were not read:\n%s", out)
+	}
+	for _, p := range []string{"rel.jsonl", "testrig/verify/props/rel.jsonl"} {
+		if _, err := os.Stat(filepath.Join("..", "..", p)); err == nil {
+			os.Remove(filepath.Join("..", "..", p))
+			t.Errorf("a report file was made in the checkout: %s", p)
 		}
 	}
 }
