@@ -661,11 +661,18 @@ var flakesNoEngines = []string{"LEASEHOLD_TEST_PG_BIN=/nonexistent"}
 // every engine and hunt the module's root package, "no failure", exit 0;
 // -timeout 99999999999h passed the check and failed in every package
 // (go test: "parse error"). Both are usage errors (64) before the hunt.
+// The red team of 9d12303: -timeout 999999h999999h999999h (each part
+// within the check, the sum beyond go's range) and an empty package name
+// (go list takes it for the root package) got through; a go that cannot
+// list (GOFLAGS=-p=08) left the output directory the hunt had made.
 func TestFlakesBadPackagesAndTimeout(t *testing.T) {
 	for _, args := range [][]string{
 		{"./docs/..."},
 		{"./internal/randid/", "./docs/..."},
 		{"-timeout", "99999999999h", "./internal/randid/"},
+		{"-timeout", "999999h999999h999999h", "./internal/randid/"},
+		{""},
+		{"./internal/randid/", ""},
 	} {
 		// A directory of its own to make (the red team of 2026-12-06: a
 		// refused hunt left the directories it made).
@@ -678,6 +685,15 @@ func TestFlakesBadPackagesAndTimeout(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(parent, "new")); !os.IsNotExist(err) {
 			t.Errorf("flakes.sh %v refused with 64 left the output directory it made (%v)", args, err)
 		}
+	}
+	parent := t.TempDir()
+	env := append([]string{"GOFLAGS=-p=08", "LEASEHOLD_FLAKES_DIR=" + filepath.Join(parent, "new", "deep")}, flakesNoEngines...)
+	out, code := runScript(t, env, "flakes.sh", "-count", "1", "-load", "0", "-norace", "./internal/randid/")
+	if code == 0 || strings.Contains(out, "== flake hunt") {
+		t.Errorf("flakes.sh with GOFLAGS=-p=08: exit %d, want a failure before the hunt:\n%s", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(parent, "new")); !os.IsNotExist(err) {
+		t.Errorf("flakes.sh with GOFLAGS=-p=08 left the output directory it made (%v):\n%s", err, out)
 	}
 }
 
