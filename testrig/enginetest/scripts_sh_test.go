@@ -514,14 +514,15 @@ func groupMembers(pgid int) []string {
 }
 
 // TestVerifyNoRowsFails: scripts/verify.sh over a package with no fault
-// suite reported "0 rows" and passed.
+// suite reported "0 rows" and passed. The package is the report tool's,
+// under ./testrig/verify/ (a package outside it is a usage error now).
 func TestVerifyNoRowsFails(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the report tool")
 	}
 	// LEASEHOLD_TEST_PG_BIN set: verify.sh starts no engines of its own.
 	out, code := runScript(t, []string{"LEASEHOLD_TEST_PG_BIN=/nonexistent", "LEASEHOLD_VERIFY_REPORT=" + filepath.Join(t.TempDir(), "report")},
-		"verify.sh", "default", "./internal/randid/")
+		"verify.sh", "default", "./testrig/verify/report/")
 	if code == 0 || !strings.Contains(out, "no suite row was reported") {
 		t.Fatalf("verify.sh over a package with no suite: exit %d, want a failure saying no row was reported:\n%s", code, out)
 	}
