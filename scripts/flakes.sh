@@ -88,6 +88,9 @@ made_out=
 if [ -n "${LEASEHOLD_FLAKES_DIR:-}" ]; then
 	out=$LEASEHOLD_FLAKES_DIR
 	[[ $out == /* ]] || out=$caller/$out
+	# Without "..": mkdir -p makes a/../b, the first missing one below
+	# would be a, and b would be left (the red team of a767dc1).
+	out=$(realpath -m -- "$out")
 	# The first directory of its path that mkdir makes: a hunt refused
 	# before it ran (64 for its packages, 75) removes what it made.
 	if [ ! -e "$out" ]; then

@@ -20,7 +20,8 @@
 # default; another value of either is a usage error (64) before anything
 # runs, as are an empty tier, an argument after the tier that is not a
 # package of ./testrig/verify/... (a go test flag, a typo, ./...), and a
-# LEASEHOLD_VERIFY_REPORT it cannot write (a relative one is the caller's).
+# LEASEHOLD_VERIFY_REPORT that is not a regular file it can write or make
+# (a relative one is the caller's).
 # Naming packages runs no fuzzing. SIGINT is acted on when it reaches the
 # running step too (Ctrl-C: the terminal's whole process group); to this
 # script alone it is not, and the run goes on: stop it with SIGTERM.
@@ -35,8 +36,16 @@ abs_tmpdir # before the cd: a relative TMPDIR is the caller's
 # So are a relative LEASEHOLD_VERIFY_WARM and LEASEHOLD_VERIFY_REPORT (the
 # report's was taken from each suite's package directory: its rows were
 # lost and a passing run failed; the red team of 9d12303).
-[ -z "${LEASEHOLD_VERIFY_WARM:-}" ] || LEASEHOLD_VERIFY_WARM=$(realpath -m -- "$LEASEHOLD_VERIFY_WARM")
-[ -z "${LEASEHOLD_VERIFY_REPORT:-}" ] || LEASEHOLD_VERIFY_REPORT=$(realpath -m -- "$LEASEHOLD_VERIFY_REPORT")
+# absolute NAME: NAME made absolute, a newline at its end kept ($(...)
+# alone drops it: "nl<newline>" became "nl").
+absolute() {
+	local p
+	p=$(realpath -m -- "$1" && echo .)
+	p=${p%.}
+	printf -v "$2" '%s' "${p%$'\n'}"
+}
+[ -z "${LEASEHOLD_VERIFY_WARM:-}" ] || absolute "$LEASEHOLD_VERIFY_WARM" LEASEHOLD_VERIFY_WARM
+[ -z "${LEASEHOLD_VERIFY_REPORT:-}" ] || absolute "$LEASEHOLD_VERIFY_REPORT" LEASEHOLD_VERIFY_REPORT
 cd "$(dirname "$0")/.."
 
 for a in "$@"; do
@@ -96,12 +105,19 @@ if [ ${#pkgs[@]} -eq 0 ]; then
 	fi
 	mapfile -t pkgs <<<"$ordered"
 fi
-# The report's file must be one this script can write, last of the checks,
-# before anything runs (a directory failed only after the engines had started).
-if [ -n "${LEASEHOLD_VERIFY_REPORT:-}" ] && { [ -d "$LEASEHOLD_VERIFY_REPORT" ] ||
-	[ ! -d "$(dirname -- "$LEASEHOLD_VERIFY_REPORT")" ] ||
-	! : 2>/dev/null >>"$LEASEHOLD_VERIFY_REPORT"; }; then
-	echo "verify.sh: LEASEHOLD_VERIFY_REPORT '$LEASEHOLD_VERIFY_REPORT' is not a file it can write (a directory, or a missing or read-only one)" >&2
+# The report's file must be a regular file this script can write, or one
+# it can make, before anything runs (a directory failed only after the
+# engines had started). Nothing is opened or made here: a refused run
+# leaves no file, and a named pipe does not block the check.
+report_dir=$(dirname -- "${LEASEHOLD_VERIFY_REPORT:-.}")
+if [ -n "${LEASEHOLD_VERIFY_REPORT:-}" ] && ! {
+	if [ -e "$LEASEHOLD_VERIFY_REPORT" ] || [ -L "$LEASEHOLD_VERIFY_REPORT" ]; then
+		[ -f "$LEASEHOLD_VERIFY_REPORT" ] && [ -w "$LEASEHOLD_VERIFY_REPORT" ]
+	else
+		[ -d "$report_dir" ] && [ -w "$report_dir" ]
+	fi
+}; then
+	echo "verify.sh: LEASEHOLD_VERIFY_REPORT '$LEASEHOLD_VERIFY_REPORT' is not a regular file it can write or make (a directory, a device or pipe, or in a missing or read-only directory)" >&2
 	exit 64
 fi
 

@@ -687,9 +687,17 @@ func TestFlakesBadPackagesAndTimeout(t *testing.T) {
 			t.Errorf("flakes.sh %v refused with 64 left the output directory it made (%v)", args, err)
 		}
 	}
+	// Through a missing directory and "..": mkdir -p made a and b/deep,
+	// and only a was removed (the red team of a767dc1).
 	parent := t.TempDir()
-	env := append([]string{"GOFLAGS=-p=08", "LEASEHOLD_FLAKES_DIR=" + filepath.Join(parent, "new", "deep")}, flakesNoEngines...)
-	out, code := runScript(t, env, "flakes.sh", "-count", "1", "-load", "0", "-norace", "./internal/randid/")
+	env := append([]string{"LEASEHOLD_FLAKES_DIR=" + parent + "/a/../b/deep"}, flakesNoEngines...)
+	out, code := runScript(t, env, "flakes.sh", "-count", "1", "-load", "0", "-norace", "./docs/...")
+	if left, _ := os.ReadDir(parent); code != 64 || len(left) > 0 {
+		t.Errorf("flakes.sh refused for its package, output directory a/../b/deep: exit %d (want 64), left %d entries:\n%s", code, len(left), out)
+	}
+	parent = t.TempDir()
+	env = append([]string{"GOFLAGS=-p=08", "LEASEHOLD_FLAKES_DIR=" + filepath.Join(parent, "new", "deep")}, flakesNoEngines...)
+	out, code = runScript(t, env, "flakes.sh", "-count", "1", "-load", "0", "-norace", "./internal/randid/")
 	if code == 0 || strings.Contains(out, "== flake hunt") {
 		t.Errorf("flakes.sh with GOFLAGS=-p=08: exit %d, want a failure before the hunt:\n%s", code, out)
 	}

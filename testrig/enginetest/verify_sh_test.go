@@ -866,8 +866,11 @@ func TestVerifyPackageFlags(t *testing.T) {
 		{[]string{"default", "./..."}, "", "names no fault suite"},
 		{[]string{"default", "./testrig/verify/props/", "./memory/"}, "", "names no fault suite"},
 		{[]string{""}, "", "unknown tier ''"},
-		{[]string{"default", "./testrig/verify/props/"}, dir, "is not a file it can write"},
-		{[]string{"default", "./testrig/verify/props/"}, filepath.Join(dir, "no", "report"), "is not a file it can write"},
+		{[]string{"default", "./testrig/verify/props/"}, dir, "is not a regular file it can write"},
+		{[]string{"default", "./testrig/verify/props/"}, filepath.Join(dir, "no", "report"), "is not a regular file it can write"},
+		// The red team of a767dc1: a device passed the check (and a
+		// named pipe blocked it), the run failing after the suites.
+		{[]string{"default", "./testrig/verify/props/"}, os.DevNull, "is not a regular file it can write"},
 	} {
 		log := filepath.Join(t.TempDir(), "calls")
 		bin := fakeGoTest(t, `echo "$*" >>"$FAKE_GO_LOG"; exit 0`)
@@ -896,6 +899,15 @@ func TestVerifyPackageFlags(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "no")); !os.IsNotExist(err) {
 		t.Errorf("a report in a missing directory: the directory was made (%v)", err)
 	}
+	// A run refused later (here for its TMPDIR) makes no report file: the
+	// check made an empty one (the red team of a767dc1).
+	report := filepath.Join(t.TempDir(), "new-report.jsonl")
+	out, code := runScript(t, []string{"TMPDIR=" + filepath.Join(dir, "none"),
+		"LEASEHOLD_TEST_PG_BIN=engines-not-needed", "LEASEHOLD_VERIFY_REPORT=" + report},
+		"verify.sh", "default", "./testrig/verify/props/")
+	if _, err := os.Stat(report); code != 64 || !os.IsNotExist(err) {
+		t.Errorf("verify.sh with a missing TMPDIR: exit %d (want 64), the report file %s: %v (want none made):\n%s", code, report, err, out)
+	}
 }
 
 // TestVerifyReportRelative: a relative LEASEHOLD_VERIFY_REPORT is the
@@ -903,6 +915,14 @@ func TestVerifyPackageFlags(t *testing.T) {
 // directory, where the suites wrote their rows, while verify.sh read an
 // empty file in the checkout: a passing run failed with "no suite row".
 func TestVerifyReportRelative(t *testing.T) {
+	// A name ending in a newline too: $(realpath) dropped it (the red
+	// team of a767dc1).
+	for _, name := range []string{"rel.jsonl", "nl\n"} {
+		verifyReportRelative(t, name)
+	}
+}
+
+func verifyReportRelative(t *testing.T, name string) {
 	caller := t.TempDir()
 	// The stand-in suites write a row where they are told, in the
 	// package's directory as go test runs them.
@@ -912,16 +932,16 @@ func TestVerifyReportRelative(t *testing.T) {
 	cmd.Env = append(os.Environ(),
 		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"TMPDIR="+t.TempDir(), "LEASEHOLD_TEST_PG_BIN=engines-not-needed",
-		"LEASEHOLD_VERIFY_REPORT=rel.jsonl")
+		"LEASEHOLD_VERIFY_REPORT="+name)
 	out, _ := cmd.CombinedOutput()
-	b, err := os.ReadFile(filepath.Join(caller, "rel.jsonl"))
+	b, err := os.ReadFile(filepath.Join(caller, name))
 	if err != nil || !strings.Contains(string(b), "stand-in") {
-		t.Errorf("LEASEHOLD_VERIFY_REPORT=rel.jsonl run from %s: that file holds %q (%v), want the suites' row:\n%s", caller, b, err, out)
+		t.Errorf("LEASEHOLD_VERIFY_REPORT=%q run from %s: that file holds %q (%v), want the suites' row:\n%s", name, caller, b, err, out)
 	}
 	if strings.Contains(string(out), "no suite row was reported") {
 		t.Errorf("the rows written were not read:\n%s", out)
 	}
-	for _, p := range []string{"rel.jsonl", "testrig/verify/props/rel.jsonl"} {
+	for _, p := range []string{name, "testrig/verify/props/" + name} {
 		if _, err := os.Stat(filepath.Join("..", "..", p)); err == nil {
 			os.Remove(filepath.Join("..", "..", p))
 			t.Errorf("a report file was made in the checkout: %s", p)
