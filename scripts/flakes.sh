@@ -90,12 +90,15 @@ if [ -n "${LEASEHOLD_FLAKES_DIR:-}" ]; then
 	[[ $out == /* ]] || out=$caller/$out
 	# Without "..": mkdir -p makes a/../b, the first missing one below
 	# would be a, and b would be left (the red team of a767dc1).
-	out=$(realpath -m -- "$out")
+	# A newline at a name's end is kept ($(...) alone drops it).
+	out=$(realpath -m -- "$out" && echo .)
+	out=${out%.} out=${out%$'\n'}
 	# The first directory of its path that mkdir makes: a hunt refused
-	# before it ran (64 for its packages, 75) removes what it made.
+	# before it ran (64 for its packages, 75) removes what it made. The
+	# path is absolute: its parent is what precedes its last /.
 	if [ ! -e "$out" ]; then
 		made_out=$out
-		while [ ! -e "$(dirname -- "$made_out")" ]; do made_out=$(dirname -- "$made_out"); done
+		while parent=${made_out%/*} && [ -n "$parent" ] && [ ! -e "$parent" ]; do made_out=$parent; done
 	fi
 	mkdir -p -- "$out" 2>/dev/null && probe=$(mktemp "$out/.probe.XXXXXX" 2>/dev/null) ||
 		usage "cannot create or write the output directory '$out' (LEASEHOLD_FLAKES_DIR): make it a writable directory"

@@ -109,7 +109,8 @@ fi
 # it can make, before anything runs (a directory failed only after the
 # engines had started). Nothing is opened or made here: a refused run
 # leaves no file, and a named pipe does not block the check.
-report_dir=$(dirname -- "${LEASEHOLD_VERIFY_REPORT:-.}")
+report_dir=${LEASEHOLD_VERIFY_REPORT:-/x} # absolute (above): its directory precedes its last /
+report_dir=${report_dir%/*}/ # ($(dirname) dropped a newline at a name's end)
 if [ -n "${LEASEHOLD_VERIFY_REPORT:-}" ] && ! {
 	if [ -e "$LEASEHOLD_VERIFY_REPORT" ] || [ -L "$LEASEHOLD_VERIFY_REPORT" ]; then
 		[ -f "$LEASEHOLD_VERIFY_REPORT" ] && [ -w "$LEASEHOLD_VERIFY_REPORT" ]

@@ -695,6 +695,18 @@ func TestFlakesBadPackagesAndTimeout(t *testing.T) {
 	if left, _ := os.ReadDir(parent); code != 64 || len(left) > 0 {
 		t.Errorf("flakes.sh refused for its package, output directory a/../b/deep: exit %d (want 64), left %d entries:\n%s", code, len(left), out)
 	}
+	// A directory whose name ends in a newline, beside one without it:
+	// $(dirname) took the one without for the parent, and "a\n" was left
+	// (the red team of ed49b8e).
+	parent = t.TempDir()
+	if err := os.Mkdir(filepath.Join(parent, "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env = append([]string{"LEASEHOLD_FLAKES_DIR=" + parent + "/a\n/b"}, flakesNoEngines...)
+	out, code = runScript(t, env, "flakes.sh", "-count", "1", "-load", "0", "-norace", "./docs/...")
+	if left, _ := os.ReadDir(parent); code != 64 || len(left) != 1 {
+		t.Errorf("flakes.sh refused for its package, output directory \"a\\n/b\": exit %d (want 64), %d entries left beside a (want 0):\n%s", code, len(left)-1, out)
+	}
 	parent = t.TempDir()
 	env = append([]string{"GOFLAGS=-p=08", "LEASEHOLD_FLAKES_DIR=" + filepath.Join(parent, "new", "deep")}, flakesNoEngines...)
 	out, code = runScript(t, env, "flakes.sh", "-count", "1", "-load", "0", "-norace", "./internal/randid/")

@@ -853,6 +853,9 @@ func TestVerifyFuzzOff(t *testing.T) {
 // and a directory as the report (refused after the engines had started).
 func TestVerifyPackageFlags(t *testing.T) {
 	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "nd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args   []string
 		report string
@@ -871,6 +874,10 @@ func TestVerifyPackageFlags(t *testing.T) {
 		// The red team of a767dc1: a device passed the check (and a
 		// named pipe blocked it), the run failing after the suites.
 		{[]string{"default", "./testrig/verify/props/"}, os.DevNull, "is not a regular file it can write"},
+		// In a missing directory whose name ends in a newline, beside
+		// one without it: $(dirname) checked the one without (the red
+		// team of ed49b8e); the run failed after the engines.
+		{[]string{"default", "./testrig/verify/props/"}, filepath.Join(dir, "nd") + "\n/report", "is not a regular file it can write"},
 	} {
 		log := filepath.Join(t.TempDir(), "calls")
 		bin := fakeGoTest(t, `echo "$*" >>"$FAKE_GO_LOG"; exit 0`)
