@@ -89,6 +89,8 @@ func TestConformance(t *testing.T) {
 		Histories: storetest.HistoryConfig{
 			TTLs:     []time.Duration{2 * time.Second, 3 * time.Second},
 			Parallel: 100,
+			// An acquire whose answer was lost: endUnheard revokes it.
+			EndsUnheard: true,
 		},
 	})
 	grants, takeovers := rec.takeovers("linear/")
