@@ -22,7 +22,7 @@
 # (options go before the packages) or an output directory that cannot be
 # made or written (LEASEHOLD_FLAKES_DIR, or TMPDIR for the default), 75
 # when another test command is using the engines' directory it was given
-# (LEASEHOLD_ENGINES_DIR; scripts/engines.sh --help), and 130 after Ctrl-C (SIGINT) or 143 after SIGTERM, once the running test and
+# (LEASEHOLD_ENGINES_DIR; scripts/engines.sh --help), and 130 after Ctrl-C (SIGINT), 143 after SIGTERM or 129 after SIGHUP, once the running test and
 # the busy loops are stopped. Killed with SIGKILL (no trap runs), a watchdog
 # stops the running test and the engines it started, and the busy loops
 # end by themselves, within a few seconds.
@@ -85,6 +85,21 @@ done
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 # The output directory must exist and take files: never an empty path.
 made_out=
+# unmake_out: a hunt refused before it ran removes the directories it made
+# for its output, from the deepest, and only those that are empty: another
+# hunt given the same directory meanwhile may be writing there (rm -rf
+# removed its logs and engines' directory: the red team of 4be848e).
+unmake_out() {
+	[ -n "$made_out" ] || return 0
+	[ -z "${priv:-}" ] || rm -f -- "$priv".*
+	local d=$out
+	while :; do
+		if [ -e "$d" ]; then rmdir -- "$d" 2>/dev/null || break; fi
+		[ "$d" != "$made_out" ] || break
+		d=${d%/*}
+	done
+	made_out=
+}
 if [ -n "${LEASEHOLD_FLAKES_DIR:-}" ]; then
 	out=$LEASEHOLD_FLAKES_DIR
 	[[ $out == /* ]] || out=$caller/$out
@@ -100,8 +115,10 @@ if [ -n "${LEASEHOLD_FLAKES_DIR:-}" ]; then
 		made_out=$out
 		while parent=${made_out%/*} && [ -n "$parent" ] && [ ! -e "$parent" ]; do made_out=$parent; done
 	fi
-	mkdir -p -- "$out" 2>/dev/null && probe=$(mktemp "$out/.probe.XXXXXX" 2>/dev/null) ||
+	if ! mkdir -p -- "$out" 2>/dev/null || ! probe=$(mktemp "$out/.probe.XXXXXX" 2>/dev/null); then
+		unmake_out # what mkdir -p made before it failed (the red team of 4be848e)
 		usage "cannot create or write the output directory '$out' (LEASEHOLD_FLAKES_DIR): make it a writable directory"
+	fi
 	rm -f "$probe"
 elif ! out=$(mktemp -d -t leasehold-flakes.XXXXXX 2>/dev/null) || [ -z "$out" ]; then
 	usage "cannot create a temporary directory in ${TMPDIR:-/tmp} (TMPDIR): make it an existing, writable directory, or set LEASEHOLD_FLAKES_DIR"
@@ -192,14 +209,14 @@ watchdog() {
 # The packages first: a bad one is a usage error before any engine starts.
 # A go that cannot list (a bad GOFLAGS) leaves no output directory made.
 if ! module=$(go list -m); then
-	[ -z "$made_out" ] || rm -rf -- "$made_out"
+	unmake_out
 	exit 1
 fi
 if [ $# -gt 0 ]; then
 	if ! list=$(go list "$@" 2>"$priv.golist") || grep -q "matched no packages" "$priv.golist"; then
 		cat "$priv.golist" >&2
 		rm -f "$priv.golist"
-		[ -z "$made_out" ] || rm -rf -- "$made_out"
+		unmake_out
 		echo "flakes.sh: go list could not find every package named (see above)" >&2
 		exit 64
 	fi
@@ -207,7 +224,7 @@ if [ $# -gt 0 ]; then
 	rm -f "$priv.golist"
 else
 	if ! list=$(go list ./... | grep -v '/testrig/verify'); then
-		[ -z "$made_out" ] || rm -rf -- "$made_out"
+		unmake_out
 		exit 1
 	fi
 fi
@@ -234,7 +251,7 @@ if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 	if [ $st -eq 75 ]; then
 		started_engines= # the engines are the other command's
 		rm -f "$priv".*
-		[ -z "$made_out" ] || rm -rf -- "$made_out" # nothing ran: leave nothing behind
+		unmake_out # nothing ran: leave nothing behind
 		echo "flakes.sh: FAILED: the engines' directory is in use by another test command (above)" >&2
 		exit 75
 	elif [ $st -ne 0 ]; then

@@ -22,7 +22,8 @@
 #
 # SIGINT or SIGTERM (to this script alone or to its process group) stops the
 # running stage's whole process tree, stops the engines, prints the table
-# with the stage marked interrupted, and exits 130 or 143. A signal once the
+# with the stage marked interrupted, and exits 130 or 143 (129 for SIGHUP,
+# to either). A signal once the
 # last stage has ended (while the engines stop and the table is printed)
 # is ignored: the run ends with its stages' status.
 #
@@ -31,7 +32,7 @@
 # engines' state is kept (default .engines; see scripts/engines.sh --help).
 # Exits 0 when every stage passed, 1 when one failed, 64 on a usage error,
 # 75 when another test command is using the engines' directory (nothing is
-# run or stopped), 130 or 143 when interrupted.
+# run or stopped), 130, 143 or 129 when interrupted (SIGINT, SIGTERM, SIGHUP).
 set -uo pipefail
 # Started in the background of a non-interactive shell (a CI step's
 # "scripts/test.sh &"), this script has SIGINT ignored, and bash cannot trap
@@ -136,17 +137,27 @@ stage() {
 		# ends (deferred) makes wait return 128+n, not the stage's status.
 		running=$name
 		new_mark stage_mark "$name"
+		# Its output goes through a tee that is this shell's child, and
+		# that is waited for once the stage ends: a tee that was the
+		# stage's own could run behind under load, and its log was read
+		# empty at the end (no "why failed"), its last lines printed after
+		# the table, or its file opened once the logs were removed (the
+		# red team of 4be848e: 2 runs in 11).
+		exec {tee_fd}> >(tee "$logs/$name")
+		tee_pid=$!
 		{
 			add_mark "$stage_mark"
 			"$@"
 			st=$?
 			echo "$st" >"$logs/$name.status"
 			exit "$st"
-		} > >(tee "$logs/$name") 2>&1 &
+		} >&"$tee_fd" 2>&1 {tee_fd}>&- &
 		stage_pid=$!
+		exec {tee_fd}>&-
 		wait "$stage_pid"
 		st=$?
 		stage_ended=1
+		wait_tee
 		[ -z "$deferred" ] || read_status st "$logs/$name.status"
 		stage_pid=
 	fi
@@ -184,6 +195,22 @@ stage() {
 	return 0
 }
 
+# wait_tee: waits for the running stage's tee to write its last lines and
+# end, at most a minute (a process the stage left behind may hold its
+# output open).
+wait_tee() {
+	local i
+	[ -n "$tee_pid" ] || return 0
+	for ((i = 0; i < 600; i++)); do
+		if ended "$tee_pid"; then
+			wait "$tee_pid" 2>/dev/null
+			break
+		fi
+		sleep 0.1
+	done
+	tee_pid=
+}
+
 # cpu_now sets CPU_NOW to the user + system CPU seconds this script's
 # waited-for children have used so far: fields 16 and 17 (cutime, cstime,
 # in clock ticks) of this shell's /proc/PID/stat.
@@ -206,7 +233,7 @@ ended() {
 	[ "${st:0:1}" = Z ]
 }
 
-stage_pid= running= stage_ended= deferred= stages_over= stage_mark=
+stage_pid= running= stage_ended= deferred= stages_over= stage_mark= tee_pid=
 # The last stage this run runs (engines runs when a later stage needs it).
 last_stage=
 for s in mod engines vet race bench python verify; do
@@ -296,6 +323,7 @@ failures() {
 # exits with its stages' status.
 finish() {
 	trap '' INT TERM HUP
+	wait_tee # a stage stopped by a signal: its last lines before the table
 	[ -z "${1:-}" ] || scripts/engines.sh stop
 	report
 }

@@ -21,7 +21,10 @@
 # runs, as are an empty tier, an argument after the tier that is not a
 # package of ./testrig/verify/... (a go test flag, a typo, ./...), and a
 # LEASEHOLD_VERIFY_REPORT that is not a regular file it can write or make
-# (a relative one is the caller's).
+# (a relative one is the caller's; its name as the kernel reads it: rep/ or
+# f/../rep with rep, f files are refused; one the kernel will not write, a
+# name too long, an immutable or append-only file, is refused before the
+# engines start).
 # Naming packages runs no fuzzing. SIGINT is acted on when it reaches the
 # running step too (Ctrl-C: the terminal's whole process group); to this
 # script alone it is not, and the run goes on: stop it with SIGTERM.
@@ -36,13 +39,17 @@ abs_tmpdir # before the cd: a relative TMPDIR is the caller's
 # So are a relative LEASEHOLD_VERIFY_WARM and LEASEHOLD_VERIFY_REPORT (the
 # report's was taken from each suite's package directory: its rows were
 # lost and a passing run failed; the red team of 9d12303).
-# absolute NAME: NAME made absolute, a newline at its end kept ($(...)
-# alone drops it: "nl<newline>" became "nl").
+# absolute NAME VAR: VAR set to NAME, made absolute from the current
+# directory by text alone: the kernel resolves it when it is used, as it
+# would have from here ($(realpath -m) resolved by text too: "rep/" with
+# rep a file wrote rep, "f/../rep" with f a file wrote ./rep; from a
+# removed directory it failed with realpath's message and exit 1: the red
+# team of 4be848e). Every character is kept (a newline at its end too).
 absolute() {
-	local p
-	p=$(realpath -m -- "$1" && echo .)
-	p=${p%.}
-	printf -v "$2" '%s' "${p%$'\n'}"
+	case "$1" in
+	/*) printf -v "$2" '%s' "$1" ;;
+	*) printf -v "$2" '%s' "$PWD/$1" ;;
+	esac
 }
 [ -z "${LEASEHOLD_VERIFY_WARM:-}" ] || absolute "$LEASEHOLD_VERIFY_WARM" LEASEHOLD_VERIFY_WARM
 [ -z "${LEASEHOLD_VERIFY_REPORT:-}" ] || absolute "$LEASEHOLD_VERIFY_REPORT" LEASEHOLD_VERIFY_REPORT
@@ -73,6 +80,26 @@ case "${LEASEHOLD_VERIFY_FUZZ:-1}" in
 	;;
 esac
 verify_p_ok verify.sh || exit 64
+# The report's file must be a regular file this script can write, or one
+# it can make, before anything runs (a directory failed only after the
+# engines had started), and before go list (whose failure hid this usage
+# error: the red team of 4be848e). Nothing is opened or made here: a
+# refused run leaves no file, and a named pipe does not block the check.
+# What only the kernel can tell (a name too long, an append-only or
+# immutable file) is found when the file is emptied, before the engines.
+report_dir=${LEASEHOLD_VERIFY_REPORT:-/x} # absolute (above): its directory precedes its last /
+report_dir=${report_dir%/*}/ # ($(dirname) dropped a newline at a name's end)
+if [ -n "${LEASEHOLD_VERIFY_REPORT:-}" ] && ! {
+	if [ -e "$LEASEHOLD_VERIFY_REPORT" ] || [ -L "$LEASEHOLD_VERIFY_REPORT" ]; then
+		[ -f "$LEASEHOLD_VERIFY_REPORT" ] && [ -w "$LEASEHOLD_VERIFY_REPORT" ]
+	else
+		[ -d "$report_dir" ] && [ -w "$report_dir" ]
+	fi
+}; then
+	echo "verify.sh: LEASEHOLD_VERIFY_REPORT '$LEASEHOLD_VERIFY_REPORT' is not a regular file it can write or make (a directory, a device or pipe, or in a missing or read-only directory)" >&2
+	exit 64
+fi
+
 # After the tier, fault suites only (packages of ./testrig/verify/...): a
 # flag went on to go test, where a later -p overrode LEASEHOLD_VERIFY_P's
 # check (a red team of 7c73f10); a path that names no package or another
@@ -105,25 +132,8 @@ if [ ${#pkgs[@]} -eq 0 ]; then
 	fi
 	mapfile -t pkgs <<<"$ordered"
 fi
-# The report's file must be a regular file this script can write, or one
-# it can make, before anything runs (a directory failed only after the
-# engines had started). Nothing is opened or made here: a refused run
-# leaves no file, and a named pipe does not block the check.
-report_dir=${LEASEHOLD_VERIFY_REPORT:-/x} # absolute (above): its directory precedes its last /
-report_dir=${report_dir%/*}/ # ($(dirname) dropped a newline at a name's end)
-if [ -n "${LEASEHOLD_VERIFY_REPORT:-}" ] && ! {
-	if [ -e "$LEASEHOLD_VERIFY_REPORT" ] || [ -L "$LEASEHOLD_VERIFY_REPORT" ]; then
-		[ -f "$LEASEHOLD_VERIFY_REPORT" ] && [ -w "$LEASEHOLD_VERIFY_REPORT" ]
-	else
-		[ -d "$report_dir" ] && [ -w "$report_dir" ]
-	fi
-}; then
-	echo "verify.sh: LEASEHOLD_VERIFY_REPORT '$LEASEHOLD_VERIFY_REPORT' is not a regular file it can write or make (a directory, a device or pipe, or in a missing or read-only directory)" >&2
-	exit 64
-fi
-
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
-own_engines= own_tmp= own_mark= outer_marks=${LEASEHOLD_PROC_MARKS-}
+own_engines= own_tmp= own_mark= made_report= outer_marks=${LEASEHOLD_PROC_MARKS-}
 # On exit, also on SIGTERM or SIGHUP to this script alone (no trap for
 # them: bash would run it only once the step in the foreground ended):
 # the whole tree of whatever this script still runs (the suites' go test,
@@ -143,6 +153,8 @@ cleanup() {
 	[ -z "$own_mark" ] || stop_marked "$own_mark" "$own_tmp"
 	[ -z "$own_engines" ] || scripts/engines.sh stop
 	[ -z "$own_tmp" ] || rm -rf "$own_tmp"
+	# A report made by the check above, in a run that ended before it ran.
+	[ -z "$made_report" ] || rm -f -- "$LEASEHOLD_VERIFY_REPORT"
 }
 trap cleanup EXIT
 # Its own TMPDIR for everything it runs (the suites' test directories, go's
@@ -152,6 +164,20 @@ trap cleanup EXIT
 # build directories in TMPDIR).
 own_tmpdir own_tmp lhv verify.sh
 export TMPDIR=$own_tmp
+# The last check, before the engines: the report is opened to append
+# (what it holds is kept until the run starts; one made here is removed if
+# the run ends before that), so that what only the kernel can tell (a name
+# too long, an immutable file, a read-only file system) is a usage error
+# too: it was bash's own message and exit 1 once the engines had started
+# (the red team of 4be848e).
+if [ -n "${LEASEHOLD_VERIFY_REPORT:-}" ]; then
+	[ -e "$LEASEHOLD_VERIFY_REPORT" ] || made_report=1
+	if ! { : >>"$LEASEHOLD_VERIFY_REPORT"; } 2>/dev/null; then
+		made_report=
+		echo "verify.sh: LEASEHOLD_VERIFY_REPORT '$LEASEHOLD_VERIFY_REPORT' cannot be written (a name too long, an immutable file, a read-only file system)" >&2
+		exit 64
+	fi
+fi
 if [ -z "${LEASEHOLD_TEST_PG_BIN:-}" ]; then
 	own_engines=1
 	export LEASEHOLD_ENGINES_CLAIM=$$ # one test command per directory
@@ -178,7 +204,11 @@ add_mark "$own_mark"
 report=${LEASEHOLD_VERIFY_REPORT:-}
 [ -n "$report" ] || report=$own_tmp/report
 export LEASEHOLD_VERIFY_REPORT=$report
-: >"$report"
+if ! { : >"$report"; } 2>/dev/null; then
+	echo "verify.sh: LEASEHOLD_VERIFY_REPORT '$report' cannot be emptied (an append-only file?)" >&2
+	exit 64
+fi
+made_report=
 
 status=0
 started=$(date +%s)

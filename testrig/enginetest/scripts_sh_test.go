@@ -707,6 +707,34 @@ func TestFlakesBadPackagesAndTimeout(t *testing.T) {
 	if left, _ := os.ReadDir(parent); code != 64 || len(left) != 1 {
 		t.Errorf("flakes.sh refused for its package, output directory \"a\\n/b\": exit %d (want 64), %d entries left beside a (want 0):\n%s", code, len(left)-1, out)
 	}
+	// A name mkdir -p fails on after making its parents: they were left
+	// (the red team of 4be848e).
+	parent = t.TempDir()
+	env = append([]string{"LEASEHOLD_FLAKES_DIR=" + filepath.Join(parent, "new1", "new2", strings.Repeat("z", 300))}, flakesNoEngines...)
+	out, code = runScript(t, env, "flakes.sh", "-count", "1", "-load", "0", "-norace", "./internal/randid/")
+	if left, _ := os.ReadDir(parent); code != 64 || len(left) > 0 {
+		t.Errorf("flakes.sh with an output directory name too long: exit %d (want 64), left %d entries:\n%s", code, len(left), out)
+	}
+	// Another hunt given the same directory writes there while this one
+	// is refused (here: go list writes as the other hunt would): the
+	// refused hunt removed the directory whole, the other's logs and
+	// engines' directory with it (the red team of 4be848e).
+	parent = t.TempDir()
+	shared := filepath.Join(parent, "shared")
+	realGo, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	fake := "#!/bin/sh\nif [ \"$1\" = list ] && [ \"$2\" = ./no/such/ ]; then echo other >\"$LEASEHOLD_FLAKES_DIR/other.log\"; fi\nexec " + realGo + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env = append([]string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"), "LEASEHOLD_FLAKES_DIR=" + shared}, flakesNoEngines...)
+	out, code = runScript(t, env, "flakes.sh", "-count", "1", "-load", "0", "-norace", "./no/such/")
+	if b, err := os.ReadFile(filepath.Join(shared, "other.log")); code != 64 || string(b) != "other\n" {
+		t.Errorf("flakes.sh refused while another hunt wrote in its directory: exit %d (want 64), the other's file: %q, %v (want it kept):\n%s", code, b, err, out)
+	}
 	parent = t.TempDir()
 	env = append([]string{"GOFLAGS=-p=08", "LEASEHOLD_FLAKES_DIR=" + filepath.Join(parent, "new", "deep")}, flakesNoEngines...)
 	out, code = runScript(t, env, "flakes.sh", "-count", "1", "-load", "0", "-norace", "./internal/randid/")
@@ -964,6 +992,30 @@ func TestTestShFailedStageStatus(t *testing.T) {
 	out, code := runScript(t, []string{"LEASEHOLD_STAGES=mod", "GOFLAGS=-modfile=" + filepath.Join(t.TempDir(), "none.mod")}, "test.sh")
 	if code != 1 || !strings.Contains(out, "mod      FAILED") {
 		t.Errorf("test.sh with a failing mod stage: exit %d, want 1 and a FAILED row:\n%s", code, out)
+	}
+}
+
+// TestTestShSlowTeeKeepsWhy (the red team of 4be848e): the tee that keeps
+// a stage's output was the stage's own and was not waited for; under load
+// it ran behind, the log was read empty at the end, and the report lost
+// its "why [mod] failed" (2 runs in 11), its last lines printed after the
+// table. Here a tee that starts 3 s late does the same every time.
+func TestTestShSlowTeeKeepsWhy(t *testing.T) {
+	realTee, err := exec.LookPath("tee")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "tee"), []byte("#!/bin/sh\nsleep 3\nexec "+realTee+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, code := runScript(t, []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"LEASEHOLD_STAGES=mod", "GOFLAGS=-modfile=" + filepath.Join(t.TempDir(), "none.mod")}, "test.sh")
+	why := strings.Index(out, "== why [mod] failed")
+	table := strings.Index(out, "== stages")
+	said := strings.Index(out, "none.mod")
+	if code != 1 || why < 0 || table < 0 || said < 0 || said > table || strings.Contains(out, "tee:") {
+		t.Errorf("test.sh with a failing mod stage and a slow tee: exit %d (want 1), the stage's output before the table and a \"why [mod] failed\" after it:\n%s", code, out)
 	}
 }
 

@@ -856,6 +856,9 @@ func TestVerifyPackageFlags(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "nd"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "rep"), []byte("old\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args   []string
 		report string
@@ -878,6 +881,14 @@ func TestVerifyPackageFlags(t *testing.T) {
 		// one without it: $(dirname) checked the one without (the red
 		// team of ed49b8e); the run failed after the engines.
 		{[]string{"default", "./testrig/verify/props/"}, filepath.Join(dir, "nd") + "\n/report", "is not a regular file it can write"},
+		// Names the kernel refuses, resolved by text (realpath -m) and
+		// taken: rep/ (rep a file) overwrote rep, rep/../rep2 wrote rep2
+		// (the red team of 4be848e).
+		{[]string{"default", "./testrig/verify/props/"}, filepath.Join(dir, "rep") + "/", "is not a regular file it can write"},
+		{[]string{"default", "./testrig/verify/props/"}, filepath.Join(dir, "rep") + "/../rep2", "is not a regular file it can write"},
+		// What only the kernel tells: a name too long passed the check,
+		// and the run failed with bash's message, exit 1 (the same).
+		{[]string{"default", "./testrig/verify/props/"}, filepath.Join(dir, strings.Repeat("z", 300)), "cannot be written"},
 	} {
 		log := filepath.Join(t.TempDir(), "calls")
 		bin := fakeGoTest(t, `echo "$*" >>"$FAKE_GO_LOG"; exit 0`)
@@ -906,10 +917,49 @@ func TestVerifyPackageFlags(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "no")); !os.IsNotExist(err) {
 		t.Errorf("a report in a missing directory: the directory was made (%v)", err)
 	}
+	if b, err := os.ReadFile(filepath.Join(dir, "rep")); err != nil || string(b) != "old\n" {
+		t.Errorf("a report named rep/, rep a file: rep now holds %q (%v), want it untouched", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "rep2")); !os.IsNotExist(err) {
+		t.Errorf("a report named rep/../rep2, rep a file: rep2 was made (%v)", err)
+	}
+	// A go that cannot list hid the report's usage error (exit 1, "cannot
+	// list the fault suites"); from a removed directory, a relative report
+	// ended the script in realpath (exit 1, realpath's message alone): the
+	// red team of 4be848e.
+	out, code := runScript(t, []string{"GOFLAGS=-p=08", "TMPDIR=" + t.TempDir(),
+		"LEASEHOLD_TEST_PG_BIN=engines-not-needed", "LEASEHOLD_VERIFY_REPORT=" + dir}, "verify.sh")
+	if code != 64 || !strings.Contains(out, "is not a regular file it can write") {
+		t.Errorf("verify.sh with a directory as the report and a go that cannot list: exit %d, want 64 naming the report:\n%s", code, out)
+	}
+	// An append-only file (chattr +a, as root) passes every check but
+	// cannot be emptied: bash's own message and exit 1 after the engines
+	// had started (the red team of 4be848e); now 64, the file kept.
+	appendOnly := filepath.Join(t.TempDir(), "append-only.jsonl")
+	if err := os.WriteFile(appendOnly, []byte("old\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("chattr", "+a", appendOnly).Run(); err != nil {
+		t.Logf("chattr +a (root on a file system with attributes) not possible here, the append-only case is not run: %v", err)
+	} else {
+		t.Cleanup(func() { exec.Command("chattr", "-a", appendOnly).Run() })
+		out, code := runScript(t, []string{"TMPDIR=" + t.TempDir(), "LEASEHOLD_TEST_PG_BIN=engines-not-needed",
+			"LEASEHOLD_VERIFY_REPORT=" + appendOnly}, "verify.sh", "default", "./testrig/verify/props/")
+		if b, _ := os.ReadFile(appendOnly); code != 64 || !strings.Contains(out, "cannot be emptied") || string(b) != "old\n" {
+			t.Errorf("verify.sh with an append-only report: exit %d (want 64 saying it cannot be emptied), the file holds %q (want it kept):\n%s", code, b, out)
+		}
+	}
+	gone := filepath.Join(t.TempDir(), "gone")
+	cmd := exec.Command("sh", "-c", `mkdir "$1" && cd "$1" && rmdir "$1" && exec "$2" default ./testrig/verify/props/`, "sh", gone, repoScript(t, "verify.sh"))
+	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir(), "LEASEHOLD_TEST_PG_BIN=engines-not-needed", "LEASEHOLD_VERIFY_REPORT=rel.jsonl")
+	b, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 64 || !strings.Contains(string(b), "is not a regular file it can write") {
+		t.Errorf("verify.sh run from a removed directory with a relative report: %v, want exit 64 naming the report:\n%s", err, b)
+	}
 	// A run refused later (here for its TMPDIR) makes no report file: the
 	// check made an empty one (the red team of a767dc1).
 	report := filepath.Join(t.TempDir(), "new-report.jsonl")
-	out, code := runScript(t, []string{"TMPDIR=" + filepath.Join(dir, "none"),
+	out, code = runScript(t, []string{"TMPDIR=" + filepath.Join(dir, "none"),
 		"LEASEHOLD_TEST_PG_BIN=engines-not-needed", "LEASEHOLD_VERIFY_REPORT=" + report},
 		"verify.sh", "default", "./testrig/verify/props/")
 	if _, err := os.Stat(report); code != 64 || !os.IsNotExist(err) {
