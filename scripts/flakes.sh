@@ -115,21 +115,33 @@ if [ -n "${LEASEHOLD_FLAKES_DIR:-}" ]; then
 		made_out=$out
 		while parent=${made_out%/*} && [ -n "$parent" ] && [ ! -e "$parent" ]; do made_out=$parent; done
 	fi
-	if ! mkdir -p -- "$out" 2>/dev/null || ! probe=$(mktemp "$out/.probe.XXXXXX" 2>/dev/null); then
-		unmake_out # what mkdir -p made before it failed (the red team of 4be848e)
-		usage "cannot create or write the output directory '$out' (LEASEHOLD_FLAKES_DIR): make it a writable directory"
-	fi
-	rm -f "$probe"
+	# Room for the logs' names below it (a path near 4,096 bytes passed
+	# the check, then no log could be written; over it, mkdir -p made
+	# every directory and they were left: the red teams of 4be848e and
+	# fd51068).
+	out_len=$(LC_ALL=C && echo "${#out}") # bytes, not characters
+	[ "$out_len" -le 3900 ] || usage "the output directory's path is $out_len bytes long (LEASEHOLD_FLAKES_DIR): at most 3900, to leave room for the logs' names"
+	# Its mark of presence ($priv.here, kept until the end) is its write
+	# check too: a second hunt refused meanwhile leaves the directory to
+	# it. Made again should that hunt have removed it just then.
+	priv=$out/.flakes.$$
+	for try in 1 2 3 0; do
+		mkdir -p -- "$out" 2>/dev/null && { : >"$priv.here"; } 2>/dev/null && break
+		if [ $try = 0 ]; then
+			unmake_out # what mkdir -p made before it failed (the red team of 4be848e)
+			usage "cannot create or write the output directory '$out' (LEASEHOLD_FLAKES_DIR): make it a writable directory"
+		fi
+	done
 elif ! out=$(mktemp -d -t leasehold-flakes.XXXXXX 2>/dev/null) || [ -z "$out" ]; then
 	usage "cannot create a temporary directory in ${TMPDIR:-/tmp} (TMPDIR): make it an existing, writable directory, or set LEASEHOLD_FLAKES_DIR"
 else
 	made_out=$out
+	priv=$out/.flakes.$$
 fi
 
 # This run's own files in the output directory (a second hunt given the
-# same directory must not take or remove them): $priv.running, .tick,
-# .golist, .env; removed at the end.
-priv=$out/.flakes.$$
+# same directory must not take or remove them): $priv.here (above),
+# .running, .tick, .golist, .env; removed at the end.
 loops=()
 gopid=
 watcher=

@@ -715,6 +715,19 @@ func TestFlakesBadPackagesAndTimeout(t *testing.T) {
 	if left, _ := os.ReadDir(parent); code != 64 || len(left) > 0 {
 		t.Errorf("flakes.sh with an output directory name too long: exit %d (want 64), left %d entries:\n%s", code, len(left), out)
 	}
+	// A path over 4,096 bytes, each name short: mkdir -p made every
+	// directory, the check then failed and they were left (the re-check
+	// of fd51068).
+	parent = t.TempDir()
+	long := filepath.Join(parent, "top")
+	for i := 0; i < 18; i++ {
+		long = filepath.Join(long, strings.Repeat("c", 250))
+	}
+	env = append([]string{"LEASEHOLD_FLAKES_DIR=" + long}, flakesNoEngines...)
+	out, code = runScript(t, env, "flakes.sh", "-count", "1", "-load", "0", "-norace", "./internal/randid/")
+	if left, _ := os.ReadDir(parent); code != 64 || len(left) > 0 {
+		t.Errorf("flakes.sh with an output directory of %d bytes: exit %d (want 64), left %d entries:\n%s", len(long), code, len(left), out)
+	}
 	// Another hunt given the same directory writes there while this one
 	// is refused (here: go list writes as the other hunt would): the
 	// refused hunt removed the directory whole, the other's logs and
@@ -1016,6 +1029,118 @@ func TestTestShSlowTeeKeepsWhy(t *testing.T) {
 	said := strings.Index(out, "none.mod")
 	if code != 1 || why < 0 || table < 0 || said < 0 || said > table || strings.Contains(out, "tee:") {
 		t.Errorf("test.sh with a failing mod stage and a slow tee: exit %d (want 1), the stage's output before the table and a \"why [mod] failed\" after it:\n%s", code, out)
+	}
+}
+
+// TestTestShStrayHoldsOutput (the re-check of fd51068): a stage that left
+// a process holding its output made test.sh wait for its tee 600 rounds of
+// 0.1 s (67 to 138 s under load), silently, in the stage's time, a Ctrl-C
+// held back meanwhile. It now waits at most 5 s and says so.
+func TestTestShStrayHoldsOutput(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "stray.pid")
+	realGo, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	fake := "#!/bin/sh\nif [ \"$1\" = mod ]; then sleep 120 & echo $! >\"$STRAY_PID\"; echo mod failed; exit 1; fi\nexec " + realGo + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	// Its output to a file, not a pipe: the stray process holds the pipe
+	// open, and a wait for the pipe would wait for it.
+	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(repoScript(t, "test.sh"))
+	cmd.Dir, cmd.Stdout, cmd.Stderr = filepath.Join("..", ".."), f, f
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"LEASEHOLD_STAGES=mod", "STRAY_PID="+pidFile)
+	start := time.Now()
+	err = cmd.Run()
+	took := time.Since(start)
+	code := cmd.ProcessState.ExitCode()
+	if err != nil && code < 0 {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(f.Name())
+	out := string(b)
+	if code != 1 || !strings.Contains(out, "left a process holding its output open") || !strings.Contains(out, "mod      FAILED") {
+		t.Errorf("test.sh, a failing stage that left a process holding its output: exit %d (want 1), no word of the wait or no FAILED row:\n%s", code, out)
+	}
+	// 5 s of waiting, against 60 s and more before; generous for a loaded machine.
+	if took > 45*time.Second {
+		t.Errorf("test.sh took %v with a stage's stray process holding its output (it waits at most 5 s for it)", took)
+	}
+}
+
+// TestFlakesSecondHuntKeepsDir (the re-check of fd51068): a hunt refused
+// for its package removed the output directory it had made, still empty,
+// while a second hunt given the same directory was listing its packages:
+// the second then failed (no watchdog, no logs, no summary, exit 1). Each
+// hunt now keeps a file of its own there while it runs.
+func TestFlakesSecondHuntKeepsDir(t *testing.T) {
+	realGo, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := t.TempDir()
+	// The first hunt's go list (of ./no/such/) waits for the second's
+	// first go list (-m, before it writes anything there) to start; that
+	// one waits for the first hunt to be over.
+	fake := `#!/bin/sh
+if [ "$HUNT" = a ] && [ "$1" = list ] && [ "$2" = ./no/such/ ]; then
+	i=0; while [ ! -e "$FLAGS/b-lists" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+fi
+if [ "$HUNT" = b ] && [ "$1" = list ] && [ "$2" = -m ]; then
+	: >"$FLAGS/b-lists"
+	i=0; while [ ! -e "$FLAGS/a-done" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+fi
+exec ` + realGo + ` "$@"
+`
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "new", "out")
+	env := append(os.Environ(), append([]string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"FLAGS=" + flags, "LEASEHOLD_FLAKES_DIR=" + dir}, flakesNoEngines...)...)
+	var outA, outB bytes.Buffer
+	a := exec.Command(repoScript(t, "flakes.sh"), "-count", "1", "-load", "0", "-norace", "./no/such/")
+	a.Dir, a.Env, a.Stdout, a.Stderr = filepath.Join("..", ".."), append(env, "HUNT=a"), &outA, &outA
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 600; i++ { // the first hunt has made the directory
+		if _, err := os.Stat(dir); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	b := exec.Command(repoScript(t, "flakes.sh"), "-count", "1", "-load", "0", "-norace", "./internal/randid/")
+	b.Dir, b.Env, b.Stdout, b.Stderr = filepath.Join("..", ".."), append(env, "HUNT=b"), &outB, &outB
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	errA := a.Wait()
+	if err := os.WriteFile(filepath.Join(flags, "a-done"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	errB := b.Wait()
+	if ee, ok := errA.(*exec.ExitError); !ok || ee.ExitCode() != 64 {
+		t.Errorf("the hunt of ./no/such/: %v, want exit 64:\n%s", errA, outA.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "summary")); errB != nil || err != nil {
+		t.Errorf("the second hunt on the same directory: %v, its summary: %v (want a pass and a summary):\n%s", errB, err, outB.String())
 	}
 }
 
