@@ -734,15 +734,7 @@ func TestFlakesBadPackagesAndTimeout(t *testing.T) {
 	// engines' directory with it (the red team of 4be848e).
 	parent = t.TempDir()
 	shared := filepath.Join(parent, "shared")
-	realGo, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := t.TempDir()
-	fake := "#!/bin/sh\nif [ \"$1\" = list ] && [ \"$2\" = ./no/such/ ]; then echo other >\"$LEASEHOLD_FLAKES_DIR/other.log\"; fi\nexec " + realGo + " \"$@\"\n"
-	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(fake), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := fakeGo(t, `if [ "$1" = list ] && [ "$2" = ./no/such/ ]; then echo other >"$LEASEHOLD_FLAKES_DIR/other.log"; fi`)
 	env = append([]string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"), "LEASEHOLD_FLAKES_DIR=" + shared}, flakesNoEngines...)
 	out, code = runScript(t, env, "flakes.sh", "-count", "1", "-load", "0", "-norace", "./no/such/")
 	if b, err := os.ReadFile(filepath.Join(shared, "other.log")); code != 64 || string(b) != "other\n" {
@@ -1038,15 +1030,7 @@ func TestTestShSlowTeeKeepsWhy(t *testing.T) {
 // held back meanwhile. It now waits at most 5 s and says so.
 func TestTestShStrayHoldsOutput(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "stray.pid")
-	realGo, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := t.TempDir()
-	fake := "#!/bin/sh\nif [ \"$1\" = mod ]; then sleep 120 & echo $! >\"$STRAY_PID\"; echo mod failed; exit 1; fi\nexec " + realGo + " \"$@\"\n"
-	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(fake), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := fakeGo(t, `if [ "$1" = mod ]; then sleep 120 & echo $! >"$STRAY_PID"; echo mod failed; exit 1; fi`)
 	t.Cleanup(func() {
 		if b, err := os.ReadFile(pidFile); err == nil {
 			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
@@ -1089,28 +1073,17 @@ func TestTestShStrayHoldsOutput(t *testing.T) {
 // the second then failed (no watchdog, no logs, no summary, exit 1). Each
 // hunt now keeps a file of its own there while it runs.
 func TestFlakesSecondHuntKeepsDir(t *testing.T) {
-	realGo, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatal(err)
-	}
 	flags := t.TempDir()
 	// The first hunt's go list (of ./no/such/) waits for the second's
 	// first go list (-m, before it writes anything there) to start; that
 	// one waits for the first hunt to be over.
-	fake := `#!/bin/sh
-if [ "$HUNT" = a ] && [ "$1" = list ] && [ "$2" = ./no/such/ ]; then
+	bin := fakeGo(t, `if [ "$HUNT" = a ] && [ "$1" = list ] && [ "$2" = ./no/such/ ]; then
 	i=0; while [ ! -e "$FLAGS/b-lists" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
 fi
 if [ "$HUNT" = b ] && [ "$1" = list ] && [ "$2" = -m ]; then
 	: >"$FLAGS/b-lists"
 	i=0; while [ ! -e "$FLAGS/a-done" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
-fi
-exec ` + realGo + ` "$@"
-`
-	bin := t.TempDir()
-	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(fake), 0o755); err != nil {
-		t.Fatal(err)
-	}
+fi`)
 	dir := filepath.Join(t.TempDir(), "new", "out")
 	env := append(os.Environ(), append([]string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
 		"FLAGS=" + flags, "LEASEHOLD_FLAKES_DIR=" + dir}, flakesNoEngines...)...)
@@ -1179,12 +1152,19 @@ func waitHunt(t *testing.T, cmd *exec.Cmd, out fileText, failing string, ready f
 // stand-in for a test run that hangs, panics or ignores signals.
 func fakeGoTest(t *testing.T, body string) string {
 	t.Helper()
+	return fakeGo(t, "if [ \"$1\" = test ]; then "+body+"; fi")
+}
+
+// fakeGo makes a directory (to put first in PATH) with a go that runs the
+// shell lines before, then the real go with its arguments.
+func fakeGo(t *testing.T, before string) string {
+	t.Helper()
 	realGo, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	bin := t.TempDir()
-	fake := "#!/bin/sh\nif [ \"$1\" = test ]; then " + body + "; fi\nexec " + realGo + " \"$@\"\n"
+	fake := "#!/bin/sh\n" + before + "\nexec " + realGo + " \"$@\"\n"
 	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(fake), 0o755); err != nil {
 		t.Fatal(err)
 	}
