@@ -26,10 +26,11 @@ most ``ANSWER_GRACE``."""
 MIN_REQUEST = 0.05
 """Seconds: a request with less time than this left is not sent."""
 
-RETURN_MARGIN = 0.1
+RETURN_MARGIN = 0.2
 """Seconds kept back from ``ANSWER_GRACE`` for giving up and returning: the
 last request of a call ends this long before ``T + ANSWER_GRACE`` (R17
-measured returns 1-4 ms past it when it ended there)."""
+measured returns 1-4 ms past it when it ended there, and once, on a loaded
+machine with 0.1 s kept back, 41 ms past the bound)."""
 
 Data = Union[bytes, str, None]
 WaitCallback = Callable[[errors.HeldError], None]

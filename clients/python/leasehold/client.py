@@ -307,8 +307,11 @@ class Client(ClientBase, metaclass=abc.ABCMeta):
         except errors.LeaseholdError as e:
             log.debug("acquire %r: looking for a grant that raced with giving up: %s", name, e)
             return
-        if not lease:
-            self._quiet_release(info.name, info.token, info.secret, max(hard - time.monotonic(), MIN_REQUEST))
+        left = hard - time.monotonic()
+        if not lease and left < MIN_REQUEST:  # no time to give it back within the call's bound
+            log.debug("acquire %r: a permit that raced with giving up (token %d) expires after its TTL", name, info.token)
+        elif not lease:
+            self._quiet_release(info.name, info.token, info.secret, left)
 
     def get(self, name: str) -> LeaseInfo:
         """The live lease ``name`` with its queued ``waiters``; raises ``NotFoundError``."""

@@ -30,7 +30,6 @@ from __future__ import annotations
 import datetime
 import json
 import random
-import threading
 import time
 import urllib.parse
 from typing import Any, Dict, List, Optional, Tuple
@@ -146,7 +145,7 @@ class DynamoDBClient(ClientBase):
     ``get``, ``release``, the constructor's), the time before the lease's
     deadline for a renewal, ``T + 0.5`` s for ``acquire(timeout=T)``. The
     client makes a botocore client per timeout class (socket timeouts of
-    0.05 s to ``timeout``, stepping by √2, made when first needed) and
+    0.05 s to ``timeout``, stepping by √2, all made by the constructor) and
     retries a failed request itself, within the time left, at most 4
     times. ``boto_client`` is a boto3 DynamoDB client to use instead of
     those: its own ``Config`` (timeouts, retries) then bounds each request,
@@ -188,7 +187,6 @@ class DynamoDBClient(ClientBase):
         self._user_config = config
         self._own_client = boto_client is None
         self._clients: Dict[float, Any] = {}  # timeout class -> botocore client
-        self._clients_mu = threading.Lock()
         self._region: Optional[str] = p["region"]
         self._endpoint: Optional[str] = p["endpoint"]
         self._session: Any = None
@@ -198,7 +196,7 @@ class DynamoDBClient(ClientBase):
                 try:
                     # A session of its own: credentials are looked up for this client
                     # (boto3's default session keeps what it found first), and its
-                    # clients are made under one lock (sessions are not thread-safe).
+                    # clients are all made here, in one thread (sessions are not thread-safe).
                     self._session = session if session is not None else boto3.session.Session()
                     if self._region is None and self._session.region_name is None:
                         if self._endpoint is None:
@@ -207,6 +205,10 @@ class DynamoDBClient(ClientBase):
                 except self._botoexc.BotoCoreError as e:
                     raise self._botocore_error(e) from None
                 self._ddb = self._make_client(self.timeout)
+                # One per timeout class below the client's, made now: a call that made
+                # one (under a lock its other threads wait on) spent part of its time
+                # on it, on a loaded machine past its bound.
+                self._clients = {s: self._make_client(s) for s in TIMEOUT_STEPS if s < self.timeout}
             end = time.monotonic() + self.timeout
             if p["create"]:
                 self._create_table(end)
@@ -233,8 +235,7 @@ class DynamoDBClient(ClientBase):
         """Close the botocore clients' connections (those made here). Leases are not released."""
         if not self._own_client:
             return
-        with self._clients_mu:
-            clients, self._clients = [self._ddb, *self._clients.values()], {}
+        clients, self._clients = [self._ddb, *self._clients.values()], {}
         for c in clients:
             if c is not None and hasattr(c, "close"):
                 c.close()
@@ -254,15 +255,13 @@ class DynamoDBClient(ClientBase):
         return c
 
     def _client_for(self, left: float) -> Any:
-        """The botocore client whose socket timeouts fit in ``left`` seconds."""
-        if not self._own_client or left >= self.timeout:
+        """The botocore client whose socket timeouts fit in ``left`` seconds: one
+        the constructor made, so that no call spends its time making one."""
+        clients = self._clients
+        if not self._own_client or left >= self.timeout or not clients:
             return self._ddb
-        step = max((s for s in TIMEOUT_STEPS if s <= left), default=TIMEOUT_STEPS[0])
-        with self._clients_mu:
-            c = self._clients.get(step)
-            if c is None:
-                c = self._clients[step] = self._make_client(step)
-            return c
+        step = max((s for s in clients if s <= left), default=min(clients))
+        return clients[step]
 
     def _botocore_error(self, e: Exception) -> errors.LeaseholdError:
         """A botocore error (not an answer of DynamoDB) as this package's error."""
@@ -468,7 +467,11 @@ class DynamoDBClient(ClientBase):
             return
         try:
             token, _ = self._grant(name, rid, ttl_ms, b"", hard)
-            self._release(name, self.owner, token, timeout=max(hard - time.monotonic(), MIN_REQUEST))
+            left = hard - time.monotonic()
+            if left < MIN_REQUEST:  # no time to give it back within the call's bound: it expires after its TTL
+                log.debug("acquire %r: a grant that raced with giving up (token %d) expires after its TTL", name, token)
+                return
+            self._release(name, self.owner, token, timeout=left)
         except errors.LeaseholdError as e:  # none, or it expires after its TTL
             log.debug("acquire %r: releasing a grant that may have raced with giving up: %s", name, e)
 

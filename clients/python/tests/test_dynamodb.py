@@ -405,6 +405,74 @@ class DynamoDBStoppedEndpointTest(unittest.TestCase):
             other.try_acquire(name, ttl=30)
         self.assertEqual((held.exception.owner, held.exception.token), ("py-stopped", again.token))
 
+    def test_calls_make_no_botocore_clients(self) -> None:
+        # CI run 125: acquire(timeout=0.6) on a hung endpoint returned 41 ms past
+        # its bound. Its calls made botocore clients as they went (one per
+        # socket timeout, under a lock), on a loaded machine past their time;
+        # the constructor now makes them all. Here making one takes 0.5 s.
+        import boto3
+
+        from leasehold.dynamodb import TIMEOUT_STEPS
+
+        made = []
+        slow = threading.Event()
+
+        class SlowSession:
+            region_name = "us-east-1"
+
+            def __init__(self) -> None:
+                self.s = boto3.session.Session(region_name="us-east-1")
+
+            def client(self, *args, **kw):  # type: ignore[no-untyped-def]
+                made.append(kw["config"].read_timeout)
+                if slow.is_set():
+                    time.sleep(0.5)
+                return self.s.client(*args, **kw)
+
+        cl = leasehold.Client(self.url, owner="py-slow", timeout=2, session=SlowSession())
+        self.addCleanup(cl.close)
+        before = len(made)
+        slow.set()
+        name = uniq("slowmake")
+        cl.try_acquire(name + "/warm", ttl=5).release()
+        self.dl.pause()
+        for timeout in (0.6, 1.2):
+            t0 = time.monotonic()
+            with self.assertRaises(Unreachable):
+                cl.acquire(name, ttl=5, timeout=timeout)
+            took = time.monotonic() - t0
+            self.assertLess(took, timeout + 0.5 + 0.4, f"acquire(timeout={timeout}) took {took:.3f}s")
+        with self.assertRaises(Unreachable):
+            cl.get(name)
+        self.assertEqual(len(made), before, f"calls made botocore clients: {made[before:]}")
+        self.assertEqual(sorted(made), sorted([2] + [s for s in TIMEOUT_STEPS if s < 2]))
+
+    def test_a_raced_grant_is_not_given_back_past_the_bound(self) -> None:
+        # A grant found by the give-up of acquire(timeout=T) when less than
+        # MIN_REQUEST is left before its bound stays (it expires after its TTL):
+        # its release was sent with MIN_REQUEST anyway, past the bound.
+        cl = leasehold.Client(self.url, owner="py-raced", timeout=2)
+        self.addCleanup(cl.close)
+        name, rid = uniq("raced"), "raced-1"
+        held = cl.try_acquire(name, ttl=30, request_id=rid, keepalive=False)
+        grant = cl._grant
+        hard = time.monotonic() + 0.4
+
+        def late_grant(*args, **kw):  # type: ignore[no-untyped-def]
+            out = grant(*args, **kw)
+            time.sleep(max(hard - time.monotonic() - 0.02, 0))  # the answer comes 20 ms before the bound
+            return out
+
+        releases = []
+        with mock.patch.object(cl, "_grant", late_grant), \
+                mock.patch.object(cl, "_release", lambda *a, **kw: releases.append((a, kw))):
+            cl._reclaim_grant(name, rid, 30000, hard)
+        self.assertLess(time.monotonic(), hard + 0.05)
+        self.assertEqual(releases, [], "a release was sent with less than MIN_REQUEST left")
+        self.assertEqual(cl.get(name).token, held.token)  # still held: it expires after its TTL
+        held.release()
+        self.assertEqual(releases, [])
+
 
 if __name__ == "__main__":
     unittest.main()

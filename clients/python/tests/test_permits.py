@@ -9,7 +9,9 @@ import json
 import os
 import signal
 import subprocess
+import time
 import unittest
+from unittest import mock
 
 import leasehold
 import leasehold.aio
@@ -94,6 +96,32 @@ class PermitCountTest(unittest.TestCase):
         self.assertIn("plain lease", str(cm.exception))
         self.assertEqual(self.permits(name), [])
         self.assertTrue(lock.owned())
+
+    def test_a_raced_permit_is_not_given_back_past_the_bound(self) -> None:
+        # A permit found by the give-up of acquire(timeout=T) with less than
+        # MIN_REQUEST left before the call's bound stays (it expires after its
+        # TTL): its release was sent with MIN_REQUEST anyway, past the bound.
+        from leasehold._http import name_path
+
+        name = uniq("permits")
+        sem = self.c.semaphore(name, 2)
+        held = sem.try_acquire(ttl=30, request_id="raced-p", keepalive=False)
+        self.addCleanup(held.release)
+        post = self.c._post_acquire
+        hard = time.monotonic() + 0.4
+
+        def late(*args, **kw):  # type: ignore[no-untyped-def]
+            out = post(*args, **kw)
+            time.sleep(max(hard - time.monotonic() - 0.02, 0))  # the answer comes 20 ms before the bound
+            return out
+
+        releases = []
+        with mock.patch.object(self.c, "_post_acquire", late), \
+                mock.patch.object(self.c, "_quiet_release", lambda *a, **kw: releases.append((a, kw))):
+            self.c._reclaim(name_path("v1/semaphores", name, "acquire"), sem._body(30, None, "raced-p"), name, hard)
+        self.assertLess(time.monotonic(), hard + 0.05)
+        self.assertEqual(releases, [], "a release was sent with less than MIN_REQUEST left")
+        self.assertEqual(self.permits(name), [held.name])  # still held: it expires after its TTL
 
     def test_aio(self) -> None:
         async def main() -> None:
