@@ -17,7 +17,7 @@ import time
 import unittest
 import urllib.request
 import uuid
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
 import engines
 
@@ -220,6 +220,15 @@ class Dynalite:
             self.proc.kill()
             self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def answering_late(f: Callable[..., Any], at: float) -> Callable[..., Any]:
+    """``f``, whose answer comes back at ``at`` (on ``time.monotonic()``): a slow network."""
+    def late(*args: Any, **kw: Any) -> Any:
+        out = f(*args, **kw)
+        time.sleep(max(at - time.monotonic(), 0))
+        return out
+    return late
 
 
 def uniq(prefix: str) -> str:

@@ -21,7 +21,7 @@ import leasehold
 from leasehold import Held, Invalid, Lost, NotFound, Released, Unreachable, Unsupported
 
 import engines
-from server import Dynalite, free_port, run_threads, uniq
+from server import Dynalite, answering_late, free_port, run_threads, uniq
 
 
 def _need(what: str) -> None:
@@ -456,15 +456,9 @@ class DynamoDBStoppedEndpointTest(unittest.TestCase):
         name, rid = uniq("raced"), "raced-1"
         held = cl.try_acquire(name, ttl=30, request_id=rid, keepalive=False)
         grant = cl._grant
-        hard = time.monotonic() + 0.4
-
-        def late_grant(*args, **kw):  # type: ignore[no-untyped-def]
-            out = grant(*args, **kw)
-            time.sleep(max(hard - time.monotonic() - 0.02, 0))  # the answer comes 20 ms before the bound
-            return out
-
+        hard = time.monotonic() + 0.4  # the late answer comes 20 ms before it
         releases = []
-        with mock.patch.object(cl, "_grant", late_grant), \
+        with mock.patch.object(cl, "_grant", answering_late(grant, hard - 0.02)), \
                 mock.patch.object(cl, "_release", lambda *a, **kw: releases.append((a, kw))):
             cl._reclaim_grant(name, rid, 30000, hard)
         self.assertLess(time.monotonic(), hard + 0.05)

@@ -17,7 +17,7 @@ import leasehold
 import leasehold.aio
 from leasehold import InvalidError, MismatchError
 
-from server import ModuleServer, uniq
+from server import ModuleServer, answering_late, uniq
 from test_dynamodb import table_url
 
 SERVER = ModuleServer()
@@ -108,15 +108,9 @@ class PermitCountTest(unittest.TestCase):
         held = sem.try_acquire(ttl=30, request_id="raced-p", keepalive=False)
         self.addCleanup(held.release)
         post = self.c._post_acquire
-        hard = time.monotonic() + 0.4
-
-        def late(*args, **kw):  # type: ignore[no-untyped-def]
-            out = post(*args, **kw)
-            time.sleep(max(hard - time.monotonic() - 0.02, 0))  # the answer comes 20 ms before the bound
-            return out
-
+        hard = time.monotonic() + 0.4  # the late answer comes 20 ms before it
         releases = []
-        with mock.patch.object(self.c, "_post_acquire", late), \
+        with mock.patch.object(self.c, "_post_acquire", answering_late(post, hard - 0.02)), \
                 mock.patch.object(self.c, "_quiet_release", lambda *a, **kw: releases.append((a, kw))):
             self.c._reclaim(name_path("v1/semaphores", name, "acquire"), sem._body(30, None, "raced-p"), name, hard)
         self.assertLess(time.monotonic(), hard + 0.05)
