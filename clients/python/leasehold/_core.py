@@ -26,6 +26,10 @@ most ``ANSWER_GRACE``."""
 MIN_REQUEST = 0.05
 """Seconds: a request with less time than this left is not sent."""
 
+MIN_TIMEOUT = 0.1
+"""Seconds: the least ``timeout`` a client takes (its requests get at least
+``MIN_REQUEST``; below this a DynamoDB client's constructor could send none)."""
+
 RETURN_MARGIN = 0.2
 """Seconds kept back from ``ANSWER_GRACE`` for giving up and returning: the
 last request of a call ends this long before ``T + ANSWER_GRACE`` (R17
@@ -89,8 +93,9 @@ class ClientConfig:
             raise errors.InvalidError("rho", f"{rho} is outside [0, 1)")
         if eps < 0:
             raise errors.InvalidError("eps", f"{eps} is negative")
-        if timeout <= 0:
-            raise errors.InvalidError("timeout", f"{timeout} is not positive")
+        if timeout < MIN_TIMEOUT:
+            raise errors.InvalidError("timeout", f"{timeout}s is below the minimum of {MIN_TIMEOUT}s: every call "
+                                                 "needs time for a request and its answer")
         if owner is None:
             owner = f"{socket.gethostname()}/{os.getpid()}/{_random_id(4)}"
             if len(owner.encode()) > 256:

@@ -167,6 +167,8 @@ class DynamoDBClient(ClientBase):
                 raise errors.InvalidError(field, f"{given!r} differs from the URL's {in_url}={p[in_url]!r}: give one")
             parse_url(f"dynamodb://{p['table']}?{in_url}={urllib.parse.quote(given, safe=':/')}")  # the URL's rules
             p[in_url] = given
+        if session is not None and not callable(getattr(session, "client", None)):
+            raise errors.InvalidError("session", f"must be a boto3.session.Session, not {type(session).__name__}")
         if boto_client is not None and (session is not None or config is not None):
             raise errors.InvalidError("boto_client", "with boto_client=, session= and config= are not used: give one")
         self.table: str = p["table"]
@@ -235,8 +237,7 @@ class DynamoDBClient(ClientBase):
         """Close the botocore clients' connections (those made here). Leases are not released."""
         if not self._own_client:
             return
-        clients, self._clients = [self._ddb, *self._clients.values()], {}
-        for c in clients:
+        for c in [self._ddb, *self._clients.values()]:  # kept: a call after close() reconnects, bounded as before
             if c is not None and hasattr(c, "close"):
                 c.close()
 

@@ -447,6 +447,23 @@ class DynamoDBStoppedEndpointTest(unittest.TestCase):
         self.assertEqual(len(made), before, f"calls made botocore clients: {made[before:]}")
         self.assertEqual(sorted(made), sorted([2] + [s for s in TIMEOUT_STEPS if s < 2]))
 
+    def test_a_closed_client_keeps_its_bounds(self) -> None:
+        # close() dropped the clients of the shorter socket timeouts: a call
+        # after it went through the one of the client's whole timeout (the red
+        # team of bf0c8c3: acquire(timeout=0.6) waited the 2 s of timeout=2).
+        cl = leasehold.Client(self.url, owner="py-closed", timeout=2)
+        self.addCleanup(cl.close)
+        name = uniq("closed")
+        cl.try_acquire(name, ttl=5).release()
+        cl.close()
+        cl.try_acquire(name, ttl=5).release()  # it reconnects
+        self.dl.pause()
+        t0 = time.monotonic()
+        with self.assertRaises(Unreachable):
+            cl.acquire(name, ttl=5, timeout=0.6)
+        took = time.monotonic() - t0
+        self.assertLess(took, 0.6 + 0.5 + 0.4, f"acquire(timeout=0.6) after close() took {took:.3f}s")
+
     def test_a_raced_grant_is_not_given_back_past_the_bound(self) -> None:
         # A grant found by the give-up of acquire(timeout=T) when less than
         # MIN_REQUEST is left before its bound stays (it expires after its TTL):

@@ -4,6 +4,7 @@ region_name=, endpoint_url= and a botocore Config, against dynalite."""
 from __future__ import annotations
 
 import os
+import time
 import unittest
 import urllib.parse
 
@@ -48,11 +49,17 @@ class BotoOptionsTest(unittest.TestCase):
         for kw, field in (({"region_name": "eu-west-3"}, "region_name"),
                           ({"endpoint_url": "http://127.0.0.1:1"}, "endpoint_url"),
                           ({"config": {"read_timeout": 1}}, "config"),
-                          ({"boto_client": object(), "config": object()}, "boto_client")):
+                          ({"boto_client": object(), "config": object()}, "boto_client"),
+                          ({"session": "a-session"}, "session"),  # was an AttributeError
+                          # A client that can send no request: its constructor failed
+                          # as unreachable, "the outcome is unknown", after up to 9 s.
+                          ({"timeout": 0.05}, "timeout"), ({"timeout": 1e-9}, "timeout")):
             with self.subTest(kw=kw):
+                t0 = time.monotonic()
                 with self.assertRaises(InvalidError) as cm:
                     leasehold.Client(base, **kw)
                 self.assertEqual(cm.exception.field, field)
+                self.assertLess(time.monotonic() - t0, 1.0)  # refused before anything is sent
         with self.assertRaises(InvalidError):
             leasehold.Client("dynamodb://leasehold_py_test", region_name="Not A Region", endpoint_url=self.endpoint)
         with self.assertRaises(InvalidError):

@@ -54,6 +54,18 @@ class InputTypesTest(unittest.TestCase):
                     self.assertEqual(cm.exception.field, field)
                     self.assertIn("dynamodb://", str(cm.exception))
 
+    def test_a_timeout_below_the_minimum(self) -> None:
+        import leasehold.aio
+
+        for t in (0.05, 0.099, 1e-9):
+            for make in (leasehold.Client, leasehold.aio.Client):
+                with self.subTest(t=t, client=make.__module__):
+                    with self.assertRaises(Invalid) as cm:
+                        make("http://127.0.0.1:9", owner="input-test", timeout=t)
+                    self.assertEqual(cm.exception.field, "timeout")
+                    self.assertIn("minimum of 0.1s", str(cm.exception))
+        leasehold.Client("http://127.0.0.1:9", owner="input-test", timeout=0.1).close()
+
     def test_scheme_case(self) -> None:
         c = leasehold.Client("HTTP://127.0.0.1:9", owner="input-test")
         c.close()
