@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable, Optional, Tuple, TypeVar, Union
 
 from . import _validate, errors
+from ._bound import MIN_REQUEST as MIN_REQUEST  # defined beside the call's bound; importable from here
 
 DEFAULT_TTL = 15.0
 """The TTL (seconds) of a lease when none is given, as in Go."""
@@ -22,9 +23,6 @@ last attempt, and the request that looks for a grant which may have raced
 with giving up. ``acquire(timeout=T)`` returns by ``T + ANSWER_GRACE``
 whatever the network does; with ``timeout=0`` it makes one attempt of at
 most ``ANSWER_GRACE``."""
-
-MIN_REQUEST = 0.05
-"""Seconds: a request with less time than this left is not sent."""
 
 MIN_TIMEOUT = 0.1
 """Seconds: the least ``timeout`` a client takes (its requests get at least

@@ -60,7 +60,7 @@ class DirectSemaphore:
                 continue
             lease.permit = i
             lease.info.permit = i
-            return _permits.verify_permit(lease, self.name, self.permits, self._c.get, self._c.list)
+            return _permits.verify_permit(lease, self.name, self.permits, self._c.get, self._c.list, hard=end)
         assert soonest is not None
         soonest.permits = self.permits
         raise soonest

@@ -10,7 +10,7 @@ import time
 import urllib.parse
 from typing import Any, Dict, Optional, Tuple
 
-from . import errors
+from . import _bound, errors
 
 PROBLEM_PREFIX = "urn:leasehold:problem:"
 MAX_ANSWER = 4 << 20
@@ -68,6 +68,7 @@ class Transport:
         path, hdrs, data = self.prepare(path, body, raw, query, headers)
         if timeout is None:
             timeout = self.timeout + wait
+        timeout = _bound.cut(timeout, f"leasehold server: {method} {path}")
         deadline = time.monotonic() + timeout
 
         def rest() -> float:  # each socket operation gets the time left of the whole request

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Callable, Iterable, List, Optional, Tuple
 
 from . import errors
+from ._bound import within
 from ._core import Data
 from ._log import log
 from .lease import Lease, LeaseInfo
@@ -91,9 +92,16 @@ def _give_back(lease: Lease) -> None:
 
 
 def verify_permit(lease: Lease, name: str, n: int, get: Callable[[str], LeaseInfo],
-                  list_: Callable[[str], List[LeaseInfo]]) -> Lease:
+                  list_: Callable[[str], List[LeaseInfo]], *, hard: Optional[float]) -> Lease:
     """After a permit's grant: keep it, its data without the record of N, or release it
-    and raise ``MismatchError`` (or the error of reading)."""
+    and raise ``MismatchError`` (or the error of reading). Its requests end by
+    ``hard``, the bound of the acquire (None: each the client's timeout)."""
+    with within(hard):
+        return _verify_permit(lease, name, n, get, list_)
+
+
+def _verify_permit(lease: Lease, name: str, n: int, get: Callable[[str], LeaseInfo],
+                   list_: Callable[[str], List[LeaseInfo]]) -> Lease:
     try:
         try:
             plain: Optional[LeaseInfo] = get(name)
@@ -110,9 +118,15 @@ def verify_permit(lease: Lease, name: str, n: int, get: Callable[[str], LeaseInf
     return lease
 
 
-def verify_lock(lease: Lease, name: str, list_: Callable[[str], List[LeaseInfo]]) -> Lease:
+def verify_lock(lease: Lease, name: str, list_: Callable[[str], List[LeaseInfo]], *, hard: Optional[float]) -> Lease:
     """After a lock's grant: keep it, or release it and raise ``MismatchError`` when
-    permits of a semaphore of the same name are held."""
+    permits of a semaphore of the same name are held. Its requests end by ``hard``
+    (as ``verify_permit``'s)."""
+    with within(hard):
+        return _verify_lock(lease, name, list_)
+
+
+def _verify_lock(lease: Lease, name: str, list_: Callable[[str], List[LeaseInfo]]) -> Lease:
     try:
         err = lock_conflict(name, list_(name + SEP))
     except BaseException:

@@ -372,8 +372,8 @@ class Semaphore:
                      "request_id": request_id or _random_id()},
                     **_data_members(_permits.permit_data(self.permits, data)))
 
-    def _verify(self, lease: Lease) -> Lease:
-        return _permits.verify_permit(lease, self.name, self.permits, self._c.get, self._c.list)
+    def _verify(self, lease: Lease, hard: Optional[float]) -> Lease:
+        return _permits.verify_permit(lease, self.name, self.permits, self._c.get, self._c.list, hard=hard)
 
     def try_acquire(self, ttl: float = DEFAULT_TTL, *, data: Data = None, request_id: Optional[str] = None,
                     keepalive: bool = True, on_lost: Optional[LostCallback] = None) -> Lease:
@@ -381,15 +381,17 @@ class Semaphore:
         body = self._body(ttl, data, request_id)
         t0 = time.monotonic()
         info = self._c._post_acquire(name_path("v1/semaphores", self.name, "acquire"), body, self.name, 0)
-        return self._verify(Lease(self._c, info, self._c.owner, ttl, body["request_id"], t0, keepalive, on_lost))
+        return self._verify(Lease(self._c, info, self._c.owner, ttl, body["request_id"], t0, keepalive, on_lost),
+                            t0 + self._c.timeout)
 
     def acquire(self, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *, data: Data = None,
                 request_id: Optional[str] = None, keepalive: bool = True,
                 on_lost: Optional[LostCallback] = None) -> Lease:
         """Wait (at most ``timeout`` seconds; None: without end) for a permit, as ``Client.acquire`` waits."""
         body = self._body(ttl, data, request_id)
+        hard = _call_window(timeout)[1]  # the wait's own bound: the name check ends by it too
         return self._verify(self._c._wait_grant(name_path("v1/semaphores", self.name, "acquire"), body, self.name,
-                                                ttl, timeout, keepalive, on_lost, None))
+                                                ttl, timeout, keepalive, on_lost, None), hard)
 
 
 class Election(ElectionBase, metaclass=abc.ABCMeta):

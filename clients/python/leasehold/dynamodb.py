@@ -34,7 +34,7 @@ import time
 import urllib.parse
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import _cancel, _validate, errors
+from . import _bound, _cancel, _validate, errors
 from ._core import (DEFAULT_TTL, MIN_REQUEST, ClientBase, Data, WaitCallback, _call_window, _random_id,
                     _with_request_id)
 from ._dynamodb_recipes import DirectElection, DirectSemaphore
@@ -301,6 +301,7 @@ class DynamoDBClient(ClientBase):
         retrying connection failures, throttling and 5xx answers while time is
         left; translate its errors. An error answer whose code is in
         ``tolerate`` (by default a failed condition) is returned as None."""
+        end = time.monotonic() + _bound.cut(end - time.monotonic(), f"dynamodb: {op}")  # a call's bound, if sooner
         attempt = 0
         while True:
             left = end - time.monotonic()

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from typing import Any, List, Optional, Protocol
 
 from . import _permits, errors
-from ._core import DEFAULT_TTL, Data, WaitCallback
+from ._core import DEFAULT_TTL, Data, WaitCallback, _call_window
 from .lease import Lease, LeaseInfo, LostCallback
 
 MISREAD_TIMEOUT = ("timeout is not taken here: redis-py's Lock(timeout=) is the time to live, "
@@ -27,6 +28,7 @@ class LockClient(Protocol):
     """What a ``Lock`` uses of a client (``Client`` and ``DynamoDBClient`` both have it)."""
 
     owner: str
+    timeout: float
 
     def try_acquire(self, name: str, ttl: float = DEFAULT_TTL, *, data: Data = None,
                     request_id: Optional[str] = None, keepalive: bool = True,
@@ -159,12 +161,14 @@ class Lock:
         lease: Optional[Lease] = None
         try:
             if not blocking:
+                hard: Optional[float] = time.monotonic() + self._c.timeout
                 lease = self._c.try_acquire(self.name, self.ttl, data=self._data, on_lost=self._on_lost)
             else:
                 wait = None if forever else self.blocking_timeout if timeout is None else timeout
+                hard = _call_window(wait)[1]  # the acquire's own bound: the name check ends by it too
                 lease = self._c.acquire(self.name, self.ttl, wait, data=self._data, on_lost=self._on_lost)
             got, lease = lease, None  # kept only once the check passed
-            lease = _permits.verify_lock(got, self.name, self._c.list)
+            lease = _permits.verify_lock(got, self.name, self._c.list, hard=hard)
             return lease
         finally:
             with self._mu:

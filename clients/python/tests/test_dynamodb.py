@@ -464,6 +464,52 @@ class DynamoDBStoppedEndpointTest(unittest.TestCase):
         took = time.monotonic() - t0
         self.assertLess(took, 0.6 + 0.5 + 0.4, f"acquire(timeout=0.6) after close() took {took:.3f}s")
 
+    def test_the_name_check_after_a_grant_keeps_the_call_bound(self) -> None:
+        # A lock's or a semaphore's acquire checks the name after its grant (a
+        # get, a scan, a give-back): each request had the client's whole
+        # timeout, whatever was left of the call's (the red team of bf0c8c3:
+        # the endpoint hung right after the grant was answered, and
+        # semaphore.acquire(timeout=0.3) took 20 s with the default timeout).
+        import asyncio
+
+        import boto3
+
+        import leasehold.aio
+
+        armed = threading.Event()
+        session = boto3.session.Session(region_name="us-east-1")
+
+        def hang_after_grant(**_):  # type: ignore[no-untyped-def]
+            if armed.is_set():
+                armed.clear()
+                self.dl.pause()
+
+        session.events.register("after-call.dynamodb.UpdateItem", hang_after_grant)
+        cl = leasehold.Client(self.url, owner="py-check", timeout=2, session=session)
+        self.addCleanup(cl.close)
+        name = uniq("check")
+
+        async def aio_lock() -> None:
+            async with leasehold.aio.Client(self.url, owner="py-check-aio", timeout=2, session=session) as ac:
+                await ac.lock(name + "/aio-lock", ttl=5).acquire(timeout=0.3)
+
+        for what, call, bound in (
+                ("semaphore.acquire(timeout=0.3)", lambda: cl.semaphore(name + "/sem", 2).acquire(ttl=5, timeout=0.3),
+                 0.3 + 0.5),
+                ("lock.acquire(timeout=0.3)", lambda: cl.lock(name + "/lock", ttl=5).acquire(timeout=0.3), 0.3 + 0.5),
+                ("semaphore.try_acquire()", lambda: cl.semaphore(name + "/try", 2).try_acquire(ttl=5), 2 + 0.5),
+                ("aio lock.acquire(timeout=0.3)", lambda: asyncio.run(aio_lock()), 0.3 + 0.5)):
+            with self.subTest(what):
+                self.dl.resume()
+                cl.try_acquire(name + "/warm", ttl=1).release()
+                armed.set()
+                t0 = time.monotonic()
+                with self.assertRaises(Unreachable):
+                    call()
+                took = time.monotonic() - t0
+                self.assertFalse(armed.is_set(), "the endpoint was not hung after a grant")
+                self.assertLess(took, bound + 0.4, f"{what} took {took:.3f}s (bound {bound}s)")
+
     def test_a_raced_grant_is_not_given_back_past_the_bound(self) -> None:
         # A grant found by the give-up of acquire(timeout=T) when less than
         # MIN_REQUEST is left before its bound stays (it expires after its TTL):

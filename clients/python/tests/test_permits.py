@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 import unittest
 from unittest import mock
@@ -17,7 +18,7 @@ import leasehold
 import leasehold.aio
 from leasehold import InvalidError, MismatchError
 
-from server import ModuleServer, answering_late, uniq
+from server import ModuleServer, Server, answering_late, uniq
 from test_dynamodb import table_url
 
 SERVER = ModuleServer()
@@ -44,6 +45,70 @@ class GoHolder:
         for f in (self.p.stdout, self.p.stderr):
             if f is not None:
                 f.close()
+
+
+class HungAfterGrantTest(unittest.TestCase):
+    """A server of its own, SIGSTOPped right after it answered a grant."""
+
+    def setUp(self) -> None:
+        self.srv = Server()
+        self.addCleanup(self.srv.stop)  # continues it first
+
+    def test_the_name_check_after_a_grant_keeps_the_call_bound(self) -> None:
+        # A lock's or a semaphore's acquire checks the name after its grant (a
+        # get, a list, a give-back): each request had the client's whole
+        # timeout, whatever was left of the call's (the red team of bf0c8c3,
+        # on DynamoDB: 20 s for semaphore.acquire(timeout=0.3)).
+        armed = threading.Event()
+
+        def hang_after(f):  # type: ignore[no-untyped-def]
+            def sync(*args, **kw):  # type: ignore[no-untyped-def]
+                out = f(*args, **kw)
+                if armed.is_set():
+                    armed.clear()
+                    self.srv.pause()
+                return out
+
+            async def aio(*args, **kw):  # type: ignore[no-untyped-def]
+                out = await f(*args, **kw)
+                if armed.is_set():
+                    armed.clear()
+                    self.srv.pause()
+                return out
+            return aio if asyncio.iscoroutinefunction(f) else sync
+
+        c = leasehold.Client(self.srv.url, owner="py-check", timeout=2)
+        self.addCleanup(c.close)
+        for m in ("_wait_grant", "_post_acquire"):
+            setattr(c, m, hang_after(getattr(c, m)))
+        name = uniq("check")
+
+        def aio(make):  # type: ignore[no-untyped-def]
+            async def main() -> None:
+                async with leasehold.aio.Client(self.srv.url, owner="py-check-aio", timeout=2) as ac:
+                    for m in ("_wait_grant", "_post_acquire"):
+                        setattr(ac, m, hang_after(getattr(ac, m)))
+                    await make(ac)
+            return lambda: asyncio.run(main())
+
+        for what, call, bound in (
+                ("semaphore.acquire(timeout=0.3)", lambda: c.semaphore(name + "/sem", 2).acquire(ttl=5, timeout=0.3),
+                 0.3 + 0.5),
+                ("lock.acquire(timeout=0.3)", lambda: c.lock(name + "/lock", ttl=5).acquire(timeout=0.3), 0.3 + 0.5),
+                ("semaphore.try_acquire()", lambda: c.semaphore(name + "/try", 2).try_acquire(ttl=5), 2 + 0.5),
+                ("aio semaphore.acquire(timeout=0.3)",
+                 aio(lambda ac: ac.semaphore(name + "/asem", 2).acquire(ttl=5, timeout=0.3)), 0.3 + 0.5),
+                ("aio lock.acquire(timeout=0.3)", aio(lambda ac: ac.lock(name + "/alock", ttl=5).acquire(timeout=0.3)),
+                 0.3 + 0.5)):
+            with self.subTest(what):
+                self.srv.resume()
+                armed.set()
+                t0 = time.monotonic()
+                with self.assertRaises(leasehold.Unreachable):
+                    call()
+                took = time.monotonic() - t0
+                self.assertFalse(armed.is_set(), "the server was not stopped after a grant")
+                self.assertLess(took, bound + 0.4, f"{what} took {took:.3f}s (bound {bound}s)")
 
 
 class PermitCountTest(unittest.TestCase):
@@ -116,6 +181,34 @@ class PermitCountTest(unittest.TestCase):
         self.assertLess(time.monotonic(), hard + 0.05)
         self.assertEqual(releases, [], "a release was sent with less than MIN_REQUEST left")
         self.assertEqual(self.permits(name), [held.name])  # still held: it expires after its TTL
+
+    def test_a_raced_permit_is_not_given_back_past_the_bound_aio(self) -> None:
+        from leasehold._http import name_path
+
+        async def main() -> None:
+            name = uniq("permits")
+            async with leasehold.aio.Client(SERVER.url, owner="py-aio-raced") as c:
+                sem = c.semaphore(name, 2)
+                held = await sem.try_acquire(ttl=30, request_id="raced-a", keepalive=False)
+                post = c._post_acquire
+                hard = time.monotonic() + 0.4  # the late answer comes 20 ms before it
+                releases = []
+
+                async def late(*args, **kw):  # type: ignore[no-untyped-def]
+                    out = await post(*args, **kw)
+                    await asyncio.sleep(max(hard - 0.02 - time.monotonic(), 0))
+                    return out
+
+                async def spy(*args, **kw):  # type: ignore[no-untyped-def]
+                    releases.append((args, kw))
+                with mock.patch.object(c, "_post_acquire", late), mock.patch.object(c, "_quiet_release", spy):
+                    await c._reclaim(name_path("v1/semaphores", name, "acquire"), sem._body(30, None, "raced-a"),
+                                     name, hard)
+                self.assertLess(time.monotonic(), hard + 0.05)
+                self.assertEqual(releases, [], "a release was sent with less than MIN_REQUEST left")
+                self.assertEqual([x.name for x in await c.list(name + "/permit/")], [held.name])
+                await held.release()
+        asyncio.run(main())
 
     def test_aio(self) -> None:
         async def main() -> None:

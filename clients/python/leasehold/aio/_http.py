@@ -8,7 +8,7 @@ import asyncio
 import ssl
 from typing import Any, Dict, Optional, Tuple
 
-from .. import errors
+from .. import _bound, errors
 from .._http import MAX_ANSWER, Transport, decode_answer
 
 MAX_HEAD = 64 << 10
@@ -37,6 +37,7 @@ class AsyncTransport:
         path, hdrs, data = self._enc.prepare(path, body, raw, query, headers)
         if timeout is None:
             timeout = self.timeout + wait
+        timeout = _bound.cut(timeout, f"leasehold server: {method} {path}")
         try:
             status, rh, payload = await asyncio.wait_for(self._roundtrip(method, path, hdrs, data), timeout)
         except (OSError, EOFError, ValueError, asyncio.TimeoutError, asyncio.LimitOverrunError) as e:

@@ -6,6 +6,7 @@ from typing import Awaitable, Callable, List, Optional
 
 from .. import errors
 from .._log import log
+from .._bound import within
 from .._permits import SEP, hide, lock_conflict, semaphore_conflict
 from ..lease import LeaseInfo
 from .lease import Lease
@@ -19,8 +20,14 @@ async def _give_back(lease: Lease) -> None:
 
 
 async def verify_permit(lease: Lease, name: str, n: int, get: Callable[[str], Awaitable[LeaseInfo]],
-                        list_: Callable[[str], Awaitable[List[LeaseInfo]]]) -> Lease:
+                        list_: Callable[[str], Awaitable[List[LeaseInfo]]], *, hard: Optional[float]) -> Lease:
     """``leasehold._permits.verify_permit`` with ``await``."""
+    with within(hard):
+        return await _verify_permit(lease, name, n, get, list_)
+
+
+async def _verify_permit(lease: Lease, name: str, n: int, get: Callable[[str], Awaitable[LeaseInfo]],
+                         list_: Callable[[str], Awaitable[List[LeaseInfo]]]) -> Lease:
     try:
         try:
             plain: Optional[LeaseInfo] = await get(name)
@@ -37,8 +44,14 @@ async def verify_permit(lease: Lease, name: str, n: int, get: Callable[[str], Aw
     return lease
 
 
-async def verify_lock(lease: Lease, name: str, list_: Callable[[str], Awaitable[List[LeaseInfo]]]) -> Lease:
+async def verify_lock(lease: Lease, name: str, list_: Callable[[str], Awaitable[List[LeaseInfo]]], *,
+                      hard: Optional[float]) -> Lease:
     """``leasehold._permits.verify_lock`` with ``await``."""
+    with within(hard):
+        return await _verify_lock(lease, name, list_)
+
+
+async def _verify_lock(lease: Lease, name: str, list_: Callable[[str], Awaitable[List[LeaseInfo]]]) -> Lease:
     try:
         err = lock_conflict(name, await list_(name + SEP))
     except BaseException:

@@ -272,7 +272,11 @@ class Client(ClientConfig):
         except errors.LeaseholdError as e:
             log.debug("acquire %r: looking for a grant that raced with giving up: %s", name, e)
             return
-        await self._quiet_release(info.name, info.token, info.secret, max(hard - time.monotonic(), MIN_REQUEST))
+        left = hard - time.monotonic()
+        if left < MIN_REQUEST:  # no time to give it back within the call's bound: it expires after its TTL
+            log.debug("acquire %r: a grant that raced with giving up (token %d) expires after its TTL", name, info.token)
+            return
+        await self._quiet_release(info.name, info.token, info.secret, left)
 
     async def get(self, name: str) -> LeaseInfo:
         """The live lease ``name`` with its queued ``waiters``; raises ``NotFoundError``."""
@@ -327,8 +331,8 @@ class Semaphore:
                      "request_id": request_id or _random_id()},
                     **_data_members(_permits.permit_data(self.permits, data)))
 
-    async def _verify(self, lease: Lease) -> Lease:
-        return await verify_permit(lease, self.name, self.permits, self._c.get, self._c.list)
+    async def _verify(self, lease: Lease, hard: Optional[float]) -> Lease:
+        return await verify_permit(lease, self.name, self.permits, self._c.get, self._c.list, hard=hard)
 
     async def try_acquire(self, ttl: float = DEFAULT_TTL, *, data: Data = None, request_id: Optional[str] = None,
                           keepalive: bool = True, on_lost: Optional[LostCallback] = None) -> Lease:
@@ -337,15 +341,16 @@ class Semaphore:
         t0 = time.monotonic()
         info = await self._c._post_acquire(name_path("v1/semaphores", self.name, "acquire"), body, self.name, 0)
         return await self._verify(Lease(self._c, info, self._c.owner, ttl, body["request_id"], t0, keepalive,
-                                        on_lost))
+                                        on_lost), t0 + self._c.timeout)
 
     async def acquire(self, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *, data: Data = None,
                       request_id: Optional[str] = None, keepalive: bool = True,
                       on_lost: Optional[LostCallback] = None) -> Lease:
         """Wait (at most ``timeout`` seconds; None: without end) for a permit."""
         body = self._body(ttl, data, request_id)
+        hard = _call_window(timeout)[1]  # the wait's own bound: the name check ends by it too
         return await self._verify(await self._c._wait_grant(name_path("v1/semaphores", self.name, "acquire"), body,
-                                                            self.name, ttl, timeout, keepalive, on_lost, None))
+                                                            self.name, ttl, timeout, keepalive, on_lost, None), hard)
 
 
 class Election:

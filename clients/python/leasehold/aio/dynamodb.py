@@ -11,6 +11,7 @@ as it arrives."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import concurrent.futures
 import functools
 import threading
@@ -85,7 +86,9 @@ class DynamoDBClient(ClientConfig):
         return self._sync
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
-        return await asyncio.wrap_future(self._pool.submit(fn, *args, **kw))
+        # In the caller's context: its call's bound (leasehold._bound) holds in the worker too.
+        ctx = contextvars.copy_context()
+        return await asyncio.wrap_future(self._pool.submit(lambda: ctx.run(fn, *args, **kw)))
 
     async def _grant(self, call: Callable[[BlockingDynamoDBClient], Callable[..., sync_lease.Lease]],
                      keepalive: bool, on_lost: Optional[LostCallback], **kw: Any) -> Lease:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, List, Optional, Protocol
 
 from .. import errors
-from .._core import DEFAULT_TTL, Data, WaitCallback
+from .._core import DEFAULT_TTL, Data, WaitCallback, _call_window
 from ..lease import LeaseInfo
 from ..lock import MISREAD_TIMEOUT, check_timeout, waits_forever
 from ._permits import verify_lock
@@ -17,6 +18,7 @@ class AsyncLockClient(Protocol):
     """What a ``Lock`` uses of an asyncio client."""
 
     owner: str
+    timeout: float
 
     async def try_acquire(self, name: str, ttl: float = DEFAULT_TTL, *, data: Data = None,
                           request_id: Optional[str] = None, keepalive: bool = True,
@@ -87,11 +89,13 @@ class Lock:
     async def _acquire(self, blocking: bool, timeout: Optional[float], forever: bool = False) -> Lease:
         try:
             if not blocking:
+                hard: Optional[float] = time.monotonic() + self._c.timeout
                 lease = await self._c.try_acquire(self.name, self.ttl, data=self._data, on_lost=self._on_lost)
             else:
                 wait = None if forever else self.blocking_timeout if timeout is None else timeout
+                hard = _call_window(wait)[1]  # the acquire's own bound: the name check ends by it too
                 lease = await self._c.acquire(self.name, self.ttl, wait, data=self._data, on_lost=self._on_lost)
-            lease = await verify_lock(lease, self.name, self._c.list)
+            lease = await verify_lock(lease, self.name, self._c.list, hard=hard)
             self._lease = lease
             return lease
         finally:
