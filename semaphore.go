@@ -292,11 +292,19 @@ func (s *Semaphore) try(ctx context.Context, cfg acquireConfig) (*Lease, *HeldEr
 			soonest = h
 		}
 	}
+	// Permits this client holds are tried first, with the request id: the
+	// store gives the same grant back when it is this acquire's (a retry
+	// after a lost answer, the caller's or Acquire's own), so that one
+	// acquire never holds two permits; another acquire's is refused.
+	var mine []int
 	for _, h := range holders {
 		i, _ := PermitIndex(s.name, h.Name)
 		held[i] = true
 		if i < s.n {
 			note(&HeldError{Name: h.Name, Owner: h.Owner, Token: h.Token, Remaining: h.Remaining, Acquired: h.Acquired})
+			if h.Owner == s.c.owner {
+				mine = append(mine, i)
+			}
 		}
 	}
 	free := make([]int, 0, s.n)
@@ -306,7 +314,7 @@ func (s *Semaphore) try(ctx context.Context, cfg acquireConfig) (*Lease, *HeldEr
 		}
 	}
 	rand.Shuffle(len(free), func(a, b int) { free[a], free[b] = free[b], free[a] })
-	for _, i := range free {
+	for _, i := range append(mine, free...) {
 		req := AcquireRequest{Name: permitName(s.name, i), Owner: s.c.owner, RequestID: cfg.requestID, TTL: cfg.ttl, Data: cfg.data}
 		l, err := s.c.try(ctx, req, cfg)
 		if err == nil {

@@ -141,3 +141,45 @@ func TestSemaphoreDataBound(t *testing.T) {
 		}
 	}
 }
+
+// TestSemaphoreRetryGetsItsOwnPermit (the red team of 2026-12-07, on the
+// Python client, which shared the flaw): an acquire retried with its
+// request id after a lost answer was granted another free permit, so one
+// acquire held two until the first's TTL. The retry gets the first back;
+// another acquire of the same client gets another permit.
+func TestSemaphoreRetryGetsItsOwnPermit(t *testing.T) {
+	for kind, s := range mismatchStores(t) {
+		t.Run(kind, func(t *testing.T) {
+			ctx := context.Background()
+			a, _ := leasehold.New(s, leasehold.WithOwner("a"))
+			sem, _ := a.Semaphore("retried", 8)
+			lost, err := sem.TryAcquire(ctx, leasehold.RequestID("r1"), leasehold.NoKeepalive())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, acquire := range []func(context.Context, ...leasehold.AcquireOption) (*leasehold.Lease, error){sem.TryAcquire, sem.Acquire} {
+				again, err := acquire(ctx, leasehold.RequestID("r1"), leasehold.NoKeepalive())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if again.Name() != lost.Name() || again.Token() != lost.Token() {
+					t.Fatalf("the retry got %s (token %d), want the lost grant %s (token %d)", again.Name(), again.Token(), lost.Name(), lost.Token())
+				}
+			}
+			other, err := sem.TryAcquire(ctx, leasehold.RequestID("r2"), leasehold.NoKeepalive())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if other.Name() == lost.Name() {
+				t.Fatalf("another acquire of the same client got the same permit %s", other.Name())
+			}
+			holders, err := sem.Holders(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(holders) != 2 {
+				t.Fatalf("%d permits held, want 2 (r1's and r2's): %+v", len(holders), holders)
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import time
 from typing import Any, List, Optional, Protocol, Tuple
 
 from . import _cancel, _permits, _validate, errors
+from ._bound import within
 from ._core import DEFAULT_TTL, Data, ElectionBase, WaitCallback, _call_window, _random_id, _with_request_id
 from ._log import log
 from .lease import Lease, LeaseInfo, LostCallback
@@ -18,6 +19,12 @@ class DirectLeases(Protocol):
     """What the recipes use of DynamoDBClient."""
 
     timeout: float
+    owner: str
+
+    def _granted_to(self, name: str, rid: str, end: float) -> Optional[int]: ...
+
+    def _release(self, name: str, owner: str, token: int, *, secret: str = "",
+                 timeout: Optional[float] = None) -> None: ...
 
     def _prepare(self, name: str, ttl: float, data: Data, request_id: Optional[str]) -> Tuple[str, int, bytes]: ...
 
@@ -43,11 +50,27 @@ class DirectSemaphore:
         _validate.text("name", name, _validate.MAX_NAME)
         self._c, self.name, self.permits = client, name, permits
 
+    def _own(self, rid: str, end: float) -> Optional[Tuple[int, int]]:
+        """(permit, token) of the permit the acquire ``rid`` already holds (a grant
+        whose answer was lost), found by reading each in turn; None if none."""
+        for i in range(self.permits):
+            token = self._c._granted_to(f"{self.name}/permit/{i}", rid, end)
+            if token is not None:
+                return i, token
+        return None
+
     def _pass(self, ttl: float, data: Data, rid: str, keepalive: bool, on_lost: Optional[LostCallback],
-              end: float) -> Lease:
-        """One pass over the permits in random order, its requests ending by ``end``."""
+              end: float, look_first: bool = False) -> Lease:
+        """One pass over the permits in random order, its requests ending by ``end``.
+        With ``look_first`` (a retry: the outcome of an attempt with ``rid`` is
+        unknown), a permit already granted to ``rid`` is taken back first, so that
+        the acquire never holds two."""
         order = list(range(self.permits))
         random.shuffle(order)
+        own = self._own(rid, end) if look_first else None
+        if own is not None:
+            order.remove(own[0])
+            order.insert(0, own[0])
         soonest: Optional[errors.HeldError] = None
         for i in order:
             pname = f"{self.name}/permit/{i}"
@@ -70,7 +93,7 @@ class DirectSemaphore:
         """One pass over the permits, bounded by the client's ``timeout``; raises
         ``HeldError`` (the permit that expires first, with ``permits``) when all are held."""
         return self._pass(ttl, data, request_id or _random_id(), keepalive, on_lost,
-                          time.monotonic() + self._c.timeout)
+                          time.monotonic() + self._c.timeout, look_first=request_id is not None)
 
     def acquire(self, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *, data: Data = None,
                 request_id: Optional[str] = None, keepalive: bool = True,
@@ -82,6 +105,7 @@ class DirectSemaphore:
         rid = request_id or _random_id()
         end, hard = _call_window(timeout)
         cap = 0.002
+        unknown = request_id is not None  # a retry of the caller's: a permit may be granted to rid
         while True:
             if _cancel.cancelled():  # leasehold.aio: the await was cancelled, or the client closed
                 log.info("semaphore %r: acquire was cancelled: stopped polling", self.name)
@@ -89,22 +113,42 @@ class DirectSemaphore:
             now = time.monotonic()
             try:
                 return self._pass(ttl, data, rid, keepalive, on_lost,
-                                  now + self._c.timeout if hard is None else min(now + self._c.timeout, hard))
+                                  now + self._c.timeout if hard is None else min(now + self._c.timeout, hard),
+                                  look_first=unknown)
             except (errors.HeldError, errors.UnreachableError, errors.RateLimitedError) as e:
                 pause = cap * (0.5 + random.random() / 2)
                 if isinstance(e, errors.HeldError):
                     pause = min(pause, e.remaining + 0.001)
+                    unknown = False  # the pass looked for rid's permit first: none
                 else:
+                    unknown = True
                     log.warning("semaphore %r: attempt failed: %s; retrying in %.3fs", self.name, e, pause)
                 cap = min(cap * 2, 0.25)
-                if end is not None:
+                if end is not None and hard is not None:
                     left = end - time.monotonic()
                     if left <= 0:
+                        if unknown:  # a permit may have been granted to rid: give it back, in the time left
+                            self._give_back(rid, hard)
                         if isinstance(e, errors.UnreachableError):
                             raise _with_request_id(e, rid)
                         raise
                     pause = min(pause, left)
             _cancel.sleep(max(pause, 0.0))
+
+
+    def _give_back(self, rid: str, hard: float) -> None:
+        """Release the permit granted to ``rid`` (an acquire that gave up after an
+        unknown outcome), only in the time left before ``hard``; else it expires
+        after its TTL, and a retry with ``rid`` takes it back."""
+        try:
+            with within(hard):
+                own = self._own(rid, hard)
+                if own is not None:
+                    i, token = own
+                    self._c._release(f"{self.name}/permit/{i}", self._c.owner, token,
+                                     timeout=hard - time.monotonic())
+        except errors.LeaseholdError as e:
+            log.debug("semaphore %r: giving back a permit that raced with giving up: %s", self.name, e)
 
 
 class DirectElection(ElectionBase):

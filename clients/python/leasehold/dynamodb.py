@@ -432,6 +432,15 @@ class DynamoDBClient(ClientBase):
                 return
             raise errors.NotHeldError(f"{name!r}: not held by {owner!r} with token {token}")
 
+    def _granted_to(self, name: str, rid: str, end: float) -> Optional[int]:
+        """The token of the live grant of ``name`` to this client's acquire ``rid``
+        (one whose answer may have been lost), or None."""
+        item = self._get_item(name, True, end)
+        if item is None:
+            return None
+        r = _Row(item)
+        return r.token if r.live(_now_ms()) and r.owner == self.owner and r.request_id == rid else None
+
     def _prepare(self, name: str, ttl: float, data: Data, request_id: Optional[str]) -> Tuple[str, int, bytes]:
         _validate.text("name", name, _validate.MAX_NAME)
         _validate.ttl(ttl)

@@ -280,6 +280,51 @@ class DynamoDBLeaseTest(unittest.TestCase):
         self.assertGreater(int(ran.stdout.strip()), p0.token)  # it took the permit Python freed
         p1.release()
 
+    def test_a_semaphore_acquire_never_holds_two_permits_for_one_request_id(self) -> None:
+        # The red team of bf0c8c3: a semaphore's acquire whose answer was lost,
+        # retried with its request id, was granted another permit (they are
+        # tried in random order), and the first stayed held until its TTL; the
+        # acquire's own retries, and giving up, did the same.
+        def mine(name: str) -> list:
+            return [x.name for x in self.a.list(name + "/permit/") if x.owner == "py-a"]
+
+        for _ in range(4):  # 8 permits: the old random order found the first one 1 time in 8
+            name = uniq("sem-rid")
+            sem = self.a.semaphore(name, 8)
+            lost = sem.try_acquire(ttl=30, request_id="rid-1", keepalive=False)  # its answer "lost"
+            again = sem.try_acquire(ttl=30, request_id="rid-1", keepalive=False)
+            self.assertEqual((again.name, again.token), (lost.name, lost.token))
+            self.assertEqual(mine(name), [lost.name])
+            again.release()
+
+        real_try = self.a._try
+        granted: list = []
+
+        def lost_once(*args, **kw):  # type: ignore[no-untyped-def]
+            if granted:  # then the network is back
+                return real_try(*args, **kw)
+            granted.append(real_try(*args, **kw))  # granted, but the answer is lost
+            raise Unreachable("dynamodb unreachable (the outcome is unknown): test")
+
+        name = uniq("sem-rid")
+        with mock.patch.object(self.a, "_try", lost_once):
+            lease = self.a.semaphore(name, 8).acquire(ttl=30, timeout=10)
+        self.assertEqual((lease.name, lease.token), (granted[0].name, granted[0].token))
+        self.assertEqual(mine(name), [lease.name])
+        lease.release()
+
+        def lost_always(*args, **kw):  # type: ignore[no-untyped-def]
+            if not granted:
+                granted.append(real_try(*args, **kw))
+            raise Unreachable("dynamodb unreachable (the outcome is unknown): test")
+
+        name = uniq("sem-rid")
+        granted.clear()
+        with mock.patch.object(self.a, "_try", lost_always), self.assertRaises(Unreachable):
+            self.a.semaphore(name, 8).acquire(ttl=30, timeout=0.3)
+        self.assertEqual(len(granted), 1)
+        self.assertEqual(mine(name), [], "the permit granted before giving up was not given back")
+
     def test_election(self) -> None:
         name = uniq("elect")
         e1, e2 = self.a.election(name), self.b.election(name)
