@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any, List, Optional, Protocol, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Protocol, Set, Tuple
 
 from . import _cancel, _permits, _validate, errors
 from ._bound import within
@@ -21,7 +21,7 @@ class DirectLeases(Protocol):
     timeout: float
     owner: str
 
-    def _granted_to(self, name: str, rid: str, end: float) -> Optional[int]: ...
+    def _granted_to(self, names: List[str], rid: str, end: float) -> Dict[str, int]: ...
 
     def _release(self, name: str, owner: str, token: int, *, secret: str = "",
                  timeout: Optional[float] = None) -> None: ...
@@ -50,37 +50,39 @@ class DirectSemaphore:
         _validate.text("name", name, _validate.MAX_NAME)
         self._c, self.name, self.permits = client, name, permits
 
-    def _own(self, rid: str, end: float) -> Optional[Tuple[int, int]]:
-        """(permit, token) of the permit the acquire ``rid`` already holds (a grant
-        whose answer was lost), found by reading each in turn; None if none."""
-        for i in range(self.permits):
-            token = self._c._granted_to(f"{self.name}/permit/{i}", rid, end)
-            if token is not None:
-                return i, token
-        return None
+    def _permit(self, i: int) -> str:
+        return f"{self.name}/permit/{i}"
+
+    def _granted(self, rid: str, among: Iterable[int], end: float) -> Dict[int, int]:
+        """permit -> token of the live grants among ``among`` to the acquire ``rid``
+        (grants whose answers were lost)."""
+        names = {self._permit(i): i for i in among}
+        return {names[n]: t for n, t in self._c._granted_to(list(names), rid, end).items()}
 
     def _pass(self, ttl: float, data: Data, rid: str, keepalive: bool, on_lost: Optional[LostCallback],
-              end: float, look_first: bool = False) -> Lease:
-        """One pass over the permits in random order, its requests ending by ``end``.
-        With ``look_first`` (a retry: the outcome of an attempt with ``rid`` is
-        unknown), a permit already granted to ``rid`` is taken back first, so that
-        the acquire never holds two."""
-        order = list(range(self.permits))
-        random.shuffle(order)
-        own = self._own(rid, end) if look_first else None
-        if own is not None:
-            order.remove(own[0])
-            order.insert(0, own[0])
+              end: float, maybe: Set[int]) -> Lease:
+        """One pass over the permits, its requests ending by ``end``: first those in
+        ``maybe`` (a grant to ``rid`` may exist there, its answer lost: the same
+        request id gets it back, so that one acquire never holds two permits), then
+        the others in random order. A permit whose attempt's outcome is unknown is
+        added to ``maybe``."""
+        rest = [i for i in range(self.permits) if i not in maybe]
+        random.shuffle(rest)
         soonest: Optional[errors.HeldError] = None
-        for i in order:
-            pname = f"{self.name}/permit/{i}"
+        for i in sorted(maybe) + rest:
+            pname = self._permit(i)
             _, ttl_ms, raw = self._c._prepare(pname, ttl, _permits.permit_data(self.permits, data), rid)
             try:
                 lease = self._c._try(pname, rid, ttl_ms, raw, keepalive, on_lost, end)
             except errors.HeldError as e:
+                maybe.discard(i)  # held by another grant: none of rid's there
                 if soonest is None or e.remaining < soonest.remaining:
                     soonest = e
                 continue
+            except (errors.UnreachableError, errors.RateLimitedError):
+                maybe.add(i)
+                raise
+            maybe.add(i)  # granted: given back on a mismatch, or kept (rid's either way)
             lease.permit = i
             lease.info.permit = i
             return _permits.verify_permit(lease, self.name, self.permits, self._c.get, self._c.list, hard=end)
@@ -88,12 +90,23 @@ class DirectSemaphore:
         soonest.permits = self.permits
         raise soonest
 
+    def _look(self, rid: str, end: float) -> Set[int]:
+        """The permits granted to ``rid`` by an earlier call (the caller retries
+        with its request id): one BatchGetItem per 100 permits."""
+        return set(self._granted(rid, range(self.permits), end))
+
     def try_acquire(self, ttl: float = DEFAULT_TTL, *, data: Data = None, request_id: Optional[str] = None,
                     keepalive: bool = True, on_lost: Optional[LostCallback] = None) -> Lease:
         """One pass over the permits, bounded by the client's ``timeout``; raises
-        ``HeldError`` (the permit that expires first, with ``permits``) when all are held."""
-        return self._pass(ttl, data, request_id or _random_id(), keepalive, on_lost,
-                          time.monotonic() + self._c.timeout, look_first=request_id is not None)
+        ``HeldError`` (the permit that expires first, with ``permits``) when all are
+        held. With ``request_id`` (a retry), a permit granted to it is taken back."""
+        rid = request_id or _random_id()
+        end = time.monotonic() + self._c.timeout
+        try:
+            maybe = self._look(rid, end) if request_id is not None else set()
+            return self._pass(ttl, data, rid, keepalive, on_lost, end, maybe)
+        except errors.UnreachableError as e:
+            raise _with_request_id(e, rid)
 
     def acquire(self, ttl: float = DEFAULT_TTL, timeout: Optional[float] = None, *, data: Data = None,
                 request_id: Optional[str] = None, keepalive: bool = True,
@@ -101,52 +114,52 @@ class DirectSemaphore:
         """Wait (at most ``timeout`` seconds; None: without end) for a permit, polling
         with jittered backoff (2 ms to 250 ms) that never sleeps past the first expiry.
         It returns within ``timeout`` + 0.5 s whatever DynamoDB does; an
-        ``UnreachableError`` names the request id the attempts used."""
+        ``UnreachableError`` names the request id the attempts used. With
+        ``request_id`` (a retry), a permit granted to it is taken back; one that
+        an attempt of this call may have got is tried first by each later pass,
+        and given back if the call gives up."""
         rid = request_id or _random_id()
         end, hard = _call_window(timeout)
         cap = 0.002
-        unknown = request_id is not None  # a retry of the caller's: a permit may be granted to rid
+        maybe: Set[int] = set()
+        looked = request_id is None
         while True:
             if _cancel.cancelled():  # leasehold.aio: the await was cancelled, or the client closed
                 log.info("semaphore %r: acquire was cancelled: stopped polling", self.name)
                 raise _cancel.stop(f"semaphore {self.name!r} acquire")
             now = time.monotonic()
+            pass_end = now + self._c.timeout if hard is None else min(now + self._c.timeout, hard)
             try:
-                return self._pass(ttl, data, rid, keepalive, on_lost,
-                                  now + self._c.timeout if hard is None else min(now + self._c.timeout, hard),
-                                  look_first=unknown)
+                if not looked:  # in the call's time, not one pass's: 11 requests for 1,024 permits
+                    maybe |= self._look(rid, now + self._c.timeout if hard is None else hard)
+                    looked = True
+                return self._pass(ttl, data, rid, keepalive, on_lost, pass_end, maybe)
             except (errors.HeldError, errors.UnreachableError, errors.RateLimitedError) as e:
                 pause = cap * (0.5 + random.random() / 2)
                 if isinstance(e, errors.HeldError):
                     pause = min(pause, e.remaining + 0.001)
-                    unknown = False  # the pass looked for rid's permit first: none
                 else:
-                    unknown = True
                     log.warning("semaphore %r: attempt failed: %s; retrying in %.3fs", self.name, e, pause)
                 cap = min(cap * 2, 0.25)
                 if end is not None and hard is not None:
                     left = end - time.monotonic()
                     if left <= 0:
-                        if unknown:  # a permit may have been granted to rid: give it back, in the time left
-                            self._give_back(rid, hard)
+                        if maybe:  # a permit may have been granted to rid: give it back, in the time left
+                            self._give_back(rid, maybe, hard)
                         if isinstance(e, errors.UnreachableError):
                             raise _with_request_id(e, rid)
                         raise
                     pause = min(pause, left)
             _cancel.sleep(max(pause, 0.0))
 
-
-    def _give_back(self, rid: str, hard: float) -> None:
-        """Release the permit granted to ``rid`` (an acquire that gave up after an
-        unknown outcome), only in the time left before ``hard``; else it expires
-        after its TTL, and a retry with ``rid`` takes it back."""
+    def _give_back(self, rid: str, maybe: Set[int], hard: float) -> None:
+        """Release the permits in ``maybe`` granted to ``rid`` (an acquire that gave
+        up after an unknown outcome), only in the time left before ``hard``; else
+        they expire after their TTL, and a retry with ``rid`` takes them back."""
         try:
             with within(hard):
-                own = self._own(rid, hard)
-                if own is not None:
-                    i, token = own
-                    self._c._release(f"{self.name}/permit/{i}", self._c.owner, token,
-                                     timeout=hard - time.monotonic())
+                for i, token in self._granted(rid, maybe, hard).items():
+                    self._c._release(self._permit(i), self._c.owner, token, timeout=hard - time.monotonic())
         except errors.LeaseholdError as e:
             log.debug("semaphore %r: giving back a permit that raced with giving up: %s", self.name, e)
 

@@ -10,7 +10,7 @@ from typing import Callable, Iterable, List, Optional, Tuple
 
 from . import errors
 from ._bound import within
-from ._core import Data
+from ._core import Data, _with_request_id
 from ._log import log
 from .lease import Lease, LeaseInfo
 
@@ -96,8 +96,11 @@ def verify_permit(lease: Lease, name: str, n: int, get: Callable[[str], LeaseInf
     """After a permit's grant: keep it, its data without the record of N, or release it
     and raise ``MismatchError`` (or the error of reading). Its requests end by
     ``hard``, the bound of the acquire (None: each the client's timeout)."""
-    with within(hard):
-        return _verify_permit(lease, name, n, get, list_)
+    try:
+        with within(hard):
+            return _verify_permit(lease, name, n, get, list_)
+    except errors.UnreachableError as e:  # the grant was made: a retry with its request id gets it back
+        raise _with_request_id(e, lease.request_id)
 
 
 def _verify_permit(lease: Lease, name: str, n: int, get: Callable[[str], LeaseInfo],
@@ -122,8 +125,11 @@ def verify_lock(lease: Lease, name: str, list_: Callable[[str], List[LeaseInfo]]
     """After a lock's grant: keep it, or release it and raise ``MismatchError`` when
     permits of a semaphore of the same name are held. Its requests end by ``hard``
     (as ``verify_permit``'s)."""
-    with within(hard):
-        return _verify_lock(lease, name, list_)
+    try:
+        with within(hard):
+            return _verify_lock(lease, name, list_)
+    except errors.UnreachableError as e:  # the grant was made: a retry with its request id gets it back
+        raise _with_request_id(e, lease.request_id)
 
 
 def _verify_lock(lease: Lease, name: str, list_: Callable[[str], List[LeaseInfo]]) -> Lease:

@@ -243,6 +243,17 @@ class DynamoDBAioTest(AioCases, unittest.IsolatedAsyncioTestCase):
         await self.a.close()
         await self.b.close()
 
+    async def test_a_closed_client_says_so(self) -> None:
+        # A call after close() raised the thread pool's RuntimeError ("cannot
+        # schedule new futures after shutdown"; the red team's re-check of 3a8df70).
+        c = leasehold.aio.Client(self.url, owner="aio-closed")
+        await (await c.try_acquire(uniq("aio-closed"), ttl=5)).release()
+        await c.close()
+        for call in (lambda: c.try_acquire(uniq("aio-closed"), ttl=5), lambda: c.get(uniq("aio-closed"))):
+            with self.assertRaises(leasehold.LeaseholdError) as cm:
+                await call()
+            self.assertIn("closed", str(cm.exception))
+
     async def test_semaphore_and_no_records(self) -> None:
         pool = self.a.semaphore(uniq("aio-dsem"), permits=2)
         p1 = await pool.acquire(ttl=30, timeout=5)

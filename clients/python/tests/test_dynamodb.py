@@ -325,6 +325,34 @@ class DynamoDBLeaseTest(unittest.TestCase):
         self.assertEqual(len(granted), 1)
         self.assertEqual(mine(name), [], "the permit granted before giving up was not given back")
 
+        # 1,024 permits, a short client timeout, the answer lost 4 times: the
+        # acquire read every permit, one request each, within one pass of
+        # 0.5 s, never did, and ran out its timeout with 1,023 free (the red
+        # team's re-check of e06837c). It now retries the permit it tried.
+        short = leasehold.Client(URL, owner="py-many", timeout=0.5)
+        self.addCleanup(short.close)
+        real_short, lost = short._try, []
+
+        def lost_four(*args, **kw):  # type: ignore[no-untyped-def]
+            if len(lost) >= 4:
+                return real_short(*args, **kw)
+            lost.append(real_short(*args, **kw) if not lost else None)
+            raise Unreachable("dynamodb unreachable (the outcome is unknown): test")
+
+        name = uniq("sem-rid")
+        t0 = time.monotonic()
+        with mock.patch.object(short, "_try", lost_four):
+            lease = short.semaphore(name, 1024).acquire(ttl=30, timeout=6)
+        self.assertLess(time.monotonic() - t0, 6)
+        self.assertEqual((lease.name, lease.token), (lost[0].name, lost[0].token))
+        self.assertEqual([x.name for x in self.a.list(name + "/permit/") if x.owner == "py-many"], [lease.name])
+        # A retry of the caller's, by request id, finds it among the 1,024 (a
+        # BatchGetItem per 100), in a client timeout of 5 s.
+        again = leasehold.Client(URL, owner="py-many", timeout=5).semaphore(name, 1024).try_acquire(
+            ttl=30, request_id=lease.request_id, keepalive=False)
+        self.assertEqual((again.name, again.token), (lease.name, lease.token))
+        lease.release()
+
     def test_election(self) -> None:
         name = uniq("elect")
         e1, e2 = self.a.election(name), self.b.election(name)
@@ -549,10 +577,11 @@ class DynamoDBStoppedEndpointTest(unittest.TestCase):
                 cl.try_acquire(name + "/warm", ttl=1).release()
                 armed.set()
                 t0 = time.monotonic()
-                with self.assertRaises(Unreachable):
+                with self.assertRaises(Unreachable) as cm:
                     call()
                 took = time.monotonic() - t0
                 self.assertFalse(armed.is_set(), "the endpoint was not hung after a grant")
+                self.assertTrue(cm.exception.request_id, "the grant's request id is not named (re-check of 433a312)")
                 self.assertLess(took, bound + 0.4, f"{what} took {took:.3f}s (bound {bound}s)")
 
     def test_a_raced_grant_is_not_given_back_past_the_bound(self) -> None:
@@ -569,7 +598,7 @@ class DynamoDBStoppedEndpointTest(unittest.TestCase):
         with mock.patch.object(cl, "_grant", answering_late(grant, hard - 0.02)), \
                 mock.patch.object(cl, "_release", lambda *a, **kw: releases.append((a, kw))):
             cl._reclaim_grant(name, rid, 30000, hard)
-        self.assertLess(time.monotonic(), hard + 0.05)
+        self.assertLess(time.monotonic(), hard + 1.0)  # no request after the late answer (generous: a loaded machine)
         self.assertEqual(releases, [], "a release was sent with less than MIN_REQUEST left")
         self.assertEqual(cl.get(name).token, held.token)  # still held: it expires after its TTL
         held.release()

@@ -15,6 +15,15 @@ from server import uniq
 from test_dynamodb import table_url
 
 
+class _NotASession:
+    """Has a client method, which does not make boto3 clients (an AttributeError escaped)."""
+
+    region_name = "us-east-1"
+
+    def client(self, *args: object, **kw: object) -> int:
+        return 1
+
+
 class BotoOptionsTest(unittest.TestCase):
     def setUp(self) -> None:
         url = table_url("leasehold_py_test")  # skips or fails without dynalite and boto3
@@ -51,6 +60,7 @@ class BotoOptionsTest(unittest.TestCase):
                           ({"config": {"read_timeout": 1}}, "config"),
                           ({"boto_client": object(), "config": object()}, "boto_client"),
                           ({"session": "a-session"}, "session"),  # was an AttributeError
+                          ({"session": _NotASession()}, "session"),
                           # A client that can send no request: its constructor failed
                           # as unreachable, "the outcome is unknown", after up to 9 s.
                           ({"timeout": 0.05}, "timeout"), ({"timeout": 1e-9}, "timeout")):

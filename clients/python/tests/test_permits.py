@@ -104,10 +104,11 @@ class HungAfterGrantTest(unittest.TestCase):
                 self.srv.resume()
                 armed.set()
                 t0 = time.monotonic()
-                with self.assertRaises(leasehold.Unreachable):
+                with self.assertRaises(leasehold.Unreachable) as cm:
                     call()
                 took = time.monotonic() - t0
                 self.assertFalse(armed.is_set(), "the server was not stopped after a grant")
+                self.assertTrue(cm.exception.request_id, "the grant's request id is not named (re-check of 433a312)")
                 self.assertLess(took, bound + 0.4, f"{what} took {took:.3f}s (bound {bound}s)")
 
 
@@ -178,7 +179,7 @@ class PermitCountTest(unittest.TestCase):
         with mock.patch.object(self.c, "_post_acquire", answering_late(post, hard - 0.02)), \
                 mock.patch.object(self.c, "_quiet_release", lambda *a, **kw: releases.append((a, kw))):
             self.c._reclaim(name_path("v1/semaphores", name, "acquire"), sem._body(30, None, "raced-p"), name, hard)
-        self.assertLess(time.monotonic(), hard + 0.05)
+        self.assertLess(time.monotonic(), hard + 1.0)  # no request after the late answer (generous: a loaded machine)
         self.assertEqual(releases, [], "a release was sent with less than MIN_REQUEST left")
         self.assertEqual(self.permits(name), [held.name])  # still held: it expires after its TTL
 
@@ -204,7 +205,7 @@ class PermitCountTest(unittest.TestCase):
                 with mock.patch.object(c, "_post_acquire", late), mock.patch.object(c, "_quiet_release", spy):
                     await c._reclaim(name_path("v1/semaphores", name, "acquire"), sem._body(30, None, "raced-a"),
                                      name, hard)
-                self.assertLess(time.monotonic(), hard + 0.05)
+                self.assertLess(time.monotonic(), hard + 1.0)  # no request after the late answer (generous: a loaded machine)
                 self.assertEqual(releases, [], "a release was sent with less than MIN_REQUEST left")
                 self.assertEqual([x.name for x in await c.list(name + "/permit/")], [held.name])
                 await held.release()

@@ -7,6 +7,7 @@ from typing import Awaitable, Callable, List, Optional
 from .. import errors
 from .._log import log
 from .._bound import within
+from .._core import _with_request_id
 from .._permits import SEP, hide, lock_conflict, semaphore_conflict
 from ..lease import LeaseInfo
 from .lease import Lease
@@ -22,8 +23,11 @@ async def _give_back(lease: Lease) -> None:
 async def verify_permit(lease: Lease, name: str, n: int, get: Callable[[str], Awaitable[LeaseInfo]],
                         list_: Callable[[str], Awaitable[List[LeaseInfo]]], *, hard: Optional[float]) -> Lease:
     """``leasehold._permits.verify_permit`` with ``await``."""
-    with within(hard):
-        return await _verify_permit(lease, name, n, get, list_)
+    try:
+        with within(hard):
+            return await _verify_permit(lease, name, n, get, list_)
+    except errors.UnreachableError as e:  # the grant was made: a retry with its request id gets it back
+        raise _with_request_id(e, lease.request_id)
 
 
 async def _verify_permit(lease: Lease, name: str, n: int, get: Callable[[str], Awaitable[LeaseInfo]],
@@ -47,8 +51,11 @@ async def _verify_permit(lease: Lease, name: str, n: int, get: Callable[[str], A
 async def verify_lock(lease: Lease, name: str, list_: Callable[[str], Awaitable[List[LeaseInfo]]], *,
                       hard: Optional[float]) -> Lease:
     """``leasehold._permits.verify_lock`` with ``await``."""
-    with within(hard):
-        return await _verify_lock(lease, name, list_)
+    try:
+        with within(hard):
+            return await _verify_lock(lease, name, list_)
+    except errors.UnreachableError as e:  # the grant was made: a retry with its request id gets it back
+        raise _with_request_id(e, lease.request_id)
 
 
 async def _verify_lock(lease: Lease, name: str, list_: Callable[[str], Awaitable[List[LeaseInfo]]]) -> Lease:

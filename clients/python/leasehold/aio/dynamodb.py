@@ -76,7 +76,7 @@ class DynamoDBClient(ClientConfig):
         if self._sync is not None:
             return self._sync
         if self._making is None:  # one construction, whoever calls first
-            self._making = asyncio.wrap_future(self._pool.submit(self._make))
+            self._making = asyncio.wrap_future(self._submit(self._make))
         try:
             self._sync = await asyncio.shield(self._making)
         except BaseException:
@@ -88,7 +88,14 @@ class DynamoDBClient(ClientConfig):
     async def _run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         # In the caller's context: its call's bound (leasehold._bound) holds in the worker too.
         ctx = contextvars.copy_context()
-        return await asyncio.wrap_future(self._pool.submit(lambda: ctx.run(fn, *args, **kw)))
+        return await asyncio.wrap_future(self._submit(lambda: ctx.run(fn, *args, **kw)))
+
+    def _submit(self, fn: Callable[[], T]) -> "concurrent.futures.Future[T]":
+        try:
+            return self._pool.submit(fn)
+        except RuntimeError:  # the pool has shut down
+            raise errors.LeaseholdError("leasehold.aio.DynamoDBClient is closed (close() ends its threads): "
+                                        "make a new client") from None
 
     async def _grant(self, call: Callable[[BlockingDynamoDBClient], Callable[..., sync_lease.Lease]],
                      keepalive: bool, on_lost: Optional[LostCallback], **kw: Any) -> Lease:
@@ -98,7 +105,7 @@ class DynamoDBClient(ClientConfig):
 
         def work() -> sync_lease.Lease:  # in the worker thread
             return _cancel.run(stop, fn, keepalive=False, **kw)
-        cf = self._pool.submit(work)
+        cf = self._submit(work)
         with self._polling_mu:
             self._polling[stop] = cf
         cf.add_done_callback(lambda _: self._done_polling(stop))
